@@ -1,0 +1,483 @@
+//! Zero-copy reader with salvage of truncated or damaged logs.
+//!
+//! [`LogFile::open`] maps a file and validates its header; [`LogView`] does the same work on
+//! any byte slice (used by the fuzzer). Chunks are independent and can be iterated in
+//! parallel. Damage never aborts the whole read: a bad chunk or record is reported as a
+//! [`ChunkIssue`] / [`RecordError`] naming the file offset, and everything valid is kept.
+
+use std::path::{Path, PathBuf};
+
+use crate::chunk::{ChunkHeader, CHUNK_HEADER_SIZE, CHUNK_MAGIC};
+use crate::clock::TimestampSource;
+use crate::header::{tag, FileHeader, RankInfo, RawHeader, ENDIAN_MARKER, HEADER_SIZE, STRINGS_OFFSET};
+use crate::records::{ClockSnapshot, DecodeError, Record, RecordHeader, RecordKind};
+use crate::writer::{MAX_CHUNK_SIZE, MIN_CHUNK_SIZE};
+use crate::{FORMAT_MAJOR, FORMAT_MINOR, MAGIC};
+
+/// Fatal problems: the file cannot be read as a SigmaTrace log at all.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: file is {len} bytes, shorter than the {HEADER_SIZE}-byte header at offset 0 (not a SigmaTrace log, or truncated before the header was written)")]
+    TooShort { path: PathBuf, len: u64 },
+    #[error("{path}: offset 0: expected magic \"SIGMATRC\", found {found:?} (not a SigmaTrace log)")]
+    BadMagic { path: PathBuf, found: String },
+    #[error("{path}: offset 8: log format version {file_major}.{file_minor} is newer than this reader's {reader_major}.{reader_minor}; use a newer sigmatrace-convert")]
+    NewerVersion {
+        path: PathBuf,
+        file_major: u16,
+        file_minor: u16,
+        reader_major: u16,
+        reader_minor: u16,
+    },
+    #[error("{path}: offset {offset}: {what}")]
+    BadHeader {
+        path: PathBuf,
+        offset: u64,
+        what: String,
+    },
+}
+
+/// A non-fatal problem found in one chunk.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChunkIssue {
+    /// File offset of the chunk.
+    pub offset: u64,
+    pub message: String,
+}
+
+/// A record that could not be read; iteration of its chunk stops there.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("offset {offset}: {what}")]
+pub struct RecordError {
+    /// File offset of the bad record.
+    pub offset: u64,
+    pub what: String,
+}
+
+/// What salvage found while opening a log.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SalvageReport {
+    /// Corrupt or truncated chunks (their valid parts are still read).
+    pub issues: Vec<ChunkIssue>,
+    /// Committed bytes that are not in the file (it was truncated).
+    pub lost_bytes: u64,
+    /// Committed records that are not in the file.
+    pub lost_records: u64,
+    /// Chunks allocated but never initialised (normal when a process was killed).
+    pub unused_chunks: u32,
+    /// Whether the file ends inside a chunk.
+    pub truncated: bool,
+}
+
+impl SalvageReport {
+    /// True when nothing was lost or damaged.
+    pub fn is_clean(&self) -> bool {
+        self.issues.is_empty() && self.lost_bytes == 0 && self.lost_records == 0
+    }
+}
+
+/// A readable chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkInfo {
+    /// File offset of the chunk header.
+    pub offset: u64,
+    pub header: ChunkHeader,
+    /// Record bytes that can be read (committed bytes, clamped to the file and capacity).
+    pub readable: u32,
+}
+
+/// A parsed log over borrowed bytes.
+#[derive(Debug)]
+pub struct LogView<'a> {
+    bytes: &'a [u8],
+    path: PathBuf,
+    header: FileHeader,
+    chunks: Vec<ChunkInfo>,
+    salvage: SalvageReport,
+}
+
+/// A raw record: its file offset, kind id and bytes (header included).
+#[derive(Clone, Copy, Debug)]
+pub struct RawRecord<'a> {
+    pub offset: u64,
+    pub kind: u16,
+    pub bytes: &'a [u8],
+}
+
+impl<'a> RawRecord<'a> {
+    /// Decodes the record (zero-copy).
+    pub fn decode(&self) -> Result<Record<'a>, DecodeError> {
+        Record::decode(self.bytes)
+    }
+}
+
+/// Iterator over one chunk's records.
+pub struct RecordIter<'a> {
+    bytes: &'a [u8],
+    base: u64,
+    pos: usize,
+    done: bool,
+}
+
+impl<'a> Iterator for RecordIter<'a> {
+    type Item = Result<RawRecord<'a>, RecordError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done || self.pos >= self.bytes.len() {
+            return None;
+        }
+        let offset = self.base + self.pos as u64;
+        let rest = &self.bytes[self.pos..];
+        let fail = |what: String, done: &mut bool| {
+            *done = true;
+            Some(Err(RecordError { offset, what }))
+        };
+        if rest.len() < 8 {
+            return fail(
+                format!("expected an 8-byte record header, {} bytes left", rest.len()),
+                &mut self.done,
+            );
+        }
+        let hdr: RecordHeader = bytemuck::pod_read_unaligned(&rest[..8]);
+        let len = hdr.len as usize;
+        if len < 8 || len % 8 != 0 || len > rest.len() {
+            return fail(
+                format!(
+                    "record kind {} declares length {len} (expected a multiple of 8, at least 8, at most {})",
+                    hdr.kind,
+                    rest.len()
+                ),
+                &mut self.done,
+            );
+        }
+        if let Some(fixed) = RecordKind::from_id(hdr.kind).and_then(|k| k.fixed_size()) {
+            if fixed != len {
+                return fail(
+                    format!(
+                        "record kind {} ({}) declares length {len}, expected {fixed}",
+                        hdr.kind,
+                        RecordKind::from_id(hdr.kind).map(|k| k.name()).unwrap_or("?")
+                    ),
+                    &mut self.done,
+                );
+            }
+        }
+        self.pos += len;
+        Some(Ok(RawRecord {
+            offset,
+            kind: hdr.kind,
+            bytes: &rest[..len],
+        }))
+    }
+}
+
+impl<'a> LogView<'a> {
+    /// Parses the header and chunk table of a log held in `bytes`; `path` names it in errors.
+    pub fn parse(bytes: &'a [u8], path: &Path) -> Result<LogView<'a>, ReadError> {
+        let header = parse_header(bytes, path)?;
+        let (chunks, salvage) = scan_chunks(bytes, &header);
+        Ok(LogView {
+            bytes,
+            path: path.to_owned(),
+            header,
+            chunks,
+            salvage,
+        })
+    }
+
+    /// The decoded file header.
+    pub fn header(&self) -> &FileHeader {
+        &self.header
+    }
+
+    /// The readable chunks, in file order.
+    pub fn chunks(&self) -> &[ChunkInfo] {
+        &self.chunks
+    }
+
+    /// What salvage found.
+    pub fn salvage(&self) -> &SalvageReport {
+        &self.salvage
+    }
+
+    /// The path used in messages.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Records of one chunk, in append order.
+    pub fn records(&self, chunk: &ChunkInfo) -> RecordIter<'a> {
+        let start = chunk.offset as usize + CHUNK_HEADER_SIZE;
+        RecordIter {
+            bytes: &self.bytes[start..start + chunk.readable as usize],
+            base: start as u64,
+            pos: 0,
+            done: false,
+        }
+    }
+}
+
+/// A memory-mapped log file.
+pub struct LogFile {
+    // `view` borrows from `map`; declared first so it drops first.
+    view: LogView<'static>,
+    _map: Option<memmap2::Mmap>,
+}
+
+impl LogFile {
+    /// Maps and parses a log file. The file may still be growing; what was committed when it
+    /// was mapped is read.
+    pub fn open(path: &Path) -> Result<LogFile, ReadError> {
+        let io = |source| ReadError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        let len = file.metadata().map_err(io)?.len();
+        if len < HEADER_SIZE as u64 {
+            return Err(ReadError::TooShort {
+                path: path.to_owned(),
+                len,
+            });
+        }
+        // SAFETY: the mapping is read-only; a writer still appending only grows committed
+        // regions, which the reader reads through acquire-published lengths taken at parse
+        // time. Truncation by another process could fault; logs are not truncated in place.
+        let map = unsafe { memmap2::MmapOptions::new().len(len as usize).map(&file) }.map_err(io)?;
+        // SAFETY: the slice points into `map`, which is stored next to the view and outlives
+        // it (the view is dropped first); the Mmap's memory does not move when moved.
+        let bytes: &'static [u8] = unsafe { std::slice::from_raw_parts(map.as_ptr(), map.len()) };
+        let view = LogView::parse(bytes, path)?;
+        Ok(LogFile {
+            view,
+            _map: Some(map),
+        })
+    }
+
+    /// The parsed view.
+    pub fn view(&self) -> &LogView<'_> {
+        &self.view
+    }
+}
+
+impl std::ops::Deref for LogFile {
+    type Target = LogView<'static>;
+    fn deref(&self) -> &Self::Target {
+        &self.view
+    }
+}
+
+fn parse_header(bytes: &[u8], path: &Path) -> Result<FileHeader, ReadError> {
+    let bad = |offset: u64, what: String| ReadError::BadHeader {
+        path: path.to_owned(),
+        offset,
+        what,
+    };
+    if bytes.len() < HEADER_SIZE {
+        if bytes.len() >= 8 && bytes[..8] != MAGIC {
+            return Err(ReadError::BadMagic {
+                path: path.to_owned(),
+                found: String::from_utf8_lossy(&bytes[..8]).into_owned(),
+            });
+        }
+        return Err(ReadError::TooShort {
+            path: path.to_owned(),
+            len: bytes.len() as u64,
+        });
+    }
+    let raw: RawHeader = bytemuck::pod_read_unaligned(&bytes[..STRINGS_OFFSET]);
+    if raw.magic != MAGIC {
+        return Err(ReadError::BadMagic {
+            path: path.to_owned(),
+            found: String::from_utf8_lossy(&raw.magic).into_owned(),
+        });
+    }
+    if raw.endian != ENDIAN_MARKER {
+        return Err(bad(
+            12,
+            format!(
+                "expected endianness marker {ENDIAN_MARKER:#010x}, found {:#010x} (log written on a machine of the other byte order)",
+                raw.endian
+            ),
+        ));
+    }
+    if raw.major > FORMAT_MAJOR {
+        return Err(ReadError::NewerVersion {
+            path: path.to_owned(),
+            file_major: raw.major,
+            file_minor: raw.minor,
+            reader_major: FORMAT_MAJOR,
+            reader_minor: FORMAT_MINOR,
+        });
+    }
+    if raw.major == 0 {
+        return Err(bad(8, "expected format major version >= 1, found 0".into()));
+    }
+    if raw.header_size as usize != HEADER_SIZE {
+        return Err(bad(
+            16,
+            format!("expected header size {HEADER_SIZE}, found {}", raw.header_size),
+        ));
+    }
+    let cs = raw.chunk_size;
+    if !cs.is_power_of_two() || !(MIN_CHUNK_SIZE..=MAX_CHUNK_SIZE).contains(&cs) {
+        return Err(bad(
+            20,
+            format!("expected a power-of-two chunk size between {MIN_CHUNK_SIZE} and {MAX_CHUNK_SIZE}, found {cs}"),
+        ));
+    }
+    let ts_source = TimestampSource::from_u8(raw.ts_source)
+        .ok_or_else(|| bad(25, format!("unknown timestamp source {}", raw.ts_source)))?;
+    let opt = |v: i32| (v >= 0).then_some(v as u32);
+    let mut h = FileHeader {
+        major: raw.major,
+        minor: raw.minor,
+        header_size: raw.header_size,
+        chunk_size: cs,
+        pointer_size: raw.pointer_size,
+        ts_source,
+        flags: raw.flags,
+        pid: raw.pid,
+        ppid: raw.ppid,
+        rank: RankInfo {
+            rank: opt(raw.rank),
+            local_rank: opt(raw.local_rank),
+            world_size: opt(raw.world_size),
+            source: String::new(),
+        },
+        tsc_hz: raw.tsc_hz,
+        start: ClockSnapshot {
+            hdr: RecordHeader::of::<ClockSnapshot>(0),
+            ts: raw.start[0],
+            monotonic: raw.start[1],
+            monotonic_raw: raw.start[2],
+            boottime: raw.start[3],
+            realtime: raw.start[4],
+            ts_after: raw.start[5],
+        },
+        boot_id: raw.boot_id,
+        hostname: String::new(),
+        cmdline: Vec::new(),
+        exe: String::new(),
+        attrs: Vec::new(),
+        dropped: raw.dropped,
+        chunks_allocated: raw.chunks_allocated,
+    };
+    let mut pos = STRINGS_OFFSET;
+    while pos + 4 <= HEADER_SIZE {
+        let t = u16::from_ne_bytes([bytes[pos], bytes[pos + 1]]);
+        let n = u16::from_ne_bytes([bytes[pos + 2], bytes[pos + 3]]) as usize;
+        if t == tag::END {
+            break;
+        }
+        if pos + 4 + n > HEADER_SIZE {
+            return Err(bad(
+                pos as u64,
+                format!("header string (tag {t}) of {n} bytes runs past the header page"),
+            ));
+        }
+        let s = String::from_utf8_lossy(&bytes[pos + 4..pos + 4 + n]).into_owned();
+        match t {
+            tag::HOSTNAME => h.hostname = s,
+            tag::CMDLINE => h.cmdline = s.split('\0').map(str::to_owned).collect(),
+            tag::EXE => h.exe = s,
+            tag::RANK_SOURCE => h.rank.source = s,
+            tag::ATTR => h.attrs.push(s),
+            _ => {} // newer minor versions may add tags
+        }
+        pos += 4 + n;
+    }
+    Ok(h)
+}
+
+fn scan_chunks(bytes: &[u8], header: &FileHeader) -> (Vec<ChunkInfo>, SalvageReport) {
+    let cs = header.chunk_size as usize;
+    let mut chunks = Vec::new();
+    let mut rep = SalvageReport::default();
+    let mut offset = HEADER_SIZE;
+    while offset < bytes.len() {
+        let avail = bytes.len() - offset;
+        if avail < CHUNK_HEADER_SIZE {
+            if bytes[offset..].iter().any(|&b| b != 0) {
+                rep.truncated = true;
+                rep.issues.push(ChunkIssue {
+                    offset: offset as u64,
+                    message: format!(
+                        "file ends {avail} bytes into a chunk header (expected {CHUNK_HEADER_SIZE}); its records are lost"
+                    ),
+                });
+            }
+            break;
+        }
+        let ch: ChunkHeader = bytemuck::pod_read_unaligned(&bytes[offset..offset + CHUNK_HEADER_SIZE]);
+        let next = offset + cs;
+        if ch.magic == 0 {
+            rep.unused_chunks += 1;
+            offset = next;
+            continue;
+        }
+        if ch.magic != CHUNK_MAGIC {
+            rep.issues.push(ChunkIssue {
+                offset: offset as u64,
+                message: format!(
+                    "expected chunk magic \"CHNK\", found {:?}; chunk skipped",
+                    String::from_utf8_lossy(&ch.magic.to_le_bytes())
+                ),
+            });
+            offset = next;
+            continue;
+        }
+        let capacity = (cs - CHUNK_HEADER_SIZE) as u32;
+        let mut readable = ch.committed_bytes();
+        if ch.capacity != capacity || readable > capacity {
+            rep.issues.push(ChunkIssue {
+                offset: offset as u64,
+                message: format!(
+                    "chunk header claims capacity {} and {} committed bytes, expected capacity {capacity}; reading at most {capacity} bytes",
+                    ch.capacity, readable
+                ),
+            });
+            readable = readable.min(capacity);
+        }
+        let in_file = (avail - CHUNK_HEADER_SIZE).min(u32::MAX as usize) as u32;
+        let mut info = ChunkInfo {
+            offset: offset as u64,
+            header: ch,
+            readable,
+        };
+        if readable > in_file {
+            rep.truncated = true;
+            // Keep whole records only; count what is gone.
+            let start = offset + CHUNK_HEADER_SIZE;
+            let mut iter = RecordIter {
+                bytes: &bytes[start..start + in_file as usize],
+                base: start as u64,
+                pos: 0,
+                done: false,
+            };
+            let mut kept = 0u64;
+            while let Some(Ok(_)) = iter.next() {
+                kept += 1;
+            }
+            let good = if iter.done { iter.pos } else { iter.pos.min(in_file as usize) } as u32;
+            rep.lost_bytes += (readable - good) as u64;
+            rep.lost_records += (ch.committed_records() as u64).saturating_sub(kept);
+            rep.issues.push(ChunkIssue {
+                offset: offset as u64,
+                message: format!(
+                    "file truncated: chunk committed {readable} bytes ({} records) but only {good} bytes ({kept} records) are present",
+                    ch.committed_records()
+                ),
+            });
+            info.readable = good;
+        }
+        chunks.push(info);
+        offset = next;
+    }
+    (chunks, rep)
+}

@@ -1,0 +1,362 @@
+//! Lock-free per-thread log writer.
+//!
+//! A [`LogWriter`] owns the file and a shared mapping that reserves the whole size cap of
+//! address space up front. Each writer thread holds a [`ChunkWriter`]: appends copy the record
+//! into the thread's own chunk and publish the new committed length with one release store —
+//! no locks, no allocation, no system calls. Only allocating the next chunk takes a mutex and
+//! calls `posix_fallocate` (so a full disk is detected there, never as a SIGBUS later).
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use memmap2::{MmapOptions, MmapRaw};
+
+use crate::chunk::{ChunkHeader, CHUNK_HEADER_SIZE, CHUNK_MAGIC, COMMIT_OFFSET};
+use crate::header::{FileHeader, CHUNKS_OFFSET, DROPPED_OFFSET, HEADER_SIZE};
+use crate::records::{FixedRecord, MetaHeader, RecordHeader, RecordKind, MAX_META_PAYLOAD};
+
+/// Smallest and largest allowed chunk sizes.
+pub const MIN_CHUNK_SIZE: u32 = 4096;
+pub const MAX_CHUNK_SIZE: u32 = 1 << 30;
+/// Default chunk size: 1 MiB.
+pub const DEFAULT_CHUNK_SIZE: u32 = 1 << 20;
+
+/// Writer configuration.
+#[derive(Clone, Copy, Debug)]
+pub struct WriterOptions {
+    /// Bytes per chunk (power of two, 4 KiB – 1 GiB).
+    pub chunk_size: u32,
+    /// Size cap of the whole file; chunks beyond it are not allocated and appends are dropped
+    /// (and counted).
+    pub max_bytes: u64,
+}
+
+impl Default for WriterOptions {
+    fn default() -> Self {
+        WriterOptions {
+            chunk_size: DEFAULT_CHUNK_SIZE,
+            max_bytes: 4 << 30,
+        }
+    }
+}
+
+/// Errors creating a log.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error("cannot create log {path}: {source}")]
+    Create {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot write the header of {path}: {source}")]
+    Header {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot map {path}: {source}")]
+    Map {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid writer options: {0}")]
+    Options(String),
+}
+
+struct Shared {
+    file: File,
+    map: MmapRaw,
+    chunk_size: u32,
+    max_chunks: u32,
+    pid: u32,
+    next_chunk: Mutex<u32>,
+    failed: AtomicBool,
+}
+
+// SAFETY: the mapping is only written through disjoint chunks owned by single ChunkWriters
+// and through atomics in the header page; MmapRaw is a plain pointer + length.
+unsafe impl Sync for Shared {}
+// SAFETY: see above; nothing in Shared is tied to a thread.
+unsafe impl Send for Shared {}
+
+impl Shared {
+    fn header_atomic_u64(&self, offset: usize) -> &AtomicU64 {
+        // SAFETY: offset is 8-aligned inside the mapped, fallocated header page; the field is
+        // only accessed atomically while the writer lives.
+        unsafe { &*(self.map.as_mut_ptr().add(offset) as *const AtomicU64) }
+    }
+
+    fn header_atomic_u32(&self, offset: usize) -> &AtomicU32 {
+        // SAFETY: as above, for a 4-aligned u32 field.
+        unsafe { &*(self.map.as_mut_ptr().add(offset) as *const AtomicU32) }
+    }
+
+    fn count_dropped(&self, n: u64) {
+        self.header_atomic_u64(DROPPED_OFFSET)
+            .fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Allocates a fresh chunk for `tid`; the only synchronised step of the writer.
+    fn alloc_chunk(&self, tid: u32) -> Option<*mut u8> {
+        if self.failed.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut next = self.next_chunk.lock().unwrap_or_else(|p| p.into_inner());
+        if *next >= self.max_chunks {
+            return None;
+        }
+        let index = *next;
+        let offset = HEADER_SIZE as u64 + index as u64 * self.chunk_size as u64;
+        // SAFETY: plain syscall on our own descriptor.
+        let rc = unsafe {
+            libc::posix_fallocate(
+                self.file.as_raw_fd(),
+                offset as libc::off_t,
+                self.chunk_size as libc::off_t,
+            )
+        };
+        if rc != 0 {
+            self.failed.store(true, Ordering::Relaxed);
+            return None;
+        }
+        *next += 1;
+        // SAFETY: the chunk lies inside the reserved mapping (index < max_chunks) and is now
+        // backed by allocated file blocks; nobody else owns it.
+        let base = unsafe { self.map.as_mut_ptr().add(offset as usize) };
+        let hdr = ChunkHeader {
+            magic: 0,
+            index,
+            tid,
+            pid: self.pid,
+            commit: 0,
+            capacity: self.chunk_size - CHUNK_HEADER_SIZE as u32,
+            _reserved: [0; 9],
+        };
+        // SAFETY: base points to CHUNK_HEADER_SIZE writable bytes of our fresh chunk.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytemuck::bytes_of(&hdr).as_ptr(),
+                base,
+                CHUNK_HEADER_SIZE,
+            );
+            (*(base as *const AtomicU32)).store(CHUNK_MAGIC, Ordering::Release);
+        }
+        self.header_atomic_u32(CHUNKS_OFFSET)
+            .store(index + 1, Ordering::Release);
+        Some(base)
+    }
+}
+
+/// A log file being written.
+#[derive(Clone)]
+pub struct LogWriter {
+    shared: Arc<Shared>,
+    path: PathBuf,
+}
+
+impl LogWriter {
+    /// Creates `path` (mode 0600, `O_EXCL | O_NOFOLLOW`), writes the header and reserves the
+    /// address space for `options.max_bytes`.
+    pub fn create(
+        path: &Path,
+        header: &FileHeader,
+        options: WriterOptions,
+    ) -> Result<LogWriter, WriteError> {
+        let cs = options.chunk_size;
+        if !cs.is_power_of_two() || !(MIN_CHUNK_SIZE..=MAX_CHUNK_SIZE).contains(&cs) {
+            return Err(WriteError::Options(format!(
+                "chunk size {cs} must be a power of two between {MIN_CHUNK_SIZE} and {MAX_CHUNK_SIZE}"
+            )));
+        }
+        let max_chunks = (options.max_bytes.saturating_sub(HEADER_SIZE as u64) / cs as u64)
+            .min(u32::MAX as u64 / 2) as u32;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|source| WriteError::Create {
+                path: path.to_owned(),
+                source,
+            })?;
+        let mut h = header.clone();
+        h.chunk_size = cs;
+        let page = h.encode();
+        use std::os::unix::fs::FileExt;
+        file.write_all_at(&page, 0)
+            .map_err(|source| WriteError::Header {
+                path: path.to_owned(),
+                source,
+            })?;
+        let len = HEADER_SIZE + max_chunks as usize * cs as usize;
+        let map = MmapOptions::new()
+            .len(len)
+            .map_raw(&file)
+            .map_err(|source| WriteError::Map {
+                path: path.to_owned(),
+                source,
+            })?;
+        Ok(LogWriter {
+            shared: Arc::new(Shared {
+                file,
+                map,
+                chunk_size: cs,
+                max_chunks,
+                pid: h.pid,
+                next_chunk: Mutex::new(0),
+                failed: AtomicBool::new(false),
+            }),
+            path: path.to_owned(),
+        })
+    }
+
+    /// The log's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A writer for one thread. Its first chunk is allocated on the first append.
+    pub fn thread_writer(&self, tid: u32) -> ChunkWriter {
+        ChunkWriter {
+            shared: self.shared.clone(),
+            base: std::ptr::null_mut(),
+            pos: 0,
+            cap: 0,
+            count: 0,
+            tid,
+            exhausted: false,
+        }
+    }
+
+    /// Events dropped so far (size cap or allocation failure).
+    pub fn dropped(&self) -> u64 {
+        self.shared
+            .header_atomic_u64(DROPPED_OFFSET)
+            .load(Ordering::Relaxed)
+    }
+
+    /// Whether a chunk allocation failed (disk full, I/O error).
+    pub fn failed(&self) -> bool {
+        self.shared.failed.load(Ordering::Relaxed)
+    }
+
+    /// Flushes mapped pages to the file (optional; the page cache already survives a kill).
+    pub fn flush(&self) -> std::io::Result<()> {
+        self.shared.map.flush()
+    }
+}
+
+/// One thread's appender. Not shared between threads; cheap to create.
+pub struct ChunkWriter {
+    shared: Arc<Shared>,
+    base: *mut u8,
+    pos: u32,
+    cap: u32,
+    count: u32,
+    tid: u32,
+    exhausted: bool,
+}
+
+// SAFETY: a ChunkWriter exclusively owns its current chunk; moving it to another thread is
+// fine (it is never used from two threads at once since appends take &mut self).
+unsafe impl Send for ChunkWriter {}
+
+impl ChunkWriter {
+    /// Appends a fixed-size record; its header's kind and length are set here.
+    /// Returns false (and counts a drop) when the size cap is reached or the log failed.
+    #[inline]
+    pub fn append<R: FixedRecord>(&mut self, rec: &R) -> bool {
+        let size = std::mem::size_of::<R>() as u32;
+        if self.pos + size > self.cap && !self.roll() {
+            return false;
+        }
+        let hdr_word = (R::KIND as u32) | (size << 16);
+        // SAFETY: base+HEADER+pos .. +size lies in our chunk (checked against cap above); the
+        // chunk is exclusively ours; the record is Pod; the destination is 8-aligned.
+        unsafe {
+            let dst = self.base.add(CHUNK_HEADER_SIZE + self.pos as usize);
+            std::ptr::copy_nonoverlapping(rec as *const R as *const u8, dst, size as usize);
+            std::ptr::write(dst as *mut u32, hdr_word);
+        }
+        self.publish(size);
+        true
+    }
+
+    /// Appends a metadata record (`kind` must be a metadata kind). Payloads longer than
+    /// [`MAX_META_PAYLOAD`] are truncated.
+    pub fn append_meta(&mut self, kind: RecordKind, aux: u32, ts: u64, key: u64, payload: &[u8]) -> bool {
+        debug_assert!(kind.fixed_size().is_none());
+        const H: usize = std::mem::size_of::<MetaHeader>();
+        let room = self.shared.chunk_size as usize - CHUNK_HEADER_SIZE - H;
+        let payload = &payload[..payload.len().min(MAX_META_PAYLOAD).min(room)];
+        let size = (H + payload.len()).next_multiple_of(8) as u32;
+        if self.pos + size > self.cap && !self.roll() {
+            return false;
+        }
+        let mh = MetaHeader {
+            hdr: RecordHeader {
+                kind: kind as u16,
+                len: size as u16,
+                aux,
+            },
+            ts,
+            key,
+            len: payload.len() as u32,
+            _pad: 0,
+        };
+        // SAFETY: as in `append`; H + payload + padding == size bytes fit in our chunk.
+        unsafe {
+            let dst = self.base.add(CHUNK_HEADER_SIZE + self.pos as usize);
+            std::ptr::copy_nonoverlapping(bytemuck::bytes_of(&mh).as_ptr(), dst, H);
+            std::ptr::copy_nonoverlapping(payload.as_ptr(), dst.add(H), payload.len());
+            std::ptr::write_bytes(dst.add(H + payload.len()), 0, size as usize - H - payload.len());
+        }
+        self.publish(size);
+        true
+    }
+
+    #[inline(always)]
+    fn publish(&mut self, size: u32) {
+        self.pos += size;
+        self.count += 1;
+        let word = (self.count as u64) << 32 | self.pos as u64;
+        // SAFETY: COMMIT_OFFSET is an 8-aligned u64 inside our chunk header, only ever accessed
+        // atomically.
+        unsafe { (*(self.base.add(COMMIT_OFFSET) as *const AtomicU64)).store(word, Ordering::Release) };
+    }
+
+    #[cold]
+    fn roll(&mut self) -> bool {
+        if self.exhausted {
+            self.shared.count_dropped(1);
+            return false;
+        }
+        match self.shared.alloc_chunk(self.tid) {
+            Some(base) => {
+                self.base = base;
+                self.pos = 0;
+                self.count = 0;
+                self.cap = self.shared.chunk_size - CHUNK_HEADER_SIZE as u32;
+                true
+            }
+            None => {
+                self.exhausted = true;
+                self.base = std::ptr::null_mut();
+                self.cap = 0;
+                self.pos = 0;
+                self.shared.count_dropped(1);
+                false
+            }
+        }
+    }
+
+    /// Whether this writer can no longer append (cap reached or the log failed).
+    pub fn exhausted(&self) -> bool {
+        self.exhausted
+    }
+}

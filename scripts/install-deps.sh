@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Installs everything a fresh Debian machine needs to build and test SigmaTrace.
+# Idempotent: safe to run again; only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+# Debian packages: build deps for ibverbs-sys (cmake, libclang, libnl), the real verbs clients
+# softnic runs (ibverbs-utils, perftest), valgrind for instruction counts, python venv for the
+# trace validator.
+DEB_PKGS=(
+  build-essential pkg-config cmake libclang-dev clang libnl-3-dev libnl-route-3-dev
+  libibverbs-dev ibverbs-utils perftest rdma-core
+  python3 python3-venv python3-pip valgrind sqlite3
+)
+missing=()
+for p in "${DEB_PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "install-deps: installing Debian packages: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# Rust components used by the test command.
+rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
+rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
+
+# cargo-fuzz: CI builds the fuzz targets (without running them).
+if ! command -v cargo-fuzz >/dev/null 2>&1; then
+  echo "install-deps: installing cargo-fuzz"
+  cargo install --locked cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz
+fi
+
+# Python virtual environment with the Perfetto trace validator's dependencies.
+VENV=.venv
+if [ ! -x "$VENV/bin/python" ]; then
+  python3 -m venv "$VENV"
+fi
+if ! "$VENV/bin/python" -c 'import perfetto, google.protobuf' 2>/dev/null; then
+  echo "install-deps: installing perfetto + protobuf into $VENV"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check perfetto protobuf
+fi
+"$VENV/bin/python" -c 'import perfetto, google.protobuf' || {
+  echo "install-deps: FAILED to set up the Python validator environment ($VENV)" >&2
+  exit 1
+}
+echo "install-deps: ok"
