@@ -1,1 +1,92 @@
-fn main() {}
+//! Writer benchmark: cost of appending one 64-byte hot record, on one thread and with 8
+//! threads appending at once. Run: `cargo bench -p sigmatrace-schemas --bench append`.
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use sigmatrace_schemas::*;
+use std::time::{Duration, Instant};
+
+fn header() -> FileHeader {
+    let ts = Timestamper::detect();
+    FileHeader::for_current_process(
+        ts.source(),
+        1_000_000_000,
+        ts.snapshot(),
+        DEFAULT_CHUNK_SIZE,
+    )
+}
+
+fn record(i: u64) -> PostSend {
+    PostSend {
+        hdr: RecordHeader::of::<PostSend>(2),
+        ts: i,
+        wr_id: i,
+        qpn: 7,
+        bytes: 8,
+        num_sge: 1,
+        ..Default::default()
+    }
+}
+
+/// A fresh log large enough for `n` records per thread; files live in a temp dir.
+fn fresh(dir: &std::path::Path, name: &str, records: u64) -> LogWriter {
+    let path = dir.join(name);
+    let _ = std::fs::remove_file(&path);
+    LogWriter::create(
+        &path,
+        &header(),
+        WriterOptions {
+            chunk_size: 1 << 20,
+            max_bytes: (records * 64 * 2).max(64 << 20),
+        },
+    )
+    .unwrap()
+}
+
+fn bench(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = c.benchmark_group("append");
+    g.throughput(Throughput::Elements(1));
+    g.measurement_time(Duration::from_secs(3));
+    g.bench_function("one_thread_64B", |b| {
+        b.iter_custom(|iters| {
+            let w = fresh(dir.path(), "one.sigmalog", iters);
+            let mut tw = w.thread_writer(1);
+            let t = Instant::now();
+            for i in 0..iters {
+                tw.append(&record(i));
+            }
+            t.elapsed()
+        })
+    });
+    for threads in [2u64, 8] {
+        g.bench_function(format!("{threads}_threads_64B_per_thread"), |b| {
+            b.iter_custom(|iters| {
+                let w = fresh(dir.path(), "mt.sigmalog", iters * threads);
+                let barrier = std::sync::Barrier::new(threads as usize);
+                let total: Duration = std::thread::scope(|s| {
+                    let hs: Vec<_> = (0..threads)
+                        .map(|t| {
+                            let mut tw = w.thread_writer(t as u32);
+                            let barrier = &barrier;
+                            s.spawn(move || {
+                                barrier.wait();
+                                let start = Instant::now();
+                                for i in 0..iters {
+                                    tw.append(&record(i));
+                                }
+                                start.elapsed()
+                            })
+                        })
+                        .collect();
+                    hs.into_iter().map(|h| h.join().unwrap()).sum()
+                });
+                // Mean per-thread time per append.
+                total / threads as u32
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -91,10 +91,23 @@ impl RankInfo {
             ),
             (
                 "PMIX_RANK",
-                &["OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"],
-                &["PMIX_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"],
+                &[
+                    "OMPI_COMM_WORLD_LOCAL_RANK",
+                    "MPI_LOCALRANKID",
+                    "SLURM_LOCALID",
+                ],
+                &[
+                    "PMIX_SIZE",
+                    "OMPI_COMM_WORLD_SIZE",
+                    "PMI_SIZE",
+                    "SLURM_NTASKS",
+                ],
             ),
-            ("PMI_RANK", &["MPI_LOCALRANKID", "PMI_LOCAL_RANK"], &["PMI_SIZE"]),
+            (
+                "PMI_RANK",
+                &["MPI_LOCALRANKID", "PMI_LOCAL_RANK"],
+                &["PMI_SIZE"],
+            ),
             ("SLURM_PROCID", &["SLURM_LOCALID"], &["SLURM_NTASKS"]),
             ("RANK", &["LOCAL_RANK"], &["WORLD_SIZE"]),
         ];

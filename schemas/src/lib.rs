@@ -15,7 +15,9 @@ pub mod writer;
 pub use chunk::{ChunkHeader, CHUNK_HEADER_SIZE};
 pub use clock::{TimestampSource, Timestamper};
 pub use header::{FileHeader, RankInfo, HEADER_SIZE};
-pub use reader::{ChunkInfo, ChunkIssue, LogFile, LogView, RawRecord, ReadError, RecordError, SalvageReport};
+pub use reader::{
+    ChunkInfo, ChunkIssue, LogFile, LogView, RawRecord, ReadError, RecordError, SalvageReport,
+};
 pub use records::*;
 pub use writer::{ChunkWriter, LogWriter, WriteError, WriterOptions, DEFAULT_CHUNK_SIZE};
 

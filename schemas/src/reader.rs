@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 
 use crate::chunk::{ChunkHeader, CHUNK_HEADER_SIZE, CHUNK_MAGIC};
 use crate::clock::TimestampSource;
-use crate::header::{tag, FileHeader, RankInfo, RawHeader, ENDIAN_MARKER, HEADER_SIZE, STRINGS_OFFSET};
+use crate::header::{
+    tag, FileHeader, RankInfo, RawHeader, ENDIAN_MARKER, HEADER_SIZE, STRINGS_OFFSET,
+};
 use crate::records::{ClockSnapshot, DecodeError, Record, RecordHeader, RecordKind};
 use crate::writer::{MAX_CHUNK_SIZE, MIN_CHUNK_SIZE};
 use crate::{FORMAT_MAJOR, FORMAT_MINOR, MAGIC};
@@ -24,7 +26,9 @@ pub enum ReadError {
     },
     #[error("{path}: file is {len} bytes, shorter than the {HEADER_SIZE}-byte header at offset 0 (not a SigmaTrace log, or truncated before the header was written)")]
     TooShort { path: PathBuf, len: u64 },
-    #[error("{path}: offset 0: expected magic \"SIGMATRC\", found {found:?} (not a SigmaTrace log)")]
+    #[error(
+        "{path}: offset 0: expected magic \"SIGMATRC\", found {found:?} (not a SigmaTrace log)"
+    )]
     BadMagic { path: PathBuf, found: String },
     #[error("{path}: offset 8: log format version {file_major}.{file_minor} is newer than this reader's {reader_major}.{reader_minor}; use a newer sigmatrace-convert")]
     NewerVersion {
@@ -139,13 +143,16 @@ impl<'a> Iterator for RecordIter<'a> {
         };
         if rest.len() < 8 {
             return fail(
-                format!("expected an 8-byte record header, {} bytes left", rest.len()),
+                format!(
+                    "expected an 8-byte record header, {} bytes left",
+                    rest.len()
+                ),
                 &mut self.done,
             );
         }
         let hdr: RecordHeader = bytemuck::pod_read_unaligned(&rest[..8]);
         let len = hdr.len as usize;
-        if len < 8 || len % 8 != 0 || len > rest.len() {
+        if len < 8 || !len.is_multiple_of(8) || len > rest.len() {
             return fail(
                 format!(
                     "record kind {} declares length {len} (expected a multiple of 8, at least 8, at most {})",
@@ -161,7 +168,9 @@ impl<'a> Iterator for RecordIter<'a> {
                     format!(
                         "record kind {} ({}) declares length {len}, expected {fixed}",
                         hdr.kind,
-                        RecordKind::from_id(hdr.kind).map(|k| k.name()).unwrap_or("?")
+                        RecordKind::from_id(hdr.kind)
+                            .map(|k| k.name())
+                            .unwrap_or("?")
                     ),
                     &mut self.done,
                 );
@@ -248,7 +257,8 @@ impl LogFile {
         // SAFETY: the mapping is read-only; a writer still appending only grows committed
         // regions, which the reader reads through acquire-published lengths taken at parse
         // time. Truncation by another process could fault; logs are not truncated in place.
-        let map = unsafe { memmap2::MmapOptions::new().len(len as usize).map(&file) }.map_err(io)?;
+        let map =
+            unsafe { memmap2::MmapOptions::new().len(len as usize).map(&file) }.map_err(io)?;
         // SAFETY: the slice points into `map`, which is stored next to the view and outlives
         // it (the view is dropped first); the Mmap's memory does not move when moved.
         let bytes: &'static [u8] = unsafe { std::slice::from_raw_parts(map.as_ptr(), map.len()) };
@@ -321,7 +331,10 @@ fn parse_header(bytes: &[u8], path: &Path) -> Result<FileHeader, ReadError> {
     if raw.header_size as usize != HEADER_SIZE {
         return Err(bad(
             16,
-            format!("expected header size {HEADER_SIZE}, found {}", raw.header_size),
+            format!(
+                "expected header size {HEADER_SIZE}, found {}",
+                raw.header_size
+            ),
         ));
     }
     let cs = raw.chunk_size;
@@ -414,7 +427,8 @@ fn scan_chunks(bytes: &[u8], header: &FileHeader) -> (Vec<ChunkInfo>, SalvageRep
             }
             break;
         }
-        let ch: ChunkHeader = bytemuck::pod_read_unaligned(&bytes[offset..offset + CHUNK_HEADER_SIZE]);
+        let ch: ChunkHeader =
+            bytemuck::pod_read_unaligned(&bytes[offset..offset + CHUNK_HEADER_SIZE]);
         let next = offset + cs;
         if ch.magic == 0 {
             rep.unused_chunks += 1;
@@ -464,7 +478,11 @@ fn scan_chunks(bytes: &[u8], header: &FileHeader) -> (Vec<ChunkInfo>, SalvageRep
             while let Some(Ok(_)) = iter.next() {
                 kept += 1;
             }
-            let good = if iter.done { iter.pos } else { iter.pos.min(in_file as usize) } as u32;
+            let good = if iter.done {
+                iter.pos
+            } else {
+                iter.pos.min(in_file as usize)
+            } as u32;
             rep.lost_bytes += (readable - good) as u64;
             rep.lost_records += (ch.committed_records() as u64).saturating_sub(kept);
             rep.issues.push(ChunkIssue {

@@ -325,7 +325,14 @@ macro_rules! handle_records {
         }
     )* };
 }
-handle_records!(DeviceClose, PdDealloc, MrDereg, CqDestroy, SrqDestroy, AhDestroy);
+handle_records!(
+    DeviceClose,
+    PdDealloc,
+    MrDereg,
+    CqDestroy,
+    SrqDestroy,
+    AhDestroy
+);
 
 /// Protection domain allocated.
 #[repr(C)]

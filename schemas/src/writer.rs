@@ -289,7 +289,14 @@ impl ChunkWriter {
 
     /// Appends a metadata record (`kind` must be a metadata kind). Payloads longer than
     /// [`MAX_META_PAYLOAD`] are truncated.
-    pub fn append_meta(&mut self, kind: RecordKind, aux: u32, ts: u64, key: u64, payload: &[u8]) -> bool {
+    pub fn append_meta(
+        &mut self,
+        kind: RecordKind,
+        aux: u32,
+        ts: u64,
+        key: u64,
+        payload: &[u8],
+    ) -> bool {
         debug_assert!(kind.fixed_size().is_none());
         const H: usize = std::mem::size_of::<MetaHeader>();
         let room = self.shared.chunk_size as usize - CHUNK_HEADER_SIZE - H;
@@ -314,7 +321,11 @@ impl ChunkWriter {
             let dst = self.base.add(CHUNK_HEADER_SIZE + self.pos as usize);
             std::ptr::copy_nonoverlapping(bytemuck::bytes_of(&mh).as_ptr(), dst, H);
             std::ptr::copy_nonoverlapping(payload.as_ptr(), dst.add(H), payload.len());
-            std::ptr::write_bytes(dst.add(H + payload.len()), 0, size as usize - H - payload.len());
+            std::ptr::write_bytes(
+                dst.add(H + payload.len()),
+                0,
+                size as usize - H - payload.len(),
+            );
         }
         self.publish(size);
         true
@@ -327,7 +338,9 @@ impl ChunkWriter {
         let word = (self.count as u64) << 32 | self.pos as u64;
         // SAFETY: COMMIT_OFFSET is an 8-aligned u64 inside our chunk header, only ever accessed
         // atomically.
-        unsafe { (*(self.base.add(COMMIT_OFFSET) as *const AtomicU64)).store(word, Ordering::Release) };
+        unsafe {
+            (*(self.base.add(COMMIT_OFFSET) as *const AtomicU64)).store(word, Ordering::Release)
+        };
     }
 
     #[cold]

@@ -1,0 +1,65 @@
+//! Helpers shared by the schemas integration tests.
+#![allow(dead_code)]
+
+use sigmatrace_schemas::*;
+use std::path::Path;
+
+/// A header for the current process with a fixed clock snapshot.
+pub fn test_header() -> FileHeader {
+    let ts = Timestamper::detect();
+    FileHeader::for_current_process(
+        ts.source(),
+        1_000_000_000,
+        ts.snapshot(),
+        DEFAULT_CHUNK_SIZE,
+    )
+}
+
+/// Creates a writer with the given chunk size and cap.
+pub fn writer(path: &Path, chunk_size: u32, max_bytes: u64) -> LogWriter {
+    LogWriter::create(
+        path,
+        &test_header(),
+        WriterOptions {
+            chunk_size,
+            max_bytes,
+        },
+    )
+    .expect("create log")
+}
+
+/// A PostSend record whose fields all derive from `seq` (so content can be checked).
+pub fn post(seq: u64, thread: u32) -> PostSend {
+    PostSend {
+        hdr: RecordHeader::of::<PostSend>(2),
+        ts: seq.wrapping_mul(10),
+        wr_id: seq,
+        remote_addr: seq.wrapping_mul(0x9E37_79B9),
+        compare_add: 0,
+        qpn: thread,
+        bytes: (seq % 4096) as u32,
+        rkey: 0x1234,
+        imm: seq as u32,
+        num_sge: 1,
+        opcode: 0,
+        source: post_source::POST_SEND,
+        _pad: 0,
+    }
+}
+
+/// Reads every record of a log, returning (tid, records) per chunk in file order.
+/// Per chunk: owning tid and the raw bytes of each record.
+pub type ChunkRecords = Vec<(u32, Vec<Vec<u8>>)>;
+
+pub fn read_all(path: &Path) -> (LogFile, ChunkRecords) {
+    let log = LogFile::open(path).expect("open log");
+    let mut out = Vec::new();
+    for c in log.chunks() {
+        let recs = log
+            .records(c)
+            .map(|r| r.expect("record").bytes.to_vec())
+            .collect();
+        out.push((c.header.tid, recs));
+    }
+    (log, out)
+}
