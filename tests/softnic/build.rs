@@ -1,0 +1,78 @@
+//! Build script: bindgen of Debian's <infiniband/verbs.h> (exact rdma-core layouts), versioned
+//! entry points from exports/ibverbs.txt, and the C test/benchmark programs in cprogs/.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn main() {
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
+    let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("manifest dir"));
+
+    // 1. Bindings.
+    println!("cargo:rerun-if-changed=src/verbs_wrapper.h");
+    let bindings = bindgen::Builder::default()
+        .header(manifest.join("src/verbs_wrapper.h").display().to_string())
+        .allowlist_type("ibv_.*|_ibv_.*|verbs_.*|_compat_ibv_port_attr")
+        .allowlist_var("IBV_.*|ibv_.*")
+        .default_enum_style(bindgen::EnumVariation::Consts)
+        .prepend_enum_name(false)
+        .derive_default(true)
+        .derive_debug(false)
+        .layout_tests(false)
+        .generate_comments(false)
+        .generate()
+        .expect("bindgen failed on infiniband/verbs.h (is libibverbs-dev installed?)");
+    bindings
+        .write_to_file(out.join("verbs_bindings.rs"))
+        .expect("write bindings");
+
+    // 2. Versioned exports.
+    let table_path = manifest.join("exports/ibverbs.txt");
+    println!("cargo:rerun-if-changed={}", table_path.display());
+    let table = softnic_symver::Table::load(&table_path).expect("export table");
+    let (_asm, map) = table.write(&out, "ibverbs").expect("write symver files");
+    println!(
+        "cargo:rustc-cdylib-link-arg=-Wl,--version-script={}",
+        map.display()
+    );
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libibverbs.so.1");
+
+    // 3. C programs (tests and benchmark), linked against the system libibverbs; at run time
+    //    softnic-run makes them load softnic instead.
+    let cdir = manifest.join("cprogs");
+    println!("cargo:rerun-if-changed={}", cdir.display());
+    let bindir = out.join("cprogs");
+    std::fs::create_dir_all(&bindir).expect("mkdir cprogs");
+    let cc = cc::Build::new().get_compiler();
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(&cdir)
+        .expect("read cprogs")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    entries.sort();
+    for src in entries {
+        if src.extension().and_then(|e| e.to_str()) != Some("c") {
+            continue;
+        }
+        println!("cargo:rerun-if-changed={}", src.display());
+        compile_prog(cc.path(), &src, &bindir, &cdir);
+    }
+    println!("cargo:rustc-env=SOFTNIC_CPROGS={}", bindir.display());
+}
+
+fn compile_prog(cc: &Path, src: &Path, bindir: &Path, incdir: &Path) {
+    let stem = src.file_stem().and_then(|s| s.to_str()).expect("stem");
+    let libs: &[&str] = if stem.starts_with("dv_") {
+        &["-libverbs", "-lmlx5", "-lpthread"]
+    } else {
+        &["-libverbs", "-lpthread"]
+    };
+    let status = Command::new(cc)
+        .args(["-O2", "-g", "-Wall", "-Werror", "-std=gnu11", "-o"])
+        .arg(bindir.join(stem))
+        .arg(src)
+        .arg(format!("-I{}", incdir.display()))
+        .args(libs)
+        .status()
+        .expect("run C compiler");
+    assert!(status.success(), "compiling {} failed", src.display());
+}

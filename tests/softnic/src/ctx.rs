@@ -1,0 +1,408 @@
+//! Device discovery, contexts, query verbs.
+
+use crate::ffi::*;
+use crate::obj::*;
+use std::ffi::{c_char, c_int, c_void};
+use std::mem::{offset_of, size_of};
+use std::sync::OnceLock;
+
+/// A context as softnic allocates it: rdma-core's `struct verbs_context` (whose last member is
+/// the public `struct ibv_context`), then softnic's own fields.
+#[repr(C)]
+pub struct SnContext {
+    pub vctx: verbs_context,
+    pub async_wfd: c_int,
+}
+
+/// The SnContext around an ibv_context.
+///
+/// # Safety
+/// `ctx` must come from softnic's ibv_open_device.
+pub unsafe fn sn_ctx(ctx: *mut ibv_context) -> *mut SnContext {
+    (ctx as *mut u8).sub(offset_of!(verbs_context, context)) as *mut SnContext
+}
+
+pub const DEV_NAME: &str = "softnic0";
+pub const IBDEV_PATH: &str = "/sys/class/infiniband/softnic0";
+pub const VENDOR_ID: u32 = 0x5346; // "SF": not a vendor perftest special-cases
+pub const VENDOR_PART_ID: u32 = 0x0001;
+pub const FW_VER: &str = "1.0.0";
+pub const BOARD_ID: &str = "SOFTNIC_0001";
+
+struct DevBox(*mut ibv_device);
+// SAFETY: the device struct is immutable after creation and lives forever.
+unsafe impl Send for DevBox {}
+// SAFETY: see above.
+unsafe impl Sync for DevBox {}
+
+fn copy_cstr(dst: &mut [c_char], s: &str) {
+    for (d, b) in dst.iter_mut().zip(s.bytes().chain(std::iter::once(0))) {
+        *d = b as c_char;
+    }
+}
+
+/// The one softnic device.
+pub fn device() -> *mut ibv_device {
+    static DEV: OnceLock<DevBox> = OnceLock::new();
+    DEV.get_or_init(|| {
+        let mut d: ibv_device = Default::default();
+        d.node_type = IBV_NODE_CA;
+        d.transport_type = IBV_TRANSPORT_IB;
+        copy_cstr(&mut d.name, DEV_NAME);
+        copy_cstr(&mut d.dev_name, "uverbs0");
+        copy_cstr(&mut d.dev_path, "/sys/class/infiniband_verbs/uverbs0");
+        copy_cstr(&mut d.ibdev_path, IBDEV_PATH);
+        DevBox(Box::into_raw(Box::new(d)))
+    })
+    .0
+}
+
+pub fn set_errno(e: c_int) {
+    // SAFETY: __errno_location returns the calling thread's errno.
+    unsafe { *libc::__errno_location() = e };
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sv_ibv_get_device_list(num: *mut c_int) -> *mut *mut ibv_device {
+    let _ = global();
+    let list = libc::calloc(2, size_of::<*mut ibv_device>()) as *mut *mut ibv_device;
+    if list.is_null() {
+        set_errno(libc::ENOMEM);
+        return std::ptr::null_mut();
+    }
+    *list = device();
+    if !num.is_null() {
+        *num = 1;
+    }
+    list
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sv_ibv_free_device_list(list: *mut *mut ibv_device) {
+    libc::free(list as *mut c_void);
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sv_ibv_get_device_name(dev: *mut ibv_device) -> *const c_char {
+    (*dev).name.as_ptr()
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sv_ibv_get_device_guid(_dev: *mut ibv_device) -> u64 {
+    node_guid(global().node).to_be()
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sv_ibv_get_device_index(_dev: *mut ibv_device) -> c_int {
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sv_ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
+    if dev != device() {
+        set_errno(libc::ENODEV);
+        return std::ptr::null_mut();
+    }
+    let g = global();
+    g.start_engine();
+    let mut fds = [0 as c_int; 2];
+    if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+        return std::ptr::null_mut();
+    }
+    // SAFETY (zeroed): verbs_context is plain C data (pointers, ints, a pthread mutex whose
+    // all-zero state is PTHREAD_MUTEX_INITIALIZER on glibc).
+    let mut c: Box<SnContext> = Box::new(std::mem::zeroed());
+    c.async_wfd = fds[1];
+    let v = &mut c.vctx;
+    v.sz = size_of::<verbs_context>();
+    v.query_port = Some(crate::ctx::vctx_query_port);
+    v.query_device_ex = Some(crate::ctx::vctx_query_device_ex);
+    v.create_cq_ex = Some(crate::objects::vctx_create_cq_ex);
+    v.create_qp_ex = Some(crate::objects::vctx_create_qp_ex);
+    v.create_srq_ex = Some(crate::objects::vctx_create_srq_ex);
+    v.query_rt_values = Some(crate::ctx::vctx_query_rt_values);
+    v.ibv_destroy_flow = None;
+    let ctx = &mut v.context;
+    ctx.device = dev;
+    ctx.cmd_fd = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+    ctx.async_fd = fds[0];
+    ctx.num_comp_vectors = 1;
+    ctx.abi_compat = usize::MAX as *mut c_void;
+    ctx.ops.poll_cq = Some(crate::datapath::op_poll_cq);
+    ctx.ops.req_notify_cq = Some(crate::datapath::op_req_notify_cq);
+    ctx.ops.post_send = Some(crate::datapath::op_post_send);
+    ctx.ops.post_recv = Some(crate::datapath::op_post_recv);
+    ctx.ops.post_srq_recv = Some(crate::datapath::op_post_srq_recv);
+    ctx.ops.alloc_mw = Some(crate::objects::op_alloc_mw);
+    ctx.ops.dealloc_mw = Some(crate::objects::op_dealloc_mw);
+    ctx.ops.bind_mw = Some(crate::objects::op_bind_mw);
+    let raw = Box::into_raw(c);
+    &mut (*raw).vctx.context
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sv_ibv_close_device(ctx: *mut ibv_context) -> c_int {
+    let c = Box::from_raw(sn_ctx(ctx));
+    libc::close(c.vctx.context.async_fd);
+    libc::close(c.vctx.context.cmd_fd);
+    libc::close(c.async_wfd);
+    0
+}
+
+pub fn device_attr() -> ibv_device_attr {
+    let g = global();
+    let mut a: ibv_device_attr = Default::default();
+    copy_cstr(&mut a.fw_ver, FW_VER);
+    a.node_guid = node_guid(g.node).to_be();
+    a.sys_image_guid = node_guid(g.node).to_be();
+    a.max_mr_size = 1 << 40;
+    a.page_size_cap = 0xffff_f000;
+    a.vendor_id = VENDOR_ID;
+    a.vendor_part_id = VENDOR_PART_ID;
+    a.hw_ver = 1;
+    a.max_qp = 65536;
+    a.max_qp_wr = MAX_WR as c_int;
+    a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN
+        | IBV_DEVICE_SHUTDOWN_PORT
+        | IBV_DEVICE_PORT_ACTIVE_EVENT
+        | IBV_DEVICE_SYS_IMAGE_GUID
+        | IBV_DEVICE_CHANGE_PHY_PORT
+        | IBV_DEVICE_SRQ_RESIZE
+        | IBV_DEVICE_N_NOTIFY_CQ;
+    a.max_sge = MAX_SGE as c_int;
+    a.max_sge_rd = MAX_SGE as c_int;
+    a.max_cq = 65536;
+    a.max_cqe = MAX_CQE as c_int;
+    a.max_mr = 1 << 20;
+    a.max_pd = 1 << 16;
+    a.max_qp_rd_atom = MAX_RD_ATOMIC as c_int;
+    a.max_ee_rd_atom = 0;
+    a.max_res_rd_atom = (MAX_RD_ATOMIC * 65536) as c_int;
+    a.max_qp_init_rd_atom = MAX_RD_ATOMIC as c_int;
+    a.atomic_cap = IBV_ATOMIC_HCA;
+    a.max_mw = 1 << 16;
+    a.max_ah = 1 << 16;
+    a.max_srq = 1 << 16;
+    a.max_srq_wr = MAX_WR as c_int;
+    a.max_srq_sge = MAX_SGE as c_int;
+    a.max_pkeys = 1;
+    a.local_ca_ack_delay = 16;
+    a.phys_port_cnt = 1;
+    a
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sv_ibv_query_device(
+    _ctx: *mut ibv_context,
+    attr: *mut ibv_device_attr,
+) -> c_int {
+    *attr = device_attr();
+    0
+}
+
+pub unsafe extern "C" fn vctx_query_device_ex(
+    _ctx: *mut ibv_context,
+    _input: *const ibv_query_device_ex_input,
+    attr: *mut ibv_device_attr_ex,
+    attr_size: usize,
+) -> c_int {
+    let mut a: ibv_device_attr_ex = Default::default();
+    a.orig_attr = device_attr();
+    a.completion_timestamp_mask = u64::MAX;
+    a.hca_core_clock = 1_000_000; // kHz: timestamps are nanoseconds
+    a.phys_port_cnt_ex = 1;
+    a.max_wq_type_rq = 0;
+    let n = attr_size.min(size_of::<ibv_device_attr_ex>());
+    std::ptr::copy_nonoverlapping(&a as *const _ as *const u8, attr as *mut u8, n);
+    0
+}
+
+pub unsafe extern "C" fn vctx_query_rt_values(
+    _ctx: *mut ibv_context,
+    values: *mut ibv_values_ex,
+) -> c_int {
+    let v = &mut *values;
+    if v.comp_mask & IBV_VALUES_MASK_RAW_CLOCK != 0 {
+        let ns = now_ns();
+        v.raw_clock.tv_sec = (ns / 1_000_000_000) as _;
+        v.raw_clock.tv_nsec = (ns % 1_000_000_000) as _;
+        v.comp_mask = IBV_VALUES_MASK_RAW_CLOCK;
+    } else {
+        v.comp_mask = 0;
+    }
+    0
+}
+
+pub fn port_attr() -> ibv_port_attr {
+    let g = global();
+    let mut p: ibv_port_attr = Default::default();
+    p.state = IBV_PORT_ACTIVE;
+    p.max_mtu = IBV_MTU_4096;
+    p.active_mtu = IBV_MTU_4096;
+    p.gid_tbl_len = 1;
+    p.port_cap_flags = IBV_PORT_SYS_IMAGE_GUID_SUP | IBV_PORT_CAP_MASK_NOTICE_SUP;
+    p.max_msg_sz = 1 << 30;
+    p.pkey_tbl_len = 1;
+    p.lid = node_lid(g.node);
+    p.sm_lid = 1;
+    p.lmc = 0;
+    p.max_vl_num = 1;
+    p.sm_sl = 0;
+    p.subnet_timeout = 18;
+    p.active_width = 2; // 4X
+    p.active_speed = 32; // EDR
+    p.phys_state = 5; // LinkUp
+    p.link_layer = IBV_LINK_LAYER_INFINIBAND as u8;
+    p
+}
+
+pub unsafe extern "C" fn vctx_query_port(
+    _ctx: *mut ibv_context,
+    port: u8,
+    attr: *mut ibv_port_attr,
+    len: usize,
+) -> c_int {
+    if port != 1 {
+        return libc::EINVAL;
+    }
+    let p = port_attr();
+    let n = len.min(size_of::<ibv_port_attr>());
+    std::ptr::copy_nonoverlapping(&p as *const _ as *const u8, attr as *mut u8, n);
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sv_ibv_query_port(
+    ctx: *mut ibv_context,
+    port: u8,
+    attr: *mut _compat_ibv_port_attr,
+) -> c_int {
+    vctx_query_port(
+        ctx,
+        port,
+        attr as *mut ibv_port_attr,
+        size_of::<_compat_ibv_port_attr>(),
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sv_ibv_query_gid(
+    _ctx: *mut ibv_context,
+    port: u8,
+    index: c_int,
+    gid: *mut ibv_gid,
+) -> c_int {
+    if port != 1 || index != 0 {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    (*gid).raw = node_gid(global().node);
+    0
+}
+
+fn gid_entry(entry: &mut ibv_gid_entry) {
+    entry.gid.raw = node_gid(global().node);
+    entry.gid_index = 0;
+    entry.port_num = 1;
+    entry.gid_type = IBV_GID_TYPE_IB;
+    entry.ndev_ifindex = 0;
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sv__ibv_query_gid_ex(
+    _ctx: *mut ibv_context,
+    port: u32,
+    index: u32,
+    entry: *mut ibv_gid_entry,
+    _flags: u32,
+    entry_size: usize,
+) -> c_int {
+    if port != 1 || index != 0 {
+        return libc::ENODATA;
+    }
+    if entry_size < size_of::<ibv_gid_entry>() {
+        return libc::EINVAL;
+    }
+    gid_entry(&mut *entry);
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sv__ibv_query_gid_table(
+    _ctx: *mut ibv_context,
+    entries: *mut ibv_gid_entry,
+    max: usize,
+    _flags: u32,
+    entry_size: usize,
+) -> isize {
+    if entry_size < size_of::<ibv_gid_entry>() {
+        return -(libc::EINVAL as isize);
+    }
+    if max == 0 {
+        return -(libc::EINVAL as isize);
+    }
+    gid_entry(&mut *entries);
+    1
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sv_ibv_query_gid_type(
+    _ctx: *mut ibv_context,
+    port: u8,
+    index: u32,
+    ty: *mut u32,
+) -> c_int {
+    if port != 1 || index != 0 {
+        return -1;
+    }
+    *ty = 0; // IBV_GID_TYPE_SYSFS_IB_ROCE_V1: an InfiniBand GID
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sv_ibv_query_pkey(
+    _ctx: *mut ibv_context,
+    port: u8,
+    index: c_int,
+    pkey: *mut u16,
+) -> c_int {
+    if port != 1 || index != 0 {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    *pkey = 0xffff;
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sv_ibv_get_pkey_index(
+    _ctx: *mut ibv_context,
+    port: u8,
+    pkey: u16,
+) -> c_int {
+    if port == 1 && pkey == 0xffff {
+        0
+    } else {
+        -1
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sv_ibv_get_async_event(
+    ctx: *mut ibv_context,
+    event: *mut ibv_async_event,
+) -> c_int {
+    // softnic reports no asynchronous events: block (or EAGAIN on a non-blocking fd) like a
+    // device on which nothing asynchronous happens.
+    let mut b = 0u8;
+    let n = libc::read((*ctx).async_fd, &mut b as *mut u8 as *mut c_void, 1);
+    if n == 1 {
+        std::ptr::write_bytes(event, 0, 1);
+        (*event).event_type = IBV_EVENT_DEVICE_FATAL;
+        return 0;
+    }
+    -1
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sv_ibv_ack_async_event(_event: *mut ibv_async_event) {}

@@ -1,0 +1,665 @@
+//! Data path: ibv_context.ops entry points, ibv_cq_ex polling, ibv_qp_ex builder (ibv_wr_*).
+
+use crate::engine;
+use crate::ffi::*;
+use crate::obj::*;
+use crate::objects::{SnAh, SnCq, SnSrq};
+use crate::qp::{sn_qp, SnQp};
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::Ordering;
+
+const MAX_MSG: u64 = 1 << 30;
+
+fn op_allowed(qp_type: u32, op: u32) -> bool {
+    match qp_type {
+        IBV_QPT_RC => matches!(
+            op,
+            IBV_WR_SEND
+                | IBV_WR_SEND_WITH_IMM
+                | IBV_WR_RDMA_WRITE
+                | IBV_WR_RDMA_WRITE_WITH_IMM
+                | IBV_WR_RDMA_READ
+                | IBV_WR_ATOMIC_CMP_AND_SWP
+                | IBV_WR_ATOMIC_FETCH_AND_ADD
+        ),
+        IBV_QPT_UC => matches!(
+            op,
+            IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM
+        ),
+        IBV_QPT_UD => matches!(op, IBV_WR_SEND | IBV_WR_SEND_WITH_IMM),
+        _ => false,
+    }
+}
+
+/// Checks a filled WQE (before it is made visible by advancing the tail); returns an errno.
+fn validate(q: &QpInner, w: &SendWqe) -> c_int {
+    if !op_allowed(q.qp_type, w.opcode) {
+        return libc::EINVAL;
+    }
+    if w.is_inline() {
+        if w.is_read_atomic() || w.len > q.max_inline {
+            return libc::EINVAL;
+        }
+    } else if w.num_sge > q.max_send_sge.max(1) || w.num_sge as usize > MAX_SGE {
+        return libc::EINVAL;
+    }
+    if matches!(
+        w.opcode,
+        IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD
+    ) && w.len != 8
+    {
+        return libc::EINVAL;
+    }
+    if w.len as u64 > MAX_MSG {
+        return libc::EINVAL;
+    }
+    0
+}
+
+/// Appends a WQE filled by `fill`; returns an errno when the WR is rejected.
+fn enqueue(q: &QpInner, sq: &mut SendQueue, fill: impl FnOnce(&mut SendWqe) -> c_int) -> c_int {
+    if sq.len() >= sq.max_wr {
+        return libc::ENOMEM;
+    }
+    let tail = sq.tail;
+    let msn = sq.next_msn;
+    let w = sq.at(tail);
+    w.num_sge = 0;
+    w.flags = 0;
+    w.imm = 0;
+    w.len = 0;
+    w.ud_global = false;
+    let e = fill(w);
+    if e != 0 {
+        return e;
+    }
+    let e = validate(q, w);
+    if e != 0 {
+        return e;
+    }
+    if q.qp_type == IBV_QPT_UD && w.len as usize > crate::shm::PKT_MTU {
+        w.status = IBV_WC_LOC_LEN_ERR;
+        w.st = WQE_DONE;
+    } else {
+        w.status = IBV_WC_SUCCESS;
+        w.st = WQE_QUEUED;
+    }
+    w.msn = msn;
+    w.sent = 0;
+    w.resp_bytes = 0;
+    w.validated = false;
+    sq.next_msn = msn.wrapping_add(1);
+    sq.tail = tail.wrapping_add(1);
+    0
+}
+
+unsafe fn fill_sges(w: &mut SendWqe, sg: *const ibv_sge, n: usize) -> c_int {
+    if n > MAX_SGE {
+        return libc::EINVAL;
+    }
+    let sges = if n == 0 {
+        &[][..]
+    } else {
+        std::slice::from_raw_parts(sg, n)
+    };
+    let len: u64 = sges.iter().map(|s| s.length as u64).sum();
+    if len > MAX_MSG {
+        return libc::EINVAL;
+    }
+    w.len = len as u32;
+    if w.is_inline() {
+        if len as usize > MAX_INLINE {
+            return libc::EINVAL;
+        }
+        let mut off = 0;
+        for s in sges {
+            std::ptr::copy_nonoverlapping(
+                s.addr as usize as *const u8,
+                w.inline_buf[off..].as_mut_ptr(),
+                s.length as usize,
+            );
+            off += s.length as usize;
+        }
+        w.num_sge = 0;
+    } else {
+        w.sge[..n].copy_from_slice(sges);
+        w.num_sge = n as u32;
+    }
+    0
+}
+
+/// Runs the transmit engine after posting (or flushes in the error state).
+fn after_post(q: &QpInner, sq: &mut SendQueue) {
+    engine::tx_pump(q, sq);
+    if q.backlog.load(Ordering::Relaxed) {
+        global().proc.word().kick();
+    }
+}
+
+pub unsafe extern "C" fn op_post_send(
+    qp: *mut ibv_qp,
+    mut wr: *mut ibv_send_wr,
+    bad: *mut *mut ibv_send_wr,
+) -> c_int {
+    let s = sn_qp(qp);
+    let q = &*s.inner;
+    let st = q.state();
+    if !matches!(st, IBV_QPS_RTS | IBV_QPS_SQD | IBV_QPS_ERR) {
+        *bad = wr;
+        return libc::EINVAL;
+    }
+    let mut sq = q.sq.lock().unwrap_or_else(|e| e.into_inner());
+    let mut ret = 0;
+    while !wr.is_null() {
+        let r = &*wr;
+        let e = enqueue(q, &mut sq, |w| {
+            w.wr_id = r.wr_id;
+            w.opcode = r.opcode;
+            w.flags = r.send_flags;
+            w.imm = r.__bindgen_anon_1.imm_data;
+            match r.opcode {
+                IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM | IBV_WR_RDMA_READ => {
+                    w.raddr = r.wr.rdma.remote_addr;
+                    w.rkey = r.wr.rdma.rkey;
+                }
+                IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => {
+                    w.raddr = r.wr.atomic.remote_addr;
+                    w.rkey = r.wr.atomic.rkey;
+                    w.compare = r.wr.atomic.compare_add;
+                    w.swap = r.wr.atomic.swap;
+                    w.flags &= !IBV_SEND_INLINE;
+                }
+                _ => {}
+            }
+            if q.qp_type == IBV_QPT_UD {
+                let ah = r.wr.ud.ah;
+                if ah.is_null() {
+                    return libc::EINVAL;
+                }
+                let a = &*(ah as *mut SnAh);
+                w.ud_node = a.node;
+                w.ud_global = a.global;
+                w.ud_sl = a.sl;
+                w.ud_qpn = r.wr.ud.remote_qpn;
+                w.ud_qkey = r.wr.ud.remote_qkey;
+            }
+            if r.num_sge < 0 {
+                return libc::EINVAL;
+            }
+            fill_sges(w, r.sg_list, r.num_sge as usize)
+        });
+        if e != 0 {
+            *bad = wr;
+            ret = e;
+            break;
+        }
+        wr = r.next;
+    }
+    after_post(q, &mut sq);
+    ret
+}
+
+unsafe fn post_recv_common(
+    rq: &mut RecvQueue,
+    max_sge: u32,
+    mut wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    while !wr.is_null() {
+        let r = &*wr;
+        if r.num_sge < 0 || r.num_sge as u32 > max_sge.max(1) || r.num_sge as usize > MAX_SGE {
+            *bad = wr;
+            return libc::EINVAL;
+        }
+        if rq.q.len() as u32 >= rq.max {
+            *bad = wr;
+            return libc::ENOMEM;
+        }
+        let mut rw = RecvWqe {
+            wr_id: r.wr_id,
+            num_sge: r.num_sge as u32,
+            sge: [ibv_sge::default(); MAX_SGE],
+        };
+        if r.num_sge > 0 {
+            rw.sge[..r.num_sge as usize]
+                .copy_from_slice(std::slice::from_raw_parts(r.sg_list, r.num_sge as usize));
+        }
+        rq.q.push_back(rw);
+        wr = r.next;
+    }
+    0
+}
+
+pub unsafe extern "C" fn op_post_recv(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    let s = sn_qp(qp);
+    let q = &*s.inner;
+    if q.srq.is_some() || q.state() == IBV_QPS_RESET {
+        *bad = wr;
+        return libc::EINVAL;
+    }
+    let ret = {
+        let mut rq = q.rq.lock().unwrap_or_else(|e| e.into_inner());
+        post_recv_common(&mut rq, q.max_recv_sge, wr, bad)
+    };
+    if q.state() == IBV_QPS_ERR {
+        engine::flush_rq(q);
+    }
+    ret
+}
+
+pub unsafe extern "C" fn op_post_srq_recv(
+    srq: *mut ibv_srq,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    let s = &*(srq as *mut SnSrq);
+    let mut rq = s.inner.rq.lock().unwrap_or_else(|e| e.into_inner());
+    post_recv_common(&mut rq, s.inner.max_sge, wr, bad)
+}
+
+/// Drives the QPs feeding this CQ (the calling thread acts as the device).
+fn progress_cq(c: &CqInner) {
+    let qps = c.qps.lock().unwrap_or_else(|e| e.into_inner());
+    for q in qps.iter() {
+        engine::progress_qp(q);
+    }
+}
+
+pub unsafe extern "C" fn op_poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
+    let c = &*(cq as *mut SnCq);
+    let inner = &*c.inner;
+    progress_cq(inner);
+    if n <= 0 || inner.count.load(Ordering::Acquire) == 0 {
+        return 0;
+    }
+    let mut q = inner.q.lock().unwrap_or_else(|e| e.into_inner());
+    let mut got = 0;
+    while got < n as usize {
+        let Some(e) = q.pop_front() else { break };
+        *wc.add(got) = e.wc;
+        got += 1;
+    }
+    inner.count.fetch_sub(got, Ordering::AcqRel);
+    got as c_int
+}
+
+pub unsafe extern "C" fn op_req_notify_cq(cq: *mut ibv_cq, solicited: c_int) -> c_int {
+    let c = &*(cq as *mut SnCq);
+    if c.inner.channel.is_none() {
+        return libc::EINVAL;
+    }
+    c.inner.armed.store(
+        if solicited != 0 {
+            ARM_SOLICITED
+        } else {
+            ARM_ALL
+        },
+        Ordering::Release,
+    );
+    0
+}
+
+// ---- ibv_cq_ex -------------------------------------------------------------------------
+
+unsafe fn cqx<'a>(c: *mut ibv_cq_ex) -> &'a mut SnCq {
+    &mut *(c as *mut SnCq)
+}
+
+unsafe fn cqx_pop(c: &mut SnCq) -> c_int {
+    let inner = c.inner.clone();
+    let e = {
+        let mut q = inner.q.lock().unwrap_or_else(|e| e.into_inner());
+        q.pop_front()
+    };
+    match e {
+        Some(e) => {
+            inner.count.fetch_sub(1, Ordering::AcqRel);
+            c.cur = e;
+            c.cq.status = e.wc.status;
+            c.cq.wr_id = e.wc.wr_id;
+            0
+        }
+        None => libc::ENOENT,
+    }
+}
+
+unsafe extern "C" fn cq_start_poll(c: *mut ibv_cq_ex, _attr: *mut ibv_poll_cq_attr) -> c_int {
+    let s = cqx(c);
+    progress_cq(&s.inner);
+    cqx_pop(s)
+}
+unsafe extern "C" fn cq_next_poll(c: *mut ibv_cq_ex) -> c_int {
+    cqx_pop(cqx(c))
+}
+unsafe extern "C" fn cq_end_poll(_c: *mut ibv_cq_ex) {}
+unsafe extern "C" fn cq_read_opcode(c: *mut ibv_cq_ex) -> ibv_wc_opcode {
+    cqx(c).cur.wc.opcode
+}
+unsafe extern "C" fn cq_read_vendor_err(c: *mut ibv_cq_ex) -> u32 {
+    cqx(c).cur.wc.vendor_err
+}
+unsafe extern "C" fn cq_read_byte_len(c: *mut ibv_cq_ex) -> u32 {
+    cqx(c).cur.wc.byte_len
+}
+unsafe extern "C" fn cq_read_imm_data(c: *mut ibv_cq_ex) -> __be32 {
+    cqx(c).cur.wc.__bindgen_anon_1.imm_data
+}
+unsafe extern "C" fn cq_read_qp_num(c: *mut ibv_cq_ex) -> u32 {
+    cqx(c).cur.wc.qp_num
+}
+unsafe extern "C" fn cq_read_src_qp(c: *mut ibv_cq_ex) -> u32 {
+    cqx(c).cur.wc.src_qp
+}
+unsafe extern "C" fn cq_read_wc_flags(c: *mut ibv_cq_ex) -> u32 {
+    cqx(c).cur.wc.wc_flags
+}
+unsafe extern "C" fn cq_read_slid(c: *mut ibv_cq_ex) -> u32 {
+    cqx(c).cur.wc.slid as u32
+}
+unsafe extern "C" fn cq_read_sl(c: *mut ibv_cq_ex) -> u8 {
+    cqx(c).cur.wc.sl
+}
+unsafe extern "C" fn cq_read_dlid_path_bits(c: *mut ibv_cq_ex) -> u8 {
+    cqx(c).cur.wc.dlid_path_bits
+}
+unsafe extern "C" fn cq_read_completion_ts(c: *mut ibv_cq_ex) -> u64 {
+    cqx(c).cur.ts
+}
+unsafe extern "C" fn cq_read_completion_wallclock_ns(c: *mut ibv_cq_ex) -> u64 {
+    let mono = cqx(c).cur.ts;
+    let mut rt = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    libc::clock_gettime(libc::CLOCK_REALTIME, &mut rt);
+    let real = rt.tv_sec as u64 * 1_000_000_000 + rt.tv_nsec as u64;
+    real.wrapping_sub(now_ns().wrapping_sub(mono))
+}
+unsafe extern "C" fn cq_read_cvlan(_c: *mut ibv_cq_ex) -> u16 {
+    0
+}
+unsafe extern "C" fn cq_read_flow_tag(_c: *mut ibv_cq_ex) -> u32 {
+    0
+}
+unsafe extern "C" fn cq_read_tm_info(_c: *mut ibv_cq_ex, info: *mut ibv_wc_tm_info) {
+    std::ptr::write_bytes(info, 0, 1);
+}
+
+pub fn fill_cq_ex_ops(c: &mut ibv_cq_ex) {
+    c.start_poll = Some(cq_start_poll);
+    c.next_poll = Some(cq_next_poll);
+    c.end_poll = Some(cq_end_poll);
+    c.read_opcode = Some(cq_read_opcode);
+    c.read_vendor_err = Some(cq_read_vendor_err);
+    c.read_byte_len = Some(cq_read_byte_len);
+    c.read_imm_data = Some(cq_read_imm_data);
+    c.read_qp_num = Some(cq_read_qp_num);
+    c.read_src_qp = Some(cq_read_src_qp);
+    c.read_wc_flags = Some(cq_read_wc_flags);
+    c.read_slid = Some(cq_read_slid);
+    c.read_sl = Some(cq_read_sl);
+    c.read_dlid_path_bits = Some(cq_read_dlid_path_bits);
+    c.read_completion_ts = Some(cq_read_completion_ts);
+    c.read_completion_wallclock_ns = Some(cq_read_completion_wallclock_ns);
+    c.read_cvlan = Some(cq_read_cvlan);
+    c.read_flow_tag = Some(cq_read_flow_tag);
+    c.read_tm_info = Some(cq_read_tm_info);
+}
+
+// ---- ibv_qp_ex builder ---------------------------------------------------------------------
+
+unsafe fn wb<'a>(q: *mut ibv_qp_ex) -> (&'a SnQp, &'a mut crate::qp::WrBuild) {
+    let s = &*(q as *mut SnQp);
+    (s, &mut *s.wr.get())
+}
+
+/// Starts a new staged WQE with the QP's current wr_id/wr_flags.
+unsafe fn wr_new(q: *mut ibv_qp_ex, opcode: u32) -> Option<&'static mut SendWqe> {
+    let (s, b) = wb(q);
+    if b.n == b.wqes.len() {
+        b.wqes.push(SendWqe::new());
+    }
+    let w: *mut SendWqe = &mut b.wqes[b.n];
+    b.n += 1;
+    let w = &mut *w;
+    w.wr_id = s.qpx.wr_id;
+    w.flags = s.qpx.wr_flags;
+    w.opcode = opcode;
+    w.num_sge = 0;
+    w.len = 0;
+    w.imm = 0;
+    w.ud_global = false;
+    Some(w)
+}
+
+unsafe fn wr_last<'a>(q: *mut ibv_qp_ex) -> Option<&'a mut SendWqe> {
+    let (_, b) = wb(q);
+    if b.n == 0 {
+        b.err = libc::EINVAL;
+        return None;
+    }
+    Some(&mut b.wqes[b.n - 1])
+}
+
+unsafe extern "C" fn wr_start(q: *mut ibv_qp_ex) {
+    let (_, b) = wb(q);
+    b.n = 0;
+    b.err = 0;
+}
+
+unsafe extern "C" fn wr_abort(q: *mut ibv_qp_ex) {
+    let (_, b) = wb(q);
+    b.n = 0;
+    b.err = 0;
+}
+
+unsafe extern "C" fn wr_complete(q: *mut ibv_qp_ex) -> c_int {
+    let (s, b) = wb(q);
+    let inner = &*s.inner;
+    let n = std::mem::take(&mut b.n);
+    if b.err != 0 {
+        return std::mem::take(&mut b.err);
+    }
+    if !matches!(inner.state(), IBV_QPS_RTS | IBV_QPS_SQD | IBV_QPS_ERR) {
+        return libc::EINVAL;
+    }
+    let mut sq = inner.sq.lock().unwrap_or_else(|e| e.into_inner());
+    if sq.len() + n as u32 > sq.max_wr {
+        return libc::ENOMEM;
+    }
+    let mut ret = 0;
+    for src in &b.wqes[..n] {
+        let e = enqueue(inner, &mut sq, |w| {
+            w.wr_id = src.wr_id;
+            w.opcode = src.opcode;
+            w.flags = src.flags;
+            w.imm = src.imm;
+            w.raddr = src.raddr;
+            w.rkey = src.rkey;
+            w.compare = src.compare;
+            w.swap = src.swap;
+            w.ud_node = src.ud_node;
+            w.ud_qpn = src.ud_qpn;
+            w.ud_qkey = src.ud_qkey;
+            w.ud_global = src.ud_global;
+            w.ud_sl = src.ud_sl;
+            w.len = src.len;
+            w.num_sge = src.num_sge;
+            w.sge = src.sge;
+            if src.is_inline() {
+                w.inline_buf[..src.len as usize]
+                    .copy_from_slice(&src.inline_buf[..src.len as usize]);
+            }
+            0
+        });
+        if e != 0 {
+            ret = e;
+            break;
+        }
+    }
+    after_post(inner, &mut sq);
+    ret
+}
+
+unsafe extern "C" fn wr_send(q: *mut ibv_qp_ex) {
+    wr_new(q, IBV_WR_SEND);
+}
+unsafe extern "C" fn wr_send_imm(q: *mut ibv_qp_ex, imm: __be32) {
+    if let Some(w) = wr_new(q, IBV_WR_SEND_WITH_IMM) {
+        w.imm = imm;
+    }
+}
+unsafe extern "C" fn wr_rdma_write(q: *mut ibv_qp_ex, rkey: u32, raddr: u64) {
+    if let Some(w) = wr_new(q, IBV_WR_RDMA_WRITE) {
+        w.rkey = rkey;
+        w.raddr = raddr;
+    }
+}
+unsafe extern "C" fn wr_rdma_write_imm(q: *mut ibv_qp_ex, rkey: u32, raddr: u64, imm: __be32) {
+    if let Some(w) = wr_new(q, IBV_WR_RDMA_WRITE_WITH_IMM) {
+        w.rkey = rkey;
+        w.raddr = raddr;
+        w.imm = imm;
+    }
+}
+unsafe extern "C" fn wr_rdma_read(q: *mut ibv_qp_ex, rkey: u32, raddr: u64) {
+    if let Some(w) = wr_new(q, IBV_WR_RDMA_READ) {
+        w.rkey = rkey;
+        w.raddr = raddr;
+    }
+}
+unsafe extern "C" fn wr_atomic_cmp_swp(
+    q: *mut ibv_qp_ex,
+    rkey: u32,
+    raddr: u64,
+    cmp: u64,
+    swp: u64,
+) {
+    if let Some(w) = wr_new(q, IBV_WR_ATOMIC_CMP_AND_SWP) {
+        w.rkey = rkey;
+        w.raddr = raddr;
+        w.compare = cmp;
+        w.swap = swp;
+    }
+}
+unsafe extern "C" fn wr_atomic_fetch_add(q: *mut ibv_qp_ex, rkey: u32, raddr: u64, add: u64) {
+    if let Some(w) = wr_new(q, IBV_WR_ATOMIC_FETCH_AND_ADD) {
+        w.rkey = rkey;
+        w.raddr = raddr;
+        w.compare = add;
+    }
+}
+unsafe extern "C" fn wr_set_sge(q: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+    let sge = ibv_sge { addr, length, lkey };
+    wr_set_sge_list(q, 1, &sge);
+}
+unsafe extern "C" fn wr_set_sge_list(q: *mut ibv_qp_ex, n: usize, list: *const ibv_sge) {
+    if let Some(w) = wr_last(q) {
+        w.flags &= !IBV_SEND_INLINE;
+        if fill_sges(w, list, n) != 0 {
+            wb(q).1.err = libc::EINVAL;
+        }
+    }
+}
+unsafe extern "C" fn wr_set_inline_data(q: *mut ibv_qp_ex, addr: *mut c_void, length: usize) {
+    let buf = ibv_data_buf { addr, length };
+    wr_set_inline_data_list(q, 1, &buf);
+}
+unsafe extern "C" fn wr_set_inline_data_list(
+    q: *mut ibv_qp_ex,
+    n: usize,
+    list: *const ibv_data_buf,
+) {
+    let Some(w) = wr_last(q) else { return };
+    let bufs = std::slice::from_raw_parts(list, n);
+    let total: usize = bufs.iter().map(|b| b.length).sum();
+    if total > MAX_INLINE {
+        wb(q).1.err = libc::EINVAL;
+        return;
+    }
+    let mut off = 0;
+    for b in bufs {
+        std::ptr::copy_nonoverlapping(
+            b.addr as *const u8,
+            w.inline_buf[off..].as_mut_ptr(),
+            b.length,
+        );
+        off += b.length;
+    }
+    w.flags |= IBV_SEND_INLINE;
+    w.len = total as u32;
+    w.num_sge = 0;
+}
+unsafe extern "C" fn wr_set_ud_addr(q: *mut ibv_qp_ex, ah: *mut ibv_ah, qpn: u32, qkey: u32) {
+    if let Some(w) = wr_last(q) {
+        if ah.is_null() {
+            wb(q).1.err = libc::EINVAL;
+            return;
+        }
+        let a = &*(ah as *mut SnAh);
+        w.ud_node = a.node;
+        w.ud_global = a.global;
+        w.ud_sl = a.sl;
+        w.ud_qpn = qpn;
+        w.ud_qkey = qkey;
+    }
+}
+unsafe extern "C" fn wr_unsupported(q: *mut ibv_qp_ex) {
+    wb(q).1.err = libc::EOPNOTSUPP;
+}
+unsafe extern "C" fn wr_send_inv(q: *mut ibv_qp_ex, _rkey: u32) {
+    wr_unsupported(q)
+}
+unsafe extern "C" fn wr_local_inv(q: *mut ibv_qp_ex, _rkey: u32) {
+    wr_unsupported(q)
+}
+unsafe extern "C" fn wr_set_xrc_srqn(q: *mut ibv_qp_ex, _srqn: u32) {
+    wr_unsupported(q)
+}
+unsafe extern "C" fn wr_bind_mw(
+    q: *mut ibv_qp_ex,
+    _mw: *mut ibv_mw,
+    _rkey: u32,
+    _b: *const ibv_mw_bind_info,
+) {
+    wr_unsupported(q)
+}
+unsafe extern "C" fn wr_send_tso(q: *mut ibv_qp_ex, _h: *mut c_void, _hs: u16, _mss: u16) {
+    wr_unsupported(q)
+}
+unsafe extern "C" fn wr_atomic_write(
+    q: *mut ibv_qp_ex,
+    _rkey: u32,
+    _raddr: u64,
+    _d: *const c_void,
+) {
+    wr_unsupported(q)
+}
+
+pub fn fill_qp_ex_ops(q: &mut ibv_qp_ex) {
+    q.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
+    q.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
+    q.wr_bind_mw = Some(wr_bind_mw);
+    q.wr_local_inv = Some(wr_local_inv);
+    q.wr_rdma_read = Some(wr_rdma_read);
+    q.wr_rdma_write = Some(wr_rdma_write);
+    q.wr_rdma_write_imm = Some(wr_rdma_write_imm);
+    q.wr_send = Some(wr_send);
+    q.wr_send_imm = Some(wr_send_imm);
+    q.wr_send_inv = Some(wr_send_inv);
+    q.wr_send_tso = Some(wr_send_tso);
+    q.wr_set_ud_addr = Some(wr_set_ud_addr);
+    q.wr_set_xrc_srqn = Some(wr_set_xrc_srqn);
+    q.wr_set_inline_data = Some(wr_set_inline_data);
+    q.wr_set_inline_data_list = Some(wr_set_inline_data_list);
+    q.wr_set_sge = Some(wr_set_sge);
+    q.wr_set_sge_list = Some(wr_set_sge_list);
+    q.wr_start = Some(wr_start);
+    q.wr_complete = Some(wr_complete);
+    q.wr_abort = Some(wr_abort);
+    q.wr_atomic_write = Some(wr_atomic_write);
+}

@@ -1,0 +1,1049 @@
+//! The device engine: requester transmit, responder execution, completions, progress thread.
+//!
+//! RC: every request message carries an MSN; the responder executes requests in order on its
+//! own memory and answers with coalesced ACKs, read/atomic responses or NAKs (RNR, remote
+//! access, invalid request, remote operation). The requester completes WQEs in order once
+//! acknowledged; an RNR NAK rewinds transmission to the NAKed message (go-back-N) after the
+//! responder's RNR timer. UC/UD complete on transmission; the responder drops what it cannot
+//! deliver (no receive WQE, bad rkey, UD Q_Key mismatch).
+
+use crate::ffi::*;
+use crate::obj::*;
+use crate::shm::{kind, nak, pflag, PktHdr, Slot, PKT_MTU, SLEEPING};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+#[inline]
+fn before(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
+}
+
+/// RNR timer encoding (IB spec table) in microseconds.
+pub fn rnr_timer_us(code: u8) -> u64 {
+    const T: [u64; 32] = [
+        655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920, 2560, 3840,
+        5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122_880, 163_840, 245_760,
+        327_680, 491_520,
+    ];
+    T[(code & 31) as usize]
+}
+
+/// Copies `dst.len()` bytes starting at message offset `off` out of the WQE's data.
+///
+/// # Safety
+/// SGE addresses must have been validated against registered memory.
+unsafe fn gather(w: &SendWqe, off: u32, dst: &mut [u8]) {
+    if w.is_inline() {
+        dst.copy_from_slice(&w.inline_buf[off as usize..off as usize + dst.len()]);
+        return;
+    }
+    let mut skip = off as usize;
+    let mut done = 0usize;
+    for s in &w.sge[..w.num_sge as usize] {
+        if done == dst.len() {
+            break;
+        }
+        let l = s.length as usize;
+        if skip >= l {
+            skip -= l;
+            continue;
+        }
+        let n = (l - skip).min(dst.len() - done);
+        std::ptr::copy_nonoverlapping(
+            (s.addr as usize + skip) as *const u8,
+            dst[done..].as_mut_ptr(),
+            n,
+        );
+        done += n;
+        skip = 0;
+    }
+}
+
+/// Copies `src` into a scatter list at byte offset `off`.
+///
+/// # Safety
+/// SGE addresses must have been validated against registered memory.
+unsafe fn scatter(sges: &[ibv_sge], off: usize, src: &[u8]) {
+    let mut skip = off;
+    let mut done = 0usize;
+    for s in sges {
+        if done == src.len() {
+            break;
+        }
+        let l = s.length as usize;
+        if skip >= l {
+            skip -= l;
+            continue;
+        }
+        let n = (l - skip).min(src.len() - done);
+        std::ptr::copy_nonoverlapping(src[done..].as_ptr(), (s.addr as usize + skip) as *mut u8, n);
+        done += n;
+        skip = 0;
+    }
+}
+
+/// Checks a local scatter/gather list (`write` requires IBV_ACCESS_LOCAL_WRITE) and rewrites
+/// each address from the MR's IOVA space to a host address.
+fn check_local(sges: &mut [ibv_sge], pd: u32, write: bool) -> bool {
+    let g = global();
+    sges.iter_mut()
+        .filter(|s| s.length > 0)
+        .all(|s| match g.mr(s.lkey) {
+            Some(m)
+                if m.pd == pd
+                    && m.contains(s.addr, s.length as u64)
+                    && (!write || m.access & IBV_ACCESS_LOCAL_WRITE != 0) =>
+            {
+                s.addr = m.host(s.addr);
+                true
+            }
+            _ => false,
+        })
+}
+
+/// Checks a remote access (rkey, range, MR and QP access flags); returns the host address.
+fn check_remote(qp: &QpInner, rkey: u32, addr: u64, len: u64, need: u32) -> Option<u64> {
+    if len == 0 && need != IBV_ACCESS_REMOTE_ATOMIC {
+        return Some(0);
+    }
+    global().mr(rkey).and_then(|m| {
+        (m.pd == qp.pd
+            && m.contains(addr, len)
+            && m.access & need != 0
+            && qp.access.load(Ordering::Relaxed) & need != 0)
+            .then(|| m.host(addr))
+    })
+}
+
+fn sge_capacity(r: &RecvWqe) -> u64 {
+    r.sge[..r.num_sge as usize]
+        .iter()
+        .map(|s| s.length as u64)
+        .sum()
+}
+
+fn send_wc_opcode(op: u32) -> u32 {
+    match op {
+        IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM => IBV_WC_RDMA_WRITE,
+        IBV_WR_RDMA_READ => IBV_WC_RDMA_READ,
+        IBV_WR_ATOMIC_CMP_AND_SWP => IBV_WC_COMP_SWAP,
+        IBV_WR_ATOMIC_FETCH_AND_ADD => IBV_WC_FETCH_ADD,
+        IBV_WR_BIND_MW => IBV_WC_BIND_MW,
+        IBV_WR_LOCAL_INV => IBV_WC_LOCAL_INV,
+        _ => IBV_WC_SEND,
+    }
+}
+
+/// Emits completions for finished WQEs at the head of the send queue, in order.
+pub fn complete_in_order(qp: &QpInner, sq: &mut SendQueue) {
+    let rc = qp.qp_type == IBV_QPT_RC;
+    while sq.head != sq.next {
+        let acked = sq.acked_msn;
+        let sig_all = qp.sq_sig_all;
+        let w = sq.at(sq.head);
+        let done = w.st == WQE_DONE
+            || (rc && w.st == WQE_SENT && !w.is_read_atomic() && before(w.msn, acked));
+        if !done {
+            break;
+        }
+        if sig_all || w.flags & IBV_SEND_SIGNALED != 0 || w.status != IBV_WC_SUCCESS {
+            let mut wc = wc_for(qp.qpn, w.wr_id, w.status, send_wc_opcode(w.opcode));
+            if w.status == IBV_WC_SUCCESS && w.is_read_atomic() {
+                wc.byte_len = w.len;
+            }
+            qp.send_cq.push(wc, false);
+        }
+        sq.head = sq.head.wrapping_add(1);
+    }
+}
+
+/// Moves the QP to the error state and flushes both queues (caller holds the SQ lock).
+pub fn qp_error(qp: &QpInner, sq: &mut SendQueue) {
+    qp.state.store(IBV_QPS_ERR, Ordering::Release);
+    // SAFETY: qp_ptr is the live ibv_qp that owns this QpInner.
+    unsafe { (*(qp.qp_ptr as *mut ibv_qp)).state = IBV_QPS_ERR };
+    complete_in_order(qp, sq);
+    flush_sq(qp, sq);
+    flush_rq(qp);
+}
+
+/// Completes every queued send WQE with IBV_WC_WR_FLUSH_ERR.
+pub fn flush_sq(qp: &QpInner, sq: &mut SendQueue) {
+    while sq.head != sq.tail {
+        let w = sq.at(sq.head);
+        let st = if w.st == WQE_DONE && w.status != IBV_WC_SUCCESS {
+            w.status
+        } else {
+            IBV_WC_WR_FLUSH_ERR
+        };
+        let wc = wc_for(qp.qpn, w.wr_id, st, send_wc_opcode(w.opcode));
+        qp.send_cq.push(wc, false);
+        sq.head = sq.head.wrapping_add(1);
+    }
+    sq.next = sq.head;
+    sq.rd_outstanding = 0;
+    qp.backlog.store(false, Ordering::Relaxed);
+}
+
+/// Completes every receive WQE of the QP's own receive queue with IBV_WC_WR_FLUSH_ERR.
+pub fn flush_rq(qp: &QpInner) {
+    if qp.srq.is_some() {
+        return;
+    }
+    let mut rq = qp.rq.lock().unwrap_or_else(|e| e.into_inner());
+    while let Some(r) = rq.q.pop_front() {
+        qp.recv_cq.push(
+            wc_for(qp.qpn, r.wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV),
+            false,
+        );
+    }
+}
+
+fn fill_req(h: &mut PktHdr, qp: &QpInner, w: &SendWqe, dst_qpn: u32, k: u8) {
+    let g = global();
+    *h = PktHdr {
+        kind: k,
+        src_node: g.node,
+        src_qpn: qp.qpn,
+        dst_qpn,
+        msn: w.msn,
+        total: w.len,
+        imm: w.imm,
+        rkey: w.rkey,
+        raddr: w.raddr,
+        compare: w.compare,
+        swap: w.swap,
+        sl: qp.sl.load(Ordering::Relaxed),
+        ..Default::default()
+    };
+    if matches!(w.opcode, IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE_WITH_IMM) {
+        h.flags |= pflag::IMM;
+    }
+    if w.flags & IBV_SEND_SOLICITED != 0 {
+        h.flags |= pflag::SOLICITED;
+    }
+}
+
+/// Transmits queued WQEs as far as rings, read credits and fences allow.
+pub fn tx_pump(qp: &QpInner, sq: &mut SendQueue) -> bool {
+    let g = global();
+    let st = qp.state();
+    if st == IBV_QPS_ERR {
+        flush_sq(qp, sq);
+        return true;
+    }
+    if st != IBV_QPS_RTS && st != IBV_QPS_SQD {
+        return false;
+    }
+    if let Some(t) = sq.rnr_until {
+        if Instant::now() < t {
+            qp.backlog.store(true, Ordering::Relaxed);
+            return false;
+        }
+        sq.rnr_until = None;
+    }
+    let mut did = false;
+    let mut kicked: Option<std::sync::Arc<Peer>> = None;
+    while sq.next != sq.tail {
+        let idx = sq.next;
+        let peer = if qp.qp_type == IBV_QPT_UD {
+            let (n, q) = {
+                let w = sq.at(idx);
+                (w.ud_node, w.ud_qpn)
+            };
+            g.peer(n, q)
+        } else {
+            match &sq.peer {
+                Some(p) if p.alive() => Some(p.clone()),
+                _ => {
+                    let p = g.peer(
+                        qp.dest_node.load(Ordering::Relaxed),
+                        qp.dest_qpn.load(Ordering::Relaxed),
+                    );
+                    sq.peer = p.clone();
+                    p
+                }
+            }
+        };
+        let rd_limit = qp.max_rd_atomic.load(Ordering::Relaxed).max(1);
+        let rd_out = sq.rd_outstanding;
+        let pd = qp.pd;
+        let w = sq.at(idx);
+        if !w.validated && !w.is_inline() {
+            let write = w.is_read_atomic();
+            let n = w.num_sge as usize;
+            w.validated = true;
+            if !check_local(&mut w.sge[..n], pd, write) {
+                w.status = IBV_WC_LOC_PROT_ERR;
+                w.st = WQE_DONE;
+                sq.next = idx.wrapping_add(1);
+                qp_error(qp, sq);
+                return true;
+            }
+        }
+        let Some(peer) = peer else {
+            if qp.qp_type == IBV_QPT_RC {
+                w.status = IBV_WC_RETRY_EXC_ERR;
+                w.st = WQE_DONE;
+                sq.next = idx.wrapping_add(1);
+                qp_error(qp, sq);
+                return true;
+            }
+            // UC/UD: nobody is there; the packets are lost, the sender completes.
+            w.st = WQE_DONE;
+            sq.next = idx.wrapping_add(1);
+            did = true;
+            continue;
+        };
+        if qp.qp_type == IBV_QPT_RC && w.is_read_atomic() && rd_out >= rd_limit {
+            break;
+        }
+        if w.flags & IBV_SEND_FENCE != 0 && rd_out > 0 {
+            break;
+        }
+        let dst_qpn = if qp.qp_type == IBV_QPT_UD {
+            w.ud_qpn
+        } else {
+            qp.dest_qpn.load(Ordering::Relaxed)
+        };
+        let ring = peer.file.req();
+        let ok = match w.opcode {
+            IBV_WR_RDMA_READ | IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => {
+                let k = match w.opcode {
+                    IBV_WR_RDMA_READ => kind::READ,
+                    IBV_WR_ATOMIC_CMP_AND_SWP => kind::CMP_SWP,
+                    _ => kind::FETCH_ADD,
+                };
+                let w: &SendWqe = w;
+                ring.push(|h, _| {
+                    fill_req(h, qp, w, dst_qpn, k);
+                    h.flags |= pflag::FIRST | pflag::LAST;
+                })
+            }
+            _ => {
+                let k = if matches!(w.opcode, IBV_WR_SEND | IBV_WR_SEND_WITH_IMM) {
+                    kind::SEND
+                } else {
+                    kind::WRITE
+                };
+                let qkey = if w.ud_qkey & 0x8000_0000 != 0 {
+                    qp.qkey.load(Ordering::Relaxed)
+                } else {
+                    w.ud_qkey
+                };
+                let mut ok = true;
+                loop {
+                    let off = w.sent;
+                    let n = (w.len - off).min(PKT_MTU as u32);
+                    let wr: &SendWqe = w;
+                    let pushed = ring.push(|h, data| {
+                        fill_req(h, qp, wr, dst_qpn, k);
+                        h.offset = off;
+                        h.len = n;
+                        h.qkey = qkey;
+                        if wr.ud_global {
+                            h.flags |= pflag::GRH;
+                        }
+                        if off == 0 {
+                            h.flags |= pflag::FIRST;
+                        }
+                        if off + n == wr.len {
+                            h.flags |= pflag::LAST;
+                        }
+                        // SAFETY: the SGEs were validated above (or the data is inline).
+                        unsafe { gather(wr, off, &mut data[..n as usize]) };
+                    });
+                    if !pushed {
+                        ok = false;
+                        break;
+                    }
+                    w.sent = off + n;
+                    if w.sent == w.len {
+                        break;
+                    }
+                }
+                ok
+            }
+        };
+        did = true;
+        if kicked
+            .as_ref()
+            .is_none_or(|k| !std::sync::Arc::ptr_eq(k, &peer))
+        {
+            if let Some(k) = kicked.take() {
+                k.proc.word().kick();
+            }
+            kicked = Some(peer.clone());
+        }
+        if !ok {
+            qp.backlog.store(true, Ordering::Relaxed);
+            break;
+        }
+        if qp.qp_type == IBV_QPT_RC {
+            w.st = WQE_SENT;
+            if w.is_read_atomic() {
+                sq.rd_outstanding += 1;
+            }
+        } else {
+            w.st = WQE_DONE;
+        }
+        sq.next = idx.wrapping_add(1);
+    }
+    if let Some(k) = kicked {
+        k.proc.word().kick();
+    }
+    if sq.next == sq.tail || sq.rnr_until.is_none() && qp.backlog.load(Ordering::Relaxed) {
+        // Nothing left, or the engine will retry the backlog.
+    }
+    if sq.next == sq.tail {
+        qp.backlog.store(false, Ordering::Relaxed);
+    }
+    complete_in_order(qp, sq);
+    did
+}
+
+fn find_wqe(sq: &mut SendQueue, msn: u32) -> Option<u32> {
+    if sq.head == sq.next {
+        return None;
+    }
+    let head_msn = sq.at(sq.head).msn;
+    let idx = sq.head.wrapping_add(msn.wrapping_sub(head_msn));
+    if idx.wrapping_sub(sq.head) < sq.next.wrapping_sub(sq.head) && sq.at(idx).msn == msn {
+        Some(idx)
+    } else {
+        None
+    }
+}
+
+/// Requester side: consumes ACKs, NAKs and read/atomic responses.
+pub fn process_resp(qp: &QpInner, sq: &mut SendQueue) -> bool {
+    let ring = qp.file.resp();
+    let mut did = false;
+    while let Some(slot) = ring.peek() {
+        did = true;
+        let h = slot.hdr;
+        match h.kind {
+            kind::ACK => {
+                let a = h.msn.wrapping_add(1);
+                if before(sq.acked_msn, a) {
+                    sq.acked_msn = a;
+                    sq.rnr_left = qp.rnr_retry.load(Ordering::Relaxed);
+                }
+            }
+            kind::READ_RESP | kind::ATOMIC_RESP => {
+                if before(sq.acked_msn, h.msn) {
+                    sq.acked_msn = h.msn;
+                }
+                if let Some(idx) = find_wqe(sq, h.msn) {
+                    let w = sq.at(idx);
+                    if w.st == WQE_SENT {
+                        let sges = &w.sge[..w.num_sge as usize];
+                        if h.kind == kind::READ_RESP {
+                            // SAFETY: the SGEs were validated (LOCAL_WRITE) before sending.
+                            unsafe {
+                                scatter(sges, h.offset as usize, &slot.data[..h.len as usize])
+                            };
+                            w.resp_bytes += h.len;
+                        } else {
+                            let v = h.swap.to_ne_bytes();
+                            let n = (w.len as usize).min(8);
+                            // SAFETY: as above.
+                            unsafe { scatter(sges, 0, &v[..n]) };
+                        }
+                        if h.flags & pflag::LAST != 0 {
+                            w.st = WQE_DONE;
+                            sq.rd_outstanding = sq.rd_outstanding.saturating_sub(1);
+                        }
+                    }
+                }
+            }
+            kind::NAK => {
+                if before(sq.acked_msn, h.msn) {
+                    sq.acked_msn = h.msn;
+                }
+                if let Some(idx) = find_wqe(sq, h.msn) {
+                    if h.code == nak::RNR {
+                        handle_rnr(qp, sq, idx, h.rnr_timer);
+                    } else {
+                        let w = sq.at(idx);
+                        w.status = match h.code {
+                            nak::REM_ACCESS => IBV_WC_REM_ACCESS_ERR,
+                            nak::INV_REQ => IBV_WC_REM_INV_REQ_ERR,
+                            nak::REM_OP => IBV_WC_REM_OP_ERR,
+                            _ => IBV_WC_RETRY_EXC_ERR,
+                        };
+                        w.st = WQE_DONE;
+                        ring.pop();
+                        complete_in_order(qp, sq);
+                        qp_error(qp, sq);
+                        continue;
+                    }
+                }
+            }
+            _ => {}
+        }
+        ring.pop();
+    }
+    if did {
+        complete_in_order(qp, sq);
+    }
+    did
+}
+
+fn handle_rnr(qp: &QpInner, sq: &mut SendQueue, idx: u32, timer: u8) {
+    let retry = qp.rnr_retry.load(Ordering::Relaxed);
+    if retry != 7 {
+        if sq.rnr_left == 0 {
+            let w = sq.at(idx);
+            w.status = IBV_WC_RNR_RETRY_EXC_ERR;
+            w.st = WQE_DONE;
+            complete_in_order(qp, sq);
+            qp_error(qp, sq);
+            return;
+        }
+        sq.rnr_left -= 1;
+    }
+    let mut i = idx;
+    while i != sq.next {
+        let w = sq.at(i);
+        w.st = WQE_QUEUED;
+        w.sent = 0;
+        w.resp_bytes = 0;
+        i = i.wrapping_add(1);
+    }
+    sq.next = idx;
+    let mut out = 0;
+    let mut i = sq.head;
+    while i != idx {
+        let w = sq.at(i);
+        if w.st == WQE_SENT && w.is_read_atomic() {
+            out += 1;
+        }
+        i = i.wrapping_add(1);
+    }
+    sq.rd_outstanding = out;
+    sq.rnr_until = Some(Instant::now() + Duration::from_micros(rnr_timer_us(timer)));
+    qp.backlog.store(true, Ordering::Relaxed);
+}
+
+/// Outcome of handling one request packet.
+enum Step {
+    Consumed,
+    Blocked,
+}
+
+/// Pushes a response to the requester (flushing a pending coalesced ACK first).
+fn push_resp(
+    qp: &QpInner,
+    r: &mut Responder,
+    fill: impl FnOnce(&mut PktHdr, &mut [u8; PKT_MTU]),
+) -> bool {
+    let Some(peer) = r.peer.clone() else {
+        return false;
+    };
+    let ring = peer.file.resp();
+    if let Some(m) = r.ack_pending {
+        let dst = qp.dest_qpn.load(Ordering::Relaxed);
+        if !ring.push(|h, _| ack_hdr(h, qp, dst, m)) {
+            return false;
+        }
+        r.ack_pending = None;
+    }
+    let ok = ring.push(fill);
+    peer.proc.word().kick();
+    ok
+}
+
+fn ack_hdr(h: &mut PktHdr, qp: &QpInner, dst: u32, msn: u32) {
+    *h = PktHdr {
+        kind: kind::ACK,
+        src_node: global().node,
+        src_qpn: qp.qpn,
+        dst_qpn: dst,
+        msn,
+        ..Default::default()
+    };
+}
+
+fn nak_hdr(h: &mut PktHdr, qp: &QpInner, msn: u32, code: u8) {
+    *h = PktHdr {
+        kind: kind::NAK,
+        code,
+        rnr_timer: qp.min_rnr_timer.load(Ordering::Relaxed) as u8,
+        src_node: global().node,
+        src_qpn: qp.qpn,
+        dst_qpn: qp.dest_qpn.load(Ordering::Relaxed),
+        msn,
+        ..Default::default()
+    };
+}
+
+fn recv_complete(qp: &QpInner, rw: &RecvWqe, h: &PktHdr, status: u32, with_imm_write: bool) {
+    let mut wc = wc_for(
+        qp.qpn,
+        rw.wr_id,
+        status,
+        if with_imm_write {
+            IBV_WC_RECV_RDMA_WITH_IMM
+        } else {
+            IBV_WC_RECV
+        },
+    );
+    if status == IBV_WC_SUCCESS {
+        wc.byte_len = h.total;
+        if h.flags & pflag::IMM != 0 {
+            wc.wc_flags |= IBV_WC_WITH_IMM;
+            wc.__bindgen_anon_1.imm_data = h.imm;
+        }
+        wc.src_qp = h.src_qpn;
+        wc.slid = node_lid(h.src_node);
+        wc.sl = h.sl as u8;
+        if qp.qp_type == IBV_QPT_UD {
+            wc.byte_len = h.total + 40;
+            if h.flags & pflag::GRH != 0 {
+                wc.wc_flags |= IBV_WC_GRH;
+            }
+        }
+    }
+    qp.recv_cq.push(wc, h.flags & pflag::SOLICITED != 0);
+}
+
+/// A responder-side fatal error: NAK the requester (RC), error the QP and flush.
+fn responder_fatal(qp: &QpInner, r: &mut Responder, h: &PktHdr, code: u8) -> Step {
+    if qp.qp_type == IBV_QPT_RC && !push_resp(qp, r, |o, _| nak_hdr(o, qp, h.msn, code)) {
+        return Step::Blocked;
+    }
+    r.cur = None;
+    let mut sq = qp.sq.lock().unwrap_or_else(|e| e.into_inner());
+    qp_error(qp, &mut sq);
+    Step::Consumed
+}
+
+/// Takes the receive WQE for a new inbound message; on none: RNR NAK (RC) or drop (UC).
+/// Returns Err(step) when the caller must stop with that step.
+fn begin_recv(qp: &QpInner, r: &mut Responder, h: &PktHdr) -> Result<Option<RecvWqe>, Step> {
+    match qp.take_recv() {
+        Some(rw) => Ok(Some(rw)),
+        None if qp.qp_type == IBV_QPT_RC => {
+            if !push_resp(qp, r, |o, _| nak_hdr(o, qp, h.msn, nak::RNR)) {
+                return Err(Step::Blocked);
+            }
+            r.nak_sent = true;
+            Err(Step::Consumed)
+        }
+        None => {
+            r.cur = Some(CurMsg {
+                msn: h.msn,
+                recv: None,
+                drop: true,
+                host: 0,
+            });
+            Err(Step::Consumed)
+        }
+    }
+}
+
+/// The message in progress for this packet: Ok(recv) to deliver, Err(()) to drop the packet.
+fn cur_for(r: &mut Responder, h: &PktHdr) -> Result<(Option<RecvWqe>, u64), ()> {
+    match r.cur.as_ref() {
+        Some(c) if c.msn == h.msn && !c.drop => Ok((c.recv, c.host)),
+        Some(c) if c.msn == h.msn => {
+            if h.flags & pflag::LAST != 0 {
+                r.cur = None;
+            }
+            Err(())
+        }
+        _ => Err(()),
+    }
+}
+
+/// Handles a SEND packet (RC/UC).
+fn rx_send(qp: &QpInner, r: &mut Responder, slot: &Slot) -> Step {
+    let h = slot.hdr;
+    if h.flags & pflag::FIRST != 0 {
+        let mut rw = match begin_recv(qp, r, &h) {
+            Ok(rw) => rw.expect("receive WQE"),
+            Err(step) => return step,
+        };
+        let pd = qp.srq.as_ref().map_or(qp.pd, |s| s.pd);
+        let n = rw.num_sge as usize;
+        let (status, code) = if sge_capacity(&rw) < h.total as u64 {
+            (IBV_WC_LOC_LEN_ERR, nak::INV_REQ)
+        } else if !check_local(&mut rw.sge[..n], pd, true) {
+            (IBV_WC_LOC_PROT_ERR, nak::REM_OP)
+        } else {
+            (IBV_WC_SUCCESS, 0)
+        };
+        if status != IBV_WC_SUCCESS {
+            recv_complete(qp, &rw, &h, status, false);
+            return responder_fatal(qp, r, &h, code);
+        }
+        r.cur = Some(CurMsg {
+            msn: h.msn,
+            recv: Some(rw),
+            drop: false,
+            host: 0,
+        });
+    }
+    let Ok((Some(rw), _)) = cur_for(r, &h) else {
+        return Step::Consumed;
+    };
+    // SAFETY: the receive SGEs were validated on the first packet.
+    unsafe {
+        scatter(
+            &rw.sge[..rw.num_sge as usize],
+            h.offset as usize,
+            &slot.data[..h.len as usize],
+        )
+    };
+    if h.flags & pflag::LAST != 0 {
+        recv_complete(qp, &rw, &h, IBV_WC_SUCCESS, false);
+        r.cur = None;
+    }
+    Step::Consumed
+}
+
+/// Handles an RDMA WRITE packet (RC/UC), with immediate when flagged.
+fn rx_write(qp: &QpInner, r: &mut Responder, slot: &Slot) -> Step {
+    let h = slot.hdr;
+    let imm = h.flags & pflag::IMM != 0;
+    if h.flags & pflag::FIRST != 0 {
+        let Some(host) = check_remote(qp, h.rkey, h.raddr, h.total as u64, IBV_ACCESS_REMOTE_WRITE)
+        else {
+            if qp.qp_type != IBV_QPT_RC {
+                r.cur = Some(CurMsg {
+                    msn: h.msn,
+                    recv: None,
+                    drop: true,
+                    host: 0,
+                });
+                return Step::Consumed;
+            }
+            return responder_fatal(qp, r, &h, nak::REM_ACCESS);
+        };
+        let recv = if imm {
+            match begin_recv(qp, r, &h) {
+                Ok(rw) => rw,
+                Err(step) => return step,
+            }
+        } else {
+            None
+        };
+        r.cur = Some(CurMsg {
+            msn: h.msn,
+            recv,
+            drop: false,
+            host,
+        });
+    }
+    let Ok((recv, host)) = cur_for(r, &h) else {
+        return Step::Consumed;
+    };
+    if h.len > 0 {
+        // SAFETY: the range was validated against a registered MR with REMOTE_WRITE.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                slot.data.as_ptr(),
+                (host + h.offset as u64) as usize as *mut u8,
+                h.len as usize,
+            )
+        };
+    }
+    if h.flags & pflag::LAST != 0 {
+        if let Some(rw) = recv {
+            recv_complete(qp, &rw, &h, IBV_WC_SUCCESS, true);
+        }
+        r.cur = None;
+    }
+    Step::Consumed
+}
+
+fn continue_read(qp: &QpInner, r: &mut Responder) -> bool {
+    while let Some(job) = r.read.as_ref() {
+        let (msn, raddr, total, off) = (job.msn, job.raddr, job.total, job.offset);
+        let n = (total - off).min(PKT_MTU as u32);
+        let dst = qp.dest_qpn.load(Ordering::Relaxed);
+        let ok = push_resp(qp, r, |h, data| {
+            *h = PktHdr {
+                kind: kind::READ_RESP,
+                src_node: global().node,
+                src_qpn: qp.qpn,
+                dst_qpn: dst,
+                msn,
+                offset: off,
+                len: n,
+                total,
+                ..Default::default()
+            };
+            if off + n == total {
+                h.flags = pflag::LAST;
+            }
+            if n > 0 {
+                // SAFETY: validated against a registered MR with REMOTE_READ.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        (raddr + off as u64) as usize as *const u8,
+                        data.as_mut_ptr(),
+                        n as usize,
+                    )
+                };
+            }
+        });
+        if !ok {
+            return false;
+        }
+        let job = r.read.as_mut().expect("read job");
+        job.offset += n;
+        if job.offset == job.total {
+            r.read = None;
+        }
+    }
+    true
+}
+
+fn rx_rc(qp: &QpInner, r: &mut Responder, slot: &Slot) -> Step {
+    let h = slot.hdr;
+    if before(h.msn, r.expected_msn) {
+        r.ack_pending = Some(r.expected_msn.wrapping_sub(1));
+        return Step::Consumed;
+    }
+    if h.msn != r.expected_msn {
+        return Step::Consumed;
+    }
+    if r.nak_sent {
+        if h.flags & pflag::FIRST == 0 {
+            return Step::Consumed;
+        }
+        r.nak_sent = false;
+    }
+    let step = match h.kind {
+        kind::SEND => rx_send(qp, r, slot),
+        kind::WRITE => rx_write(qp, r, slot),
+        kind::READ => {
+            let Some(host) =
+                check_remote(qp, h.rkey, h.raddr, h.total as u64, IBV_ACCESS_REMOTE_READ)
+            else {
+                return responder_fatal(qp, r, &h, nak::REM_ACCESS);
+            };
+            r.read = Some(ReadJob {
+                msn: h.msn,
+                raddr: host,
+                total: h.total,
+                offset: 0,
+            });
+            r.expected_msn = h.msn.wrapping_add(1);
+            return Step::Consumed;
+        }
+        kind::CMP_SWP | kind::FETCH_ADD => {
+            if h.raddr % 8 != 0 {
+                return responder_fatal(qp, r, &h, nak::INV_REQ);
+            }
+            let Some(host) = check_remote(qp, h.rkey, h.raddr, 8, IBV_ACCESS_REMOTE_ATOMIC) else {
+                return responder_fatal(qp, r, &h, nak::REM_ACCESS);
+            };
+            let dst = qp.dest_qpn.load(Ordering::Relaxed);
+            let ok = push_resp(qp, r, |o, _| {
+                // SAFETY: 8-byte aligned, inside a registered MR with REMOTE_ATOMIC.
+                let a = unsafe { AtomicU64::from_ptr(host as usize as *mut u64) };
+                let old = if h.kind == kind::CMP_SWP {
+                    match a.compare_exchange(h.compare, h.swap, Ordering::AcqRel, Ordering::Acquire)
+                    {
+                        Ok(v) | Err(v) => v,
+                    }
+                } else {
+                    a.fetch_add(h.compare, Ordering::AcqRel)
+                };
+                *o = PktHdr {
+                    kind: kind::ATOMIC_RESP,
+                    flags: pflag::LAST,
+                    src_node: global().node,
+                    src_qpn: qp.qpn,
+                    dst_qpn: dst,
+                    msn: h.msn,
+                    swap: old,
+                    total: 8,
+                    ..Default::default()
+                };
+            });
+            if !ok {
+                return Step::Blocked;
+            }
+            r.expected_msn = h.msn.wrapping_add(1);
+            return Step::Consumed;
+        }
+        _ => Step::Consumed,
+    };
+    if let Step::Consumed = step {
+        if h.flags & pflag::LAST != 0 && !r.nak_sent && qp.state() != IBV_QPS_ERR {
+            r.expected_msn = h.msn.wrapping_add(1);
+            r.ack_pending = Some(h.msn);
+        }
+    }
+    step
+}
+
+fn rx_ud(qp: &QpInner, slot: &Slot) {
+    let h = slot.hdr;
+    if h.qkey != qp.qkey.load(Ordering::Relaxed) || h.kind != kind::SEND {
+        return;
+    }
+    let Some(mut rw) = qp.take_recv() else {
+        return;
+    };
+    let pd = qp.srq.as_ref().map_or(qp.pd, |s| s.pd);
+    let n = rw.num_sge as usize;
+    if sge_capacity(&rw) < h.total as u64 + 40 {
+        recv_complete(qp, &rw, &h, IBV_WC_LOC_LEN_ERR, false);
+    } else if !check_local(&mut rw.sge[..n], pd, true) {
+        recv_complete(qp, &rw, &h, IBV_WC_LOC_PROT_ERR, false);
+    } else {
+        let mut grh = [0u8; 40];
+        if h.flags & pflag::GRH != 0 {
+            grh[0] = 0x60;
+            grh[4..6].copy_from_slice(&((h.total as u16).to_be_bytes()));
+            grh[6] = 0x1b;
+            grh[7] = 64;
+            grh[8..24].copy_from_slice(&node_gid(h.src_node));
+            grh[24..40].copy_from_slice(&node_gid(global().node));
+        }
+        let sges = &rw.sge[..n];
+        // SAFETY: validated receive SGEs with enough capacity.
+        unsafe {
+            scatter(sges, 0, &grh);
+            scatter(sges, 40, &slot.data[..h.len as usize]);
+        }
+        recv_complete(qp, &rw, &h, IBV_WC_SUCCESS, false);
+    }
+}
+
+/// Responder side: executes requests waiting in the QP's request ring.
+pub fn process_req(qp: &QpInner, r: &mut Responder) -> bool {
+    let ring = qp.file.req();
+    let mut did = false;
+    if qp.qp_type == IBV_QPT_RC && r.peer.as_ref().is_none_or(|p| !p.alive()) {
+        r.peer = global().peer(
+            qp.dest_node.load(Ordering::Relaxed),
+            qp.dest_qpn.load(Ordering::Relaxed),
+        );
+    }
+    loop {
+        if r.read.is_some() && !continue_read(qp, r) {
+            break;
+        }
+        let Some(slot) = ring.peek() else { break };
+        let st = qp.state();
+        if st == IBV_QPS_RESET || st == IBV_QPS_INIT {
+            break;
+        }
+        did = true;
+        if st == IBV_QPS_ERR {
+            if qp.qp_type == IBV_QPT_RC && slot.hdr.flags & pflag::FIRST != 0 {
+                let h = slot.hdr;
+                if !push_resp(qp, r, |o, _| nak_hdr(o, qp, h.msn, nak::FATAL)) {
+                    break;
+                }
+            }
+            ring.pop();
+            continue;
+        }
+        let step = match qp.qp_type {
+            IBV_QPT_RC => rx_rc(qp, r, slot),
+            IBV_QPT_UD => {
+                rx_ud(qp, slot);
+                Step::Consumed
+            }
+            _ => match slot.hdr.kind {
+                kind::SEND => rx_send(qp, r, slot),
+                kind::WRITE => rx_write(qp, r, slot),
+                _ => Step::Consumed,
+            },
+        };
+        match step {
+            Step::Consumed => ring.pop(),
+            Step::Blocked => break,
+        }
+    }
+    if let Some(m) = r.ack_pending {
+        if let Some(peer) = r.peer.clone() {
+            let dst = qp.dest_qpn.load(Ordering::Relaxed);
+            if peer.file.resp().push(|h, _| ack_hdr(h, qp, dst, m)) {
+                r.ack_pending = None;
+                peer.proc.word().kick();
+            }
+        }
+    }
+    did
+}
+
+/// Runs both roles of one QP if there is work and nobody else holds them.
+pub fn progress_qp(qp: &QpInner) -> bool {
+    let mut did = false;
+    if qp.file.req().has_data() {
+        if let Ok(mut r) = qp.resp.try_lock() {
+            did |= process_req(qp, &mut r);
+        }
+    } else if let Ok(mut r) = qp.resp.try_lock() {
+        if r.read.is_some() || r.ack_pending.is_some() {
+            did |= process_req(qp, &mut r);
+        }
+    }
+    if qp.file.resp().has_data() || qp.backlog.load(Ordering::Relaxed) {
+        if let Ok(mut sq) = qp.sq.try_lock() {
+            did |= process_resp(qp, &mut sq);
+            if qp.backlog.load(Ordering::Relaxed) || sq.next != sq.tail {
+                did |= tx_pump(qp, &mut sq);
+            }
+        }
+    }
+    did
+}
+
+/// The per-process progress thread: spins briefly after work, then sleeps on its futex word.
+pub fn engine_thread(g: &'static Global) {
+    let word = g.proc.word();
+    let mut last_work = Instant::now();
+    let spin = Duration::from_micros(
+        std::env::var("SOFTNIC_SPIN_US")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(50),
+    );
+    let mut n: u32 = 0;
+    loop {
+        let mut did = false;
+        let mut pending = false;
+        {
+            let qps = g.qps.read().unwrap_or_else(|e| e.into_inner());
+            for qp in qps.iter() {
+                did |= progress_qp(qp);
+                pending |= qp.backlog.load(Ordering::Relaxed);
+            }
+        }
+        if did {
+            last_work = Instant::now();
+            continue;
+        }
+        n = n.wrapping_add(1);
+        if n % 16 == 0 {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+        if n % 64 != 0 || last_work.elapsed() < spin {
+            continue;
+        }
+        word.state.store(SLEEPING, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        let work = {
+            let qps = g.qps.read().unwrap_or_else(|e| e.into_inner());
+            qps.iter()
+                .any(|q| q.file.req().has_data() || q.file.resp().has_data())
+        };
+        if !work {
+            let t = if pending { 50_000 } else { 500_000_000 };
+            crate::shm::futex_wait(&word.state, SLEEPING, Some(t));
+        }
+        word.state.store(crate::shm::AWAKE, Ordering::SeqCst);
+        last_work = Instant::now();
+    }
+}

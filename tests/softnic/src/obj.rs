@@ -1,0 +1,517 @@
+//! Process-wide state and the Rust side of every verbs object.
+
+use crate::ffi::*;
+use crate::shm::{self, ProcFile, QpFile};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+pub const MAX_SGE: usize = 16;
+pub const MAX_INLINE: usize = 256;
+pub const MAX_WR: u32 = 16384;
+pub const MAX_CQE: u32 = 4 * 1024 * 1024;
+pub const MAX_RD_ATOMIC: u32 = 16;
+
+/// LID of simulated node N.
+pub fn node_lid(node: u32) -> u16 {
+    (node + 1) as u16
+}
+/// Node GUID (also the GID interface id) of node N, host order.
+pub fn node_guid(node: u32) -> u64 {
+    0x5346_4e00_0000_0000 | node as u64
+}
+/// The port GID (index 0) of node N: link-local prefix + GUID.
+pub fn node_gid(node: u32) -> [u8; 16] {
+    let mut g = [0u8; 16];
+    g[0] = 0xfe;
+    g[1] = 0x80;
+    g[8..].copy_from_slice(&node_guid(node).to_be_bytes());
+    g
+}
+/// The node a GID names, if it is a softnic GID.
+pub fn gid_node(g: &[u8; 16]) -> Option<u32> {
+    let id = u64::from_be_bytes(g[8..].try_into().ok()?);
+    (id >> 32 == 0x5346_4e00).then_some((id & 0xffff_ffff) as u32)
+}
+
+/// A mapped remote QP together with its owner's wake word.
+pub struct Peer {
+    pub file: QpFile,
+    pub proc: Arc<ProcFile>,
+}
+
+impl Peer {
+    pub fn alive(&self) -> bool {
+        self.file.hdr().alive.load(Ordering::Acquire) != 0
+    }
+}
+
+/// A registered memory region as the device sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct MrInfo {
+    pub iova: u64,
+    pub addr: u64,
+    pub len: u64,
+    pub access: u32,
+    pub pd: u32,
+    pub key: u32,
+}
+
+impl MrInfo {
+    /// True when [iova, iova+len) lies inside the region's IOVA range.
+    pub fn contains(&self, iova: u64, len: u64) -> bool {
+        iova >= self.iova
+            && iova
+                .checked_add(len)
+                .is_some_and(|e| e <= self.iova + self.len)
+    }
+    /// Host address of an IOVA inside the region.
+    pub fn host(&self, iova: u64) -> u64 {
+        self.addr + (iova - self.iova)
+    }
+}
+
+pub struct Global {
+    pub node: u32,
+    pub pid: u32,
+    pub proc: Arc<ProcFile>,
+    pub qps: RwLock<Vec<Arc<QpInner>>>,
+    mrs: RwLock<Vec<Option<MrInfo>>>,
+    peers: Mutex<HashMap<(u32, u32), Arc<Peer>>>,
+    procs: Mutex<HashMap<u32, Arc<ProcFile>>>,
+    pub next_id: AtomicU32,
+    engine: std::sync::Once,
+}
+
+static GLOBAL: OnceLock<Global> = OnceLock::new();
+
+/// The process-wide device state (node identity from `SOFTNIC_NODE`).
+pub fn global() -> &'static Global {
+    GLOBAL.get_or_init(|| {
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() } as u32;
+        let node = std::env::var("SOFTNIC_NODE")
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok())
+            .filter(|n| *n < 0xfffe)
+            .unwrap_or(1000 + pid % 60000);
+        let proc = Arc::new(ProcFile::open(pid, true).unwrap_or_else(|e| {
+            eprintln!("softnic: cannot create process file in fabric: {e}");
+            std::process::abort()
+        }));
+        Global {
+            node,
+            pid,
+            proc,
+            qps: RwLock::new(Vec::new()),
+            mrs: RwLock::new(vec![None]),
+            peers: Mutex::new(HashMap::new()),
+            procs: Mutex::new(HashMap::new()),
+            next_id: AtomicU32::new(1),
+            engine: std::sync::Once::new(),
+        }
+    })
+}
+
+impl Global {
+    pub fn start_engine(&'static self) {
+        self.engine.call_once(|| {
+            std::thread::Builder::new()
+                .name("softnic-engine".into())
+                .spawn(|| crate::engine::engine_thread(global()))
+                .expect("spawn softnic engine");
+        });
+    }
+
+    pub fn reg_mr(&self, iova: u64, addr: u64, len: u64, access: u32, pd: u32) -> u32 {
+        let mut t = self.mrs.write().unwrap_or_else(|e| e.into_inner());
+        let idx = t
+            .iter()
+            .position(|m| m.is_none())
+            .filter(|&i| i > 0)
+            .unwrap_or_else(|| {
+                t.push(None);
+                t.len() - 1
+            });
+        let tag = (self.next_id.fetch_add(1, Ordering::Relaxed) & 0xff) as u32;
+        let key = ((idx as u32) << 8) | tag;
+        t[idx] = Some(MrInfo {
+            iova,
+            addr,
+            len,
+            access,
+            pd,
+            key,
+        });
+        key
+    }
+
+    pub fn dereg_mr(&self, key: u32) {
+        let mut t = self.mrs.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(slot) = t.get_mut((key >> 8) as usize) {
+            if slot.is_some_and(|m| m.key == key) {
+                *slot = None;
+            }
+        }
+    }
+
+    pub fn update_mr(&self, key: u32, f: impl FnOnce(&mut MrInfo)) -> bool {
+        let mut t = self.mrs.write().unwrap_or_else(|e| e.into_inner());
+        match t.get_mut((key >> 8) as usize) {
+            Some(Some(m)) if m.key == key => {
+                f(m);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    #[inline]
+    pub fn mr(&self, key: u32) -> Option<MrInfo> {
+        let t = self.mrs.read().unwrap_or_else(|e| e.into_inner());
+        match t.get((key >> 8) as usize) {
+            Some(Some(m)) if m.key == key => Some(*m),
+            _ => None,
+        }
+    }
+
+    /// Maps (and caches) the QP `qpn` of `node`.
+    pub fn peer(&self, node: u32, qpn: u32) -> Option<Arc<Peer>> {
+        let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = peers.get(&(node, qpn)) {
+            if p.alive() {
+                return Some(p.clone());
+            }
+            peers.remove(&(node, qpn));
+        }
+        let file = QpFile::open(node, qpn).ok()?;
+        if file.hdr().alive.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let pid = file.hdr().owner_pid.load(Ordering::Relaxed);
+        let proc = {
+            let mut procs = self.procs.lock().unwrap_or_else(|e| e.into_inner());
+            match procs.get(&pid) {
+                Some(p) => p.clone(),
+                None => {
+                    let p = Arc::new(ProcFile::open(pid, false).ok()?);
+                    procs.insert(pid, p.clone());
+                    p
+                }
+            }
+        };
+        let p = Arc::new(Peer { file, proc });
+        peers.insert((node, qpn), p.clone());
+        Some(p)
+    }
+}
+
+/// A completion as softnic stores it.
+#[derive(Clone, Copy)]
+pub struct Cqe {
+    pub wc: ibv_wc,
+    pub ts: u64,
+}
+
+pub fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid out pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Completion channel: a pipe (pollable fd) and the queue of CQs that fired.
+pub struct ChannelInner {
+    pub rfd: i32,
+    pub wfd: i32,
+    pub q: Mutex<VecDeque<usize>>,
+}
+
+impl ChannelInner {
+    pub fn notify(&self, cq: usize) {
+        self.q
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back(cq);
+        let b = 1u8;
+        // SAFETY: wfd is the write end of our pipe.
+        unsafe { libc::write(self.wfd, &b as *const u8 as *const libc::c_void, 1) };
+    }
+}
+
+impl Drop for ChannelInner {
+    fn drop(&mut self) {
+        // SAFETY: both fds are ours.
+        unsafe {
+            libc::close(self.rfd);
+            libc::close(self.wfd);
+        }
+    }
+}
+
+pub const ARM_NONE: u32 = 0;
+pub const ARM_ALL: u32 = 1;
+pub const ARM_SOLICITED: u32 = 2;
+
+pub struct CqInner {
+    pub q: Mutex<VecDeque<Cqe>>,
+    pub count: AtomicUsize,
+    pub armed: AtomicU32,
+    pub channel: Option<Arc<ChannelInner>>,
+    pub cq_ptr: usize,
+    pub qps: Mutex<Vec<Arc<QpInner>>>,
+    pub ts_wanted: bool,
+}
+
+impl CqInner {
+    pub fn push(&self, wc: ibv_wc, solicited: bool) {
+        let ts = if self.ts_wanted { now_ns() } else { 0 };
+        self.q
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back(Cqe { wc, ts });
+        self.count.fetch_add(1, Ordering::Release);
+        let armed = self.armed.load(Ordering::Acquire);
+        if armed != ARM_NONE
+            && (armed == ARM_ALL || solicited || wc.status != IBV_WC_SUCCESS)
+            && self.armed.swap(ARM_NONE, Ordering::AcqRel) != ARM_NONE
+        {
+            if let Some(ch) = &self.channel {
+                ch.notify(self.cq_ptr);
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+pub struct RecvWqe {
+    pub wr_id: u64,
+    pub num_sge: u32,
+    pub sge: [ibv_sge; MAX_SGE],
+}
+
+pub struct RecvQueue {
+    pub q: VecDeque<RecvWqe>,
+    pub max: u32,
+}
+
+pub struct SrqInner {
+    pub rq: Mutex<RecvQueue>,
+    pub limit: AtomicU32,
+    pub srqn: u32,
+    pub pd: u32,
+    pub max_sge: u32,
+}
+
+pub const WQE_QUEUED: u8 = 0;
+pub const WQE_SENT: u8 = 1;
+pub const WQE_DONE: u8 = 2;
+
+pub struct SendWqe {
+    pub wr_id: u64,
+    pub opcode: u32,
+    pub flags: u32,
+    pub num_sge: u32,
+    pub sge: [ibv_sge; MAX_SGE],
+    pub inline_buf: Box<[u8; MAX_INLINE]>,
+    pub len: u32,
+    pub raddr: u64,
+    pub rkey: u32,
+    pub compare: u64,
+    pub swap: u64,
+    pub imm: u32,
+    pub ud_node: u32,
+    pub ud_qpn: u32,
+    pub ud_qkey: u32,
+    pub ud_global: bool,
+    pub ud_sl: u8,
+    pub msn: u32,
+    pub sent: u32,
+    pub resp_bytes: u32,
+    pub st: u8,
+    pub status: u32,
+    pub validated: bool,
+}
+
+impl SendWqe {
+    pub fn new() -> SendWqe {
+        SendWqe {
+            wr_id: 0,
+            opcode: 0,
+            flags: 0,
+            num_sge: 0,
+            sge: [ibv_sge::default(); MAX_SGE],
+            inline_buf: Box::new([0u8; MAX_INLINE]),
+            len: 0,
+            raddr: 0,
+            rkey: 0,
+            compare: 0,
+            swap: 0,
+            imm: 0,
+            ud_node: 0,
+            ud_qpn: 0,
+            ud_qkey: 0,
+            ud_global: false,
+            ud_sl: 0,
+            msn: 0,
+            sent: 0,
+            resp_bytes: 0,
+            st: WQE_QUEUED,
+            status: IBV_WC_SUCCESS,
+            validated: false,
+        }
+    }
+    pub fn is_read_atomic(&self) -> bool {
+        matches!(
+            self.opcode,
+            IBV_WR_RDMA_READ | IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD
+        )
+    }
+    pub fn is_inline(&self) -> bool {
+        self.flags & IBV_SEND_INLINE != 0
+    }
+}
+
+impl Default for SendWqe {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Requester state (the send queue).
+pub struct SendQueue {
+    pub ring: Vec<SendWqe>,
+    pub mask: u32,
+    pub head: u32,
+    pub next: u32,
+    pub tail: u32,
+    pub max_wr: u32,
+    pub next_msn: u32,
+    pub acked_msn: u32,
+    pub rd_outstanding: u32,
+    pub rnr_left: u32,
+    pub rnr_until: Option<std::time::Instant>,
+    pub peer: Option<Arc<Peer>>,
+}
+
+impl SendQueue {
+    pub fn new(max_wr: u32) -> SendQueue {
+        let cap = max_wr.max(1).next_power_of_two();
+        SendQueue {
+            ring: (0..cap).map(|_| SendWqe::new()).collect(),
+            mask: cap - 1,
+            head: 0,
+            next: 0,
+            tail: 0,
+            max_wr,
+            next_msn: 0,
+            acked_msn: 0,
+            rd_outstanding: 0,
+            rnr_left: 0,
+            rnr_until: None,
+            peer: None,
+        }
+    }
+    pub fn len(&self) -> u32 {
+        self.tail.wrapping_sub(self.head)
+    }
+    pub fn at(&mut self, idx: u32) -> &mut SendWqe {
+        let m = self.mask;
+        &mut self.ring[(idx & m) as usize]
+    }
+}
+
+/// An inbound message being assembled by the responder.
+pub struct CurMsg {
+    pub msn: u32,
+    pub recv: Option<RecvWqe>,
+    pub drop: bool,
+    pub host: u64,
+}
+
+pub struct ReadJob {
+    pub msn: u32,
+    pub raddr: u64,
+    pub total: u32,
+    pub offset: u32,
+}
+
+/// Responder state.
+pub struct Responder {
+    pub expected_msn: u32,
+    pub nak_sent: bool,
+    pub cur: Option<CurMsg>,
+    pub read: Option<ReadJob>,
+    pub ack_pending: Option<u32>,
+    pub peer: Option<Arc<Peer>>,
+}
+
+pub struct QpInner {
+    pub qpn: u32,
+    pub qp_type: u32,
+    pub pd: u32,
+    pub state: AtomicU32,
+    pub file: QpFile,
+    pub send_cq: Arc<CqInner>,
+    pub recv_cq: Arc<CqInner>,
+    pub srq: Option<Arc<SrqInner>>,
+    pub sq_sig_all: bool,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline: u32,
+    pub dest_node: AtomicU32,
+    pub dest_qpn: AtomicU32,
+    pub qkey: AtomicU32,
+    pub access: AtomicU32,
+    pub min_rnr_timer: AtomicU32,
+    pub rnr_retry: AtomicU32,
+    pub retry_cnt: AtomicU32,
+    pub max_rd_atomic: AtomicU32,
+    pub sl: AtomicU32,
+    pub sq: Mutex<SendQueue>,
+    pub rq: Mutex<RecvQueue>,
+    pub resp: Mutex<Responder>,
+    pub backlog: AtomicBool,
+    pub qp_ptr: usize,
+}
+
+impl QpInner {
+    pub fn state(&self) -> u32 {
+        self.state.load(Ordering::Acquire)
+    }
+    pub fn can_receive(&self) -> bool {
+        matches!(self.state(), IBV_QPS_RTR | IBV_QPS_RTS | IBV_QPS_SQD)
+    }
+
+    /// Takes a receive WQE (from the SRQ if attached).
+    pub fn take_recv(&self) -> Option<RecvWqe> {
+        match &self.srq {
+            Some(s) => s.rq.lock().unwrap_or_else(|e| e.into_inner()).q.pop_front(),
+            None => self
+                .rq
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .q
+                .pop_front(),
+        }
+    }
+
+    pub fn new_file(node: u32, qpn: u32, qp_type: u32) -> Result<QpFile, shm::ShmError> {
+        QpFile::create(node, qpn, qp_type)
+    }
+}
+
+/// A zeroed ibv_wc for this QP.
+pub fn wc_for(qpn: u32, wr_id: u64, status: u32, opcode: u32) -> ibv_wc {
+    let mut wc = ibv_wc {
+        wr_id,
+        status,
+        opcode,
+        ..Default::default()
+    };
+    wc.qp_num = qpn;
+    wc
+}
