@@ -1,0 +1,442 @@
+//! The host poller: one background thread that watches a dynamic set of host-resident queues.
+//!
+//! Registration (from the interposer's hooks, on application threads) takes a mutex,
+//! publishes a new queue list and bumps a generation counter. The poll loop never blocks:
+//! it checks the generation with one atomic load per pass and adopts a new list with
+//! `try_lock` (retrying next pass if a registration holds the lock). `unregister` waits until
+//! the poller has polled the queue one last time and dropped it, so the caller may free the
+//! queue's memory as soon as it returns.
+//!
+//! Adaptive polling: after a pass that found nothing the thread spins for `spin_passes`
+//! passes, then sleeps (`park_timeout`) from `min_sleep` doubling up to `max_sleep`; any
+//! activity resets it. Records go to a schemas [`ChunkWriter`] owned by the thread.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle, Thread};
+use std::time::{Duration, Instant};
+
+use sigmatrace_schemas::{observer, ChunkWriter, Timestamper};
+
+use crate::mem::{HostMemory, MemError};
+use crate::queue::QueueDesc;
+use crate::watcher::{CqWatcher, Observation, SendWatcher};
+
+/// Poller tuning.
+#[derive(Clone, Copy, Debug)]
+pub struct PollerConfig {
+    /// Empty passes spent spinning before the first sleep.
+    pub spin_passes: u32,
+    /// First sleep after spinning.
+    pub min_sleep: Duration,
+    /// Longest sleep when idle.
+    pub max_sleep: Duration,
+}
+
+impl Default for PollerConfig {
+    fn default() -> Self {
+        PollerConfig { spin_passes: 2000, min_sleep: Duration::from_micros(50), max_sleep: Duration::from_millis(1) }
+    }
+}
+
+/// Identifies a registered queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct QueueHandle(pub u64);
+
+/// Why a queue could not be registered.
+#[derive(Debug, thiserror::Error)]
+pub enum RegisterError {
+    #[error("queue is not host-resident (memory kind {0}); use the device poller")]
+    NotHostResident(u8),
+    #[error("UAR descriptions are not watchable rings")]
+    NotARing,
+    #[error("cannot read the queue's doorbell record: {0}")]
+    Mem(#[from] MemError),
+    #[error("the poller has stopped")]
+    Stopped,
+}
+
+/// Live counters (relaxed atomics; read any time).
+#[derive(Debug, Default)]
+pub struct PollerCounters {
+    /// Passes over the queue list.
+    pub passes: AtomicU64,
+    /// Individual queue polls.
+    pub polls: AtomicU64,
+    pub wqes: AtomicU64,
+    pub cqes: AtomicU64,
+    /// Overrun records (ObserveOverrun) emitted.
+    pub overruns: AtomicU64,
+    pub wqebbs_lost: AtomicU64,
+    pub cqes_lost: AtomicU64,
+    pub mem_errors: AtomicU64,
+    /// Records the log writer refused (size cap).
+    pub records_dropped: AtomicU64,
+    pub sleeps: AtomicU64,
+    /// CPU time of the poller thread (CLOCK_THREAD_CPUTIME_ID), ns, updated every pass.
+    pub cpu_ns: AtomicU64,
+    /// Wall time since start, ns, updated every pass.
+    pub wall_ns: AtomicU64,
+}
+
+/// A snapshot of [`PollerCounters`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PollerStats {
+    pub passes: u64,
+    pub polls: u64,
+    pub wqes: u64,
+    pub cqes: u64,
+    pub overruns: u64,
+    pub wqebbs_lost: u64,
+    pub cqes_lost: u64,
+    pub mem_errors: u64,
+    pub records_dropped: u64,
+    pub sleeps: u64,
+    pub cpu_ns: u64,
+    pub wall_ns: u64,
+}
+
+impl PollerStats {
+    /// CPU utilisation of the poller thread (fraction of one core).
+    pub fn cpu_fraction(&self) -> f64 {
+        if self.wall_ns == 0 {
+            0.0
+        } else {
+            self.cpu_ns as f64 / self.wall_ns as f64
+        }
+    }
+}
+
+impl PollerCounters {
+    fn snapshot(&self) -> PollerStats {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        PollerStats {
+            passes: l(&self.passes),
+            polls: l(&self.polls),
+            wqes: l(&self.wqes),
+            cqes: l(&self.cqes),
+            overruns: l(&self.overruns),
+            wqebbs_lost: l(&self.wqebbs_lost),
+            cqes_lost: l(&self.cqes_lost),
+            mem_errors: l(&self.mem_errors),
+            records_dropped: l(&self.records_dropped),
+            sleeps: l(&self.sleeps),
+            cpu_ns: l(&self.cpu_ns),
+            wall_ns: l(&self.wall_ns),
+        }
+    }
+}
+
+/// What the poll thread does with each observation besides logging it (tests, integration).
+pub type ObservationSink = Box<dyn FnMut(&Observation) + Send>;
+
+#[derive(Clone)]
+struct Spec {
+    handle: QueueHandle,
+    desc: QueueDesc,
+    mem: HostMemory,
+    /// Index to start at, read at registration time (PI for send rings, CI for CQs).
+    start: u32,
+}
+
+struct Shared {
+    list: Mutex<Arc<Vec<Spec>>>,
+    generation: AtomicU64,
+    /// Generation whose list the poll thread has adopted (after finishing a pass).
+    adopted: AtomicU64,
+    stop: AtomicBool,
+    next_handle: AtomicU64,
+    counters: PollerCounters,
+    thread: Mutex<Option<Thread>>,
+}
+
+/// A running host poller.
+pub struct HostPoller {
+    shared: Arc<Shared>,
+    join: Option<JoinHandle<Option<ChunkWriter>>>,
+}
+
+enum Watcher {
+    Send(SendWatcher),
+    Cq(CqWatcher),
+}
+
+impl HostPoller {
+    /// Starts the poll thread. `writer` receives the records; `sink` sees every observation.
+    pub fn start(
+        config: PollerConfig,
+        timestamper: Timestamper,
+        writer: Option<ChunkWriter>,
+        sink: Option<ObservationSink>,
+    ) -> std::io::Result<HostPoller> {
+        let shared = Arc::new(Shared {
+            list: Mutex::new(Arc::new(Vec::new())),
+            generation: AtomicU64::new(0),
+            adopted: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            next_handle: AtomicU64::new(1),
+            counters: PollerCounters::default(),
+            thread: Mutex::new(None),
+        });
+        let s2 = shared.clone();
+        let join = thread::Builder::new()
+            .name("sigmatrace-poll".into())
+            .spawn(move || run(s2, config, timestamper, writer, sink))?;
+        *lock(&shared.thread) = Some(join.thread().clone());
+        Ok(HostPoller { shared, join: Some(join) })
+    }
+
+    /// Registers a host-resident send ring or CQ. WQEs/CQEs from the current doorbell state
+    /// on are reported. `mem` must cover the ring and its doorbell record.
+    pub fn register(&self, desc: QueueDesc, mem: HostMemory) -> Result<QueueHandle, RegisterError> {
+        if self.shared.stop.load(Ordering::Acquire) {
+            return Err(RegisterError::Stopped);
+        }
+        if !desc.host_watchable() {
+            return Err(match desc {
+                QueueDesc::Uar(_) => RegisterError::NotARing,
+                d => RegisterError::NotHostResident(d.memory()),
+            });
+        }
+        let start = match &desc {
+            QueueDesc::Send(s) => SendWatcher::new(*s, observer::HOST_POLLER, None, &mem)?.next_index() as u32,
+            QueueDesc::Cq(c) => CqWatcher::new(*c, observer::HOST_POLLER, None, &mem)?.next_index(),
+            QueueDesc::Uar(_) => return Err(RegisterError::NotARing),
+        };
+        let handle = QueueHandle(self.shared.next_handle.fetch_add(1, Ordering::Relaxed));
+        self.publish(|v| v.push(Spec { handle, desc, mem, start }));
+        Ok(handle)
+    }
+
+    /// Unregisters a queue. Returns once the poll thread has polled it a last time and will
+    /// not read its memory again (false if the handle was unknown).
+    pub fn unregister(&self, handle: QueueHandle) -> bool {
+        let mut found = false;
+        let generation = self.publish(|v| {
+            let before = v.len();
+            v.retain(|s| s.handle != handle);
+            found = v.len() != before;
+        });
+        if found {
+            self.wait_adopted(generation);
+        }
+        found
+    }
+
+    fn publish(&self, f: impl FnOnce(&mut Vec<Spec>)) -> u64 {
+        let mut guard = lock(&self.shared.list);
+        let mut v: Vec<Spec> = (**guard).clone();
+        f(&mut v);
+        *guard = Arc::new(v);
+        let g = self.shared.generation.fetch_add(1, Ordering::AcqRel) + 1;
+        drop(guard);
+        if let Some(t) = lock(&self.shared.thread).as_ref() {
+            t.unpark();
+        }
+        g
+    }
+
+    fn wait_adopted(&self, generation: u64) {
+        while self.shared.adopted.load(Ordering::Acquire) < generation && !self.finished() {
+            if let Some(t) = lock(&self.shared.thread).as_ref() {
+                t.unpark();
+            }
+            thread::sleep(Duration::from_micros(20));
+        }
+    }
+
+    fn finished(&self) -> bool {
+        self.join.as_ref().is_none_or(|j| j.is_finished())
+    }
+
+    /// Counters now.
+    pub fn stats(&self) -> PollerStats {
+        self.shared.counters.snapshot()
+    }
+
+    /// Number of registered queues.
+    pub fn queues(&self) -> usize {
+        lock(&self.shared.list).len()
+    }
+
+    /// Stops the thread after a final pass over every queue; returns the writer and the
+    /// final counters.
+    pub fn stop(mut self) -> (Option<ChunkWriter>, PollerStats) {
+        let w = self.stop_inner();
+        (w, self.stats())
+    }
+
+    fn stop_inner(&mut self) -> Option<ChunkWriter> {
+        self.shared.stop.store(true, Ordering::Release);
+        let j = self.join.take()?;
+        j.thread().unpark();
+        j.join().ok().flatten()
+    }
+}
+
+impl Drop for HostPoller {
+    fn drop(&mut self) {
+        let _ = self.stop_inner();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn thread_cpu_ns() -> u64 {
+    sigmatrace_schemas::clock::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+struct Loop {
+    watchers: HashMap<QueueHandle, (Watcher, HostMemory)>,
+    writer: Option<ChunkWriter>,
+    sink: Option<ObservationSink>,
+    ts: Timestamper,
+}
+
+impl Loop {
+    fn adopt(&mut self, list: &[Spec]) {
+        for s in list {
+            if self.watchers.contains_key(&s.handle) {
+                continue;
+            }
+            let w = match s.desc {
+                QueueDesc::Send(q) => SendWatcher::new(q, observer::HOST_POLLER, Some(s.start as u16), &s.mem).map(Watcher::Send),
+                QueueDesc::Cq(q) => CqWatcher::new(q, observer::HOST_POLLER, Some(s.start), &s.mem).map(Watcher::Cq),
+                QueueDesc::Uar(_) => continue,
+            };
+            if let Ok(w) = w {
+                self.watchers.insert(s.handle, (w, s.mem.clone()));
+            }
+        }
+    }
+
+    fn poll_one(&mut self, w: &mut Watcher, mem: &HostMemory, c: &SharedCountersRef) -> usize {
+        let ts = self.ts.now();
+        let writer = &mut self.writer;
+        let sink = &mut self.sink;
+        let mut found = 0usize;
+        let mut emit = |o: Observation| {
+            found += 1;
+            if let Some(s) = sink.as_mut() {
+                s(&o);
+            }
+            if let Some(w) = writer.as_mut() {
+                let ok = match &o {
+                    Observation::Wqe(r, _) => w.append(r),
+                    Observation::Cqe(r) => w.append(r),
+                    Observation::Overrun(r) => w.append(r),
+                };
+                if !ok {
+                    c.add(|k| &k.records_dropped, 1);
+                }
+            }
+            match &o {
+                Observation::Wqe(..) => c.add(|k| &k.wqes, 1),
+                Observation::Cqe(_) => c.add(|k| &k.cqes, 1),
+                Observation::Overrun(r) => {
+                    c.add(|k| &k.overruns, 1);
+                    if r.hdr.aux == sigmatrace_schemas::queue_kind::SEND {
+                        c.add(|k| &k.wqebbs_lost, r.lost)
+                    } else {
+                        c.add(|k| &k.cqes_lost, r.lost)
+                    }
+                }
+            }
+        };
+        let r = match w {
+            Watcher::Send(s) => s.poll(mem, ts, &mut emit),
+            Watcher::Cq(q) => q.poll(mem, ts, &mut emit),
+        };
+        c.add(|k| &k.polls, 1);
+        if r.is_err() {
+            c.add(|k| &k.mem_errors, 1);
+        }
+        found
+    }
+}
+
+/// Counter access that also works for final polls after the counters were detached.
+struct SharedCountersRef<'a>(Option<&'a PollerCounters>);
+
+impl<'a> SharedCountersRef<'a> {
+    fn add(&self, f: impl Fn(&PollerCounters) -> &AtomicU64, n: u64) {
+        if let Some(c) = self.0 {
+            f(c).fetch_add(n, Ordering::Relaxed);
+        }
+    }
+}
+
+fn run(
+    shared: Arc<Shared>,
+    config: PollerConfig,
+    ts: Timestamper,
+    writer: Option<ChunkWriter>,
+    sink: Option<ObservationSink>,
+) -> Option<ChunkWriter> {
+    let start = Instant::now();
+    let cpu0 = thread_cpu_ns();
+    let mut lp = Loop { watchers: HashMap::new(), writer, sink, ts };
+    let mut seen_gen = 0u64;
+    let mut idle = 0u32;
+    let mut sleep = config.min_sleep;
+    let mut handles: Vec<QueueHandle> = Vec::new();
+    loop {
+        let stopping = shared.stop.load(Ordering::Acquire);
+        let g = shared.generation.load(Ordering::Acquire);
+        if g != seen_gen {
+            // Never block: a registration holding the lock just delays adoption one pass.
+            let list = if stopping { Some(lock(&shared.list).clone()) } else { shared.list.try_lock().ok().map(|l| l.clone()) };
+            if let Some(list) = list {
+                lp.adopt_counted(&list, &shared.counters);
+                handles = lp.watchers.keys().copied().collect();
+                handles.sort();
+                seen_gen = g;
+                shared.adopted.store(g, Ordering::Release);
+            }
+        }
+        let mut found = 0usize;
+        let c = SharedCountersRef(Some(&shared.counters));
+        for h in &handles {
+            if let Some((mut w, mem)) = lp.watchers.remove(h) {
+                found += lp.poll_one(&mut w, &mem, &c);
+                lp.watchers.insert(*h, (w, mem));
+            }
+        }
+        shared.counters.passes.fetch_add(1, Ordering::Relaxed);
+        shared.counters.cpu_ns.store(thread_cpu_ns() - cpu0, Ordering::Relaxed);
+        shared.counters.wall_ns.store(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        if stopping {
+            break;
+        }
+        if found > 0 {
+            idle = 0;
+            sleep = config.min_sleep;
+        } else if idle < config.spin_passes {
+            idle += 1;
+            std::hint::spin_loop();
+        } else {
+            shared.counters.sleeps.fetch_add(1, Ordering::Relaxed);
+            thread::park_timeout(sleep);
+            sleep = (sleep * 2).min(config.max_sleep);
+        }
+    }
+    shared.adopted.store(u64::MAX, Ordering::Release);
+    lp.writer
+}
+
+impl Loop {
+    fn adopt_counted(&mut self, list: &[Spec], counters: &PollerCounters) {
+        let gone: Vec<QueueHandle> =
+            self.watchers.keys().filter(|h| !list.iter().any(|s| s.handle == **h)).copied().collect();
+        let c = SharedCountersRef(Some(counters));
+        for h in gone {
+            if let Some((mut w, mem)) = self.watchers.remove(&h) {
+                self.poll_one(&mut w, &mem, &c);
+            }
+        }
+        self.adopt(list);
+    }
+}

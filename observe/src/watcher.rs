@@ -1,0 +1,385 @@
+//! Ring watchers: each `poll()` reads a queue's doorbell record and ring through a
+//! [`QueueMemory`] — never writing to the program's memory — and reports what is new.
+//!
+//! **Send ring**: the DBR SQ word is the producer index (PI, 16 bits, in WQEBBs). WQEBBs in
+//! `[next, PI)` hold new WQEs; each is decoded from its ctrl segment and spans ⌈ds/4⌉ WQEBBs
+//! (wrapping at the ring end). Lost WQEBBs are counted, never skipped silently:
+//! * PI advanced more than the depth since the last poll → the oldest `PI − next − depth`
+//!   WQEBBs were overwritten;
+//! * after copying a WQE the DBR is read again (seqlock style): if PI has since moved more
+//!   than the depth past the WQE, its slot was reused while being read;
+//! * the ctrl's `wqe_index` must equal the expected index (a lapped slot carries a later
+//!   index; after an overrun this also finds the next WQE boundary);
+//! * a ctrl re-read after the copy must be unchanged (torn read).
+//!
+//! Limits (documented in README): PI is 16 bits, so a gap of ≥ 65536 − depth WQEBBs between
+//! two polls is indistinguishable from a smaller one; a producer that has reserved but not
+//! yet published slot `i + depth` can tear a read of WQE `i` in ways the ctrl re-check misses
+//! only if it rewrites the body but not the ctrl.
+//!
+//! **CQ**: the entry at free-running index `n` is valid when its owner bit matches
+//! `!!(n & cqe_cnt)` and the opcode is not INVALID. Laps are detected (a) from the DBR
+//! consumer index when the program maintains it — the hardware may overwrite entry `n` only
+//! after the consumer passed `n`, so entries `< ci − cqe_cnt` are gone — and (b) from a
+//! per-slot signature of the last entry seen: a slot in the "old" phase whose content
+//! changed was rewritten a lap later.
+
+use sigmatrace_schemas::{queue_kind, CqeObserved, ObserveOverrun, RecordHeader, WqeObserved};
+
+use crate::mem::{MemError, QueueMemory};
+use crate::mlx5::cqe::{self, TsFormat};
+use crate::mlx5::dbr::{CQ_DBR_CI_OFFSET, QP_DBR_SQ_OFFSET};
+use crate::mlx5::wqe::{self, Wqe};
+use crate::mlx5::{wqebbs_for_ds, MAX_WQE_BYTES, WQEBB};
+use crate::queue::{CqDesc, SendQueueDesc};
+
+/// One observation produced by a poll.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Observation {
+    /// A WQE, with the full decode.
+    Wqe(WqeObserved, Wqe),
+    Cqe(CqeObserved),
+    Overrun(ObserveOverrun),
+}
+
+/// Per-watcher counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WatchStats {
+    pub polls: u64,
+    pub wqes: u64,
+    pub cqes: u64,
+    /// WQEBBs overwritten before they were seen.
+    pub wqebbs_lost: u64,
+    /// WQEBBs whose ctrl did not decode (counted in `wqebbs_lost` too).
+    pub wqebbs_malformed: u64,
+    pub cqes_lost: u64,
+    pub mem_errors: u64,
+}
+
+fn overrun(ts: u64, kind: u32, number: u32, observer: u8, lost: u64) -> Observation {
+    Observation::Overrun(ObserveOverrun {
+        hdr: RecordHeader::of::<ObserveOverrun>(kind),
+        ts,
+        lost,
+        number,
+        observer,
+        _pad: [0; 3],
+    })
+}
+
+/// Watches one send ring.
+pub struct SendWatcher {
+    q: SendQueueDesc,
+    observer: u8,
+    next: u16,
+    pub stats: WatchStats,
+    buf: Box<[u8; MAX_WQE_BYTES]>,
+}
+
+impl SendWatcher {
+    /// A watcher that treats WQEBBs from `start_pi` on as new; `None` reads the current PI
+    /// (WQEs posted before registration are not reported).
+    pub fn new(
+        q: SendQueueDesc,
+        observer: u8,
+        start_pi: Option<u16>,
+        mem: &dyn QueueMemory,
+    ) -> Result<SendWatcher, MemError> {
+        assert!(q.wqebbs.is_power_of_two() && q.wqebbs <= 32768, "SQ depth must be a power of two ≤ 32768");
+        let next = match start_pi {
+            Some(p) => p,
+            None => read_pi(&q, mem)?,
+        };
+        Ok(SendWatcher { q, observer, next, stats: WatchStats::default(), buf: Box::new([0; MAX_WQE_BYTES]) })
+    }
+
+    pub fn desc(&self) -> &SendQueueDesc {
+        &self.q
+    }
+
+    /// The next WQE index this watcher expects.
+    pub fn next_index(&self) -> u16 {
+        self.next
+    }
+
+    fn copy_wqe(&mut self, mem: &dyn QueueMemory, idx: u16, nbb: u16) -> Result<(), MemError> {
+        let depth = self.q.wqebbs;
+        let slot = (idx as u32) & (depth - 1);
+        let first = (nbb as u32).min(depth - slot);
+        let a = self.q.base + slot as u64 * WQEBB as u64;
+        mem.read(a, &mut self.buf[..first as usize * WQEBB])?;
+        if first < nbb as u32 {
+            let rest = (nbb as u32 - first) as usize * WQEBB;
+            mem.read(self.q.base, &mut self.buf[first as usize * WQEBB..first as usize * WQEBB + rest])?;
+        }
+        Ok(())
+    }
+
+    /// Polls once; `ts` stamps the records; observations go to `out`.
+    pub fn poll(&mut self, mem: &dyn QueueMemory, ts: u64, out: &mut dyn FnMut(Observation)) -> Result<usize, MemError> {
+        self.stats.polls += 1;
+        let depth = self.q.wqebbs;
+        let mut pi = match read_pi(&self.q, mem) {
+            Ok(p) => p,
+            Err(e) => {
+                self.stats.mem_errors += 1;
+                return Err(e);
+            }
+        };
+        let mut seen = 0usize;
+        let mut lost_run = 0u64;
+        let mut resync = false;
+        while self.next != pi {
+            let avail = pi.wrapping_sub(self.next) as u32;
+            if avail > depth {
+                lost_run += (avail - depth) as u64;
+                self.next = pi.wrapping_sub(depth as u16);
+                resync = true;
+                continue;
+            }
+            let idx = self.next;
+            let slot_addr = self.q.base + ((idx as u32 & (depth - 1)) as u64) * WQEBB as u64;
+            let mut ctrl_bytes = [0u8; 16];
+            mem.read(slot_addr, &mut ctrl_bytes)?;
+            let ctrl = wqe::Ctrl::parse(&ctrl_bytes);
+            let nbb = wqebbs_for_ds(ctrl.ds);
+            if ctrl.ds == 0 || ctrl.wqe_index != idx || nbb as u32 > avail {
+                // Not a WQE start for this index: overwritten (lapped, or we resync after an
+                // overrun and landed inside a multi-WQEBB WQE) or malformed. Count one WQEBB.
+                mem.fence();
+                let pi2 = read_pi(&self.q, mem)?;
+                if !resync && pi2.wrapping_sub(idx) as u32 <= depth {
+                    self.stats.wqebbs_malformed += 1;
+                }
+                lost_run += 1;
+                self.next = idx.wrapping_add(1);
+                pi = pi2;
+                continue;
+            }
+            self.copy_wqe(mem, idx, nbb)?;
+            mem.fence();
+            let pi2 = read_pi(&self.q, mem)?;
+            let mut again = [0u8; 16];
+            mem.read(slot_addr, &mut again)?;
+            let reused = pi2.wrapping_sub(idx) as u32 > depth;
+            if reused || again[..8] != ctrl_bytes[..8] {
+                lost_run += nbb as u64;
+                self.next = idx.wrapping_add(nbb);
+                pi = pi2;
+                continue;
+            }
+            resync = false;
+            let decoded = match wqe::decode(&self.buf[..nbb as usize * WQEBB], self.q.transport) {
+                Ok(w) => w,
+                Err(_) => {
+                    self.stats.wqebbs_malformed += 1;
+                    lost_run += nbb as u64;
+                    self.next = idx.wrapping_add(nbb);
+                    continue;
+                }
+            };
+            if lost_run > 0 {
+                self.stats.wqebbs_lost += lost_run;
+                out(overrun(ts, queue_kind::SEND, self.q.qpn, self.observer, lost_run));
+                lost_run = 0;
+            }
+            out(Observation::Wqe(self.record(&decoded, ts), decoded));
+            self.stats.wqes += 1;
+            seen += 1;
+            self.next = idx.wrapping_add(nbb);
+        }
+        if lost_run > 0 {
+            self.stats.wqebbs_lost += lost_run;
+            out(overrun(ts, queue_kind::SEND, self.q.qpn, self.observer, lost_run));
+        }
+        Ok(seen)
+    }
+
+    fn record(&self, w: &Wqe, ts: u64) -> WqeObserved {
+        WqeObserved {
+            hdr: RecordHeader::of::<WqeObserved>(0),
+            ts,
+            remote_addr: w.remote_addr,
+            compare_add: w.compare_add,
+            qpn: if w.ctrl.qpn != 0 { w.ctrl.qpn } else { self.q.qpn },
+            bytes: w.bytes.min(u32::MAX as u64) as u32,
+            rkey: w.rkey,
+            imm: w.ctrl.imm,
+            wqe_index: w.ctrl.wqe_index,
+            opcode: w.ctrl.opcode,
+            ds: w.ctrl.ds,
+            fm_ce_se: w.ctrl.fm_ce_se,
+            observer: self.observer,
+            memory: self.q.memory,
+            _pad: 0,
+        }
+    }
+}
+
+fn read_pi(q: &SendQueueDesc, mem: &dyn QueueMemory) -> Result<u16, MemError> {
+    let raw = mem.load_u32_acquire(q.dbrec + QP_DBR_SQ_OFFSET)?;
+    Ok(u32::from_be(raw) as u16)
+}
+
+/// Watches one completion queue.
+pub struct CqWatcher {
+    q: CqDesc,
+    observer: u8,
+    next: u32,
+    /// Signature of the last entry accepted in each slot (0 = none).
+    shadow: Vec<u64>,
+    pub stats: WatchStats,
+}
+
+const CI_MASK: u32 = 0x00ff_ffff;
+
+fn signature(b: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &x in b {
+        h = (h ^ x as u64).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h | 1
+}
+
+impl CqWatcher {
+    /// A watcher starting at free-running index `start` (`None`: the DBR consumer index when
+    /// `ci_valid`, else 0).
+    pub fn new(q: CqDesc, observer: u8, start: Option<u32>, mem: &dyn QueueMemory) -> Result<CqWatcher, MemError> {
+        assert!(q.cqe_cnt.is_power_of_two(), "CQ size must be a power of two");
+        let next = match start {
+            Some(s) => s,
+            None if q.ci_valid => read_ci(&q, mem)?,
+            None => 0,
+        };
+        Ok(CqWatcher { q, observer, next, shadow: vec![0; q.cqe_cnt as usize], stats: WatchStats::default() })
+    }
+
+    pub fn desc(&self) -> &CqDesc {
+        &self.q
+    }
+
+    /// The next free-running index this watcher expects.
+    pub fn next_index(&self) -> u32 {
+        self.next
+    }
+
+    fn slot_addr(&self, n: u32) -> u64 {
+        self.q.base
+            + ((n & (self.q.cqe_cnt - 1)) as u64) * self.q.cqe_size as u64
+            + cqe::cqe64_offset(self.q.cqe_size) as u64
+    }
+
+    fn read_cqe(&self, mem: &dyn QueueMemory, n: u32) -> Result<[u8; 64], MemError> {
+        let mut b = [0u8; 64];
+        mem.read(self.slot_addr(n), &mut b)?;
+        Ok(b)
+    }
+
+    /// Entries the consumer index proves overwritten: `[next, ci − cqe_cnt)`.
+    fn lost_by_ci(&self, mem: &dyn QueueMemory) -> Result<u32, MemError> {
+        if !self.q.ci_valid {
+            return Ok(0);
+        }
+        let ci = read_ci(&self.q, mem)?;
+        let ahead = ci.wrapping_sub(self.next) & CI_MASK;
+        Ok(if ahead < (1 << 23) && ahead > self.q.cqe_cnt { ahead - self.q.cqe_cnt } else { 0 })
+    }
+
+    /// Polls once (at most one ring's worth of entries).
+    pub fn poll(&mut self, mem: &dyn QueueMemory, ts: u64, out: &mut dyn FnMut(Observation)) -> Result<usize, MemError> {
+        self.stats.polls += 1;
+        let cnt = self.q.cqe_cnt;
+        let mut seen = 0usize;
+        let mut lost = 0u64;
+        for _ in 0..cnt {
+            let gone = self.lost_by_ci(mem)?;
+            if gone > 0 {
+                lost += gone as u64;
+                self.next = self.next.wrapping_add(gone);
+            }
+            let n = self.next;
+            let b = self.read_cqe(mem, n)?;
+            let op_own = b[63];
+            let slot = (n & (cnt - 1)) as usize;
+            if !cqe::is_valid(op_own, n, cnt) {
+                let shadow = self.shadow[slot];
+                if op_own >> 4 != cqe::opcode::INVALID && shadow != 0 && signature(&b) != shadow {
+                    // Old-phase slot with new content: rewritten one lap later.
+                    let skipped = self.resync_after_lap(mem, n)?;
+                    lost += skipped as u64;
+                    continue;
+                }
+                break;
+            }
+            mem.fence();
+            let again = self.read_cqe(mem, n)?;
+            if again != b || self.lost_by_ci(mem)? > 0 {
+                // Changed under us, or the consumer index shows it may have been overwritten
+                // during the read: count it lost.
+                lost += 1;
+                self.next = n.wrapping_add(1);
+                continue;
+            }
+            self.shadow[slot] = signature(&b);
+            if lost > 0 {
+                self.stats.cqes_lost += lost;
+                out(overrun(ts, queue_kind::CQ, self.q.cqn, self.observer, lost));
+                lost = 0;
+            }
+            let c = cqe::decode(&b);
+            out(Observation::Cqe(self.record(&c, n, ts)));
+            self.stats.cqes += 1;
+            seen += 1;
+            self.next = n.wrapping_add(1);
+        }
+        if lost > 0 {
+            self.stats.cqes_lost += lost;
+            out(overrun(ts, queue_kind::CQ, self.q.cqn, self.observer, lost));
+        }
+        Ok(seen)
+    }
+
+    /// Slot `n` holds an entry of index ≥ n + cnt: find the hardware head `h` (the first index
+    /// past n + cnt whose slot is not valid for it); the ring then holds `[h − cnt, h)`.
+    fn resync_after_lap(&mut self, mem: &dyn QueueMemory, n: u32) -> Result<u32, MemError> {
+        let cnt = self.q.cqe_cnt;
+        let mut h = n.wrapping_add(cnt);
+        for _ in 0..cnt {
+            let b = self.read_cqe(mem, h)?;
+            if !cqe::is_valid(b[63], h, cnt) {
+                break;
+            }
+            h = h.wrapping_add(1);
+        }
+        let start = h.wrapping_sub(cnt);
+        let skipped = start.wrapping_sub(n);
+        self.next = start;
+        Ok(skipped)
+    }
+
+    fn record(&self, c: &cqe::Cqe, n: u32, ts: u64) -> CqeObserved {
+        let hw_ts = match self.q.ts_format {
+            TsFormat::RealTime => cqe::real_time_to_ns(c.timestamp),
+            TsFormat::FreeRunning => c.timestamp,
+        };
+        CqeObserved {
+            hdr: RecordHeader::of::<CqeObserved>(0),
+            ts,
+            hw_ts,
+            cqn: self.q.cqn,
+            index: n,
+            qpn: c.qpn,
+            byte_cnt: c.byte_cnt,
+            wqe_counter: c.wqe_counter,
+            opcode: c.opcode,
+            syndrome: c.syndrome,
+            vendor_syndrome: c.vendor_syndrome,
+            observer: self.observer,
+            _pad: 0,
+        }
+    }
+}
+
+fn read_ci(q: &CqDesc, mem: &dyn QueueMemory) -> Result<u32, MemError> {
+    Ok(u32::from_be(mem.load_u32_acquire(q.dbrec + CQ_DBR_CI_OFFSET)?) & CI_MASK)
+}
