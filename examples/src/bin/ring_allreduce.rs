@@ -1,0 +1,290 @@
+//! Ring all-reduce over RC queue pairs with RDMA_WRITE_WITH_IMM, one process per rank.
+//!
+//! ```text
+//! ring-allreduce --rank R --ranks N --rendezvous DIR [--elems E] [--iters I]
+//! ```
+//! Each rank owns a vector of E u64 values; after every iteration each element equals the sum
+//! over ranks, which the program checks. Rank r writes to rank r+1 (its QP "right") and
+//! receives from rank r-1 (its QP "left"). Each step moves one chunk with a signalled
+//! RDMA_WRITE_WITH_IMM into the right neighbour's staging slot; the immediate names the slot
+//! and consumes a receive the neighbour posted. A 4-byte SEND "credit" from the receiver to
+//! its left neighbour opens every iteration, so no write lands before its receives are posted.
+
+use sigmatrace_examples::rendezvous::{fetch, publish};
+use sigmatrace_examples::verbs::{
+    self, ffi::*, post_recv, post_send, wait_one, Cq, Device, PortAddress, Qp, SendOp,
+};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+struct Args {
+    rank: u32,
+    ranks: u32,
+    dir: PathBuf,
+    elems: usize,
+    iters: u32,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        rank: u32::MAX,
+        ranks: 0,
+        dir: PathBuf::new(),
+        elems: 1 << 14,
+        iters: 10,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(k) = it.next() {
+        let mut v = || it.next().ok_or(format!("{k} needs a value"));
+        match k.as_str() {
+            "--rank" => a.rank = v()?.parse().map_err(|e| format!("--rank: {e}"))?,
+            "--ranks" => a.ranks = v()?.parse().map_err(|e| format!("--ranks: {e}"))?,
+            "--rendezvous" => a.dir = PathBuf::from(v()?),
+            "--elems" => a.elems = v()?.parse().map_err(|e| format!("--elems: {e}"))?,
+            "--iters" => a.iters = v()?.parse().map_err(|e| format!("--iters: {e}"))?,
+            "-h" | "--help" => {
+                println!("usage: ring-allreduce --rank R --ranks N --rendezvous DIR [--elems E] [--iters I]");
+                std::process::exit(0);
+            }
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    if a.ranks < 2 || a.rank >= a.ranks || a.dir.as_os_str().is_empty() {
+        return Err("need --ranks N (>= 2), --rank R (< N) and --rendezvous DIR".into());
+    }
+    if !a.elems.is_multiple_of(a.ranks as usize) || a.elems == 0 {
+        return Err(format!(
+            "--elems must be a positive multiple of --ranks ({})",
+            a.ranks
+        ));
+    }
+    Ok(a)
+}
+
+fn initial(rank: u32, iter: u32, i: usize) -> u64 {
+    (rank as u64 + 1) * 1_000_000 + i as u64 * 3 + iter as u64
+}
+
+const CREDIT_WR: u64 = 1 << 62;
+const CREDIT_RECV_WR: u64 = 1 << 61;
+
+/// Completion bookkeeping shared by all steps: credits are counted whenever they arrive.
+struct Events {
+    cq: Cq,
+    qp_right: Qp,
+    credit: (u64, u32, u32),
+    credits: u32,
+    credit_sent: bool,
+}
+
+impl Events {
+    /// Waits for the next completion, accounting for credit traffic.
+    fn next(&mut self) -> Result<verbs::Completion, Box<dyn std::error::Error>> {
+        let c = wait_one(self.cq)?;
+        if c.wr_id == CREDIT_RECV_WR {
+            self.credits += 1;
+            post_recv(self.qp_right, CREDIT_RECV_WR, self.credit)?;
+        } else if c.wr_id == CREDIT_WR {
+            self.credit_sent = true;
+        }
+        Ok(c)
+    }
+}
+
+fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
+    let n = a.ranks as usize;
+    let chunk = a.elems / n;
+    let chunk_bytes = chunk * 8;
+    let slots = 2 * (n - 1);
+    let dev = Device::open()?;
+    let cq = dev.create_cq(4 * (slots as i32 + 8))?;
+    let depth = (slots + 8) as u32;
+    let qp_right = dev.create_rc_qp(cq, depth)?;
+    let qp_left = dev.create_rc_qp(cq, depth)?;
+
+    let mut data = vec![0u8; a.elems * 8];
+    let mut staging = vec![0u8; slots * chunk_bytes];
+    let mut credit = vec![0u8; 64];
+    let data_mr = dev.register(&mut data)?;
+    let staging_mr = dev.register(&mut staging)?;
+    let credit_mr = dev.register(&mut credit)?;
+    // SAFETY: the MRs were just returned by ibv_reg_mr and stay registered until exit.
+    let (data_lkey, staging_rkey, credit_lkey) =
+        unsafe { ((*data_mr).lkey, (*staging_mr).rkey, (*credit_mr).lkey) };
+    let data_addr = data.as_ptr() as u64;
+    let staging_addr = staging.as_ptr() as u64;
+    let credit_addr = credit.as_ptr() as u64;
+
+    // Credits from the right neighbour arrive on qp_right: post the first receive before
+    // publishing our address, so it is in place before anyone can send.
+    post_recv(qp_right, CREDIT_RECV_WR, (credit_addr, 4, credit_lkey))?;
+    let me = format!(
+        "{} {} {} {} {}",
+        dev.addr,
+        verbs::qp_num(qp_left),
+        verbs::qp_num(qp_right),
+        staging_addr,
+        staging_rkey
+    );
+    publish(&a.dir, a.rank, "addr", &me)?;
+    let right = (a.rank + 1) % a.ranks;
+    let left = (a.rank + a.ranks - 1) % a.ranks;
+    let parse = |s: String| -> (PortAddress, u32, u32, u64, u32) {
+        let f: Vec<&str> = s.split_whitespace().collect();
+        let mut gid = [0u8; 16];
+        for (i, g) in gid.iter_mut().enumerate() {
+            *g = u8::from_str_radix(&f[1][2 * i..2 * i + 2], 16).unwrap_or(0);
+        }
+        (
+            PortAddress {
+                lid: f[0].parse().unwrap_or(0),
+                gid,
+            },
+            f[2].parse().unwrap_or(0),
+            f[3].parse().unwrap_or(0),
+            f[4].parse().unwrap_or(0),
+            f[5].parse().unwrap_or(0),
+        )
+    };
+    let timeout = Duration::from_secs(60);
+    let (raddr, r_qp_left, _, r_staging, r_rkey) = parse(fetch(&a.dir, right, "addr", timeout)?);
+    let (laddr, _, l_qp_right, _, _) = parse(fetch(&a.dir, left, "addr", timeout)?);
+    dev.connect_rc(qp_right, raddr, r_qp_left)?;
+    dev.connect_rc(qp_left, laddr, l_qp_right)?;
+    // Everyone connected before the first credit flows.
+    publish(&a.dir, a.rank, "ready", "1")?;
+    for r in 0..a.ranks {
+        fetch(&a.dir, r, "ready", timeout)?;
+    }
+
+    let r = a.rank as usize;
+    let mut st = Events {
+        cq,
+        qp_right,
+        credit: (credit_addr, 4, credit_lkey),
+        credits: 0,
+        credit_sent: false,
+    };
+    let start = Instant::now();
+    let mut wr_seq = 0u64;
+    for iter in 0..a.iters {
+        for i in 0..a.elems {
+            data[i * 8..i * 8 + 8].copy_from_slice(&initial(a.rank, iter, i).to_ne_bytes());
+        }
+        // Receives for this iteration's incoming writes, then grant the left neighbour a credit.
+        for s in 0..slots {
+            post_recv(qp_left, s as u64, (0, 0, 0))?;
+        }
+        st.credit_sent = false;
+        post_send(
+            qp_left,
+            SendOp {
+                wr_id: CREDIT_WR,
+                opcode: IBV_WR_SEND,
+                local: st.credit,
+                remote: (0, 0),
+                imm: 0,
+                signaled: true,
+            },
+        )?;
+        // Our right neighbour's credit: its receives for this iteration are posted.
+        while st.credits == 0 {
+            st.next()?;
+        }
+        st.credits -= 1;
+        for phase in 0..2 {
+            for s in 0..n - 1 {
+                let (send_chunk, recv_chunk) = if phase == 0 {
+                    ((r + n - s) % n, (r + n - s - 1) % n)
+                } else {
+                    ((r + 1 + n - s) % n, (r + n - s) % n)
+                };
+                let slot = phase * (n - 1) + s;
+                wr_seq += 1;
+                post_send(
+                    qp_right,
+                    SendOp {
+                        wr_id: wr_seq,
+                        opcode: IBV_WR_RDMA_WRITE_WITH_IMM,
+                        local: (
+                            data_addr + (send_chunk * chunk_bytes) as u64,
+                            chunk_bytes as u32,
+                            data_lkey,
+                        ),
+                        remote: (r_staging + (slot * chunk_bytes) as u64, r_rkey),
+                        imm: slot as u32,
+                        signaled: true,
+                    },
+                )?;
+                // Our write completed (its source chunk may change) and the left neighbour's
+                // write for this slot arrived, in either order.
+                let (mut sent, mut got) = (false, None);
+                while !sent || got.is_none() {
+                    let c = st.next()?;
+                    if c.wr_id == wr_seq {
+                        sent = true;
+                    } else if c.imm == Some(slot as u32) {
+                        got = Some(c);
+                    }
+                }
+                let got = got.unwrap();
+                if got.byte_len as usize != chunk_bytes {
+                    return Err(format!(
+                        "slot {slot}: received {} bytes, expected {chunk_bytes}",
+                        got.byte_len
+                    )
+                    .into());
+                }
+                for k in 0..chunk {
+                    let at = (recv_chunk * chunk + k) * 8;
+                    let from = (slot * chunk + k) * 8;
+                    let inc = u64::from_ne_bytes(staging[from..from + 8].try_into().unwrap());
+                    let cur = u64::from_ne_bytes(data[at..at + 8].try_into().unwrap());
+                    let v = if phase == 0 { cur + inc } else { inc };
+                    data[at..at + 8].copy_from_slice(&v.to_ne_bytes());
+                }
+            }
+        }
+        while !st.credit_sent {
+            st.next()?;
+        }
+        for i in 0..a.elems {
+            let want: u64 = (0..a.ranks).map(|q| initial(q, iter, i)).sum();
+            let got = u64::from_ne_bytes(data[i * 8..i * 8 + 8].try_into().unwrap());
+            if got != want {
+                return Err(
+                    format!("iteration {iter}: element {i} is {got}, expected {want}").into(),
+                );
+            }
+        }
+    }
+    let el = start.elapsed();
+    let checksum: u64 = data
+        .chunks(8)
+        .map(|c| u64::from_ne_bytes(c.try_into().unwrap()))
+        .fold(0u64, |a, b| a.wrapping_add(b));
+    println!(
+        "rank {}/{}: {} iterations of {} x u64 all-reduced on {} ({} RDMA writes), result verified, checksum {:#x}, {:.1} us/iteration",
+        a.rank, a.ranks, a.iters, a.elems, dev.name, wr_seq, checksum, el.as_secs_f64() * 1e6 / a.iters.max(1) as f64
+    );
+    // Wait for the last credit so the neighbour's final send completes before we tear down.
+    publish(&a.dir, a.rank, "done", "1")?;
+    for q in 0..a.ranks {
+        fetch(&a.dir, q, "done", timeout)?;
+    }
+    Ok(())
+}
+
+fn main() {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("ring-allreduce: {e}");
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = run(&args) {
+        eprintln!("ring-allreduce rank {}: {e}", args.rank);
+        std::process::exit(1);
+    }
+}
