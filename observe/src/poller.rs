@@ -136,16 +136,20 @@ struct Spec {
     handle: QueueHandle,
     desc: QueueDesc,
     mem: HostMemory,
-    /// Index to start at, read at registration time (PI for send rings, CI for CQs).
-    start: u32,
+    /// The watcher created at registration (its start index and CQ shadow are taken then);
+    /// the poll thread takes it when it adopts the list.
+    init: Arc<Mutex<Option<Watcher>>>,
 }
 
 struct Shared {
     list: Mutex<Arc<Vec<Spec>>>,
+    /// Unregistered queues awaiting their final poll (taken by the poll thread on adoption).
+    retired: Mutex<Vec<Spec>>,
     generation: AtomicU64,
     /// Generation whose list the poll thread has adopted (after finishing a pass).
     adopted: AtomicU64,
     stop: AtomicBool,
+    paused: AtomicBool,
     next_handle: AtomicU64,
     counters: PollerCounters,
     thread: Mutex<Option<Thread>>,
@@ -172,9 +176,11 @@ impl HostPoller {
     ) -> std::io::Result<HostPoller> {
         let shared = Arc::new(Shared {
             list: Mutex::new(Arc::new(Vec::new())),
+            retired: Mutex::new(Vec::new()),
             generation: AtomicU64::new(0),
             adopted: AtomicU64::new(0),
             stop: AtomicBool::new(false),
+            paused: AtomicBool::new(false),
             next_handle: AtomicU64::new(1),
             counters: PollerCounters::default(),
             thread: Mutex::new(None),
@@ -199,13 +205,14 @@ impl HostPoller {
                 d => RegisterError::NotHostResident(d.memory()),
             });
         }
-        let start = match &desc {
-            QueueDesc::Send(s) => SendWatcher::new(*s, observer::HOST_POLLER, None, &mem)?.next_index() as u32,
-            QueueDesc::Cq(c) => CqWatcher::new(*c, observer::HOST_POLLER, None, &mem)?.next_index(),
+        let w = match &desc {
+            QueueDesc::Send(s) => Watcher::Send(SendWatcher::new(*s, observer::HOST_POLLER, None, &mem)?),
+            QueueDesc::Cq(c) => Watcher::Cq(CqWatcher::new(*c, observer::HOST_POLLER, None, &mem)?),
             QueueDesc::Uar(_) => return Err(RegisterError::NotARing),
         };
         let handle = QueueHandle(self.shared.next_handle.fetch_add(1, Ordering::Relaxed));
-        self.publish(|v| v.push(Spec { handle, desc, mem, start }));
+        let init = Arc::new(Mutex::new(Some(w)));
+        self.publish(|v| v.push(Spec { handle, desc, mem, init }));
         Ok(handle)
     }
 
@@ -213,10 +220,14 @@ impl HostPoller {
     /// not read its memory again (false if the handle was unknown).
     pub fn unregister(&self, handle: QueueHandle) -> bool {
         let mut found = false;
+        let retired = &self.shared.retired;
         let generation = self.publish(|v| {
-            let before = v.len();
-            v.retain(|s| s.handle != handle);
-            found = v.len() != before;
+            let (gone, keep): (Vec<Spec>, Vec<Spec>) = v.drain(..).partition(|s| s.handle == handle);
+            *v = keep;
+            found = !gone.is_empty();
+            // Queued before the generation bump, so the adoption that acknowledges it has
+            // done the final poll.
+            lock(retired).extend(gone);
         });
         if found {
             self.wait_adopted(generation);
@@ -250,14 +261,29 @@ impl HostPoller {
         self.join.as_ref().is_none_or(|j| j.is_finished())
     }
 
+    /// Pauses polling (registrations are still adopted, and unregistering still does the
+    /// final poll). For tests that need a deterministic gap between polls, and for callers
+    /// that must quiesce the thread briefly.
+    pub fn pause(&self) {
+        self.shared.paused.store(true, Ordering::Release);
+    }
+
+    /// Resumes polling after [`HostPoller::pause`].
+    pub fn resume(&self) {
+        self.shared.paused.store(false, Ordering::Release);
+        if let Some(t) = lock(&self.shared.thread).as_ref() {
+            t.unpark();
+        }
+    }
+
     /// Counters now.
     pub fn stats(&self) -> PollerStats {
         self.shared.counters.snapshot()
     }
 
-    /// Number of registered queues.
-    pub fn queues(&self) -> usize {
-        lock(&self.shared.list).len()
+    /// The registered queues.
+    pub fn queues(&self) -> Vec<(QueueHandle, QueueDesc)> {
+        lock(&self.shared.list).iter().map(|s| (s.handle, s.desc)).collect()
     }
 
     /// Stops the thread after a final pass over every queue; returns the writer and the
@@ -302,12 +328,7 @@ impl Loop {
             if self.watchers.contains_key(&s.handle) {
                 continue;
             }
-            let w = match s.desc {
-                QueueDesc::Send(q) => SendWatcher::new(q, observer::HOST_POLLER, Some(s.start as u16), &s.mem).map(Watcher::Send),
-                QueueDesc::Cq(q) => CqWatcher::new(q, observer::HOST_POLLER, Some(s.start), &s.mem).map(Watcher::Cq),
-                QueueDesc::Uar(_) => continue,
-            };
-            if let Ok(w) = w {
+            if let Some(w) = lock(&s.init).take() {
                 self.watchers.insert(s.handle, (w, s.mem.clone()));
             }
         }
@@ -390,12 +411,18 @@ fn run(
             // Never block: a registration holding the lock just delays adoption one pass.
             let list = if stopping { Some(lock(&shared.list).clone()) } else { shared.list.try_lock().ok().map(|l| l.clone()) };
             if let Some(list) = list {
+                let retired: Vec<Spec> = std::mem::take(&mut *lock(&shared.retired));
+                lp.retire(&retired, &shared.counters);
                 lp.adopt_counted(&list, &shared.counters);
                 handles = lp.watchers.keys().copied().collect();
                 handles.sort();
                 seen_gen = g;
                 shared.adopted.store(g, Ordering::Release);
             }
+        }
+        if !stopping && shared.paused.load(Ordering::Acquire) {
+            thread::park_timeout(config.max_sleep);
+            continue;
         }
         let mut found = 0usize;
         let c = SharedCountersRef(Some(&shared.counters));
@@ -428,6 +455,17 @@ fn run(
 }
 
 impl Loop {
+    /// Final poll of unregistered queues, including ones never adopted.
+    fn retire(&mut self, retired: &[Spec], counters: &PollerCounters) {
+        let c = SharedCountersRef(Some(counters));
+        for s in retired {
+            let w = self.watchers.remove(&s.handle).map(|(w, _)| w).or_else(|| lock(&s.init).take());
+            if let Some(mut w) = w {
+                self.poll_one(&mut w, &s.mem, &c);
+            }
+        }
+    }
+
     fn adopt_counted(&mut self, list: &[Spec], counters: &PollerCounters) {
         let gone: Vec<QueueHandle> =
             self.watchers.keys().filter(|h| !list.iter().any(|s| s.handle == **h)).copied().collect();

@@ -232,6 +232,10 @@ pub struct CqWatcher {
 }
 
 const CI_MASK: u32 = 0x00ff_ffff;
+/// Shadow value: slot content unknown (never checked for laps).
+const SHADOW_UNKNOWN: u64 = 0;
+/// Shadow value: slot held INVALID when the watcher started (signatures are odd).
+const SHADOW_EMPTY: u64 = 2;
 
 fn signature(b: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -251,7 +255,14 @@ impl CqWatcher {
             None if q.ci_valid => read_ci(&q, mem)?,
             None => 0,
         };
-        Ok(CqWatcher { q, observer, next, shadow: vec![0; q.cqe_cnt as usize], stats: WatchStats::default() })
+        let mut w = CqWatcher { q, observer, next, shadow: vec![SHADOW_UNKNOWN; q.cqe_cnt as usize], stats: WatchStats::default() };
+        // Remember what every slot holds now: INVALID (fresh ring) or an entry from before
+        // the start. A later old-phase slot whose content differs was rewritten a lap on.
+        for i in 0..q.cqe_cnt {
+            let b = w.read_cqe(mem, i)?;
+            w.shadow[i as usize] = if b[63] >> 4 == cqe::opcode::INVALID { SHADOW_EMPTY } else { signature(&b) };
+        }
+        Ok(w)
     }
 
     pub fn desc(&self) -> &CqDesc {
@@ -291,7 +302,8 @@ impl CqWatcher {
         let cnt = self.q.cqe_cnt;
         let mut seen = 0usize;
         let mut lost = 0u64;
-        for _ in 0..cnt {
+        // At most one ring's worth of entries, plus one resync.
+        for _ in 0..=cnt {
             let gone = self.lost_by_ci(mem)?;
             if gone > 0 {
                 lost += gone as u64;
@@ -303,7 +315,7 @@ impl CqWatcher {
             let slot = (n & (cnt - 1)) as usize;
             if !cqe::is_valid(op_own, n, cnt) {
                 let shadow = self.shadow[slot];
-                if op_own >> 4 != cqe::opcode::INVALID && shadow != 0 && signature(&b) != shadow {
+                if op_own >> 4 != cqe::opcode::INVALID && shadow != SHADOW_UNKNOWN && signature(&b) != shadow {
                     // Old-phase slot with new content: rewritten one lap later.
                     let skipped = self.resync_after_lap(mem, n)?;
                     lost += skipped as u64;
@@ -317,6 +329,7 @@ impl CqWatcher {
                 // Changed under us, or the consumer index shows it may have been overwritten
                 // during the read: count it lost.
                 lost += 1;
+                self.shadow[slot] = SHADOW_UNKNOWN;
                 self.next = n.wrapping_add(1);
                 continue;
             }

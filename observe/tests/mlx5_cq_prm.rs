@@ -27,7 +27,7 @@ fn hand_built_cqe() {
     b[63] = 0xd0;
     let c = cqe::decode(&b);
     assert!(c.is_error());
-    assert_eq!((c.opcode, c.vendor_syndrome, c.syndrome, c.owner), (13, 0x88, 0x05, 0));
+    assert_eq!((c.opcode, c.vendor_syndrome, c.syndrome, c.owner, c.timestamp), (13, 0x88, 0x05, 0, 0));
     let f = CqeFields { opcode: 13, wqe_counter: 0x42, byte_cnt: 8192, qpn: 0xabcdef, send_opcode: 8, timestamp: 0x0102_0304_0506_0708, syndrome: 5, vendor_syndrome: 0x88, imm: 0, src_qp: 0x1234 };
     assert_eq!(build::cqe64(&f, 0, 4), b);
 }

@@ -34,7 +34,8 @@ pub struct Cqe {
     pub qpn: u32,
     /// Send opcode of the completed WQE for requester CQEs (`sop_drop_qpn` bits 31:24).
     pub send_opcode: u8,
-    /// Raw 64-bit timestamp (free-running cycles or real-time, see [`TsFormat`]).
+    /// Raw 64-bit timestamp (free-running cycles or real-time, see [`TsFormat`]); 0 for
+    /// error CQEs, whose bytes 48..55 carry syndromes instead.
     pub timestamp: u64,
     /// Error syndrome (error CQEs only, else 0).
     pub syndrome: u8,
@@ -69,7 +70,7 @@ pub fn decode(b: &[u8]) -> Cqe {
         byte_cnt: be32(b, 44),
         qpn: sop_qpn & 0x00ff_ffff,
         send_opcode: (sop_qpn >> 24) as u8,
-        timestamp: be64(b, 48),
+        timestamp: if err { 0 } else { be64(b, 48) },
         syndrome: if err { b[55] } else { 0 },
         vendor_syndrome: if err { b[54] } else { 0 },
         imm_inval_pkey: be32(b, 36),
