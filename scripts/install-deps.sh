@@ -44,6 +44,17 @@ if ! "$VENV/bin/python" -c 'import perfetto, google.protobuf' 2>/dev/null; then
   echo "install-deps: installing perfetto + protobuf into $VENV"
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check perfetto protobuf
 fi
+# CUDA compile-check tools for observe/gpu (no GPU needed): ptxas and libNVVM from the nvcc
+# wheel, NVRTC to regenerate PTX from the .cu sources (observe/gpu/check-ptx.sh).
+if ! "$VENV/bin/python" -c 'import nvidia.cuda_nvcc, nvidia.cuda_nvrtc' 2>/dev/null; then
+  echo "install-deps: installing nvidia-cuda-nvcc-cu12 + nvidia-cuda-nvrtc-cu12 into $VENV"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check \
+    "nvidia-cuda-nvcc-cu12==12.9.86" "nvidia-cuda-nvrtc-cu12==12.9.86"
+fi
+"$VENV/bin/python" -c 'import nvidia.cuda_nvcc, nvidia.cuda_nvrtc' || {
+  echo "install-deps: FAILED to install the CUDA compile-check wheels into $VENV" >&2
+  exit 1
+}
 "$VENV/bin/python" -c 'import perfetto, google.protobuf' || {
   echo "install-deps: FAILED to set up the Python validator environment ($VENV)" >&2
   exit 1
