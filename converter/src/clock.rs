@@ -1,0 +1,234 @@
+//! Per-process clock fits: log timestamps (TSC ticks or MONOTONIC_RAW ns) → host time.
+//!
+//! Each log has a start snapshot in its header and periodic `ClockSnapshot` records pairing the
+//! timestamp source with the system clocks. The converter fits `ts → CLOCK_MONOTONIC` by least
+//! squares over all snapshots (slope = rate and drift of the source), then adds the host's
+//! `REALTIME − MONOTONIC` offset. Fitting against MONOTONIC (not REALTIME) keeps NTP steps of the
+//! wall clock out of the fit, and all processes of one host share MONOTONIC exactly.
+//! GPU `%globaltimer` values map to the log's timestamp source the same way, from
+//! `GpuClockPair` records.
+
+use sigmatrace_schemas::clock::TimestampSource;
+use sigmatrace_schemas::records::{ClockSnapshot, GpuClockPair};
+
+/// `out = out0 + (x − x0) · slope`, in integer nanoseconds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LinearMap {
+    pub x0: u64,
+    pub out0: i64,
+    pub slope: f64,
+}
+
+impl LinearMap {
+    pub const IDENTITY: LinearMap = LinearMap {
+        x0: 0,
+        out0: 0,
+        slope: 1.0,
+    };
+
+    #[inline]
+    pub fn map(&self, x: u64) -> i64 {
+        let dx = x.wrapping_sub(self.x0) as i64;
+        self.out0 + (dx as f64 * self.slope).round() as i64
+    }
+
+    /// Composes `self` after a shift: `out + offset + rate · (out − at)`.
+    pub fn then_correct(&self, offset_ns: f64, rate: f64, at: i64) -> LinearMap {
+        let out0 = self.out0 as f64 + offset_ns + rate * (self.out0 - at) as f64;
+        LinearMap {
+            x0: self.x0,
+            out0: out0.round() as i64,
+            slope: self.slope * (1.0 + rate),
+        }
+    }
+}
+
+/// Least-squares line through (x, y) points, x relative to `x0`.
+fn fit(points: &[(u64, i64)], default_slope: f64) -> (LinearMap, f64) {
+    let x0 = points[0].0;
+    let y0 = points[0].1;
+    if points.len() == 1 {
+        return (
+            LinearMap {
+                x0,
+                out0: y0,
+                slope: default_slope,
+            },
+            0.0,
+        );
+    }
+    let n = points.len() as f64;
+    let (mut sx, mut sy, mut sxx, mut sxy) = (0.0, 0.0, 0.0, 0.0);
+    for &(x, y) in points {
+        let dx = x.wrapping_sub(x0) as i64 as f64;
+        let dy = (y - y0) as f64;
+        sx += dx;
+        sy += dy;
+        sxx += dx * dx;
+        sxy += dx * dy;
+    }
+    let den = n * sxx - sx * sx;
+    let (slope, icpt) = if den.abs() < 1e-9 {
+        (default_slope, sy / n - default_slope * sx / n)
+    } else {
+        let slope = (n * sxy - sx * sy) / den;
+        (slope, (sy - slope * sx) / n)
+    };
+    let map = LinearMap {
+        x0,
+        out0: y0 + icpt.round() as i64,
+        slope,
+    };
+    let resid = points
+        .iter()
+        .map(|&(x, y)| (map.map(x) - y).abs() as f64)
+        .fold(0.0, f64::max);
+    (map, resid)
+}
+
+/// How one process's timestamps map to its host's clocks.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ProcessClock {
+    /// ts → CLOCK_MONOTONIC ns.
+    pub to_monotonic: LinearMap,
+    /// REALTIME − MONOTONIC at the log's start.
+    pub realtime_offset: i64,
+    /// Largest residual of the fit (ns): how well the snapshots agree with one line.
+    pub fit_residual_ns: f64,
+    pub snapshots: usize,
+}
+
+impl ProcessClock {
+    /// Fits the process's snapshots (the header's start snapshot first).
+    pub fn fit(start: &ClockSnapshot, snaps: &[ClockSnapshot], source: TimestampSource, hz: u64) -> Self {
+        let default_slope = match source {
+            TimestampSource::MonotonicRaw => 1.0,
+            TimestampSource::Tsc if hz > 0 => 1e9 / hz as f64,
+            TimestampSource::Tsc => 1.0,
+        };
+        let mid = |s: &ClockSnapshot| {
+            if s.ts_after >= s.ts {
+                s.ts + (s.ts_after - s.ts) / 2
+            } else {
+                s.ts
+            }
+        };
+        let mut pts: Vec<(u64, i64)> = Vec::with_capacity(snaps.len() + 1);
+        let usable = |s: &ClockSnapshot| s.monotonic != 0;
+        if usable(start) {
+            pts.push((mid(start), start.monotonic as i64));
+        }
+        pts.extend(snaps.iter().filter(|s| usable(s)).map(|s| (mid(s), s.monotonic as i64)));
+        pts.sort_by_key(|p| p.0);
+        pts.dedup_by_key(|p| p.0);
+        if pts.is_empty() {
+            // No usable snapshot: treat the source as nanoseconds since an unknown origin.
+            return ProcessClock {
+                to_monotonic: LinearMap {
+                    x0: 0,
+                    out0: 0,
+                    slope: default_slope,
+                },
+                realtime_offset: 0,
+                fit_residual_ns: 0.0,
+                snapshots: 0,
+            };
+        }
+        let (to_monotonic, resid) = fit(&pts, default_slope);
+        let base = if usable(start) { start } else { &snaps[0] };
+        ProcessClock {
+            to_monotonic,
+            realtime_offset: base.realtime as i64 - base.monotonic as i64,
+            fit_residual_ns: resid,
+            snapshots: pts.len(),
+        }
+    }
+
+    /// ts → host REALTIME using `rt_offset` (the host's REALTIME − MONOTONIC).
+    pub fn to_realtime(&self, rt_offset: i64) -> LinearMap {
+        LinearMap {
+            out0: self.to_monotonic.out0 + rt_offset,
+            ..self.to_monotonic
+        }
+    }
+}
+
+/// Per-device `%globaltimer` → log timestamp maps.
+#[derive(Clone, Debug, Default)]
+pub struct GpuClocks {
+    /// (device ordinal, map globaltimer ns → log ts).
+    pub devices: Vec<(u32, LinearMap)>,
+}
+
+impl GpuClocks {
+    /// Fits each device's pairs (sorted by device, then ts).
+    pub fn fit(pairs: &[GpuClockPair], ts_per_ns: f64) -> Self {
+        let mut devices = Vec::new();
+        let mut i = 0;
+        while i < pairs.len() {
+            let dev = pairs[i].hdr.aux;
+            let mut pts = Vec::new();
+            while i < pairs.len() && pairs[i].hdr.aux == dev {
+                let p = &pairs[i];
+                let mid = p.ts + p.ts_after.saturating_sub(p.ts) / 2;
+                pts.push((p.gpu_ns, mid as i64));
+                i += 1;
+            }
+            pts.sort_by_key(|p| p.0);
+            pts.dedup_by_key(|p| p.0);
+            let (m, _) = fit(&pts, ts_per_ns);
+            devices.push((dev, m));
+        }
+        GpuClocks { devices }
+    }
+
+    /// The map of a device, if it has clock pairs.
+    pub fn device(&self, dev: u32) -> Option<&LinearMap> {
+        self.devices.iter().find(|d| d.0 == dev).map(|d| &d.1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sigmatrace_schemas::records::RecordHeader;
+
+    fn snap(ts: u64, mono: u64, rt: u64) -> ClockSnapshot {
+        ClockSnapshot {
+            hdr: RecordHeader::of::<ClockSnapshot>(0),
+            ts,
+            monotonic: mono,
+            monotonic_raw: mono,
+            boottime: mono,
+            realtime: rt,
+            ts_after: ts + 20,
+        }
+    }
+
+    #[test]
+    fn tsc_fit_recovers_rate_and_drift() {
+        // 2.5 GHz nominal, running 30 ppm fast relative to MONOTONIC.
+        let hz = 2.5e9 * (1.0 + 30e-6);
+        let snaps: Vec<_> = (0..20)
+            .map(|i| {
+                let mono = 1_000_000_000u64 + i * 100_000_000;
+                let ts = 5_000_000 + ((mono - 1_000_000_000) as f64 * hz / 1e9) as u64;
+                snap(ts - 10, mono, mono + 1_700_000_000_000_000_000)
+            })
+            .collect();
+        let c = ProcessClock::fit(&snaps[0], &snaps[1..], TimestampSource::Tsc, 2_500_000_000);
+        assert!((c.to_monotonic.slope - 1e9 / hz).abs() < 1e-12);
+        assert!(c.fit_residual_ns <= 2.0, "{}", c.fit_residual_ns);
+        let rt = c.to_realtime(c.realtime_offset);
+        let ts = 5_000_000 + (1.5e9 * hz / 1e9) as u64;
+        let want = 1_700_000_000_000_000_000i64 + 2_500_000_000;
+        assert!((rt.map(ts) - want).abs() <= 2, "{} vs {want}", rt.map(ts));
+    }
+
+    #[test]
+    fn single_snapshot_uses_nominal_rate() {
+        let s = snap(1000, 5000, 9000);
+        let c = ProcessClock::fit(&s, &[], TimestampSource::MonotonicRaw, 1_000_000_000);
+        assert_eq!(c.to_realtime(c.realtime_offset).map(2010), 9000 + 1000);
+    }
+}

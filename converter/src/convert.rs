@@ -1,0 +1,409 @@
+//! The pipeline: tokenize (open, scan) → align → model → emit, and the output writer.
+//!
+//! Output is streamed: every process is modelled by a rayon worker into its own packet
+//! sequence(s), which hands ~1 MiB blocks (zlib-compressed into `compressed_packets` unless
+//! disabled) through a bounded channel to one writer thread and a `BufWriter`. Blocks of
+//! different sequences may interleave freely; each sequence's blocks stay in order.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::mpsc::sync_channel;
+use std::time::Instant;
+
+use rayon::prelude::*;
+
+use crate::align::{self, Alignment};
+use crate::chrome;
+use crate::emit::{self, Detail, NullSink};
+use crate::error::ConvertError;
+use crate::input::{expand_inputs, LogInput};
+use crate::model::{ModelOptions, ProcessModel, ProcessTotals};
+use crate::perfetto::encode::{self, PerfettoSeq};
+use crate::perfetto::TraceSink;
+use crate::progress::Progress;
+use crate::scan;
+use crate::stats::{default_sections, ReportCtx, Section, SectionSet};
+use crate::topology::Topology;
+
+/// Output format.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+pub enum Format {
+    /// Perfetto protobuf trace (open in ui.perfetto.dev).
+    #[default]
+    Perfetto,
+    /// Chrome JSON trace event format.
+    ChromeJson,
+}
+
+/// Options of [`convert`] and [`stats`].
+#[derive(Clone, Debug)]
+pub struct ConvertOptions {
+    pub format: Format,
+    /// Worker threads (0 = all cores).
+    pub jobs: usize,
+    pub detail: Detail,
+    /// Only events in [from, to) seconds after the trace start.
+    pub window_s: Option<(f64, f64)>,
+    /// Only these ranks (processes without a rank are kept only when this is `None`).
+    pub ranks: Option<Vec<u32>>,
+    /// Only processes on these hosts (host names).
+    pub hosts: Option<Vec<String>>,
+    /// zlib level for `compressed_packets` (0 = write plain packets).
+    pub compress_level: u32,
+    /// Refine host clocks with message causality (else REALTIME as recorded).
+    pub causality_alignment: bool,
+    /// Show a progress bar on stderr (only when it is a terminal).
+    pub progress: bool,
+    /// Skip logs that cannot be read at all (with a warning) instead of failing.
+    pub skip_unreadable: bool,
+}
+
+impl Default for ConvertOptions {
+    fn default() -> Self {
+        ConvertOptions {
+            format: Format::Perfetto,
+            jobs: 0,
+            detail: Detail::Normal,
+            window_s: None,
+            ranks: None,
+            hosts: None,
+            compress_level: 1,
+            causality_alignment: true,
+            progress: false,
+            skip_unreadable: false,
+        }
+    }
+}
+
+/// What a conversion did.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Summary {
+    pub inputs: usize,
+    pub processes: usize,
+    pub hosts: usize,
+    pub input_bytes: u64,
+    pub records: u64,
+    pub wr_events: u64,
+    pub output_bytes: u64,
+    pub totals: ProcessTotals,
+    pub alignment: Alignment,
+    /// Non-fatal problems (damaged or truncated logs, unmatched QPs, ...).
+    pub warnings: Vec<String>,
+    pub elapsed_s: f64,
+}
+
+/// The stats report: sections plus the context they report in.
+pub struct Report {
+    pub summary: Summary,
+    pub topology: Topology,
+    pub sections: Vec<Box<dyn Section>>,
+}
+
+impl Report {
+    /// Text tables.
+    pub fn text(&self) -> String {
+        let ctx = ReportCtx {
+            topo: &self.topology,
+            alignment: &self.summary.alignment,
+            totals: &self.summary.totals,
+        };
+        let s = &self.summary;
+        let mut out = format!(
+            "{} processes on {} hosts, {} records ({} WR events), {} completed WRs ({} failed), {} receives, {} flows\n\n",
+            s.processes, s.hosts, s.records, s.wr_events, s.totals.wr_completed, s.totals.wr_failed, s.totals.recv_completed, s.totals.flows_out
+        );
+        for sec in &self.sections {
+            sec.text(&ctx, &mut out);
+        }
+        for w in &s.warnings {
+            out.push_str(&format!("warning: {w}\n"));
+        }
+        out
+    }
+
+    /// JSON document.
+    pub fn json(&self) -> serde_json::Value {
+        let ctx = ReportCtx {
+            topo: &self.topology,
+            alignment: &self.summary.alignment,
+            totals: &self.summary.totals,
+        };
+        let mut m = serde_json::Map::new();
+        m.insert("summary".into(), serde_json::to_value(&self.summary).unwrap_or_default());
+        for sec in &self.sections {
+            m.insert(sec.key().into(), sec.json(&ctx));
+        }
+        serde_json::Value::Object(m)
+    }
+
+    /// A section by type (e.g. `report.section::<Traffic>()`).
+    pub fn section<T: 'static>(&self) -> Option<&T> {
+        self.sections.iter().find_map(|s| s.as_any().downcast_ref::<T>())
+    }
+}
+
+struct Loaded {
+    inputs: Vec<LogInput>,
+    topo: Topology,
+    alignment: Alignment,
+    warnings: Vec<String>,
+    input_bytes: u64,
+    records: u64,
+    wr_events: u64,
+}
+
+fn load(paths: &[PathBuf], opts: &ConvertOptions) -> Result<Loaded, ConvertError> {
+    let files = expand_inputs(paths)?;
+    let mut warnings = Vec::new();
+    let opened: Vec<Result<LogInput, ConvertError>> = files.par_iter().map(|p| LogInput::open(p)).collect();
+    let mut inputs = Vec::new();
+    for r in opened {
+        match r {
+            Ok(i) => inputs.push(i),
+            Err(e) if opts.skip_unreadable => warnings.push(format!("skipped: {e}")),
+            Err(e) => return Err(e),
+        }
+    }
+    inputs.retain(|i| {
+        let h = i.file.header();
+        let rank_ok = opts.ranks.as_ref().is_none_or(|rs| h.rank.rank.is_some_and(|r| rs.contains(&r)));
+        let host_ok = opts.hosts.as_ref().is_none_or(|hs| hs.iter().any(|x| *x == h.hostname));
+        rank_ok && host_ok
+    });
+    if inputs.is_empty() {
+        return Err(ConvertError::NothingSelected(format!("{} logs found", files.len())));
+    }
+    for i in &inputs {
+        let s = i.file.salvage();
+        for issue in &s.issues {
+            warnings.push(format!("{}: offset {}: {}", i.path.display(), issue.offset, issue.message));
+        }
+        if i.file.header().major > 0 && i.file.header().minor > sigmatrace_schemas::FORMAT_MINOR {
+            warnings.push(format!(
+                "{}: format {}.{} is newer than this reader's {}.{}; unknown record kinds are skipped",
+                i.path.display(),
+                i.file.header().major,
+                i.file.header().minor,
+                sigmatrace_schemas::FORMAT_MAJOR,
+                sigmatrace_schemas::FORMAT_MINOR
+            ));
+        }
+    }
+    let scans = scan::scan_all(&inputs);
+    for (i, s) in inputs.iter().zip(&scans) {
+        for issue in &s.issues {
+            warnings.push(format!("{}: offset {}: {} (rest of the chunk skipped)", i.path.display(), issue.offset, issue.what));
+        }
+        if s.dropped > 0 {
+            warnings.push(format!("{}: the tracer dropped {} events", i.path.display(), s.dropped));
+        }
+    }
+    let mut topo = Topology::build(&inputs, &scans);
+    for &(p, q) in &topo.ambiguous_qps {
+        warnings.push(format!("{} QP {q:#x}: connection ambiguous (several QPs match); not paired", topo.procs[p].label()));
+    }
+    let alignment = align::align(&inputs, &mut topo, opts.causality_alignment);
+    if alignment.violations_after > 0 {
+        warnings.push(format!(
+            "clock alignment: {} causality constraints could not be satisfied by a linear correction",
+            alignment.violations_after
+        ));
+    }
+    Ok(Loaded {
+        input_bytes: inputs.iter().map(|i| i.bytes).sum(),
+        records: scans.iter().map(|s| s.records).sum(),
+        wr_events: scans.iter().map(|s| s.wr_events).sum(),
+        inputs,
+        topo,
+        alignment,
+        warnings,
+    })
+}
+
+fn pool(jobs: usize) -> Result<rayon::ThreadPool, ConvertError> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(jobs)
+        .build()
+        .map_err(|e| ConvertError::Options(format!("cannot start {jobs} worker threads: {e}")))
+}
+
+/// Converts logs (files or directories) into one trace at `output`.
+pub fn convert(paths: &[PathBuf], output: &Path, opts: &ConvertOptions) -> Result<Summary, ConvertError> {
+    pool(opts.jobs)?.install(|| run(paths, Some(output), opts)).map(|r| r.summary)
+}
+
+/// Computes the report without writing a trace.
+pub fn stats(paths: &[PathBuf], opts: &ConvertOptions) -> Result<Report, ConvertError> {
+    pool(opts.jobs)?.install(|| run(paths, None, opts))
+}
+
+/// Converts and also returns the report (one model pass for both).
+pub fn convert_with_report(paths: &[PathBuf], output: &Path, opts: &ConvertOptions) -> Result<Report, ConvertError> {
+    pool(opts.jobs)?.install(|| run(paths, Some(output), opts))
+}
+
+fn run(paths: &[PathBuf], output: Option<&Path>, opts: &ConvertOptions) -> Result<Report, ConvertError> {
+    let started = Instant::now();
+    let Loaded {
+        inputs,
+        topo,
+        alignment,
+        mut warnings,
+        input_bytes,
+        records,
+        wr_events,
+    } = load(paths, opts)?;
+    let t_start = topo.procs.iter().map(|p| p.time(p.min_ts)).min().unwrap_or(0).max(0);
+    let window = opts.window_s.map(|(a, b)| (t_start + (a * 1e9) as i64, t_start + (b * 1e9) as i64));
+    let flow_ranges = window.map(|(a, b)| {
+        let mut m = std::collections::HashMap::new();
+        align::join(&inputs, &topo, |pr| {
+            if pr.x >= a && pr.x < b && pr.y >= a && pr.y < b {
+                let e = m.entry(pr.sender).or_insert((pr.k, pr.k + 1));
+                e.0 = e.0.min(pr.k);
+                e.1 = e.1.max(pr.k + 1);
+            }
+        });
+        m
+    });
+    let mopts = ModelOptions {
+        detail: opts.detail,
+        window,
+        flow_ranges,
+        block_bytes: 1 << 20,
+    };
+    let statics = emit::static_tracks(&topo);
+    let uuids = AtomicU64::new(topo.next_uuid);
+    let progress = Progress::start(opts.progress && output.is_some(), records);
+    let (tx, rx) = sync_channel::<Vec<u8>>(2 * rayon::current_num_threads() + 2);
+    let other = serde_json::json!({"sigmatrace_alignment": &alignment});
+    let json_tracks = (opts.format == Format::ChromeJson).then(|| chrome::header(&statics, &other));
+    let writer = output.map(|path| {
+        let path = path.to_owned();
+        let mut header = Vec::new();
+        match &json_tracks {
+            Some((_, h)) => header.extend_from_slice(h),
+            None => {
+                encode::frame_packet(&mut header, &encode::clock_snapshot_packet(t_start as u64));
+                let mut meta = PerfettoSeq::new(u32::MAX - 1, false, 0);
+                meta.track(&alignment_track(&topo, &alignment));
+                for d in &statics {
+                    meta.track(d);
+                }
+                header.extend_from_slice(&meta.take());
+            }
+        }
+        let json = json_tracks.is_some();
+        std::thread::spawn(move || -> Result<u64, ConvertError> {
+            let werr = |source| ConvertError::Output { path: path.clone(), source };
+            let f = std::fs::File::create(&path).map_err(werr)?;
+            let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+            let mut n = header.len() as u64;
+            w.write_all(&header).map_err(werr)?;
+            for block in rx {
+                n += block.len() as u64;
+                w.write_all(&block).map_err(werr)?;
+            }
+            if json {
+                w.write_all(chrome::FOOTER).map_err(werr)?;
+                n += chrome::FOOTER.len() as u64;
+            }
+            w.flush().map_err(werr)?;
+            Ok(n)
+        })
+    });
+    let compress = opts.compress_level > 0 && opts.format == Format::Perfetto;
+    let level = opts.compress_level.min(9);
+    let template = default_sections();
+    let results: Vec<(ProcessTotals, Vec<Box<dyn Section>>, Vec<String>)> = topo
+        .procs
+        .par_iter()
+        .map(|p| {
+            let input = inputs.iter().find(|i| i.path == p.path).expect("input of process");
+            let (mut sink, mut gsink): (Box<dyn TraceSink>, Box<dyn TraceSink>) = match (&json_tracks, output) {
+                (_, None) => (Box::new(NullSink::default()), Box::new(NullSink::default())),
+                (Some((tracks, _)), _) => (Box::new(chrome::ChromeSeq::new(tracks.clone())), Box::new(chrome::ChromeSeq::new(tracks.clone()))),
+                (None, _) => (Box::new(PerfettoSeq::new(p.seq, true, t_start as u64)), Box::new(PerfettoSeq::new(p.gpu_seq, false, 0))),
+            };
+            let mut obs = SectionSet(template.iter().map(|s| s.fresh(&topo)).collect());
+            let mut model = ProcessModel::new(&topo, p.index, &mopts, &uuids, sink.as_mut());
+            let tx = tx.clone();
+            let mut flush = |b: Vec<u8>| {
+                if b.is_empty() || output.is_none() {
+                    return;
+                }
+                let b = if compress { encode::compress_block(&b, level) } else { b };
+                let _ = tx.send(b);
+            };
+            let issues = model.run(input, sink.as_mut(), gsink.as_mut(), &mut obs, &mut flush);
+            progress.add(p.records);
+            let warn = issues
+                .into_iter()
+                .map(|i| format!("{}: offset {}: {}", p.path.display(), i.offset, i.what))
+                .collect();
+            (model.totals, obs.0, warn)
+        })
+        .collect();
+    drop(tx);
+    progress.finish();
+    let output_bytes = match writer {
+        Some(h) => h.join().map_err(|_| ConvertError::Options("writer thread panicked".into()))??,
+        None => 0,
+    };
+    let mut totals = ProcessTotals::default();
+    let mut sections = template;
+    for s in sections.iter_mut() {
+        *s = s.fresh(&topo);
+    }
+    for (t, secs, w) in results {
+        totals.wr_completed += t.wr_completed;
+        totals.wr_failed += t.wr_failed;
+        totals.recv_completed += t.recv_completed;
+        totals.flows_out += t.flows_out;
+        totals.flows_in += t.flows_in;
+        totals.inferred += t.inferred;
+        totals.orphan_completions += t.orphan_completions;
+        totals.incomplete_wrs += t.incomplete_wrs;
+        totals.slices += t.slices;
+        totals.max_lanes = totals.max_lanes.max(t.max_lanes);
+        for (dst, src) in sections.iter_mut().zip(secs) {
+            dst.merge(src);
+        }
+        for x in w {
+            if !warnings.contains(&x) {
+                warnings.push(x);
+            }
+        }
+    }
+    let summary = Summary {
+        inputs: inputs.len(),
+        processes: topo.procs.len(),
+        hosts: topo.hosts.len(),
+        input_bytes,
+        records,
+        wr_events,
+        output_bytes,
+        totals,
+        alignment,
+        warnings,
+        elapsed_s: started.elapsed().as_secs_f64(),
+    };
+    Ok(Report {
+        summary,
+        topology: topo,
+        sections,
+    })
+}
+
+/// A top-level track whose description carries the clock alignment (trace metadata).
+fn alignment_track(topo: &Topology, a: &Alignment) -> crate::perfetto::TrackDef {
+    let mut desc = format!("{}. Reference host: {}.", a.method, topo.hosts.get(a.reference_host).map(|h| h.name.as_str()).unwrap_or("-"));
+    for h in &a.hosts {
+        let unc = h.uncertainty_ns.map(|u| format!("±{u:.0} ns")).unwrap_or_else(|| "unbounded".into());
+        desc.push_str(&format!(" {}: offset {:.0} ns, drift {:.3} ppm, uncertainty {unc}.", h.host, h.offset_ns, h.drift_ppm));
+    }
+    let mut d = crate::perfetto::TrackDef::slices(u64::MAX >> 1, None, "SigmaTrace clock alignment");
+    d.description = Some(desc);
+    d
+}

@@ -1,0 +1,282 @@
+//! Emit: turns model decisions into timeline calls on a [`TraceSink`] — the static track tree
+//! (processes, QPs, counters), lanes for overlapping work requests, interned names, sampled
+//! counters. Knows SigmaTrace types; the sink does not.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::perfetto::{CounterUnit, Extra, Name, TraceSink, TrackDef, TrackKind};
+use crate::topology::{Process, Qp, Topology};
+use crate::verbs;
+
+/// How much per-WR detail the trace carries (see README "Detail levels").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum, serde::Serialize)]
+pub enum Detail {
+    /// Send-side WR slices, receive completions with flows, sparse counters.
+    Compact,
+    /// Plus receive WR slices, inferred arrivals on target QPs, denser counters.
+    #[default]
+    Normal,
+    /// Plus per-WR arguments (wr_id, addresses, keys, status) and exact counters.
+    Full,
+}
+
+impl Detail {
+    /// Minimum spacing of QP counter samples (ns).
+    pub fn counter_interval(self) -> i64 {
+        match self {
+            Detail::Compact => 100_000,
+            Detail::Normal => 10_000,
+            Detail::Full => 0,
+        }
+    }
+}
+
+/// Slice tracks used one open slice at a time, grown on demand: overlapping WRs on one QP go to
+/// different lanes, all merged in the UI by one sibling merge key.
+#[derive(Default)]
+pub struct Lanes {
+    tracks: Vec<u64>,
+    busy: Vec<bool>,
+}
+
+impl Lanes {
+    /// Takes the lowest free lane (creating its track if needed); returns (lane, uuid).
+    pub fn acquire(
+        &mut self,
+        sink: &mut dyn TraceSink,
+        uuids: &AtomicU64,
+        parent: u64,
+        key: &str,
+    ) -> (u16, u64) {
+        if let Some(i) = self.busy.iter().position(|b| !b) {
+            self.busy[i] = true;
+            return (i as u16, self.tracks[i]);
+        }
+        let uuid = uuids.fetch_add(1, Ordering::Relaxed);
+        let mut def = TrackDef::slices(uuid, Some(parent), key.to_string());
+        def.kind = TrackKind::Slices {
+            merge_key: Some(key.to_string()),
+        };
+        sink.track(&def);
+        self.tracks.push(uuid);
+        self.busy.push(true);
+        ((self.tracks.len() - 1) as u16, uuid)
+    }
+
+    pub fn release(&mut self, lane: u16) {
+        self.busy[lane as usize] = false;
+    }
+
+    pub fn uuid(&self, lane: u16) -> u64 {
+        self.tracks[lane as usize]
+    }
+
+    /// Lanes ever created (peak concurrency).
+    pub fn count(&self) -> usize {
+        self.tracks.len()
+    }
+}
+
+/// A counter sampled at most once per interval (and always when it returns to zero).
+#[derive(Default)]
+pub struct SampledCounter {
+    pub value: i64,
+    last_emitted: i64,
+    last_t: i64,
+    dirty: bool,
+}
+
+impl SampledCounter {
+    pub fn set(&mut self, sink: &mut dyn TraceSink, track: u64, t: i64, v: i64, interval: i64) {
+        self.value = v;
+        if v == self.last_emitted && !self.dirty {
+            return;
+        }
+        if interval == 0 || t - self.last_t >= interval || v == 0 {
+            sink.counter(t as u64, track, v);
+            self.last_emitted = v;
+            self.last_t = t;
+            self.dirty = false;
+        } else {
+            self.dirty = true;
+        }
+    }
+
+    pub fn flush(&mut self, sink: &mut dyn TraceSink, track: u64, t: i64) {
+        if self.dirty {
+            sink.counter(t as u64, track, self.value);
+            self.last_emitted = self.value;
+            self.dirty = false;
+        }
+    }
+}
+
+/// Label of a QP's track: "QP 0x1a2 RC → rank 5 QP 0x33".
+pub fn qp_label(topo: &Topology, q: &Qp) -> String {
+    let peer = match q.peer {
+        Some((pp, pq)) => format!(" → {} QP {:#x}", topo.procs[pp].label(), pq),
+        None if q.qp_type == verbs::qp_type::UD => String::new(),
+        None => match q.dest_qpn {
+            Some(d) => format!(" → untraced QP {d:#x}"),
+            None => String::new(),
+        },
+    };
+    format!("QP {:#x} {}{}", q.qpn, q.type_name(), peer)
+}
+
+/// Label of a process track: "rank 3 · host-a · pid 1234".
+pub fn process_label(p: &Process) -> String {
+    match p.rank {
+        Some(r) => format!("rank {r} · {} · pid {}", p.hostname, p.pid),
+        None => format!("pid {} · {}", p.pid, p.hostname),
+    }
+}
+
+/// The static track tree of the whole run (written once, before any event).
+pub fn static_tracks(topo: &Topology) -> Vec<TrackDef> {
+    let mut out = Vec::new();
+    for p in &topo.procs {
+        let mut labels = vec![format!("host {}", p.hostname)];
+        if !p.exe.is_empty() {
+            labels.push(p.exe.clone());
+        }
+        out.push(TrackDef {
+            uuid: p.track,
+            parent: None,
+            name: process_label(p),
+            description: Some(format!("log {}", p.path.display())),
+            order: None,
+            explicit_child_order: false,
+            kind: TrackKind::Process {
+                // Synthetic pids keep processes of different hosts apart (real pids collide).
+                pid: 100_000 + p.index as i32,
+                labels,
+            },
+        });
+        let dev = p.devices.first().map(|d| d.1.as_str()).unwrap_or("RDMA");
+        out.push(TrackDef {
+            uuid: p.throughput_track,
+            parent: Some(p.track),
+            name: format!("{dev} completed bytes/s"),
+            description: None,
+            order: None,
+            explicit_child_order: false,
+            kind: TrackKind::Counter {
+                unit: CounterUnit::Custom("B/s"),
+            },
+        });
+        for q in &p.qps {
+            if q.counts.posts == 0 && q.counts.completions == 0 && q.peer.is_none() {
+                continue;
+            }
+            let mut def = TrackDef::slices(q.track, Some(p.track), qp_label(topo, q));
+            def.description = Some(format!(
+                "{} posts, {} completions",
+                q.counts.posts, q.counts.completions
+            ));
+            out.push(def);
+            for (uuid, name, unit) in [
+                (q.outstanding_track, "outstanding WRs", CounterUnit::Count),
+                (q.inflight_bytes_track, "bytes in flight", CounterUnit::Bytes),
+            ] {
+                out.push(TrackDef {
+                    uuid,
+                    parent: Some(q.track),
+                    name: format!("QP {:#x} {name}", q.qpn),
+                    description: None,
+                    order: None,
+                    explicit_child_order: false,
+                    kind: TrackKind::Counter { unit },
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Cache of interned WR names per (kind, opcode, size, flags).
+#[derive(Default)]
+pub struct NameCache {
+    map: HashMap<(u8, u8, u32, u8), Name>,
+}
+
+impl NameCache {
+    /// Name of a send-queue WR slice: "WRITE 4 KiB".
+    pub fn wr(&mut self, sink: &mut dyn TraceSink, opcode: u8, bytes: u32) -> Name {
+        *self
+            .map
+            .entry((0, opcode, bytes, 0))
+            .or_insert_with(|| sink.name(&format!("{} {}", verbs::wr_name(opcode), verbs::size_label(bytes as u64))))
+    }
+
+    /// Name of a receive slice / receive completion.
+    pub fn recv(&mut self, sink: &mut dyn TraceSink, bytes: u32, imm: bool, completion: bool) -> Name {
+        *self.map.entry((1, imm as u8, bytes, completion as u8)).or_insert_with(|| {
+            let what = if imm { "RECV_IMM" } else { "RECV" };
+            if completion {
+                sink.name(&format!("{what} {} arrived", verbs::size_label(bytes as u64)))
+            } else {
+                sink.name(&format!("{what} posted {}", verbs::size_label(bytes as u64)))
+            }
+        })
+    }
+
+    /// Name of an inferred arrival on a target QP.
+    pub fn inferred(&mut self, sink: &mut dyn TraceSink, opcode: u8, bytes: u32) -> Name {
+        *self.map.entry((2, opcode, bytes, 0)).or_insert_with(|| {
+            sink.name(&format!(
+                "inferred {} {}",
+                verbs::wr_name(opcode),
+                verbs::size_label(bytes as u64)
+            ))
+        })
+    }
+
+    /// Name of a failed completion marker.
+    pub fn error(&mut self, sink: &mut dyn TraceSink, status: u8) -> Name {
+        *self
+            .map
+            .entry((3, status, 0, 0))
+            .or_insert_with(|| sink.name(&format!("✗ {}", verbs::status_name(status))))
+    }
+
+    /// Name of an observed (GPU/host-poller) WQE.
+    pub fn wqe(&mut self, sink: &mut dyn TraceSink, opcode: u8, bytes: u32) -> Name {
+        *self.map.entry((4, opcode, bytes, 0)).or_insert_with(|| {
+            sink.name(&format!("{} {}", verbs::mlx5_name(opcode), verbs::size_label(bytes as u64)))
+        })
+    }
+
+    /// Any other fixed name.
+    pub fn other(&mut self, sink: &mut dyn TraceSink, id: u8, s: &str) -> Name {
+        *self.map.entry((5, id, 0, 0)).or_insert_with(|| sink.name(s))
+    }
+}
+
+/// Nothing: a sink for the stats-only pass.
+#[derive(Default)]
+pub struct NullSink {
+    names: u32,
+}
+
+impl TraceSink for NullSink {
+    fn name(&mut self, _: &str) -> Name {
+        self.names += 1;
+        Name(self.names)
+    }
+    fn arg_key(&mut self, _: &str) -> crate::perfetto::ArgKey {
+        crate::perfetto::ArgKey(0)
+    }
+    fn track(&mut self, _: &TrackDef) {}
+    fn begin(&mut self, _: u64, _: u64, _: Name, _: &Extra<'_>) {}
+    fn end(&mut self, _: u64, _: u64, _: &Extra<'_>) {}
+    fn instant(&mut self, _: u64, _: u64, _: Name, _: &Extra<'_>) {}
+    fn counter(&mut self, _: u64, _: u64, _: i64) {}
+    fn pending_bytes(&self) -> usize {
+        0
+    }
+    fn take(&mut self) -> Vec<u8> {
+        Vec::new()
+    }
+}

@@ -1,0 +1,184 @@
+//! GPU-side records: WQEs/CQEs observed in queue memory (GPU-initiated RDMA, or verbs bypassed
+//! by UCX-style libraries) and kernel launches/executions.
+//!
+//! Observed WQEs are drawn on per-QP tracks — under a "GPU-initiated queues" track when the ring
+//! lives in GPU memory, else under the process — from the time the WQE was seen to the CQE that
+//! retires it. A CQE's `wqe_counter` retires every earlier WQE of the ring (selective
+//! signalling). Kernels go to "GPU n / stream s" tracks on the process's second sequence, which
+//! uses absolute timestamps (executions are reported after they end, out of time order);
+//! `%globaltimer` times are mapped through the device's `GpuClockPair` fit.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use sigmatrace_schemas::records::{mem_kind, string_ns, Record};
+
+use crate::emit::{Detail, Lanes, NameCache};
+use crate::perfetto::{ArgValue, Extra, TraceSink, TrackDef};
+use crate::topology::{Process, Topology};
+
+/// What the GPU model needs from its process.
+pub struct Ctx<'a> {
+    pub topo: &'a Topology,
+    pub p: &'a Process,
+    pub uuids: &'a AtomicU64,
+    pub detail: Detail,
+    pub window: Option<(i64, i64)>,
+}
+
+#[derive(Default)]
+struct ObservedQp {
+    track: u64,
+    lanes: Lanes,
+    open: VecDeque<(u16, Option<u16>)>,
+}
+
+/// GPU model state of one process (bounded by open WQEs and in-flight kernels).
+#[derive(Default)]
+pub struct GpuState {
+    gpu_root: Option<u64>,
+    qps: HashMap<u32, ObservedQp>,
+    launches: HashMap<u64, (u64, u64, u16)>,
+    kernel_names: HashMap<u64, String>,
+    devices: HashMap<u32, u64>,
+    streams: HashMap<(u32, u64), (u64, i64)>,
+    pub slices: u64,
+}
+
+fn new_uuid(u: &AtomicU64) -> u64 {
+    u.fetch_add(1, Ordering::Relaxed)
+}
+
+impl GpuState {
+    /// Handles one GPU-related record at output time `t`.
+    pub fn record(
+        &mut self,
+        ctx: &Ctx<'_>,
+        sink: &mut dyn TraceSink,
+        gpu_sink: &mut dyn TraceSink,
+        names: &mut NameCache,
+        t: i64,
+        rec: &Record<'_>,
+    ) {
+        let drawn = ctx.window.is_none_or(|(a, b)| t >= a && t < b);
+        match rec {
+            Record::StringDef(m) if m.aux == string_ns::FUNCTION => {
+                self.kernel_names.insert(m.key, m.text().into_owned());
+            }
+            Record::WqeObserved(w) => {
+                let on_gpu = w.memory == mem_kind::GPU;
+                let parent = if on_gpu {
+                    *self.gpu_root.get_or_insert_with(|| {
+                        let u = new_uuid(ctx.uuids);
+                        sink.track(&TrackDef::slices(u, Some(ctx.p.track), "GPU-initiated queues"));
+                        u
+                    })
+                } else {
+                    ctx.p.track
+                };
+                let q = self.qps.entry(w.qpn).or_insert_with(|| {
+                    let u = new_uuid(ctx.uuids);
+                    let label = match ctx.p.qp(w.qpn).and_then(|q| q.peer) {
+                        Some((pp, pq)) => format!(
+                            "QP {:#x} observed → {} QP {pq:#x}",
+                            w.qpn,
+                            ctx.topo.procs[pp].label()
+                        ),
+                        None => format!("QP {:#x} observed", w.qpn),
+                    };
+                    sink.track(&TrackDef::slices(u, Some(parent), label));
+                    ObservedQp {
+                        track: u,
+                        ..Default::default()
+                    }
+                });
+                let mut lane = None;
+                if drawn {
+                    let name = names.wqe(sink, w.opcode, w.bytes);
+                    let (l, uuid) = q.lanes.acquire(sink, ctx.uuids, q.track, "WQEs");
+                    lane = Some(l);
+                    sink.begin(t as u64, uuid, name, &Extra::NONE);
+                    self.slices += 1;
+                }
+                q.open.push_back((w.wqe_index, lane));
+            }
+            Record::CqeObserved(c) => {
+                let Some(q) = self.qps.get_mut(&c.qpn) else { return };
+                let failed = c.opcode == 13 || c.opcode == 14;
+                while let Some(&(idx, lane)) = q.open.front() {
+                    if c.wqe_counter.wrapping_sub(idx) >= 0x8000 {
+                        break;
+                    }
+                    q.open.pop_front();
+                    if let Some(l) = lane {
+                        sink.end(t as u64, q.lanes.uuid(l), &Extra::NONE);
+                        q.lanes.release(l);
+                    }
+                }
+                if failed && drawn {
+                    let name = names.other(sink, 10, "✗ CQE error");
+                    let k = sink.arg_key("syndrome");
+                    let args = [(k, ArgValue::Hex(c.syndrome as u64))];
+                    sink.instant(t as u64, q.track, name, &Extra { args: &args, ..Extra::NONE });
+                }
+            }
+            Record::KernelLaunch(k) => {
+                self.launches.insert(k.correlation, (k.function, k.stream, k.device));
+            }
+            Record::KernelExec(k) => {
+                let Some((func, stream, dev)) = self.launches.remove(&k.correlation) else { return };
+                let map = |v: u64| -> i64 {
+                    if k.hdr.aux == 1 {
+                        match ctx.p.gpu.device(k.device) {
+                            Some(m) => ctx.p.time(m.map(v).max(0) as u64),
+                            None => ctx.p.time(v),
+                        }
+                    } else {
+                        ctx.p.time(v)
+                    }
+                };
+                let (mut s, e) = (map(k.start), map(k.end));
+                if !ctx.window.is_none_or(|(a, b)| s >= a && s < b) {
+                    return;
+                }
+                let dev = dev as u32;
+                let dev_track = *self.devices.entry(dev).or_insert_with(|| {
+                    let u = new_uuid(ctx.uuids);
+                    gpu_sink.track(&TrackDef::slices(u, Some(ctx.p.track), format!("GPU {dev}")));
+                    u
+                });
+                let st = self.streams.entry((dev, stream)).or_insert_with(|| {
+                    let u = new_uuid(ctx.uuids);
+                    gpu_sink.track(&TrackDef::slices(u, Some(dev_track), format!("stream {stream:#x}")));
+                    (u, i64::MIN)
+                });
+                // Kernels of one stream do not overlap; keep the track well nested even if
+                // clock mapping jitter says otherwise.
+                s = s.max(st.1);
+                let e = e.max(s);
+                st.1 = e;
+                let fname = self
+                    .kernel_names
+                    .get(&func)
+                    .cloned()
+                    .unwrap_or_else(|| format!("kernel {func:#x}"));
+                let name = gpu_sink.name(&fname);
+                gpu_sink.begin(s as u64, st.0, name, &Extra::NONE);
+                gpu_sink.end(e as u64, st.0, &Extra::NONE);
+                self.slices += 1;
+            }
+            _ => {}
+        }
+    }
+
+    /// Closes WQE slices still open at the end.
+    pub fn finish(&mut self, sink: &mut dyn TraceSink, t: i64) {
+        for q in self.qps.values_mut() {
+            while let Some((_, lane)) = q.open.pop_front() {
+                if let Some(l) = lane {
+                    sink.end(t as u64, q.lanes.uuid(l), &Extra::NONE);
+                }
+            }
+        }
+    }
+}

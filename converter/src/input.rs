@@ -1,0 +1,224 @@
+//! Tokenize: finding and opening logs, and iterating their records.
+//!
+//! Logs are memory-mapped ([`LogFile`]); nothing is copied. A process's records come from
+//! several per-thread chunk sequences, each time-ordered; [`MergedRecords`] merges them by
+//! timestamp (k-way) so a process is seen in time order with only one record per thread held.
+
+use std::path::{Path, PathBuf};
+
+use sigmatrace_schemas::reader::{ChunkInfo, LogFile, RawRecord, RecordIter};
+use sigmatrace_schemas::MAGIC;
+
+use crate::error::ConvertError;
+
+/// Expands the command-line inputs: files are taken as given, directories are searched
+/// recursively for files that start with the log magic. Sorted, without duplicates.
+pub fn expand_inputs(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, ConvertError> {
+    let mut out = Vec::new();
+    for p in inputs {
+        let md = std::fs::metadata(p).map_err(|source| ConvertError::Io {
+            path: p.clone(),
+            source,
+        })?;
+        if md.is_dir() {
+            walk(p, &mut out)?;
+        } else {
+            out.push(p.clone());
+        }
+    }
+    out.sort();
+    out.dedup();
+    if out.is_empty() {
+        return Err(ConvertError::NoInputs(
+            inputs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
+        ));
+    }
+    Ok(out)
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), ConvertError> {
+    let io = |source| ConvertError::Io {
+        path: dir.to_owned(),
+        source,
+    };
+    let mut entries: Vec<_> = std::fs::read_dir(dir).map_err(io)?.collect::<Result<_, _>>().map_err(io)?;
+    entries.sort_by_key(|e| e.path());
+    for e in entries {
+        let path = e.path();
+        let ft = e.file_type().map_err(io)?;
+        if ft.is_dir() {
+            walk(&path, out)?;
+        } else if ft.is_file() && has_magic(&path) {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+fn has_magic(path: &Path) -> bool {
+    use std::io::Read;
+    let mut m = [0u8; 8];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut m))
+        .map(|_| m == MAGIC)
+        .unwrap_or(false)
+}
+
+/// One opened log: the mapping and its chunks grouped by writer thread.
+pub struct LogInput {
+    pub path: PathBuf,
+    pub file: LogFile,
+    /// Per thread (sorted by tid): its chunks in allocation order.
+    pub threads: Vec<(u32, Vec<ChunkInfo>)>,
+    /// Bytes of the file (input size).
+    pub bytes: u64,
+}
+
+impl LogInput {
+    /// Opens and validates a log. Fatal header problems are errors; damaged chunks are kept in
+    /// the file's salvage report.
+    pub fn open(path: &Path) -> Result<LogInput, ConvertError> {
+        let file = LogFile::open(path).map_err(ConvertError::Read)?;
+        let bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        let mut threads: Vec<(u32, Vec<ChunkInfo>)> = Vec::new();
+        let mut chunks: Vec<ChunkInfo> = file.chunks().to_vec();
+        chunks.sort_by_key(|c| (c.header.tid, c.header.index));
+        for c in chunks {
+            match threads.last_mut() {
+                Some((tid, v)) if *tid == c.header.tid => v.push(c),
+                _ => threads.push((c.header.tid, vec![c])),
+            }
+        }
+        Ok(LogInput {
+            path: path.to_owned(),
+            file,
+            threads,
+            bytes,
+        })
+    }
+
+    /// Records of this process in timestamp order.
+    pub fn merged(&self) -> MergedRecords<'_> {
+        MergedRecords::new(self)
+    }
+}
+
+/// Timestamp of a record: every record kind has its `ts` at offset 8.
+#[inline]
+pub fn record_ts(bytes: &[u8]) -> Option<u64> {
+    bytes.get(8..16).map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes")))
+}
+
+/// A damaged record found while iterating (iteration of its chunk stops there).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordIssue {
+    pub offset: u64,
+    pub what: String,
+}
+
+struct ThreadCursor<'a> {
+    input: &'a LogInput,
+    chunks: &'a [ChunkInfo],
+    next_chunk: usize,
+    iter: Option<RecordIter<'static>>,
+    head: Option<(u64, RawRecord<'static>)>,
+    last_ts: u64,
+}
+
+impl<'a> ThreadCursor<'a> {
+    fn advance(&mut self, issues: &mut Vec<RecordIssue>) {
+        self.head = None;
+        loop {
+            if let Some(it) = self.iter.as_mut() {
+                match it.next() {
+                    Some(Ok(r)) => {
+                        let ts = record_ts(r.bytes).unwrap_or(self.last_ts);
+                        // Within a thread records are time-ordered; keep the merge monotone
+                        // even if a clock misbehaved.
+                        let ts = ts.max(self.last_ts);
+                        self.last_ts = ts;
+                        self.head = Some((ts, r));
+                        return;
+                    }
+                    Some(Err(e)) => {
+                        issues.push(RecordIssue {
+                            offset: e.offset,
+                            what: e.what,
+                        });
+                        self.iter = None;
+                    }
+                    None => self.iter = None,
+                }
+            }
+            if self.next_chunk >= self.chunks.len() {
+                return;
+            }
+            let c = &self.chunks[self.next_chunk];
+            self.next_chunk += 1;
+            self.iter = Some(self.input.file.records(c));
+        }
+    }
+}
+
+/// K-way merge of a process's per-thread record streams by timestamp.
+pub struct MergedRecords<'a> {
+    cursors: Vec<ThreadCursor<'a>>,
+    /// Damaged records met so far.
+    pub issues: Vec<RecordIssue>,
+}
+
+impl<'a> MergedRecords<'a> {
+    fn new(input: &'a LogInput) -> Self {
+        let mut issues = Vec::new();
+        let mut cursors: Vec<ThreadCursor<'a>> = input
+            .threads
+            .iter()
+            .map(|(_, chunks)| ThreadCursor {
+                input,
+                chunks,
+                next_chunk: 0,
+                iter: None,
+                head: None,
+                last_ts: 0,
+            })
+            .collect();
+        for c in &mut cursors {
+            c.advance(&mut issues);
+        }
+        cursors.retain(|c| c.head.is_some());
+        MergedRecords { cursors, issues }
+    }
+
+    /// Timestamp of the next record without consuming it.
+    pub fn peek_ts(&self) -> Option<u64> {
+        self.cursors.iter().filter_map(|c| c.head.map(|h| h.0)).min()
+    }
+}
+
+impl Iterator for MergedRecords<'_> {
+    type Item = (u64, RawRecord<'static>);
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        let mut best = usize::MAX;
+        let mut best_ts = u64::MAX;
+        for (i, c) in self.cursors.iter().enumerate() {
+            if let Some((ts, _)) = c.head {
+                if ts < best_ts {
+                    best_ts = ts;
+                    best = i;
+                }
+            }
+        }
+        if best == usize::MAX {
+            return None;
+        }
+        let c = &mut self.cursors[best];
+        let out = c.head.take();
+        c.advance(&mut self.issues);
+        if c.head.is_none() {
+            self.cursors.swap_remove(best);
+        }
+        out
+    }
+}

@@ -1,0 +1,29 @@
+//! `sigmatrace-convert`: reads the per-process SigmaTrace logs of a run (many ranks, hosts and
+//! GPUs), aligns their clocks and writes one Perfetto trace (one track per QP and kernel stream,
+//! flows between ranks, counters) and traffic reports.
+//!
+//! Pipeline (one module each): tokenize ([`input`], [`scan`]) → align ([`clock`], [`align`]) →
+//! model ([`topology`], [`model`], [`gpu`]) → emit ([`emit`] onto the generic [`perfetto`] /
+//! [`chrome`] writers). Tests and tools call [`convert()`] and [`stats()`]; [`synth`] writes
+//! synthetic multi-rank log sets with known ground truth.
+
+pub mod align;
+pub mod chrome;
+pub mod clock;
+pub mod convert;
+pub mod emit;
+pub mod error;
+pub mod gpu;
+pub mod input;
+pub mod model;
+pub mod perfetto;
+pub mod progress;
+pub mod scan;
+pub mod stats;
+pub mod synth;
+pub mod topology;
+pub mod verbs;
+
+pub use convert::{convert, convert_with_report, stats, ConvertOptions, Format, Report, Summary};
+pub use emit::Detail;
+pub use error::ConvertError;

@@ -1,0 +1,605 @@
+//! Model, dynamic part: one process's records in time order → matched work requests.
+//!
+//! Per QP the send queue is a FIFO of posted WRs: a completion with `wr_id` completes that WR
+//! and every earlier one (unsignaled WRs complete with the next signaled one of their send
+//! queue). Receives complete in RC order; SRQ receives by `wr_id`. The k-th message-consuming
+//! send of a QP (SEND*, WRITE_WITH_IMM) is paired with the k-th successful receive completion of
+//! its peer QP: both sides compute the same flow id from (sender, QPN, k), so no cross-process
+//! state is needed while emitting. One-sided ops are also drawn on the target QP, marked
+//! inferred. Memory is bounded by the open WRs and lanes, not by the trace length.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::AtomicU64;
+
+use sigmatrace_schemas::records::Record;
+
+use crate::emit::{Detail, Lanes, NameCache, SampledCounter};
+use crate::gpu::GpuState;
+use crate::input::{LogInput, RecordIssue};
+use crate::perfetto::{ArgKey, ArgValue, Extra, TraceSink};
+use crate::topology::{flow_id, Process, Qp, Topology};
+use crate::verbs;
+
+/// What the model tells observers (stats sections).
+#[derive(Clone, Copy, Debug)]
+pub enum ModelEvent<'a> {
+    /// A send-queue WR completed (or failed). Times are output ns.
+    WrDone {
+        qp: &'a Qp,
+        opcode: u8,
+        bytes: u32,
+        post: i64,
+        done: i64,
+        status: u8,
+    },
+    /// A receive completed on `qp`.
+    RecvDone {
+        qp: &'a Qp,
+        bytes: u32,
+        done: i64,
+        status: u8,
+    },
+}
+
+/// Receives model events of one process.
+pub trait Observer {
+    fn observe(&mut self, p: &Process, ev: &ModelEvent<'_>);
+}
+
+/// Options of the model pass.
+#[derive(Clone, Debug, Default)]
+pub struct ModelOptions {
+    pub detail: Detail,
+    /// Only WRs posted (receives completed) inside [from, to) output ns are drawn.
+    pub window: Option<(i64, i64)>,
+    /// Per sending (process, QPN): message index range whose both ends are drawn.
+    pub flow_ranges: Option<HashMap<(usize, u32), (u64, u64)>>,
+    /// Bytes of encoded output after which a block is handed to the writer.
+    pub block_bytes: usize,
+}
+
+/// Totals of one process's model pass.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ProcessTotals {
+    pub wr_completed: u64,
+    pub wr_failed: u64,
+    pub recv_completed: u64,
+    pub flows_out: u64,
+    pub flows_in: u64,
+    pub inferred: u64,
+    pub orphan_completions: u64,
+    pub incomplete_wrs: u64,
+    pub slices: u64,
+    pub max_lanes: u64,
+}
+
+struct OpenWr {
+    wr_id: u64,
+    post: i64,
+    opcode: u8,
+    bytes: u32,
+    lane: Option<u16>,
+    inferred_lane: Option<u16>,
+}
+
+struct OpenRecv {
+    wr_id: u64,
+    bytes: u32,
+    lane: Option<u16>,
+    srq: bool,
+}
+
+#[derive(Default)]
+struct QpState {
+    send: VecDeque<OpenWr>,
+    recv: VecDeque<OpenRecv>,
+    send_lanes: Lanes,
+    recv_lanes: Lanes,
+    /// Lanes this process draws on the peer QP's track (inferred arrivals).
+    inferred_lanes: Lanes,
+    arrivals: Option<u64>,
+    sent_consuming: u64,
+    recv_ok: u64,
+    outstanding: SampledCounter,
+    inflight: SampledCounter,
+    inflight_bytes: i64,
+}
+
+struct Keys {
+    wr_id: ArgKey,
+    bytes: ArgKey,
+    raddr: ArgKey,
+    rkey: ArgKey,
+    imm: ArgKey,
+    status: ArgKey,
+    from: ArgKey,
+    incomplete: ArgKey,
+}
+
+/// Runs the model over one process's records.
+pub struct ProcessModel<'a> {
+    topo: &'a Topology,
+    p: &'a Process,
+    opts: &'a ModelOptions,
+    uuids: &'a AtomicU64,
+    names: NameCache,
+    keys: Keys,
+    qps: Vec<QpState>,
+    srq_lanes: HashMap<u64, (u64, Lanes, VecDeque<OpenRecv>)>,
+    gpu: GpuState,
+    throughput: (i64, i64),
+    pub totals: ProcessTotals,
+    last_t: i64,
+}
+
+const THROUGHPUT_BUCKET: i64 = 100_000;
+
+impl<'a> ProcessModel<'a> {
+    pub fn new(topo: &'a Topology, pi: usize, opts: &'a ModelOptions, uuids: &'a AtomicU64, sink: &mut dyn TraceSink) -> Self {
+        let p = &topo.procs[pi];
+        let keys = Keys {
+            wr_id: sink.arg_key("wr_id"),
+            bytes: sink.arg_key("bytes"),
+            raddr: sink.arg_key("remote_addr"),
+            rkey: sink.arg_key("rkey"),
+            imm: sink.arg_key("imm"),
+            status: sink.arg_key("status"),
+            from: sink.arg_key("from"),
+            incomplete: sink.arg_key("incomplete"),
+        };
+        ProcessModel {
+            topo,
+            p,
+            opts,
+            uuids,
+            names: NameCache::default(),
+            keys,
+            qps: p.qps.iter().map(|_| QpState::default()).collect(),
+            srq_lanes: HashMap::new(),
+            gpu: GpuState::default(),
+            throughput: (i64::MIN, 0),
+            totals: ProcessTotals::default(),
+            last_t: 0,
+        }
+    }
+
+    #[inline]
+    fn drawn(&self, t: i64) -> bool {
+        match self.opts.window {
+            Some((a, b)) => t >= a && t < b,
+            None => true,
+        }
+    }
+
+    fn flow_ok(&self, sender: usize, qpn: u32, k: u64, limit: u64) -> bool {
+        if k >= limit {
+            return false;
+        }
+        match &self.opts.flow_ranges {
+            Some(r) => r.get(&(sender, qpn)).is_some_and(|&(lo, hi)| k >= lo && k < hi),
+            None => true,
+        }
+    }
+
+    /// Processes every record of the log, flushing encoded blocks through `flush`.
+    pub fn run(
+        &mut self,
+        input: &LogInput,
+        sink: &mut dyn TraceSink,
+        gpu_sink: &mut dyn TraceSink,
+        obs: &mut dyn Observer,
+        flush: &mut dyn FnMut(Vec<u8>),
+    ) -> Vec<RecordIssue> {
+        let mut recs = input.merged();
+        for (ts, r) in recs.by_ref() {
+            let t = self.p.time(ts);
+            self.last_t = self.last_t.max(t);
+            let Ok(rec) = r.decode() else { continue };
+            match rec {
+                Record::PostSend(ps) => self.post_send(sink, t, ps),
+                Record::PostRecv(pr) => self.post_recv(sink, t, pr.wr_id, pr.qpn, pr.srq, pr.bytes),
+                Record::WorkCompletion(wc) => self.completion(sink, obs, t, wc),
+                Record::WqeObserved(_)
+                | Record::CqeObserved(_)
+                | Record::KernelLaunch(_)
+                | Record::KernelExec(_)
+                | Record::StringDef(_) => {
+                    let ctx = crate::gpu::Ctx {
+                        topo: self.topo,
+                        p: self.p,
+                        uuids: self.uuids,
+                        detail: self.opts.detail,
+                        window: self.opts.window,
+                    };
+                    self.gpu.record(&ctx, sink, gpu_sink, &mut self.names, t, &rec);
+                }
+                _ => {}
+            }
+            if sink.pending_bytes() >= self.opts.block_bytes {
+                flush(sink.take());
+            }
+            if gpu_sink.pending_bytes() >= self.opts.block_bytes {
+                flush(gpu_sink.take());
+            }
+        }
+        let issues = std::mem::take(&mut recs.issues);
+        self.finish(sink);
+        self.totals.slices += self.gpu.slices;
+        flush(sink.take());
+        flush(gpu_sink.take());
+        issues
+    }
+
+    fn post_send(&mut self, sink: &mut dyn TraceSink, t: i64, ps: &sigmatrace_schemas::records::PostSend) {
+        let Some(&qi) = self.p.qp_index.get(&ps.qpn) else { return };
+        let q = &self.p.qps[qi];
+        let drawn = self.drawn(t);
+        let mut flow = [0u64; 1];
+        let mut nflow = 0;
+        if verbs::consumes_recv(ps.opcode) {
+            let k = self.qps[qi].sent_consuming;
+            self.qps[qi].sent_consuming += 1;
+            if drawn && self.flow_ok(self.p.index, q.qpn, k, q.flows_out) {
+                flow[0] = flow_id(self.p.index, q.qpn, k);
+                nflow = 1;
+                self.totals.flows_out += 1;
+            }
+        }
+        let mut lane = None;
+        let mut inferred_lane = None;
+        if drawn {
+            let name = self.names.wr(sink, ps.opcode, ps.bytes);
+            let st = &mut self.qps[qi];
+            let (l, uuid) = st.send_lanes.acquire(sink, self.uuids, q.track, "send");
+            lane = Some(l);
+            let full = self.opts.detail == Detail::Full;
+            let args = [
+                (self.keys.wr_id, ArgValue::U64(ps.wr_id)),
+                (self.keys.bytes, ArgValue::U64(ps.bytes as u64)),
+                (self.keys.raddr, ArgValue::Hex(ps.remote_addr)),
+                (self.keys.rkey, ArgValue::Hex(ps.rkey as u64)),
+                (self.keys.imm, ArgValue::Hex(ps.imm as u64)),
+            ];
+            let nargs = if !full {
+                0
+            } else if verbs::one_sided(ps.opcode) || ps.opcode == verbs::wr::RDMA_WRITE_WITH_IMM {
+                if ps.opcode == verbs::wr::RDMA_WRITE_WITH_IMM { 5 } else { 4 }
+            } else if ps.opcode == verbs::wr::SEND_WITH_IMM {
+                5
+            } else {
+                2
+            };
+            let args_used: &[(ArgKey, ArgValue)] = if nargs == 5 && ps.opcode == verbs::wr::SEND_WITH_IMM {
+                &[args[0], args[1], args[4]][..]
+            } else {
+                &args[..nargs]
+            };
+            sink.begin(
+                t as u64,
+                uuid,
+                name,
+                &Extra {
+                    args: args_used,
+                    flows: &flow[..nflow],
+                    terminating: &[],
+                },
+            );
+            self.totals.slices += 1;
+            self.totals.max_lanes = self.totals.max_lanes.max(st.send_lanes.count() as u64);
+            if self.opts.detail >= Detail::Normal && verbs::one_sided(ps.opcode) {
+                if let Some((pp, pq)) = q.peer {
+                    if let Some(peer_qp) = self.topo.procs[pp].qp(pq) {
+                        let iname = self.names.inferred(sink, ps.opcode, ps.bytes);
+                        let st = &mut self.qps[qi];
+                        let (il, iuuid) = st.inferred_lanes.acquire(sink, self.uuids, peer_qp.track, "inferred arrivals");
+                        inferred_lane = Some(il);
+                        let from = format!("{} QP {:#x}", self.p.label(), q.qpn);
+                        let fargs = [(self.keys.from, ArgValue::Str(&from))];
+                        sink.begin(
+                            t as u64,
+                            iuuid,
+                            iname,
+                            &Extra {
+                                args: if full { &fargs } else { &[] },
+                                ..Extra::NONE
+                            },
+                        );
+                        self.totals.slices += 1;
+                        self.totals.inferred += 1;
+                    }
+                }
+            }
+        }
+        let st = &mut self.qps[qi];
+        st.send.push_back(OpenWr {
+            wr_id: ps.wr_id,
+            post: t,
+            opcode: ps.opcode,
+            bytes: ps.bytes,
+            lane,
+            inferred_lane,
+        });
+        st.inflight_bytes += ps.bytes as i64;
+        if drawn {
+            let iv = self.opts.detail.counter_interval();
+            let n = st.send.len() as i64;
+            st.outstanding.set(sink, q.outstanding_track, t, n, iv);
+            st.inflight.set(sink, q.inflight_bytes_track, t, st.inflight_bytes, iv);
+        }
+    }
+
+    fn post_recv(&mut self, sink: &mut dyn TraceSink, t: i64, wr_id: u64, qpn: u32, srq: u64, bytes: u32) {
+        let drawn = self.drawn(t) && self.opts.detail >= Detail::Normal;
+        if qpn == 0 && srq != 0 {
+            let entry = self.srq_lanes.entry(srq).or_insert_with(|| (0, Lanes::default(), VecDeque::new()));
+            if drawn && entry.0 == 0 {
+                let uuid = self.uuids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                sink.track(&crate::perfetto::TrackDef::slices(uuid, Some(self.p.track), format!("SRQ {srq:#x}")));
+                entry.0 = uuid;
+            }
+            let mut lane = None;
+            if drawn {
+                let name = self.names.recv(sink, bytes, false, false);
+                let (l, uuid) = entry.1.acquire(sink, self.uuids, entry.0, "posted receives");
+                lane = Some(l);
+                sink.begin(t as u64, uuid, name, &Extra::NONE);
+                self.totals.slices += 1;
+            }
+            entry.2.push_back(OpenRecv {
+                wr_id,
+                bytes,
+                lane,
+                srq: true,
+            });
+            return;
+        }
+        let Some(&qi) = self.p.qp_index.get(&qpn) else { return };
+        let q = &self.p.qps[qi];
+        let st = &mut self.qps[qi];
+        let mut lane = None;
+        if drawn {
+            let name = self.names.recv(sink, bytes, false, false);
+            let (l, uuid) = st.recv_lanes.acquire(sink, self.uuids, q.track, "recv");
+            lane = Some(l);
+            sink.begin(t as u64, uuid, name, &Extra::NONE);
+            self.totals.slices += 1;
+        }
+        st.recv.push_back(OpenRecv {
+            wr_id,
+            bytes,
+            lane,
+            srq: false,
+        });
+    }
+
+    fn completion(&mut self, sink: &mut dyn TraceSink, obs: &mut dyn Observer, t: i64, wc: &sigmatrace_schemas::records::WorkCompletion) {
+        let Some(&qi) = self.p.qp_index.get(&wc.qpn) else {
+            self.totals.orphan_completions += 1;
+            return;
+        };
+        if wc.opcode >= verbs::wc::RECV {
+            self.recv_completion(sink, obs, t, qi, wc);
+        } else {
+            self.send_completion(sink, obs, t, qi, wc);
+        }
+        self.account_throughput(sink, t, if wc.status == 0 { wc.byte_len as i64 } else { 0 });
+    }
+
+    fn account_throughput(&mut self, sink: &mut dyn TraceSink, t: i64, bytes: i64) {
+        let bucket = t.div_euclid(THROUGHPUT_BUCKET);
+        if bucket != self.throughput.0 {
+            if self.throughput.0 != i64::MIN && self.drawn(t) {
+                let end = (self.throughput.0 + 1) * THROUGHPUT_BUCKET;
+                let rate = self.throughput.1 * (1_000_000_000 / THROUGHPUT_BUCKET);
+                sink.counter(end as u64, self.p.throughput_track, rate);
+                if bucket > self.throughput.0 + 1 {
+                    sink.counter((end + THROUGHPUT_BUCKET) as u64, self.p.throughput_track, 0);
+                }
+            }
+            self.throughput = (bucket, 0);
+        }
+        self.throughput.1 += bytes;
+    }
+
+    fn send_completion(&mut self, sink: &mut dyn TraceSink, obs: &mut dyn Observer, t: i64, qi: usize, wc: &sigmatrace_schemas::records::WorkCompletion) {
+        let q = &self.p.qps[qi];
+        let Some(pos) = self.qps[qi].send.iter().position(|w| w.wr_id == wc.wr_id) else {
+            self.totals.orphan_completions += 1;
+            return;
+        };
+        let full = self.opts.detail == Detail::Full;
+        let status_str = verbs::status_name(wc.status);
+        for _ in 0..=pos {
+            let st = &mut self.qps[qi];
+            let w = st.send.pop_front().expect("position is inside the queue");
+            st.inflight_bytes -= w.bytes as i64;
+            let failed = wc.status != 0;
+            let sargs = [(self.keys.status, ArgValue::Str(status_str))];
+            let extra = Extra {
+                args: if failed || full { &sargs } else { &[] },
+                ..Extra::NONE
+            };
+            if let Some(l) = w.lane {
+                sink.end(t as u64, st.send_lanes.uuid(l), &extra);
+                st.send_lanes.release(l);
+            }
+            if let Some(l) = w.inferred_lane {
+                sink.end(t as u64, st.inferred_lanes.uuid(l), &extra);
+                st.inferred_lanes.release(l);
+            }
+            if failed && w.lane.is_some() {
+                let name = self.names.error(sink, wc.status);
+                let args = [(self.keys.wr_id, ArgValue::U64(w.wr_id)), (self.keys.status, ArgValue::Str(status_str))];
+                sink.instant(t as u64, q.track, name, &Extra { args: &args, ..Extra::NONE });
+            }
+            if failed {
+                self.totals.wr_failed += 1;
+            } else {
+                self.totals.wr_completed += 1;
+            }
+            obs.observe(
+                self.p,
+                &ModelEvent::WrDone {
+                    qp: q,
+                    opcode: w.opcode,
+                    bytes: w.bytes,
+                    post: w.post,
+                    done: t,
+                    status: wc.status,
+                },
+            );
+        }
+        if self.drawn(t) {
+            let st = &mut self.qps[qi];
+            let iv = self.opts.detail.counter_interval();
+            st.outstanding.set(sink, q.outstanding_track, t, st.send.len() as i64, iv);
+            st.inflight.set(sink, q.inflight_bytes_track, t, st.inflight_bytes, iv);
+        }
+    }
+
+    fn recv_completion(&mut self, sink: &mut dyn TraceSink, obs: &mut dyn Observer, t: i64, qi: usize, wc: &sigmatrace_schemas::records::WorkCompletion) {
+        let q = &self.p.qps[qi];
+        // The receive WR: on the QP's queue, or on its SRQ.
+        let mut found: Option<(OpenRecv, Option<u64>)> = None;
+        let st = &mut self.qps[qi];
+        if let Some(pos) = st.recv.iter().position(|r| r.wr_id == wc.wr_id) {
+            let r = st.recv.remove(pos).expect("in range");
+            let uuid = r.lane.map(|l| st.recv_lanes.uuid(l));
+            found = Some((r, uuid));
+        } else if q.srq != 0 || !self.srq_lanes.is_empty() {
+            let keys: Vec<u64> = if q.srq != 0 { vec![q.srq] } else { self.srq_lanes.keys().copied().collect() };
+            for k in keys {
+                if let Some(e) = self.srq_lanes.get_mut(&k) {
+                    if let Some(pos) = e.2.iter().position(|r| r.wr_id == wc.wr_id) {
+                        let r = e.2.remove(pos).expect("in range");
+                        let uuid = r.lane.map(|l| e.1.uuid(l));
+                        found = Some((r, uuid));
+                        break;
+                    }
+                }
+            }
+        }
+        let ok = wc.status == 0;
+        let mut term = [0u64; 1];
+        let mut nterm = 0;
+        let drawn = self.drawn(t);
+        if ok {
+            let k = self.qps[qi].recv_ok;
+            self.qps[qi].recv_ok += 1;
+            if let Some((pp, pq)) = q.peer {
+                if drawn && self.flow_ok(pp, pq, k, q.flows_in) {
+                    term[0] = flow_id(pp, pq, k);
+                    nterm = 1;
+                    self.totals.flows_in += 1;
+                }
+            }
+        }
+        let imm = wc.opcode == verbs::wc::RECV_RDMA_WITH_IMM || (wc.hdr.aux & 2) != 0;
+        let full = self.opts.detail == Detail::Full;
+        let status_str = verbs::status_name(wc.status);
+        let args = [
+            (self.keys.bytes, ArgValue::U64(wc.byte_len as u64)),
+            (self.keys.imm, ArgValue::Hex(wc.imm as u64)),
+            (self.keys.status, ArgValue::Str(status_str)),
+        ];
+        let args_used: &[(ArgKey, ArgValue)] = if full {
+            if imm { &args[..] } else { &[args[0], args[2]][..] }
+        } else if !ok {
+            &args[2..]
+        } else {
+            &[]
+        };
+        if drawn {
+            let name = if ok { self.names.recv(sink, wc.byte_len, imm, true) } else { self.names.error(sink, wc.status) };
+            let extra = Extra {
+                args: args_used,
+                flows: &[],
+                terminating: &term[..nterm],
+            };
+            // The arrival marker sits on the receive WR's lane (inside its slice) or, when
+            // receive slices are not drawn, on the QP's arrivals track.
+            let track = match found.as_ref().and_then(|f| f.1) {
+                Some(u) => u,
+                None => {
+                    let st = &mut self.qps[qi];
+                    match st.arrivals {
+                        Some(u) => u,
+                        None => {
+                            let uuid = self.uuids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let mut def = crate::perfetto::TrackDef::slices(uuid, Some(q.track), "recv");
+                            def.kind = crate::perfetto::TrackKind::Slices {
+                                merge_key: Some("recv".into()),
+                            };
+                            sink.track(&def);
+                            st.arrivals = Some(uuid);
+                            uuid
+                        }
+                    }
+                }
+            };
+            sink.instant(t as u64, track, name, &extra);
+        }
+        if let Some((r, uuid)) = found {
+            if let (Some(l), Some(u)) = (r.lane, uuid) {
+                sink.end(t as u64, u, &Extra::NONE);
+                if r.srq {
+                    for e in self.srq_lanes.values_mut() {
+                        if e.1.count() > l as usize && e.1.uuid(l) == u {
+                            e.1.release(l);
+                        }
+                    }
+                } else {
+                    self.qps[qi].recv_lanes.release(l);
+                }
+            }
+            let _ = r.bytes;
+        }
+        self.totals.recv_completed += 1;
+        obs.observe(
+            self.p,
+            &ModelEvent::RecvDone {
+                qp: q,
+                bytes: wc.byte_len,
+                done: t,
+                status: wc.status,
+            },
+        );
+    }
+
+    /// Closes what is still open at the end of the log.
+    fn finish(&mut self, sink: &mut dyn TraceSink) {
+        let t = self.last_t;
+        let args = [(self.keys.incomplete, ArgValue::Bool(true))];
+        let extra = Extra {
+            args: &args,
+            ..Extra::NONE
+        };
+        for (qi, st) in self.qps.iter_mut().enumerate() {
+            let q = &self.p.qps[qi];
+            while let Some(w) = st.send.pop_front() {
+                self.totals.incomplete_wrs += 1;
+                if let Some(l) = w.lane {
+                    sink.end(t as u64, st.send_lanes.uuid(l), &extra);
+                }
+                if let Some(l) = w.inferred_lane {
+                    sink.end(t as u64, st.inferred_lanes.uuid(l), &extra);
+                }
+            }
+            while let Some(r) = st.recv.pop_front() {
+                if let Some(l) = r.lane {
+                    sink.end(t as u64, st.recv_lanes.uuid(l), &extra);
+                }
+            }
+            st.outstanding.flush(sink, q.outstanding_track, t);
+            st.inflight.flush(sink, q.inflight_bytes_track, t);
+        }
+        for (_, lanes, open) in self.srq_lanes.values_mut() {
+            while let Some(r) = open.pop_front() {
+                if let Some(l) = r.lane {
+                    sink.end(t as u64, lanes.uuid(l), &extra);
+                }
+            }
+        }
+        self.gpu.finish(sink, t);
+    }
+}

@@ -1,0 +1,121 @@
+//! Trace output: a small generic timeline API ([`TraceSink`]) and its two encoders, Perfetto
+//! protobuf ([`encode::PerfettoSeq`]) and Chrome JSON ([`crate::chrome::ChromeSeq`]).
+//!
+//! This module knows nothing about SigmaTrace: it deals in tracks (uuids), slices, instants,
+//! counters, flows, interned names and clock snapshots. One sink instance is one writer
+//! *sequence*: its events must be fed in non-decreasing timestamp order (the Perfetto encoder
+//! writes incremental timestamps) unless it was created with absolute timestamps.
+
+pub mod encode;
+pub mod proto;
+
+/// What kind of track a [`TrackDef`] declares.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TrackKind {
+    /// A process track (top level), shown as a process group in the UI.
+    Process { pid: i32, labels: Vec<String> },
+    /// A plain slice/instant track. Tracks with the same `merge_key` under one parent are
+    /// shown as one track (Perfetto `BY_SIBLING_MERGE_KEY`); without a key the track is never
+    /// merged with siblings of the same name.
+    Slices { merge_key: Option<String> },
+    /// A counter track.
+    Counter { unit: CounterUnit },
+}
+
+/// Unit of a counter track.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CounterUnit {
+    Count,
+    Bytes,
+    /// A named unit (e.g. "B/s").
+    Custom(&'static str),
+}
+
+/// A track declaration. `uuid` must be unique and non-zero in the whole trace.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrackDef {
+    pub uuid: u64,
+    pub parent: Option<u64>,
+    pub name: String,
+    pub description: Option<String>,
+    /// Order among siblings (the parent must ask for explicit ordering).
+    pub order: Option<i32>,
+    /// Ask for children to be ordered by their `order`.
+    pub explicit_child_order: bool,
+    pub kind: TrackKind,
+}
+
+impl TrackDef {
+    /// A plain slice track.
+    pub fn slices(uuid: u64, parent: Option<u64>, name: impl Into<String>) -> Self {
+        TrackDef {
+            uuid,
+            parent,
+            name: name.into(),
+            description: None,
+            order: None,
+            explicit_child_order: false,
+            kind: TrackKind::Slices { merge_key: None },
+        }
+    }
+}
+
+/// An interned event name (index into the sink's name table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Name(pub u32);
+
+/// An interned argument name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ArgKey(pub u32);
+
+/// An argument value.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ArgValue<'a> {
+    U64(u64),
+    I64(i64),
+    Bool(bool),
+    Str(&'a str),
+    /// Shown as hexadecimal (addresses, keys).
+    Hex(u64),
+}
+
+/// Optional parts of an event.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Extra<'a> {
+    pub args: &'a [(ArgKey, ArgValue<'a>)],
+    /// Flow ids this event starts or continues.
+    pub flows: &'a [u64],
+    /// Flow ids this event terminates.
+    pub terminating: &'a [u64],
+}
+
+impl Extra<'_> {
+    /// No args, no flows.
+    pub const NONE: Extra<'static> = Extra {
+        args: &[],
+        flows: &[],
+        terminating: &[],
+    };
+}
+
+/// One writer sequence of a timeline.
+pub trait TraceSink: Send {
+    /// Interns an event name for this sequence.
+    fn name(&mut self, s: &str) -> Name;
+    /// Interns an argument name for this sequence.
+    fn arg_key(&mut self, s: &str) -> ArgKey;
+    /// Declares a track (once per trace, before its first event in file order).
+    fn track(&mut self, def: &TrackDef);
+    /// Opens a slice on `track`.
+    fn begin(&mut self, ts: u64, track: u64, name: Name, extra: &Extra<'_>);
+    /// Closes the most recent open slice on `track`; `extra.args` are added to it.
+    fn end(&mut self, ts: u64, track: u64, extra: &Extra<'_>);
+    /// A zero-duration event.
+    fn instant(&mut self, ts: u64, track: u64, name: Name, extra: &Extra<'_>);
+    /// A counter sample.
+    fn counter(&mut self, ts: u64, track: u64, value: i64);
+    /// Bytes encoded so far and not yet taken.
+    fn pending_bytes(&self) -> usize;
+    /// Takes the encoded bytes (whole packets / events), ready to be appended to the output.
+    fn take(&mut self) -> Vec<u8>;
+}

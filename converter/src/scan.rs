@@ -1,0 +1,203 @@
+//! Pass 1 (metadata scan): every chunk of every log is scanned in parallel (rayon) for the few
+//! records that describe the run — clock snapshots, devices, QPs and their connection data,
+//! names — and for per-QP message counts. The result is small (proportional to the number of
+//! objects, not to the trace length).
+
+use std::collections::HashMap;
+
+use rayon::prelude::*;
+use sigmatrace_schemas::records::{
+    ClockSnapshot, DeviceOpen, GpuClockPair, QpCreate, QpModify, Record,
+};
+
+use crate::input::{record_ts, LogInput, RecordIssue};
+use crate::verbs;
+
+/// Per-QP counts needed before the emit pass (flow pairing).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QpCounts {
+    /// Posted send WRs whose message consumes a receive on the peer.
+    pub consuming_sends: u64,
+    /// Successful receive completions (RECV / RECV_RDMA_WITH_IMM).
+    pub recv_ok: u64,
+    pub posts: u64,
+    pub completions: u64,
+}
+
+/// What pass 1 found in one log.
+#[derive(Clone, Debug, Default)]
+pub struct Scan {
+    pub snapshots: Vec<ClockSnapshot>,
+    pub gpu_pairs: Vec<GpuClockPair>,
+    pub devices: Vec<DeviceOpen>,
+    pub qp_creates: Vec<QpCreate>,
+    pub qp_modifies: Vec<QpModify>,
+    /// StringDef records: (namespace, key, text).
+    pub strings: Vec<(u32, u64, String)>,
+    pub thread_names: Vec<(u64, String)>,
+    pub min_ts: u64,
+    pub max_ts: u64,
+    pub records: u64,
+    /// PostSend, PostRecv, WorkCompletion, WqeObserved and CqeObserved records.
+    pub wr_events: u64,
+    pub per_qp: HashMap<u32, QpCounts>,
+    /// Events the writer reported as dropped (Dropped records + header counter).
+    pub dropped: u64,
+    /// Queue entries overwritten before the observer saw them.
+    pub overrun: u64,
+    /// Records of kinds this reader does not know (newer minor version); skipped.
+    pub unknown_records: u64,
+    pub issues: Vec<RecordIssue>,
+}
+
+impl Scan {
+    fn empty() -> Self {
+        Scan {
+            min_ts: u64::MAX,
+            ..Default::default()
+        }
+    }
+
+    fn merge(mut self, o: Scan) -> Scan {
+        self.snapshots.extend(o.snapshots);
+        self.gpu_pairs.extend(o.gpu_pairs);
+        self.devices.extend(o.devices);
+        self.qp_creates.extend(o.qp_creates);
+        self.qp_modifies.extend(o.qp_modifies);
+        self.strings.extend(o.strings);
+        self.thread_names.extend(o.thread_names);
+        self.min_ts = self.min_ts.min(o.min_ts);
+        self.max_ts = self.max_ts.max(o.max_ts);
+        self.records += o.records;
+        self.wr_events += o.wr_events;
+        for (k, v) in o.per_qp {
+            let e = self.per_qp.entry(k).or_default();
+            e.consuming_sends += v.consuming_sends;
+            e.recv_ok += v.recv_ok;
+            e.posts += v.posts;
+            e.completions += v.completions;
+        }
+        self.dropped += o.dropped;
+        self.overrun += o.overrun;
+        self.unknown_records += o.unknown_records;
+        self.issues.extend(o.issues);
+        self
+    }
+
+    /// Sorts the collected metadata by time (chunks were scanned in any order).
+    fn finish(mut self, header_dropped: u64) -> Scan {
+        self.snapshots.sort_by_key(|s| s.ts);
+        self.gpu_pairs.sort_by_key(|p| (p.hdr.aux, p.ts));
+        self.qp_creates.sort_by_key(|q| q.ts);
+        self.qp_modifies.sort_by_key(|q| q.ts);
+        self.issues.sort_by_key(|i| i.offset);
+        self.dropped = self.dropped.max(header_dropped);
+        if self.min_ts == u64::MAX {
+            self.min_ts = 0;
+        }
+        self
+    }
+}
+
+fn scan_chunk(input: &LogInput, chunk: &sigmatrace_schemas::reader::ChunkInfo) -> Scan {
+    let mut s = Scan::empty();
+    for r in input.file.records(chunk) {
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => {
+                s.issues.push(RecordIssue {
+                    offset: e.offset,
+                    what: e.what,
+                });
+                break;
+            }
+        };
+        s.records += 1;
+        if let Some(ts) = record_ts(r.bytes) {
+            s.min_ts = s.min_ts.min(ts);
+            s.max_ts = s.max_ts.max(ts);
+        }
+        let rec = match r.decode() {
+            Ok(rec) => rec,
+            Err(e) => {
+                s.issues.push(RecordIssue {
+                    offset: r.offset,
+                    what: e.to_string(),
+                });
+                break;
+            }
+        };
+        match rec {
+            Record::PostSend(p) => {
+                s.wr_events += 1;
+                let c = s.per_qp.entry(p.qpn).or_default();
+                c.posts += 1;
+                if verbs::consumes_recv(p.opcode) {
+                    c.consuming_sends += 1;
+                }
+            }
+            Record::PostRecv(p) => {
+                s.wr_events += 1;
+                if p.qpn != 0 {
+                    s.per_qp.entry(p.qpn).or_default().posts += 1;
+                }
+            }
+            Record::WorkCompletion(w) => {
+                s.wr_events += 1;
+                let c = s.per_qp.entry(w.qpn).or_default();
+                c.completions += 1;
+                if w.status == 0 && (w.opcode == verbs::wc::RECV || w.opcode == verbs::wc::RECV_RDMA_WITH_IMM) {
+                    c.recv_ok += 1;
+                }
+            }
+            Record::WqeObserved(_) | Record::CqeObserved(_) => s.wr_events += 1,
+            Record::ClockSnapshot(c) => s.snapshots.push(*c),
+            Record::GpuClockPair(p) => s.gpu_pairs.push(*p),
+            Record::DeviceOpen(d) => s.devices.push(*d),
+            Record::QpCreate(q) => s.qp_creates.push(*q),
+            Record::QpModify(q) => {
+                if q.result == 0 {
+                    s.qp_modifies.push(*q)
+                }
+            }
+            Record::StringDef(m) => s.strings.push((m.aux, m.key, m.text().into_owned())),
+            Record::ThreadName(m) => s.thread_names.push((m.key, m.text().into_owned())),
+            Record::Dropped(d) => s.dropped += d.count,
+            Record::ObserveOverrun(o) => s.overrun += o.lost,
+            Record::Unknown { .. } => s.unknown_records += 1,
+            _ => {}
+        }
+    }
+    s
+}
+
+/// Scans all logs in parallel (files × chunks).
+pub fn scan_all(inputs: &[LogInput]) -> Vec<Scan> {
+    let jobs: Vec<(usize, usize)> = inputs
+        .iter()
+        .enumerate()
+        .flat_map(|(i, inp)| {
+            inp.threads
+                .iter()
+                .enumerate()
+                .flat_map(move |(t, (_, cs))| (0..cs.len()).map(move |c| (i, t << 32 | c)))
+        })
+        .collect();
+    let parts: Vec<(usize, Scan)> = jobs
+        .par_iter()
+        .map(|&(i, tc)| {
+            let inp = &inputs[i];
+            let chunk = &inp.threads[tc >> 32].1[tc & 0xffff_ffff];
+            (i, scan_chunk(inp, chunk))
+        })
+        .collect();
+    let mut out: Vec<Scan> = (0..inputs.len()).map(|_| Scan::empty()).collect();
+    for (i, s) in parts {
+        let cur = std::mem::take(&mut out[i]);
+        out[i] = cur.merge(s);
+    }
+    out.into_iter()
+        .zip(inputs)
+        .map(|(s, inp)| s.finish(inp.file.header().dropped))
+        .collect()
+}
