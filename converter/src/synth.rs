@@ -277,7 +277,7 @@ struct Clk {
 
 impl Clk {
     fn realtime(&self, t: u64) -> u64 {
-        (t as i64 + self.offset + (self.drift * 1e-6 * (t - T_START + 10_000_000) as f64) as i64) as u64
+        (t as i64 + self.offset + (self.drift * 1e-6 * (t + 10_000_000 - T_START) as f64) as i64) as u64
     }
     fn mono(&self, t: u64) -> u64 {
         (self.realtime(t) as i64 - self.rt_minus_mono) as u64
