@@ -8,6 +8,7 @@
 #define ST_EV_CQE 2
 #define ST_EV_LOST 3
 #define ST_EV_CLOCK 4
+#define ST_EV_WQE_CONT 5
 #define ST_MAX_QUEUES 1024
 
 struct StRingHeader {          // 128 bytes, host-mapped
@@ -45,7 +46,7 @@ struct StWatch {               // 48 bytes, host-mapped
     u32 number;                // 24: QPN / CQN
     u32 cqe_size;              // 28
     u32 start;                 // 32: first index to report
-    u32 pad;                   // 36
+    u32 flags;                 // 36: bit 0 = the CQ's DBR consumer index is maintained
     u64 lost;                  // 40: device: entries lost (overwritten or ring full)
 };
 
@@ -122,12 +123,31 @@ extern "C" __global__ void sigmatrace_device_poller(StWatch *watch, u32 nwatch, 
                         next = (next + 1) & 0xffffu;
                         continue;
                     }
-                    if (!st_emit(h, ev, &s_resv, ST_EV_WQE, (u16)q, next | (nbb << 16), 0, slot, now))
+                    if (!st_emit(h, ev, &s_resv, ST_EV_WQE, (u16)q, next | (nbb << 16), 0, slot, now)) {
                         watch[q].lost += nbb;
+                    } else {
+                        // Further WQEBBs of a multi-WQEBB WQE (wrapping at the ring end).
+                        for (u32 k = 1; k < nbb; k++) {
+                            u32 i = (next + k) & 0xffffu;
+                            const u8 *more = (const u8 *)w.ring + ((u64)(i & (w.depth - 1)) << 6);
+                            st_emit(h, ev, &s_resv, ST_EV_WQE_CONT, (u16)q, next | (k << 16), 0, more, now);
+                        }
+                    }
                     next = (next + nbb) & 0xffffu;
                     found++;
                 }
             } else if (w.kind == 3) {
+                if (w.flags & 1) {
+                    // Entries below ci - depth were overwritten (the consumer passed them).
+                    u32 ci = st_ld_be32((const u32 *)w.dbrec) & 0xffffffu;
+                    u32 ahead = (ci - next) & 0xffffffu;
+                    if (ahead < (1u << 23) && ahead > w.depth) {
+                        u32 lost = ahead - w.depth;
+                        st_emit(h, ev, &s_resv, ST_EV_LOST, (u16)q, lost, 3, 0, now);
+                        watch[q].lost += lost;
+                        next += lost;
+                    }
+                }
                 for (u32 k = 0; k < w.depth; k++) {
                     const u8 *e = (const u8 *)w.ring + (u64)(next & (w.depth - 1)) * w.cqe_size +
                                   (w.cqe_size == 128 ? 64 : 0);
