@@ -68,6 +68,21 @@ pub struct Alignment {
     pub violations_before: u64,
     /// Hull constraints still violated after the solve (0 unless infeasible).
     pub violations_after: u64,
+    /// With verification: every matched pair re-checked on the final clocks
+    /// (pairs, pairs whose receive precedes its send).
+    pub verified: Option<(u64, u64)>,
+}
+
+/// Re-joins all messages on the final clocks and counts causality violations.
+pub fn verify(inputs: &[LogInput], topo: &Topology) -> (u64, u64) {
+    let (mut n, mut bad) = (0u64, 0u64);
+    join(inputs, topo, |p| {
+        n += 1;
+        if p.y < p.x {
+            bad += 1;
+        }
+    });
+    (n, bad)
 }
 
 /// One matched message: sender (process, QPN), index k, send and receive output times.

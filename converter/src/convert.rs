@@ -57,6 +57,8 @@ pub struct ConvertOptions {
     pub progress: bool,
     /// Skip logs that cannot be read at all (with a warning) instead of failing.
     pub skip_unreadable: bool,
+    /// Re-check every matched message pair on the final clocks (one more pass).
+    pub verify_alignment: bool,
 }
 
 impl Default for ConvertOptions {
@@ -72,6 +74,7 @@ impl Default for ConvertOptions {
             causality_alignment: true,
             progress: false,
             skip_unreadable: false,
+            verify_alignment: false,
         }
     }
 }
@@ -203,7 +206,10 @@ fn load(paths: &[PathBuf], opts: &ConvertOptions) -> Result<Loaded, ConvertError
     for &(p, q) in &topo.ambiguous_qps {
         warnings.push(format!("{} QP {q:#x}: connection ambiguous (several QPs match); not paired", topo.procs[p].label()));
     }
-    let alignment = align::align(&inputs, &mut topo, opts.causality_alignment);
+    let mut alignment = align::align(&inputs, &mut topo, opts.causality_alignment);
+    if opts.verify_alignment {
+        alignment.verified = Some(align::verify(&inputs, &topo));
+    }
     if alignment.violations_after > 0 {
         warnings.push(format!(
             "clock alignment: {} causality constraints could not be satisfied by a linear correction",

@@ -137,7 +137,8 @@ fn options(c: &Common) -> Result<ConvertOptions, ConvertError> {
 fn run(cli: Cli) -> Result<(), ConvertError> {
     match cli.cmd {
         Some(Cmd::Stats(a)) => {
-            let opts = options(&a.common)?;
+            let mut opts = options(&a.common)?;
+            opts.verify_alignment = true;
             let report = sigmatrace_convert::stats(&a.common.inputs, &opts)?;
             for w in &report.summary.warnings {
                 eprintln!("warning: {w}");

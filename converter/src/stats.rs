@@ -93,6 +93,9 @@ impl Section for AlignmentSection {
             "message pairs across hosts: {}; causality violations before {} after {}\n",
             a.pairs, a.violations_before, a.violations_after
         );
+        if let Some((n, bad)) = a.verified {
+            let _ = writeln!(out, "verified on the final clocks: {n} matched message pairs, {bad} receive before send\n");
+        }
     }
     fn json(&self, ctx: &ReportCtx<'_>) -> Value {
         let a = ctx.alignment;
@@ -101,6 +104,7 @@ impl Section for AlignmentSection {
             "method": a.method, "reference_host": a.reference_host, "t0_ns": a.t0,
             "hosts": a.hosts, "links": a.links, "pairs": a.pairs,
             "violations_before": a.violations_before, "violations_after": a.violations_after,
+            "verified": a.verified.map(|(n, b)| json!({"pairs": n, "violations": b})),
             "skew": {"node_max_ns": s.0, "node_mean_ns": s.1, "link_max_ns": s.2, "link_mean_ns": s.3, "links": s.4},
         })
     }

@@ -1,0 +1,70 @@
+//! Clock alignment: nodes with known clock offset and drift; the converter must recover the
+//! corrections within the bound the message latencies imply and leave no causality violation.
+
+mod common;
+
+use sigmatrace_convert::synth::{Pattern, Scenario, T_START};
+use sigmatrace_convert::{stats, ConvertOptions};
+
+/// Clock error of a synthetic host at true time t (as synth applies it).
+fn err(offset: i64, ppm: f64, t: u64) -> f64 {
+    offset as f64 + ppm * 1e-6 * (t + 10_000_000 - T_START) as f64
+}
+
+fn check(pattern: Pattern, errs: &[(i64, f64)], messages: u64) {
+    let mut sc = Scenario::ring(errs.len(), 2, pattern, messages);
+    for (h, &(o, d)) in errs.iter().enumerate() {
+        sc.hosts[h].offset_ns = o;
+        sc.hosts[h].drift_ppm = d;
+    }
+    let (dir, truth) = common::generate(&sc);
+    let opts = ConvertOptions {
+        jobs: 2,
+        verify_alignment: true,
+        ..Default::default()
+    };
+    let rep = stats(&[dir.path().to_owned()], &opts).unwrap();
+    let a = &rep.summary.alignment;
+    assert_eq!(a.reference_host, 0);
+    let (pairs, bad) = a.verified.unwrap();
+    assert_eq!(pairs, truth.flows, "every message matched");
+    assert_eq!(bad, 0, "no receive precedes its send after alignment");
+    assert_eq!(a.violations_after, 0);
+    // Bound: with one-way latencies in [lo, hi], causality pins the relative clock error to
+    // an interval no wider than the largest one-way latency.
+    let bound = sc.latency_ns.1 as f64;
+    for (h, &(o, d)) in errs.iter().enumerate() {
+        let ha = &a.hosts[h];
+        for t in [truth.t_first, truth.t_last] {
+            let true_rel = err(o, d, t) - err(errs[0].0, errs[0].1, t);
+            let host_t = (t as f64 + err(o, d, t)) as i64;
+            let corr = ha.offset_ns + ha.drift_ppm * 1e-6 * (host_t - a.t0) as f64;
+            assert!(
+                (corr + true_rel).abs() <= bound,
+                "host {h} at {t}: correction {corr:.0} ns vs clock error {true_rel:.0} ns (bound {bound})"
+            );
+        }
+        if h > 0 {
+            let u = ha.uncertainty_ns.expect("two-way traffic bounds every host");
+            assert!(u <= bound, "uncertainty {u}");
+        }
+    }
+    if errs.iter().any(|e| e.0.abs() > 5_000) {
+        assert!(a.violations_before > 0, "the shifted clocks did violate causality before");
+    }
+}
+
+#[test]
+fn recovers_offset_and_drift_of_a_shifted_node() {
+    check(Pattern::SendRecv, &[(0, 0.0), (250_000, 40.0)], 3000);
+}
+
+#[test]
+fn recovers_three_nodes_with_write_imm_traffic() {
+    check(Pattern::Write { signal_every: 4 }, &[(0, 0.0), (-80_000, -15.0), (1_500_000, 25.0)], 4000);
+}
+
+#[test]
+fn aligned_clocks_need_no_correction() {
+    check(Pattern::SendRecv, &[(0, 0.0), (0, 0.0)], 1000);
+}
