@@ -50,10 +50,10 @@ fn main() {
         .collect();
     entries.sort();
     for src in entries {
+        println!("cargo:rerun-if-changed={}", src.display());
         if src.extension().and_then(|e| e.to_str()) != Some("c") {
             continue;
         }
-        println!("cargo:rerun-if-changed={}", src.display());
         compile_prog(cc.path(), &src, &bindir, &cdir);
     }
     println!("cargo:rustc-env=SOFTNIC_CPROGS={}", bindir.display());

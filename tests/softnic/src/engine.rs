@@ -1000,6 +1000,7 @@ pub fn progress_qp(qp: &QpInner) -> bool {
 
 /// The per-process progress thread: spins briefly after work, then sleeps on its futex word.
 pub fn engine_thread(g: &'static Global) {
+    short_slice();
     let word = g.proc.word();
     let mut last_work = Instant::now();
     let spin = Duration::from_micros(
@@ -1046,4 +1047,45 @@ pub fn engine_thread(g: &'static Global) {
         word.state.store(crate::shm::AWAKE, Ordering::SeqCst);
         last_work = Instant::now();
     }
+}
+
+/// Asks the (EEVDF) scheduler for a short time slice (sched_attr.sched_runtime, unprivileged for
+/// SCHED_OTHER since Linux 6.12): a woken engine thread then gets an earlier virtual deadline and
+/// preempts an application thread that busy-polls its memory (ib_write_lat) instead of waiting
+/// for the end of that thread's slice. Best effort: older kernels ignore or reject it.
+fn short_slice() {
+    #[repr(C)]
+    struct SchedAttr {
+        size: u32,
+        policy: u32,
+        flags: u64,
+        nice: i32,
+        priority: u32,
+        runtime: u64,
+        deadline: u64,
+        period: u64,
+        util_min: u32,
+        util_max: u32,
+    }
+    let us: u64 = std::env::var("SOFTNIC_ENGINE_SLICE_US")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100);
+    if us == 0 {
+        return;
+    }
+    let a = SchedAttr {
+        size: std::mem::size_of::<SchedAttr>() as u32,
+        policy: libc::SCHED_OTHER as u32,
+        flags: 0,
+        nice: 0,
+        priority: 0,
+        runtime: us * 1000,
+        deadline: 0,
+        period: 0,
+        util_min: 0,
+        util_max: 0,
+    };
+    // SAFETY: sched_setattr on the calling thread with a valid, fully initialised attribute.
+    unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &a as *const SchedAttr, 0) };
 }

@@ -11,6 +11,7 @@ pub mod engine;
 pub mod ffi;
 pub mod layout;
 pub mod misc;
+pub mod mlx5dv;
 pub mod obj;
 pub mod objects;
 pub mod qp;

@@ -1,1 +1,133 @@
-fn main() {}
+//! softnic-run: runs a program on softnic.
+//!
+//! ```text
+//! softnic-run [--node N] [--fabric DIR] [--lib-dir DIR] -- CMD [ARGS...]
+//! softnic-run --print-lib-dir
+//! ```
+//!
+//! Puts a directory holding `libibverbs.so.1`, `libmlx5.so.1`, `libefa.so.1` (symlinks to the
+//! built softnic libraries) first on LD_LIBRARY_PATH, sets SOFTNIC_NODE / SOFTNIC_FABRIC when
+//! given, keeps every other variable (LD_PRELOAD included) and execs CMD.
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+#[derive(Debug, thiserror::Error)]
+enum RunError {
+    #[error("usage: softnic-run [--node N] [--fabric DIR] [--lib-dir DIR] -- CMD [ARGS...]")]
+    Usage,
+    #[error("--node wants a number below 65534, got {0:?}")]
+    BadNode(String),
+    #[error("softnic library {0} not found next to softnic-run (build the workspace first: cargo build --workspace)")]
+    MissingLib(PathBuf),
+    #[error("{0}: {1}")]
+    Io(PathBuf, std::io::Error),
+    #[error("exec {0:?}: {1}")]
+    Exec(OsString, std::io::Error),
+}
+
+/// (soname links, built file name)
+const LIBS: &[(&[&str], &str)] = &[
+    (&["libibverbs.so.1", "libibverbs.so"], "libsoftnic_verbs.so"),
+    (&["libmlx5.so.1", "libmlx5.so"], "libsoftnic_mlx5.so"),
+    (&["libefa.so.1", "libefa.so"], "libsoftnic_efa.so"),
+];
+
+/// Creates (or refreshes) `<build dir>/softnic-lib/` with soname symlinks.
+fn lib_dir(build_dir: &Path) -> Result<PathBuf, RunError> {
+    let dir = build_dir.join("softnic-lib");
+    std::fs::create_dir_all(&dir).map_err(|e| RunError::Io(dir.clone(), e))?;
+    for (links, file) in LIBS {
+        let target = build_dir.join(file);
+        if !target.exists() {
+            return Err(RunError::MissingLib(target));
+        }
+        for l in *links {
+            let link = dir.join(l);
+            if std::fs::read_link(&link).ok().as_deref() == Some(target.as_path()) {
+                continue;
+            }
+            // Atomic replace: concurrent runs may refresh the same directory.
+            let tmp = dir.join(format!(".{l}.{}", std::process::id()));
+            let _ = std::fs::remove_file(&tmp);
+            std::os::unix::fs::symlink(&target, &tmp).map_err(|e| RunError::Io(tmp.clone(), e))?;
+            std::fs::rename(&tmp, &link).map_err(|e| RunError::Io(link.clone(), e))?;
+        }
+    }
+    Ok(dir)
+}
+
+fn run() -> Result<(), RunError> {
+    let mut args = std::env::args_os().skip(1);
+    let mut node: Option<String> = None;
+    let mut fabric: Option<OsString> = None;
+    let mut build_dir: Option<PathBuf> = None;
+    let mut print = false;
+    let mut cmd: Vec<OsString> = Vec::new();
+    while let Some(a) = args.next() {
+        match a.to_str() {
+            Some("--node") => {
+                let n = args.next().ok_or(RunError::Usage)?;
+                let s = n.to_string_lossy().into_owned();
+                match s.parse::<u32>() {
+                    Ok(v) if v < 0xfffe => node = Some(s),
+                    _ => return Err(RunError::BadNode(s)),
+                }
+            }
+            Some("--fabric") => fabric = Some(args.next().ok_or(RunError::Usage)?),
+            Some("--lib-dir") => build_dir = Some(args.next().ok_or(RunError::Usage)?.into()),
+            Some("--print-lib-dir") => print = true,
+            Some("--") => {
+                cmd.extend(args.by_ref());
+                break;
+            }
+            _ => {
+                cmd.push(a);
+                cmd.extend(args.by_ref());
+                break;
+            }
+        }
+    }
+    let build_dir = match build_dir {
+        Some(d) => d,
+        None => std::env::current_exe()
+            .map_err(|e| RunError::Io("current_exe".into(), e))?
+            .parent()
+            .map(Path::to_path_buf)
+            .ok_or(RunError::Usage)?,
+    };
+    let dir = lib_dir(&build_dir)?;
+    if print {
+        println!("{}", dir.display());
+        return Ok(());
+    }
+    if cmd.is_empty() {
+        return Err(RunError::Usage);
+    }
+    let mut ld = OsString::from(dir.as_os_str());
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|v| !v.is_empty()) {
+        ld.push(":");
+        ld.push(old);
+    }
+    let mut c = Command::new(&cmd[0]);
+    c.args(&cmd[1..]).env("LD_LIBRARY_PATH", ld);
+    if let Some(n) = node {
+        c.env("SOFTNIC_NODE", n);
+    }
+    if let Some(f) = fabric {
+        c.env("SOFTNIC_FABRIC", f);
+    }
+    Err(RunError::Exec(cmd[0].clone(), c.exec()))
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("softnic-run: {e}");
+            ExitCode::from(127)
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! Helpers for softnic's integration tests: locating build artifacts, free ports, per-test
+//! fabric directories, two-process runs under softnic-run with timeouts.
+
+#![allow(dead_code)]
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// `target/<profile>/` of the running test binary (`target/<profile>/deps/<test>`).
+pub fn build_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps")
+        .to_path_buf()
+}
+
+pub fn softnic_run() -> PathBuf {
+    let p = build_dir().join("softnic-run");
+    assert!(
+        p.exists(),
+        "{} missing: run `cargo build --workspace` first",
+        p.display()
+    );
+    for lib in [
+        "libsoftnic_verbs.so",
+        "libsoftnic_mlx5.so",
+        "libsoftnic_efa.so",
+    ] {
+        assert!(
+            build_dir().join(lib).exists(),
+            "{lib} missing: run `cargo build --workspace` first"
+        );
+    }
+    p
+}
+
+/// The C test programs compiled by build.rs.
+pub fn cprog(name: &str) -> PathBuf {
+    PathBuf::from(env!("SOFTNIC_CPROGS")).join(name)
+}
+
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+/// True when some socket listens on `port` (IPv4 or IPv6), read from /proc/net.
+pub fn listening(port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|s| {
+            s.lines().skip(1).any(|l| {
+                let cols: Vec<&str> = l.split_whitespace().collect();
+                cols.len() > 3 && cols[1].ends_with(&want) && cols[3] == "0A"
+            })
+        })
+    })
+}
+
+pub struct Done {
+    pub code: Option<i32>,
+    pub out: String,
+    pub timed_out: bool,
+}
+
+impl Done {
+    pub fn ok(&self) -> bool {
+        self.code == Some(0) && !self.timed_out
+    }
+}
+
+pub struct Proc {
+    child: Child,
+    out: PathBuf,
+}
+
+/// Starts `cmd` under softnic-run as simulated `node` on `fabric`, output to a file in `dir`.
+pub fn spawn(dir: &Path, tag: &str, node: u32, cmd: &[OsString]) -> Proc {
+    let out = dir.join(format!("{tag}.out"));
+    let f = std::fs::File::create(&out).expect("output file");
+    let child = Command::new(softnic_run())
+        .arg("--node")
+        .arg(node.to_string())
+        .arg("--fabric")
+        .arg(dir.join("fabric"))
+        .arg("--")
+        .args(cmd)
+        .stdin(Stdio::null())
+        .stdout(f.try_clone().expect("dup"))
+        .stderr(f)
+        .spawn()
+        .expect("spawn softnic-run");
+    Proc { child, out }
+}
+
+impl Proc {
+    /// Waits up to `limit`, killing the process when it runs longer.
+    pub fn wait(mut self, limit: Duration) -> Done {
+        let t0 = Instant::now();
+        let mut timed_out = false;
+        let status = loop {
+            if let Some(s) = self.child.try_wait().expect("try_wait") {
+                break Some(s);
+            }
+            if t0.elapsed() > limit {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                timed_out = true;
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        Done {
+            code: status.and_then(|s| s.code()),
+            out: std::fs::read_to_string(&self.out).unwrap_or_default(),
+            timed_out,
+        }
+    }
+}
+
+/// Runs a server (node 1) and, once it listens on `port`, a client (node 2).
+pub fn run_pair(
+    dir: &Path,
+    port: u16,
+    server: &[OsString],
+    client: &[OsString],
+    limit: Duration,
+) -> (Done, Done) {
+    let s = spawn(dir, "server", 1, server);
+    let t0 = Instant::now();
+    while !listening(port) && t0.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let c = spawn(dir, "client", 2, client);
+    let cd = c.wait(limit);
+    let sd = s.wait(limit);
+    (sd, cd)
+}
+
+pub fn os(v: &[&str]) -> Vec<OsString> {
+    v.iter().map(OsString::from).collect()
+}

@@ -1,0 +1,197 @@
+//! Debian's unmodified ibverbs-utils and perftest binaries on softnic: server on simulated node 1,
+//! client on node 2, TCP exchange on a free localhost port, default options (plus the
+//! ibv_rc_pingpong variants -N, -e, -t). Each must exit 0 and print sane results.
+
+mod common;
+use common::*;
+use std::path::Path;
+use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn bin(name: &str) -> String {
+    let p = Path::new("/usr/bin").join(name);
+    assert!(
+        p.exists(),
+        "{} missing: run scripts/install-deps.sh (ibverbs-utils, perftest)",
+        p.display()
+    );
+    p.display().to_string()
+}
+
+fn pair(name: &str, extra: &[&str]) -> (Done, Done) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_port().to_string();
+    let b = bin(name);
+    let mut s = vec![b.as_str(), "-p", &port];
+    s.extend_from_slice(extra);
+    let mut c = s.clone();
+    c.push("localhost");
+    let (sd, cd) = run_pair(
+        dir.path(),
+        port.parse().expect("port"),
+        &os(&s),
+        &os(&c),
+        LIMIT,
+    );
+    assert!(
+        sd.ok(),
+        "{name} {extra:?} server: {:?} timed_out={}\n{}",
+        sd.code,
+        sd.timed_out,
+        sd.out
+    );
+    assert!(
+        cd.ok(),
+        "{name} {extra:?} client: {:?} timed_out={}\n{}",
+        cd.code,
+        cd.timed_out,
+        cd.out
+    );
+    (sd, cd)
+}
+
+/// Checks a pingpong's closing lines: "N bytes in T seconds = R Mbit/sec", "N iters in ...".
+fn pingpong(name: &str, extra: &[&str]) {
+    let (sd, cd) = pair(name, extra);
+    for d in [&sd, &cd] {
+        assert!(
+            d.out.contains("local address:") && d.out.contains("remote address:"),
+            "{}",
+            d.out
+        );
+        let iters = d
+            .out
+            .lines()
+            .find(|l| l.contains("iters in"))
+            .unwrap_or_else(|| panic!("no iteration line in {name} output:\n{}", d.out));
+        let n: u64 = iters
+            .split_whitespace()
+            .next()
+            .and_then(|t| t.parse().ok())
+            .expect("iters");
+        assert_eq!(n, 1000, "{iters}");
+        let usec: f64 = iters
+            .split_whitespace()
+            .rev()
+            .nth(1)
+            .and_then(|t| t.parse().ok())
+            .expect("usec/iter");
+        assert!(usec > 0.0, "{iters}");
+    }
+    if extra.contains(&"-t") {
+        assert!(cd.out.contains("completion clock cycles"), "{}", cd.out);
+    }
+}
+
+/// The data line after perftest's "#bytes" header, split into numbers.
+fn perftest_row(out: &str) -> Vec<f64> {
+    let mut lines = out
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("#bytes"));
+    lines.next().expect("no #bytes header");
+    let row = lines.next().expect("no result row");
+    row.split_whitespace()
+        .map(|t| t.parse().unwrap_or(f64::NAN))
+        .collect()
+}
+
+fn perftest_bw(name: &str, size: f64) {
+    let (_sd, cd) = pair(name, &[]);
+    let r = perftest_row(&cd.out);
+    // #bytes #iterations BW-peak BW-average MsgRate
+    assert_eq!(r[0], size, "{}", cd.out);
+    assert!(r[1] >= 1000.0, "{}", cd.out);
+    assert!(r[3] > 0.0 && r[3].is_finite() && r[4] > 0.0, "{}", cd.out);
+}
+
+fn perftest_lat(name: &str) {
+    let (_sd, cd) = pair(name, &[]);
+    let r = perftest_row(&cd.out);
+    // #bytes #iterations t_min t_max t_typical t_avg ...
+    assert_eq!(r[0], 2.0, "{}", cd.out);
+    assert_eq!(r[1], 1000.0, "{}", cd.out);
+    assert!(r[2] > 0.0 && r[2] <= r[3] && r[5] > 0.0, "{}", cd.out);
+}
+
+#[test]
+fn ibv_devices() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = spawn(dir.path(), "devices", 7, &os(&[&bin("ibv_devices")])).wait(LIMIT);
+    assert!(d.ok(), "{}", d.out);
+    assert!(
+        d.out.contains("softnic0") && d.out.contains("53464e0000000007"),
+        "{}",
+        d.out
+    );
+}
+
+#[test]
+fn ibv_devinfo() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = spawn(dir.path(), "devinfo", 7, &os(&[&bin("ibv_devinfo"), "-v"])).wait(LIMIT);
+    assert!(d.ok(), "{}", d.out);
+    for want in [
+        "hca_id:\tsoftnic0",
+        "PORT_ACTIVE",
+        "port_lid:\t\t8",
+        "link_layer:\t\tInfiniBand",
+        "board_id:\t\t\tSOFTNIC_0001",
+        "GID[  0]:\t\tfe80:0000:0000:0000:5346:4e00:0000:0007",
+    ] {
+        assert!(d.out.contains(want), "missing {want:?} in\n{}", d.out);
+    }
+}
+
+#[test]
+fn ibv_rc_pingpong_default() {
+    pingpong("ibv_rc_pingpong", &[]);
+}
+#[test]
+fn ibv_rc_pingpong_new_post_api() {
+    pingpong("ibv_rc_pingpong", &["-N"]);
+}
+#[test]
+fn ibv_rc_pingpong_events() {
+    pingpong("ibv_rc_pingpong", &["-e"]);
+}
+#[test]
+fn ibv_rc_pingpong_timestamps() {
+    pingpong("ibv_rc_pingpong", &["-t"]);
+}
+#[test]
+fn ibv_uc_pingpong() {
+    pingpong("ibv_uc_pingpong", &[]);
+}
+#[test]
+fn ibv_ud_pingpong() {
+    pingpong("ibv_ud_pingpong", &[]);
+}
+#[test]
+fn ibv_srq_pingpong() {
+    pingpong("ibv_srq_pingpong", &[]);
+}
+#[test]
+fn ib_write_bw() {
+    perftest_bw("ib_write_bw", 65536.0);
+}
+#[test]
+fn ib_read_bw() {
+    perftest_bw("ib_read_bw", 65536.0);
+}
+#[test]
+fn ib_send_bw() {
+    perftest_bw("ib_send_bw", 65536.0);
+}
+#[test]
+fn ib_atomic_bw() {
+    perftest_bw("ib_atomic_bw", 8.0);
+}
+#[test]
+fn ib_write_lat() {
+    perftest_lat("ib_write_lat");
+}
+#[test]
+fn ib_send_lat() {
+    perftest_lat("ib_send_lat");
+}
