@@ -37,6 +37,7 @@ fn fresh(dir: &std::path::Path, name: &str, records: u64) -> LogWriter {
         WriterOptions {
             chunk_size: 1 << 20,
             max_bytes: (records * 64 * 2).max(64 << 20),
+            ..Default::default()
         },
     )
     .unwrap()

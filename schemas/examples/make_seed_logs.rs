@@ -18,6 +18,7 @@ fn main() {
             WriterOptions {
                 chunk_size: 4096,
                 max_bytes: 1 << 20,
+                ..Default::default()
             },
         )
         .unwrap();

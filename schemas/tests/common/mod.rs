@@ -23,6 +23,7 @@ pub fn writer(path: &Path, chunk_size: u32, max_bytes: u64) -> LogWriter {
         WriterOptions {
             chunk_size,
             max_bytes,
+            ..Default::default()
         },
     )
     .expect("create log")
