@@ -26,7 +26,7 @@ fn open_log(dir: &tempfile::TempDir) -> (LogWriter, std::path::PathBuf) {
     let ts = Timestamper::with_source(TimestampSource::MonotonicRaw);
     let hdr = FileHeader::for_current_process(TimestampSource::MonotonicRaw, 1_000_000_000, ts.snapshot(), 1 << 16);
     let path = dir.path().join("obs.sigmatrace");
-    (LogWriter::create(&path, &hdr, WriterOptions { chunk_size: 1 << 16, max_bytes: 64 << 20 }).unwrap(), path)
+    (LogWriter::create(&path, &hdr, WriterOptions { chunk_size: 1 << 16, max_bytes: 64 << 20, ..Default::default() }).unwrap(), path)
 }
 
 #[test]
