@@ -57,6 +57,8 @@ pub struct ConvertOptions {
     pub progress: bool,
     /// Skip logs that cannot be read at all (with a warning) instead of failing.
     pub skip_unreadable: bool,
+    /// Nsight Systems exports to merge (`--nsys`, `--nsys-offset`).
+    pub nsys: crate::nsys_merge::NsysOptions,
     /// Re-check every matched message pair on the final clocks (one more pass).
     pub verify_alignment: bool,
 }
@@ -74,6 +76,7 @@ impl Default for ConvertOptions {
             causality_alignment: true,
             progress: false,
             skip_unreadable: false,
+            nsys: Default::default(),
             verify_alignment: false,
         }
     }
@@ -93,6 +96,8 @@ pub struct Summary {
     pub alignment: Alignment,
     /// Non-fatal problems (damaged or truncated logs, unmatched QPs, ...).
     pub warnings: Vec<String>,
+    /// Merged Nsight Systems exports.
+    pub nsys: Vec<crate::nsys_merge::NsysMerged>,
     pub elapsed_s: f64,
 }
 
@@ -251,6 +256,7 @@ pub fn convert_with_report(paths: &[PathBuf], output: &Path, opts: &ConvertOptio
 
 fn run(paths: &[PathBuf], output: Option<&Path>, opts: &ConvertOptions) -> Result<Report, ConvertError> {
     let started = Instant::now();
+    let nsys_reports = crate::nsys_merge::load(&opts.nsys)?;
     let Loaded {
         inputs,
         topo,
@@ -351,6 +357,22 @@ fn run(paths: &[PathBuf], output: Option<&Path>, opts: &ConvertOptions) -> Resul
             (model.totals, obs.0, warn)
         })
         .collect();
+    let nsys = match output {
+        Some(_) if !nsys_reports.is_empty() => {
+            let ctx = crate::nsys_merge::SigmaContext { topo: &topo, inputs: &inputs, alignment: &alignment };
+            crate::nsys_merge::emit_all(&nsys_reports, opts.nsys.offset_ns, Some(ctx), &uuids, |seq| match &json_tracks {
+                Some((tracks, _)) => Box::new(chrome::ChromeSeq::new(tracks.clone())) as Box<dyn TraceSink>,
+                None => Box::new(PerfettoSeq::new(seq, false, 0)),
+            })
+            .map(|(bytes, merged)| {
+                if !bytes.is_empty() {
+                    let _ = tx.send(if compress { encode::compress_block(&bytes, level) } else { bytes });
+                }
+                merged
+            })
+        }
+        _ => Ok(Vec::new()),
+    };
     drop(tx);
     progress.finish();
     let output_bytes = match writer {
@@ -393,6 +415,7 @@ fn run(paths: &[PathBuf], output: Option<&Path>, opts: &ConvertOptions) -> Resul
         totals,
         alignment,
         warnings,
+        nsys: nsys?,
         elapsed_s: started.elapsed().as_secs_f64(),
     };
     Ok(Report {

@@ -26,6 +26,9 @@ pub enum ConvertError {
     },
     #[error("invalid option: {0}")]
     Options(String),
+    /// An Nsight Systems export (`--nsys`) cannot be read.
+    #[error(transparent)]
+    Nsys(#[from] sigmatrace_nsys::NsysError),
 }
 
 impl ConvertError {

@@ -16,6 +16,8 @@ pub mod error;
 pub mod gpu;
 pub mod input;
 pub mod model;
+pub mod nsys_cli;
+pub mod nsys_merge;
 pub mod perfetto;
 pub mod progress;
 pub mod scan;

@@ -26,6 +26,8 @@ struct Cli {
 enum Cmd {
     /// Print traffic matrices, skew, per-QP latency and errors.
     Stats(StatsArgs),
+    /// Show what an Nsight Systems SQLite export holds (check it before merging with --nsys).
+    NsysSummary(NsysSummaryArgs),
 }
 
 #[derive(Args, Clone)]
@@ -74,6 +76,12 @@ struct ConvertArgs {
     /// No progress bar.
     #[arg(short, long)]
     quiet: bool,
+    /// Merge an Nsight Systems SQLite export (`nsys export --type sqlite`); repeatable.
+    #[arg(long = "nsys", value_name = "FILE")]
+    nsys: Vec<PathBuf>,
+    /// Add NS nanoseconds to every Nsight Systems time (after the automatic alignment).
+    #[arg(long, value_name = "NS", allow_hyphen_values = true)]
+    nsys_offset: Option<i64>,
     /// Also print the stats report.
     #[arg(long)]
     stats: bool,
@@ -89,6 +97,15 @@ struct StatsArgs {
     /// Write an SVG heatmap of the rank × rank traffic matrix.
     #[arg(long)]
     svg: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct NsysSummaryArgs {
+    /// The export (`nsys export --type sqlite -o report.sqlite report.nsys-rep`).
+    file: PathBuf,
+    /// JSON instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 fn parse_ranks(s: &str) -> Result<Vec<u32>, String> {
@@ -156,17 +173,34 @@ fn run(cli: Cli) -> Result<(), ConvertError> {
             }
             Ok(())
         }
+        Some(Cmd::NsysSummary(a)) => {
+            print!("{}", sigmatrace_convert::nsys_cli::summary(&a.file, a.json)?);
+            Ok(())
+        }
         None => {
             let a = cli.convert;
+            let nsys = sigmatrace_convert::nsys_merge::NsysOptions { files: a.nsys.clone(), offset_ns: a.nsys_offset };
+            if a.common.inputs.is_empty() && !nsys.files.is_empty() {
+                let merged = sigmatrace_convert::nsys_cli::convert_only(&nsys, &a.output, a.format, a.compress)?;
+                for line in sigmatrace_convert::nsys_cli::report_lines(&merged) {
+                    eprintln!("{line}");
+                }
+                eprintln!("{}: Nsight Systems exports only (no SigmaTrace logs given)", a.output.display());
+                return Ok(());
+            }
             let mut opts = options(&a.common)?;
             opts.format = a.format;
             opts.detail = a.detail;
             opts.compress_level = a.compress;
             opts.progress = !a.quiet;
+            opts.nsys = nsys;
             let report = sigmatrace_convert::convert_with_report(&a.common.inputs, &a.output, &opts)?;
             let s = &report.summary;
             for w in &s.warnings {
                 eprintln!("warning: {w}");
+            }
+            for line in sigmatrace_convert::nsys_cli::report_lines(&s.nsys) {
+                eprintln!("{line}");
             }
             if a.stats {
                 print!("{}", report.text());

@@ -40,7 +40,7 @@ pub fn convert_only(
     format: Format,
     compress_level: u32,
 ) -> Result<Vec<NsysMerged>, ConvertError> {
-    let reports = nsys_merge::load(&nsys.files)?;
+    let reports = nsys_merge::load(nsys)?;
     // Trace clock snapshot at the earliest mapped event (BOOTTIME = REALTIME: epoch-ns times).
     let mut t_start = i64::MAX;
     for r in &reports {
@@ -51,15 +51,20 @@ pub fn convert_only(
             t_start = t_start.min(m.to_realtime(first));
         }
     }
-    let t_start = if t_start == i64::MAX { 0 } else { t_start.max(0) } as u64;
+    let t_start = if t_start == i64::MAX {
+        0
+    } else {
+        t_start.max(0)
+    } as u64;
     let uuids = AtomicU64::new(1);
     let mut out = Vec::new();
     let merged = match format {
         Format::Perfetto => {
             encode::frame_packet(&mut out, &encode::clock_snapshot_packet(t_start));
-            let (bytes, merged) = nsys_merge::emit_all(&reports, nsys.offset_ns, None, &uuids, |seq| {
-                Box::new(PerfettoSeq::new(seq, false, 0)) as Box<dyn TraceSink>
-            })?;
+            let (bytes, merged) =
+                nsys_merge::emit_all(&reports, nsys.offset_ns, None, &uuids, |seq| {
+                    Box::new(PerfettoSeq::new(seq, false, 0)) as Box<dyn TraceSink>
+                })?;
             if compress_level > 0 {
                 out.extend_from_slice(&encode::compress_block(&bytes, compress_level.min(9)));
             } else {
@@ -71,9 +76,10 @@ pub fn convert_only(
             let other = serde_json::json!({"sigmatrace_nsys": files_json(&nsys.files)});
             let (tracks, header) = chrome::header(&[], &other);
             out.extend_from_slice(&header);
-            let (bytes, merged) = nsys_merge::emit_all(&reports, nsys.offset_ns, None, &uuids, |_| {
-                Box::new(chrome::ChromeSeq::new(tracks.clone())) as Box<dyn TraceSink>
-            })?;
+            let (bytes, merged) =
+                nsys_merge::emit_all(&reports, nsys.offset_ns, None, &uuids, |_| {
+                    Box::new(chrome::ChromeSeq::new(tracks.clone())) as Box<dyn TraceSink>
+                })?;
             out.extend_from_slice(&bytes);
             out.extend_from_slice(chrome::FOOTER);
             merged

@@ -19,8 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use sigmatrace_nsys::{
-    Anchor, ClockMapping, GlobalId, HostClockSnapshot, NsysReport, NvtxEvent, NvtxKind,
-    NvtxPayload,
+    Anchor, ClockMapping, GlobalId, HostClockSnapshot, NsysReport, NvtxEvent, NvtxKind, NvtxPayload,
 };
 
 use crate::align::Alignment;
@@ -61,12 +60,17 @@ pub struct NsysMerged {
     pub description: String,
 }
 
-/// Opens every export; errors name the file.
-pub fn load(files: &[PathBuf]) -> Result<Vec<NsysReport>, ConvertError> {
-    files
-        .iter()
-        .map(|f| NsysReport::open(f).map_err(ConvertError::from))
-        .collect()
+/// Opens every export and checks that its times can be placed (a session start, normalized
+/// times or a manual offset); errors name the file.
+pub fn load(opts: &NsysOptions) -> Result<Vec<NsysReport>, ConvertError> {
+    let mut out = Vec::with_capacity(opts.files.len());
+    for f in &opts.files {
+        let r = NsysReport::open(f)?;
+        r.clock_mapping(opts.offset_ns, None)
+            .map_err(|e| ConvertError::Options(format!("{}: {e}", r.path.display())))?;
+        out.push(r);
+    }
+    Ok(out)
 }
 
 /// The SigmaTrace side of a merge.
@@ -137,7 +141,8 @@ fn time_map(
                 let s = input.file.header().start;
                 let nz = |v: u64| (v != 0).then_some(v as i64);
                 Some(HostClockSnapshot {
-                    realtime_ns: (s.monotonic as i64).saturating_add(c.topo.hosts[h].realtime_offset),
+                    realtime_ns: (s.monotonic as i64)
+                        .saturating_add(c.topo.hosts[h].realtime_offset),
                     monotonic_ns: nz(s.monotonic),
                     monotonic_raw_ns: nz(s.monotonic_raw),
                     boottime_ns: nz(s.boottime),
@@ -155,7 +160,13 @@ fn time_map(
     let mapping = report
         .clock_mapping(offset, snapshot.as_ref())
         .map_err(|e| ConvertError::Options(format!("{}: {e}", report.path.display())))?;
-    Ok((TimeMap { mapping, correction }, host))
+    Ok((
+        TimeMap {
+            mapping,
+            correction,
+        },
+        host,
+    ))
 }
 
 /// One slice or instant to place on a logical track.
@@ -196,7 +207,7 @@ fn emit_logical(sink: &mut dyn TraceSink, uuids: &AtomicU64, key: &str, mut t: L
     let mut lanes: Vec<(u64, Vec<u64>)> = Vec::new();
     let mut keys: HashMap<&'static str, ArgKey> = HashMap::new();
     let mut slices = 0;
-    let mut new_lane = |sink: &mut dyn TraceSink, lanes: &mut Vec<(u64, Vec<u64>)>| {
+    let new_lane = |sink: &mut dyn TraceSink, lanes: &mut Vec<(u64, Vec<u64>)>| {
         let uuid = uuids.fetch_add(1, Ordering::Relaxed);
         let mut def = TrackDef::slices(uuid, Some(t.parent), t.name.clone());
         def.description = t.description.clone();
@@ -325,10 +336,10 @@ pub fn emit_report(
     ctx: Option<SigmaContext<'_>>,
 ) -> Result<NsysMerged, ConvertError> {
     let (tm, host) = time_map(report, offset, ctx)?;
-    let file = report
-        .path
-        .file_name()
-        .map_or_else(|| report.path.display().to_string(), |f| f.to_string_lossy().into_owned());
+    let file = report.path.file_name().map_or_else(
+        || report.path.display().to_string(),
+        |f| f.to_string_lossy().into_owned(),
+    );
     let hostname = report.host.hostname.clone();
     let host_label = hostname.clone().unwrap_or_else(|| "unknown host".into());
 
@@ -339,8 +350,18 @@ pub fn emit_report(
         .kernels
         .iter()
         .map(|k| (k.correlation_id, k.global_pid, k.start))
-        .chain(report.memcpys.iter().map(|m| (m.correlation_id, m.global_pid, m.start)))
-        .chain(report.memsets.iter().map(|m| (m.correlation_id, m.global_pid, m.start)));
+        .chain(
+            report
+                .memcpys
+                .iter()
+                .map(|m| (m.correlation_id, m.global_pid, m.start)),
+        )
+        .chain(
+            report
+                .memsets
+                .iter()
+                .map(|m| (m.correlation_id, m.global_pid, m.start)),
+        );
     for (c, g, s) in starts {
         if let (Some(c), Some(_)) = (c, g) {
             gpu_corr.entry(c).or_default().push(tm.out(s));
@@ -359,7 +380,10 @@ pub fn emit_report(
     // A GPU item's flow: (id, terminates) — the last activity of a correlation ends the flow.
     let gpu_flow = |corr: Option<i64>, start: i64| -> (Option<u64>, bool) {
         match corr.and_then(|c| gpu_corr.get(&c).map(|v| (c, v))) {
-            Some((c, v)) => (Some(flow_id(report_index, c)), v.last() == Some(&tm.out(start))),
+            Some((c, v)) => (
+                Some(flow_id(report_index, c)),
+                v.last() == Some(&tm.out(start)),
+            ),
             None => (None, false),
         }
     };
@@ -400,10 +424,11 @@ pub fn emit_report(
         };
         process_track.insert(*gpid, uuid);
     }
-    let parent_of = |g: Option<GlobalId>| g.and_then(|g| process_track.get(&g.global_pid()).copied());
+    let parent_of =
+        |g: Option<GlobalId>| g.and_then(|g| process_track.get(&g.global_pid()).copied());
 
     let mut logical: BTreeMap<String, Logical> = BTreeMap::new();
-    let mut group = |sink: &mut dyn TraceSink, parent: u64, name: String| -> u64 {
+    let group = |sink: &mut dyn TraceSink, parent: u64, name: String| -> u64 {
         let uuid = uuids.fetch_add(1, Ordering::Relaxed);
         sink.track(&TrackDef::slices(uuid, Some(parent), name));
         uuid
@@ -414,7 +439,11 @@ pub fn emit_report(
         let g = g?.global_pid();
         let proc_track = *process_track.get(&g)?;
         Some(*gpu_groups.entry((g, dev)).or_insert_with(|| {
-            let name = report.devices.iter().find(|d| d.id == dev).and_then(|d| d.name.clone());
+            let name = report
+                .devices
+                .iter()
+                .find(|d| d.id == dev)
+                .and_then(|d| d.name.clone());
             let label = match name {
                 Some(n) => format!("CUDA HW GPU {dev}: {n}"),
                 None => format!("CUDA HW GPU {dev}"),
@@ -437,7 +466,9 @@ pub fn emit_report(
 
     let mut flows = 0;
     for k in &report.kernels {
-        let Some(parent) = gpu_parent(sink, k.global_pid, k.device_id) else { continue };
+        let Some(parent) = gpu_parent(sink, k.global_pid, k.device_id) else {
+            continue;
+        };
         let (flow, terminates) = gpu_flow(k.correlation_id, k.start);
         let mut args = vec![
             ("grid", Arg::S(dims(k.grid))),
@@ -457,18 +488,30 @@ pub fn emit_report(
         if let (Some(s), Some(d)) = (k.static_shared_memory, k.dynamic_shared_memory) {
             args.push(("shared_memory_bytes", Arg::I(s.saturating_add(d))));
         }
-        let key = format!("nsys{report_index} gpu{} {} stream {}", k.global_pid.map_or(0, |g| g.0), k.device_id, k.stream_id);
-        push(key, parent, format!("Stream {}", k.stream_id), Item {
-            start: tm.out(k.start),
-            end: Some(tm.out(k.end)),
-            name: k.name.clone(),
-            args,
-            flow,
-            terminates,
-        });
+        let key = format!(
+            "nsys{report_index} gpu{} {} stream {}",
+            k.global_pid.map_or(0, |g| g.0),
+            k.device_id,
+            k.stream_id
+        );
+        push(
+            key,
+            parent,
+            format!("Stream {}", k.stream_id),
+            Item {
+                start: tm.out(k.start),
+                end: Some(tm.out(k.end)),
+                name: k.name.clone(),
+                args,
+                flow,
+                terminates,
+            },
+        );
     }
     for m in &report.memcpys {
-        let Some(parent) = gpu_parent(sink, m.global_pid, m.device_id) else { continue };
+        let Some(parent) = gpu_parent(sink, m.global_pid, m.device_id) else {
+            continue;
+        };
         let (flow, terminates) = gpu_flow(m.correlation_id, m.start);
         let mut args = vec![
             ("bytes", Arg::I(m.bytes)),
@@ -480,23 +523,38 @@ pub fn emit_report(
         }
         let dur = m.end.saturating_sub(m.start);
         if dur > 0 {
-            args.push(("throughput_MBps", Arg::S(format!("{:.1}", m.bytes as f64 * 1e3 / dur as f64))));
+            args.push((
+                "throughput_MBps",
+                Arg::S(format!("{:.1}", m.bytes as f64 * 1e3 / dur as f64)),
+            ));
         }
         if let Some(c) = m.correlation_id {
             args.push(("correlation_id", Arg::I(c)));
         }
-        let key = format!("nsys{report_index} gpu{} {} stream {}", m.global_pid.map_or(0, |g| g.0), m.device_id, m.stream_id);
-        push(key, parent, format!("Stream {}", m.stream_id), Item {
-            start: tm.out(m.start),
-            end: Some(tm.out(m.end)),
-            name: format!("Memcpy {}", m.kind),
-            args,
-            flow,
-            terminates,
-        });
+        let key = format!(
+            "nsys{report_index} gpu{} {} stream {}",
+            m.global_pid.map_or(0, |g| g.0),
+            m.device_id,
+            m.stream_id
+        );
+        push(
+            key,
+            parent,
+            format!("Stream {}", m.stream_id),
+            Item {
+                start: tm.out(m.start),
+                end: Some(tm.out(m.end)),
+                name: format!("Memcpy {}", m.kind),
+                args,
+                flow,
+                terminates,
+            },
+        );
     }
     for m in &report.memsets {
-        let Some(parent) = gpu_parent(sink, m.global_pid, m.device_id) else { continue };
+        let Some(parent) = gpu_parent(sink, m.global_pid, m.device_id) else {
+            continue;
+        };
         let (flow, terminates) = gpu_flow(m.correlation_id, m.start);
         let mut args = vec![("bytes", Arg::I(m.bytes)), ("stream", Arg::I(m.stream_id))];
         if let Some(v) = m.value {
@@ -505,64 +563,115 @@ pub fn emit_report(
         if let Some(k) = &m.mem_kind {
             args.push(("memory", Arg::S(k.clone())));
         }
-        let key = format!("nsys{report_index} gpu{} {} stream {}", m.global_pid.map_or(0, |g| g.0), m.device_id, m.stream_id);
-        push(key, parent, format!("Stream {}", m.stream_id), Item {
-            start: tm.out(m.start),
-            end: Some(tm.out(m.end)),
-            name: "Memset".into(),
-            args,
-            flow,
-            terminates,
-        });
+        let key = format!(
+            "nsys{report_index} gpu{} {} stream {}",
+            m.global_pid.map_or(0, |g| g.0),
+            m.device_id,
+            m.stream_id
+        );
+        push(
+            key,
+            parent,
+            format!("Stream {}", m.stream_id),
+            Item {
+                start: tm.out(m.start),
+                end: Some(tm.out(m.end)),
+                name: "Memset".into(),
+                args,
+                flow,
+                terminates,
+            },
+        );
     }
     for s in &report.syncs {
-        let Some(parent) = gpu_parent(sink, s.global_pid, s.device_id) else { continue };
+        let Some(parent) = gpu_parent(sink, s.global_pid, s.device_id) else {
+            continue;
+        };
         let (key, name) = match s.stream_id {
-            Some(st) => (format!("nsys{report_index} gpu{} {} stream {st}", s.global_pid.map_or(0, |g| g.0), s.device_id), format!("Stream {st}")),
-            None => (format!("nsys{report_index} gpu{} {} sync", s.global_pid.map_or(0, |g| g.0), s.device_id), "Synchronization".to_string()),
+            Some(st) => (
+                format!(
+                    "nsys{report_index} gpu{} {} stream {st}",
+                    s.global_pid.map_or(0, |g| g.0),
+                    s.device_id
+                ),
+                format!("Stream {st}"),
+            ),
+            None => (
+                format!(
+                    "nsys{report_index} gpu{} {} sync",
+                    s.global_pid.map_or(0, |g| g.0),
+                    s.device_id
+                ),
+                "Synchronization".to_string(),
+            ),
         };
         let mut args = Vec::new();
         if let Some(c) = s.correlation_id {
             args.push(("correlation_id", Arg::I(c)));
         }
-        push(key, parent, name, Item {
-            start: tm.out(s.start),
-            end: Some(tm.out(s.end)),
-            name: s.kind.clone(),
-            args,
-            flow: None,
-            terminates: false,
-        });
+        push(
+            key,
+            parent,
+            name,
+            Item {
+                start: tm.out(s.start),
+                end: Some(tm.out(s.end)),
+                name: s.kind.clone(),
+                args,
+                flow: None,
+                terminates: false,
+            },
+        );
     }
     let thread_label = |g: GlobalId| match report.thread_name(g) {
         Some(n) => format!("{n} tid {}", g.tid()),
         None => format!("tid {}", g.tid()),
     };
     for c in &report.api_calls {
-        let Some(parent) = parent_of(c.global_tid) else { continue };
+        let Some(parent) = parent_of(c.global_tid) else {
+            continue;
+        };
         let g = c.global_tid.unwrap_or(GlobalId(0));
-        let flow = c.correlation_id.filter(|x| gpu_corr.contains_key(x)).map(|x| flow_id(report_index, x));
+        let flow = c
+            .correlation_id
+            .filter(|x| gpu_corr.contains_key(x))
+            .map(|x| flow_id(report_index, x));
         flows += usize::from(flow.is_some());
-        let mut args = vec![("api", Arg::S(c.raw_name.clone())), ("class", Arg::S(c.class.label().into()))];
+        let mut args = vec![
+            ("api", Arg::S(c.raw_name.clone())),
+            ("class", Arg::S(c.class.label().into())),
+        ];
         if let Some(r) = c.return_value {
             args.push(("return_value", Arg::I(r)));
         }
         if let Some(x) = c.correlation_id {
             args.push(("correlation_id", Arg::I(x)));
         }
-        push(format!("nsys{report_index} api {}", g.0), parent, format!("CUDA API {}", thread_label(g)), Item {
-            start: tm.out(c.start),
-            end: Some(tm.out(c.end)),
-            name: c.name.clone(),
-            args,
-            flow,
-            terminates: false,
-        });
+        push(
+            format!("nsys{report_index} api {}", g.0),
+            parent,
+            format!("CUDA API {}", thread_label(g)),
+            Item {
+                start: tm.out(c.start),
+                end: Some(tm.out(c.end)),
+                name: c.name.clone(),
+                args,
+                flow,
+                terminates: false,
+            },
+        );
     }
     for e in &report.nvtx {
-        let Some(parent) = parent_of(e.global_tid) else { continue };
+        let Some(parent) = parent_of(e.global_tid) else {
+            continue;
+        };
         let g = e.global_tid.unwrap_or(GlobalId(0));
-        push(format!("nsys{report_index} nvtx {}", g.0), parent, format!("NVTX {}", thread_label(g)), nvtx_item(e, &tm));
+        push(
+            format!("nsys{report_index} nvtx {}", g.0),
+            parent,
+            format!("NVTX {}", thread_label(g)),
+            nvtx_item(e, &tm),
+        );
     }
     for (key, mut l) in logical {
         l.description = Some(format!("Nsight Systems {file}"));
@@ -579,8 +688,12 @@ pub fn emit_report(
     };
     let mut description = format!("{file}: {}", tm.mapping.describe());
     match (&sigmatrace_host, correction) {
-        (Some(h), Some(c)) => description.push_str(&format!("; SigmaTrace host {h}, host correction {c:.0} ns")),
-        _ => description.push_str("; no SigmaTrace host of that name: REALTIME as recorded by nsys"),
+        (Some(h), Some(c)) => {
+            description.push_str(&format!("; SigmaTrace host {h}, host correction {c:.0} ns"))
+        }
+        _ => {
+            description.push_str("; no SigmaTrace host of that name: REALTIME as recorded by nsys")
+        }
     }
     if let Anchor::UtcEpoch = tm.mapping.anchor {
         if report.time_base.system_clock_ns.is_some() && sigmatrace_host.is_some() {
@@ -635,7 +748,10 @@ pub fn emit_all(
 }
 
 fn file_name(p: &Path) -> String {
-    p.file_name().map_or_else(|| p.display().to_string(), |f| f.to_string_lossy().into_owned())
+    p.file_name().map_or_else(
+        || p.display().to_string(),
+        |f| f.to_string_lossy().into_owned(),
+    )
 }
 
 #[cfg(test)]

@@ -241,10 +241,11 @@ fn read_report(conn: &Connection, path: &Path, schema: &Schema) -> Result<NsysRe
 
     // Processes and threads that have events.
     let mut gpids: BTreeSet<GlobalId> = BTreeSet::new();
-    gpids.extend(kernels.iter().filter_map(|e| e.global_pid));
-    gpids.extend(memcpys.iter().filter_map(|e| e.global_pid));
-    gpids.extend(memsets.iter().filter_map(|e| e.global_pid));
-    gpids.extend(syncs.iter().filter_map(|e| e.global_pid));
+    let gpid = |g: Option<GlobalId>| g.map(GlobalId::global_pid);
+    gpids.extend(kernels.iter().filter_map(|e| gpid(e.global_pid)));
+    gpids.extend(memcpys.iter().filter_map(|e| gpid(e.global_pid)));
+    gpids.extend(memsets.iter().filter_map(|e| gpid(e.global_pid)));
+    gpids.extend(syncs.iter().filter_map(|e| gpid(e.global_pid)));
     let gtids: BTreeSet<GlobalId> = api_calls
         .iter()
         .filter_map(|e| e.global_tid)
