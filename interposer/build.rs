@@ -1,0 +1,62 @@
+//! Build script: bindgen of Debian's <infiniband/verbs.h> and <infiniband/mlx5dv.h> (the exact
+//! rdma-core layouts the hooks read and the pointers they swap), and the C test and benchmark
+//! programs in cprogs/ (linked against the system libibverbs; tests run them under LD_PRELOAD,
+//! on softnic or on the fake device they build themselves).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn main() {
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
+    let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("manifest dir"));
+
+    let header = manifest.join("src/ffi/verbs_wrapper.h");
+    println!("cargo:rerun-if-changed={}", header.display());
+    let bindings = bindgen::Builder::default()
+        .header(header.display().to_string())
+        .allowlist_type("ibv_.*|_ibv_.*|verbs_.*|mlx5dv_qp_ex")
+        .allowlist_var("IBV_.*")
+        .default_enum_style(bindgen::EnumVariation::Consts)
+        .prepend_enum_name(false)
+        .derive_default(true)
+        .derive_debug(false)
+        .layout_tests(false)
+        .generate_comments(false)
+        .generate()
+        .expect("bindgen failed on infiniband/verbs.h (is libibverbs-dev installed?)");
+    bindings
+        .write_to_file(out.join("verbs_bindings.rs"))
+        .expect("write bindings");
+
+    build_c_programs(&manifest.join("cprogs"), &out.join("cprogs"));
+}
+
+/// Compiles every cprogs/*.c into OUT_DIR/cprogs/<stem>.
+fn build_c_programs(src_dir: &Path, bin_dir: &Path) {
+    println!("cargo:rerun-if-changed={}", src_dir.display());
+    std::fs::create_dir_all(bin_dir).expect("mkdir cprogs");
+    let cc = cc::Build::new().get_compiler();
+    let mut sources: Vec<PathBuf> = std::fs::read_dir(src_dir)
+        .expect("read cprogs")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    sources.sort();
+    for src in &sources {
+        println!("cargo:rerun-if-changed={}", src.display());
+    }
+    for src in sources
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "c"))
+    {
+        let stem = src.file_stem().and_then(|s| s.to_str()).expect("stem");
+        let status = Command::new(cc.path())
+            .args(["-O2", "-g", "-Wall", "-Werror", "-std=gnu11", "-o"])
+            .arg(bin_dir.join(stem))
+            .arg(src)
+            .arg(format!("-I{}", src_dir.display()))
+            .args(["-libverbs", "-ldl", "-lpthread"])
+            .status()
+            .expect("run the C compiler");
+        assert!(status.success(), "compiling {} failed", src.display());
+    }
+}

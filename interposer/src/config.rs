@@ -1,0 +1,336 @@
+//! `SIGMATRACE_*` environment configuration, parsed once per process (see README.md).
+
+use std::path::PathBuf;
+
+/// What to trace: bits of [`Config::trace`].
+pub mod cat {
+    /// Object lifecycle and connection data (devices, PDs, MRs, CQs, SRQs, QPs, AHs).
+    pub const CONTROL: u32 = 1 << 0;
+    /// Posted send-queue work requests (`PostSend`, send-side `PostError`).
+    pub const SEND: u32 = 1 << 1;
+    /// Posted receive work requests (`PostRecv`, receive-side `PostError`).
+    pub const RECV: u32 = 1 << 2;
+    /// Work completions returned to the program.
+    pub const COMPLETIONS: u32 = 1 << 3;
+    /// Aggregated empty polls.
+    pub const EMPTY_POLLS: u32 = 1 << 4;
+    /// Completion-channel and asynchronous events.
+    pub const EVENTS: u32 = 1 << 5;
+    /// Everything.
+    pub const ALL: u32 = CONTROL | SEND | RECV | COMPLETIONS | EMPTY_POLLS | EVENTS;
+
+    /// (name, bits) accepted by `SIGMATRACE_TRACE`.
+    pub const NAMES: &[(&str, u32)] = &[
+        ("all", ALL),
+        ("control", CONTROL),
+        ("send", SEND),
+        ("recv", RECV),
+        ("completions", COMPLETIONS),
+        ("empty_polls", EMPTY_POLLS),
+        ("events", EVENTS),
+        ("data", SEND | RECV | COMPLETIONS | EMPTY_POLLS),
+    ];
+}
+
+/// How much the interposer says on stderr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Diag {
+    /// Nothing, not even when tracing disables itself.
+    Off = 0,
+    /// One line when tracing disables itself (default).
+    Error = 1,
+    /// Also the log path, size-cap and configuration warnings.
+    Info = 2,
+    /// Also per-object instrumentation details.
+    Debug = 3,
+}
+
+/// Timestamp source choice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClockChoice {
+    /// TSC when invariant, else CLOCK_MONOTONIC_RAW.
+    Auto,
+    Tsc,
+    MonotonicRaw,
+}
+
+/// The parsed configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// `SIGMATRACE_DISABLE`: forward every call untraced.
+    pub disabled: bool,
+    /// `SIGMATRACE_DIR`: where logs go.
+    pub output_dir: PathBuf,
+    /// `SIGMATRACE_MAX_BYTES`: size cap of one process's log.
+    pub max_bytes: u64,
+    /// `SIGMATRACE_CHUNK_BYTES`: per-thread chunk size.
+    pub chunk_size: u32,
+    /// `SIGMATRACE_TRACE`: [`cat`] bits.
+    pub trace: u32,
+    /// `SIGMATRACE_DIAG`.
+    pub diag: Diag,
+    /// `SIGMATRACE_CLOCK`.
+    pub clock: ClockChoice,
+    /// `SIGMATRACE_SNAPSHOT_MS`: clock snapshot period.
+    pub snapshot_ms: u64,
+    /// `SIGMATRACE_DEBUG_PANIC` (debug builds only): hook name to panic in, or "any".
+    pub debug_panic: Option<String>,
+    /// Values that could not be parsed (reported at `Diag::Info`).
+    pub warnings: Vec<String>,
+}
+
+/// Default output directory (relative to the working directory).
+pub const DEFAULT_DIR: &str = "sigmatrace-out";
+/// Default size cap: 4 GiB.
+pub const DEFAULT_MAX_BYTES: u64 = 4 << 30;
+/// Default chunk size: 1 MiB.
+pub const DEFAULT_CHUNK: u32 = 1 << 20;
+/// Default snapshot period.
+pub const DEFAULT_SNAPSHOT_MS: u64 = 100;
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            disabled: false,
+            output_dir: PathBuf::from(DEFAULT_DIR),
+            max_bytes: DEFAULT_MAX_BYTES,
+            chunk_size: DEFAULT_CHUNK,
+            trace: cat::ALL,
+            diag: Diag::Error,
+            clock: ClockChoice::Auto,
+            snapshot_ms: DEFAULT_SNAPSHOT_MS,
+            debug_panic: None,
+            warnings: Vec::new(),
+        }
+    }
+}
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env() -> Config {
+        Config::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Parses with an explicit lookup (testable).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Config {
+        let mut c = Config::default();
+        let warn = |var: &str, v: &str, why: &str| format!("{var}={v:?} ignored: {why}");
+        let mut warnings = Vec::new();
+        if let Some(v) = get("SIGMATRACE_DISABLE") {
+            match parse_bool(&v) {
+                Some(b) => c.disabled = b,
+                None => warnings.push(warn("SIGMATRACE_DISABLE", &v, "expected 1/0/true/false")),
+            }
+        }
+        if let Some(v) = get("SIGMATRACE_DIR").filter(|v| !v.is_empty()) {
+            c.output_dir = PathBuf::from(v);
+        }
+        if let Some(v) = get("SIGMATRACE_MAX_BYTES") {
+            match parse_size(&v) {
+                Some(n) if n >= 64 << 10 => c.max_bytes = n,
+                _ => warnings.push(warn("SIGMATRACE_MAX_BYTES", &v, "expected a size >= 64K")),
+            }
+        }
+        if let Some(v) = get("SIGMATRACE_CHUNK_BYTES") {
+            match parse_size(&v) {
+                Some(n) if n.is_power_of_two() && (16 << 10..=64 << 20).contains(&n) => {
+                    c.chunk_size = n as u32
+                }
+                _ => warnings.push(warn(
+                    "SIGMATRACE_CHUNK_BYTES",
+                    &v,
+                    "expected a power of two between 16K and 64M",
+                )),
+            }
+        }
+        if let Some(v) = get("SIGMATRACE_TRACE") {
+            match parse_trace(&v) {
+                Ok(bits) => c.trace = bits,
+                Err(bad) => warnings.push(warn(
+                    "SIGMATRACE_TRACE",
+                    &v,
+                    &format!("unknown category {bad:?}"),
+                )),
+            }
+        }
+        if let Some(v) = get("SIGMATRACE_DIAG") {
+            match v.trim().to_ascii_lowercase().as_str() {
+                "off" | "0" | "none" => c.diag = Diag::Off,
+                "error" | "1" => c.diag = Diag::Error,
+                "info" | "2" => c.diag = Diag::Info,
+                "debug" | "3" => c.diag = Diag::Debug,
+                _ => warnings.push(warn("SIGMATRACE_DIAG", &v, "expected off/error/info/debug")),
+            }
+        }
+        if let Some(v) = get("SIGMATRACE_CLOCK") {
+            match v.trim().to_ascii_lowercase().as_str() {
+                "auto" => c.clock = ClockChoice::Auto,
+                "tsc" => c.clock = ClockChoice::Tsc,
+                "monotonic_raw" | "monotonic" => c.clock = ClockChoice::MonotonicRaw,
+                _ => warnings.push(warn(
+                    "SIGMATRACE_CLOCK",
+                    &v,
+                    "expected auto/tsc/monotonic_raw",
+                )),
+            }
+        }
+        if let Some(v) = get("SIGMATRACE_SNAPSHOT_MS") {
+            match v.trim().parse::<u64>() {
+                Ok(ms) if (1..=60_000).contains(&ms) => c.snapshot_ms = ms,
+                _ => warnings.push(warn("SIGMATRACE_SNAPSHOT_MS", &v, "expected 1..60000")),
+            }
+        }
+        if let Some(v) = get("SIGMATRACE_DEBUG_PANIC").filter(|v| !v.is_empty()) {
+            c.debug_panic = Some(v);
+        }
+        c.warnings = warnings;
+        c
+    }
+
+    /// The [`cat`] mask tracing starts with (0 when disabled).
+    pub fn initial_mask(&self) -> u32 {
+        if self.disabled {
+            0
+        } else {
+            self.trace
+        }
+    }
+}
+
+/// 1/0, true/false, yes/no, on/off.
+pub fn parse_bool(v: &str) -> Option<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" | "" => Some(false),
+        _ => None,
+    }
+}
+
+/// A byte count with an optional K/M/G/T suffix (binary units, optional trailing "B"/"iB").
+pub fn parse_size(v: &str) -> Option<u64> {
+    let s = v.trim().to_ascii_uppercase();
+    let s = s
+        .strip_suffix("IB")
+        .or_else(|| s.strip_suffix('B'))
+        .unwrap_or(&s);
+    let (num, shift) = match s.chars().last()? {
+        'K' => (&s[..s.len() - 1], 10),
+        'M' => (&s[..s.len() - 1], 20),
+        'G' => (&s[..s.len() - 1], 30),
+        'T' => (&s[..s.len() - 1], 40),
+        _ => (s, 0),
+    };
+    let n: u64 = num.trim().parse().ok()?;
+    n.checked_mul(1u64 << shift)
+}
+
+/// Comma-separated categories; a leading `-` removes one (`all,-empty_polls`). An empty list
+/// traces nothing.
+pub fn parse_trace(v: &str) -> Result<u32, String> {
+    let mut bits = 0u32;
+    for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (neg, name) = match item.strip_prefix('-') {
+            Some(n) => (true, n),
+            None => (false, item.strip_prefix('+').unwrap_or(item)),
+        };
+        let name = name.to_ascii_lowercase();
+        let Some(&(_, b)) = cat::NAMES.iter().find(|(n, _)| *n == name) else {
+            return Err(item.to_string());
+        };
+        if neg {
+            bits &= !b;
+        } else {
+            bits |= b;
+        }
+    }
+    Ok(bits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn cfg(vars: &[(&str, &str)]) -> Config {
+        let m: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_lookup(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_without_variables() {
+        let c = cfg(&[]);
+        assert_eq!(c, Config::default());
+        assert_eq!(c.initial_mask(), cat::ALL);
+        assert_eq!(c.output_dir, PathBuf::from("sigmatrace-out"));
+        assert_eq!(c.diag, Diag::Error);
+    }
+
+    #[test]
+    fn every_variable_is_parsed() {
+        let c = cfg(&[
+            ("SIGMATRACE_DIR", "/tmp/x"),
+            ("SIGMATRACE_MAX_BYTES", "256M"),
+            ("SIGMATRACE_CHUNK_BYTES", "64KiB"),
+            ("SIGMATRACE_TRACE", "all,-empty_polls"),
+            ("SIGMATRACE_DIAG", "info"),
+            ("SIGMATRACE_CLOCK", "monotonic_raw"),
+            ("SIGMATRACE_SNAPSHOT_MS", "250"),
+            ("SIGMATRACE_DEBUG_PANIC", "post_send"),
+        ]);
+        assert_eq!(c.output_dir, PathBuf::from("/tmp/x"));
+        assert_eq!(c.max_bytes, 256 << 20);
+        assert_eq!(c.chunk_size, 64 << 10);
+        assert_eq!(c.trace, cat::ALL & !cat::EMPTY_POLLS);
+        assert_eq!(c.diag, Diag::Info);
+        assert_eq!(c.clock, ClockChoice::MonotonicRaw);
+        assert_eq!(c.snapshot_ms, 250);
+        assert_eq!(c.debug_panic.as_deref(), Some("post_send"));
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    }
+
+    #[test]
+    fn disable_zeroes_the_mask() {
+        assert_eq!(cfg(&[("SIGMATRACE_DISABLE", "1")]).initial_mask(), 0);
+        assert_eq!(cfg(&[("SIGMATRACE_DISABLE", "0")]).initial_mask(), cat::ALL);
+    }
+
+    #[test]
+    fn bad_values_keep_defaults_and_warn() {
+        let c = cfg(&[
+            ("SIGMATRACE_MAX_BYTES", "lots"),
+            ("SIGMATRACE_CHUNK_BYTES", "3000"),
+            ("SIGMATRACE_TRACE", "send,bogus"),
+            ("SIGMATRACE_DIAG", "loud"),
+            ("SIGMATRACE_SNAPSHOT_MS", "0"),
+            ("SIGMATRACE_DISABLE", "maybe"),
+        ]);
+        assert_eq!(c.max_bytes, DEFAULT_MAX_BYTES);
+        assert_eq!(c.chunk_size, DEFAULT_CHUNK);
+        assert_eq!(c.trace, cat::ALL);
+        assert_eq!(c.diag, Diag::Error);
+        assert_eq!(c.snapshot_ms, DEFAULT_SNAPSHOT_MS);
+        assert!(!c.disabled);
+        assert_eq!(c.warnings.len(), 6, "{:?}", c.warnings);
+        assert!(c.warnings.iter().any(|w| w.contains("bogus")));
+    }
+
+    #[test]
+    fn sizes_and_categories() {
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("1k"), Some(1024));
+        assert_eq!(parse_size("2G"), Some(2 << 30));
+        assert_eq!(parse_size("3MB"), Some(3 << 20));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(parse_size("99999999999T"), None);
+        assert_eq!(parse_trace("send,recv"), Ok(cat::SEND | cat::RECV));
+        assert_eq!(parse_trace(""), Ok(0));
+        assert_eq!(
+            parse_trace("data,-empty_polls"),
+            Ok(cat::SEND | cat::RECV | cat::COMPLETIONS)
+        );
+        assert_eq!(parse_trace("nope"), Err("nope".into()));
+    }
+}

@@ -1,0 +1,201 @@
+//! Extended CQs (`ibv_create_cq_ex`, `mlx5dv_create_cq`): `start_poll` and `next_poll` are
+//! swapped; each call that yields a completion records it, reading the fields through the
+//! provider's own `read_*` functions (pure getters of the current entry; only those the CQ
+//! was created to provide, per its `wc_flags`). `ENOENT` from `start_poll` is an empty poll.
+//! `end_poll` and the `read_*` pointers the program calls are left untouched: they add
+//! nothing to the record.
+
+use std::ffi::c_int;
+use std::mem::offset_of;
+
+use crate::config::{cat, Diag};
+use crate::ffi::{self, *};
+use crate::hooks::slots::{variants, Slots};
+use crate::hooks::{as_fn, guard};
+use crate::record::data::{self, Completion};
+use crate::sink;
+
+const START: usize = 0;
+const NEXT: usize = 1;
+const OPCODE: usize = 2;
+const VENDOR_ERR: usize = 3;
+const BYTE_LEN: usize = 4;
+const IMM: usize = 5;
+const QP_NUM: usize = 6;
+const SRC_QP: usize = 7;
+const WC_FLAGS: usize = 8;
+const SLID: usize = 9;
+const COMPLETION_TS: usize = 10;
+/// Not a function: the `wc_flags` the CQ was created with.
+const REQUESTED: usize = 11;
+const WORDS: usize = 12;
+
+static CQX: Slots<WORDS> = Slots::new();
+
+type Cq = *mut ibv_cq_ex;
+type StartFn = unsafe extern "C" fn(Cq, *mut ibv_poll_cq_attr) -> c_int;
+type NextFn = unsafe extern "C" fn(Cq) -> c_int;
+
+/// (word, offset in ibv_cq_ex, wc_flags bit that makes the reader valid; 0 = always).
+const READERS: [(usize, usize, u64); 9] = [
+    (OPCODE, offset_of!(ibv_cq_ex, read_opcode), 0),
+    (VENDOR_ERR, offset_of!(ibv_cq_ex, read_vendor_err), 0),
+    (WC_FLAGS, offset_of!(ibv_cq_ex, read_wc_flags), 0),
+    (
+        BYTE_LEN,
+        offset_of!(ibv_cq_ex, read_byte_len),
+        IBV_WC_EX_WITH_BYTE_LEN as u64,
+    ),
+    (
+        IMM,
+        offset_of!(ibv_cq_ex, read_imm_data),
+        IBV_WC_EX_WITH_IMM as u64,
+    ),
+    (
+        QP_NUM,
+        offset_of!(ibv_cq_ex, read_qp_num),
+        IBV_WC_EX_WITH_QP_NUM as u64,
+    ),
+    (
+        SRC_QP,
+        offset_of!(ibv_cq_ex, read_src_qp),
+        IBV_WC_EX_WITH_SRC_QP as u64,
+    ),
+    (
+        SLID,
+        offset_of!(ibv_cq_ex, read_slid),
+        IBV_WC_EX_WITH_SLID as u64,
+    ),
+    (
+        COMPLETION_TS,
+        offset_of!(ibv_cq_ex, read_completion_ts),
+        IBV_WC_EX_WITH_COMPLETION_TIMESTAMP as u64,
+    ),
+];
+
+static LOCK: sink::spin::SpinLock = sink::spin::SpinLock::new();
+
+/// Swaps `start_poll`/`next_poll` of an extended CQ created with `wc_flags` (idempotent).
+///
+/// # Safety
+/// `cq` must be null or a live `ibv_cq_ex` of the provider.
+pub unsafe fn instrument(cq: Cq, wc_flags: u64) -> bool {
+    if cq.is_null() {
+        return false;
+    }
+    let _g = LOCK.lock();
+    let starts = variants!(start_poll as StartFn).map(|f| f as usize);
+    let nexts = variants!(next_poll as NextFn).map(|f| f as usize);
+    let field = |off: usize| (cq as *mut u8).wrapping_add(off) as *mut usize;
+    let mut words = [0usize; WORDS];
+    // SAFETY: start_poll / next_poll / read_* are pointer-sized fields of the live CQ.
+    unsafe {
+        words[START] = ffi::load_ptr(field(offset_of!(ibv_cq_ex, start_poll)));
+        words[NEXT] = ffi::load_ptr(field(offset_of!(ibv_cq_ex, next_poll)));
+        for (w, off, bit) in READERS {
+            if bit == 0 || wc_flags & bit != 0 {
+                words[w] = ffi::load_ptr(field(off));
+            }
+        }
+    }
+    if starts.contains(&words[START]) {
+        return true;
+    }
+    if words[START] == 0 || words[NEXT] == 0 {
+        return false;
+    }
+    words[REQUESTED] = wc_flags as usize;
+    let Some(s) = CQX.claim(&words) else {
+        sink::diag(
+            Diag::Info,
+            "sigmatrace: too many distinct ibv_cq_ex tables; a CQ stays untraced",
+        );
+        return false;
+    };
+    // SAFETY: writable provider fields of the live CQ; the hooks forward through slot s.
+    unsafe {
+        ffi::store_ptr(field(offset_of!(ibv_cq_ex, start_poll)), starts[s]);
+        ffi::store_ptr(field(offset_of!(ibv_cq_ex, next_poll)), nexts[s]);
+    }
+    true
+}
+
+unsafe extern "C" fn start_poll<const S: usize>(cq: Cq, attr: *mut ibv_poll_cq_attr) -> c_int {
+    // SAFETY: slot S word START is the provider's start_poll.
+    let real: StartFn = unsafe { as_fn(CQX.word(S, START)) };
+    // SAFETY: forwarding the program's arguments.
+    let rc = unsafe { real(cq, attr) };
+    if sink::tracing(cat::COMPLETIONS | cat::EMPTY_POLLS) {
+        // SAFETY: cq is live; rc == 0 means a current entry exists.
+        guard::run("start_poll", || unsafe { polled::<S>(cq, rc) });
+    }
+    rc
+}
+
+unsafe extern "C" fn next_poll<const S: usize>(cq: Cq) -> c_int {
+    // SAFETY: slot S word NEXT is the provider's next_poll.
+    let real: NextFn = unsafe { as_fn(CQX.word(S, NEXT)) };
+    // SAFETY: forwarding the program's arguments.
+    let rc = unsafe { real(cq) };
+    if rc == 0 && sink::tracing(cat::COMPLETIONS) {
+        // SAFETY: as above.
+        guard::run("next_poll", || unsafe { polled::<S>(cq, rc) });
+    }
+    rc
+}
+
+/// Calls reader `w` of slot `S` if the CQ provides it.
+///
+/// # Safety
+/// `cq` must have a current entry (after a successful start/next_poll).
+#[inline(always)]
+unsafe fn read<const S: usize, T: Default>(cq: Cq, w: usize) -> T {
+    let f = CQX.word(S, w);
+    if f == 0 {
+        return T::default();
+    }
+    // SAFETY: word w holds the provider's reader with prototype fn(cq) -> T (READERS).
+    unsafe { as_fn::<unsafe extern "C" fn(Cq) -> T>(f)(cq) }
+}
+
+/// # Safety
+/// `cq` live; `rc` what start/next_poll returned.
+unsafe fn polled<const S: usize>(cq: Cq, rc: c_int) {
+    let ts = sink::now();
+    let id = cq as u64;
+    if rc == libc::ENOENT {
+        if sink::tracing(cat::EMPTY_POLLS) {
+            sink::with_thread(|t| t.empty_poll(id, ts));
+        }
+        return;
+    }
+    if rc != 0 || !sink::tracing(cat::COMPLETIONS) {
+        return;
+    }
+    // SAFETY: rc == 0: the CQ has a current entry; status and wr_id are fields.
+    let c = unsafe {
+        let wc_flags: u32 = read::<S, u32>(cq, WC_FLAGS);
+        let imm = if wc_flags & IBV_WC_WITH_IMM != 0 {
+            u32::from_be(read::<S, u32>(cq, IMM))
+        } else {
+            0
+        };
+        Completion {
+            wr_id: (*cq).wr_id,
+            status: (*cq).status as u8,
+            opcode: read::<S, u32>(cq, OPCODE) as u8,
+            vendor_err: read::<S, u32>(cq, VENDOR_ERR),
+            byte_len: read::<S, u32>(cq, BYTE_LEN),
+            imm,
+            qpn: read::<S, u32>(cq, QP_NUM),
+            src_qp: read::<S, u32>(cq, SRC_QP),
+            wc_flags,
+            slid: read::<S, u32>(cq, SLID) as u16,
+            hw_ts: read::<S, u64>(cq, COMPLETION_TS),
+        }
+    };
+    sink::with_thread(|t| {
+        t.work_returned(id);
+        t.append(&data::completion(ts, id, &c));
+    });
+}

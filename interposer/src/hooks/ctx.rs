@@ -1,0 +1,419 @@
+//! Context instrumentation: the data path is `static inline` in verbs.h and jumps through
+//! `ctx->ops` and the `verbs_context` extension pointers, so the hooks replace those pointers
+//! on every context (after `ibv_open_device`/`ibv_import_device`, or when a context is first
+//! seen on a PD/CQ/QP), keeping the originals in a slot ([`super::slots`]).
+
+use std::ffi::{c_int, c_void};
+use std::mem::offset_of;
+
+use crate::config::{cat, Diag};
+use crate::ffi::{self, *};
+use crate::hooks::slots::{variants, Slots, SLOTS};
+use crate::hooks::{as_fn, control, datapath, guard};
+use crate::sink;
+
+// Words of a context slot.
+const POST_SEND: usize = 0;
+const POST_RECV: usize = 1;
+const POST_SRQ_RECV: usize = 2;
+const POLL_CQ: usize = 3;
+const REQ_NOTIFY_CQ: usize = 4;
+const BIND_MW: usize = 5;
+const CREATE_QP_EX: usize = 6;
+const CREATE_CQ_EX: usize = 7;
+const CREATE_SRQ_EX: usize = 8;
+const POST_SRQ_OPS: usize = 9;
+const OPEN_QP: usize = 10;
+const CREATE_WQ: usize = 11;
+const WORDS: usize = 12;
+
+static CTX: Slots<WORDS> = Slots::new();
+static WQ: Slots<1> = Slots::new();
+
+type PostSendFn =
+    unsafe extern "C" fn(*mut ibv_qp, *mut ibv_send_wr, *mut *mut ibv_send_wr) -> c_int;
+type PostRecvFn =
+    unsafe extern "C" fn(*mut ibv_qp, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int;
+type PostSrqRecvFn =
+    unsafe extern "C" fn(*mut ibv_srq, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int;
+type PollCqFn = unsafe extern "C" fn(*mut ibv_cq, c_int, *mut ibv_wc) -> c_int;
+type ReqNotifyFn = unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int;
+type BindMwFn = unsafe extern "C" fn(*mut ibv_qp, *mut ibv_mw, *mut ibv_mw_bind) -> c_int;
+type CreateQpExFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_init_attr_ex) -> *mut ibv_qp;
+type CreateCqExFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_cq_init_attr_ex) -> *mut ibv_cq_ex;
+type CreateSrqExFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_srq_init_attr_ex) -> *mut ibv_srq;
+type PostSrqOpsFn =
+    unsafe extern "C" fn(*mut ibv_srq, *mut ibv_ops_wr, *mut *mut ibv_ops_wr) -> c_int;
+type OpenQpFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_open_attr) -> *mut ibv_qp;
+type CreateWqFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_wq_init_attr) -> *mut ibv_wq;
+type WqRecvFn = unsafe extern "C" fn(*mut ibv_wq, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int;
+
+/// Where a swapped pointer lives.
+#[derive(Clone, Copy)]
+enum Place {
+    /// Offset in `ibv_context`.
+    Ops(usize),
+    /// Offset in `verbs_context` (present only if the provider's `sz` covers it).
+    Ext(usize),
+}
+
+fn fields() -> [(usize, Place, [usize; SLOTS]); WORDS] {
+    let ops = offset_of!(ibv_context, ops);
+    let o = |f: usize| Place::Ops(ops + f);
+    let u = |a: [usize; SLOTS]| a;
+    [
+        (
+            POST_SEND,
+            o(offset_of!(ibv_context_ops, post_send)),
+            u(variants!(post_send as PostSendFn).map(|f| f as usize)),
+        ),
+        (
+            POST_RECV,
+            o(offset_of!(ibv_context_ops, post_recv)),
+            u(variants!(post_recv as PostRecvFn).map(|f| f as usize)),
+        ),
+        (
+            POST_SRQ_RECV,
+            o(offset_of!(ibv_context_ops, post_srq_recv)),
+            variants!(post_srq_recv as PostSrqRecvFn).map(|f| f as usize),
+        ),
+        (
+            POLL_CQ,
+            o(offset_of!(ibv_context_ops, poll_cq)),
+            variants!(poll_cq as PollCqFn).map(|f| f as usize),
+        ),
+        (
+            REQ_NOTIFY_CQ,
+            o(offset_of!(ibv_context_ops, req_notify_cq)),
+            variants!(req_notify_cq as ReqNotifyFn).map(|f| f as usize),
+        ),
+        (
+            BIND_MW,
+            o(offset_of!(ibv_context_ops, bind_mw)),
+            variants!(bind_mw as BindMwFn).map(|f| f as usize),
+        ),
+        (
+            CREATE_QP_EX,
+            Place::Ext(offset_of!(verbs_context, create_qp_ex)),
+            variants!(create_qp_ex as CreateQpExFn).map(|f| f as usize),
+        ),
+        (
+            CREATE_CQ_EX,
+            Place::Ext(offset_of!(verbs_context, create_cq_ex)),
+            variants!(create_cq_ex as CreateCqExFn).map(|f| f as usize),
+        ),
+        (
+            CREATE_SRQ_EX,
+            Place::Ext(offset_of!(verbs_context, create_srq_ex)),
+            variants!(create_srq_ex as CreateSrqExFn).map(|f| f as usize),
+        ),
+        (
+            POST_SRQ_OPS,
+            Place::Ext(offset_of!(verbs_context, post_srq_ops)),
+            variants!(post_srq_ops as PostSrqOpsFn).map(|f| f as usize),
+        ),
+        (
+            OPEN_QP,
+            Place::Ext(offset_of!(verbs_context, open_qp)),
+            variants!(open_qp as OpenQpFn).map(|f| f as usize),
+        ),
+        (
+            CREATE_WQ,
+            Place::Ext(offset_of!(verbs_context, create_wq)),
+            variants!(create_wq as CreateWqFn).map(|f| f as usize),
+        ),
+    ]
+}
+
+/// Result of [`instrument`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Instrumented {
+    /// The context's pointers were swapped now.
+    Now,
+    /// They already were.
+    Already,
+    /// No room for its function set (or no context): left untouched.
+    No,
+}
+
+static LOCK: sink::spin::SpinLock = sink::spin::SpinLock::new();
+
+/// Swaps the data-path pointers of `ctx` (idempotent).
+///
+/// # Safety
+/// `ctx` must be null or a live context handed out by the provider.
+pub unsafe fn instrument(ctx: *mut ibv_context) -> Instrumented {
+    if ctx.is_null() {
+        return Instrumented::No;
+    }
+    let _g = LOCK.lock();
+    // SAFETY: ctx is a live context (caller).
+    let vctx = unsafe { ffi::verbs_context_of(ctx) };
+    let fields = fields();
+    let mut ptrs = [std::ptr::null_mut::<usize>(); WORDS];
+    let mut orig = [0usize; WORDS];
+    for (word, place, hooks) in &fields {
+        let p: *mut usize = match (*place, vctx) {
+            (Place::Ops(off), _) => (ctx as *mut u8).wrapping_add(off).cast(),
+            // SAFETY: vctx is the live verbs_context around ctx.
+            (Place::Ext(off), Some(v)) if unsafe { ffi::verbs_context_has(v, off) } => {
+                (v as *mut u8).wrapping_add(off).cast()
+            }
+            _ => continue,
+        };
+        // SAFETY: p is an aligned pointer-sized field of the live context.
+        let cur = unsafe { ffi::load_ptr(p) };
+        if hooks.contains(&cur) {
+            return Instrumented::Already;
+        }
+        ptrs[*word] = p;
+        orig[*word] = cur;
+    }
+    let Some(slot) = CTX.claim(&orig) else {
+        sink::diag(
+            Diag::Info,
+            "sigmatrace: too many distinct provider tables; a context stays untraced",
+        );
+        return Instrumented::No;
+    };
+    for (word, _, hooks) in &fields {
+        if !ptrs[*word].is_null() && orig[*word] != 0 {
+            // SAFETY: writable provider field (context memory is provider heap); hooks[slot]
+            // has the field's prototype and forwards to orig[word] through slot `slot`.
+            unsafe { ffi::store_ptr(ptrs[*word], hooks[slot]) };
+        }
+    }
+    Instrumented::Now
+}
+
+#[inline(always)]
+fn orig<F: Copy>(s: usize, word: usize) -> F {
+    // SAFETY: slot s is only installed after word `word` was stored with the provider's
+    // function for this very field, whose prototype is F.
+    unsafe { as_fn::<F>(CTX.word(s, word)) }
+}
+
+unsafe extern "C" fn post_send<const S: usize>(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad: *mut *mut ibv_send_wr,
+) -> c_int {
+    let real: PostSendFn = orig(S, POST_SEND);
+    if !sink::tracing(cat::SEND) {
+        // SAFETY: forwarding the program's own arguments to the provider.
+        return unsafe { real(qp, wr, bad) };
+    }
+    let ts = sink::now();
+    // SAFETY: as above.
+    let rc = unsafe { real(qp, wr, bad) };
+    // SAFETY: the list is the program's and still valid; the provider does not free it.
+    guard::run("post_send", || unsafe {
+        datapath::sends(qp, wr, bad, rc, ts)
+    });
+    rc
+}
+
+unsafe extern "C" fn post_recv<const S: usize>(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    let real: PostRecvFn = orig(S, POST_RECV);
+    // SAFETY: forwarding the program's own arguments to the provider.
+    let rc = unsafe { real(qp, wr, bad) };
+    if sink::tracing(cat::RECV) {
+        // SAFETY: as in post_send.
+        guard::run("post_recv", || unsafe {
+            datapath::recvs_qp(qp, wr, bad, rc)
+        });
+    }
+    rc
+}
+
+unsafe extern "C" fn post_srq_recv<const S: usize>(
+    srq: *mut ibv_srq,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    let real: PostSrqRecvFn = orig(S, POST_SRQ_RECV);
+    // SAFETY: forwarding the program's own arguments to the provider.
+    let rc = unsafe { real(srq, wr, bad) };
+    if sink::tracing(cat::RECV) {
+        // SAFETY: as in post_send.
+        guard::run("post_srq_recv", || unsafe {
+            datapath::recvs_srq(srq, wr, bad, rc)
+        });
+    }
+    rc
+}
+
+unsafe extern "C" fn poll_cq<const S: usize>(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
+    let real: PollCqFn = orig(S, POLL_CQ);
+    // SAFETY: forwarding the program's own arguments to the provider.
+    let rc = unsafe { real(cq, n, wc) };
+    if sink::tracing(cat::COMPLETIONS | cat::EMPTY_POLLS) {
+        // SAFETY: the provider filled wc[0..rc].
+        guard::run("poll_cq", || unsafe { datapath::polled(cq, wc, rc) });
+    }
+    rc
+}
+
+unsafe extern "C" fn req_notify_cq<const S: usize>(
+    cq: *mut ibv_cq,
+    solicited_only: c_int,
+) -> c_int {
+    let real: ReqNotifyFn = orig(S, REQ_NOTIFY_CQ);
+    // SAFETY: forwarding the program's own arguments to the provider.
+    let rc = unsafe { real(cq, solicited_only) };
+    guard::control("req_notify_cq", || {
+        control::req_notify(cq, solicited_only, rc)
+    });
+    rc
+}
+
+unsafe extern "C" fn bind_mw<const S: usize>(
+    qp: *mut ibv_qp,
+    mw: *mut ibv_mw,
+    bind: *mut ibv_mw_bind,
+) -> c_int {
+    let real: BindMwFn = orig(S, BIND_MW);
+    let ts = sink::now();
+    // SAFETY: forwarding the program's own arguments to the provider.
+    let rc = unsafe { real(qp, mw, bind) };
+    if sink::tracing(cat::SEND) {
+        // SAFETY: qp, mw and bind are the program's live objects.
+        guard::run("bind_mw", || unsafe {
+            datapath::bind(qp, mw, bind, rc, ts)
+        });
+    }
+    rc
+}
+
+unsafe extern "C" fn create_qp_ex<const S: usize>(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> *mut ibv_qp {
+    let real: CreateQpExFn = orig(S, CREATE_QP_EX);
+    // SAFETY: forwarding the program's own arguments to the provider.
+    let qp = unsafe { real(ctx, attr) };
+    // SAFETY: attr is the program's, qp the provider's new QP (or null).
+    guard::control("create_qp_ex", || unsafe {
+        control::qp_created_ex(ctx, attr, qp, 1)
+    });
+    qp
+}
+
+unsafe extern "C" fn create_cq_ex<const S: usize>(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_cq_init_attr_ex,
+) -> *mut ibv_cq_ex {
+    let real: CreateCqExFn = orig(S, CREATE_CQ_EX);
+    // SAFETY: forwarding the program's own arguments to the provider.
+    let cq = unsafe { real(ctx, attr) };
+    // SAFETY: attr is the program's, cq the provider's new CQ (or null).
+    guard::control("create_cq_ex", || unsafe {
+        control::cq_created_ex(ctx, attr, cq, 1)
+    });
+    cq
+}
+
+unsafe extern "C" fn create_srq_ex<const S: usize>(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_srq_init_attr_ex,
+) -> *mut ibv_srq {
+    let real: CreateSrqExFn = orig(S, CREATE_SRQ_EX);
+    // SAFETY: forwarding the program's own arguments to the provider.
+    let srq = unsafe { real(ctx, attr) };
+    // SAFETY: attr is the program's, srq the provider's new SRQ (or null).
+    guard::control("create_srq_ex", || unsafe {
+        control::srq_created_ex(attr, srq)
+    });
+    srq
+}
+
+unsafe extern "C" fn post_srq_ops<const S: usize>(
+    srq: *mut ibv_srq,
+    op: *mut ibv_ops_wr,
+    bad: *mut *mut ibv_ops_wr,
+) -> c_int {
+    let real: PostSrqOpsFn = orig(S, POST_SRQ_OPS);
+    // SAFETY: forwarding the program's own arguments to the provider.
+    let rc = unsafe { real(srq, op, bad) };
+    if sink::tracing(cat::RECV) {
+        // SAFETY: the op list is the program's and still valid.
+        guard::run("post_srq_ops", || unsafe {
+            datapath::srq_ops(srq, op, bad, rc)
+        });
+    }
+    rc
+}
+
+unsafe extern "C" fn open_qp<const S: usize>(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_qp_open_attr,
+) -> *mut ibv_qp {
+    let real: OpenQpFn = orig(S, OPEN_QP);
+    // SAFETY: forwarding the program's own arguments to the provider.
+    let qp = unsafe { real(ctx, attr) };
+    // SAFETY: qp is the provider's QP (or null).
+    guard::control("open_qp", || unsafe { control::qp_opened(ctx, qp) });
+    qp
+}
+
+unsafe extern "C" fn create_wq<const S: usize>(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_wq_init_attr,
+) -> *mut ibv_wq {
+    let real: CreateWqFn = orig(S, CREATE_WQ);
+    // SAFETY: forwarding the program's own arguments to the provider.
+    let wq = unsafe { real(ctx, attr) };
+    // SAFETY: wq is the provider's new WQ (or null).
+    guard::control("create_wq", || unsafe { instrument_wq(wq) });
+    wq
+}
+
+/// Swaps `wq->post_recv` (the inline `ibv_post_wq_recv`).
+///
+/// # Safety
+/// `wq` must be null or a live WQ.
+unsafe fn instrument_wq(wq: *mut ibv_wq) {
+    if wq.is_null() {
+        return;
+    }
+    let hooks = variants!(wq_recv as WqRecvFn).map(|f| f as usize);
+    // SAFETY: post_recv is a pointer-sized field of the live WQ.
+    let field = unsafe { std::ptr::addr_of_mut!((*wq).post_recv) };
+    // SAFETY: as above.
+    let cur = unsafe { ffi::load_ptr(field) };
+    if cur == 0 || hooks.contains(&cur) {
+        return;
+    }
+    if let Some(s) = WQ.claim(&[cur]) {
+        // SAFETY: writable provider field; hooks[s] forwards to cur.
+        unsafe { ffi::store_ptr(field, hooks[s]) };
+    }
+}
+
+unsafe extern "C" fn wq_recv<const S: usize>(
+    wq: *mut ibv_wq,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    // SAFETY: slot S word 0 is the provider's post_recv of this WQ kind.
+    let real: WqRecvFn = unsafe { as_fn(WQ.word(S, 0)) };
+    // SAFETY: forwarding the program's own arguments to the provider.
+    let rc = unsafe { real(wq, wr, bad) };
+    if sink::tracing(cat::RECV) {
+        // SAFETY: as in post_send.
+        guard::run("wq_recv", || unsafe { datapath::recvs_wq(wq, wr, bad, rc) });
+    }
+    rc
+}
+
+/// Type-erased view used by the fake-device benchmark and the C API.
+pub fn instrument_raw(ctx: *mut c_void) -> Instrumented {
+    // SAFETY: the C API documents that ctx must be a live ibv_context.
+    unsafe { instrument(ctx.cast()) }
+}

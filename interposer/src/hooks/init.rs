@@ -1,0 +1,68 @@
+//! Process integration: configuration (once), the real `dlsym`, the panic hook, `fork` and
+//! exit handlers. Runs from the library constructor, or lazily from the first hook if another
+//! library's constructor calls verbs before ours ran.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Once;
+
+use crate::config::Config;
+use crate::ffi::dl;
+use crate::hooks::guard;
+use crate::sink;
+
+static DONE: AtomicBool = AtomicBool::new(false);
+static ONCE: Once = Once::new();
+
+/// Initialises the interposer once.
+#[inline]
+pub fn ensure() {
+    if !DONE.load(Ordering::Acquire) {
+        init_once();
+    }
+}
+
+#[cold]
+fn init_once() {
+    ONCE.call_once(|| {
+        dl::init();
+        guard::install_panic_hook();
+        let ok = guard::run("init", || {
+            sink::configure(Config::from_env());
+            // SAFETY: registering plain extern "C" handlers without arguments.
+            unsafe {
+                libc::pthread_atfork(None, None, Some(after_fork_child));
+                libc::atexit(at_exit);
+            }
+        });
+        if ok.is_none() {
+            sink::disable("initialisation failed");
+        }
+        DONE.store(true, Ordering::Release);
+    });
+}
+
+extern "C" fn after_fork_child() {
+    guard::run("fork", sink::after_fork_in_child);
+}
+
+extern "C" fn at_exit() {
+    guard::run("exit", sink::at_exit);
+}
+
+extern "C" fn constructor() {
+    ensure();
+}
+
+/// Runs [`constructor`] when the library is loaded (not in unit-test binaries).
+#[cfg(not(test))]
+#[used]
+#[link_section = ".init_array"]
+static CONSTRUCTOR: extern "C" fn() = constructor;
+
+#[cfg(test)]
+#[test]
+fn constructor_symbol_is_callable() {
+    // In tests the constructor is not registered; calling it must be harmless.
+    constructor();
+    assert!(DONE.load(Ordering::Acquire));
+}

@@ -1,0 +1,394 @@
+//! The `ibv_wr_*` post API: the builders are pointers in `struct ibv_qp_ex`, swapped on every
+//! extended QP (created with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`, or returned by
+//! `ibv_qp_to_qp_ex`). Records are kept per batch and written at `wr_complete` (see
+//! `record::wr_builder`). `wr_set_xrc_srqn` and `wr_atomic_write` are left alone (no record
+//! field for the former; the latter only exists in rdma-core ≥ 44 and writing it on an older
+//! provider would overrun its struct).
+
+use std::ffi::{c_int, c_void};
+use std::mem::offset_of;
+
+use sigmatrace_schemas::{post_source, PostSend};
+
+use crate::config::{cat, Diag};
+use crate::ffi::{self, *};
+use crate::hooks::slots::{variants, Slots, SLOTS};
+use crate::hooks::{as_fn, guard};
+use crate::record::data::{self, SendWr};
+use crate::sink;
+
+const START: usize = 0;
+const COMPLETE: usize = 1;
+const ABORT: usize = 2;
+const CMP_SWP: usize = 3;
+const FETCH_ADD: usize = 4;
+const BIND_MW: usize = 5;
+const LOCAL_INV: usize = 6;
+const RDMA_READ: usize = 7;
+const RDMA_WRITE: usize = 8;
+const RDMA_WRITE_IMM: usize = 9;
+const SEND: usize = 10;
+const SEND_IMM: usize = 11;
+const SEND_INV: usize = 12;
+const SEND_TSO: usize = 13;
+const SET_UD_ADDR: usize = 14;
+const SET_INLINE: usize = 15;
+const SET_INLINE_LIST: usize = 16;
+const SET_SGE: usize = 17;
+const SET_SGE_LIST: usize = 18;
+const WORDS: usize = 19;
+
+static WR: Slots<WORDS> = Slots::new();
+
+type Qp = *mut ibv_qp_ex;
+
+fn fields() -> [(usize, usize, [usize; SLOTS]); WORDS] {
+    macro_rules! f {
+        ($w:ident, $field:ident, $hook:ident : $ty:ty) => {
+            (
+                $w,
+                offset_of!(ibv_qp_ex, $field),
+                variants!($hook as $ty).map(|f| f as usize),
+            )
+        };
+    }
+    [
+        f!(START, wr_start, wr_start: unsafe extern "C" fn(Qp)),
+        f!(COMPLETE, wr_complete, wr_complete: unsafe extern "C" fn(Qp) -> c_int),
+        f!(ABORT, wr_abort, wr_abort: unsafe extern "C" fn(Qp)),
+        f!(CMP_SWP, wr_atomic_cmp_swp, wr_atomic_cmp_swp: unsafe extern "C" fn(Qp, u32, u64, u64, u64)),
+        f!(FETCH_ADD, wr_atomic_fetch_add, wr_atomic_fetch_add: unsafe extern "C" fn(Qp, u32, u64, u64)),
+        f!(BIND_MW, wr_bind_mw, wr_bind_mw: unsafe extern "C" fn(Qp, *mut ibv_mw, u32, *const ibv_mw_bind_info)),
+        f!(LOCAL_INV, wr_local_inv, wr_local_inv: unsafe extern "C" fn(Qp, u32)),
+        f!(RDMA_READ, wr_rdma_read, wr_rdma_read: unsafe extern "C" fn(Qp, u32, u64)),
+        f!(RDMA_WRITE, wr_rdma_write, wr_rdma_write: unsafe extern "C" fn(Qp, u32, u64)),
+        f!(RDMA_WRITE_IMM, wr_rdma_write_imm, wr_rdma_write_imm: unsafe extern "C" fn(Qp, u32, u64, u32)),
+        f!(SEND, wr_send, wr_send: unsafe extern "C" fn(Qp)),
+        f!(SEND_IMM, wr_send_imm, wr_send_imm: unsafe extern "C" fn(Qp, u32)),
+        f!(SEND_INV, wr_send_inv, wr_send_inv: unsafe extern "C" fn(Qp, u32)),
+        f!(SEND_TSO, wr_send_tso, wr_send_tso: unsafe extern "C" fn(Qp, *mut c_void, u16, u16)),
+        f!(SET_UD_ADDR, wr_set_ud_addr, wr_set_ud_addr: unsafe extern "C" fn(Qp, *mut ibv_ah, u32, u32)),
+        f!(SET_INLINE, wr_set_inline_data, wr_set_inline_data: unsafe extern "C" fn(Qp, *mut c_void, usize)),
+        f!(SET_INLINE_LIST, wr_set_inline_data_list, wr_set_inline_data_list: unsafe extern "C" fn(Qp, usize, *const ibv_data_buf)),
+        f!(SET_SGE, wr_set_sge, wr_set_sge: unsafe extern "C" fn(Qp, u32, u64, u32)),
+        f!(SET_SGE_LIST, wr_set_sge_list, wr_set_sge_list: unsafe extern "C" fn(Qp, usize, *const ibv_sge)),
+    ]
+}
+
+static LOCK: sink::spin::SpinLock = sink::spin::SpinLock::new();
+
+/// Swaps the `wr_*` pointers of an extended QP (idempotent). Returns whether they are ours.
+///
+/// # Safety
+/// `qp` must be null or a live `ibv_qp_ex` of the provider.
+pub unsafe fn instrument(qp: Qp) -> bool {
+    if qp.is_null() {
+        return false;
+    }
+    let _g = LOCK.lock();
+    let fields = fields();
+    let mut orig = [0usize; WORDS];
+    for (word, off, hooks) in &fields {
+        // SAFETY: every field of the table lies inside the live ibv_qp_ex.
+        let cur = unsafe { ffi::load_ptr((qp as *const u8).add(*off) as *const usize) };
+        if hooks.contains(&cur) {
+            return true;
+        }
+        orig[*word] = cur;
+    }
+    if orig[START] == 0 || orig[COMPLETE] == 0 {
+        return false;
+    }
+    let Some(slot) = WR.claim(&orig) else {
+        sink::diag(
+            Diag::Info,
+            "sigmatrace: too many distinct ibv_qp_ex tables; a QP's ibv_wr_* calls stay untraced",
+        );
+        return false;
+    };
+    for (word, off, hooks) in &fields {
+        if orig[*word] != 0 {
+            // SAFETY: writable provider field of the live QP; hooks[slot] forwards to it.
+            unsafe { ffi::store_ptr((qp as *mut u8).add(*off) as *mut usize, hooks[slot]) };
+        }
+    }
+    true
+}
+
+#[inline(always)]
+fn orig<F: Copy>(s: usize, word: usize) -> F {
+    // SAFETY: slot s holds the provider's function for `word`, prototype F.
+    unsafe { as_fn::<F>(WR.word(s, word)) }
+}
+
+/// Starts a WR of the batch: reads `wr_id`/`wr_flags` the program set, lets `fill` add the
+/// builder's arguments.
+#[inline(always)]
+fn begin(qp: Qp, ts: u64, opcode: u32, fill: impl FnOnce(&mut SendWr)) {
+    begin_from(qp, ts, opcode, post_source::WR_API, fill)
+}
+
+/// [`begin`] for another post API (`mlx5dv_wr_*`) building on the same `ibv_qp_ex` batch.
+#[inline(always)]
+pub(crate) fn begin_from(qp: Qp, ts: u64, opcode: u32, source: u8, fill: impl FnOnce(&mut SendWr)) {
+    if !sink::tracing(cat::SEND) {
+        return;
+    }
+    guard::run("ibv_wr builder", || {
+        // SAFETY: qp is the live QP the program passed to the builder.
+        let (wr_id, flags, qpn) = unsafe { ((*qp).wr_id, (*qp).wr_flags, (*qp).qp_base.qp_num) };
+        let mut w = SendWr {
+            wr_id,
+            flags,
+            opcode: opcode as u8,
+            ..SendWr::default()
+        };
+        fill(&mut w);
+        let rec = data::post_send(ts, qpn, source, &w);
+        sink::with_thread(|t| t.wr_begin(qp as u64, rec));
+    });
+}
+
+/// Applies a setter to the WR being built.
+#[inline(always)]
+pub(crate) fn set(qp: Qp, f: impl FnOnce(&mut PostSend)) {
+    if !sink::tracing(cat::SEND) {
+        return;
+    }
+    guard::run("ibv_wr setter", || {
+        sink::with_thread(|t| {
+            if let Some(r) = t.wr_current(qp as u64) {
+                f(r)
+            }
+        })
+    });
+}
+
+/// Timestamp for a builder call (0 when sends are not traced).
+#[inline(always)]
+pub(crate) fn stamp() -> u64 {
+    if sink::tracing(cat::SEND) {
+        sink::now()
+    } else {
+        0
+    }
+}
+
+unsafe extern "C" fn wr_start<const S: usize>(qp: Qp) {
+    // SAFETY: forwarding to the provider's builder with the program's arguments.
+    unsafe { orig::<unsafe extern "C" fn(Qp)>(S, START)(qp) };
+    if sink::tracing(cat::SEND) {
+        guard::run("wr_start", || sink::with_thread(|t| t.wr_start(qp as u64)));
+    }
+}
+
+unsafe extern "C" fn wr_complete<const S: usize>(qp: Qp) -> c_int {
+    let ts = stamp();
+    // SAFETY: as above.
+    let rc = unsafe { orig::<unsafe extern "C" fn(Qp) -> c_int>(S, COMPLETE)(qp) };
+    if sink::tracing(cat::SEND) {
+        // SAFETY: qp is live (wr_complete does not destroy it).
+        let qpn = unsafe { (*qp).qp_base.qp_num };
+        guard::run("wr_complete", || {
+            sink::with_thread(|t| t.wr_complete(qp as u64, qpn, rc, ts, post_source::WR_API))
+        });
+    }
+    rc
+}
+
+unsafe extern "C" fn wr_abort<const S: usize>(qp: Qp) {
+    // SAFETY: as above.
+    unsafe { orig::<unsafe extern "C" fn(Qp)>(S, ABORT)(qp) };
+    if sink::tracing(cat::SEND) {
+        guard::run("wr_abort", || sink::with_thread(|t| t.wr_abort(qp as u64)));
+    }
+}
+
+unsafe extern "C" fn wr_atomic_cmp_swp<const S: usize>(
+    qp: Qp,
+    rkey: u32,
+    raddr: u64,
+    compare: u64,
+    swap: u64,
+) {
+    let ts = stamp();
+    // SAFETY: as above.
+    unsafe {
+        orig::<unsafe extern "C" fn(Qp, u32, u64, u64, u64)>(S, CMP_SWP)(
+            qp, rkey, raddr, compare, swap,
+        )
+    };
+    begin(qp, ts, IBV_WR_ATOMIC_CMP_AND_SWP, |w| {
+        (w.rkey, w.remote_addr, w.compare_add) = (rkey, raddr, compare)
+    });
+}
+
+unsafe extern "C" fn wr_atomic_fetch_add<const S: usize>(qp: Qp, rkey: u32, raddr: u64, add: u64) {
+    let ts = stamp();
+    // SAFETY: as above.
+    unsafe { orig::<unsafe extern "C" fn(Qp, u32, u64, u64)>(S, FETCH_ADD)(qp, rkey, raddr, add) };
+    begin(qp, ts, IBV_WR_ATOMIC_FETCH_AND_ADD, |w| {
+        (w.rkey, w.remote_addr, w.compare_add) = (rkey, raddr, add)
+    });
+}
+
+unsafe extern "C" fn wr_bind_mw<const S: usize>(
+    qp: Qp,
+    mw: *mut ibv_mw,
+    rkey: u32,
+    info: *const ibv_mw_bind_info,
+) {
+    let ts = stamp();
+    // SAFETY: as above.
+    unsafe {
+        orig::<unsafe extern "C" fn(Qp, *mut ibv_mw, u32, *const ibv_mw_bind_info)>(S, BIND_MW)(
+            qp, mw, rkey, info,
+        )
+    };
+    // SAFETY: info is the program's bind description (or null).
+    let (addr, len) = if info.is_null() {
+        (0, 0)
+    } else {
+        unsafe { ((*info).addr, (*info).length) }
+    };
+    begin(qp, ts, IBV_WR_BIND_MW, |w| {
+        (w.rkey, w.remote_addr, w.bytes) = (rkey, addr, len.min(u32::MAX as u64) as u32)
+    });
+}
+
+unsafe extern "C" fn wr_local_inv<const S: usize>(qp: Qp, rkey: u32) {
+    let ts = stamp();
+    // SAFETY: as above.
+    unsafe { orig::<unsafe extern "C" fn(Qp, u32)>(S, LOCAL_INV)(qp, rkey) };
+    begin(qp, ts, IBV_WR_LOCAL_INV, |w| w.imm = rkey);
+}
+
+unsafe extern "C" fn wr_rdma_read<const S: usize>(qp: Qp, rkey: u32, raddr: u64) {
+    let ts = stamp();
+    // SAFETY: as above.
+    unsafe { orig::<unsafe extern "C" fn(Qp, u32, u64)>(S, RDMA_READ)(qp, rkey, raddr) };
+    begin(qp, ts, IBV_WR_RDMA_READ, |w| {
+        (w.rkey, w.remote_addr) = (rkey, raddr)
+    });
+}
+
+unsafe extern "C" fn wr_rdma_write<const S: usize>(qp: Qp, rkey: u32, raddr: u64) {
+    let ts = stamp();
+    // SAFETY: as above.
+    unsafe { orig::<unsafe extern "C" fn(Qp, u32, u64)>(S, RDMA_WRITE)(qp, rkey, raddr) };
+    begin(qp, ts, IBV_WR_RDMA_WRITE, |w| {
+        (w.rkey, w.remote_addr) = (rkey, raddr)
+    });
+}
+
+unsafe extern "C" fn wr_rdma_write_imm<const S: usize>(qp: Qp, rkey: u32, raddr: u64, imm: u32) {
+    let ts = stamp();
+    // SAFETY: as above.
+    unsafe {
+        orig::<unsafe extern "C" fn(Qp, u32, u64, u32)>(S, RDMA_WRITE_IMM)(qp, rkey, raddr, imm)
+    };
+    begin(qp, ts, IBV_WR_RDMA_WRITE_WITH_IMM, |w| {
+        (w.rkey, w.remote_addr, w.imm) = (rkey, raddr, u32::from_be(imm))
+    });
+}
+
+unsafe extern "C" fn wr_send<const S: usize>(qp: Qp) {
+    let ts = stamp();
+    // SAFETY: as above.
+    unsafe { orig::<unsafe extern "C" fn(Qp)>(S, SEND)(qp) };
+    begin(qp, ts, IBV_WR_SEND, |_| {});
+}
+
+unsafe extern "C" fn wr_send_imm<const S: usize>(qp: Qp, imm: u32) {
+    let ts = stamp();
+    // SAFETY: as above.
+    unsafe { orig::<unsafe extern "C" fn(Qp, u32)>(S, SEND_IMM)(qp, imm) };
+    begin(qp, ts, IBV_WR_SEND_WITH_IMM, |w| w.imm = u32::from_be(imm));
+}
+
+unsafe extern "C" fn wr_send_inv<const S: usize>(qp: Qp, rkey: u32) {
+    let ts = stamp();
+    // SAFETY: as above.
+    unsafe { orig::<unsafe extern "C" fn(Qp, u32)>(S, SEND_INV)(qp, rkey) };
+    begin(qp, ts, IBV_WR_SEND_WITH_INV, |w| w.imm = rkey);
+}
+
+unsafe extern "C" fn wr_send_tso<const S: usize>(qp: Qp, hdr: *mut c_void, hdr_sz: u16, mss: u16) {
+    let ts = stamp();
+    // SAFETY: as above.
+    unsafe {
+        orig::<unsafe extern "C" fn(Qp, *mut c_void, u16, u16)>(S, SEND_TSO)(qp, hdr, hdr_sz, mss)
+    };
+    begin(qp, ts, IBV_WR_TSO, |_| {});
+}
+
+unsafe extern "C" fn wr_set_ud_addr<const S: usize>(qp: Qp, ah: *mut ibv_ah, rqpn: u32, qkey: u32) {
+    // SAFETY: as above.
+    unsafe {
+        orig::<unsafe extern "C" fn(Qp, *mut ibv_ah, u32, u32)>(S, SET_UD_ADDR)(qp, ah, rqpn, qkey)
+    };
+    set(qp, |r| {
+        (r.remote_addr, r.rkey, r.compare_add) = (ah as u64, rqpn, qkey as u64)
+    });
+}
+
+unsafe extern "C" fn wr_set_inline_data<const S: usize>(qp: Qp, addr: *mut c_void, len: usize) {
+    // SAFETY: as above.
+    unsafe { orig::<unsafe extern "C" fn(Qp, *mut c_void, usize)>(S, SET_INLINE)(qp, addr, len) };
+    set(qp, |r| {
+        (r.bytes, r.num_sge) = (len.min(u32::MAX as usize) as u32, 1)
+    });
+}
+
+unsafe extern "C" fn wr_set_inline_data_list<const S: usize>(
+    qp: Qp,
+    n: usize,
+    bufs: *const ibv_data_buf,
+) {
+    // SAFETY: as above.
+    unsafe {
+        orig::<unsafe extern "C" fn(Qp, usize, *const ibv_data_buf)>(S, SET_INLINE_LIST)(
+            qp, n, bufs,
+        )
+    };
+    let total = (0..n.min(1024))
+        // SAFETY: the program passed n buffers.
+        .map(|i| {
+            if bufs.is_null() {
+                0
+            } else {
+                unsafe { (*bufs.add(i)).length }
+            }
+        })
+        .fold(0usize, usize::wrapping_add);
+    set(qp, |r| {
+        (r.bytes, r.num_sge) = (
+            total.min(u32::MAX as usize) as u32,
+            n.min(u16::MAX as usize) as u16,
+        )
+    });
+}
+
+unsafe extern "C" fn wr_set_sge<const S: usize>(qp: Qp, lkey: u32, addr: u64, len: u32) {
+    // SAFETY: as above.
+    unsafe { orig::<unsafe extern "C" fn(Qp, u32, u64, u32)>(S, SET_SGE)(qp, lkey, addr, len) };
+    set(qp, |r| (r.bytes, r.num_sge) = (len, 1));
+}
+
+unsafe extern "C" fn wr_set_sge_list<const S: usize>(qp: Qp, n: usize, sg: *const ibv_sge) {
+    // SAFETY: as above.
+    unsafe { orig::<unsafe extern "C" fn(Qp, usize, *const ibv_sge)>(S, SET_SGE_LIST)(qp, n, sg) };
+    let total = (0..n.min(1024))
+        // SAFETY: the program passed n SGEs.
+        .map(|i| {
+            if sg.is_null() {
+                0
+            } else {
+                unsafe { (*sg.add(i)).length }
+            }
+        })
+        .fold(0u32, u32::wrapping_add);
+    set(qp, |r| {
+        (r.bytes, r.num_sge) = (total, n.min(u16::MAX as usize) as u16)
+    });
+}

@@ -1,0 +1,150 @@
+//! THE hook table: every exported entry point the interposer wraps, one line each.
+//!
+//! A line is `name @ Lib "VERSION" (args) -> ret => [pre handler,] post handler;`. From it
+//! [`hook_table!`] generates the exported C shim (resolves the real function — the next
+//! definition, or the one a `dlsym`/`dlvsym` lookup found — calls it exactly once, and runs
+//! the handlers inside a panic guard), and the [`ENTRIES`] list the `dlsym`/`dlvsym`
+//! interposer consults: any name in this table that a program looks up in a library handle
+//! is redirected to our shim. Adding a libmlx5 (`Mlx5 "MLX5_1.x"`) or libcuda (`Cuda ""`)
+//! function is one line here plus its handler.
+
+use std::ffi::{c_int, c_uint, c_void};
+
+use crate::ffi::*;
+use crate::hooks::control as c;
+use crate::hooks::{guard, Entry, Fallback, Lib};
+
+macro_rules! hook_table {
+    ( $( $name:ident @ $lib:ident $ver:literal ( $($a:ident : $t:ty),* $(,)? ) -> $r:ty
+         => $( pre $pre:path, )? post $post:path ; )* ) => {
+        $( hook_table!(@one $name $lib $ver ($($a : $t),*) -> $r => $( pre $pre, )? post $post); )*
+
+        /// Every entry of the table.
+        pub static ENTRIES: &[&Entry] = &[ $( &$name::ENTRY ),* ];
+    };
+
+    (@entry $name:ident $lib:ident $ver:literal) => {
+        #[allow(non_snake_case)]
+        pub mod $name {
+            pub static ENTRY: super::Entry = super::Entry::new(
+                concat!(stringify!($name), "\0"), concat!($ver, "\0"),
+                super::Lib::$lib, super::$name as *const ());
+        }
+    };
+
+    (@one $name:ident $lib:ident $ver:literal ($($a:ident : $t:ty),*) -> $r:ty => post $post:path) => {
+        hook_table!(@entry $name $lib $ver);
+        #[doc = concat!("Exported hook of `", stringify!($name), "`.\n\n# Safety\nThe real function's contract.")]
+        #[cfg_attr(not(test), no_mangle)]
+        #[allow(unused_unsafe, clippy::unused_unit)]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> $r {
+            let Some(real) = $name::ENTRY.real::<unsafe extern "C" fn($($t),*) -> $r>() else { return Fallback::fallback() };
+            // SAFETY: `real` is this symbol's real definition; the program's arguments pass through.
+            let ret = unsafe { real($($a),*) };
+            // SAFETY: handlers get the arguments and result of the completed real call.
+            guard::control(stringify!($name), || unsafe { $post($($a,)* ret) });
+            ret
+        }
+    };
+
+    (@one $name:ident $lib:ident $ver:literal ($($a:ident : $t:ty),*) -> $r:ty => pre $pre:path, post $post:path) => {
+        hook_table!(@entry $name $lib $ver);
+        #[doc = concat!("Exported hook of `", stringify!($name), "`.\n\n# Safety\nThe real function's contract.")]
+        #[cfg_attr(not(test), no_mangle)]
+        #[allow(unused_unsafe, clippy::unused_unit)]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> $r {
+            let Some(real) = $name::ENTRY.real::<unsafe extern "C" fn($($t),*) -> $r>() else { return Fallback::fallback() };
+            // SAFETY: the pre handler reads the program's arguments before the real call.
+            let st = guard::control(stringify!($name), || unsafe { $pre($($a),*) });
+            // SAFETY: as above.
+            let ret = unsafe { real($($a),*) };
+            // SAFETY: handlers get the arguments and result of the completed real call.
+            st.map(|st| guard::control(stringify!($name), || unsafe { $post(st, $($a,)* ret) }));
+            ret
+        }
+    };
+}
+
+hook_table! {
+    // libibverbs: devices
+    ibv_get_device_list @ Ibverbs "IBVERBS_1.1" (num: *mut c_int) -> *mut *mut ibv_device => post c::ibv_get_device_list;
+    ibv_open_device @ Ibverbs "IBVERBS_1.1" (dev: *mut ibv_device) -> *mut ibv_context => post c::ibv_open_device;
+    ibv_import_device @ Ibverbs "IBVERBS_1.10" (fd: c_int) -> *mut ibv_context => post c::ibv_import_device;
+    ibv_close_device @ Ibverbs "IBVERBS_1.1" (ctx: *mut ibv_context) -> c_int => post c::ibv_close_device;
+    // protection domains and memory regions
+    ibv_alloc_pd @ Ibverbs "IBVERBS_1.1" (ctx: *mut ibv_context) -> *mut ibv_pd => post c::ibv_alloc_pd;
+    ibv_dealloc_pd @ Ibverbs "IBVERBS_1.1" (pd: *mut ibv_pd) -> c_int => post c::ibv_dealloc_pd;
+    ibv_reg_mr @ Ibverbs "IBVERBS_1.1" (pd: *mut ibv_pd, addr: *mut c_void, len: usize, access: c_int) -> *mut ibv_mr => post c::ibv_reg_mr;
+    ibv_reg_mr_iova @ Ibverbs "IBVERBS_1.7" (pd: *mut ibv_pd, addr: *mut c_void, len: usize, iova: u64, access: c_int) -> *mut ibv_mr => post c::ibv_reg_mr_iova;
+    ibv_reg_mr_iova2 @ Ibverbs "IBVERBS_1.8" (pd: *mut ibv_pd, addr: *mut c_void, len: usize, iova: u64, access: c_uint) -> *mut ibv_mr => post c::ibv_reg_mr_iova2;
+    ibv_reg_dmabuf_mr @ Ibverbs "IBVERBS_1.12" (pd: *mut ibv_pd, off: u64, len: usize, iova: u64, fd: c_int, access: c_int) -> *mut ibv_mr => post c::ibv_reg_dmabuf_mr;
+    ibv_dereg_mr @ Ibverbs "IBVERBS_1.1" (mr: *mut ibv_mr) -> c_int => post c::ibv_dereg_mr;
+    // completion channels, CQs, events
+    ibv_create_comp_channel @ Ibverbs "IBVERBS_1.0" (ctx: *mut ibv_context) -> *mut ibv_comp_channel => post c::ibv_create_comp_channel;
+    ibv_destroy_comp_channel @ Ibverbs "IBVERBS_1.0" (ch: *mut ibv_comp_channel) -> c_int => post c::ibv_destroy_comp_channel;
+    ibv_get_cq_event @ Ibverbs "IBVERBS_1.1" (ch: *mut ibv_comp_channel, cq: *mut *mut ibv_cq, cq_ctx: *mut *mut c_void) -> c_int => post c::ibv_get_cq_event;
+    ibv_ack_cq_events @ Ibverbs "IBVERBS_1.1" (cq: *mut ibv_cq, n: c_uint) -> () => post c::ibv_ack_cq_events;
+    ibv_create_cq @ Ibverbs "IBVERBS_1.1" (ctx: *mut ibv_context, cqe: c_int, cq_ctx: *mut c_void, ch: *mut ibv_comp_channel, vector: c_int) -> *mut ibv_cq => post c::ibv_create_cq;
+    ibv_destroy_cq @ Ibverbs "IBVERBS_1.1" (cq: *mut ibv_cq) -> c_int => post c::ibv_destroy_cq;
+    ibv_get_async_event @ Ibverbs "IBVERBS_1.1" (ctx: *mut ibv_context, ev: *mut ibv_async_event) -> c_int => post c::ibv_get_async_event;
+    // SRQs, QPs, AHs
+    ibv_create_srq @ Ibverbs "IBVERBS_1.1" (pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> *mut ibv_srq => post c::ibv_create_srq;
+    ibv_destroy_srq @ Ibverbs "IBVERBS_1.1" (srq: *mut ibv_srq) -> c_int => post c::ibv_destroy_srq;
+    ibv_create_qp @ Ibverbs "IBVERBS_1.1" (pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp => post c::ibv_create_qp;
+    ibv_modify_qp @ Ibverbs "IBVERBS_1.1" (qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int => post c::ibv_modify_qp;
+    ibv_destroy_qp @ Ibverbs "IBVERBS_1.1" (qp: *mut ibv_qp) -> c_int => pre c::destroy_qp_pre, post c::ibv_destroy_qp;
+    ibv_qp_to_qp_ex @ Ibverbs "IBVERBS_1.6" (qp: *mut ibv_qp) -> *mut ibv_qp_ex => post c::ibv_qp_to_qp_ex;
+    ibv_create_ah @ Ibverbs "IBVERBS_1.1" (pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah => post c::ibv_create_ah;
+    ibv_destroy_ah @ Ibverbs "IBVERBS_1.1" (ah: *mut ibv_ah) -> c_int => post c::ibv_destroy_ah;
+    // libmlx5
+    mlx5dv_create_qp @ Mlx5 "MLX5_1.3" (ctx: *mut ibv_context, attr: *mut ibv_qp_init_attr_ex, dv: *mut c_void) -> *mut ibv_qp => post c::mlx5dv_create_qp;
+    mlx5dv_create_cq @ Mlx5 "MLX5_1.1" (ctx: *mut ibv_context, attr: *mut ibv_cq_init_attr_ex, dv: *mut c_void) -> *mut ibv_cq_ex => post c::mlx5dv_create_cq;
+    mlx5dv_qp_ex_from_ibv_qp_ex @ Mlx5 "MLX5_1.10" (qp: *mut ibv_qp_ex) -> *mut mlx5dv_qp_ex => post c::mlx5dv_qp_ex_from_ibv_qp_ex;
+}
+
+/// The entry for `name`, and for `dlvsym` lookups only if `version` is the table's version.
+pub fn find(name: &[u8], version: Option<&[u8]>) -> Option<&'static Entry> {
+    if !(name.starts_with(b"ibv_") || name.starts_with(b"mlx5dv_") || name.starts_with(b"cu")) {
+        return None;
+    }
+    ENTRIES.iter().copied().find(|e| {
+        e.name().to_bytes() == name
+            && match version {
+                None => true,
+                Some(v) => e.version().is_some_and(|ev| ev.to_bytes() == v),
+            }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_entry_is_unique_and_findable() {
+        for e in ENTRIES {
+            let name = e.name().to_bytes();
+            let found = find(name, None).expect("findable by name");
+            assert!(std::ptr::eq(found, *e), "{:?} listed twice", e.name());
+            let v = e.version().expect("ibverbs/mlx5 entries are versioned");
+            assert!(find(name, Some(v.to_bytes())).is_some());
+            assert_ne!(e.shim(), 0);
+        }
+    }
+
+    #[test]
+    fn only_the_tables_version_is_redirected() {
+        assert!(find(b"ibv_reg_mr", Some(b"IBVERBS_1.1")).is_some());
+        assert!(
+            find(b"ibv_reg_mr", Some(b"IBVERBS_1.0")).is_none(),
+            "1.0 compat ABI differs"
+        );
+        assert!(find(b"ibv_reg_mr_iova2", Some(b"IBVERBS_1.8")).is_some());
+        assert!(find(b"mlx5dv_create_qp", Some(b"MLX5_1.3")).is_some());
+        assert!(
+            find(b"ibv_post_send", None).is_none(),
+            "inline verbs are not symbols"
+        );
+        assert!(find(b"malloc", None).is_none());
+    }
+}

@@ -1,0 +1,288 @@
+//! Records for the `ibv_wr_*` post API (and `mlx5dv_wr_*`).
+//!
+//! A batch is built between `wr_start` and `wr_complete`: each opcode builder (`wr_send`,
+//! `wr_rdma_write`, …) starts a work request, the setters that follow (`wr_set_sge`,
+//! `wr_set_ud_addr`, …) fill it in. The interposer keeps the batch's `PostSend` records here
+//! and writes them when `wr_complete` succeeds, so the log has exactly the WRs the provider
+//! accepted; a failed `wr_complete` becomes one `PostError`, `wr_abort` writes nothing. Each
+//! record's `ts` is the time of its opcode builder call.
+//!
+//! The state is per thread (the API requires one thread to build a QP's batch, the provider
+//! holds the QP's lock from `wr_start` to `wr_complete`), with room for [`BUILDERS`] QPs
+//! built at once; a batch longer than [`PENDING`] WRs is written as it goes (if such a batch
+//! then fails, its `PostError` follows the WRs already written).
+
+use sigmatrace_schemas::{PostSend, RecordHeader};
+
+/// QPs whose batches one thread can build at the same time.
+pub const BUILDERS: usize = 2;
+/// WRs kept per batch before they are written early.
+pub const PENDING: usize = 16;
+
+const ZERO: PostSend = PostSend {
+    hdr: RecordHeader {
+        kind: 0,
+        len: 0,
+        aux: 0,
+    },
+    ts: 0,
+    wr_id: 0,
+    remote_addr: 0,
+    compare_add: 0,
+    qpn: 0,
+    bytes: 0,
+    rkey: 0,
+    imm: 0,
+    num_sge: 0,
+    opcode: 0,
+    source: 0,
+    _pad: 0,
+};
+
+#[derive(Clone, Debug)]
+struct Builder {
+    /// The QP (its `ibv_qp_ex` address); 0 = free.
+    qp: u64,
+    /// Last use, for eviction.
+    stamp: u32,
+    n: u8,
+    pending: [PostSend; PENDING],
+}
+
+impl Builder {
+    const FREE: Builder = Builder {
+        qp: 0,
+        stamp: 0,
+        n: 0,
+        pending: [ZERO; PENDING],
+    };
+}
+
+/// What `complete` found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Completed {
+    /// WRs of the batch (written or, on failure, discarded).
+    pub wrs: usize,
+    /// wr_id of the first WR of the batch still pending (for `PostError`).
+    pub first_wr_id: u64,
+}
+
+/// One thread's batches in progress.
+#[derive(Clone, Debug)]
+pub struct Builders {
+    b: [Builder; BUILDERS],
+    clock: u32,
+}
+
+impl Default for Builders {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Builders {
+    pub const fn new() -> Self {
+        Builders {
+            b: [Builder::FREE; BUILDERS],
+            clock: 0,
+        }
+    }
+
+    fn slot(&mut self, qp: u64) -> Option<usize> {
+        self.b.iter().position(|b| b.qp == qp)
+    }
+
+    /// The builder of `qp`, claiming (and if needed evicting) one. Returns its index and the
+    /// number of WRs lost by an eviction.
+    fn claim(&mut self, qp: u64) -> (usize, usize) {
+        self.clock = self.clock.wrapping_add(1);
+        if let Some(i) = self.slot(qp) {
+            self.b[i].stamp = self.clock;
+            return (i, 0);
+        }
+        let i = self.b.iter().position(|b| b.qp == 0).unwrap_or_else(|| {
+            (0..BUILDERS)
+                .max_by_key(|&i| self.clock.wrapping_sub(self.b[i].stamp))
+                .unwrap_or(0)
+        });
+        let lost = self.b[i].n as usize;
+        self.b[i].qp = qp;
+        self.b[i].n = 0;
+        self.b[i].stamp = self.clock;
+        (i, lost)
+    }
+
+    /// `wr_start`: a new batch on `qp`. Returns WRs of an unfinished batch that were discarded.
+    pub fn start(&mut self, qp: u64) -> usize {
+        let (i, lost) = self.claim(qp);
+        let dropped = self.b[i].n as usize + lost;
+        self.b[i].n = 0;
+        dropped
+    }
+
+    /// An opcode builder: starts a WR. When the batch is full, its WRs so far are passed to
+    /// `emit` first.
+    pub fn begin(&mut self, qp: u64, rec: PostSend, emit: &mut impl FnMut(&PostSend)) {
+        let (i, _) = self.claim(qp);
+        let b = &mut self.b[i];
+        if b.n as usize == PENDING {
+            for r in &b.pending {
+                emit(r);
+            }
+            b.n = 0;
+        }
+        b.pending[b.n as usize] = rec;
+        b.n += 1;
+    }
+
+    /// The WR being built on `qp` (for the setters), if any.
+    pub fn current(&mut self, qp: u64) -> Option<&mut PostSend> {
+        let i = self.slot(qp)?;
+        let b = &mut self.b[i];
+        b.n.checked_sub(1).map(|last| &mut b.pending[last as usize])
+    }
+
+    /// `wr_complete`: on success the batch's WRs go to `emit`; on failure they are discarded.
+    /// `None` when no batch was being built on `qp` by this thread.
+    pub fn complete(
+        &mut self,
+        qp: u64,
+        ok: bool,
+        emit: &mut impl FnMut(&PostSend),
+    ) -> Option<Completed> {
+        let i = self.slot(qp)?;
+        let b = &mut self.b[i];
+        let n = b.n as usize;
+        let done = Completed {
+            wrs: n,
+            first_wr_id: if n > 0 { b.pending[0].wr_id } else { 0 },
+        };
+        if ok {
+            for r in &b.pending[..n] {
+                emit(r);
+            }
+        }
+        b.n = 0;
+        b.qp = 0;
+        Some(done)
+    }
+
+    /// `wr_abort`: discards the batch. Returns the WRs discarded.
+    pub fn abort(&mut self, qp: u64) -> usize {
+        match self.slot(qp) {
+            Some(i) => {
+                let n = self.b[i].n as usize;
+                self.b[i].n = 0;
+                self.b[i].qp = 0;
+                n
+            }
+            None => 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wr(id: u64) -> PostSend {
+        PostSend { wr_id: id, ..ZERO }
+    }
+
+    fn collect(b: &mut Builders, qp: u64, ok: bool) -> (Vec<u64>, Option<Completed>) {
+        let mut out = Vec::new();
+        let c = b.complete(qp, ok, &mut |r: &PostSend| out.push(r.wr_id));
+        (out, c)
+    }
+
+    #[test]
+    fn a_completed_batch_is_written_in_order_with_setter_changes() {
+        let mut b = Builders::new();
+        b.start(0x100);
+        let mut none = |_: &PostSend| panic!("nothing is written before complete");
+        b.begin(0x100, wr(1), &mut none);
+        b.current(0x100).unwrap().bytes = 64;
+        b.begin(0x100, wr(2), &mut none);
+        b.current(0x100).unwrap().bytes = 128;
+        let mut got = Vec::new();
+        let c = b.complete(0x100, true, &mut |r: &PostSend| {
+            got.push((r.wr_id, r.bytes))
+        });
+        assert_eq!(got, vec![(1, 64), (2, 128)]);
+        assert_eq!(
+            c,
+            Some(Completed {
+                wrs: 2,
+                first_wr_id: 1
+            })
+        );
+        assert!(b.current(0x100).is_none());
+    }
+
+    #[test]
+    fn failed_and_aborted_batches_write_nothing() {
+        let mut b = Builders::new();
+        b.start(1);
+        b.begin(1, wr(7), &mut |_: &PostSend| {});
+        b.begin(1, wr(8), &mut |_: &PostSend| {});
+        let (out, c) = collect(&mut b, 1, false);
+        assert!(out.is_empty());
+        assert_eq!(
+            c,
+            Some(Completed {
+                wrs: 2,
+                first_wr_id: 7
+            })
+        );
+        b.start(1);
+        b.begin(1, wr(9), &mut |_: &PostSend| {});
+        assert_eq!(b.abort(1), 1);
+        assert_eq!(collect(&mut b, 1, true).1, None, "aborted batch is gone");
+    }
+
+    #[test]
+    fn long_batches_are_written_early_and_none_is_lost() {
+        let mut b = Builders::new();
+        b.start(5);
+        let mut early = Vec::new();
+        for id in 0..(PENDING as u64 * 2 + 3) {
+            b.begin(5, wr(id), &mut |r: &PostSend| early.push(r.wr_id));
+        }
+        let (rest, _) = collect(&mut b, 5, true);
+        early.extend(rest);
+        assert_eq!(early, (0..(PENDING as u64 * 2 + 3)).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn two_qps_build_independently() {
+        let mut b = Builders::new();
+        b.start(1);
+        b.start(2);
+        b.begin(1, wr(10), &mut |_: &PostSend| {});
+        b.begin(2, wr(20), &mut |_: &PostSend| {});
+        b.begin(1, wr(11), &mut |_: &PostSend| {});
+        assert_eq!(collect(&mut b, 2, true).0, vec![20]);
+        assert_eq!(collect(&mut b, 1, true).0, vec![10, 11]);
+    }
+
+    #[test]
+    fn a_third_qp_evicts_the_least_recent_batch() {
+        let mut b = Builders::new();
+        b.start(1);
+        b.begin(1, wr(1), &mut |_: &PostSend| {});
+        b.start(2);
+        b.begin(2, wr(2), &mut |_: &PostSend| {});
+        b.begin(1, wr(3), &mut |_: &PostSend| {});
+        // QP 2 was used least recently.
+        assert_eq!(b.start(3), 1);
+        assert_eq!(collect(&mut b, 2, true).1, None);
+        assert_eq!(collect(&mut b, 1, true).0, vec![1, 3]);
+    }
+
+    #[test]
+    fn builders_without_start_still_record() {
+        let mut b = Builders::new();
+        b.begin(9, wr(4), &mut |_: &PostSend| {});
+        assert_eq!(collect(&mut b, 9, true).0, vec![4]);
+    }
+}

@@ -1,0 +1,506 @@
+//! The per-process log and the per-thread writers.
+//!
+//! The log is created lazily by the first record of the process (so processes that never
+//! touch verbs leave no file), named by [`naming`], through the schemas crate's
+//! [`LogWriter`] (0600, `O_EXCL | O_NOFOLLOW`). Each thread appends through its own
+//! [`ChunkWriter`] kept in a thread-local: no lock, no allocation, no system call per record.
+//! The only synchronised steps are creating the log and a thread's first record.
+//!
+//! Fork: the `pthread_atfork` child handler forgets the parent's log and the forking thread's
+//! writer (writing through them would corrupt the parent's file, it is a shared mapping); the
+//! child's first record creates its own log. Exit: committed records are already in the page
+//! cache; the exit handler adds a final clock snapshot and flushes the exiting thread's
+//! aggregated empty polls. A record being appended when a signal kills the process is simply
+//! not committed (the reader never sees it).
+
+pub mod naming;
+pub mod spin;
+
+use std::cell::UnsafeCell;
+use std::mem::ManuallyDrop;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::OnceLock;
+
+use sigmatrace_schemas::clock::{clock_ns, rdtsc};
+use sigmatrace_schemas::{
+    drop_reason, ChunkWriter, Dropped, FileHeader, FixedRecord, LogWriter, RecordHeader,
+    RecordKind, TimestampSource, Timestamper, WriteError, WriterOptions,
+};
+
+use crate::config::{ClockChoice, Config, Diag};
+use crate::record::ThreadState;
+use spin::SpinLock;
+
+// ---------------------------------------------------------------------------------------------
+// Process-wide switches
+
+/// Categories currently traced ([`crate::config::cat`] bits); 0 = forward everything untraced.
+static MASK: AtomicU32 = AtomicU32::new(0);
+/// Timestamp source: 0 before initialisation, else `TimestampSource as u8`.
+static CLOCK: AtomicU8 = AtomicU8::new(0);
+/// Diagnostics level (`Diag as u8`).
+static DIAG: AtomicU8 = AtomicU8::new(Diag::Error as u8);
+/// Set once tracing disabled itself (the stderr line is printed once).
+static DISABLED: AtomicBool = AtomicBool::new(false);
+/// Timestamp at or after which the next clock snapshot is due.
+static NEXT_SNAPSHOT: AtomicU64 = AtomicU64::new(0);
+/// Snapshot period in timestamp units (0 until the log exists).
+static PERIOD: AtomicU64 = AtomicU64::new(u64::MAX);
+static CONFIG: OnceLock<Config> = OnceLock::new();
+
+/// Whether any of the `cat` bits is being traced.
+#[inline(always)]
+pub fn tracing(cat: u32) -> bool {
+    MASK.load(Ordering::Relaxed) & cat != 0
+}
+
+/// The current timestamp (TSC or CLOCK_MONOTONIC_RAW, as recorded in the header).
+#[inline(always)]
+pub fn now() -> u64 {
+    if CLOCK.load(Ordering::Relaxed) == TimestampSource::Tsc as u8 {
+        rdtsc()
+    } else {
+        clock_ns(libc::CLOCK_MONOTONIC_RAW)
+    }
+}
+
+/// Installs the configuration (first call wins) and turns tracing on as it says.
+pub fn configure(config: Config) {
+    let config = CONFIG.get_or_init(|| config);
+    DIAG.store(config.diag as u8, Ordering::Relaxed);
+    let ts = match config.clock {
+        ClockChoice::Auto => Timestamper::detect(),
+        ClockChoice::Tsc => Timestamper::with_source(TimestampSource::Tsc),
+        ClockChoice::MonotonicRaw => Timestamper::with_source(TimestampSource::MonotonicRaw),
+    };
+    CLOCK.store(ts.source() as u8, Ordering::Relaxed);
+    for w in &config.warnings {
+        diag(Diag::Info, w);
+    }
+    if !DISABLED.load(Ordering::Relaxed) {
+        MASK.store(config.initial_mask(), Ordering::Release);
+    }
+}
+
+/// The configuration, once [`configure`] ran.
+pub fn config() -> Option<&'static Config> {
+    CONFIG.get()
+}
+
+/// Stops tracing for good: prints one stderr line (at `Diag::Error`) and makes every hook
+/// forward untraced from now on.
+pub fn disable(reason: &str) {
+    MASK.store(0, Ordering::Release);
+    if !DISABLED.swap(true, Ordering::AcqRel) {
+        diag(
+            Diag::Error,
+            &format!("sigmatrace: tracing disabled: {reason}; calls continue untraced"),
+        );
+    }
+}
+
+/// Whether tracing disabled itself.
+pub fn is_disabled() -> bool {
+    DISABLED.load(Ordering::Relaxed)
+}
+
+/// Writes one line to stderr if the level is enabled (raw `write(2)`: no lock, fork-safe).
+pub fn diag(level: Diag, msg: &str) {
+    if (level as u8) > DIAG.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut line = Vec::with_capacity(msg.len() + 1);
+    line.extend_from_slice(msg.as_bytes());
+    line.push(b'\n');
+    let mut rest: &[u8] = &line;
+    while !rest.is_empty() {
+        // SAFETY: writes initialised bytes of `rest` to fd 2; no memory is retained.
+        let n = unsafe { libc::write(2, rest.as_ptr().cast(), rest.len()) };
+        if n <= 0 {
+            break;
+        }
+        rest = &rest[n as usize..];
+    }
+}
+
+/// Whether messages of `level` are printed.
+pub fn diag_enabled(level: Diag) -> bool {
+    (level as u8) <= DIAG.load(Ordering::Relaxed)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The process log
+
+struct Process {
+    writer: LogWriter,
+}
+
+static PROCESS: AtomicPtr<Process> = AtomicPtr::new(std::ptr::null_mut());
+static CREATE_LOCK: SpinLock = SpinLock::new();
+/// Set when creating the log failed (tracing is then disabled).
+static CREATE_FAILED: AtomicBool = AtomicBool::new(false);
+
+fn process() -> Option<&'static Process> {
+    let p = PROCESS.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: PROCESS only ever holds leaked `Box<Process>`es, never freed.
+        return Some(unsafe { &*p });
+    }
+    if CREATE_FAILED.load(Ordering::Relaxed) || !tracing(crate::config::cat::ALL) {
+        return None;
+    }
+    let _g = CREATE_LOCK.lock();
+    let p = PROCESS.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: as above.
+        return Some(unsafe { &*p });
+    }
+    let config = config()?;
+    match create_log(config) {
+        Ok(writer) => {
+            diag(
+                Diag::Info,
+                &format!("sigmatrace: writing {}", writer.path().display()),
+            );
+            let p = Box::into_raw(Box::new(Process { writer }));
+            PROCESS.store(p, Ordering::Release);
+            // SAFETY: just leaked, never freed.
+            Some(unsafe { &*p })
+        }
+        Err(e) => {
+            CREATE_FAILED.store(true, Ordering::Relaxed);
+            disable(&format!("cannot create the log: {e}"));
+            None
+        }
+    }
+}
+
+/// Path of this process's log, if it exists yet.
+pub fn log_path() -> Option<PathBuf> {
+    let p = PROCESS.load(Ordering::Acquire);
+    // SAFETY: leaked Box<Process>, never freed.
+    (!p.is_null()).then(|| unsafe { &*p }.writer.path().to_owned())
+}
+
+/// Why the log could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum CreateError {
+    #[error("cannot create directory {dir}: {source}")]
+    Dir {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Write(#[from] WriteError),
+    #[error("no free log name in {0} (tried 1000 sequence numbers)")]
+    Names(PathBuf),
+}
+
+fn create_log(config: &Config) -> Result<LogWriter, CreateError> {
+    let dir = &config.output_dir;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .create(dir)
+        .map_err(|source| CreateError::Dir {
+            dir: dir.clone(),
+            source,
+        })?;
+    let source = TimestampSource::from_u8(CLOCK.load(Ordering::Relaxed))
+        .unwrap_or(TimestampSource::MonotonicRaw);
+    let ts = Timestamper::with_source(source);
+    let hz = ts.estimate_hz(std::time::Duration::from_millis(2));
+    let start = ts.snapshot();
+    let mut header = FileHeader::for_current_process(source, hz, start, config.chunk_size);
+    header
+        .attrs
+        .push(format!("sigmatrace_version={}", env!("CARGO_PKG_VERSION")));
+    header.attrs.push(format!("trace_mask={:#x}", config.trace));
+    let options = WriterOptions {
+        chunk_size: config.chunk_size,
+        max_bytes: config.max_bytes,
+        ..Default::default()
+    };
+    let period = (hz as u128 * config.snapshot_ms as u128 / 1000).max(1) as u64;
+    let writer = create_unique(dir, &header, options)?;
+    PERIOD.store(period, Ordering::Relaxed);
+    NEXT_SNAPSHOT.store(start.ts.wrapping_add(period), Ordering::Relaxed);
+    Ok(writer)
+}
+
+fn create_unique(
+    dir: &Path,
+    header: &FileHeader,
+    options: WriterOptions,
+) -> Result<LogWriter, CreateError> {
+    for n in 0..1000 {
+        let name = naming::log_name(&header.hostname, header.pid, header.rank.rank, n);
+        match LogWriter::create(&dir.join(name), header, options) {
+            Ok(w) => return Ok(w),
+            Err(WriteError::Create { source, .. })
+                if source.kind() == std::io::ErrorKind::AlreadyExists =>
+            {
+                continue
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(CreateError::Names(dir.to_owned()))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-thread writer
+
+struct Local {
+    /// Never dropped: a thread-local without destructor is always accessible, and dropping only
+    /// releases an `Arc` of the never-freed process log.
+    writer: ManuallyDrop<Option<ChunkWriter>>,
+    /// Set while this thread is inside the sink (a signal handler re-entering is refused).
+    busy: bool,
+    /// Records refused while busy, reported as a `Dropped` record later.
+    missed: u64,
+    /// Whether this thread already reported its writer running dry.
+    reported_full: bool,
+    state: ThreadState,
+}
+
+thread_local! {
+    static LOCAL: UnsafeCell<Local> = const {
+        UnsafeCell::new(Local {
+            writer: ManuallyDrop::new(None),
+            busy: false,
+            missed: 0,
+            reported_full: false,
+            state: ThreadState::new(),
+        })
+    };
+}
+
+/// Where a thread's records go.
+pub struct Out<'a> {
+    writer: &'a mut ChunkWriter,
+    reported_full: &'a mut bool,
+}
+
+/// A thread's view of the sink while it records.
+pub struct Thread<'a> {
+    pub out: Out<'a>,
+    /// Per-thread recording state (empty-poll runs, ibv_wr_* builders).
+    pub state: &'a mut ThreadState,
+}
+
+/// Runs `f` with this thread's writer, creating the process log and the thread's writer on
+/// first use. Returns `None` (and records nothing) when tracing is off, the log cannot be
+/// created, or the thread is already inside the sink (a signal handler).
+#[inline(always)]
+pub fn with_thread<R>(f: impl FnOnce(&mut Thread<'_>) -> R) -> Option<R> {
+    with_local(true, f)
+}
+
+/// Like [`with_thread`] but never creates the log (for exit-time bookkeeping).
+pub fn with_existing_thread<R>(f: impl FnOnce(&mut Thread<'_>) -> R) -> Option<R> {
+    with_local(false, f)
+}
+
+#[inline(always)]
+fn with_local<R>(create: bool, f: impl FnOnce(&mut Thread<'_>) -> R) -> Option<R> {
+    LOCAL
+        .try_with(|cell| {
+            // SAFETY: the cell belongs to this thread; `busy` makes the &mut exclusive even
+            // when a signal handler on this thread re-enters (it is refused below).
+            let local = unsafe { &mut *cell.get() };
+            if local.busy {
+                local.missed = local.missed.saturating_add(1);
+                return None;
+            }
+            if local.writer.is_none() && !attach_writer(local, create) {
+                return None;
+            }
+            let Local {
+                writer,
+                state,
+                reported_full,
+                missed,
+                busy,
+            } = &mut *local;
+            let writer = writer.as_mut()?;
+            *busy = true;
+            let mut t = Thread {
+                out: Out {
+                    writer,
+                    reported_full,
+                },
+                state,
+            };
+            if *missed != 0 {
+                let count = std::mem::take(missed);
+                t.append(&Dropped {
+                    hdr: RecordHeader::of::<Dropped>(drop_reason::INTERNAL_ERROR),
+                    ts: now(),
+                    count,
+                });
+            }
+            let r = f(&mut t);
+            *busy = false;
+            Some(r)
+        })
+        .ok()
+        .flatten()
+}
+
+#[cold]
+fn attach_writer(local: &mut Local, create: bool) -> bool {
+    let p = if create {
+        process()
+    } else {
+        let p = PROCESS.load(Ordering::Acquire);
+        // SAFETY: leaked Box<Process>, never freed.
+        (!p.is_null()).then(|| unsafe { &*p })
+    };
+    let Some(p) = p else { return false };
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() } as u32;
+    *local.writer = Some(p.writer.thread_writer(tid));
+    local.reported_full = false;
+    true
+}
+
+impl Thread<'_> {
+    /// Appends one record.
+    #[inline(always)]
+    pub fn append<R: FixedRecord>(&mut self, rec: &R) {
+        self.out.append(rec);
+    }
+
+    /// Appends a metadata record (StringDef, Annotation, ThreadName).
+    pub fn append_meta(&mut self, kind: RecordKind, aux: u32, key: u64, payload: &[u8]) {
+        if !self.out.writer.append_meta(kind, aux, now(), key, payload) {
+            self.out.append_failed();
+        }
+    }
+
+    /// The snapshot period in timestamp units (`u64::MAX` before the log exists).
+    #[inline(always)]
+    pub fn period(&self) -> u64 {
+        PERIOD.load(Ordering::Relaxed)
+    }
+
+    /// Flushes this thread's empty-poll runs and writes a clock snapshot now.
+    pub fn snapshot(&mut self) {
+        for rec in self.state.runs.drain() {
+            self.out.append_raw(&rec);
+        }
+        self.out.append_raw(&current_timestamper().snapshot());
+    }
+}
+
+impl Out<'_> {
+    /// Appends one record. Its `ts` (offset 8, every hot record has one) also drives the
+    /// periodic clock snapshots: the first thread to pass the due time writes one.
+    #[inline(always)]
+    pub fn append<R: FixedRecord>(&mut self, rec: &R) {
+        let ts = ts_of(rec);
+        if ts >= NEXT_SNAPSHOT.load(Ordering::Relaxed) {
+            self.snapshot_due(ts);
+        }
+        if !self.writer.append(rec) {
+            self.append_failed();
+        }
+    }
+
+    #[cold]
+    fn snapshot_due(&mut self, ts: u64) {
+        let due = NEXT_SNAPSHOT.load(Ordering::Relaxed);
+        let next = ts.saturating_add(PERIOD.load(Ordering::Relaxed));
+        if ts >= due
+            && NEXT_SNAPSHOT
+                .compare_exchange(due, next, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            self.append_raw(&current_timestamper().snapshot());
+        }
+    }
+
+    fn append_raw<R: FixedRecord>(&mut self, rec: &R) {
+        if !self.writer.append(rec) {
+            self.append_failed();
+        }
+    }
+
+    #[cold]
+    fn append_failed(&mut self) {
+        if *self.reported_full {
+            return;
+        }
+        *self.reported_full = true;
+        let p = PROCESS.load(Ordering::Acquire);
+        // SAFETY: leaked Box<Process>, never freed.
+        let failed = !p.is_null() && unsafe { &*p }.writer.failed();
+        if failed {
+            disable("cannot extend the log (disk full or I/O error)");
+        } else {
+            diag(
+                Diag::Info,
+                "sigmatrace: log size cap reached (SIGMATRACE_MAX_BYTES); further events are counted as dropped",
+            );
+        }
+    }
+}
+
+fn current_timestamper() -> Timestamper {
+    Timestamper::with_source(
+        TimestampSource::from_u8(CLOCK.load(Ordering::Relaxed))
+            .unwrap_or(TimestampSource::MonotonicRaw),
+    )
+}
+
+#[inline(always)]
+fn ts_of<R: FixedRecord>(rec: &R) -> u64 {
+    let b = bytemuck::bytes_of(rec);
+    u64::from_ne_bytes([b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]])
+}
+
+// ---------------------------------------------------------------------------------------------
+// Process events
+
+/// `pthread_atfork` child handler: the child must never write through the parent's log.
+pub fn after_fork_in_child() {
+    PROCESS.store(std::ptr::null_mut(), Ordering::Release);
+    CREATE_LOCK.reset_in_child();
+    NEXT_SNAPSHOT.store(0, Ordering::Relaxed);
+    PERIOD.store(u64::MAX, Ordering::Relaxed);
+    let _ = LOCAL.try_with(|cell| {
+        // SAFETY: the child has a single thread (this one); nothing else borrows its cell.
+        let local = unsafe { &mut *cell.get() };
+        if let Some(w) = local.writer.take() {
+            // The parent's chunk stays the parent's: leak our copy of the handle.
+            std::mem::forget(w);
+        }
+        local.busy = false;
+        local.missed = 0;
+        local.state = ThreadState::new();
+    });
+}
+
+/// Exit handler: flush this thread's runs and write a final clock snapshot (if a log exists).
+pub fn at_exit() {
+    if !tracing(crate::config::cat::ALL) {
+        return;
+    }
+    with_existing_thread(|t| t.snapshot());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sigmatrace_schemas::PostSend;
+
+    #[test]
+    fn ts_is_read_from_offset_8() {
+        let r = PostSend {
+            ts: 0x1122_3344_5566_7788,
+            ..Default::default()
+        };
+        assert_eq!(ts_of(&r), 0x1122_3344_5566_7788);
+    }
+}
