@@ -106,13 +106,20 @@ struct TimeMap {
 }
 
 impl TimeMap {
+    /// Integer ns throughout: epoch-ns values do not fit an f64 mantissa; only the (small)
+    /// correction is computed in floating point.
     fn out(&self, t: i64) -> u64 {
         let u = self.mapping.to_realtime(t);
-        let v = match self.correction {
-            Some((o, r, t0)) => u as f64 + o + r * (u as f64 - t0 as f64),
-            None => u as f64,
-        };
-        v.round().clamp(0.0, u64::MAX as f64) as u64
+        let v = u.saturating_add(self.correction_at(u));
+        v.max(0) as u64
+    }
+
+    /// The host correction at realtime `u` (ns), 0 without a matched host.
+    fn correction_at(&self, u: i64) -> i64 {
+        match self.correction {
+            Some((o, r, t0)) => (o + r * u.saturating_sub(t0) as f64).round() as i64,
+            None => 0,
+        }
     }
 }
 
@@ -186,7 +193,6 @@ enum Arg {
     U(u64),
     I(i64),
     S(String),
-    Hex(u64),
 }
 
 /// A logical track: name, merge key, items; placed under `parent`.
@@ -244,7 +250,6 @@ fn emit_logical(sink: &mut dyn TraceSink, uuids: &AtomicU64, key: &str, mut t: L
                     Arg::U(x) => ArgValue::U64(*x),
                     Arg::I(x) => ArgValue::I64(*x),
                     Arg::S(s) => ArgValue::Str(s),
-                    Arg::Hex(x) => ArgValue::Hex(*x),
                 };
                 (key, val)
             })
@@ -292,7 +297,7 @@ fn nvtx_item(e: &NvtxEvent, tm: &TimeMap) -> Item {
         args.push(("category", Arg::I(c)));
     }
     if let Some(c) = e.color {
-        args.push(("color", Arg::Hex(u64::from(c))));
+        args.push(("color", Arg::S(format!("ARGB {c:#010x}"))));
     }
     if let Some(d) = &e.domain {
         args.push(("domain", Arg::S(d.clone())));
@@ -678,10 +683,9 @@ pub fn emit_report(
         emit_logical(sink, uuids, &key, l);
     }
 
-    let correction = tm.correction.map(|(o, r, t0)| {
-        let u = tm.mapping.to_realtime(0) as f64;
-        o + r * (u - t0 as f64)
-    });
+    let correction = tm
+        .correction
+        .map(|_| tm.correction_at(tm.mapping.to_realtime(0)) as f64);
     let sigmatrace_host = match (ctx, host) {
         (Some(c), Some(h)) => Some(c.topo.hosts[h].name.clone()),
         _ => None,
