@@ -672,6 +672,34 @@ fn cli_nsys_summary_and_merge() {
     let d = decode(&trace);
     assert_eq!(d.first_ts("add_parallel"), R1_UTC + R1_K0 - 1000);
 
+    // Chrome JSON output of the same export.
+    let json = dir.path().join("cli.json");
+    let out = Command::new(binary())
+        .arg("--nsys")
+        .arg(fixture("report1.sqlite"))
+        .args(["--format", "chrome-json", "-o"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    let count = |ph: &str, name: &str| {
+        events
+            .iter()
+            .filter(|e| e["ph"] == ph && (name.is_empty() || e["name"] == name))
+            .count()
+    };
+    assert_eq!(count("B", ""), 61);
+    assert_eq!(count("E", ""), 61);
+    assert_eq!(count("B", "add_parallel"), 4);
+    assert_eq!(count("B", "Memcpy HtoD"), 8);
+    assert_eq!(count("B", "cudaMemcpyAsync"), 12);
+
     let bad = dir.path().join("bad.sqlite");
     std::fs::write(&bad, b"garbage").unwrap();
     let out = Command::new(binary())
