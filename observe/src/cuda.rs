@@ -48,38 +48,52 @@ pub fn libcuda_loaded() -> bool {
     }
 }
 
-type GetProcV2 = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> c_int;
+type GetProcV2 =
+    unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> c_int;
 type GetProcV1 = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> c_int;
 
-/// Driver entry points (results as raw `c_int` CUresult codes: a Rust enum must never hold an
-/// unknown code).
+// Driver entry-point signatures (results as raw `c_int` CUresult codes: a Rust enum must
+// never hold an unknown code).
+type FInit = unsafe extern "C" fn(c_uint) -> c_int;
+type FDeviceGet = unsafe extern "C" fn(*mut CUdevice, c_int) -> c_int;
+type FCtxRetain = unsafe extern "C" fn(*mut CUcontext, CUdevice) -> c_int;
+type FCtxSet = unsafe extern "C" fn(CUcontext) -> c_int;
+type FHostAlloc = unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> c_int;
+type FFreeHost = unsafe extern "C" fn(*mut c_void) -> c_int;
+type FDevPtr = unsafe extern "C" fn(*mut CUdeviceptr, *mut c_void, c_uint) -> c_int;
+type FModLoad = unsafe extern "C" fn(*mut CUmodule, *const c_void) -> c_int;
+type FModFunc = unsafe extern "C" fn(*mut CUfunction, CUmodule, *const c_char) -> c_int;
+type FPrio = unsafe extern "C" fn(*mut c_int, *mut c_int) -> c_int;
+type FStream = unsafe extern "C" fn(*mut CUstream, c_uint, c_int) -> c_int;
+type FLaunch = unsafe extern "C" fn(
+    CUfunction,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    CUstream,
+    *mut *mut c_void,
+    *mut *mut c_void,
+) -> c_int;
+
+/// Driver entry points.
 #[allow(non_snake_case)]
 struct Fns {
-    cuInit: unsafe extern "C" fn(c_uint) -> c_int,
-    cuDeviceGet: unsafe extern "C" fn(*mut CUdevice, c_int) -> c_int,
-    cuDevicePrimaryCtxRetain: unsafe extern "C" fn(*mut CUcontext, CUdevice) -> c_int,
-    cuCtxSetCurrent: unsafe extern "C" fn(CUcontext) -> c_int,
-    cuMemHostAlloc: unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> c_int,
-    cuMemFreeHost: unsafe extern "C" fn(*mut c_void) -> c_int,
-    cuMemHostGetDevicePointer: unsafe extern "C" fn(*mut CUdeviceptr, *mut c_void, c_uint) -> c_int,
-    cuModuleLoadData: unsafe extern "C" fn(*mut CUmodule, *const c_void) -> c_int,
-    cuModuleGetFunction: unsafe extern "C" fn(*mut CUfunction, CUmodule, *const c_char) -> c_int,
-    cuCtxGetStreamPriorityRange: unsafe extern "C" fn(*mut c_int, *mut c_int) -> c_int,
-    cuStreamCreateWithPriority: unsafe extern "C" fn(*mut CUstream, c_uint, c_int) -> c_int,
-    #[allow(clippy::type_complexity)]
-    cuLaunchKernel: unsafe extern "C" fn(
-        CUfunction,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        CUstream,
-        *mut *mut c_void,
-        *mut *mut c_void,
-    ) -> c_int,
+    cuInit: FInit,
+    cuDeviceGet: FDeviceGet,
+    cuDevicePrimaryCtxRetain: FCtxRetain,
+    cuCtxSetCurrent: FCtxSet,
+    cuMemHostAlloc: FHostAlloc,
+    cuMemFreeHost: FFreeHost,
+    cuMemHostGetDevicePointer: FDevPtr,
+    cuModuleLoadData: FModLoad,
+    cuModuleGetFunction: FModFunc,
+    cuCtxGetStreamPriorityRange: FPrio,
+    cuStreamCreateWithPriority: FStream,
+    cuLaunchKernel: FLaunch,
 }
 
 /// The already-loaded driver.
@@ -123,7 +137,13 @@ impl Driver {
             // signatures (CUDA 12 driver API); pointers are valid for the call.
             let rc = unsafe {
                 if !v2.is_null() {
-                    std::mem::transmute::<*mut c_void, GetProcV2>(v2)(c.as_ptr(), &mut p, 12000, 0, &mut status)
+                    std::mem::transmute::<*mut c_void, GetProcV2>(v2)(
+                        c.as_ptr(),
+                        &mut p,
+                        12000,
+                        0,
+                        &mut status,
+                    )
                 } else {
                     std::mem::transmute::<*mut c_void, GetProcV1>(v1)(c.as_ptr(), &mut p, 12000, 0)
                 }
@@ -135,25 +155,25 @@ impl Driver {
             }
         };
         macro_rules! f {
-            ($n:literal) => {
+            ($n:literal, $t:ty) => {
                 // SAFETY: cuGetProcAddress returned the entry point named $n for CUDA 12.0,
-                // whose C signature is the field's type.
-                unsafe { std::mem::transmute::<*mut c_void, _>(get($n)?) }
+                // whose C signature is $t.
+                unsafe { std::mem::transmute::<*mut c_void, $t>(get($n)?) }
             };
         }
         let fns = Fns {
-            cuInit: f!("cuInit"),
-            cuDeviceGet: f!("cuDeviceGet"),
-            cuDevicePrimaryCtxRetain: f!("cuDevicePrimaryCtxRetain"),
-            cuCtxSetCurrent: f!("cuCtxSetCurrent"),
-            cuMemHostAlloc: f!("cuMemHostAlloc"),
-            cuMemFreeHost: f!("cuMemFreeHost"),
-            cuMemHostGetDevicePointer: f!("cuMemHostGetDevicePointer"),
-            cuModuleLoadData: f!("cuModuleLoadData"),
-            cuModuleGetFunction: f!("cuModuleGetFunction"),
-            cuCtxGetStreamPriorityRange: f!("cuCtxGetStreamPriorityRange"),
-            cuStreamCreateWithPriority: f!("cuStreamCreateWithPriority"),
-            cuLaunchKernel: f!("cuLaunchKernel"),
+            cuInit: f!("cuInit", FInit),
+            cuDeviceGet: f!("cuDeviceGet", FDeviceGet),
+            cuDevicePrimaryCtxRetain: f!("cuDevicePrimaryCtxRetain", FCtxRetain),
+            cuCtxSetCurrent: f!("cuCtxSetCurrent", FCtxSet),
+            cuMemHostAlloc: f!("cuMemHostAlloc", FHostAlloc),
+            cuMemFreeHost: f!("cuMemFreeHost", FFreeHost),
+            cuMemHostGetDevicePointer: f!("cuMemHostGetDevicePointer", FDevPtr),
+            cuModuleLoadData: f!("cuModuleLoadData", FModLoad),
+            cuModuleGetFunction: f!("cuModuleGetFunction", FModFunc),
+            cuCtxGetStreamPriorityRange: f!("cuCtxGetStreamPriorityRange", FPrio),
+            cuStreamCreateWithPriority: f!("cuStreamCreateWithPriority", FStream),
+            cuLaunchKernel: f!("cuLaunchKernel", FLaunch),
         };
         Ok(Driver { fns })
     }
@@ -176,13 +196,22 @@ impl MappedBuffer {
     fn alloc(d: &Driver, len: usize) -> Result<MappedBuffer, CudaError> {
         let mut p: *mut c_void = std::ptr::null_mut();
         // SAFETY: driver call with a valid out pointer; PORTABLE (1) | DEVICEMAP (2).
-        check("cuMemHostAlloc", unsafe { (d.fns.cuMemHostAlloc)(&mut p, len, 0x1 | 0x2) })?;
+        check("cuMemHostAlloc", unsafe {
+            (d.fns.cuMemHostAlloc)(&mut p, len, 0x1 | 0x2)
+        })?;
         let mut dev: CUdeviceptr = 0;
         // SAFETY: p is the mapped allocation just made.
-        check("cuMemHostGetDevicePointer", unsafe { (d.fns.cuMemHostGetDevicePointer)(&mut dev, p, 0) })?;
+        check("cuMemHostGetDevicePointer", unsafe {
+            (d.fns.cuMemHostGetDevicePointer)(&mut dev, p, 0)
+        })?;
         // SAFETY: p points to len writable bytes owned by us; zero them.
         unsafe { std::ptr::write_bytes(p as *mut u8, 0, len) };
-        Ok(MappedBuffer { ptr: p as *mut u8, len, device: dev, free: d.fns.cuMemFreeHost })
+        Ok(MappedBuffer {
+            ptr: p as *mut u8,
+            len,
+            device: dev,
+            free: d.fns.cuMemFreeHost,
+        })
     }
 
     /// Device address of the buffer.
@@ -191,7 +220,10 @@ impl MappedBuffer {
     }
 
     fn at<T>(&self, off: usize) -> *mut T {
-        assert!(off + std::mem::size_of::<T>() <= self.len && off % std::mem::align_of::<T>() == 0);
+        assert!(
+            off + std::mem::size_of::<T>() <= self.len
+                && off.is_multiple_of(std::mem::align_of::<T>())
+        );
         // SAFETY: bounds and alignment checked just above.
         unsafe { self.ptr.add(off) as *mut T }
     }
@@ -200,25 +232,30 @@ impl MappedBuffer {
 impl EventBuffer for MappedBuffer {
     fn load_u64(&self, off: usize) -> u64 {
         // SAFETY: in-bounds, aligned; the GPU writes concurrently, so the load is atomic.
-        unsafe { std::sync::atomic::AtomicU64::from_ptr(self.at(off)) }.load(std::sync::atomic::Ordering::Acquire)
+        unsafe { std::sync::atomic::AtomicU64::from_ptr(self.at(off)) }
+            .load(std::sync::atomic::Ordering::Acquire)
     }
     fn load_u32(&self, off: usize) -> u32 {
         // SAFETY: as above.
-        unsafe { std::sync::atomic::AtomicU32::from_ptr(self.at(off)) }.load(std::sync::atomic::Ordering::Acquire)
+        unsafe { std::sync::atomic::AtomicU32::from_ptr(self.at(off)) }
+            .load(std::sync::atomic::Ordering::Acquire)
     }
     fn read(&self, off: usize, dst: &mut [u8]) {
         for (i, d) in dst.iter_mut().enumerate() {
             // SAFETY: in-bounds byte (checked by `at`), atomic load.
-            *d = unsafe { std::sync::atomic::AtomicU8::from_ptr(self.at(off + i)) }.load(std::sync::atomic::Ordering::Relaxed);
+            *d = unsafe { std::sync::atomic::AtomicU8::from_ptr(self.at(off + i)) }
+                .load(std::sync::atomic::Ordering::Relaxed);
         }
     }
     fn store_u64(&self, off: usize, v: u64) {
         // SAFETY: in-bounds, aligned, atomic store into our own buffer.
-        unsafe { std::sync::atomic::AtomicU64::from_ptr(self.at(off)) }.store(v, std::sync::atomic::Ordering::Release)
+        unsafe { std::sync::atomic::AtomicU64::from_ptr(self.at(off)) }
+            .store(v, std::sync::atomic::Ordering::Release)
     }
     fn store_u32(&self, off: usize, v: u32) {
         // SAFETY: as above.
-        unsafe { std::sync::atomic::AtomicU32::from_ptr(self.at(off)) }.store(v, std::sync::atomic::Ordering::Release)
+        unsafe { std::sync::atomic::AtomicU32::from_ptr(self.at(off)) }
+            .store(v, std::sync::atomic::Ordering::Release)
     }
 }
 
@@ -237,7 +274,12 @@ pub struct DevicePollerConfig {
 
 impl Default for DevicePollerConfig {
     fn default() -> Self {
-        DevicePollerConfig { capacity: 1 << 16, threads: 128, clock_period_ns: 10_000_000, device: 0 }
+        DevicePollerConfig {
+            capacity: 1 << 16,
+            threads: 128,
+            clock_period_ns: 10_000_000,
+            device: 0,
+        }
     }
 }
 
@@ -260,8 +302,16 @@ unsafe impl Send for DevicePoller {}
 impl DevicePoller {
     /// Loads the poller PTX and launches it on `queues` (their addresses must be device
     /// addresses: GPU memory, or host memory mapped for the device).
-    pub fn start(d: &Driver, queues: Vec<QueueDesc>, config: DevicePollerConfig, clock: ClockMap) -> Result<DevicePoller, CudaError> {
-        let watch: Vec<Watch> = queues.iter().filter_map(|q| Watch::for_queue(q, 0)).collect();
+    pub fn start(
+        d: &Driver,
+        queues: Vec<QueueDesc>,
+        config: DevicePollerConfig,
+        clock: ClockMap,
+    ) -> Result<DevicePoller, CudaError> {
+        let watch: Vec<Watch> = queues
+            .iter()
+            .filter_map(|q| Watch::for_queue(q, 0))
+            .collect();
         if watch.is_empty() {
             return Err(CudaError::NoQueues);
         }
@@ -273,7 +323,10 @@ impl DevicePoller {
         unsafe {
             check("cuInit", (f.cuInit)(0))?;
             check("cuDeviceGet", (f.cuDeviceGet)(&mut dev, config.device))?;
-            check("cuDevicePrimaryCtxRetain", (f.cuDevicePrimaryCtxRetain)(&mut ctx, dev))?;
+            check(
+                "cuDevicePrimaryCtxRetain",
+                (f.cuDevicePrimaryCtxRetain)(&mut ctx, dev),
+            )?;
             check("cuCtxSetCurrent", (f.cuCtxSetCurrent)(ctx))?;
         }
         let ring = MappedBuffer::alloc(d, device::ring_bytes(config.capacity))?;
@@ -282,7 +335,10 @@ impl DevicePoller {
         for (i, w) in watch.iter().enumerate() {
             let b = w.encode();
             for k in (0..device::WATCH_BYTES).step_by(8) {
-                watches.store_u64(i * device::WATCH_BYTES + k, u64::from_ne_bytes(b[k..k + 8].try_into().expect("8")));
+                watches.store_u64(
+                    i * device::WATCH_BYTES + k,
+                    u64::from_ne_bytes(b[k..k + 8].try_into().expect("8")),
+                );
             }
         }
         let ptx = CString::new(device::ptx::POLLER).expect("PTX has no NUL");
@@ -293,11 +349,23 @@ impl DevicePoller {
         let mut stream: CUstream = std::ptr::null_mut();
         // SAFETY: driver calls with valid pointers; the PTX string outlives the call.
         unsafe {
-            check("cuModuleLoadData", (f.cuModuleLoadData)(&mut module, ptx.as_ptr() as *const c_void))?;
-            check("cuModuleGetFunction", (f.cuModuleGetFunction)(&mut function, module, entry.as_ptr()))?;
-            check("cuCtxGetStreamPriorityRange", (f.cuCtxGetStreamPriorityRange)(&mut least, &mut greatest))?;
+            check(
+                "cuModuleLoadData",
+                (f.cuModuleLoadData)(&mut module, ptx.as_ptr() as *const c_void),
+            )?;
+            check(
+                "cuModuleGetFunction",
+                (f.cuModuleGetFunction)(&mut function, module, entry.as_ptr()),
+            )?;
+            check(
+                "cuCtxGetStreamPriorityRange",
+                (f.cuCtxGetStreamPriorityRange)(&mut least, &mut greatest),
+            )?;
             // CU_STREAM_NON_BLOCKING = 1; `least` is the lowest priority.
-            check("cuStreamCreateWithPriority", (f.cuStreamCreateWithPriority)(&mut stream, 1, least))?;
+            check(
+                "cuStreamCreateWithPriority",
+                (f.cuStreamCreateWithPriority)(&mut stream, 1, least),
+            )?;
         }
         let mut a_watch: u64 = watches.device_ptr();
         let mut a_n: u32 = watch.len() as u32;
@@ -314,10 +382,37 @@ impl DevicePoller {
         // SAFETY: kernel parameters match sigmatrace_device_poller(StWatch*, u32,
         // StRingHeader*, StEvent*, u64); the pointed-to values outlive the launch call.
         check("cuLaunchKernel", unsafe {
-            (f.cuLaunchKernel)(function, 1, 1, 1, config.threads, 1, 1, 0, stream, params.as_mut_ptr(), std::ptr::null_mut())
+            (f.cuLaunchKernel)(
+                function,
+                1,
+                1,
+                1,
+                config.threads,
+                1,
+                1,
+                0,
+                stream,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
         })?;
-        let drain = DeviceDrain::new(queues.into_iter().filter(|q| !matches!(q, QueueDesc::Uar(_))).collect(), config.capacity, clock);
-        Ok(DevicePoller { ring, watches, stream, function, drain, config, stopped: false })
+        let drain = DeviceDrain::new(
+            queues
+                .into_iter()
+                .filter(|q| !matches!(q, QueueDesc::Uar(_)))
+                .collect(),
+            config.capacity,
+            clock,
+        );
+        Ok(DevicePoller {
+            ring,
+            watches,
+            stream,
+            function,
+            drain,
+            config,
+            stopped: false,
+        })
     }
 
     /// Drains published events into observations.

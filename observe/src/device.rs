@@ -10,7 +10,9 @@
 
 use std::collections::HashMap;
 
-use sigmatrace_schemas::{observer, queue_kind, GpuClockPair, ObserveOverrun, RecordHeader, Timestamper};
+use sigmatrace_schemas::{
+    observer, queue_kind, GpuClockPair, ObserveOverrun, RecordHeader, Timestamper,
+};
 
 use crate::mem::{AlignedBuf, QueueMemory};
 use crate::mlx5::wqe;
@@ -83,7 +85,17 @@ impl Watch {
     /// The watch entry for a queue (device addresses = the description's addresses).
     pub fn for_queue(q: &QueueDesc, start: u32) -> Option<Watch> {
         match q {
-            QueueDesc::Send(s) => Some(Watch { ring: s.base, dbrec: s.dbrec, depth: s.wqebbs, kind: 1, number: s.qpn, cqe_size: 0, start, flags: 0, lost: 0 }),
+            QueueDesc::Send(s) => Some(Watch {
+                ring: s.base,
+                dbrec: s.dbrec,
+                depth: s.wqebbs,
+                kind: 1,
+                number: s.qpn,
+                cqe_size: 0,
+                start,
+                flags: 0,
+                lost: 0,
+            }),
             QueueDesc::Cq(c) => Some(Watch {
                 ring: c.base,
                 dbrec: c.dbrec,
@@ -175,7 +187,10 @@ pub struct ClockMap {
 
 impl ClockMap {
     pub fn new(ticks_per_ns: f64) -> ClockMap {
-        ClockMap { nominal: ticks_per_ns, pairs: Vec::new() }
+        ClockMap {
+            nominal: ticks_per_ns,
+            pairs: Vec::new(),
+        }
     }
 
     /// Adds a pair (the midpoint of `ts`, `ts_after` is taken as the host time).
@@ -201,7 +216,12 @@ impl ClockMap {
 
 /// Asks the running kernel for its `%globaltimer` (host writes a request, the kernel answers)
 /// and brackets the exchange with the host clock. `spins` bounds the wait.
-pub fn sample_clock(buf: &dyn EventBuffer, ts: &Timestamper, device: u32, spins: u64) -> Option<GpuClockPair> {
+pub fn sample_clock(
+    buf: &dyn EventBuffer,
+    ts: &Timestamper,
+    device: u32,
+    spins: u64,
+) -> Option<GpuClockPair> {
     let req = buf.load_u64(hdr::CLOCK_REQ) + 1;
     let t0 = ts.now();
     buf.store_u64(hdr::CLOCK_REQ, req);
@@ -209,7 +229,12 @@ pub fn sample_clock(buf: &dyn EventBuffer, ts: &Timestamper, device: u32, spins:
         if buf.load_u64(hdr::CLOCK_ACK) == req {
             let t1 = ts.now();
             let gpu_ns = buf.load_u64(hdr::CLOCK_GPU_NS);
-            return Some(GpuClockPair { hdr: RecordHeader::of::<GpuClockPair>(device), ts: t0, ts_after: t1, gpu_ns });
+            return Some(GpuClockPair {
+                hdr: RecordHeader::of::<GpuClockPair>(device),
+                ts: t0,
+                ts_after: t1,
+                gpu_ns,
+            });
         }
         std::hint::spin_loop();
     }
@@ -249,7 +274,15 @@ impl DeviceDrain {
     /// `queues[i]` is the queue of watch entry `i`.
     pub fn new(queues: Vec<QueueDesc>, capacity: u32, clock: ClockMap) -> DeviceDrain {
         let n = queues.len();
-        DeviceDrain { queues, capacity, tail: 0, lost_seen: vec![0; n], pending: HashMap::new(), clock, stats: DrainStats::default() }
+        DeviceDrain {
+            queues,
+            capacity,
+            tail: 0,
+            lost_seen: vec![0; n],
+            pending: HashMap::new(),
+            clock,
+            stats: DrainStats::default(),
+        }
     }
 
     fn ts(&self, gpu_ns: u64) -> u64 {
@@ -258,10 +291,16 @@ impl DeviceDrain {
 
     /// Consumes every published event; `watches` is the watch list (for per-queue loss
     /// counters), read with [`EventBuffer::load_u64`] at `40 + 48·i`.
-    pub fn drain(&mut self, buf: &dyn EventBuffer, watches: &dyn EventBuffer, out: &mut dyn FnMut(Observation)) -> usize {
+    pub fn drain(
+        &mut self,
+        buf: &dyn EventBuffer,
+        watches: &dyn EventBuffer,
+        out: &mut dyn FnMut(Observation),
+    ) -> usize {
         let mut n = 0;
         loop {
-            let slot = HEADER_BYTES + (self.tail & (self.capacity as u64 - 1)) as usize * EVENT_BYTES;
+            let slot =
+                HEADER_BYTES + (self.tail & (self.capacity as u64 - 1)) as usize * EVENT_BYTES;
             if buf.load_u32(slot + 8) != (self.tail + 1) as u32 {
                 break;
             }
@@ -288,7 +327,10 @@ impl DeviceDrain {
                 };
                 out(Observation::Overrun(ObserveOverrun {
                     hdr: RecordHeader::of::<ObserveOverrun>(kind),
-                    ts: self.clock.to_host(buf.load_u64(hdr::HEARTBEAT)).unwrap_or(0),
+                    ts: self
+                        .clock
+                        .to_host(buf.load_u64(hdr::HEARTBEAT))
+                        .unwrap_or(0),
                     lost: d,
                     number,
                     observer: observer::DEVICE_POLLER,
@@ -308,7 +350,12 @@ impl DeviceDrain {
         match kind {
             ev::WQE => {
                 let nbb = (aux >> 16) as u16;
-                let mut p = Pending { nbb: nbb.max(1), have: 1, gpu_ns, bytes: [0; MAX_WQE_BYTES] };
+                let mut p = Pending {
+                    nbb: nbb.max(1),
+                    have: 1,
+                    gpu_ns,
+                    bytes: [0; MAX_WQE_BYTES],
+                };
                 p.bytes[..WQEBB].copy_from_slice(data);
                 if p.have >= p.nbb {
                     self.finish_wqe(queue, &p, out);
@@ -430,7 +477,10 @@ pub fn cpu_reference_pass(
         }
         // Everything but `seq` (bytes 8..12 stay zero here), then `seq` last.
         for k in (0..EVENT_BYTES).step_by(8) {
-            buf.store_u64(slot + k, u64::from_ne_bytes(e[k..k + 8].try_into().expect("8")));
+            buf.store_u64(
+                slot + k,
+                u64::from_ne_bytes(e[k..k + 8].try_into().expect("8")),
+            );
         }
         buf.store_u32(slot + 8, (old + 1) as u32);
         true
@@ -439,7 +489,9 @@ pub fn cpu_reference_pass(
         let qi = q as u16;
         let mut nx = next[q];
         if w.kind == 1 {
-            let Ok(raw) = mem.load_u32_acquire(w.dbrec + 4) else { continue };
+            let Ok(raw) = mem.load_u32_acquire(w.dbrec + 4) else {
+                continue;
+            };
             let pi = u32::from_be(raw) & 0xffff;
             let avail = pi.wrapping_sub(nx) & 0xffff;
             if avail > w.depth {
@@ -450,12 +502,18 @@ pub fn cpu_reference_pass(
             }
             while nx != pi {
                 let mut slot = [0u8; 64];
-                if mem.read(w.ring + ((nx & (w.depth - 1)) as u64) * 64, &mut slot).is_err() {
+                if mem
+                    .read(w.ring + ((nx & (w.depth - 1)) as u64) * 64, &mut slot)
+                    .is_err()
+                {
                     break;
                 }
                 let ctrl = wqe::Ctrl::parse(&slot);
                 let nbb = crate::mlx5::wqebbs_for_ds(ctrl.ds) as u32;
-                if ctrl.ds == 0 || ctrl.wqe_index as u32 != nx || nbb > (pi.wrapping_sub(nx) & 0xffff) {
+                if ctrl.ds == 0
+                    || ctrl.wqe_index as u32 != nx
+                    || nbb > (pi.wrapping_sub(nx) & 0xffff)
+                {
                     emit(ev::LOST, qi, 1, None);
                     lost[q] += 1;
                     nx = (nx + 1) & 0xffff;
@@ -487,7 +545,8 @@ pub fn cpu_reference_pass(
                 }
             }
             for _ in 0..w.depth {
-                let off = (nx & (w.depth - 1)) as u64 * w.cqe_size as u64 + cqe::cqe64_offset(w.cqe_size) as u64;
+                let off = (nx & (w.depth - 1)) as u64 * w.cqe_size as u64
+                    + cqe::cqe64_offset(w.cqe_size) as u64;
                 let mut e = [0u8; 64];
                 if mem.read(w.ring + off, &mut e).is_err() || !cqe::is_valid(e[63], nx, w.depth) {
                     break;

@@ -84,12 +84,26 @@ impl CudaMemEvent {
         let (op, addr, size, alias, flags) = match *self {
             CudaMemEvent::DeviceAlloc { ptr, size } => (gpu_mem_op::DEVICE_ALLOC, ptr, size, 0, 0),
             CudaMemEvent::DeviceFree { ptr } => (gpu_mem_op::DEVICE_FREE, ptr, 0, 0, 0),
-            CudaMemEvent::HostAlloc { ptr, size, flags } => (gpu_mem_op::HOST_ALLOC, ptr, size, 0, flags),
-            CudaMemEvent::HostRegister { ptr, size, flags } => (gpu_mem_op::HOST_REGISTER, ptr, size, 0, flags),
+            CudaMemEvent::HostAlloc { ptr, size, flags } => {
+                (gpu_mem_op::HOST_ALLOC, ptr, size, 0, flags)
+            }
+            CudaMemEvent::HostRegister { ptr, size, flags } => {
+                (gpu_mem_op::HOST_REGISTER, ptr, size, 0, flags)
+            }
             CudaMemEvent::HostUnregister { ptr } => (gpu_mem_op::HOST_UNREGISTER, ptr, 0, 0, 0),
-            CudaMemEvent::DevicePointer { host, device } => (gpu_mem_op::DEVICE_POINTER, host, 0, device, 0),
+            CudaMemEvent::DevicePointer { host, device } => {
+                (gpu_mem_op::DEVICE_POINTER, host, 0, device, 0)
+            }
         };
-        GpuMemory { hdr: RecordHeader::of::<GpuMemory>(op), ts, addr, size, alias, flags, result }
+        GpuMemory {
+            hdr: RecordHeader::of::<GpuMemory>(op),
+            ts,
+            addr,
+            size,
+            alias,
+            flags,
+            result,
+        }
     }
 }
 
@@ -212,8 +226,21 @@ impl Discovery {
     }
 
     /// `mlx5dv_devx_umem_reg[_ex]` returned `handle` with `umem_id` for `[addr, addr+size)`.
-    pub fn on_devx_umem_reg(&mut self, handle: u64, umem_id: u32, addr: u64, size: u64, dmabuf_fd: Option<i32>) {
-        self.umems.register(Umem { id: umem_id, addr, size, dmabuf_fd, handle });
+    pub fn on_devx_umem_reg(
+        &mut self,
+        handle: u64,
+        umem_id: u32,
+        addr: u64,
+        size: u64,
+        dmabuf_fd: Option<i32>,
+    ) {
+        self.umems.register(Umem {
+            id: umem_id,
+            addr,
+            size,
+            dmabuf_fd,
+            handle,
+        });
     }
 
     /// `mlx5dv_devx_umem_dereg(handle)`.
@@ -223,7 +250,10 @@ impl Discovery {
 
     /// `mlx5dv_devx_alloc_uar`.
     pub fn on_alloc_uar(&mut self, u: &UarInfo) -> QueueDesc {
-        let alias = self.memory.find(u.reg_addr).and_then(|r| r.device_alias.map(|a| a + (u.reg_addr - r.start)));
+        let alias = self
+            .memory
+            .find(u.reg_addr)
+            .and_then(|r| r.device_alias.map(|a| a + (u.reg_addr - r.start)));
         let d = UarDesc {
             page_id: u.page_id,
             reg_addr: u.reg_addr,
@@ -236,7 +266,12 @@ impl Discovery {
     }
 
     /// `mlx5dv_devx_obj_create(handle, in, out)`: CREATE_QP / CREATE_CQ become queues.
-    pub fn on_devx_obj_create(&mut self, handle: u64, input: &[u8], output: &[u8]) -> Result<Option<QueueDesc>, DiscoverError> {
+    pub fn on_devx_obj_create(
+        &mut self,
+        handle: u64,
+        input: &[u8],
+        output: &[u8],
+    ) -> Result<Option<QueueDesc>, DiscoverError> {
         let cmd = prm::decode_command(input)?;
         let out = prm::decode_output(output).ok_or(DiscoverError::NoOutput)?;
         if out.status != 0 {
@@ -245,7 +280,11 @@ impl Discovery {
         match cmd {
             Command::CreateCq(c) => {
                 let cnt = c.cqe_cnt();
-                let base = self.umems.resolve(c.cq_umem_id, c.cq_umem_offset, cnt as u64 * c.cqe_size as u64)?;
+                let base = self.umems.resolve(
+                    c.cq_umem_id,
+                    c.cq_umem_offset,
+                    cnt as u64 * c.cqe_size as u64,
+                )?;
                 let (dbr_umem, dbr_off) = c.dbr_location();
                 let dbrec = self.umems.resolve(dbr_umem, dbr_off, 8)?;
                 let d = CqDesc {
@@ -273,7 +312,9 @@ impl Discovery {
                     return Ok(None);
                 }
                 let sq_off = q.wq_umem_offset + q.rq_bytes();
-                let base = self.umems.resolve(q.wq_umem_id, sq_off, wqebbs as u64 * 64)?;
+                let base = self
+                    .umems
+                    .resolve(q.wq_umem_id, sq_off, wqebbs as u64 * 64)?;
                 let (dbr_umem, dbr_off) = q.dbr_location();
                 let dbrec = self.umems.resolve(dbr_umem, dbr_off, 8)?;
                 let d = SendQueueDesc {
@@ -299,16 +340,27 @@ impl Discovery {
 
     /// `mlx5dv_devx_obj_modify(handle, in, out)`: QP state transitions. Returns the decoded
     /// transition (INIT2RTR carries the remote QPN and address path).
-    pub fn on_devx_obj_modify(&mut self, _handle: u64, input: &[u8], output: &[u8]) -> Result<Option<QpTransition>, DiscoverError> {
+    pub fn on_devx_obj_modify(
+        &mut self,
+        _handle: u64,
+        input: &[u8],
+        output: &[u8],
+    ) -> Result<Option<QpTransition>, DiscoverError> {
         let cmd = prm::decode_command(input)?;
         if let Some(o) = prm::decode_output(output) {
             if o.status != 0 {
                 return Ok(None);
             }
         }
-        let Command::ModifyQp(m) = cmd else { return Ok(None) };
+        let Command::ModifyQp(m) = cmd else {
+            return Ok(None);
+        };
         let state = prm::transition_target_state(m.opcode).unwrap_or(0);
-        let mut t = QpTransition { qpn: m.qpn, state, cmd: m };
+        let mut t = QpTransition {
+            qpn: m.qpn,
+            state,
+            cmd: m,
+        };
         if let Some(prev) = self.transitions.get(&m.qpn) {
             // Later transitions (RTR2RTS) do not repeat the remote side; keep it.
             if m.remote_qpn == 0 {
@@ -336,15 +388,30 @@ impl Discovery {
     /// A CUDA memory call. Returns UARs whose GPU alias became known.
     pub fn on_cuda_mem(&mut self, e: &CudaMemEvent) -> Vec<QueueDesc> {
         match *e {
-            CudaMemEvent::DeviceAlloc { ptr, size } => {
-                self.memory.insert(MemRange { start: ptr, size, kind: mem_kind::GPU, device_alias: None })
-            }
-            CudaMemEvent::HostAlloc { ptr, size, .. } => {
-                self.memory.insert(MemRange { start: ptr, size, kind: mem_kind::HOST_PINNED, device_alias: None })
-            }
+            CudaMemEvent::DeviceAlloc { ptr, size } => self.memory.insert(MemRange {
+                start: ptr,
+                size,
+                kind: mem_kind::GPU,
+                device_alias: None,
+            }),
+            CudaMemEvent::HostAlloc { ptr, size, .. } => self.memory.insert(MemRange {
+                start: ptr,
+                size,
+                kind: mem_kind::HOST_PINNED,
+                device_alias: None,
+            }),
             CudaMemEvent::HostRegister { ptr, size, flags } => {
-                let kind = if flags & CU_MEMHOSTREGISTER_IOMEMORY != 0 { mem_kind::IO } else { mem_kind::HOST_PINNED };
-                self.memory.insert(MemRange { start: ptr, size, kind, device_alias: None })
+                let kind = if flags & CU_MEMHOSTREGISTER_IOMEMORY != 0 {
+                    mem_kind::IO
+                } else {
+                    mem_kind::HOST_PINNED
+                };
+                self.memory.insert(MemRange {
+                    start: ptr,
+                    size,
+                    kind,
+                    device_alias: None,
+                })
             }
             CudaMemEvent::DeviceFree { ptr } | CudaMemEvent::HostUnregister { ptr } => {
                 self.memory.remove(ptr);

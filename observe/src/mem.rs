@@ -52,7 +52,11 @@ impl HostRegion {
     /// this region polls (the interposer unregisters a queue before its memory is freed, e.g.
     /// in the destroy / dereg hook before calling the real function).
     pub unsafe fn new(start: u64, len: u64) -> HostRegion {
-        HostRegion { start, len, _keep: None }
+        HostRegion {
+            start,
+            len,
+            _keep: None,
+        }
     }
 
     /// A region inside an owned buffer, which the region keeps alive (tests, simulations).
@@ -107,7 +111,7 @@ impl HostMemory {
 impl QueueMemory for HostMemory {
     fn load_u32_acquire(&self, addr: u64) -> Result<u32, MemError> {
         self.check(addr, 4)?;
-        if addr % 4 != 0 {
+        if !addr.is_multiple_of(4) {
             return Err(MemError::Misaligned { addr, align: 4 });
         }
         // SAFETY: the 4 bytes lie inside a region whose creator guaranteed they stay mapped
@@ -122,7 +126,7 @@ impl QueueMemory for HostMemory {
         let mut i = 0usize;
         while i < dst.len() {
             let a = addr + i as u64;
-            if a % 8 == 0 && dst.len() - i >= 8 {
+            if a.is_multiple_of(8) && dst.len() - i >= 8 {
                 // SAFETY: inside a checked region (see load_u32_acquire), 8-aligned, atomic
                 // relaxed load of memory another agent may be writing; read-only.
                 let v = unsafe { AtomicU64::from_ptr(a as *mut u64) }.load(Ordering::Relaxed);
@@ -170,7 +174,10 @@ impl AlignedBuf {
     /// Stores `bytes` at byte offset `off` (relaxed 8-byte stores; `off` and the length must
     /// be multiples of 8).
     pub fn write(&self, off: usize, bytes: &[u8]) {
-        assert!(off % 8 == 0 && bytes.len() % 8 == 0, "unaligned AlignedBuf write");
+        assert!(
+            off.is_multiple_of(8) && bytes.len().is_multiple_of(8),
+            "unaligned AlignedBuf write"
+        );
         for (k, chunk) in bytes.chunks_exact(8).enumerate() {
             let v = u64::from_ne_bytes(chunk.try_into().expect("8 bytes"));
             self.words[off / 8 + k].store(v, Ordering::Relaxed);
@@ -180,7 +187,7 @@ impl AlignedBuf {
     /// Stores the 4 bytes `v` (already in the byte order wanted in memory) at `off` with
     /// release ordering: the doorbell-record update.
     pub fn store_u32_release(&self, off: usize, v: u32) {
-        assert!(off % 4 == 0, "unaligned u32 store");
+        assert!(off.is_multiple_of(4), "unaligned u32 store");
         let w = &self.words[off / 8];
         let k = off % 8;
         // A CAS loop on the containing word keeps the other half intact.
@@ -198,7 +205,7 @@ impl AlignedBuf {
 
     /// Stores 8 bytes at `off` with release ordering: the 8-byte doorbell "ring".
     pub fn store_u64_release(&self, off: usize, bytes: [u8; 8]) {
-        assert!(off % 8 == 0, "unaligned u64 store");
+        assert!(off.is_multiple_of(8), "unaligned u64 store");
         self.words[off / 8].store(u64::from_ne_bytes(bytes), Ordering::Release);
     }
 

@@ -36,7 +36,11 @@ pub struct PollerConfig {
 
 impl Default for PollerConfig {
     fn default() -> Self {
-        PollerConfig { spin_passes: 2000, min_sleep: Duration::from_micros(50), max_sleep: Duration::from_millis(1) }
+        PollerConfig {
+            spin_passes: 2000,
+            min_sleep: Duration::from_micros(50),
+            max_sleep: Duration::from_millis(1),
+        }
     }
 }
 
@@ -190,7 +194,10 @@ impl HostPoller {
             .name("sigmatrace-poll".into())
             .spawn(move || run(s2, config, timestamper, writer, sink))?;
         *lock(&shared.thread) = Some(join.thread().clone());
-        Ok(HostPoller { shared, join: Some(join) })
+        Ok(HostPoller {
+            shared,
+            join: Some(join),
+        })
     }
 
     /// Registers a host-resident send ring or CQ. WQEs/CQEs from the current doorbell state
@@ -206,13 +213,22 @@ impl HostPoller {
             });
         }
         let w = match &desc {
-            QueueDesc::Send(s) => Watcher::Send(SendWatcher::new(*s, observer::HOST_POLLER, None, &mem)?),
+            QueueDesc::Send(s) => {
+                Watcher::Send(SendWatcher::new(*s, observer::HOST_POLLER, None, &mem)?)
+            }
             QueueDesc::Cq(c) => Watcher::Cq(CqWatcher::new(*c, observer::HOST_POLLER, None, &mem)?),
             QueueDesc::Uar(_) => return Err(RegisterError::NotARing),
         };
         let handle = QueueHandle(self.shared.next_handle.fetch_add(1, Ordering::Relaxed));
         let init = Arc::new(Mutex::new(Some(w)));
-        self.publish(|v| v.push(Spec { handle, desc, mem, init }));
+        self.publish(|v| {
+            v.push(Spec {
+                handle,
+                desc,
+                mem,
+                init,
+            })
+        });
         Ok(handle)
     }
 
@@ -222,7 +238,8 @@ impl HostPoller {
         let mut found = false;
         let retired = &self.shared.retired;
         let generation = self.publish(|v| {
-            let (gone, keep): (Vec<Spec>, Vec<Spec>) = v.drain(..).partition(|s| s.handle == handle);
+            let (gone, keep): (Vec<Spec>, Vec<Spec>) =
+                v.drain(..).partition(|s| s.handle == handle);
             *v = keep;
             found = !gone.is_empty();
             // Queued before the generation bump, so the adoption that acknowledges it has
@@ -283,7 +300,10 @@ impl HostPoller {
 
     /// The registered queues.
     pub fn queues(&self) -> Vec<(QueueHandle, QueueDesc)> {
-        lock(&self.shared.list).iter().map(|s| (s.handle, s.desc)).collect()
+        lock(&self.shared.list)
+            .iter()
+            .map(|s| (s.handle, s.desc))
+            .collect()
     }
 
     /// Stops the thread after a final pass over every queue; returns the writer and the
@@ -399,7 +419,12 @@ fn run(
 ) -> Option<ChunkWriter> {
     let start = Instant::now();
     let cpu0 = thread_cpu_ns();
-    let mut lp = Loop { watchers: HashMap::new(), writer, sink, ts };
+    let mut lp = Loop {
+        watchers: HashMap::new(),
+        writer,
+        sink,
+        ts,
+    };
     let mut seen_gen = 0u64;
     let mut idle = 0u32;
     let mut sleep = config.min_sleep;
@@ -409,7 +434,11 @@ fn run(
         let g = shared.generation.load(Ordering::Acquire);
         if g != seen_gen {
             // Never block: a registration holding the lock just delays adoption one pass.
-            let list = if stopping { Some(lock(&shared.list).clone()) } else { shared.list.try_lock().ok().map(|l| l.clone()) };
+            let list = if stopping {
+                Some(lock(&shared.list).clone())
+            } else {
+                shared.list.try_lock().ok().map(|l| l.clone())
+            };
             if let Some(list) = list {
                 let retired: Vec<Spec> = std::mem::take(&mut *lock(&shared.retired));
                 lp.retire(&retired, &shared.counters);
@@ -433,8 +462,14 @@ fn run(
             }
         }
         shared.counters.passes.fetch_add(1, Ordering::Relaxed);
-        shared.counters.cpu_ns.store(thread_cpu_ns() - cpu0, Ordering::Relaxed);
-        shared.counters.wall_ns.store(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        shared
+            .counters
+            .cpu_ns
+            .store(thread_cpu_ns() - cpu0, Ordering::Relaxed);
+        shared
+            .counters
+            .wall_ns
+            .store(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
         if stopping {
             break;
         }
@@ -459,7 +494,11 @@ impl Loop {
     fn retire(&mut self, retired: &[Spec], counters: &PollerCounters) {
         let c = SharedCountersRef(Some(counters));
         for s in retired {
-            let w = self.watchers.remove(&s.handle).map(|(w, _)| w).or_else(|| lock(&s.init).take());
+            let w = self
+                .watchers
+                .remove(&s.handle)
+                .map(|(w, _)| w)
+                .or_else(|| lock(&s.init).take());
             if let Some(mut w) = w {
                 self.poll_one(&mut w, &s.mem, &c);
             }
@@ -467,8 +506,12 @@ impl Loop {
     }
 
     fn adopt_counted(&mut self, list: &[Spec], counters: &PollerCounters) {
-        let gone: Vec<QueueHandle> =
-            self.watchers.keys().filter(|h| !list.iter().any(|s| s.handle == **h)).copied().collect();
+        let gone: Vec<QueueHandle> = self
+            .watchers
+            .keys()
+            .filter(|h| !list.iter().any(|s| s.handle == **h))
+            .copied()
+            .collect();
         let c = SharedCountersRef(Some(counters));
         for h in gone {
             if let Some((mut w, mem)) = self.watchers.remove(&h) {

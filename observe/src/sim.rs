@@ -59,7 +59,10 @@ impl SimSendQueue {
 
     /// Memory covering the ring and the doorbell record.
     pub fn memory(&self) -> HostMemory {
-        HostMemory::new(vec![HostRegion::of_buffer(&self.ring), HostRegion::of_buffer(&self.dbr)])
+        HostMemory::new(vec![
+            HostRegion::of_buffer(&self.ring),
+            HostRegion::of_buffer(&self.dbr),
+        ])
     }
 
     /// The next WQE index (PI).
@@ -132,7 +135,15 @@ impl SimCq {
             e[63] = build::INVALID_CQE_OP_OWN;
             ring.write(i * 64, &e);
         }
-        SimCq { cqn, cqe_cnt, ring, dbr: AlignedBuf::new(8), produced: 0, consumed: 0, ci_valid }
+        SimCq {
+            cqn,
+            cqe_cnt,
+            ring,
+            dbr: AlignedBuf::new(8),
+            produced: 0,
+            consumed: 0,
+            ci_valid,
+        }
     }
 
     pub fn desc(&self) -> CqDesc {
@@ -153,7 +164,10 @@ impl SimCq {
     }
 
     pub fn memory(&self) -> HostMemory {
-        HostMemory::new(vec![HostRegion::of_buffer(&self.ring), HostRegion::of_buffer(&self.dbr)])
+        HostMemory::new(vec![
+            HostRegion::of_buffer(&self.ring),
+            HostRegion::of_buffer(&self.dbr),
+        ])
     }
 
     /// Writes the next CQE (owner bit for its index; body first, `op_own` last).
@@ -172,7 +186,8 @@ impl SimCq {
     /// Consumes `k` entries and updates the DBR consumer index (as libmlx5 does).
     pub fn consume(&mut self, k: u32) {
         self.consumed = self.consumed.wrapping_add(k);
-        self.dbr.store_u32_release(0, (self.consumed & 0x00ff_ffff).to_be());
+        self.dbr
+            .store_u32_release(0, (self.consumed & 0x00ff_ffff).to_be());
     }
 
     pub fn produced(&self) -> u32 {

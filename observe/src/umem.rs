@@ -24,7 +24,12 @@ pub enum UmemError {
     #[error("umem {0} is not registered")]
     Unknown(u32),
     #[error("offset {offset:#x} + {len} is outside umem {id} of {size} bytes")]
-    OutOfRange { id: u32, offset: u64, len: u64, size: u64 },
+    OutOfRange {
+        id: u32,
+        offset: u64,
+        len: u64,
+        size: u64,
+    },
 }
 
 /// `umem_id → Umem`.
@@ -63,7 +68,12 @@ impl UmemRegistry {
         let u = self.by_id.get(&id).ok_or(UmemError::Unknown(id))?;
         match offset.checked_add(len) {
             Some(end) if end <= u.size => Ok(u.addr + offset),
-            _ => Err(UmemError::OutOfRange { id, offset, len, size: u.size }),
+            _ => Err(UmemError::OutOfRange {
+                id,
+                offset,
+                len,
+                size: u.size,
+            }),
         }
     }
 

@@ -33,7 +33,9 @@ use crate::mlx5::wqe::{self, Wqe};
 use crate::mlx5::{wqebbs_for_ds, MAX_WQE_BYTES, WQEBB};
 use crate::queue::{CqDesc, SendQueueDesc};
 
-/// One observation produced by a poll.
+/// One observation produced by a poll. (Large WQE variant kept inline on purpose: the poll
+/// path must not allocate per WQE; observations are consumed right away.)
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Observation {
     /// A WQE, with the full decode.
@@ -85,12 +87,21 @@ impl SendWatcher {
         start_pi: Option<u16>,
         mem: &dyn QueueMemory,
     ) -> Result<SendWatcher, MemError> {
-        assert!(q.wqebbs.is_power_of_two() && q.wqebbs <= 32768, "SQ depth must be a power of two ≤ 32768");
+        assert!(
+            q.wqebbs.is_power_of_two() && q.wqebbs <= 32768,
+            "SQ depth must be a power of two ≤ 32768"
+        );
         let next = match start_pi {
             Some(p) => p,
             None => read_pi(&q, mem)?,
         };
-        Ok(SendWatcher { q, observer, next, stats: WatchStats::default(), buf: Box::new([0; MAX_WQE_BYTES]) })
+        Ok(SendWatcher {
+            q,
+            observer,
+            next,
+            stats: WatchStats::default(),
+            buf: Box::new([0; MAX_WQE_BYTES]),
+        })
     }
 
     pub fn desc(&self) -> &SendQueueDesc {
@@ -110,13 +121,21 @@ impl SendWatcher {
         mem.read(a, &mut self.buf[..first as usize * WQEBB])?;
         if first < nbb as u32 {
             let rest = (nbb as u32 - first) as usize * WQEBB;
-            mem.read(self.q.base, &mut self.buf[first as usize * WQEBB..first as usize * WQEBB + rest])?;
+            mem.read(
+                self.q.base,
+                &mut self.buf[first as usize * WQEBB..first as usize * WQEBB + rest],
+            )?;
         }
         Ok(())
     }
 
     /// Polls once; `ts` stamps the records; observations go to `out`.
-    pub fn poll(&mut self, mem: &dyn QueueMemory, ts: u64, out: &mut dyn FnMut(Observation)) -> Result<usize, MemError> {
+    pub fn poll(
+        &mut self,
+        mem: &dyn QueueMemory,
+        ts: u64,
+        out: &mut dyn FnMut(Observation),
+    ) -> Result<usize, MemError> {
         self.stats.polls += 1;
         let depth = self.q.wqebbs;
         let mut pi = match read_pi(&self.q, mem) {
@@ -180,7 +199,13 @@ impl SendWatcher {
             };
             if lost_run > 0 {
                 self.stats.wqebbs_lost += lost_run;
-                out(overrun(ts, queue_kind::SEND, self.q.qpn, self.observer, lost_run));
+                out(overrun(
+                    ts,
+                    queue_kind::SEND,
+                    self.q.qpn,
+                    self.observer,
+                    lost_run,
+                ));
                 lost_run = 0;
             }
             out(Observation::Wqe(self.record(&decoded, ts), decoded));
@@ -190,7 +215,13 @@ impl SendWatcher {
         }
         if lost_run > 0 {
             self.stats.wqebbs_lost += lost_run;
-            out(overrun(ts, queue_kind::SEND, self.q.qpn, self.observer, lost_run));
+            out(overrun(
+                ts,
+                queue_kind::SEND,
+                self.q.qpn,
+                self.observer,
+                lost_run,
+            ));
         }
         Ok(seen)
     }
@@ -201,7 +232,11 @@ impl SendWatcher {
             ts,
             remote_addr: w.remote_addr,
             compare_add: w.compare_add,
-            qpn: if w.ctrl.qpn != 0 { w.ctrl.qpn } else { self.q.qpn },
+            qpn: if w.ctrl.qpn != 0 {
+                w.ctrl.qpn
+            } else {
+                self.q.qpn
+            },
             bytes: w.bytes.min(u32::MAX as u64) as u32,
             rkey: w.rkey,
             imm: w.ctrl.imm,
@@ -248,19 +283,37 @@ fn signature(b: &[u8]) -> u64 {
 impl CqWatcher {
     /// A watcher starting at free-running index `start` (`None`: the DBR consumer index when
     /// `ci_valid`, else 0).
-    pub fn new(q: CqDesc, observer: u8, start: Option<u32>, mem: &dyn QueueMemory) -> Result<CqWatcher, MemError> {
-        assert!(q.cqe_cnt.is_power_of_two(), "CQ size must be a power of two");
+    pub fn new(
+        q: CqDesc,
+        observer: u8,
+        start: Option<u32>,
+        mem: &dyn QueueMemory,
+    ) -> Result<CqWatcher, MemError> {
+        assert!(
+            q.cqe_cnt.is_power_of_two(),
+            "CQ size must be a power of two"
+        );
         let next = match start {
             Some(s) => s,
             None if q.ci_valid => read_ci(&q, mem)?,
             None => 0,
         };
-        let mut w = CqWatcher { q, observer, next, shadow: vec![SHADOW_UNKNOWN; q.cqe_cnt as usize], stats: WatchStats::default() };
+        let mut w = CqWatcher {
+            q,
+            observer,
+            next,
+            shadow: vec![SHADOW_UNKNOWN; q.cqe_cnt as usize],
+            stats: WatchStats::default(),
+        };
         // Remember what every slot holds now: INVALID (fresh ring) or an entry from before
         // the start. A later old-phase slot whose content differs was rewritten a lap on.
         for i in 0..q.cqe_cnt {
             let b = w.read_cqe(mem, i)?;
-            w.shadow[i as usize] = if b[63] >> 4 == cqe::opcode::INVALID { SHADOW_EMPTY } else { signature(&b) };
+            w.shadow[i as usize] = if b[63] >> 4 == cqe::opcode::INVALID {
+                SHADOW_EMPTY
+            } else {
+                signature(&b)
+            };
         }
         Ok(w)
     }
@@ -293,11 +346,20 @@ impl CqWatcher {
         }
         let ci = read_ci(&self.q, mem)?;
         let ahead = ci.wrapping_sub(self.next) & CI_MASK;
-        Ok(if ahead < (1 << 23) && ahead > self.q.cqe_cnt { ahead - self.q.cqe_cnt } else { 0 })
+        Ok(if ahead < (1 << 23) && ahead > self.q.cqe_cnt {
+            ahead - self.q.cqe_cnt
+        } else {
+            0
+        })
     }
 
     /// Polls once (at most one ring's worth of entries).
-    pub fn poll(&mut self, mem: &dyn QueueMemory, ts: u64, out: &mut dyn FnMut(Observation)) -> Result<usize, MemError> {
+    pub fn poll(
+        &mut self,
+        mem: &dyn QueueMemory,
+        ts: u64,
+        out: &mut dyn FnMut(Observation),
+    ) -> Result<usize, MemError> {
         self.stats.polls += 1;
         let cnt = self.q.cqe_cnt;
         let mut seen = 0usize;
@@ -315,7 +377,10 @@ impl CqWatcher {
             let slot = (n & (cnt - 1)) as usize;
             if !cqe::is_valid(op_own, n, cnt) {
                 let shadow = self.shadow[slot];
-                if op_own >> 4 != cqe::opcode::INVALID && shadow != SHADOW_UNKNOWN && signature(&b) != shadow {
+                if op_own >> 4 != cqe::opcode::INVALID
+                    && shadow != SHADOW_UNKNOWN
+                    && signature(&b) != shadow
+                {
                     // Old-phase slot with new content: rewritten one lap later.
                     let skipped = self.resync_after_lap(mem, n)?;
                     lost += skipped as u64;

@@ -9,7 +9,9 @@
 use std::ffi::CString;
 use std::path::PathBuf;
 
-use sigmatrace_observe::cuda::{libcuda_loaded, CudaError, DevicePoller, DevicePollerConfig, Driver};
+use sigmatrace_observe::cuda::{
+    libcuda_loaded, CudaError, DevicePoller, DevicePollerConfig, Driver,
+};
 use sigmatrace_observe::device::{self, cpu_reference_pass, ClockMap, EventBuffer, Watch};
 use sigmatrace_observe::mlx5::build::WqeBuilder;
 use sigmatrace_observe::mlx5::wqe::opcode;
@@ -17,7 +19,11 @@ use sigmatrace_observe::sim::SimSendQueue;
 use sigmatrace_observe::Observation;
 
 fn loaded_objects() -> Vec<String> {
-    std::fs::read_to_string("/proc/self/maps").unwrap().lines().filter_map(|l| l.split_whitespace().nth(5).map(str::to_string)).collect()
+    std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5).map(str::to_string))
+        .collect()
 }
 
 #[test]
@@ -26,13 +32,19 @@ fn gate_then_device_poller_on_the_test_double() {
     assert!(!libcuda_loaded());
     assert!(matches!(Driver::if_loaded(), Err(CudaError::NotLoaded)));
     assert!(!libcuda_loaded(), "the check must not load libcuda");
-    assert!(!loaded_objects().iter().any(|p| p.contains("libcuda") || p.contains("cuda_double")));
+    assert!(!loaded_objects()
+        .iter()
+        .any(|p| p.contains("libcuda") || p.contains("cuda_double")));
 
     // 2. The application loads libcuda.so.1 (the double, via a libcuda.so.1 symlink).
     let exe = std::env::current_exe().unwrap();
     let target: PathBuf = exe.parent().unwrap().parent().unwrap().to_path_buf();
     let lib = target.join("libsigmatrace_cuda_double.so");
-    assert!(lib.exists(), "{} missing: build the workspace first (cargo build --workspace)", lib.display());
+    assert!(
+        lib.exists(),
+        "{} missing: build the workspace first (cargo build --workspace)",
+        lib.display()
+    );
     let dir = std::env::temp_dir().join(format!("observe-cuda-gate-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let link = dir.join("libcuda.so.1");
@@ -48,39 +60,89 @@ fn gate_then_device_poller_on_the_test_double() {
     // 3. Start the device poller on a host-resident queue (device address = host address in
     //    the double).
     let mut sq = SimSendQueue::new(0x99, 64);
-    let mut dp = DevicePoller::start(&drv, vec![sq.as_queue()], DevicePollerConfig { capacity: 256, threads: 64, ..Default::default() }, ClockMap::new(1.0)).unwrap();
+    let mut dp = DevicePoller::start(
+        &drv,
+        vec![sq.as_queue()],
+        DevicePollerConfig {
+            capacity: 256,
+            threads: 64,
+            ..Default::default()
+        },
+        ClockMap::new(1.0),
+    )
+    .unwrap();
     let sym = |n: &str| {
         let c = CString::new(n).unwrap();
         // SAFETY: valid handle and name.
         unsafe { libc::dlsym(h, c.as_ptr()) }
     };
     // SAFETY: the double's introspection function signature.
-    let launches: extern "C" fn() -> u64 = unsafe { std::mem::transmute(sym("sigmatrace_cuda_double_launch_count")) };
+    let launches: extern "C" fn() -> u64 =
+        unsafe { std::mem::transmute(sym("sigmatrace_cuda_double_launch_count")) };
     assert_eq!(launches(), 1);
     #[repr(C)]
     #[derive(Default)]
-    struct Rec { api: u32, grid: [u32; 3], block: [u32; 3], shm: u32, function: u64, stream: u64, params: u64, first: u64 }
+    struct Rec {
+        api: u32,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shm: u32,
+        function: u64,
+        stream: u64,
+        params: u64,
+        first: u64,
+    }
     // SAFETY: as above.
-    let rec: unsafe extern "C" fn(u64, *mut Rec) -> i32 = unsafe { std::mem::transmute(sym("sigmatrace_cuda_double_launch")) };
+    let rec: unsafe extern "C" fn(u64, *mut Rec) -> i32 =
+        unsafe { std::mem::transmute(sym("sigmatrace_cuda_double_launch")) };
     let mut r = Rec::default();
     // SAFETY: valid out pointer.
     assert_eq!(unsafe { rec(0, &mut r) }, 0);
     let (stream, function) = dp.handles();
-    assert_eq!((r.api, r.grid, r.block, r.stream, r.function), (1, [1, 1, 1], [64, 1, 1], stream, function));
-    assert_eq!(r.first, dp.watch_list().device_ptr(), "first kernel argument = watch list");
-    assert_eq!(EventBuffer::load_u64(dp.event_ring(), device::hdr::MAGIC), device::MAGIC);
+    assert_eq!(
+        (r.api, r.grid, r.block, r.stream, r.function),
+        (1, [1, 1, 1], [64, 1, 1], stream, function)
+    );
+    assert_eq!(
+        r.first,
+        dp.watch_list().device_ptr(),
+        "first kernel argument = watch list"
+    );
+    assert_eq!(
+        EventBuffer::load_u64(dp.event_ring(), device::hdr::MAGIC),
+        device::MAGIC
+    );
 
     // 4. Emulate the kernel on the mapped ring; drain.
     for i in 0..10u32 {
-        let b = WqeBuilder::new(opcode::RDMA_WRITE, sq.pi(), 0x99).raddr(0x1000 * i as u64, 7).data(0, 1, 32).finish();
+        let b = WqeBuilder::new(opcode::RDMA_WRITE, sq.pi(), 0x99)
+            .raddr(0x1000 * i as u64, 7)
+            .data(0, 1, 32)
+            .finish();
         sq.post(&b);
     }
     let watch = vec![Watch::for_queue(&sq.as_queue(), 0).unwrap()];
     let (mut next, mut lost) = (vec![0u32], vec![0u64]);
-    cpu_reference_pass(&watch, &mut next, &mut lost, &sq.memory(), dp.event_ring(), 123);
+    cpu_reference_pass(
+        &watch,
+        &mut next,
+        &mut lost,
+        &sq.memory(),
+        dp.event_ring(),
+        123,
+    );
     let mut got = Vec::new();
-    dp.drain(&mut |o| if let Observation::Wqe(r, _) = o { got.push((r.wqe_index, r.remote_addr)) });
-    assert_eq!(got, (0..10u16).map(|i| (i, 0x1000 * i as u64)).collect::<Vec<_>>());
+    dp.drain(&mut |o| {
+        if let Observation::Wqe(r, _) = o {
+            got.push((r.wqe_index, r.remote_addr))
+        }
+    });
+    assert_eq!(
+        got,
+        (0..10u16)
+            .map(|i| (i, 0x1000 * i as u64))
+            .collect::<Vec<_>>()
+    );
     // The double runs no kernel: stop() times out and the buffers are deliberately leaked.
     assert!(!dp.stop(1000));
 }

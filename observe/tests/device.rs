@@ -2,7 +2,9 @@
 //! reference pass over simulated queues) are drained into records; losses counted exactly;
 //! GPU/host clock pairs map %globaltimer to the log clock.
 
-use sigmatrace_observe::device::{self, cpu_reference_pass, ClockMap, DeviceDrain, EventBuffer, Watch};
+use sigmatrace_observe::device::{
+    self, cpu_reference_pass, ClockMap, DeviceDrain, EventBuffer, Watch,
+};
 use sigmatrace_observe::mlx5::build::{CqeFields, WqeBuilder};
 use sigmatrace_observe::mlx5::wqe::{self, opcode, Transport};
 use sigmatrace_observe::sim::{SimCq, SimSendQueue};
@@ -21,17 +23,33 @@ impl Rig {
     fn new(queues: &[QueueDesc], cap: u32) -> Rig {
         let buf = AlignedBuf::new(device::ring_bytes(cap));
         device::init_header(&*buf, cap);
-        let watch: Vec<Watch> = queues.iter().map(|q| Watch::for_queue(q, 0).unwrap()).collect();
+        let watch: Vec<Watch> = queues
+            .iter()
+            .map(|q| Watch::for_queue(q, 0).unwrap())
+            .collect();
         let watches = AlignedBuf::new(watch.len() * device::WATCH_BYTES);
         for (i, w) in watch.iter().enumerate() {
             watches.write(i * device::WATCH_BYTES, &w.encode());
         }
         let n = watch.len();
-        Rig { buf, watches, watch, next: vec![0; n], lost: vec![0; n] }
+        Rig {
+            buf,
+            watches,
+            watch,
+            next: vec![0; n],
+            lost: vec![0; n],
+        }
     }
 
     fn pass(&mut self, mem: &dyn sigmatrace_observe::QueueMemory, gpu_ns: u64) {
-        cpu_reference_pass(&self.watch, &mut self.next, &mut self.lost, mem, &*self.buf, gpu_ns);
+        cpu_reference_pass(
+            &self.watch,
+            &mut self.next,
+            &mut self.lost,
+            mem,
+            &*self.buf,
+            gpu_ns,
+        );
         for (i, l) in self.lost.iter().enumerate() {
             EventBuffer::store_u64(&*self.watches, i * device::WATCH_BYTES + 40, *l);
         }
@@ -39,10 +57,15 @@ impl Rig {
 }
 
 /// Memory covering several simulated queues.
-struct Both(sigmatrace_observe::HostMemory, sigmatrace_observe::HostMemory);
+struct Both(
+    sigmatrace_observe::HostMemory,
+    sigmatrace_observe::HostMemory,
+);
 impl sigmatrace_observe::QueueMemory for Both {
     fn load_u32_acquire(&self, a: u64) -> Result<u32, sigmatrace_observe::mem::MemError> {
-        self.0.load_u32_acquire(a).or_else(|_| self.1.load_u32_acquire(a))
+        self.0
+            .load_u32_acquire(a)
+            .or_else(|_| self.1.load_u32_acquire(a))
     }
     fn read(&self, a: u64, d: &mut [u8]) -> Result<(), sigmatrace_observe::mem::MemError> {
         self.0.read(a, d).or_else(|_| self.1.read(a, d))
@@ -63,15 +86,30 @@ fn drained_events_match_posted_wqes_and_cqes() {
     for round in 0..30u32 {
         let b = if round % 3 == 0 {
             // Two WQEBBs: exercises WQE_CONT assembly.
-            WqeBuilder::new(opcode::RDMA_WRITE, sq.pi(), 0x77).raddr(0x9000 + round as u64, 3).data(0, 1, 100).data(0, 1, 100).data(0, 1, 100).pad(2).finish()
+            WqeBuilder::new(opcode::RDMA_WRITE, sq.pi(), 0x77)
+                .raddr(0x9000 + round as u64, 3)
+                .data(0, 1, 100)
+                .data(0, 1, 100)
+                .data(0, 1, 100)
+                .pad(2)
+                .finish()
         } else {
-            WqeBuilder::new(opcode::ATOMIC_FA, sq.pi(), 0x77).raddr(0xa000, 4).atomic(round as u64, 0).data(0, 1, 8).finish()
+            WqeBuilder::new(opcode::ATOMIC_FA, sq.pi(), 0x77)
+                .raddr(0xa000, 4)
+                .atomic(round as u64, 0)
+                .data(0, 1, 8)
+                .finish()
         };
         let mut p = b.clone();
         p.resize(p.len().next_multiple_of(64), 0);
         posted.push(wqe::decode(&p, Transport::Rc).unwrap());
         sq.post(&b);
-        cq.produce(&CqeFields { wqe_counter: round as u16, qpn: 0x77, byte_cnt: round, ..Default::default() });
+        cq.produce(&CqeFields {
+            wqe_counter: round as u16,
+            qpn: 0x77,
+            byte_cnt: round,
+            ..Default::default()
+        });
         cq.consume(1);
         rig.pass(&mem, 1_000 + round as u64);
         drain.drain(&*rig.buf, &*rig.watches, &mut |o| match o {
@@ -83,10 +121,20 @@ fn drained_events_match_posted_wqes_and_cqes() {
     assert_eq!(got.len(), posted.len());
     for ((r, d), want) in got.iter().zip(&posted) {
         assert_eq!(d, want);
-        assert_eq!((r.observer, r.wqe_index, r.remote_addr, r.qpn), (observer::DEVICE_POLLER, want.ctrl.wqe_index, want.remote_addr, 0x77));
+        assert_eq!(
+            (r.observer, r.wqe_index, r.remote_addr, r.qpn),
+            (
+                observer::DEVICE_POLLER,
+                want.ctrl.wqe_index,
+                want.remote_addr,
+                0x77
+            )
+        );
     }
     assert_eq!(cqes.len(), 30);
-    assert!(cqes.iter().enumerate().all(|(i, c)| c.index == i as u32 && c.byte_cnt == i as u32 && c.observer == observer::DEVICE_POLLER));
+    assert!(cqes.iter().enumerate().all(|(i, c)| c.index == i as u32
+        && c.byte_cnt == i as u32
+        && c.observer == observer::DEVICE_POLLER));
     assert_eq!(drain.stats.lost, 0);
 }
 
@@ -98,7 +146,9 @@ fn device_losses_counted_exactly() {
     let mut rig = Rig::new(&queues, 256);
     let mut drain = DeviceDrain::new(queues.clone(), 256, ClockMap::new(1.0));
     for _ in 0..100 {
-        let b = WqeBuilder::new(opcode::SEND, sq.pi(), 1).data(0, 0, 1).finish();
+        let b = WqeBuilder::new(opcode::SEND, sq.pi(), 1)
+            .data(0, 0, 1)
+            .finish();
         sq.write_wqe(&b);
     }
     sq.ring_doorbell();
@@ -117,7 +167,9 @@ fn device_losses_counted_exactly() {
     let mut rig = Rig::new(&queues, 8);
     let mut drain = DeviceDrain::new(queues, 8, ClockMap::new(1.0));
     for _ in 0..20 {
-        let b = WqeBuilder::new(opcode::SEND, sq2.pi(), 2).data(0, 0, 1).finish();
+        let b = WqeBuilder::new(opcode::SEND, sq2.pi(), 2)
+            .data(0, 0, 1)
+            .finish();
         sq2.post(&b);
     }
     rig.pass(&sq2.memory(), 6);
@@ -135,10 +187,20 @@ fn device_losses_counted_exactly() {
 fn clock_pairs_map_globaltimer_to_host_time() {
     let mut m = ClockMap::new(1.0);
     assert_eq!(m.to_host(5), None);
-    m.add(&GpuClockPair { hdr: RecordHeader::of::<GpuClockPair>(0), ts: 1_000, ts_after: 1_010, gpu_ns: 50_000 });
+    m.add(&GpuClockPair {
+        hdr: RecordHeader::of::<GpuClockPair>(0),
+        ts: 1_000,
+        ts_after: 1_010,
+        gpu_ns: 50_000,
+    });
     assert_eq!(m.to_host(50_100), Some(1_105));
     // A second pair 10 ms later with host ticks at 3/ns (TSC-like) sets the slope.
-    m.add(&GpuClockPair { hdr: RecordHeader::of::<GpuClockPair>(0), ts: 1_005 + 30_000_000, ts_after: 1_005 + 30_000_000, gpu_ns: 10_050_000 });
+    m.add(&GpuClockPair {
+        hdr: RecordHeader::of::<GpuClockPair>(0),
+        ts: 1_005 + 30_000_000,
+        ts_after: 1_005 + 30_000_000,
+        gpu_ns: 10_050_000,
+    });
     assert_eq!(m.to_host(5_050_000), Some(1_005 + 15_000_000));
     // sample_clock against a simulated kernel thread answering requests.
     let buf = AlignedBuf::new(device::ring_bytes(8));

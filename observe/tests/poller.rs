@@ -11,29 +11,66 @@ use sigmatrace_observe::mlx5::wqe::opcode;
 use sigmatrace_observe::poller::ObservationSink;
 use sigmatrace_observe::sim::{SimCq, SimSendQueue};
 use sigmatrace_observe::{HostPoller, Observation, PollerConfig};
-use sigmatrace_schemas::{FileHeader, LogFile, LogWriter, Record, TimestampSource, Timestamper, WqeObserved, WriterOptions};
+use sigmatrace_schemas::{
+    FileHeader, LogFile, LogWriter, Record, TimestampSource, Timestamper, WqeObserved,
+    WriterOptions,
+};
 
 fn wqe(i: u32, pi: u16, qpn: u32) -> Vec<u8> {
     match i % 4 {
-        0 => WqeBuilder::new(opcode::RDMA_WRITE, pi, qpn).fm_ce_se(0x08).raddr(0x1000_0000 + i as u64 * 64, 0x77).data(0x2000, 5, 64 + i % 100).finish(),
-        1 => WqeBuilder::new(opcode::ATOMIC_FA, pi, qpn).raddr(0x3000_0000, 0x78).atomic(i as u64, 0).data(0x4000, 5, 8).finish(),
-        2 => WqeBuilder::new(opcode::RDMA_WRITE_IMM, pi, qpn).imm(i).raddr(0x5000_0000 + i as u64, 0x79).inline(&[i as u8; 20]).pad(4).finish(),
+        0 => WqeBuilder::new(opcode::RDMA_WRITE, pi, qpn)
+            .fm_ce_se(0x08)
+            .raddr(0x1000_0000 + i as u64 * 64, 0x77)
+            .data(0x2000, 5, 64 + i % 100)
+            .finish(),
+        1 => WqeBuilder::new(opcode::ATOMIC_FA, pi, qpn)
+            .raddr(0x3000_0000, 0x78)
+            .atomic(i as u64, 0)
+            .data(0x4000, 5, 8)
+            .finish(),
+        2 => WqeBuilder::new(opcode::RDMA_WRITE_IMM, pi, qpn)
+            .imm(i)
+            .raddr(0x5000_0000 + i as u64, 0x79)
+            .inline(&[i as u8; 20])
+            .pad(4)
+            .finish(),
         _ => WqeBuilder::new(opcode::NOP, pi, qpn).finish(),
     }
 }
 
 fn open_log(dir: &tempfile::TempDir) -> (LogWriter, std::path::PathBuf) {
     let ts = Timestamper::with_source(TimestampSource::MonotonicRaw);
-    let hdr = FileHeader::for_current_process(TimestampSource::MonotonicRaw, 1_000_000_000, ts.snapshot(), 1 << 16);
+    let hdr = FileHeader::for_current_process(
+        TimestampSource::MonotonicRaw,
+        1_000_000_000,
+        ts.snapshot(),
+        1 << 16,
+    );
     let path = dir.path().join("obs.sigmatrace");
-    (LogWriter::create(&path, &hdr, WriterOptions { chunk_size: 1 << 16, max_bytes: 64 << 20, ..Default::default() }).unwrap(), path)
+    (
+        LogWriter::create(
+            &path,
+            &hdr,
+            WriterOptions {
+                chunk_size: 1 << 16,
+                max_bytes: 64 << 20,
+                ..Default::default()
+            },
+        )
+        .unwrap(),
+        path,
+    )
 }
 
 #[test]
 fn every_wqe_observed_exactly_once_with_identical_content() {
     let dir = tempfile::tempdir().unwrap();
     let (log, path) = open_log(&dir);
-    let cfg = PollerConfig { spin_passes: 50, min_sleep: Duration::from_micros(20), max_sleep: Duration::from_micros(200) };
+    let cfg = PollerConfig {
+        spin_passes: 50,
+        min_sleep: Duration::from_micros(20),
+        max_sleep: Duration::from_micros(200),
+    };
     let ts = Timestamper::with_source(TimestampSource::MonotonicRaw);
     // Flow control like a real producer waiting for completions: the sink counts WQEBBs
     // observed per queue and producers stay within half a ring of it (no timing assumptions).
@@ -41,7 +78,8 @@ fn every_wqe_observed_exactly_once_with_identical_content() {
     let o2 = observed.clone();
     let sink: ObservationSink = Box::new(move |o: &Observation| {
         if let Observation::Wqe(r, d) = o {
-            o2[(r.qpn - 0x100) as usize].fetch_add(d.wqebbs as u64, std::sync::atomic::Ordering::Release);
+            o2[(r.qpn - 0x100) as usize]
+                .fetch_add(d.wqebbs as u64, std::sync::atomic::Ordering::Release);
         }
     });
     let poller = HostPoller::start(cfg, ts, Some(log.thread_writer(1)), Some(sink)).unwrap();
@@ -56,20 +94,23 @@ fn every_wqe_observed_exactly_once_with_identical_content() {
         let h = poller.register(q.as_queue(), q.memory()).unwrap();
         let exp = expected.clone();
         let seen = observed.clone();
-        producers.push((h, std::thread::spawn(move || {
-            let mut mine = Vec::new();
-            let mut bbs = 0u64;
-            for i in 0..PER_QUEUE {
-                let b = wqe(i, q.pi(), q.qpn);
-                while bbs - seen[qn as usize].load(std::sync::atomic::Ordering::Acquire) > 512 {
-                    std::thread::yield_now();
+        producers.push((
+            h,
+            std::thread::spawn(move || {
+                let mut mine = Vec::new();
+                let mut bbs = 0u64;
+                for i in 0..PER_QUEUE {
+                    let b = wqe(i, q.pi(), q.qpn);
+                    while bbs - seen[qn as usize].load(std::sync::atomic::Ordering::Acquire) > 512 {
+                        std::thread::yield_now();
+                    }
+                    mine.push((q.qpn, q.pi(), b.clone()));
+                    bbs += q.post(&b) as u64;
                 }
-                mine.push((q.qpn, q.pi(), b.clone()));
-                bbs += q.post(&b) as u64;
-            }
-            exp.lock().unwrap().extend(mine);
-            (q, bbs)
-        })));
+                exp.lock().unwrap().extend(mine);
+                (q, bbs)
+            }),
+        ));
     }
     let mut keep = Vec::new();
     for (h, p) in producers {
@@ -80,7 +121,10 @@ fn every_wqe_observed_exactly_once_with_identical_content() {
     let (w, stats) = poller.stop();
     drop(w);
     assert_eq!(stats.wqes, (QUEUES * PER_QUEUE) as u64);
-    assert_eq!(stats.wqebbs_lost, 0, "slow-producer run must not overrun: {stats:?}");
+    assert_eq!(
+        stats.wqebbs_lost, 0,
+        "slow-producer run must not overrun: {stats:?}"
+    );
     // Read the log back and compare every record with the producers' own bookkeeping.
     let lf = LogFile::open(&path).unwrap();
     let v = lf.view();
@@ -100,12 +144,40 @@ fn every_wqe_observed_exactly_once_with_identical_content() {
     }
     let mut seen_keys = std::collections::HashSet::new();
     for r in &got {
-        assert!(seen_keys.insert((r.qpn, r.wqe_index)), "observed twice: {r:?}");
-        let bytes = by_key.get(&(r.qpn, r.wqe_index)).expect("observed a WQE nobody posted");
+        assert!(
+            seen_keys.insert((r.qpn, r.wqe_index)),
+            "observed twice: {r:?}"
+        );
+        let bytes = by_key
+            .get(&(r.qpn, r.wqe_index))
+            .expect("observed a WQE nobody posted");
         let mut p = bytes.clone();
         p.resize(p.len().next_multiple_of(64), 0);
-        let d = sigmatrace_observe::mlx5::wqe::decode(&p, sigmatrace_observe::mlx5::wqe::Transport::Rc).unwrap();
-        assert_eq!((r.opcode, r.ds, r.fm_ce_se, r.imm, r.remote_addr, r.rkey, r.compare_add, r.bytes as u64), (d.ctrl.opcode, d.ctrl.ds, d.ctrl.fm_ce_se, d.ctrl.imm, d.remote_addr, d.rkey, d.compare_add, d.bytes));
+        let d =
+            sigmatrace_observe::mlx5::wqe::decode(&p, sigmatrace_observe::mlx5::wqe::Transport::Rc)
+                .unwrap();
+        assert_eq!(
+            (
+                r.opcode,
+                r.ds,
+                r.fm_ce_se,
+                r.imm,
+                r.remote_addr,
+                r.rkey,
+                r.compare_add,
+                r.bytes as u64
+            ),
+            (
+                d.ctrl.opcode,
+                d.ctrl.ds,
+                d.ctrl.fm_ce_se,
+                d.ctrl.imm,
+                d.remote_addr,
+                d.rkey,
+                d.compare_add,
+                d.bytes
+            )
+        );
         assert_eq!(r.observer, 0);
     }
     assert_eq!(seen_keys.len(), by_key.len());
@@ -120,31 +192,56 @@ fn forced_overrun_counted_exactly_by_the_poller() {
     let seen = Arc::new(Mutex::new(Vec::<Observation>::new()));
     let s2 = seen.clone();
     let sink: ObservationSink = Box::new(move |o: &Observation| s2.lock().unwrap().push(*o));
-    let cfg = PollerConfig { spin_passes: 0, min_sleep: Duration::from_millis(1), max_sleep: Duration::from_millis(1) };
-    let poller = HostPoller::start(cfg, Timestamper::with_source(TimestampSource::MonotonicRaw), None, Some(sink)).unwrap();
+    let cfg = PollerConfig {
+        spin_passes: 0,
+        min_sleep: Duration::from_millis(1),
+        max_sleep: Duration::from_millis(1),
+    };
+    let poller = HostPoller::start(
+        cfg,
+        Timestamper::with_source(TimestampSource::MonotonicRaw),
+        None,
+        Some(sink),
+    )
+    .unwrap();
     let mut q = SimSendQueue::new(0x55, 32);
     let mut cq = SimCq::new(0x56, 16, true);
     let h = poller.register(q.as_queue(), q.memory()).unwrap();
-    let hc = poller.register(sigmatrace_observe::QueueDesc::Cq(cq.desc()), cq.memory()).unwrap();
+    let hc = poller
+        .register(sigmatrace_observe::QueueDesc::Cq(cq.desc()), cq.memory())
+        .unwrap();
     // No poll between here and the final poll done by unregister.
     poller.pause();
     for i in 0..160u32 {
-        let b = WqeBuilder::new(opcode::RDMA_WRITE, q.pi(), 0x55).raddr(i as u64, 1).data(0, 0, 8).finish();
+        let b = WqeBuilder::new(opcode::RDMA_WRITE, q.pi(), 0x55)
+            .raddr(i as u64, 1)
+            .data(0, 0, 8)
+            .finish();
         q.write_wqe(&b);
     }
     q.ring_doorbell();
     // CQ: 40 completions, all consumed by the program before the poller looks (one DBR
     // update at the end), so 40 − 16 = 24 are provably lost.
     for n in 0..40u32 {
-        cq.produce(&sigmatrace_observe::mlx5::build::CqeFields { wqe_counter: n as u16, qpn: 0x55, ..Default::default() });
+        cq.produce(&sigmatrace_observe::mlx5::build::CqeFields {
+            wqe_counter: n as u16,
+            qpn: 0x55,
+            ..Default::default()
+        });
     }
     cq.consume(40);
     assert!(poller.unregister(h));
     assert!(poller.unregister(hc));
     let (_, stats) = poller.stop();
     let obs = seen.lock().unwrap();
-    let wqes = obs.iter().filter(|o| matches!(o, Observation::Wqe(..))).count();
-    let cqes = obs.iter().filter(|o| matches!(o, Observation::Cqe(..))).count();
+    let wqes = obs
+        .iter()
+        .filter(|o| matches!(o, Observation::Wqe(..)))
+        .count();
+    let cqes = obs
+        .iter()
+        .filter(|o| matches!(o, Observation::Cqe(..)))
+        .count();
     assert_eq!((stats.wqebbs_lost, wqes), (128, 32));
     assert_eq!((stats.cqes_lost, cqes), (24, 16));
     assert_eq!(stats.overruns, 2);
@@ -152,7 +249,15 @@ fn forced_overrun_counted_exactly_by_the_poller() {
 
 #[test]
 fn register_and_unregister_from_many_threads() {
-    let poller = Arc::new(HostPoller::start(PollerConfig::default(), Timestamper::with_source(TimestampSource::MonotonicRaw), None, None).unwrap());
+    let poller = Arc::new(
+        HostPoller::start(
+            PollerConfig::default(),
+            Timestamper::with_source(TimestampSource::MonotonicRaw),
+            None,
+            None,
+        )
+        .unwrap(),
+    );
     let mut ts = Vec::new();
     for t in 0..4u32 {
         let p = poller.clone();
@@ -162,7 +267,9 @@ fn register_and_unregister_from_many_threads() {
                 let mut q = SimSendQueue::new(t * 100 + k, 64);
                 let h = p.register(q.as_queue(), q.memory()).unwrap();
                 for _ in 0..10 {
-                    let b = WqeBuilder::new(opcode::SEND, q.pi(), q.qpn).data(0, 0, 1).finish();
+                    let b = WqeBuilder::new(opcode::SEND, q.pi(), q.qpn)
+                        .data(0, 0, 1)
+                        .finish();
                     q.post(&b);
                 }
                 assert!(p.unregister(h));
@@ -183,9 +290,17 @@ fn register_and_unregister_from_many_threads() {
 
 #[test]
 fn device_resident_queue_is_refused() {
-    let poller = HostPoller::start(PollerConfig::default(), Timestamper::with_source(TimestampSource::MonotonicRaw), None, None).unwrap();
+    let poller = HostPoller::start(
+        PollerConfig::default(),
+        Timestamper::with_source(TimestampSource::MonotonicRaw),
+        None,
+        None,
+    )
+    .unwrap();
     let q = SimSendQueue::new(1, 8);
     let mut d = q.desc();
     d.memory = sigmatrace_schemas::mem_kind::GPU;
-    assert!(poller.register(sigmatrace_observe::QueueDesc::Send(d), q.memory()).is_err());
+    assert!(poller
+        .register(sigmatrace_observe::QueueDesc::Send(d), q.memory())
+        .is_err());
 }

@@ -15,7 +15,9 @@ fn collect(w: &mut SendWatcher, q: &SimSendQueue) -> Vec<Observation> {
 
 /// A WQE of `nbb` WQEBBs for index `pi` with a recognisable remote address.
 fn wqe_of(pi: u16, qpn: u32, nbb: u16) -> Vec<u8> {
-    let mut b = WqeBuilder::new(opcode::RDMA_WRITE, pi, qpn).fm_ce_se(0x08).raddr(0x1000 + pi as u64, 0x55);
+    let mut b = WqeBuilder::new(opcode::RDMA_WRITE, pi, qpn)
+        .fm_ce_se(0x08)
+        .raddr(0x1000 + pi as u64, 0x55);
     // ds: 2 + sges; 1 WQEBB = 4 DS.
     let sges = (nbb as usize * 4 - 2).min(8);
     for k in 0..sges {
@@ -34,22 +36,49 @@ fn send_ring_wraps_with_multi_wqebb_wqes() {
     for round in 0..40u16 {
         let nbb = 1 + round % 3;
         let bytes = wqe_of(q.pi(), 0x42, nbb);
-        posted.push(wqe::decode(&{ let mut p = bytes.clone(); p.resize(nbb as usize * 64, 0); p }, Transport::Rc).unwrap());
+        posted.push(
+            wqe::decode(
+                &{
+                    let mut p = bytes.clone();
+                    p.resize(nbb as usize * 64, 0);
+                    p
+                },
+                Transport::Rc,
+            )
+            .unwrap(),
+        );
         q.post(&bytes);
         if round % 2 == 1 {
             seen.extend(collect(&mut w, &q));
         }
     }
     seen.extend(collect(&mut w, &q));
-    let got: Vec<_> = seen.iter().map(|o| match o { Observation::Wqe(r, d) => (*r, *d), o => panic!("unexpected {o:?}") }).collect();
+    let got: Vec<_> = seen
+        .iter()
+        .map(|o| match o {
+            Observation::Wqe(r, d) => (*r, *d),
+            o => panic!("unexpected {o:?}"),
+        })
+        .collect();
     assert_eq!(got.len(), posted.len());
     for ((rec, dec), want) in got.iter().zip(&posted) {
         assert_eq!(dec, want, "identical decode");
-        assert_eq!((rec.wqe_index, rec.remote_addr, rec.qpn, rec.opcode, rec.ds), (want.ctrl.wqe_index, want.remote_addr, 0x42, opcode::RDMA_WRITE, want.ctrl.ds));
+        assert_eq!(
+            (rec.wqe_index, rec.remote_addr, rec.qpn, rec.opcode, rec.ds),
+            (
+                want.ctrl.wqe_index,
+                want.remote_addr,
+                0x42,
+                opcode::RDMA_WRITE,
+                want.ctrl.ds
+            )
+        );
         assert_eq!(rec.bytes as u64, want.bytes);
     }
     // Some WQE straddled the ring end (indices are mod 16 and sizes 1..3).
-    assert!(posted.iter().any(|p| (p.ctrl.wqe_index % 16) + p.wqebbs > 16));
+    assert!(posted
+        .iter()
+        .any(|p| (p.ctrl.wqe_index % 16) + p.wqebbs > 16));
     assert_eq!(w.stats.wqebbs_lost, 0);
 }
 
@@ -62,8 +91,27 @@ fn send_overrun_counted_exactly() {
         q.post(&b);
     }
     let obs = collect(&mut w, &q);
-    let lost: u64 = obs.iter().map(|o| if let Observation::Overrun(r) = o { assert_eq!(r.hdr.aux, queue_kind::SEND); r.lost } else { 0 }).sum();
-    let wqes: Vec<u16> = obs.iter().filter_map(|o| if let Observation::Wqe(r, _) = o { Some(r.wqe_index) } else { None }).collect();
+    let lost: u64 = obs
+        .iter()
+        .map(|o| {
+            if let Observation::Overrun(r) = o {
+                assert_eq!(r.hdr.aux, queue_kind::SEND);
+                r.lost
+            } else {
+                0
+            }
+        })
+        .sum();
+    let wqes: Vec<u16> = obs
+        .iter()
+        .filter_map(|o| {
+            if let Observation::Wqe(r, _) = o {
+                Some(r.wqe_index)
+            } else {
+                None
+            }
+        })
+        .collect();
     assert_eq!(lost, 24);
     assert_eq!(wqes, (24..40).collect::<Vec<u16>>());
     assert_eq!(w.stats.wqebbs_lost, 24);
@@ -79,8 +127,26 @@ fn send_overrun_resyncs_inside_multi_wqebb_wqe() {
     }
     // PI = 30; WQEBBs 0..13 are gone, 14 is the tail of WQE 12..14, WQEs start at 15.
     let obs = collect(&mut w, &q);
-    let lost: u64 = obs.iter().map(|o| if let Observation::Overrun(r) = o { r.lost } else { 0 }).sum();
-    let wqes: Vec<u16> = obs.iter().filter_map(|o| if let Observation::Wqe(r, _) = o { Some(r.wqe_index) } else { None }).collect();
+    let lost: u64 = obs
+        .iter()
+        .map(|o| {
+            if let Observation::Overrun(r) = o {
+                r.lost
+            } else {
+                0
+            }
+        })
+        .sum();
+    let wqes: Vec<u16> = obs
+        .iter()
+        .filter_map(|o| {
+            if let Observation::Wqe(r, _) = o {
+                Some(r.wqe_index)
+            } else {
+                None
+            }
+        })
+        .collect();
     assert_eq!(lost, 15);
     assert_eq!(wqes, vec![15, 18, 21, 24, 27]);
     assert_eq!(w.stats.wqebbs_malformed, 0);
@@ -116,7 +182,9 @@ fn malformed_wqe_is_counted_not_skipped_silently() {
     q.post(&good);
     let obs = collect(&mut w, &q);
     assert_eq!(w.stats.wqebbs_malformed, 1);
-    assert!(matches!(obs[..], [Observation::Overrun(r), Observation::Wqe(x, _)] if r.lost == 1 && x.wqe_index == 1));
+    assert!(
+        matches!(obs[..], [Observation::Overrun(r), Observation::Wqe(x, _)] if r.lost == 1 && x.wqe_index == 1)
+    );
 }
 
 fn cq_poll(w: &mut CqWatcher, cq: &SimCq) -> (Vec<u32>, u64) {
@@ -135,7 +203,14 @@ fn cq_poll(w: &mut CqWatcher, cq: &SimCq) -> (Vec<u32>, u64) {
 }
 
 fn cqe(n: u32) -> CqeFields {
-    CqeFields { wqe_counter: n as u16, byte_cnt: n, qpn: 0x42, send_opcode: 8, timestamp: 1000 + n as u64, ..Default::default() }
+    CqeFields {
+        wqe_counter: n as u16,
+        byte_cnt: n,
+        qpn: 0x42,
+        send_opcode: 8,
+        timestamp: 1000 + n as u64,
+        ..Default::default()
+    }
 }
 
 #[test]
@@ -194,9 +269,35 @@ fn cq_lap_detected_without_consumer_index() {
 fn cq_records_carry_fields() {
     let mut cq = SimCq::new(0x31, 4, true);
     let mut w = CqWatcher::new(cq.desc(), 0, None, &cq.memory()).unwrap();
-    cq.produce(&CqeFields { opcode: 13, wqe_counter: 0x77, byte_cnt: 0, qpn: 0x42, send_opcode: 8, timestamp: 5, syndrome: 5, vendor_syndrome: 0x81, imm: 0, src_qp: 0 });
+    cq.produce(&CqeFields {
+        opcode: 13,
+        wqe_counter: 0x77,
+        byte_cnt: 0,
+        qpn: 0x42,
+        send_opcode: 8,
+        timestamp: 5,
+        syndrome: 5,
+        vendor_syndrome: 0x81,
+        imm: 0,
+        src_qp: 0,
+    });
     let mut recs = Vec::new();
     w.poll(&cq.memory(), 99, &mut |o| recs.push(o)).unwrap();
-    let Observation::Cqe(r) = recs[0] else { panic!() };
-    assert_eq!((r.ts, r.cqn, r.index, r.qpn, r.wqe_counter, r.opcode, r.syndrome, r.vendor_syndrome, r.hw_ts), (99, 0x31, 0, 0x42, 0x77, 13, 5, 0x81, 0));
+    let Observation::Cqe(r) = recs[0] else {
+        panic!()
+    };
+    assert_eq!(
+        (
+            r.ts,
+            r.cqn,
+            r.index,
+            r.qpn,
+            r.wqe_counter,
+            r.opcode,
+            r.syndrome,
+            r.vendor_syndrome,
+            r.hw_ts
+        ),
+        (99, 0x31, 0, 0x42, 0x77, 13, 5, 0x81, 0)
+    );
 }

@@ -16,7 +16,10 @@ pub struct WqeBuilder {
 impl WqeBuilder {
     /// Starts a WQE: ctrl with opcode, WQE index (PI) and QPN; fm_ce_se, imm and opmod zero.
     pub fn new(opcode: u8, wqe_index: u16, qpn: u32) -> WqeBuilder {
-        let mut b = WqeBuilder { buf: [0; MAX_WQE_BYTES], len: DS_BYTES };
+        let mut b = WqeBuilder {
+            buf: [0; MAX_WQE_BYTES],
+            len: DS_BYTES,
+        };
         put_be32(&mut b.buf, 0, (wqe_index as u32) << 8 | opcode as u32);
         put_be32(&mut b.buf, 4, qpn << 8);
         b
@@ -82,7 +85,14 @@ impl WqeBuilder {
     }
 
     /// Masked compare-and-swap operands of 4 or 8 bytes (set opmod `0x08 | log2(size)-2`).
-    pub fn masked_cs(mut self, size: u16, swap: u64, compare: u64, swap_mask: u64, compare_mask: u64) -> Self {
+    pub fn masked_cs(
+        mut self,
+        size: u16,
+        swap: u64,
+        compare: u64,
+        swap_mask: u64,
+        compare_mask: u64,
+    ) -> Self {
         let vals = [swap, compare, swap_mask, compare_mask];
         let n = (4 * size as usize).next_multiple_of(DS_BYTES);
         let s = self.seg(n);
@@ -222,7 +232,11 @@ pub fn cqe64(f: &CqeFields, n: u32, cqe_cnt: u32) -> [u8; 64] {
         b[54] = f.vendor_syndrome;
         b[55] = f.syndrome;
     }
-    put_be32(&mut b, 56, (f.send_opcode as u32) << 24 | (f.qpn & 0x00ff_ffff));
+    put_be32(
+        &mut b,
+        56,
+        (f.send_opcode as u32) << 24 | (f.qpn & 0x00ff_ffff),
+    );
     put_be16(&mut b, 60, f.wqe_counter);
     b[63] = f.opcode << 4 | cqe::expected_owner(n, cqe_cnt);
     b
@@ -269,7 +283,11 @@ pub fn create_cq_in(q: &CreateCqIn) -> Vec<u8> {
     put_be32(&mut b, c, d0);
     put_be32(&mut b, c + 4, q.dbr_umem_id);
     put_be32(&mut b, c + 8, q.ts_format as u32 & 0x3);
-    put_be32(&mut b, c + 12, (q.log_cq_size as u32 & 0x1f) << 24 | (q.uar_page & 0x00ff_ffff));
+    put_be32(
+        &mut b,
+        c + 12,
+        (q.log_cq_size as u32 & 0x1f) << 24 | (q.uar_page & 0x00ff_ffff),
+    );
     put_be32(&mut b, c + 20, q.c_eqn & 0xff);
     put_be64(&mut b, c + 56, q.dbr_addr);
     put_be64(&mut b, 80, q.cq_umem_offset);
@@ -290,11 +308,23 @@ pub fn modify_qp_in(m: &ModifyQpIn) -> Vec<u8> {
     let a = c + 24;
     let p = &m.path;
     put_be32(&mut b, a + 4, (p.grh as u32) << 23 | p.rlid as u32);
-    put_be32(&mut b, a + 8, (p.src_addr_index as u32) << 16 | p.hop_limit as u32);
-    put_be32(&mut b, a + 12, (p.tclass as u32) << 20 | (p.flow_label & 0x000f_ffff));
+    put_be32(
+        &mut b,
+        a + 8,
+        (p.src_addr_index as u32) << 16 | p.hop_limit as u32,
+    );
+    put_be32(
+        &mut b,
+        a + 12,
+        (p.tclass as u32) << 20 | (p.flow_label & 0x000f_ffff),
+    );
     b[a + 16..a + 32].copy_from_slice(&p.rgid);
     put_be16(&mut b, a + 34, p.udp_sport);
-    put_be32(&mut b, a + 36, (p.sl as u32 & 0xf) << 24 | (p.vhca_port as u32) << 16);
+    put_be32(
+        &mut b,
+        a + 36,
+        (p.sl as u32 & 0xf) << 24 | (p.vhca_port as u32) << 16,
+    );
     b[a + 38..a + 44].copy_from_slice(&p.rmac);
     put_be32(&mut b, c + 120, m.next_send_psn & 0x00ff_ffff);
     put_be32(&mut b, c + 148, m.next_rcv_psn & 0x00ff_ffff);

@@ -42,13 +42,23 @@ pub mod rq_type {
 /// Why a command could not be decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum PrmError {
-    #[error("command buffer of {have} bytes is shorter than the {need} bytes opcode {opcode:#x} needs")]
-    Short { opcode: u16, need: usize, have: usize },
+    #[error(
+        "command buffer of {have} bytes is shorter than the {need} bytes opcode {opcode:#x} needs"
+    )]
+    Short {
+        opcode: u16,
+        need: usize,
+        have: usize,
+    },
 }
 
 fn need(b: &[u8], opcode: u16, n: usize) -> Result<(), PrmError> {
     if b.len() < n {
-        Err(PrmError::Short { opcode, need: n, have: b.len() })
+        Err(PrmError::Short {
+            opcode,
+            need: n,
+            have: b.len(),
+        })
     } else {
         Ok(())
     }
@@ -318,8 +328,12 @@ pub enum Command {
     CreateQp(CreateQpIn),
     CreateCq(CreateCqIn),
     ModifyQp(ModifyQpIn),
-    DestroyQp { qpn: u32 },
-    DestroyCq { cqn: u32 },
+    DestroyQp {
+        qpn: u32,
+    },
+    DestroyCq {
+        cqn: u32,
+    },
     /// Another opcode (not decoded).
     Other(u16),
 }
@@ -333,11 +347,15 @@ pub fn decode_command(b: &[u8]) -> Result<Command, PrmError> {
         cmd::CREATE_CQ => Command::CreateCq(decode_create_cq(b)?),
         cmd::DESTROY_QP => {
             need(b, op, 12)?;
-            Command::DestroyQp { qpn: be32(b, 8) & 0x00ff_ffff }
+            Command::DestroyQp {
+                qpn: be32(b, 8) & 0x00ff_ffff,
+            }
         }
         cmd::DESTROY_CQ => {
             need(b, op, 12)?;
-            Command::DestroyCq { cqn: be32(b, 8) & 0x00ff_ffff }
+            Command::DestroyCq {
+                cqn: be32(b, 8) & 0x00ff_ffff,
+            }
         }
         o if transition_target_state(o).is_some() => Command::ModifyQp(decode_modify_qp(b)?),
         o => Command::Other(o),

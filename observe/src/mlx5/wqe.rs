@@ -207,23 +207,68 @@ pub struct AddressVector {
 /// One decoded segment after the ctrl segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Segment {
-    Raddr { addr: u64, rkey: u32 },
-    Data { addr: u64, lkey: u32, byte_count: u32 },
-    Inline { byte_count: u32 },
-    Atomic { swap_add: u64, compare: u64 },
+    Raddr {
+        addr: u64,
+        rkey: u32,
+    },
+    Data {
+        addr: u64,
+        lkey: u32,
+        byte_count: u32,
+    },
+    Inline {
+        byte_count: u32,
+    },
+    Atomic {
+        swap_add: u64,
+        compare: u64,
+    },
     /// Masked compare-and-swap, `size` bytes operands (4 or 8 decoded; larger: operands 0).
-    MaskedCs { size: u16, swap: u64, compare: u64, swap_mask: u64, compare_mask: u64 },
+    MaskedCs {
+        size: u16,
+        swap: u64,
+        compare: u64,
+        swap_mask: u64,
+        compare_mask: u64,
+    },
     /// Masked fetch-and-add.
-    MaskedFa { size: u16, add: u64, field_boundary: u64 },
+    MaskedFa {
+        size: u16,
+        add: u64,
+        field_boundary: u64,
+    },
     Av(AddressVector),
-    Xrc { srqn: u32 },
-    Eth { mss: u16, inline_hdr_sz: u16 },
-    WaitEn { pi: u32, obj_num: u32 },
-    UmrCtrl { flags: u8, klm_octowords: u16, mkey_mask: u64 },
-    MkeyContext { access_flags: u8, qpn_mkey: u32, start_addr: u64, len: u64 },
-    MmoMeta { control: u32, lkey: u32, addr: u64 },
+    Xrc {
+        srqn: u32,
+    },
+    Eth {
+        mss: u16,
+        inline_hdr_sz: u16,
+    },
+    WaitEn {
+        pi: u32,
+        obj_num: u32,
+    },
+    UmrCtrl {
+        flags: u8,
+        klm_octowords: u16,
+        mkey_mask: u64,
+    },
+    MkeyContext {
+        access_flags: u8,
+        qpn_mkey: u32,
+        start_addr: u64,
+        len: u64,
+    },
+    MmoMeta {
+        control: u32,
+        lkey: u32,
+        addr: u64,
+    },
     /// Bytes the decoder does not interpret (NOP padding, UMR translations, unknown opcodes).
-    Opaque { bytes: u16 },
+    Opaque {
+        bytes: u16,
+    },
 }
 
 /// Maximum segments kept per WQE; more are summarised in [`Wqe::bytes`] only.
@@ -292,7 +337,11 @@ pub fn decode(b: &[u8], transport: Transport) -> Result<Wqe, WqeError> {
     }
     let end = ctrl.ds as usize * DS_BYTES;
     if b.len() < end {
-        return Err(WqeError::Truncated { ds: ctrl.ds, needed: end, have: b.len() });
+        return Err(WqeError::Truncated {
+            ds: ctrl.ds,
+            needed: end,
+            have: b.len(),
+        });
     }
     let mut w = Wqe {
         ctrl,
@@ -308,10 +357,16 @@ pub fn decode(b: &[u8], transport: Transport) -> Result<Wqe, WqeError> {
         nsegs: 0,
         segs_dropped: 0,
     };
-    let mut c = Cursor { b: &b[..end], pos: DS_BYTES, ds: ctrl.ds };
+    let mut c = Cursor {
+        b: &b[..end],
+        pos: DS_BYTES,
+        ds: ctrl.ds,
+    };
     decode_body(&mut w, &mut c, transport)?;
     if c.pos < end {
-        w.push(Segment::Opaque { bytes: (end - c.pos) as u16 });
+        w.push(Segment::Opaque {
+            bytes: (end - c.pos) as u16,
+        });
     }
     Ok(w)
 }
@@ -328,7 +383,10 @@ impl<'a> Cursor<'a> {
     }
     fn take(&mut self, n: usize) -> Result<&'a [u8], WqeError> {
         if self.remaining() < n {
-            return Err(WqeError::SegmentOverrun { at: self.pos, ds: self.ds });
+            return Err(WqeError::SegmentOverrun {
+                at: self.pos,
+                ds: self.ds,
+            });
         }
         let s = &self.b[self.pos..self.pos + n];
         self.pos += n;
@@ -353,7 +411,9 @@ fn decode_body(w: &mut Wqe, c: &mut Cursor, transport: Transport) -> Result<(), 
             }
             Transport::Xrc => {
                 let s = c.take(16)?;
-                w.push(Segment::Xrc { srqn: be32(s, 0) & 0x00ff_ffff });
+                w.push(Segment::Xrc {
+                    srqn: be32(s, 0) & 0x00ff_ffff,
+                });
             }
             _ => {}
         }
@@ -390,31 +450,48 @@ fn decode_body(w: &mut Wqe, c: &mut Cursor, transport: Transport) -> Result<(), 
         DUMP => data_segments(w, c),
         WAIT => {
             let s = c.take(16)?;
-            w.push(Segment::WaitEn { pi: be32(s, 8), obj_num: be32(s, 12) });
+            w.push(Segment::WaitEn {
+                pi: be32(s, 8),
+                obj_num: be32(s, 12),
+            });
             Ok(())
         }
         UMR => {
             let s = c.take(48)?;
-            w.push(Segment::UmrCtrl { flags: s[0], klm_octowords: be16(s, 4), mkey_mask: be64(s, 8) });
+            w.push(Segment::UmrCtrl {
+                flags: s[0],
+                klm_octowords: be16(s, 4),
+                mkey_mask: be64(s, 8),
+            });
             if c.remaining() >= 64 {
                 let m = c.take(64)?;
                 let (start_addr, len) = (be64(m, 16), be64(m, 24));
                 w.remote_addr = start_addr;
                 w.bytes = len;
-                w.push(Segment::MkeyContext { access_flags: m[2], qpn_mkey: be32(m, 4), start_addr, len });
+                w.push(Segment::MkeyContext {
+                    access_flags: m[2],
+                    qpn_mkey: be32(m, 4),
+                    start_addr,
+                    len,
+                });
             }
             Ok(())
         }
         MMO => {
             let s = c.take(16)?;
-            w.push(Segment::MmoMeta { control: be32(s, 0), lkey: be32(s, 4), addr: be64(s, 8) });
+            w.push(Segment::MmoMeta {
+                control: be32(s, 0),
+                lkey: be32(s, 4),
+                addr: be64(s, 8),
+            });
             // Memcpy MMO: source then destination data segment; bytes = the source length.
             let before = w.nsegs;
             data_segments(w, c)?;
             if let Some(Segment::Data { byte_count, .. }) = w.segs.get(before as usize).copied() {
                 w.bytes = byte_count as u64;
             }
-            if let Some(Segment::Data { addr, lkey, .. }) = w.segs.get(before as usize + 1).copied() {
+            if let Some(Segment::Data { addr, lkey, .. }) = w.segs.get(before as usize + 1).copied()
+            {
                 w.remote_addr = addr;
                 w.rkey = lkey;
             }
@@ -447,13 +524,20 @@ fn raddr(w: &mut Wqe, c: &mut Cursor) -> Result<(), WqeError> {
     let s = c.take(16)?;
     w.remote_addr = be64(s, 0);
     w.rkey = be32(s, 8);
-    w.push(Segment::Raddr { addr: w.remote_addr, rkey: w.rkey });
+    w.push(Segment::Raddr {
+        addr: w.remote_addr,
+        rkey: w.rkey,
+    });
     Ok(())
 }
 
 fn masked_atomic(w: &mut Wqe, c: &mut Cursor) -> Result<(), WqeError> {
     // Extended atomics: opmod = 0x08 | (log2(size) - 2).
-    let size: u16 = if w.ctrl.opmod & 0x08 != 0 { 1 << ((w.ctrl.opmod & 0x07) + 2) } else { 8 };
+    let size: u16 = if w.ctrl.opmod & 0x08 != 0 {
+        1 << ((w.ctrl.opmod & 0x07) + 2)
+    } else {
+        8
+    };
     let cs = w.ctrl.opcode == opcode::ATOMIC_MASKED_CS;
     let operands = if cs { 4 } else { 2 } * size as usize;
     let seg_len = operands.next_multiple_of(DS_BYTES);
@@ -469,11 +553,21 @@ fn masked_atomic(w: &mut Wqe, c: &mut Cursor) -> Result<(), WqeError> {
         let (swap, compare, swap_mask, compare_mask) = (rd(0), rd(1), rd(2), rd(3));
         w.swap = swap;
         w.compare_add = compare;
-        w.push(Segment::MaskedCs { size, swap, compare, swap_mask, compare_mask });
+        w.push(Segment::MaskedCs {
+            size,
+            swap,
+            compare,
+            swap_mask,
+            compare_mask,
+        });
     } else {
         let (add, field_boundary) = (rd(0), rd(1));
         w.compare_add = add;
-        w.push(Segment::MaskedFa { size, add, field_boundary });
+        w.push(Segment::MaskedFa {
+            size,
+            add,
+            field_boundary,
+        });
     }
     Ok(())
 }
@@ -483,7 +577,9 @@ fn eth_segment(w: &mut Wqe, c: &mut Cursor) -> Result<(), WqeError> {
     let mss = be16(s, 6);
     let inline_hdr_sz = be16(s, 12);
     // The first 2 header bytes sit in the segment; the rest follows, padded to 16 bytes.
-    let extra = (inline_hdr_sz as usize).saturating_sub(2).next_multiple_of(DS_BYTES);
+    let extra = (inline_hdr_sz as usize)
+        .saturating_sub(2)
+        .next_multiple_of(DS_BYTES);
     c.take(extra)?;
     w.bytes += inline_hdr_sz as u64;
     w.push(Segment::Eth { mss, inline_hdr_sz });
@@ -503,7 +599,11 @@ fn data_segments(w: &mut Wqe, c: &mut Cursor) -> Result<(), WqeError> {
             let s = c.take(16)?;
             let (byte_count, lkey, addr) = (be32(s, 0), be32(s, 4), be64(s, 8));
             w.bytes += byte_count as u64;
-            w.push(Segment::Data { addr, lkey, byte_count });
+            w.push(Segment::Data {
+                addr,
+                lkey,
+                byte_count,
+            });
         }
     }
     Ok(())

@@ -79,7 +79,9 @@ pub unsafe extern "C" fn sigmatrace_cuda_double_calls(name: *const c_char) -> u6
         return 0;
     }
     // SAFETY: caller passes a NUL-terminated string.
-    let n = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
+    let n = unsafe { CStr::from_ptr(name) }
+        .to_string_lossy()
+        .into_owned();
     with(|s| s.calls.get(&n).copied().unwrap_or(0))
 }
 
@@ -241,7 +243,11 @@ pub extern "C" fn cuMemHostUnregister(_p: u64) -> CUresult {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(dptr: *mut u64, p: u64, _flags: c_uint) -> CUresult {
+pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(
+    dptr: *mut u64,
+    p: u64,
+    _flags: c_uint,
+) -> CUresult {
     count("cuMemHostGetDevicePointer_v2");
     if dptr.is_null() {
         return INVALID_VALUE;
@@ -274,7 +280,11 @@ pub unsafe extern "C" fn cuModuleLoadData(module: *mut u64, image: *const c_void
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuModuleGetFunction(f: *mut u64, _module: u64, name: *const c_char) -> CUresult {
+pub unsafe extern "C" fn cuModuleGetFunction(
+    f: *mut u64,
+    _module: u64,
+    name: *const c_char,
+) -> CUresult {
     count("cuModuleGetFunction");
     if f.is_null() || name.is_null() {
         return INVALID_VALUE;
@@ -306,7 +316,10 @@ pub unsafe extern "C" fn cuFuncGetName(name: *mut *const c_char, f: u64) -> CUre
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest: *mut c_int) -> CUresult {
+pub unsafe extern "C" fn cuCtxGetStreamPriorityRange(
+    least: *mut c_int,
+    greatest: *mut c_int,
+) -> CUresult {
     count("cuCtxGetStreamPriorityRange");
     // SAFETY: optional out pointers, written when non-null.
     unsafe {
@@ -321,7 +334,11 @@ pub unsafe extern "C" fn cuCtxGetStreamPriorityRange(least: *mut c_int, greatest
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuStreamCreateWithPriority(s: *mut u64, _flags: c_uint, _prio: c_int) -> CUresult {
+pub unsafe extern "C" fn cuStreamCreateWithPriority(
+    s: *mut u64,
+    _flags: c_uint,
+    _prio: c_int,
+) -> CUresult {
     count("cuStreamCreateWithPriority");
     if s.is_null() {
         return INVALID_VALUE;
@@ -343,7 +360,15 @@ pub extern "C" fn cuStreamSynchronize(_s: u64) -> CUresult {
     SUCCESS
 }
 
-unsafe fn record_launch(api: u32, f: u64, grid: [u32; 3], block: [u32; 3], shm: u32, stream: u64, params: *mut *mut c_void) -> CUresult {
+unsafe fn record_launch(
+    api: u32,
+    f: u64,
+    grid: [u32; 3],
+    block: [u32; 3],
+    shm: u32,
+    stream: u64,
+    params: *mut *mut c_void,
+) -> CUresult {
     if f == 0 || !with(|s| s.functions.contains_key(&f)) {
         return INVALID_VALUE;
     }
@@ -362,14 +387,34 @@ unsafe fn record_launch(api: u32, f: u64, grid: [u32; 3], block: [u32; 3], shm: 
             }
         }
     };
-    with(|s| s.launches.push(LaunchRecord { api, grid, block, shared_mem: shm, function: f, stream, kernel_params: params as u64, first_param: first }));
+    with(|s| {
+        s.launches.push(LaunchRecord {
+            api,
+            grid,
+            block,
+            shared_mem: shm,
+            function: f,
+            stream,
+            kernel_params: params as u64,
+            first_param: first,
+        })
+    });
     SUCCESS
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuLaunchKernel(
-    f: u64, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shm: c_uint, stream: u64,
-    params: *mut *mut c_void, _extra: *mut *mut c_void,
+    f: u64,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shm: c_uint,
+    stream: u64,
+    params: *mut *mut c_void,
+    _extra: *mut *mut c_void,
 ) -> CUresult {
     count("cuLaunchKernel");
     // SAFETY: see record_launch.
@@ -378,7 +423,15 @@ pub unsafe extern "C" fn cuLaunchKernel(
 
 #[no_mangle]
 pub unsafe extern "C" fn cuLaunchCooperativeKernel(
-    f: u64, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shm: c_uint, stream: u64,
+    f: u64,
+    gx: c_uint,
+    gy: c_uint,
+    gz: c_uint,
+    bx: c_uint,
+    by: c_uint,
+    bz: c_uint,
+    shm: c_uint,
+    stream: u64,
     params: *mut *mut c_void,
 ) -> CUresult {
     count("cuLaunchCooperativeKernel");
@@ -398,7 +451,12 @@ pub struct LaunchConfig {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuLaunchKernelEx(cfg: *const LaunchConfig, f: u64, params: *mut *mut c_void, _extra: *mut *mut c_void) -> CUresult {
+pub unsafe extern "C" fn cuLaunchKernelEx(
+    cfg: *const LaunchConfig,
+    f: u64,
+    params: *mut *mut c_void,
+    _extra: *mut *mut c_void,
+) -> CUresult {
     count("cuLaunchKernelEx");
     if cfg.is_null() {
         return INVALID_VALUE;
@@ -410,7 +468,10 @@ pub unsafe extern "C" fn cuLaunchKernelEx(cfg: *const LaunchConfig, f: u64, para
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGetExportTable(table: *mut *const c_void, _uuid: *const c_void) -> CUresult {
+pub unsafe extern "C" fn cuGetExportTable(
+    table: *mut *const c_void,
+    _uuid: *const c_void,
+) -> CUresult {
     count("cuGetExportTable");
     // No private tables in a double.
     if !table.is_null() {
@@ -459,7 +520,9 @@ fn lookup(name: &str, cuda_version: c_int) -> Option<*const c_void> {
         "cuStreamSynchronize" => cuStreamSynchronize as *const c_void,
         "cuLaunchKernel" | "cuLaunchKernel_ptsz" => cuLaunchKernel as *const c_void,
         "cuLaunchKernelEx" | "cuLaunchKernelEx_ptsz" => cuLaunchKernelEx as *const c_void,
-        "cuLaunchCooperativeKernel" | "cuLaunchCooperativeKernel_ptsz" => cuLaunchCooperativeKernel as *const c_void,
+        "cuLaunchCooperativeKernel" | "cuLaunchCooperativeKernel_ptsz" => {
+            cuLaunchCooperativeKernel as *const c_void
+        }
         "cuGetExportTable" => cuGetExportTable as *const c_void,
         "cuGetProcAddress" => cuGetProcAddress as *const c_void,
         "cuGetProcAddress_v2" => cuGetProcAddress_v2 as *const c_void,
@@ -470,7 +533,12 @@ fn lookup(name: &str, cuda_version: c_int) -> Option<*const c_void> {
 
 /// CUDA 11.3–12.x signature.
 #[no_mangle]
-pub unsafe extern "C" fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *const c_void, cuda_version: c_int, flags: u64) -> CUresult {
+pub unsafe extern "C" fn cuGetProcAddress(
+    symbol: *const c_char,
+    pfn: *mut *const c_void,
+    cuda_version: c_int,
+    flags: u64,
+) -> CUresult {
     count("cuGetProcAddress");
     // SAFETY: forwards the caller's pointers.
     unsafe { get_proc(symbol, pfn, cuda_version, flags, std::ptr::null_mut()) }
@@ -479,20 +547,36 @@ pub unsafe extern "C" fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *cons
 /// CUDA 12.x `cuGetProcAddress_v2` (adds the symbol status out-parameter).
 #[no_mangle]
 pub unsafe extern "C" fn cuGetProcAddress_v2(
-    symbol: *const c_char, pfn: *mut *const c_void, cuda_version: c_int, flags: u64, status: *mut c_int,
+    symbol: *const c_char,
+    pfn: *mut *const c_void,
+    cuda_version: c_int,
+    flags: u64,
+    status: *mut c_int,
 ) -> CUresult {
     count("cuGetProcAddress_v2");
     // SAFETY: forwards the caller's pointers.
     unsafe { get_proc(symbol, pfn, cuda_version, flags, status) }
 }
 
-unsafe fn get_proc(symbol: *const c_char, pfn: *mut *const c_void, cuda_version: c_int, flags: u64, status: *mut c_int) -> CUresult {
+unsafe fn get_proc(
+    symbol: *const c_char,
+    pfn: *mut *const c_void,
+    cuda_version: c_int,
+    flags: u64,
+    status: *mut c_int,
+) -> CUresult {
     if symbol.is_null() || pfn.is_null() {
         return INVALID_VALUE;
     }
     // SAFETY: NUL-terminated symbol name from the caller.
-    let name = unsafe { CStr::from_ptr(symbol) }.to_string_lossy().into_owned();
-    let name = if flags & 2 != 0 && name.starts_with("cuLaunch") { format!("{name}_ptsz") } else { name };
+    let name = unsafe { CStr::from_ptr(symbol) }
+        .to_string_lossy()
+        .into_owned();
+    let name = if flags & 2 != 0 && name.starts_with("cuLaunch") {
+        format!("{name}_ptsz")
+    } else {
+        name
+    };
     let (p, rc, st) = match lookup(&name, cuda_version) {
         Some(p) => (p, SUCCESS, 0),
         None => (std::ptr::null(), NOT_FOUND, 1),

@@ -7,13 +7,20 @@ use std::process::Command;
 /// target/<profile>/ from the test executable (…/deps/probe-xxxx).
 fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
-    exe.parent().and_then(|p| p.parent()).expect("target dir").to_path_buf()
+    exe.parent()
+        .and_then(|p| p.parent())
+        .expect("target dir")
+        .to_path_buf()
 }
 
 /// A directory holding `libcuda.so.1` → the built double.
 pub fn double_dir() -> tempfile_dir::Dir {
     let lib = target_dir().join("libsigmatrace_cuda_double.so");
-    assert!(lib.exists(), "{} missing: build the workspace first (cargo build --workspace)", lib.display());
+    assert!(
+        lib.exists(),
+        "{} missing: build the workspace first (cargo build --workspace)",
+        lib.display()
+    );
     let d = tempfile_dir::Dir::new();
     std::os::unix::fs::symlink(&lib, d.path().join("libcuda.so.1")).expect("symlink");
     d
@@ -23,7 +30,14 @@ mod tempfile_dir {
     pub struct Dir(std::path::PathBuf);
     impl Dir {
         pub fn new() -> Dir {
-            let p = std::env::temp_dir().join(format!("cuda-double-{}-{}", std::process::id(), std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()));
+            let p = std::env::temp_dir().join(format!(
+                "cuda-double-{}-{}",
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos()
+            ));
             std::fs::create_dir_all(&p).unwrap();
             Dir(p)
         }
@@ -46,7 +60,8 @@ fn probe_resolves_everything_through_cugetprocaddress() {
         .env("LD_LIBRARY_PATH", dir.path())
         .output()
         .expect("run probe");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{text}");
     for want in [
         "ok dlsym cuGetProcAddress_v2",

@@ -6,7 +6,8 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 
-type GetProc = unsafe extern "C" fn(*const c_char, *mut *const c_void, c_int, u64, *mut c_int) -> c_int;
+type GetProc =
+    unsafe extern "C" fn(*const c_char, *mut *const c_void, c_int, u64, *mut c_int) -> c_int;
 type GetProcV1 = unsafe extern "C" fn(*const c_char, *mut *const c_void, c_int, u64) -> c_int;
 
 struct Lib {
@@ -39,13 +40,17 @@ impl Lib {
         if p2.is_null() && p1.is_null() {
             fail("dlsym(cuGetProcAddress[_v2])".into());
         }
-        println!("ok dlsym cuGetProcAddress{}", if p2.is_null() { "" } else { "_v2" });
+        println!(
+            "ok dlsym cuGetProcAddress{}",
+            if p2.is_null() { "" } else { "_v2" }
+        );
         Lib {
             handle,
             // SAFETY: the symbols have these C signatures (CUDA 12 driver API).
             v2: (!p2.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, GetProc>(p2) }),
             // SAFETY: as above.
-            v1: (!p1.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, GetProcV1>(p1) }),
+            v1: (!p1.is_null())
+                .then(|| unsafe { std::mem::transmute::<*mut c_void, GetProcV1>(p1) }),
         }
     }
 
@@ -119,24 +124,64 @@ fn main() {
     let lib = Lib::open();
     call!(lib, "cuInit", unsafe extern "C" fn(c_uint) -> c_int, (0));
     let mut ver = 0;
-    call!(lib, "cuDriverGetVersion", unsafe extern "C" fn(*mut c_int) -> c_int, (&mut ver));
+    call!(
+        lib,
+        "cuDriverGetVersion",
+        unsafe extern "C" fn(*mut c_int) -> c_int,
+        (&mut ver)
+    );
     println!("ok driver version {ver}");
     let mut dptr = 0u64;
-    call!(lib, "cuMemAlloc", unsafe extern "C" fn(*mut u64, usize) -> c_int, (&mut dptr, 4096));
+    call!(
+        lib,
+        "cuMemAlloc",
+        unsafe extern "C" fn(*mut u64, usize) -> c_int,
+        (&mut dptr, 4096)
+    );
     let mut host = 0u64;
-    call!(lib, "cuMemHostAlloc", unsafe extern "C" fn(*mut u64, usize, c_uint) -> c_int, (&mut host, 4096, 0x2));
+    call!(
+        lib,
+        "cuMemHostAlloc",
+        unsafe extern "C" fn(*mut u64, usize, c_uint) -> c_int,
+        (&mut host, 4096, 0x2)
+    );
     let mut alias = 0u64;
-    call!(lib, "cuMemHostGetDevicePointer", unsafe extern "C" fn(*mut u64, u64, c_uint) -> c_int, (&mut alias, host, 0));
+    call!(
+        lib,
+        "cuMemHostGetDevicePointer",
+        unsafe extern "C" fn(*mut u64, u64, c_uint) -> c_int,
+        (&mut alias, host, 0)
+    );
     let page = vec![0u8; 8192];
-    call!(lib, "cuMemHostRegister", unsafe extern "C" fn(u64, usize, c_uint) -> c_int, (page.as_ptr() as u64, 4096, 0x4));
+    call!(
+        lib,
+        "cuMemHostRegister",
+        unsafe extern "C" fn(u64, usize, c_uint) -> c_int,
+        (page.as_ptr() as u64, 4096, 0x4)
+    );
     let ptx = CString::new(".version 8.0\n.target sm_80\n").expect("ptx");
     let mut module = 0u64;
-    call!(lib, "cuModuleLoadData", unsafe extern "C" fn(*mut u64, *const c_void) -> c_int, (&mut module, ptx.as_ptr() as *const c_void));
+    call!(
+        lib,
+        "cuModuleLoadData",
+        unsafe extern "C" fn(*mut u64, *const c_void) -> c_int,
+        (&mut module, ptx.as_ptr() as *const c_void)
+    );
     let kname = CString::new("sigmatrace_probe_kernel").expect("k");
     let mut func = 0u64;
-    call!(lib, "cuModuleGetFunction", unsafe extern "C" fn(*mut u64, u64, *const c_char) -> c_int, (&mut func, module, kname.as_ptr()));
+    call!(
+        lib,
+        "cuModuleGetFunction",
+        unsafe extern "C" fn(*mut u64, u64, *const c_char) -> c_int,
+        (&mut func, module, kname.as_ptr())
+    );
     let mut nm: *const c_char = std::ptr::null();
-    call!(lib, "cuFuncGetName", unsafe extern "C" fn(*mut *const c_char, u64) -> c_int, (&mut nm, func));
+    call!(
+        lib,
+        "cuFuncGetName",
+        unsafe extern "C" fn(*mut *const c_char, u64) -> c_int,
+        (&mut nm, func)
+    );
     // SAFETY: the driver returned a NUL-terminated name.
     let got = unsafe { CStr::from_ptr(nm) }.to_string_lossy().into_owned();
     if got != "sigmatrace_probe_kernel" {
@@ -144,13 +189,67 @@ fn main() {
     }
     let mut arg: u64 = 0xfeed_f00d;
     let mut params = [&mut arg as *mut u64 as *mut c_void];
-    call!(lib, "cuLaunchKernel", unsafe extern "C" fn(u64, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, u64, *mut *mut c_void, *mut *mut c_void) -> c_int,
-        (func, 2, 1, 1, 128, 1, 1, 0, 0, params.as_mut_ptr(), std::ptr::null_mut()));
-    let cfg = LaunchConfig { grid: [3, 1, 1], block: [64, 1, 1], shared_mem: 256, stream: 0x55, attrs: std::ptr::null_mut(), num_attrs: 0 };
-    call!(lib, "cuLaunchKernelEx", unsafe extern "C" fn(*const LaunchConfig, u64, *mut *mut c_void, *mut *mut c_void) -> c_int,
-        (&cfg, func, params.as_mut_ptr(), std::ptr::null_mut()));
-    call!(lib, "cuLaunchCooperativeKernel", unsafe extern "C" fn(u64, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, u64, *mut *mut c_void) -> c_int,
-        (func, 4, 1, 1, 32, 1, 1, 0, 0, params.as_mut_ptr()));
+    call!(
+        lib,
+        "cuLaunchKernel",
+        unsafe extern "C" fn(
+            u64,
+            c_uint,
+            c_uint,
+            c_uint,
+            c_uint,
+            c_uint,
+            c_uint,
+            c_uint,
+            u64,
+            *mut *mut c_void,
+            *mut *mut c_void,
+        ) -> c_int,
+        (
+            func,
+            2,
+            1,
+            1,
+            128,
+            1,
+            1,
+            0,
+            0,
+            params.as_mut_ptr(),
+            std::ptr::null_mut()
+        )
+    );
+    let cfg = LaunchConfig {
+        grid: [3, 1, 1],
+        block: [64, 1, 1],
+        shared_mem: 256,
+        stream: 0x55,
+        attrs: std::ptr::null_mut(),
+        num_attrs: 0,
+    };
+    call!(
+        lib,
+        "cuLaunchKernelEx",
+        unsafe extern "C" fn(*const LaunchConfig, u64, *mut *mut c_void, *mut *mut c_void) -> c_int,
+        (&cfg, func, params.as_mut_ptr(), std::ptr::null_mut())
+    );
+    call!(
+        lib,
+        "cuLaunchCooperativeKernel",
+        unsafe extern "C" fn(
+            u64,
+            c_uint,
+            c_uint,
+            c_uint,
+            c_uint,
+            c_uint,
+            c_uint,
+            c_uint,
+            u64,
+            *mut *mut c_void,
+        ) -> c_int,
+        (func, 4, 1, 1, 32, 1, 1, 0, 0, params.as_mut_ptr())
+    );
     call!(lib, "cuMemFree", unsafe extern "C" fn(u64) -> c_int, (dptr));
     // cuGetExportTable is forwarded untouched by hooks; the double has no tables.
     let t = lib.dlsym("cuGetExportTable");
@@ -169,7 +268,10 @@ fn main() {
         let (n, rec) = unsafe {
             (
                 std::mem::transmute::<*mut c_void, extern "C" fn() -> u64>(n),
-                std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, *mut LaunchRecord) -> c_int>(rec),
+                std::mem::transmute::<
+                    *mut c_void,
+                    unsafe extern "C" fn(u64, *mut LaunchRecord) -> c_int,
+                >(rec),
             )
         };
         for i in 0..n() {
