@@ -81,6 +81,9 @@ impl Events {
     /// Waits for the next completion, accounting for credit traffic.
     fn next(&mut self) -> Result<verbs::Completion, Box<dyn std::error::Error>> {
         let c = wait_one(self.cq)?;
+        if std::env::var_os("RING_DEBUG").is_some() {
+            eprintln!("completion {c:?}");
+        }
         if c.wr_id == CREDIT_RECV_WR {
             self.credits += 1;
             post_recv(self.qp_right, CREDIT_RECV_WR, self.credit)?;
@@ -115,9 +118,6 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let staging_addr = staging.as_ptr() as u64;
     let credit_addr = credit.as_ptr() as u64;
 
-    // Credits from the right neighbour arrive on qp_right: post the first receive before
-    // publishing our address, so it is in place before anyone can send.
-    post_recv(qp_right, CREDIT_RECV_WR, (credit_addr, 4, credit_lkey))?;
     let me = format!(
         "{} {} {} {} {}",
         dev.addr,
@@ -151,6 +151,9 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let (laddr, _, l_qp_right, _, _) = parse(fetch(&a.dir, left, "addr", timeout)?);
     dev.connect_rc(qp_right, raddr, r_qp_left)?;
     dev.connect_rc(qp_left, laddr, l_qp_right)?;
+    // Credits from the right neighbour arrive on qp_right: post the first receive (the QP must
+    // be past RESET) before telling anyone we are ready, so it is in place before any send.
+    post_recv(qp_right, CREDIT_RECV_WR, (credit_addr, 4, credit_lkey))?;
     // Everyone connected before the first credit flows.
     publish(&a.dir, a.rank, "ready", "1")?;
     for r in 0..a.ranks {
