@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 
 use sigmatrace_schemas::{observer, ChunkWriter, Timestamper};
 
-use crate::mem::{HostMemory, MemError};
+use crate::mem::HostMemory;
 use crate::queue::QueueDesc;
-use crate::watcher::{CqWatcher, Observation, SendWatcher};
+use crate::watcher::{CqWatcher, Observation, SendWatcher, WatchError};
 
 /// Poller tuning.
 #[derive(Clone, Copy, Debug)]
@@ -55,8 +55,8 @@ pub enum RegisterError {
     NotHostResident(u8),
     #[error("UAR descriptions are not watchable rings")]
     NotARing,
-    #[error("cannot read the queue's doorbell record: {0}")]
-    Mem(#[from] MemError),
+    #[error("cannot watch the queue: {0}")]
+    Watch(#[from] WatchError),
     #[error("the poller has stopped")]
     Stopped,
 }

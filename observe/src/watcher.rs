@@ -27,6 +27,15 @@
 use sigmatrace_schemas::{queue_kind, CqeObserved, ObserveOverrun, RecordHeader, WqeObserved};
 
 use crate::mem::{MemError, QueueMemory};
+
+/// Why a watcher could not be created.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WatchError {
+    #[error("cannot read the queue: {0}")]
+    Mem(#[from] MemError),
+    #[error("bad queue geometry: {0}")]
+    Geometry(String),
+}
 use crate::mlx5::cqe::{self, TsFormat};
 use crate::mlx5::dbr::{CQ_DBR_CI_OFFSET, QP_DBR_SQ_OFFSET};
 use crate::mlx5::wqe::{self, Wqe};
@@ -86,11 +95,13 @@ impl SendWatcher {
         observer: u8,
         start_pi: Option<u16>,
         mem: &dyn QueueMemory,
-    ) -> Result<SendWatcher, MemError> {
-        assert!(
-            q.wqebbs.is_power_of_two() && q.wqebbs <= 32768,
-            "SQ depth must be a power of two ≤ 32768"
-        );
+    ) -> Result<SendWatcher, WatchError> {
+        if !q.wqebbs.is_power_of_two() || q.wqebbs > 32768 {
+            return Err(WatchError::Geometry(format!(
+                "SQ depth {} is not a power of two ≤ 32768",
+                q.wqebbs
+            )));
+        }
         let next = match start_pi {
             Some(p) => p,
             None => read_pi(&q, mem)?,
@@ -288,11 +299,16 @@ impl CqWatcher {
         observer: u8,
         start: Option<u32>,
         mem: &dyn QueueMemory,
-    ) -> Result<CqWatcher, MemError> {
-        assert!(
-            q.cqe_cnt.is_power_of_two(),
-            "CQ size must be a power of two"
-        );
+    ) -> Result<CqWatcher, WatchError> {
+        if !q.cqe_cnt.is_power_of_two()
+            || q.cqe_cnt > 1 << 22
+            || !(q.cqe_size == 64 || q.cqe_size == 128)
+        {
+            return Err(WatchError::Geometry(format!(
+                "CQ of {} entries of {} bytes",
+                q.cqe_cnt, q.cqe_size
+            )));
+        }
         let next = match start {
             Some(s) => s,
             None if q.ci_valid => read_ci(&q, mem)?,
