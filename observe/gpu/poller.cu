@@ -52,6 +52,10 @@ struct StWatch {               // 48 bytes, host-mapped
 
 __device__ __forceinline__ u32 st_ld_be32(const u32 *p) { return st_bswap32(*(volatile const u32 *)p); }
 
+// Counts events that could not be written (block-shared; thread 0 publishes it to the header,
+// so no atomics are ever done on host-mapped memory, which needs PCIe atomics).
+__shared__ unsigned long long s_dropped;
+
 __device__ bool st_emit(StRingHeader *h, StEvent *ev, unsigned long long *s_resv, u16 kind, u16 queue,
                         u32 aux, u32 aux2, const u8 *src, u64 now) {
     u64 cap = h->capacity;
@@ -59,7 +63,7 @@ __device__ bool st_emit(StRingHeader *h, StEvent *ev, unsigned long long *s_resv
         u64 old = *(volatile unsigned long long *)s_resv;
         u64 tail = *(volatile u64 *)&h->tail;
         if (old - tail >= cap) {
-            atomicAdd((unsigned long long *)&h->dropped, 1ull);
+            atomicAdd(&s_dropped, 1ull);
             return false;
         }
         if (atomicCAS(s_resv, old, old + 1) == old) {
@@ -89,6 +93,7 @@ extern "C" __global__ void sigmatrace_device_poller(StWatch *watch, u32 nwatch, 
     if (nwatch > ST_MAX_QUEUES) nwatch = ST_MAX_QUEUES;
     if (threadIdx.x == 0) {
         s_resv = *(volatile u64 *)&h->reserved_events;
+        s_dropped = *(volatile u64 *)&h->dropped;
         s_stop = 0;
         *(volatile u32 *)&h->running = 1;
     }
@@ -176,6 +181,7 @@ extern "C" __global__ void sigmatrace_device_poller(StWatch *watch, u32 nwatch, 
                 last_clock = t;
             }
             *(volatile u64 *)&h->reserved_events = s_resv;
+            *(volatile u64 *)&h->dropped = s_dropped;
             if (*(volatile u32 *)&h->stop) s_stop = 1;
         }
         idle = found ? 0 : idle + 1;
