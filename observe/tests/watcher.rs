@@ -53,6 +53,9 @@ fn send_ring_wraps_with_multi_wqebb_wqes() {
         }
     }
     seen.extend(collect(&mut w, &q));
+    // The last 8-byte doorbell rung is NVSHMEM's {pi << 8, qpn << 8}.
+    let db = sigmatrace_observe::mlx5::dbr::parse_doorbell(&q.doorbell_bytes());
+    assert_eq!((db.wqe_index, db.qpn, db.opcode, db.ds), (q.pi(), 0x42, 0, 0));
     let got: Vec<_> = seen
         .iter()
         .map(|o| match o {
