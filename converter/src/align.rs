@@ -121,7 +121,7 @@ pub fn join(inputs: &[LogInput], topo: &Topology, mut f: impl FnMut(&Pair)) {
     let epochs = (total / 2_000_000).clamp(1, 10_000) as i64;
     let step = ((hi - lo) / epochs).max(1) + 1;
     let mut cursors: Vec<_> = topo.procs.iter().map(|p| inputs_for(inputs, p).merged()).collect();
-    let mut queues: HashMap<(usize, u32), ConnQueues> = HashMap::new();
+    let mut queues: crate::verbs::FastMap<(usize, u32), ConnQueues> = Default::default();
     let mut end = lo;
     while end <= hi + step {
         end += step;

@@ -28,8 +28,8 @@ impl LinearMap {
 
     #[inline]
     pub fn map(&self, x: u64) -> i64 {
-        let dx = x.wrapping_sub(self.x0) as i64;
-        self.out0 + (dx as f64 * self.slope).round() as i64
+        let v = x.wrapping_sub(self.x0) as i64 as f64 * self.slope;
+        self.out0 + (if v >= 0.0 { v + 0.5 } else { v - 0.5 }) as i64
     }
 
     /// Composes `self` after a shift: `out + offset + rate · (out − at)`.

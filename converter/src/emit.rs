@@ -2,7 +2,6 @@
 //! (processes, QPs, counters), lanes for overlapping work requests, interned names, sampled
 //! counters. Knows SigmaTrace types; the sink does not.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::perfetto::{CounterUnit, Extra, Name, TraceSink, TrackDef, TrackKind};
@@ -198,7 +197,7 @@ pub fn static_tracks(topo: &Topology) -> Vec<TrackDef> {
 /// Cache of interned WR names per (kind, opcode, size, flags).
 #[derive(Default)]
 pub struct NameCache {
-    map: HashMap<(u8, u8, u32, u8), Name>,
+    map: crate::verbs::FastMap<(u8, u8, u32, u8), Name>,
 }
 
 impl NameCache {

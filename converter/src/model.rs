@@ -240,7 +240,7 @@ impl<'a> ProcessModel<'a> {
             let k = self.qps[qi].sent_consuming;
             self.qps[qi].sent_consuming += 1;
             if drawn && self.flow_ok(self.p.index, q.qpn, k, q.flows_out) {
-                flow[0] = flow_id(self.p.index, q.qpn, k);
+                flow[0] = flow_id(q.conn, k);
                 nflow = 1;
                 self.totals.flows_out += 1;
             }
@@ -293,17 +293,13 @@ impl<'a> ProcessModel<'a> {
                         let st = &mut self.qps[qi];
                         let (il, iuuid) = st.inferred_lanes.acquire(sink, self.uuids, peer_qp.track, "inferred arrivals");
                         inferred_lane = Some(il);
-                        let from = format!("{} QP {:#x}", self.p.label(), q.qpn);
-                        let fargs = [(self.keys.from, ArgValue::Str(&from))];
-                        sink.begin(
-                            t as u64,
-                            iuuid,
-                            iname,
-                            &Extra {
-                                args: if full { &fargs } else { &[] },
-                                ..Extra::NONE
-                            },
-                        );
+                        if full {
+                            let from = format!("{} QP {:#x}", self.p.label(), q.qpn);
+                            let fargs = [(self.keys.from, ArgValue::Str(&from))];
+                            sink.begin(t as u64, iuuid, iname, &Extra { args: &fargs, ..Extra::NONE });
+                        } else {
+                            sink.begin(t as u64, iuuid, iname, &Extra::NONE);
+                        }
                         self.totals.slices += 1;
                         self.totals.inferred += 1;
                     }
@@ -488,7 +484,8 @@ impl<'a> ProcessModel<'a> {
             self.qps[qi].recv_ok += 1;
             if let Some((pp, pq)) = q.peer {
                 if drawn && self.flow_ok(pp, pq, k, q.flows_in) {
-                    term[0] = flow_id(pp, pq, k);
+                    let conn = self.topo.procs[pp].qp(pq).map_or(0, |s| s.conn);
+                    term[0] = flow_id(conn, k);
                     nterm = 1;
                     self.totals.flows_in += 1;
                 }

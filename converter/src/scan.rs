@@ -3,8 +3,6 @@
 //! names — and for per-QP message counts. The result is small (proportional to the number of
 //! objects, not to the trace length).
 
-use std::collections::HashMap;
-
 use rayon::prelude::*;
 use sigmatrace_schemas::records::{
     ClockSnapshot, DeviceOpen, GpuClockPair, QpCreate, QpModify, Record,
@@ -40,7 +38,7 @@ pub struct Scan {
     pub records: u64,
     /// PostSend, PostRecv, WorkCompletion, WqeObserved and CqeObserved records.
     pub wr_events: u64,
-    pub per_qp: HashMap<u32, QpCounts>,
+    pub per_qp: crate::verbs::FastMap<u32, QpCounts>,
     /// Events the writer reported as dropped (Dropped records + header counter).
     pub dropped: u64,
     /// Queue entries overwritten before the observer saw them.

@@ -6,6 +6,8 @@
 //! matches, flows, matrices and clock corrections can be checked exactly.
 
 use std::collections::BinaryHeap;
+
+use rayon::prelude::*;
 use std::path::{Path, PathBuf};
 
 use sigmatrace_schemas::clock::TimestampSource;
@@ -327,14 +329,14 @@ pub fn write(dir: &Path, sc: &Scenario) -> Result<Truth, WriteError> {
         }
     }
     let sim = Sim { sc, dirs };
-    let mut truth = Truth {
-        bytes: vec![vec![0; n]; n],
-        ops: vec![vec![0; n]; n],
-        t_first: u64::MAX,
-        ..Default::default()
-    };
     std::fs::create_dir_all(dir).map_err(|source| WriteError::Create { path: dir.to_owned(), source })?;
-    for (r, &host) in sc.ranks.iter().enumerate() {
+    let per_rank = |r: usize, host: usize| -> Result<Truth, WriteError> {
+        let mut truth = Truth {
+            bytes: vec![vec![0; n]; n],
+            ops: vec![vec![0; n]; n],
+            t_first: u64::MAX,
+            ..Default::default()
+        };
         let h = &sc.hosts[host];
         let clk = Clk {
             offset: h.offset_ns,
@@ -375,8 +377,7 @@ pub fn write(dir: &Path, sc: &Scenario) -> Result<Truth, WriteError> {
             &header,
             WriterOptions {
                 chunk_size: sc.chunk_size,
-                max_bytes: 1 << 40,
-            },
+                max_bytes: 1 << 40, ..Default::default() },
         )?;
         let mut t0 = w.thread_writer(5000 + r as u32);
         let mut t1 = w.thread_writer(5001 + r as u32);
@@ -579,6 +580,32 @@ pub fn write(dir: &Path, sc: &Scenario) -> Result<Truth, WriteError> {
         truth.records += 1 + my.len() as u64 * 4;
         w.flush().map_err(|source| WriteError::Header { path: path.clone(), source })?;
         truth.files.push(path);
+        Ok(truth)
+    };
+    let parts: Vec<Truth> = sc.ranks.par_iter().enumerate().map(|(r, &h)| per_rank(r, h)).collect::<Result<_, _>>()?;
+    let mut truth = Truth {
+        bytes: vec![vec![0; n]; n],
+        ops: vec![vec![0; n]; n],
+        t_first: u64::MAX,
+        ..Default::default()
+    };
+    for p in parts {
+        truth.files.extend(p.files);
+        for i in 0..n {
+            for j in 0..n {
+                truth.bytes[i][j] += p.bytes[i][j];
+                truth.ops[i][j] += p.ops[i][j];
+            }
+        }
+        truth.send_wrs += p.send_wrs;
+        truth.failed_wrs += p.failed_wrs;
+        truth.recv_completions += p.recv_completions;
+        truth.flows += p.flows;
+        truth.one_sided += p.one_sided;
+        truth.records += p.records;
+        truth.wr_events += p.wr_events;
+        truth.t_first = truth.t_first.min(p.t_first);
+        truth.t_last = truth.t_last.max(p.t_last);
     }
     Ok(truth)
 }

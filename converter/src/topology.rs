@@ -48,6 +48,8 @@ pub struct Qp {
     pub flows_out: u64,
     /// Messages received on this QP that have a matching send on the peer.
     pub flows_in: u64,
+    /// Dense index of this QP as a message sender (flow ids), 0 = none.
+    pub conn: u64,
     /// Track uuids: the QP's parent track and its counters.
     pub track: u64,
     pub outstanding_track: u64,
@@ -78,7 +80,7 @@ pub struct Process {
     pub map: LinearMap,
     pub gpu: GpuClocks,
     pub qps: Vec<Qp>,
-    pub qp_index: HashMap<u32, usize>,
+    pub qp_index: crate::verbs::FastMap<u32, usize>,
     /// Device contexts: (context handle, name, guid).
     pub devices: Vec<(u64, String, u64)>,
     pub min_ts: u64,
@@ -177,7 +179,7 @@ impl Topology {
                 map: LinearMap::IDENTITY,
                 gpu: GpuClocks::fit(&s.gpu_pairs, ts_per_ns),
                 qps: Vec::new(),
-                qp_index: HashMap::new(),
+                qp_index: Default::default(),
                 devices: s
                     .devices
                     .iter()
@@ -348,6 +350,7 @@ impl Topology {
             u
         };
         let n = self.procs.len() as u32;
+        let mut conn = 0u64;
         for p in &mut self.procs {
             p.track = next();
             p.throughput_track = next();
@@ -355,6 +358,10 @@ impl Topology {
             p.gpu_seq = n + p.index as u32 + 1;
             for q in &mut p.qps {
                 q.track = next();
+                if q.peer.is_some() {
+                    conn += 1;
+                    q.conn = conn;
+                }
                 q.outstanding_track = next();
                 q.inflight_bytes_track = next();
             }
@@ -377,12 +384,10 @@ impl Process {
     }
 }
 
-/// Deterministic flow id of message `k` sent on (process, QPN).
+/// Flow id of message `k` sent by a QP with sender index `conn` (see [`Qp::conn`]). Both
+/// sides derive it independently; consecutive messages differ only in the low bytes, which
+/// keeps compressed traces small.
 #[inline]
-pub fn flow_id(proc_index: usize, qpn: u32, k: u64) -> u64 {
-    let mut z = ((proc_index as u64) << 40 ^ (qpn as u64) << 8 ^ 0x5157_0000_0000_0000)
-        .wrapping_add(k.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    (z ^ (z >> 31)) | 1
+pub fn flow_id(conn: u64, k: u64) -> u64 {
+    conn << 40 | (k & ((1 << 40) - 1))
 }

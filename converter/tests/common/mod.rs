@@ -41,10 +41,16 @@ pub fn validate(trace: &Path, expect_min: &[&str]) -> serde_json::Value {
     if !expect_min.is_empty() {
         cmd.arg("--expect-min").args(expect_min);
     }
-    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run the validator ({}): {e}", python().display()));
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run the validator ({}): {e}", python().display()));
     let text = String::from_utf8_lossy(&out.stdout);
-    let v: serde_json::Value = serde_json::from_str(&text)
-        .unwrap_or_else(|e| panic!("validator output is not JSON ({e}): {text}\n{}", String::from_utf8_lossy(&out.stderr)));
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| {
+        panic!(
+            "validator output is not JSON ({e}): {text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
     assert!(
         out.status.success() && v["ok"] == true,
         "validator rejected {}: {}",
