@@ -30,8 +30,9 @@ pub unsafe fn adopt_context(ctx: *mut ibv_context) -> ctx::Instrumented {
     // SAFETY: per caller.
     let r = unsafe { ctx::instrument(ctx) };
     if r == ctx::Instrumented::Now {
-        // SAFETY: ctx is live.
-        unsafe { device_opened(ctx) };
+        // SAFETY: ctx is live. Its device may not be libibverbs' (a program-made context):
+        // never ask libibverbs about it.
+        unsafe { device_opened(ctx, false) };
     }
     r
 }
@@ -48,15 +49,15 @@ unsafe fn discover(ctx: *mut ibv_context) {
             "sigmatrace: instrumented a context first seen on an object",
         );
         // SAFETY: ctx is live.
-        unsafe { device_opened(ctx) };
+        unsafe { device_opened(ctx, true) };
     }
 }
 
-/// Writes `DeviceOpen` for a context.
+/// Writes `DeviceOpen` for a context (`query_guid`: the device is libibverbs' own).
 ///
 /// # Safety
 /// `ctx` live.
-unsafe fn device_opened(ctx: *mut ibv_context) {
+unsafe fn device_opened(ctx: *mut ibv_context, query_guid: bool) {
     // SAFETY: live context; device is set by libibverbs before the context is returned.
     let dev = unsafe { (*ctx).device };
     let (name, guid) = if dev.is_null() {
@@ -64,7 +65,7 @@ unsafe fn device_opened(ctx: *mut ibv_context) {
     } else {
         // SAFETY: the device outlives its contexts; name is a NUL-terminated array.
         let name = unsafe { (*dev).name }.map(|c| c as u8);
-        (name, device_guid(dev))
+        (name, if query_guid { device_guid(dev) } else { 0 })
     };
     emit_if(
         cat::CONTROL,
@@ -132,7 +133,7 @@ pub unsafe fn ibv_open_device(_dev: *mut ibv_device, ctx: *mut ibv_context) {
     // SAFETY: new live context.
     unsafe {
         ctx::instrument(ctx);
-        device_opened(ctx);
+        device_opened(ctx, true);
     }
 }
 

@@ -209,7 +209,7 @@ fn create_log(config: &Config) -> Result<LogWriter, CreateError> {
     let source = TimestampSource::from_u8(CLOCK.load(Ordering::Relaxed))
         .unwrap_or(TimestampSource::MonotonicRaw);
     let ts = Timestamper::with_source(source);
-    let hz = ts.estimate_hz(std::time::Duration::from_millis(2));
+    let hz = estimate_hz(ts);
     let start = ts.snapshot();
     let mut header = FileHeader::for_current_process(source, hz, start, config.chunk_size);
     header
@@ -226,6 +226,43 @@ fn create_log(config: &Config) -> Result<LogWriter, CreateError> {
     PERIOD.store(period, Ordering::Relaxed);
     NEXT_SNAPSHOT.store(start.ts.wrapping_add(period), Ordering::Relaxed);
     Ok(writer)
+}
+
+/// The timestamp source's rate. Unlike a plain two-snapshot ratio it survives preemption
+/// between the TSC read and the clock read of a snapshot (common on a loaded machine): each
+/// end point is the tightest of several snapshots, using the middle of its TSC bracket.
+fn estimate_hz(ts: Timestamper) -> u64 {
+    if ts.source() == TimestampSource::MonotonicRaw {
+        return 1_000_000_000;
+    }
+    let tight = || {
+        (0..8)
+            .map(|_| ts.snapshot())
+            .min_by_key(|s| s.ts_after.wrapping_sub(s.ts))
+            .expect("non-empty")
+    };
+    let mut best = 0u64;
+    for _ in 0..3 {
+        let a = tight();
+        while clock_ns(libc::CLOCK_MONOTONIC_RAW) < a.monotonic_raw + 2_000_000 {
+            std::hint::spin_loop();
+        }
+        let b = tight();
+        let mid = |s: &sigmatrace_schemas::ClockSnapshot| s.ts / 2 + s.ts_after / 2;
+        let dns = b.monotonic_raw.saturating_sub(a.monotonic_raw);
+        let err = (a.ts_after - a.ts) + (b.ts_after - b.ts);
+        let dts = mid(&b).saturating_sub(mid(&a));
+        if dns == 0 {
+            continue;
+        }
+        let hz = (dts as u128 * 1_000_000_000 / dns as u128) as u64;
+        // Accept once both brackets are small against the window (under 1 %).
+        if err < dts / 100 {
+            return hz;
+        }
+        best = best.max(hz);
+    }
+    best
 }
 
 fn create_unique(

@@ -1,0 +1,491 @@
+//! Helpers for the interposer's integration tests: locating libsigmatrace.so, the C test
+//! programs and softnic; running programs traced and untraced; reading logs back.
+
+#![allow(dead_code)]
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sigmatrace_schemas::{
+    AhCreate, ClockSnapshot, CqCreate, CqEvent, DeviceOpen, EmptyPolls, FileHeader, LogFile, MrReg,
+    PostError, PostRecv, PostSend, QpCreate, QpDestroy, QpModify, Record, WorkCompletion,
+};
+
+/// `target/<profile>/` of the running test binary (`target/<profile>/deps/<test>`).
+pub fn build_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps")
+        .to_path_buf()
+}
+
+/// The interposer under test.
+pub fn libsigmatrace() -> PathBuf {
+    let p = build_dir().join("libsigmatrace.so");
+    assert!(
+        p.exists(),
+        "{} missing: run `cargo build --workspace` first",
+        p.display()
+    );
+    p
+}
+
+/// A C program compiled by build.rs.
+pub fn cprog(name: &str) -> PathBuf {
+    let p = Path::new(env!("OUT_DIR")).join("cprogs").join(name);
+    assert!(
+        p.exists(),
+        "{} missing (build.rs compiles cprogs/)",
+        p.display()
+    );
+    p
+}
+
+/// softnic's launcher (built by the workspace build).
+pub fn softnic_run() -> PathBuf {
+    let p = build_dir().join("softnic-run");
+    assert!(
+        p.exists(),
+        "{} missing: run `cargo build --workspace` first",
+        p.display()
+    );
+    for lib in [
+        "libsoftnic_verbs.so",
+        "libsoftnic_mlx5.so",
+        "libsoftnic_efa.so",
+    ] {
+        assert!(
+            build_dir().join(lib).exists(),
+            "{lib} missing: run `cargo build --workspace` first"
+        );
+    }
+    p
+}
+
+/// A Debian binary (ibverbs-utils, perftest).
+pub fn system_bin(name: &str) -> String {
+    let p = Path::new("/usr/bin").join(name);
+    assert!(
+        p.exists(),
+        "{} missing: run scripts/install-deps.sh",
+        p.display()
+    );
+    p.display().to_string()
+}
+
+/// Outcome of one process.
+#[derive(Debug, Clone)]
+pub struct Out {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub timed_out: bool,
+}
+
+impl Out {
+    pub fn ok(&self) -> bool {
+        self.code == Some(0) && !self.timed_out
+    }
+}
+
+/// A command to run, traced (LD_PRELOAD=libsigmatrace.so, logs to `log_dir`) or not.
+pub struct Cmd {
+    pub argv: Vec<OsString>,
+    pub env: Vec<(String, String)>,
+    pub trace_to: Option<PathBuf>,
+}
+
+impl Cmd {
+    pub fn new<S: AsRef<std::ffi::OsStr>>(argv: &[S]) -> Cmd {
+        Cmd {
+            argv: argv.iter().map(|s| s.as_ref().to_owned()).collect(),
+            env: Vec::new(),
+            trace_to: None,
+        }
+    }
+
+    pub fn env(mut self, k: &str, v: &str) -> Cmd {
+        self.env.push((k.into(), v.into()));
+        self
+    }
+
+    /// Traced, logs into `dir`.
+    pub fn traced(mut self, dir: &Path) -> Cmd {
+        self.trace_to = Some(dir.to_owned());
+        self
+    }
+
+    fn command(&self) -> Command {
+        let mut c = Command::new(&self.argv[0]);
+        c.args(&self.argv[1..]);
+        for (k, _) in std::env::vars() {
+            if k.starts_with("SIGMATRACE_") || k == "LD_PRELOAD" {
+                c.env_remove(k);
+            }
+        }
+        if let Some(dir) = &self.trace_to {
+            c.env("LD_PRELOAD", libsigmatrace());
+            c.env("SIGMATRACE_DIR", dir);
+        }
+        for (k, v) in &self.env {
+            c.env(k, v);
+        }
+        c.stdin(Stdio::null());
+        c
+    }
+
+    /// Runs to completion (or `limit`).
+    pub fn run(&self, limit: Duration) -> Out {
+        self.spawn().wait(limit)
+    }
+
+    pub fn spawn(&self) -> Running {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let so = dir.path().join("stdout");
+        let se = dir.path().join("stderr");
+        let child = self
+            .command()
+            .stdout(std::fs::File::create(&so).expect("stdout file"))
+            .stderr(std::fs::File::create(&se).expect("stderr file"))
+            .spawn()
+            .expect("spawn");
+        Running {
+            child,
+            _dir: dir,
+            so,
+            se,
+        }
+    }
+}
+
+pub struct Running {
+    child: Child,
+    _dir: tempfile::TempDir,
+    so: PathBuf,
+    se: PathBuf,
+}
+
+impl Running {
+    pub fn wait(mut self, limit: Duration) -> Out {
+        let t0 = Instant::now();
+        let mut timed_out = false;
+        let status = loop {
+            if let Some(s) = self.child.try_wait().expect("try_wait") {
+                break Some(s);
+            }
+            if t0.elapsed() > limit {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                timed_out = true;
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        Out {
+            code: status.and_then(|s| s.code()),
+            stdout: std::fs::read_to_string(&self.so).unwrap_or_default(),
+            stderr: std::fs::read_to_string(&self.se).unwrap_or_default(),
+            timed_out,
+        }
+    }
+}
+
+/// The `.sigmalog` files of a directory, sorted by name.
+pub fn logs_in(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    v.retain(|p| p.extension().is_some_and(|e| e == "sigmalog"));
+    v.sort();
+    v
+}
+
+/// One log, decoded into owned records (in chunk order, each chunk in append order).
+#[derive(Debug, Default)]
+pub struct Trace {
+    pub path: PathBuf,
+    pub header: Option<FileHeader>,
+    /// Per record: (writer tid, kind name, index into the typed vectors below is implicit).
+    pub order: Vec<(u32, Rec)>,
+    pub clean: bool,
+    pub chunk_pids: Vec<u32>,
+}
+
+/// An owned record.
+#[derive(Debug, Clone)]
+pub enum Rec {
+    DeviceOpen(DeviceOpen),
+    MrReg(MrReg),
+    CqCreate(CqCreate),
+    QpCreate(QpCreate),
+    QpModify(QpModify),
+    QpDestroy(QpDestroy),
+    AhCreate(AhCreate),
+    CqEvent(CqEvent),
+    PostSend(PostSend),
+    PostRecv(PostRecv),
+    PostError(PostError),
+    Wc(WorkCompletion),
+    Empty(EmptyPolls),
+    Snapshot(ClockSnapshot),
+    Meta(String),
+    Other(String),
+}
+
+impl Trace {
+    pub fn open(path: &Path) -> Trace {
+        let log = LogFile::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let mut t = Trace {
+            path: path.to_owned(),
+            header: Some(log.header().clone()),
+            clean: log.salvage().is_clean(),
+            ..Default::default()
+        };
+        for c in log.chunks() {
+            t.chunk_pids.push(c.header.pid);
+            for raw in log.records(c) {
+                let raw = raw.unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                let rec = raw
+                    .decode()
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                let r = match rec {
+                    Record::DeviceOpen(r) => Rec::DeviceOpen(*r),
+                    Record::MrReg(r) => Rec::MrReg(*r),
+                    Record::CqCreate(r) => Rec::CqCreate(*r),
+                    Record::QpCreate(r) => Rec::QpCreate(*r),
+                    Record::QpModify(r) => Rec::QpModify(*r),
+                    Record::QpDestroy(r) => Rec::QpDestroy(*r),
+                    Record::AhCreate(r) => Rec::AhCreate(*r),
+                    Record::CqEvent(r) => Rec::CqEvent(*r),
+                    Record::PostSend(r) => Rec::PostSend(*r),
+                    Record::PostRecv(r) => Rec::PostRecv(*r),
+                    Record::PostError(r) => Rec::PostError(*r),
+                    Record::WorkCompletion(r) => Rec::Wc(*r),
+                    Record::EmptyPolls(r) => Rec::Empty(*r),
+                    Record::ClockSnapshot(r) => Rec::Snapshot(*r),
+                    Record::StringDef(m) | Record::Annotation(m) | Record::ThreadName(m) => {
+                        Rec::Meta(m.text().into_owned())
+                    }
+                    other => Rec::Other(
+                        format!("{other:?}")
+                            .split('(')
+                            .next()
+                            .unwrap_or("?")
+                            .to_string(),
+                    ),
+                };
+                t.order.push((c.header.tid, r));
+            }
+        }
+        t
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.header.as_ref().map(|h| h.pid).unwrap_or(0)
+    }
+
+    /// Names of the records, for counting.
+    pub fn count(&self, f: impl Fn(&Rec) -> bool) -> usize {
+        self.order.iter().filter(|(_, r)| f(r)).count()
+    }
+
+    pub fn sends(&self) -> Vec<PostSend> {
+        self.order
+            .iter()
+            .filter_map(|(_, r)| {
+                if let Rec::PostSend(s) = r {
+                    Some(*s)
+                } else {
+                    None
+                }
+            })
+            .collect()
+    }
+    pub fn recvs(&self) -> Vec<PostRecv> {
+        self.order
+            .iter()
+            .filter_map(|(_, r)| {
+                if let Rec::PostRecv(s) = r {
+                    Some(*s)
+                } else {
+                    None
+                }
+            })
+            .collect()
+    }
+    pub fn wcs(&self) -> Vec<WorkCompletion> {
+        self.order
+            .iter()
+            .filter_map(|(_, r)| if let Rec::Wc(s) = r { Some(*s) } else { None })
+            .collect()
+    }
+    pub fn errors(&self) -> Vec<PostError> {
+        self.order
+            .iter()
+            .filter_map(|(_, r)| {
+                if let Rec::PostError(s) = r {
+                    Some(*s)
+                } else {
+                    None
+                }
+            })
+            .collect()
+    }
+    pub fn empties(&self) -> Vec<EmptyPolls> {
+        self.order
+            .iter()
+            .filter_map(|(_, r)| {
+                if let Rec::Empty(s) = r {
+                    Some(*s)
+                } else {
+                    None
+                }
+            })
+            .collect()
+    }
+    pub fn qps(&self) -> Vec<QpCreate> {
+        self.order
+            .iter()
+            .filter_map(|(_, r)| {
+                if let Rec::QpCreate(s) = r {
+                    Some(*s)
+                } else {
+                    None
+                }
+            })
+            .collect()
+    }
+    pub fn modifies(&self) -> Vec<QpModify> {
+        self.order
+            .iter()
+            .filter_map(|(_, r)| {
+                if let Rec::QpModify(s) = r {
+                    Some(*s)
+                } else {
+                    None
+                }
+            })
+            .collect()
+    }
+    pub fn cq_events(&self) -> Vec<CqEvent> {
+        self.order
+            .iter()
+            .filter_map(|(_, r)| {
+                if let Rec::CqEvent(s) = r {
+                    Some(*s)
+                } else {
+                    None
+                }
+            })
+            .collect()
+    }
+    pub fn mrs(&self) -> Vec<MrReg> {
+        self.order
+            .iter()
+            .filter_map(|(_, r)| {
+                if let Rec::MrReg(s) = r {
+                    Some(*s)
+                } else {
+                    None
+                }
+            })
+            .collect()
+    }
+    pub fn cqs(&self) -> Vec<CqCreate> {
+        self.order
+            .iter()
+            .filter_map(|(_, r)| {
+                if let Rec::CqCreate(s) = r {
+                    Some(*s)
+                } else {
+                    None
+                }
+            })
+            .collect()
+    }
+    pub fn ahs(&self) -> Vec<AhCreate> {
+        self.order
+            .iter()
+            .filter_map(|(_, r)| {
+                if let Rec::AhCreate(s) = r {
+                    Some(*s)
+                } else {
+                    None
+                }
+            })
+            .collect()
+    }
+    pub fn devices(&self) -> Vec<DeviceOpen> {
+        self.order
+            .iter()
+            .filter_map(|(_, r)| {
+                if let Rec::DeviceOpen(s) = r {
+                    Some(*s)
+                } else {
+                    None
+                }
+            })
+            .collect()
+    }
+    /// Total empty polls recorded (sum of the aggregated counts).
+    pub fn empty_poll_count(&self) -> u64 {
+        self.empties().iter().map(|e| e.count).sum()
+    }
+}
+
+/// The single log in `dir` (asserts there is exactly one).
+pub fn only_log(dir: &Path) -> Trace {
+    let logs = logs_in(dir);
+    assert_eq!(
+        logs.len(),
+        1,
+        "expected one log in {}: {logs:?}",
+        dir.display()
+    );
+    Trace::open(&logs[0])
+}
+
+/// Output with every run of digits replaced by `#` (timings, PSNs and addresses differ between
+/// runs; the shape of each line must not).
+pub fn shape(s: &str) -> Vec<String> {
+    s.lines()
+        .map(|l| {
+            let mut out = String::new();
+            let mut prev_digit = false;
+            for c in l.chars() {
+                let d = c.is_ascii_hexdigit() && (c.is_ascii_digit() || prev_digit);
+                if d {
+                    if !prev_digit {
+                        out.push('#');
+                    }
+                } else {
+                    out.push(c);
+                }
+                prev_digit = d;
+            }
+            out
+        })
+        .collect()
+}
+
+/// A free TCP port on localhost.
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+/// True when some socket listens on `port` (from /proc/net).
+pub fn listening(port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|s| {
+            s.lines().skip(1).any(|l| {
+                let cols: Vec<&str> = l.split_whitespace().collect();
+                cols.len() > 3 && cols[1].ends_with(&want) && cols[3] == "0A"
+            })
+        })
+    })
+}
