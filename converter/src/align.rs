@@ -120,7 +120,7 @@ pub fn join(inputs: &[LogInput], topo: &Topology, mut f: impl FnMut(&Pair)) {
     }
     let epochs = (total / 2_000_000).clamp(1, 10_000) as i64;
     let step = ((hi - lo) / epochs).max(1) + 1;
-    let mut cursors: Vec<_> = topo.procs.iter().map(|p| inputs_for(inputs, p).merged()).collect();
+    let mut cursors: Vec<_> = topo.procs.iter().map(|p| inputs_for(inputs, p).thread_cursors()).collect();
     let mut queues: crate::verbs::FastMap<(usize, u32), ConnQueues> = Default::default();
     let mut end = lo;
     while end <= hi + step {
@@ -128,23 +128,32 @@ pub fn join(inputs: &[LogInput], topo: &Topology, mut f: impl FnMut(&Pair)) {
         let batches: Vec<Vec<(u32, bool, i64)>> = cursors
             .par_iter_mut()
             .zip(topo.procs.par_iter())
-            .map(|(cur, p)| {
+            .map(|(threads, p)| {
                 let mut out = Vec::new();
-                while let Some(ts) = cur.peek_ts() {
-                    let t = p.time(ts);
-                    if t >= end {
-                        break;
-                    }
-                    let (_, r) = cur.next().expect("peeked");
-                    match r.decode() {
-                        Ok(Record::PostSend(s)) if verbs::consumes_recv(s.opcode) => out.push((s.qpn, true, t)),
-                        Ok(Record::WorkCompletion(w))
-                            if w.status == 0 && (w.opcode == verbs::wc::RECV || w.opcode == verbs::wc::RECV_RDMA_WITH_IMM) =>
-                        {
-                            out.push((w.qpn, false, t))
+                let mut issues = Vec::new();
+                let ts_end = p.map.inverse_ceil(end);
+                let mut runs = 0;
+                for cur in threads.iter_mut() {
+                    let before = out.len();
+                    while cur.head_ts().is_some_and(|ts| ts < ts_end) {
+                        let (ts, r) = cur.pop(&mut issues).expect("head");
+                        if r.kind != 30 && r.kind != 33 {
+                            continue;
                         }
-                        _ => {}
+                        match r.decode() {
+                            Ok(Record::PostSend(s)) if verbs::consumes_recv(s.opcode) => out.push((s.qpn, true, p.time(ts))),
+                            Ok(Record::WorkCompletion(w))
+                                if w.status == 0 && (w.opcode == verbs::wc::RECV || w.opcode == verbs::wc::RECV_RDMA_WITH_IMM) =>
+                            {
+                                out.push((w.qpn, false, p.time(ts)))
+                            }
+                            _ => {}
+                        }
                     }
+                    runs += (out.len() > before) as usize;
+                }
+                if runs > 1 {
+                    out.sort_by_key(|e| e.2);
                 }
                 out
             })

@@ -32,6 +32,22 @@ impl LinearMap {
         self.out0 + (if v >= 0.0 { v + 0.5 } else { v - 0.5 }) as i64
     }
 
+    /// The smallest x with `map(x) >= out` (for increasing maps).
+    pub fn inverse_ceil(&self, out: i64) -> u64 {
+        if self.slope <= 0.0 {
+            return u64::MAX;
+        }
+        let dx = ((out - self.out0) as f64 / self.slope).floor() as i64;
+        let mut x = self.x0.wrapping_add(dx as u64);
+        while self.map(x) >= out {
+            x = x.wrapping_sub(1);
+        }
+        while self.map(x) < out {
+            x = x.wrapping_add(1);
+        }
+        x
+    }
+
     /// Composes `self` after a shift: `out + offset + rate · (out − at)`.
     pub fn then_correct(&self, offset_ns: f64, rate: f64, at: i64) -> LinearMap {
         let out0 = self.out0 as f64 + offset_ns + rate * (self.out0 - at) as f64;

@@ -99,6 +99,8 @@ pub struct Summary {
     /// Merged Nsight Systems exports.
     pub nsys: Vec<crate::nsys_merge::NsysMerged>,
     pub elapsed_s: f64,
+    /// Wall time of each pipeline phase (seconds).
+    pub phases: Vec<(String, f64)>,
 }
 
 /// The stats report: sections plus the context they report in.
@@ -152,6 +154,7 @@ impl Report {
 }
 
 struct Loaded {
+    phases: Vec<(String, f64)>,
     inputs: Vec<LogInput>,
     topo: Topology,
     alignment: Alignment,
@@ -162,6 +165,12 @@ struct Loaded {
 }
 
 fn load(paths: &[PathBuf], opts: &ConvertOptions) -> Result<Loaded, ConvertError> {
+    let mut clock = Instant::now();
+    let mut phases = Vec::new();
+    let mut lap = |name: &str, phases: &mut Vec<(String, f64)>| {
+        phases.push((name.to_string(), clock.elapsed().as_secs_f64()));
+        clock = Instant::now();
+    };
     let files = expand_inputs(paths)?;
     let mut warnings = Vec::new();
     let opened: Vec<Result<LogInput, ConvertError>> = files.par_iter().map(|p| LogInput::open(p)).collect();
@@ -198,7 +207,9 @@ fn load(paths: &[PathBuf], opts: &ConvertOptions) -> Result<Loaded, ConvertError
             ));
         }
     }
+    lap("open", &mut phases);
     let scans = scan::scan_all(&inputs);
+    lap("scan", &mut phases);
     for (i, s) in inputs.iter().zip(&scans) {
         for issue in &s.issues {
             warnings.push(format!("{}: offset {}: {} (rest of the chunk skipped)", i.path.display(), issue.offset, issue.what));
@@ -211,9 +222,12 @@ fn load(paths: &[PathBuf], opts: &ConvertOptions) -> Result<Loaded, ConvertError
     for &(p, q) in &topo.ambiguous_qps {
         warnings.push(format!("{} QP {q:#x}: connection ambiguous (several QPs match); not paired", topo.procs[p].label()));
     }
+    lap("topology", &mut phases);
     let mut alignment = align::align(&inputs, &mut topo, opts.causality_alignment);
+    lap("align", &mut phases);
     if opts.verify_alignment {
         alignment.verified = Some(align::verify(&inputs, &topo));
+        lap("verify", &mut phases);
     }
     if alignment.violations_after > 0 {
         warnings.push(format!(
@@ -222,6 +236,7 @@ fn load(paths: &[PathBuf], opts: &ConvertOptions) -> Result<Loaded, ConvertError
         ));
     }
     Ok(Loaded {
+        phases,
         input_bytes: inputs.iter().map(|i| i.bytes).sum(),
         records: scans.iter().map(|s| s.records).sum(),
         wr_events: scans.iter().map(|s| s.wr_events).sum(),
@@ -258,6 +273,7 @@ fn run(paths: &[PathBuf], output: Option<&Path>, opts: &ConvertOptions) -> Resul
     let started = Instant::now();
     let nsys_reports = crate::nsys_merge::load(&opts.nsys)?;
     let Loaded {
+        mut phases,
         inputs,
         topo,
         alignment,
@@ -266,6 +282,7 @@ fn run(paths: &[PathBuf], output: Option<&Path>, opts: &ConvertOptions) -> Resul
         records,
         wr_events,
     } = load(paths, opts)?;
+    let model_started = Instant::now();
     let t_start = topo.procs.iter().map(|p| p.time(p.min_ts)).min().unwrap_or(0).max(0);
     let window = opts.window_s.map(|(a, b)| (t_start + (a * 1e9) as i64, t_start + (b * 1e9) as i64));
     let flow_ranges = window.map(|(a, b)| {
@@ -379,6 +396,7 @@ fn run(paths: &[PathBuf], output: Option<&Path>, opts: &ConvertOptions) -> Resul
         Some(h) => h.join().map_err(|_| ConvertError::Options("writer thread panicked".into()))??,
         None => 0,
     };
+    phases.push(("model+emit".into(), model_started.elapsed().as_secs_f64()));
     let mut totals = ProcessTotals::default();
     let mut sections = template;
     for s in sections.iter_mut() {
@@ -417,6 +435,7 @@ fn run(paths: &[PathBuf], output: Option<&Path>, opts: &ConvertOptions) -> Resul
         warnings,
         nsys: nsys?,
         elapsed_s: started.elapsed().as_secs_f64(),
+        phases,
     };
     Ok(Report {
         summary,

@@ -97,6 +97,26 @@ impl LogInput {
         })
     }
 
+    /// One cursor per writer thread (records of each thread in order).
+    pub fn thread_cursors(&self) -> Vec<ThreadCursor<'_>> {
+        let mut issues = Vec::new();
+        self.threads
+            .iter()
+            .map(|(_, chunks)| {
+                let mut c = ThreadCursor {
+                    input: self,
+                    chunks,
+                    next_chunk: 0,
+                    iter: None,
+                    head: None,
+                    last_ts: 0,
+                };
+                c.advance(&mut issues);
+                c
+            })
+            .collect()
+    }
+
     /// Records of this process in timestamp order.
     pub fn merged(&self) -> MergedRecords<'_> {
         MergedRecords::new(self)
@@ -116,7 +136,8 @@ pub struct RecordIssue {
     pub what: String,
 }
 
-struct ThreadCursor<'a> {
+/// One writer thread's records in order (its chunks one after another).
+pub struct ThreadCursor<'a> {
     input: &'a LogInput,
     chunks: &'a [ChunkInfo],
     next_chunk: usize,
@@ -126,6 +147,20 @@ struct ThreadCursor<'a> {
 }
 
 impl<'a> ThreadCursor<'a> {
+    /// Timestamp of the next record.
+    #[inline]
+    pub fn head_ts(&self) -> Option<u64> {
+        self.head.map(|h| h.0)
+    }
+
+    /// Takes the next record.
+    #[inline]
+    pub fn pop(&mut self, issues: &mut Vec<RecordIssue>) -> Option<(u64, RawRecord<'static>)> {
+        let h = self.head.take()?;
+        self.advance(issues);
+        Some(h)
+    }
+
     fn advance(&mut self, issues: &mut Vec<RecordIssue>) {
         self.head = None;
         loop {

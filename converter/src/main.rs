@@ -205,6 +205,10 @@ fn run(cli: Cli) -> Result<(), ConvertError> {
             if a.stats {
                 print!("{}", report.text());
             }
+            if std::env::var_os("SIGMATRACE_TIMING").is_some() {
+                let p: Vec<String> = s.phases.iter().map(|(n, t)| format!("{n} {t:.3}s")).collect();
+                eprintln!("phases: {}", p.join(", "));
+            }
             eprintln!(
                 "{}: {} processes on {} hosts, {} WR events, {} slices, {} flows, {} bytes ({:.2} B/WR event) in {:.2} s",
                 a.output.display(),
