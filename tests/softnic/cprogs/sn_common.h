@@ -38,14 +38,14 @@ struct peer_info {
 
 static int sn_sock = -1;
 
-static double now_s(void)
+static inline double now_s(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static void tcp_connect(int server, int port)
+static inline void tcp_connect(int server, int port)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port) };
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -70,7 +70,7 @@ static void tcp_connect(int server, int port)
 	}
 }
 
-static void xfer(void *mine, void *theirs, size_t n)
+static inline void xfer(void *mine, void *theirs, size_t n)
 {
 	CHECK(write(sn_sock, mine, n) == (ssize_t)n, "tcp write");
 	size_t got = 0;
@@ -82,7 +82,7 @@ static void xfer(void *mine, void *theirs, size_t n)
 }
 
 /* Barrier between the two processes. */
-static void sync_peer(void)
+static inline void sync_peer(void)
 {
 	char a = 's', b;
 	xfer(&a, &b, 1);
@@ -112,7 +112,7 @@ static struct ibv_context *open_dev(void)
 	return c;
 }
 
-static void sn_init(struct sn *s, size_t size, int access)
+static inline void sn_init(struct sn *s, size_t size, int access)
 {
 	memset(s, 0, sizeof(*s));
 	s->ctx = open_dev();
@@ -143,7 +143,7 @@ static struct ibv_qp *make_qp(struct sn *s, enum ibv_qp_type t, struct ibv_srq *
 
 #define ALL_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
 
-static void qp_init(struct ibv_qp *qp, uint32_t qkey)
+static inline void qp_init(struct ibv_qp *qp, uint32_t qkey)
 {
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
 				 .qp_access_flags = ALL_ACCESS, .qkey = qkey };
@@ -152,7 +152,7 @@ static void qp_init(struct ibv_qp *qp, uint32_t qkey)
 	CHECK(ibv_modify_qp(qp, &a, mask) == 0, "to INIT");
 }
 
-static void qp_rtr_rts(struct ibv_qp *qp, struct peer_info *p, uint32_t remote_qpn, uint32_t my_psn,
+static inline void qp_rtr_rts(struct ibv_qp *qp, struct peer_info *p, uint32_t remote_qpn, uint32_t my_psn,
 		       int rnr_retry, int min_rnr)
 {
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024, .dest_qp_num = remote_qpn,
@@ -174,7 +174,7 @@ static void qp_rtr_rts(struct ibv_qp *qp, struct peer_info *p, uint32_t remote_q
 	CHECK(ibv_modify_qp(qp, &b, mask) == 0, "to RTS");
 }
 
-static void my_info(struct sn *s, struct peer_info *m, uint32_t psn)
+static inline void my_info(struct sn *s, struct peer_info *m, uint32_t psn)
 {
 	memset(m, 0, sizeof(*m));
 	m->lid = s->port.lid;
@@ -186,7 +186,7 @@ static void my_info(struct sn *s, struct peer_info *m, uint32_t psn)
 }
 
 /* Polls one completion (fails after 10 s). */
-static struct ibv_wc poll1(struct ibv_cq *cq)
+static inline struct ibv_wc poll1(struct ibv_cq *cq)
 {
 	struct ibv_wc wc;
 	double t0 = now_s();
@@ -200,7 +200,7 @@ static struct ibv_wc poll1(struct ibv_cq *cq)
 }
 
 /* Asserts that no completion arrives for `ms` milliseconds. */
-static void expect_none(struct ibv_cq *cq, int ms)
+static inline void expect_none(struct ibv_cq *cq, int ms)
 {
 	struct ibv_wc wc;
 	double t0 = now_s();
@@ -209,7 +209,7 @@ static void expect_none(struct ibv_cq *cq, int ms)
 		      (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status));
 }
 
-static void post_recv(struct ibv_qp *qp, struct ibv_srq *srq, uint64_t id, void *addr, uint32_t len, uint32_t lkey)
+static inline void post_recv(struct ibv_qp *qp, struct ibv_srq *srq, uint64_t id, void *addr, uint32_t len, uint32_t lkey)
 {
 	struct ibv_sge sge = { .addr = (uintptr_t)addr, .length = len, .lkey = lkey };
 	struct ibv_recv_wr wr = { .wr_id = id, .sg_list = &sge, .num_sge = 1 }, *bad;
@@ -217,13 +217,13 @@ static void post_recv(struct ibv_qp *qp, struct ibv_srq *srq, uint64_t id, void 
 	CHECK(r == 0, "post recv: %d", r);
 }
 
-static void fill(char *p, size_t n, unsigned seed)
+static inline void fill(char *p, size_t n, unsigned seed)
 {
 	for (size_t i = 0; i < n; i++)
 		p[i] = (char)(seed + i * 7 + (i >> 8));
 }
 
-static void check_fill(const char *p, size_t n, unsigned seed, const char *what)
+static inline void check_fill(const char *p, size_t n, unsigned seed, const char *what)
 {
 	for (size_t i = 0; i < n; i++)
 		CHECK(p[i] == (char)(seed + i * 7 + (i >> 8)), "%s: byte %zu differs", what, i);

@@ -105,6 +105,9 @@ pub unsafe extern "C" fn sv_ibv_open_device(dev: *mut ibv_device) -> *mut ibv_co
     }
     let g = global();
     g.start_engine();
+    if std::env::var_os("SOFTNIC_APP_SLICE").is_some() {
+        crate::engine::short_slice();
+    }
     let mut fds = [0 as c_int; 2];
     if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
         return std::ptr::null_mut();

@@ -261,11 +261,29 @@ pub unsafe extern "C" fn op_post_srq_recv(
     post_recv_common(&mut rq, s.inner.max_sge, wr, bad)
 }
 
-/// Drives the QPs feeding this CQ (the calling thread acts as the device).
+/// Drives the QPs feeding this CQ (the calling thread acts as the device) and stamps them as
+/// "polled now", so peers skip waking our progress thread while the application polls.
 fn progress_cq(c: &CqInner) {
     let qps = c.qps.lock().unwrap_or_else(|e| e.into_inner());
+    let now = now_ns();
+    for q in qps.iter() {
+        q.file.hdr().poll_stamp.store(now, Ordering::Relaxed);
+    }
+    std::sync::atomic::fence(Ordering::SeqCst);
     for q in qps.iter() {
         engine::progress_qp(q);
+    }
+}
+
+/// After a poll that returned completions the application may stop polling (and spin on its
+/// memory, as ib_write_lat does): execute what arrived meanwhile right away. Work arriving in
+/// the remaining freshness window is picked up by the progress thread's short timeout.
+fn progress_after_hit(c: &CqInner) {
+    let qps = c.qps.lock().unwrap_or_else(|e| e.into_inner());
+    for q in qps.iter() {
+        if q.file.req().has_data() || q.file.resp().has_data() {
+            engine::progress_qp(q);
+        }
     }
 }
 
@@ -284,6 +302,10 @@ pub unsafe extern "C" fn op_poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) 
         got += 1;
     }
     inner.count.fetch_sub(got, Ordering::AcqRel);
+    drop(q);
+    if got > 0 {
+        progress_after_hit(inner);
+    }
     got as c_int
 }
 

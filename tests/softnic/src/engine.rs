@@ -371,7 +371,7 @@ pub fn tx_pump(qp: &QpInner, sq: &mut SendQueue) -> bool {
             .is_none_or(|k| !std::sync::Arc::ptr_eq(k, &peer))
         {
             if let Some(k) = kicked.take() {
-                k.proc.word().kick();
+                k.kick();
             }
             kicked = Some(peer.clone());
         }
@@ -390,7 +390,7 @@ pub fn tx_pump(qp: &QpInner, sq: &mut SendQueue) -> bool {
         sq.next = idx.wrapping_add(1);
     }
     if let Some(k) = kicked {
-        k.proc.word().kick();
+        k.kick();
     }
     if sq.next == sq.tail || sq.rnr_until.is_none() && qp.backlog.load(Ordering::Relaxed) {
         // Nothing left, or the engine will retry the backlog.
@@ -550,7 +550,7 @@ fn push_resp(
         r.ack_pending = None;
     }
     let ok = ring.push(fill);
-    peer.proc.word().kick();
+    peer.kick();
     ok
 }
 
@@ -968,7 +968,7 @@ pub fn process_req(qp: &QpInner, r: &mut Responder) -> bool {
             let dst = qp.dest_qpn.load(Ordering::Relaxed);
             if peer.file.resp().push(|h, _| ack_hdr(h, qp, dst, m)) {
                 r.ack_pending = None;
-                peer.proc.word().kick();
+                peer.kick();
             }
         }
     }
@@ -1024,13 +1024,22 @@ pub fn engine_thread(g: &'static Global) {
             last_work = Instant::now();
             continue;
         }
+        // While the application busy-polls its CQs it drives progress itself: do not compete
+        // for the CPU, sleep (briefly, in case it stops polling).
+        let now = now_ns();
+        let app_polling = {
+            let qps = g.qps.read().unwrap_or_else(|e| e.into_inner());
+            qps.iter()
+                .map(|q| q.file.hdr().poll_stamp.load(Ordering::Relaxed))
+                .any(|s| s != 0 && now.wrapping_sub(s) < 10_000_000)
+        };
         n = n.wrapping_add(1);
         if n % 16 == 0 {
             std::thread::yield_now();
         } else {
             std::hint::spin_loop();
         }
-        if n % 64 != 0 || last_work.elapsed() < spin {
+        if !app_polling && (n % 64 != 0 || last_work.elapsed() < spin) {
             continue;
         }
         word.state.store(SLEEPING, Ordering::SeqCst);
@@ -1041,7 +1050,13 @@ pub fn engine_thread(g: &'static Global) {
                 .any(|q| q.file.req().has_data() || q.file.resp().has_data())
         };
         if !work {
-            let t = if pending { 50_000 } else { 500_000_000 };
+            let t = if pending {
+                50_000
+            } else if app_polling {
+                200_000
+            } else {
+                500_000_000
+            };
             crate::shm::futex_wait(&word.state, SLEEPING, Some(t));
         }
         word.state.store(crate::shm::AWAKE, Ordering::SeqCst);
@@ -1053,7 +1068,7 @@ pub fn engine_thread(g: &'static Global) {
 /// SCHED_OTHER since Linux 6.12): a woken engine thread then gets an earlier virtual deadline and
 /// preempts an application thread that busy-polls its memory (ib_write_lat) instead of waiting
 /// for the end of that thread's slice. Best effort: older kernels ignore or reject it.
-fn short_slice() {
+pub fn short_slice() {
     #[repr(C)]
     struct SchedAttr {
         size: u32,

@@ -44,6 +44,15 @@ impl Peer {
     pub fn alive(&self) -> bool {
         self.file.hdr().alive.load(Ordering::Acquire) != 0
     }
+
+    /// Wakes the peer's progress thread unless the peer's application is polling this QP's CQ.
+    #[inline]
+    pub fn kick(&self) {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if !self.file.hdr().owner_polling(now_ns()) {
+            self.proc.word().kick();
+        }
+    }
 }
 
 /// A registered memory region as the device sees it.

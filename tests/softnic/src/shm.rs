@@ -366,7 +366,22 @@ pub struct QpFileHdr {
     pub node: u32,
     pub qpn: u32,
     pub qp_type: u32,
+    /// CLOCK_MONOTONIC ns of the owner's last empty poll of a CQ this QP feeds (0: not polling).
+    pub poll_stamp: AtomicU64,
 }
+
+impl QpFileHdr {
+    /// True while the owner's application busy-polls a CQ of this QP: it will pick up new work
+    /// itself, so producers need not wake the owner's progress thread.
+    #[inline]
+    pub fn owner_polling(&self, now: u64) -> bool {
+        let s = self.poll_stamp.load(Ordering::Relaxed);
+        s != 0 && now.wrapping_sub(s) < POLL_FRESH_NS
+    }
+}
+
+/// How long an empty poll counts as "the application is polling".
+pub const POLL_FRESH_NS: u64 = 20_000;
 
 const HDR_BYTES: usize = 4096;
 
