@@ -69,11 +69,13 @@ fn run(name: &str, queues: usize, secs: f64, rate: Option<f64>) -> (u64, PollerS
         1.0
     };
     println!(
-        "{name:<10} wall {:.2}s posted {posted} ({:.0}/s) observed {} lost_wqebbs {} capture {:.4} poller_cpu {:.1}% cpu_ns_per_wqe {:.0} passes {} sleeps {}",
+        "{name:<10} wall {:.2}s posted {posted} ({:.0}/s) observed {} lost_wqebbs {} (of which estimated PI laps {}) unaccounted {} capture {:.4} poller_cpu {:.1}% cpu_ns_per_wqe {:.0} passes {} sleeps {}",
         wall.as_secs_f64(),
         posted as f64 / wall.as_secs_f64(),
         s.wqes,
         s.wqebbs_lost,
+        s.wqebbs_lost_estimated,
+        posted as i64 - s.wqes as i64 - s.wqebbs_lost as i64,
         capture,
         100.0 * s.cpu_fraction(),
         if s.wqes > 0 { s.cpu_ns as f64 / s.wqes as f64 } else { 0.0 },

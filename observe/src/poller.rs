@@ -75,6 +75,10 @@ pub struct PollerCounters {
     pub wqebbs_lost: AtomicU64,
     pub cqes_lost: AtomicU64,
     pub mem_errors: AtomicU64,
+    /// Of `wqebbs_lost`: 16-bit PI laps estimated from the peak post rate.
+    pub wqebbs_lost_estimated: AtomicU64,
+    /// Polls whose gap could have hidden a PI lap without a visible overrun.
+    pub alias_suspected_polls: AtomicU64,
     /// Records the log writer refused (size cap).
     pub records_dropped: AtomicU64,
     pub sleeps: AtomicU64,
@@ -95,6 +99,8 @@ pub struct PollerStats {
     pub wqebbs_lost: u64,
     pub cqes_lost: u64,
     pub mem_errors: u64,
+    pub wqebbs_lost_estimated: u64,
+    pub alias_suspected_polls: u64,
     pub records_dropped: u64,
     pub sleeps: u64,
     pub cpu_ns: u64,
@@ -124,6 +130,8 @@ impl PollerCounters {
             wqebbs_lost: l(&self.wqebbs_lost),
             cqes_lost: l(&self.cqes_lost),
             mem_errors: l(&self.mem_errors),
+            wqebbs_lost_estimated: l(&self.wqebbs_lost_estimated),
+            alias_suspected_polls: l(&self.alias_suspected_polls),
             records_dropped: l(&self.records_dropped),
             sleeps: l(&self.sleeps),
             cpu_ns: l(&self.cpu_ns),
@@ -388,7 +396,19 @@ impl Loop {
             }
         };
         let r = match w {
-            Watcher::Send(s) => s.poll(mem, ts, &mut emit),
+            Watcher::Send(s) => {
+                let (e0, a0) = (s.stats.wqebbs_lost_estimated, s.stats.alias_suspected_polls);
+                let r = s.poll(mem, ts, &mut emit);
+                c.add(
+                    |k| &k.wqebbs_lost_estimated,
+                    s.stats.wqebbs_lost_estimated - e0,
+                );
+                c.add(
+                    |k| &k.alias_suspected_polls,
+                    s.stats.alias_suspected_polls - a0,
+                );
+                r
+            }
             Watcher::Cq(q) => q.poll(mem, ts, &mut emit),
         };
         c.add(|k| &k.polls, 1);

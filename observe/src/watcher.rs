@@ -65,6 +65,13 @@ pub struct WatchStats {
     pub wqebbs_malformed: u64,
     pub cqes_lost: u64,
     pub mem_errors: u64,
+    /// Of `wqebbs_lost`: whole 65536-WQEBB PI laps estimated from the queue's post rate
+    /// when a poll gap was long enough for the 16-bit PI to alias (an estimate, see
+    /// `SendWatcher::poll_at`).
+    pub wqebbs_lost_estimated: u64,
+    /// Polls whose gap could have hidden a PI alias although no overrun was visible (not
+    /// counted as lost: the producer may have been idle).
+    pub alias_suspected_polls: u64,
 }
 
 fn overrun(ts: u64, kind: u32, number: u32, observer: u8, lost: u64) -> Observation {
@@ -85,6 +92,24 @@ pub struct SendWatcher {
     next: u16,
     pub stats: WatchStats,
     buf: Box<[u8; MAX_WQE_BYTES]>,
+    rate: RateTracker,
+}
+
+/// Peak post rate of a queue, from PI advances over windows of at least 1 ms.
+#[derive(Clone, Copy, Debug, Default)]
+struct RateTracker {
+    last_ns: u64,
+    last_pi: u16,
+    window_start_ns: u64,
+    window_bbs: u64,
+    /// Recent post rate, WQEBBs per ns: EWMA (α = 1/4) of ≥ 1 ms windows.
+    peak: f64,
+}
+
+const RATE_WINDOW_NS: u64 = 1_000_000;
+
+fn monotonic_ns() -> u64 {
+    sigmatrace_schemas::clock::clock_ns(libc::CLOCK_MONOTONIC)
 }
 
 impl SendWatcher {
@@ -112,6 +137,10 @@ impl SendWatcher {
             next,
             stats: WatchStats::default(),
             buf: Box::new([0; MAX_WQE_BYTES]),
+            rate: RateTracker {
+                last_pi: next,
+                ..Default::default()
+            },
         })
     }
 
@@ -147,6 +176,24 @@ impl SendWatcher {
         ts: u64,
         out: &mut dyn FnMut(Observation),
     ) -> Result<usize, MemError> {
+        self.poll_at(mem, ts, monotonic_ns(), out)
+    }
+
+    /// [`Self::poll`] with an explicit CLOCK_MONOTONIC time `now_ns` (tests inject time).
+    ///
+    /// PI aliasing: the PI is 16 bits, so a poll gap in which the producer posts ≥ 65536
+    /// WQEBBs looks like a small advance. The watcher tracks the queue's recent post rate
+    /// (EWMA of ≥ 1 ms windows); when `rate × gap` exceeds the 16-bit window *and* the visible
+    /// advance already overran the ring (evidence the producer was busy), the hidden laps
+    /// `⌊(rate × gap − visible) / 65536⌋` are counted as lost (`wqebbs_lost_estimated`).
+    /// Without a visible overrun the poll is only counted in `alias_suspected_polls`.
+    pub fn poll_at(
+        &mut self,
+        mem: &dyn QueueMemory,
+        ts: u64,
+        now_ns: u64,
+        out: &mut dyn FnMut(Observation),
+    ) -> Result<usize, MemError> {
         self.stats.polls += 1;
         let depth = self.q.wqebbs;
         let mut pi = match read_pi(&self.q, mem) {
@@ -159,6 +206,31 @@ impl SendWatcher {
         let mut seen = 0usize;
         let mut lost_run = 0u64;
         let mut resync = false;
+        let visible = pi.wrapping_sub(self.rate.last_pi) as u64;
+        if self.rate.last_ns != 0 && self.rate.peak > 0.0 {
+            let gap = now_ns.saturating_sub(self.rate.last_ns);
+            let expected = self.rate.peak * gap as f64;
+            if expected > (65536 - depth) as f64 {
+                let behind = pi.wrapping_sub(self.next) as u32;
+                let laps = ((expected - visible as f64) / 65536.0).floor();
+                if behind > depth && laps >= 1.0 {
+                    // Its own record (lost = k × 65536), separate from exact losses.
+                    let hidden = laps as u64 * 65536;
+                    self.stats.wqebbs_lost += hidden;
+                    self.stats.wqebbs_lost_estimated += hidden;
+                    out(overrun(
+                        ts,
+                        queue_kind::SEND,
+                        self.q.qpn,
+                        self.observer,
+                        hidden,
+                    ));
+                } else {
+                    self.stats.alias_suspected_polls += 1;
+                }
+            }
+        }
+        self.track_rate(pi, visible, now_ns);
         while self.next != pi {
             let avail = pi.wrapping_sub(self.next) as u32;
             if avail > depth {
@@ -235,6 +307,28 @@ impl SendWatcher {
             ));
         }
         Ok(seen)
+    }
+
+    fn track_rate(&mut self, pi: u16, visible: u64, now_ns: u64) {
+        let r = &mut self.rate;
+        if r.window_start_ns == 0 {
+            r.window_start_ns = now_ns;
+        } else {
+            r.window_bbs += visible;
+            let span = now_ns.saturating_sub(r.window_start_ns);
+            if span >= RATE_WINDOW_NS {
+                let sample = r.window_bbs as f64 / span as f64;
+                r.peak = if r.peak == 0.0 {
+                    sample
+                } else {
+                    0.75 * r.peak + 0.25 * sample
+                };
+                r.window_start_ns = now_ns;
+                r.window_bbs = 0;
+            }
+        }
+        r.last_ns = now_ns;
+        r.last_pi = pi;
     }
 
     fn record(&self, w: &Wqe, ts: u64) -> WqeObserved {

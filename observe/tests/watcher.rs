@@ -55,7 +55,10 @@ fn send_ring_wraps_with_multi_wqebb_wqes() {
     seen.extend(collect(&mut w, &q));
     // The last 8-byte doorbell rung is NVSHMEM's {pi << 8, qpn << 8}.
     let db = sigmatrace_observe::mlx5::dbr::parse_doorbell(&q.doorbell_bytes());
-    assert_eq!((db.wqe_index, db.qpn, db.opcode, db.ds), (q.pi(), 0x42, 0, 0));
+    assert_eq!(
+        (db.wqe_index, db.qpn, db.opcode, db.ds),
+        (q.pi(), 0x42, 0, 0)
+    );
     let got: Vec<_> = seen
         .iter()
         .map(|o| match o {
@@ -302,5 +305,64 @@ fn cq_records_carry_fields() {
             r.hw_ts
         ),
         (99, 0x31, 0, 0x42, 0x77, 13, 5, 0x81, 0)
+    );
+}
+
+/// A watcher over a 16-deep ring that has seen 8 WQEBBs per ms for 4 ms (rate 8e-6 /ns).
+fn warmed(qpn: u32) -> (SimSendQueue, SendWatcher, u64) {
+    let mut q = SimSendQueue::new(qpn, 16);
+    let mem = q.memory();
+    let mut w = SendWatcher::new(q.desc(), 0, None, &mem).unwrap();
+    let mut t = 1_000_000u64;
+    w.poll_at(&mem, 0, t, &mut |_| {}).unwrap();
+    for _ in 0..4 {
+        for _ in 0..8 {
+            let b = wqe_of(q.pi(), qpn, 1);
+            q.post(&b);
+        }
+        t += 1_000_000;
+        w.poll_at(&mem, 0, t, &mut |_| {}).unwrap();
+    }
+    assert_eq!((w.stats.wqes, w.stats.wqebbs_lost), (32, 0));
+    (q, w, t)
+}
+
+#[test]
+fn idle_gap_is_only_suspected() {
+    // Idle for 10 s: the rate says a lap was possible, but nothing overran: suspected only.
+    let (q, mut w, t) = warmed(4);
+    w.poll_at(&q.memory(), 0, t + 10_000_000_000, &mut |_| {})
+        .unwrap();
+    assert_eq!((w.stats.wqebbs_lost, w.stats.alias_suspected_polls), (0, 1));
+}
+
+#[test]
+fn pi_alias_estimated_from_rate_with_visible_overrun() {
+    let (mut q, mut w, t) = warmed(5);
+    // Busy gap at the same rate: 65536 + 40 WQEBBs in 8.2 s; the PI shows only +40.
+    for _ in 0..65576u32 {
+        let b = wqe_of(q.pi(), 5, 1);
+        q.write_wqe(&b);
+    }
+    q.ring_doorbell();
+    let mut wqes = 0;
+    let mut overruns = Vec::new();
+    w.poll_at(&q.memory(), 0, t + 8_200_000_000, &mut |o| match o {
+        Observation::Wqe(..) => wqes += 1,
+        Observation::Overrun(r) => overruns.push(r.lost),
+        _ => {}
+    })
+    .unwrap();
+    assert_eq!(wqes, 16);
+    assert_eq!(
+        overruns,
+        vec![65536, 24],
+        "estimated lap and exact overrun are separate records"
+    );
+    assert_eq!(w.stats.wqebbs_lost_estimated, 65536);
+    assert_eq!(
+        w.stats.wqebbs_lost,
+        65536 + 24,
+        "hidden lap + visible overrun: every WQEBB accounted"
     );
 }
