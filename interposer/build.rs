@@ -31,7 +31,7 @@ fn main() {
     build_c_programs(&manifest.join("cprogs"), &out.join("cprogs"));
 }
 
-/// Compiles every cprogs/*.c into OUT_DIR/cprogs/<stem>.
+/// Compiles every cprogs/*.c into OUT_DIR/cprogs/<stem> (loopback.c twice, see below).
 fn build_c_programs(src_dir: &Path, bin_dir: &Path) {
     println!("cargo:rerun-if-changed={}", src_dir.display());
     std::fs::create_dir_all(bin_dir).expect("mkdir cprogs");
@@ -49,14 +49,27 @@ fn build_c_programs(src_dir: &Path, bin_dir: &Path) {
         .filter(|p| p.extension().is_some_and(|e| e == "c"))
     {
         let stem = src.file_stem().and_then(|s| s.to_str()).expect("stem");
-        let status = Command::new(cc.path())
-            .args(["-O2", "-g", "-Wall", "-Werror", "-std=gnu11", "-o"])
-            .arg(bin_dir.join(stem))
-            .arg(src)
-            .arg(format!("-I{}", src_dir.display()))
-            .args(["-libverbs", "-ldl", "-lpthread"])
-            .status()
-            .expect("run the C compiler");
-        assert!(status.success(), "compiling {} failed", src.display());
+        if stem == "loopback" {
+            // NCCL-style twin: one binary links libibverbs, the other only dlopen()s it.
+            let linked = bin_dir.join("loopback_linked");
+            compile(cc.path(), src, src_dir, &linked, &["-libverbs", "-ldl"]);
+            let dlopen = bin_dir.join("loopback_dlopen");
+            compile(cc.path(), src, src_dir, &dlopen, &["-DUSE_DLOPEN", "-ldl"]);
+        } else {
+            let libs = ["-libverbs", "-ldl", "-lpthread"];
+            compile(cc.path(), src, src_dir, &bin_dir.join(stem), &libs);
+        }
     }
+}
+
+fn compile(cc: &Path, src: &Path, include: &Path, out: &Path, extra: &[&str]) {
+    let status = Command::new(cc)
+        .args(["-O2", "-g", "-Wall", "-Werror", "-std=gnu11", "-o"])
+        .arg(out)
+        .arg(src)
+        .arg(format!("-I{}", include.display()))
+        .args(extra)
+        .status()
+        .expect("run the C compiler");
+    assert!(status.success(), "compiling {} failed", src.display());
 }

@@ -448,25 +448,30 @@ pub fn only_log(dir: &Path) -> Trace {
     Trace::open(&logs[0])
 }
 
-/// Output with every run of digits replaced by `#` (timings, PSNs and addresses differ between
-/// runs; the shape of each line must not).
+/// Output with every number (decimal, hex, `0x…`, fractions) replaced by `#` and runs of
+/// whitespace collapsed: timings, PSNs and addresses differ between runs, the shape of each
+/// line must not.
 pub fn shape(s: &str) -> Vec<String> {
     s.lines()
         .map(|l| {
+            let chars: Vec<char> = l.chars().collect();
             let mut out = String::new();
-            let mut prev_digit = false;
-            for c in l.chars() {
-                let d = c.is_ascii_hexdigit() && (c.is_ascii_digit() || prev_digit);
-                if d {
-                    if !prev_digit {
-                        out.push('#');
+            let mut i = 0;
+            while i < chars.len() {
+                let at_start = i == 0 || !chars[i - 1].is_ascii_alphanumeric();
+                if chars[i].is_ascii_digit() && at_start {
+                    while i < chars.len()
+                        && (chars[i].is_ascii_hexdigit() || chars[i] == 'x' || chars[i] == '.')
+                    {
+                        i += 1;
                     }
+                    out.push('#');
                 } else {
-                    out.push(c);
+                    out.push(chars[i]);
+                    i += 1;
                 }
-                prev_digit = d;
             }
-            out
+            out.split_whitespace().collect::<Vec<_>>().join(" ")
         })
         .collect()
 }
