@@ -1,5 +1,8 @@
 //! Device discovery, contexts, query verbs.
 
+// C attribute structs are filled field by field from a zeroed Default, as in C.
+#![allow(clippy::field_reassign_with_default)]
+
 use crate::ffi::*;
 use crate::obj::*;
 use std::ffi::{c_char, c_int, c_void};

@@ -9,12 +9,12 @@
 
 use crate::ffi::*;
 use crate::obj::*;
-use crate::shm::{kind, nak, pflag, PktHdr, Slot, PKT_MTU, SLEEPING};
-use std::sync::atomic::{fence, AtomicU64, Ordering};
+use crate::shm::{kind, nak, pflag, PktHdr, PKT_MTU, SLEEPING};
+use std::sync::atomic::{fence, Ordering};
 use std::time::{Duration, Instant};
 
 #[inline]
-fn before(a: u32, b: u32) -> bool {
+pub(crate) fn before(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) < 0
 }
 
@@ -32,7 +32,7 @@ pub fn rnr_timer_us(code: u8) -> u64 {
 ///
 /// # Safety
 /// SGE addresses must have been validated against registered memory.
-unsafe fn gather(w: &SendWqe, off: u32, dst: &mut [u8]) {
+pub(crate) unsafe fn gather(w: &SendWqe, off: u32, dst: &mut [u8]) {
     if w.is_inline() {
         dst.copy_from_slice(&w.inline_buf[off as usize..off as usize + dst.len()]);
         return;
@@ -63,7 +63,7 @@ unsafe fn gather(w: &SendWqe, off: u32, dst: &mut [u8]) {
 ///
 /// # Safety
 /// SGE addresses must have been validated against registered memory.
-unsafe fn scatter(sges: &[ibv_sge], off: usize, src: &[u8]) {
+pub(crate) unsafe fn scatter(sges: &[ibv_sge], off: usize, src: &[u8]) {
     let mut skip = off;
     let mut done = 0usize;
     for s in sges {
@@ -84,7 +84,7 @@ unsafe fn scatter(sges: &[ibv_sge], off: usize, src: &[u8]) {
 
 /// Checks a local scatter/gather list (`write` requires IBV_ACCESS_LOCAL_WRITE) and rewrites
 /// each address from the MR's IOVA space to a host address.
-fn check_local(sges: &mut [ibv_sge], pd: u32, write: bool) -> bool {
+pub(crate) fn check_local(sges: &mut [ibv_sge], pd: u32, write: bool) -> bool {
     let g = global();
     sges.iter_mut()
         .filter(|s| s.length > 0)
@@ -102,7 +102,7 @@ fn check_local(sges: &mut [ibv_sge], pd: u32, write: bool) -> bool {
 }
 
 /// Checks a remote access (rkey, range, MR and QP access flags); returns the host address.
-fn check_remote(qp: &QpInner, rkey: u32, addr: u64, len: u64, need: u32) -> Option<u64> {
+pub(crate) fn check_remote(qp: &QpInner, rkey: u32, addr: u64, len: u64, need: u32) -> Option<u64> {
     if len == 0 && need != IBV_ACCESS_REMOTE_ATOMIC {
         return Some(0);
     }
@@ -115,7 +115,7 @@ fn check_remote(qp: &QpInner, rkey: u32, addr: u64, len: u64, need: u32) -> Opti
     })
 }
 
-fn sge_capacity(r: &RecvWqe) -> u64 {
+pub(crate) fn sge_capacity(r: &RecvWqe) -> u64 {
     r.sge[..r.num_sge as usize]
         .iter()
         .map(|s| s.length as u64)
@@ -526,465 +526,16 @@ fn handle_rnr(qp: &QpInner, sq: &mut SendQueue, idx: u32, timer: u8) {
     qp.backlog.store(true, Ordering::Relaxed);
 }
 
-/// Outcome of handling one request packet.
-enum Step {
-    Consumed,
-    Blocked,
-}
-
-/// Pushes a response to the requester (flushing a pending coalesced ACK first).
-fn push_resp(
-    qp: &QpInner,
-    r: &mut Responder,
-    fill: impl FnOnce(&mut PktHdr, &mut [u8; PKT_MTU]),
-) -> bool {
-    let Some(peer) = r.peer.clone() else {
-        return false;
-    };
-    let ring = peer.file.resp();
-    if let Some(m) = r.ack_pending {
-        let dst = qp.dest_qpn.load(Ordering::Relaxed);
-        if !ring.push(|h, _| ack_hdr(h, qp, dst, m)) {
-            return false;
-        }
-        r.ack_pending = None;
-    }
-    let ok = ring.push(fill);
-    peer.kick();
-    ok
-}
-
-fn ack_hdr(h: &mut PktHdr, qp: &QpInner, dst: u32, msn: u32) {
-    *h = PktHdr {
-        kind: kind::ACK,
-        src_node: global().node,
-        src_qpn: qp.qpn,
-        dst_qpn: dst,
-        msn,
-        ..Default::default()
-    };
-}
-
-fn nak_hdr(h: &mut PktHdr, qp: &QpInner, msn: u32, code: u8) {
-    *h = PktHdr {
-        kind: kind::NAK,
-        code,
-        rnr_timer: qp.min_rnr_timer.load(Ordering::Relaxed) as u8,
-        src_node: global().node,
-        src_qpn: qp.qpn,
-        dst_qpn: qp.dest_qpn.load(Ordering::Relaxed),
-        msn,
-        ..Default::default()
-    };
-}
-
-fn recv_complete(qp: &QpInner, rw: &RecvWqe, h: &PktHdr, status: u32, with_imm_write: bool) {
-    let mut wc = wc_for(
-        qp.qpn,
-        rw.wr_id,
-        status,
-        if with_imm_write {
-            IBV_WC_RECV_RDMA_WITH_IMM
-        } else {
-            IBV_WC_RECV
-        },
-    );
-    if status == IBV_WC_SUCCESS {
-        wc.byte_len = h.total;
-        if h.flags & pflag::IMM != 0 {
-            wc.wc_flags |= IBV_WC_WITH_IMM;
-            wc.__bindgen_anon_1.imm_data = h.imm;
-        }
-        wc.src_qp = h.src_qpn;
-        wc.slid = node_lid(h.src_node);
-        wc.sl = h.sl as u8;
-        if qp.qp_type == IBV_QPT_UD {
-            wc.byte_len = h.total + 40;
-            if h.flags & pflag::GRH != 0 {
-                wc.wc_flags |= IBV_WC_GRH;
-            }
-        }
-    }
-    qp.recv_cq.push(wc, h.flags & pflag::SOLICITED != 0);
-}
-
-/// A responder-side fatal error: NAK the requester (RC), error the QP and flush.
-fn responder_fatal(qp: &QpInner, r: &mut Responder, h: &PktHdr, code: u8) -> Step {
-    if qp.qp_type == IBV_QPT_RC && !push_resp(qp, r, |o, _| nak_hdr(o, qp, h.msn, code)) {
-        return Step::Blocked;
-    }
-    r.cur = None;
-    let mut sq = qp.sq.lock().unwrap_or_else(|e| e.into_inner());
-    qp_error(qp, &mut sq);
-    Step::Consumed
-}
-
-/// Takes the receive WQE for a new inbound message; on none: RNR NAK (RC) or drop (UC).
-/// Returns Err(step) when the caller must stop with that step.
-fn begin_recv(qp: &QpInner, r: &mut Responder, h: &PktHdr) -> Result<Option<RecvWqe>, Step> {
-    match qp.take_recv() {
-        Some(rw) => Ok(Some(rw)),
-        None if qp.qp_type == IBV_QPT_RC => {
-            if !push_resp(qp, r, |o, _| nak_hdr(o, qp, h.msn, nak::RNR)) {
-                return Err(Step::Blocked);
-            }
-            r.nak_sent = true;
-            Err(Step::Consumed)
-        }
-        None => {
-            r.cur = Some(CurMsg {
-                msn: h.msn,
-                recv: None,
-                drop: true,
-                host: 0,
-            });
-            Err(Step::Consumed)
-        }
-    }
-}
-
-/// The message in progress for this packet: Ok(recv) to deliver, Err(()) to drop the packet.
-fn cur_for(r: &mut Responder, h: &PktHdr) -> Result<(Option<RecvWqe>, u64), ()> {
-    match r.cur.as_ref() {
-        Some(c) if c.msn == h.msn && !c.drop => Ok((c.recv, c.host)),
-        Some(c) if c.msn == h.msn => {
-            if h.flags & pflag::LAST != 0 {
-                r.cur = None;
-            }
-            Err(())
-        }
-        _ => Err(()),
-    }
-}
-
-/// Handles a SEND packet (RC/UC).
-fn rx_send(qp: &QpInner, r: &mut Responder, slot: &Slot) -> Step {
-    let h = slot.hdr;
-    if h.flags & pflag::FIRST != 0 {
-        let mut rw = match begin_recv(qp, r, &h) {
-            Ok(rw) => rw.expect("receive WQE"),
-            Err(step) => return step,
-        };
-        let pd = qp.srq.as_ref().map_or(qp.pd, |s| s.pd);
-        let n = rw.num_sge as usize;
-        let (status, code) = if sge_capacity(&rw) < h.total as u64 {
-            (IBV_WC_LOC_LEN_ERR, nak::INV_REQ)
-        } else if !check_local(&mut rw.sge[..n], pd, true) {
-            (IBV_WC_LOC_PROT_ERR, nak::REM_OP)
-        } else {
-            (IBV_WC_SUCCESS, 0)
-        };
-        if status != IBV_WC_SUCCESS {
-            recv_complete(qp, &rw, &h, status, false);
-            return responder_fatal(qp, r, &h, code);
-        }
-        r.cur = Some(CurMsg {
-            msn: h.msn,
-            recv: Some(rw),
-            drop: false,
-            host: 0,
-        });
-    }
-    let Ok((Some(rw), _)) = cur_for(r, &h) else {
-        return Step::Consumed;
-    };
-    // SAFETY: the receive SGEs were validated on the first packet.
-    unsafe {
-        scatter(
-            &rw.sge[..rw.num_sge as usize],
-            h.offset as usize,
-            &slot.data[..h.len as usize],
-        )
-    };
-    if h.flags & pflag::LAST != 0 {
-        recv_complete(qp, &rw, &h, IBV_WC_SUCCESS, false);
-        r.cur = None;
-    }
-    Step::Consumed
-}
-
-/// Handles an RDMA WRITE packet (RC/UC), with immediate when flagged.
-fn rx_write(qp: &QpInner, r: &mut Responder, slot: &Slot) -> Step {
-    let h = slot.hdr;
-    let imm = h.flags & pflag::IMM != 0;
-    if h.flags & pflag::FIRST != 0 {
-        let Some(host) = check_remote(qp, h.rkey, h.raddr, h.total as u64, IBV_ACCESS_REMOTE_WRITE)
-        else {
-            if qp.qp_type != IBV_QPT_RC {
-                r.cur = Some(CurMsg {
-                    msn: h.msn,
-                    recv: None,
-                    drop: true,
-                    host: 0,
-                });
-                return Step::Consumed;
-            }
-            return responder_fatal(qp, r, &h, nak::REM_ACCESS);
-        };
-        let recv = if imm {
-            match begin_recv(qp, r, &h) {
-                Ok(rw) => rw,
-                Err(step) => return step,
-            }
-        } else {
-            None
-        };
-        r.cur = Some(CurMsg {
-            msn: h.msn,
-            recv,
-            drop: false,
-            host,
-        });
-    }
-    let Ok((recv, host)) = cur_for(r, &h) else {
-        return Step::Consumed;
-    };
-    if h.len > 0 {
-        // SAFETY: the range was validated against a registered MR with REMOTE_WRITE.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                slot.data.as_ptr(),
-                (host + h.offset as u64) as usize as *mut u8,
-                h.len as usize,
-            )
-        };
-    }
-    if h.flags & pflag::LAST != 0 {
-        if let Some(rw) = recv {
-            recv_complete(qp, &rw, &h, IBV_WC_SUCCESS, true);
-        }
-        r.cur = None;
-    }
-    Step::Consumed
-}
-
-fn continue_read(qp: &QpInner, r: &mut Responder) -> bool {
-    while let Some(job) = r.read.as_ref() {
-        let (msn, raddr, total, off) = (job.msn, job.raddr, job.total, job.offset);
-        let n = (total - off).min(PKT_MTU as u32);
-        let dst = qp.dest_qpn.load(Ordering::Relaxed);
-        let ok = push_resp(qp, r, |h, data| {
-            *h = PktHdr {
-                kind: kind::READ_RESP,
-                src_node: global().node,
-                src_qpn: qp.qpn,
-                dst_qpn: dst,
-                msn,
-                offset: off,
-                len: n,
-                total,
-                ..Default::default()
-            };
-            if off + n == total {
-                h.flags = pflag::LAST;
-            }
-            if n > 0 {
-                // SAFETY: validated against a registered MR with REMOTE_READ.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        (raddr + off as u64) as usize as *const u8,
-                        data.as_mut_ptr(),
-                        n as usize,
-                    )
-                };
-            }
-        });
-        if !ok {
-            return false;
-        }
-        let job = r.read.as_mut().expect("read job");
-        job.offset += n;
-        if job.offset == job.total {
-            r.read = None;
-        }
-    }
-    true
-}
-
-fn rx_rc(qp: &QpInner, r: &mut Responder, slot: &Slot) -> Step {
-    let h = slot.hdr;
-    if before(h.msn, r.expected_msn) {
-        r.ack_pending = Some(r.expected_msn.wrapping_sub(1));
-        return Step::Consumed;
-    }
-    if h.msn != r.expected_msn {
-        return Step::Consumed;
-    }
-    if r.nak_sent {
-        if h.flags & pflag::FIRST == 0 {
-            return Step::Consumed;
-        }
-        r.nak_sent = false;
-    }
-    let step = match h.kind {
-        kind::SEND => rx_send(qp, r, slot),
-        kind::WRITE => rx_write(qp, r, slot),
-        kind::READ => {
-            let Some(host) =
-                check_remote(qp, h.rkey, h.raddr, h.total as u64, IBV_ACCESS_REMOTE_READ)
-            else {
-                return responder_fatal(qp, r, &h, nak::REM_ACCESS);
-            };
-            r.read = Some(ReadJob {
-                msn: h.msn,
-                raddr: host,
-                total: h.total,
-                offset: 0,
-            });
-            r.expected_msn = h.msn.wrapping_add(1);
-            return Step::Consumed;
-        }
-        kind::CMP_SWP | kind::FETCH_ADD => {
-            if h.raddr % 8 != 0 {
-                return responder_fatal(qp, r, &h, nak::INV_REQ);
-            }
-            let Some(host) = check_remote(qp, h.rkey, h.raddr, 8, IBV_ACCESS_REMOTE_ATOMIC) else {
-                return responder_fatal(qp, r, &h, nak::REM_ACCESS);
-            };
-            let dst = qp.dest_qpn.load(Ordering::Relaxed);
-            let ok = push_resp(qp, r, |o, _| {
-                // SAFETY: 8-byte aligned, inside a registered MR with REMOTE_ATOMIC.
-                let a = unsafe { AtomicU64::from_ptr(host as usize as *mut u64) };
-                let old = if h.kind == kind::CMP_SWP {
-                    match a.compare_exchange(h.compare, h.swap, Ordering::AcqRel, Ordering::Acquire)
-                    {
-                        Ok(v) | Err(v) => v,
-                    }
-                } else {
-                    a.fetch_add(h.compare, Ordering::AcqRel)
-                };
-                *o = PktHdr {
-                    kind: kind::ATOMIC_RESP,
-                    flags: pflag::LAST,
-                    src_node: global().node,
-                    src_qpn: qp.qpn,
-                    dst_qpn: dst,
-                    msn: h.msn,
-                    swap: old,
-                    total: 8,
-                    ..Default::default()
-                };
-            });
-            if !ok {
-                return Step::Blocked;
-            }
-            r.expected_msn = h.msn.wrapping_add(1);
-            return Step::Consumed;
-        }
-        _ => Step::Consumed,
-    };
-    if let Step::Consumed = step {
-        if h.flags & pflag::LAST != 0 && !r.nak_sent && qp.state() != IBV_QPS_ERR {
-            r.expected_msn = h.msn.wrapping_add(1);
-            r.ack_pending = Some(h.msn);
-        }
-    }
-    step
-}
-
-fn rx_ud(qp: &QpInner, slot: &Slot) {
-    let h = slot.hdr;
-    if h.qkey != qp.qkey.load(Ordering::Relaxed) || h.kind != kind::SEND {
-        return;
-    }
-    let Some(mut rw) = qp.take_recv() else {
-        return;
-    };
-    let pd = qp.srq.as_ref().map_or(qp.pd, |s| s.pd);
-    let n = rw.num_sge as usize;
-    if sge_capacity(&rw) < h.total as u64 + 40 {
-        recv_complete(qp, &rw, &h, IBV_WC_LOC_LEN_ERR, false);
-    } else if !check_local(&mut rw.sge[..n], pd, true) {
-        recv_complete(qp, &rw, &h, IBV_WC_LOC_PROT_ERR, false);
-    } else {
-        let mut grh = [0u8; 40];
-        if h.flags & pflag::GRH != 0 {
-            grh[0] = 0x60;
-            grh[4..6].copy_from_slice(&((h.total as u16).to_be_bytes()));
-            grh[6] = 0x1b;
-            grh[7] = 64;
-            grh[8..24].copy_from_slice(&node_gid(h.src_node));
-            grh[24..40].copy_from_slice(&node_gid(global().node));
-        }
-        let sges = &rw.sge[..n];
-        // SAFETY: validated receive SGEs with enough capacity.
-        unsafe {
-            scatter(sges, 0, &grh);
-            scatter(sges, 40, &slot.data[..h.len as usize]);
-        }
-        recv_complete(qp, &rw, &h, IBV_WC_SUCCESS, false);
-    }
-}
-
-/// Responder side: executes requests waiting in the QP's request ring.
-pub fn process_req(qp: &QpInner, r: &mut Responder) -> bool {
-    let ring = qp.file.req();
-    let mut did = false;
-    if qp.qp_type == IBV_QPT_RC && r.peer.as_ref().is_none_or(|p| !p.alive()) {
-        r.peer = global().peer(
-            qp.dest_node.load(Ordering::Relaxed),
-            qp.dest_qpn.load(Ordering::Relaxed),
-        );
-    }
-    loop {
-        if r.read.is_some() && !continue_read(qp, r) {
-            break;
-        }
-        let Some(slot) = ring.peek() else { break };
-        let st = qp.state();
-        if st == IBV_QPS_RESET || st == IBV_QPS_INIT {
-            break;
-        }
-        did = true;
-        if st == IBV_QPS_ERR {
-            if qp.qp_type == IBV_QPT_RC && slot.hdr.flags & pflag::FIRST != 0 {
-                let h = slot.hdr;
-                if !push_resp(qp, r, |o, _| nak_hdr(o, qp, h.msn, nak::FATAL)) {
-                    break;
-                }
-            }
-            ring.pop();
-            continue;
-        }
-        let step = match qp.qp_type {
-            IBV_QPT_RC => rx_rc(qp, r, slot),
-            IBV_QPT_UD => {
-                rx_ud(qp, slot);
-                Step::Consumed
-            }
-            _ => match slot.hdr.kind {
-                kind::SEND => rx_send(qp, r, slot),
-                kind::WRITE => rx_write(qp, r, slot),
-                _ => Step::Consumed,
-            },
-        };
-        match step {
-            Step::Consumed => ring.pop(),
-            Step::Blocked => break,
-        }
-    }
-    if let Some(m) = r.ack_pending {
-        if let Some(peer) = r.peer.clone() {
-            let dst = qp.dest_qpn.load(Ordering::Relaxed);
-            if peer.file.resp().push(|h, _| ack_hdr(h, qp, dst, m)) {
-                r.ack_pending = None;
-                peer.kick();
-            }
-        }
-    }
-    did
-}
-
 /// Runs both roles of one QP if there is work and nobody else holds them.
 pub fn progress_qp(qp: &QpInner) -> bool {
     let mut did = false;
     if qp.file.req().has_data() {
         if let Ok(mut r) = qp.resp.try_lock() {
-            did |= process_req(qp, &mut r);
+            did |= crate::responder::process_req(qp, &mut r);
         }
     } else if let Ok(mut r) = qp.resp.try_lock() {
         if r.read.is_some() || r.ack_pending.is_some() {
-            did |= process_req(qp, &mut r);
+            did |= crate::responder::process_req(qp, &mut r);
         }
     }
     if qp.file.resp().has_data() || qp.backlog.load(Ordering::Relaxed) {
@@ -1034,12 +585,12 @@ pub fn engine_thread(g: &'static Global) {
                 .any(|s| s != 0 && now.wrapping_sub(s) < 10_000_000)
         };
         n = n.wrapping_add(1);
-        if n % 16 == 0 {
+        if n.is_multiple_of(16) {
             std::thread::yield_now();
         } else {
             std::hint::spin_loop();
         }
-        if !app_polling && (n % 64 != 0 || last_work.elapsed() < spin) {
+        if !app_polling && (!n.is_multiple_of(64) || last_work.elapsed() < spin) {
             continue;
         }
         word.state.store(SLEEPING, Ordering::SeqCst);

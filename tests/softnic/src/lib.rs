@@ -15,6 +15,7 @@ pub mod mlx5dv;
 pub mod obj;
 pub mod objects;
 pub mod qp;
+pub mod responder;
 pub mod shm;
 
 // Versioned entry points generated from exports/ibverbs.txt.

@@ -142,7 +142,7 @@ impl Global {
                 t.push(None);
                 t.len() - 1
             });
-        let tag = (self.next_id.fetch_add(1, Ordering::Relaxed) & 0xff) as u32;
+        let tag = self.next_id.fetch_add(1, Ordering::Relaxed) & 0xff;
         let key = ((idx as u32) << 8) | tag;
         t[idx] = Some(MrInfo {
             iova,
@@ -426,6 +426,9 @@ impl SendQueue {
     }
     pub fn len(&self) -> u32 {
         self.tail.wrapping_sub(self.head)
+    }
+    pub fn is_empty(&self) -> bool {
+        self.tail == self.head
     }
     pub fn at(&mut self, idx: u32) -> &mut SendWqe {
         let m = self.mask;
