@@ -36,14 +36,21 @@ fn fixture(name: &str) -> PathBuf {
     p
 }
 
+/// Debug annotations of an event, as strings.
+type Args = BTreeMap<String, String>;
+/// (parent, name, description, process pid)
+type TrackInfo = (Option<u64>, String, Option<String>, Option<i32>);
+/// (track, name, begin ts, end ts, args)
+type Slice = (u64, String, u64, u64, Args);
+
 /// A decoded trace: tracks, completed slices, instants, flow endpoints.
 #[derive(Default)]
 struct Decoded {
     /// uuid → (parent, name, description, process pid)
-    tracks: HashMap<u64, (Option<u64>, String, Option<String>, Option<i32>)>,
+    tracks: HashMap<u64, TrackInfo>,
     /// (track, name, begin ts, end ts, args)
-    slices: Vec<(u64, String, u64, u64, BTreeMap<String, String>)>,
-    instants: Vec<(u64, String, u64, BTreeMap<String, String>)>,
+    slices: Vec<Slice>,
+    instants: Vec<(u64, String, u64, Args)>,
     flows: HashMap<u64, usize>,
 }
 
@@ -68,7 +75,7 @@ fn decode(path: &Path) -> Decoded {
     let mut d = Decoded::default();
     let mut names: HashMap<(u32, u64), String> = HashMap::new();
     let mut keys: HashMap<(u32, u64), String> = HashMap::new();
-    let mut open: HashMap<u64, Vec<(String, u64, BTreeMap<String, String>)>> = HashMap::new();
+    let mut open: HashMap<u64, Vec<(String, u64, Args)>> = HashMap::new();
     for p in packets {
         let seq = p.trusted_packet_sequence_id.unwrap_or(0);
         if let Some(i) = &p.interned_data {
