@@ -123,6 +123,26 @@ impl LogInput {
     }
 }
 
+/// Drops a consumed chunk's pages from this process's resident set (they stay in the page
+/// cache), so resident memory does not grow with the amount of input read.
+pub fn release_chunk(input: &LogInput, chunk: &ChunkInfo) {
+    let Some(Ok(first)) = input.file.records(chunk).next() else { return };
+    let base = first.bytes.as_ptr() as usize - first.offset as usize;
+    let start = base + chunk.offset as usize;
+    let len = (input.file.header().chunk_size as usize).min(input.bytes.saturating_sub(chunk.offset) as usize);
+    let page = 4096;
+    let (a, b) = (start.next_multiple_of(page), (start + len) / page * page);
+    if b > a {
+        // SAFETY: [a, b) lies inside the read-only shared file mapping owned by `input`
+        // (chunk offsets and sizes come from the validated chunk table). MADV_DONTNEED on a
+        // file-backed shared mapping only unmaps the pages; a later access faults them back in
+        // from the file with identical contents, so outstanding slices stay valid.
+        unsafe {
+            libc::madvise(a as *mut libc::c_void, b - a, libc::MADV_DONTNEED);
+        }
+    }
+}
+
 /// Timestamp of a record: every record kind has its `ts` at offset 8.
 #[inline]
 pub fn record_ts(bytes: &[u8]) -> Option<u64> {
@@ -184,6 +204,9 @@ impl<'a> ThreadCursor<'a> {
                     }
                     None => self.iter = None,
                 }
+            }
+            if self.next_chunk > 0 {
+                release_chunk(self.input, &self.chunks[self.next_chunk - 1]);
             }
             if self.next_chunk >= self.chunks.len() {
                 return;

@@ -186,7 +186,9 @@ pub fn scan_all(inputs: &[LogInput]) -> Vec<Scan> {
         .map(|&(i, tc)| {
             let inp = &inputs[i];
             let chunk = &inp.threads[tc >> 32].1[tc & 0xffff_ffff];
-            (i, scan_chunk(inp, chunk))
+            let s = scan_chunk(inp, chunk);
+            crate::input::release_chunk(inp, chunk);
+            (i, s)
         })
         .collect();
     let mut out: Vec<Scan> = (0..inputs.len()).map(|_| Scan::empty()).collect();

@@ -98,12 +98,23 @@ fn status_kb(pid: u32, key: &str) -> Option<u64> {
 
 struct Run {
     wall: f64,
+    cpu: f64,
     peak_anon_kb: u64,
     peak_total_kb: u64,
     out_bytes: u64,
 }
 
+fn children_cpu() -> f64 {
+    // SAFETY: getrusage writes into the zeroed struct we pass.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer to a rusage struct.
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
 fn convert(exe: &Path, dir: &Path, out: &Path, jobs: usize, detail: &str, compress: u32) -> Run {
+    let cpu0 = children_cpu();
     let t0 = Instant::now();
     let mut child = Command::new(exe)
         .arg(dir)
@@ -125,6 +136,7 @@ fn convert(exe: &Path, dir: &Path, out: &Path, jobs: usize, detail: &str, compre
     }
     Run {
         wall: t0.elapsed().as_secs_f64(),
+        cpu: children_cpu() - cpu0,
         peak_anon_kb: anon,
         peak_total_kb: total,
         out_bytes: std::fs::metadata(out).map(|m| m.len()).unwrap_or(0),
@@ -160,10 +172,11 @@ fn main() {
             let out = a.dir.join(format!("{label}-j{jobs}.perfetto-trace"));
             let r = convert(&exe, &dir, &out, jobs, &a.detail, a.compress);
             println!(
-                "[{label}] --jobs {jobs}: {:.2} s, {:.2} M WR events/s ({:.2} M/s per core), {:.0} MB/s input, peak RSS anon {:.0} MB / total {:.0} MB, output {:.1} MB = {:.2} B/WR event",
+                "[{label}] --jobs {jobs}: {:.2} s wall, {:.2} s CPU, {:.2} M WR events/s, {:.2} M WR events per CPU-second, {:.0} MB/s input, peak RSS anon {:.0} MB / total {:.0} MB, output {:.1} MB = {:.2} B/WR event",
                 r.wall,
+                r.cpu,
                 truth.wr_events as f64 / r.wall / 1e6,
-                truth.wr_events as f64 / r.wall / 1e6 / jobs as f64,
+                truth.wr_events as f64 / r.cpu / 1e6,
                 input as f64 / r.wall / 1e6,
                 r.peak_anon_kb as f64 / 1024.0,
                 r.peak_total_kb as f64 / 1024.0,
