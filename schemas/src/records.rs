@@ -703,7 +703,13 @@ pub struct WqeObserved {
     pub _pad: u8,
 }
 
-/// A CQE seen in a completion ring. aux = 0.
+/// Bits of [`CqeObserved`]'s aux word.
+pub mod cqe_flags {
+    /// `hw_ts` is real-time nanoseconds (CQ in real-time timestamp mode), not device cycles.
+    pub const HW_TS_NANOS: u32 = 1;
+}
+
+/// A CQE seen in a completion ring. aux = [`cqe_flags`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
 pub struct CqeObserved {
@@ -724,7 +730,11 @@ pub struct CqeObserved {
     pub _pad: u16,
 }
 
-/// Entries overwritten before the observer saw them. aux = [`queue_kind`].
+/// Set in [`ObserveOverrun`]'s aux when `lost` is an estimate (e.g. whole 16-bit producer
+/// index laps inferred from the post rate) rather than an exact count.
+pub const OVERRUN_ESTIMATED: u32 = 1 << 8;
+
+/// Entries overwritten before the observer saw them. aux = [`queue_kind`] | [`OVERRUN_ESTIMATED`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
 pub struct ObserveOverrun {
