@@ -67,6 +67,8 @@ pub struct Scenario {
     pub threads: u32,
     /// (link, direction 0 = a→b, message index) whose WR fails with REM_ACCESS_ERR.
     pub fail: Option<(usize, u8, u64)>,
+    /// Connect with a GRH (link-local GID embedding the peer's GUID); else LID only.
+    pub global_routes: bool,
 }
 
 impl Scenario {
@@ -100,6 +102,7 @@ impl Scenario {
             chunk_size: 1 << 16,
             threads: 2,
             fail: None,
+            global_routes: true,
         }
     }
 }
@@ -389,7 +392,7 @@ pub fn write(dir: &Path, sc: &Scenario) -> Result<Truth, WriteError> {
             hdr: RecordHeader::of::<DeviceOpen>(0),
             ts: clk.ts(setup),
             context: ctx,
-            guid: 0xabc0_0000 + host as u64,
+            guid: 0xabc0_0000 + ((host as u64) << 16),
             name,
         });
         let my: Vec<usize> = (0..sim.dirs.len()).filter(|&i| sim.dirs[i].src == r).collect();
@@ -408,8 +411,10 @@ pub fn write(dir: &Path, sc: &Scenario) -> Result<Truth, WriteError> {
             });
             let peer_host = sc.ranks[d.dst];
             let mut dgid = [0u8; 16];
-            dgid[15] = peer_host as u8 + 1;
             dgid[0] = 0xfe;
+            dgid[1] = 0x80;
+            dgid[8..].copy_from_slice(&(0xabc0_0000u64 + ((peer_host as u64) << 16)).to_be_bytes());
+            let global = sc.global_routes;
             for (state, mask) in [(1u8, verbs::QP_PORT | 1), (verbs::QPS_RTR, verbs::QP_AV | verbs::QP_DEST_QPN | 1), (3, 1)] {
                 let rtr = state == verbs::QPS_RTR;
                 t0.append(&QpModify {
@@ -420,8 +425,8 @@ pub fn write(dir: &Path, sc: &Scenario) -> Result<Truth, WriteError> {
                     port: if state == 1 { 1 } else { 0 },
                     dest_qpn: if rtr { d.qpn_dst } else { 0 },
                     dlid: if rtr { peer_host as u16 + 1 } else { 0 },
-                    is_global: rtr as u8,
-                    dgid: if rtr { dgid } else { [0; 16] },
+                    is_global: (rtr && global) as u8,
+                    dgid: if rtr && global { dgid } else { [0; 16] },
                     ..Default::default()
                 });
             }

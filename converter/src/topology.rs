@@ -252,6 +252,20 @@ impl Topology {
         (proc_.host, dev, q.port.max(1))
     }
 
+    /// Whether a destination GID's interface id can be the GUID of the device of `q`.
+    fn gid_matches(&self, gid: [u8; 16], p: usize, q: &Qp) -> bool {
+        if gid == [0; 16] || gid[0] != 0xfe || gid[1] & 0xc0 != 0x80 {
+            return true;
+        }
+        let iface = u64::from_be_bytes(gid[8..16].try_into().expect("8 bytes"));
+        let guid = self.procs[p].devices.iter().find(|d| d.0 == q.context).map_or(0, |d| d.2);
+        if guid == 0 {
+            return true;
+        }
+        let near = |x: u64| x.wrapping_sub(guid) < 4;
+        near(iface) || near(iface ^ 0x0200_0000_0000_0000)
+    }
+
     fn match_connections(&mut self) {
         // Candidate index: qpn → QPs with that number.
         let mut by_qpn: HashMap<u32, Vec<(usize, usize)>> = HashMap::new();
@@ -292,6 +306,16 @@ impl Topology {
                 }
                 let qa = &self.procs[a.0].qps[a.1];
                 let ka = self.port_key(a.0, qa);
+                // Tie-breaker: a link-local destination GID usually embeds the peer port's
+                // GUID (EUI-64); drop candidates whose device GUID contradicts it, unless that
+                // would drop them all.
+                if cs.len() > 1 {
+                    let keep: Vec<(usize, usize)> =
+                        cs.iter().copied().filter(|b| self.gid_matches(qa.dest_addr.1, b.0, &self.procs[b.0].qps[b.1])).collect();
+                    if !keep.is_empty() {
+                        *cs = keep;
+                    }
+                }
                 cs.retain(|b| {
                     if resolved.get(b).is_some_and(|x| x != a) {
                         return false;

@@ -111,3 +111,64 @@ fn mixed_ops_failure_and_chrome_json() {
     assert_eq!(evs.iter().filter(|e| e["ph"] == "s").count() as u64, truth.flows);
     assert_eq!(evs.iter().filter(|e| e["ph"] == "f").count() as u64, truth.flows);
 }
+
+/// Four nodes, two disjoint pairs with identical QPNs on both sides (as fresh HCAs assign
+/// them): QPN matching alone is ambiguous. With GRH routes the GUID in the destination GID
+/// decides; with LID-only routes the converter must refuse to guess.
+#[test]
+fn identical_qpns_on_several_nodes() {
+    use sigmatrace_convert::synth::LinkSpec;
+    let mut sc = Scenario::ring(4, 1, Pattern::SendRecv, 50);
+    sc.links = vec![
+        LinkSpec { a: 0, b: 1, pattern: Pattern::SendRecv, messages: 50, bytes: 256 },
+        LinkSpec { a: 2, b: 3, pattern: Pattern::SendRecv, messages: 50, bytes: 256 },
+    ];
+    let (dir, truth) = common::generate(&sc);
+    let rep = sigmatrace_convert::stats(&[dir.path().to_owned()], &opts(Detail::Normal)).unwrap();
+    for (p, peer) in [(0, 1), (1, 0), (2, 3), (3, 2)] {
+        let q = &rep.topology.procs[p].qps[0];
+        assert_eq!(q.qpn, 0x100);
+        assert_eq!(q.peer, Some((peer, 0x100)), "rank {p}");
+    }
+    let t = rep.section::<Traffic>().unwrap();
+    assert_eq!(t.ops[1], truth.ops[0][1]);
+    assert_eq!(t.ops[2 * 4 + 3], truth.ops[2][3]);
+    assert_eq!(rep.summary.totals.flows_out, truth.flows);
+
+    sc.global_routes = false;
+    let (dir, _) = common::generate(&sc);
+    let out = dir.path().join("lid.perfetto-trace");
+    let rep = convert_with_report(&[dir.path().to_owned()], &out, &opts(Detail::Normal)).unwrap();
+    assert_eq!(rep.topology.ambiguous_qps.len(), 4);
+    assert!(rep.topology.procs.iter().all(|p| p.qps[0].peer.is_none()));
+    assert_eq!(rep.summary.totals.flows_out, 0);
+    assert!(rep.summary.warnings.iter().any(|w| w.contains("ambiguous")));
+    common::validate(&out, &["slices=1"]);
+}
+
+/// A time window keeps only WRs posted inside it and only flows whose both ends are inside.
+#[test]
+fn time_window_filters_events_and_keeps_flows_paired() {
+    let sc = Scenario::ring(2, 2, Pattern::SendRecv, 2000);
+    let (dir, truth) = common::generate(&sc);
+    let out = dir.path().join("w.perfetto-trace");
+    let o = ConvertOptions {
+        window_s: Some((0.0055, 0.0062)),
+        ..opts(Detail::Normal)
+    };
+    let rep = convert_with_report(&[dir.path().to_owned()], &out, &o).unwrap();
+    let s = &rep.summary;
+    assert!(s.totals.flows_out > 0 && s.totals.flows_out < truth.flows / 2, "{}", s.totals.flows_out);
+    assert_eq!(s.totals.flows_out, s.totals.flows_in);
+    let v = common::validate(&out, &["slices=1", "flows=1"]);
+    assert_eq!(v["stats"]["flows"], s.totals.flows_out);
+    // Ranks filter: only ranks 0 and 1 (one host); flows between them only.
+    let o = ConvertOptions {
+        ranks: Some(vec![0, 1]),
+        ..opts(Detail::Normal)
+    };
+    let rep = convert_with_report(&[dir.path().to_owned()], &out, &o).unwrap();
+    assert_eq!(rep.summary.processes, 2);
+    assert_eq!(rep.summary.totals.flows_out, 2 * 2000);
+    common::validate(&out, &["flows=1"]);
+}
