@@ -50,10 +50,11 @@ impl LinearMap {
 
     /// Composes `self` after a shift: `out + offset + rate · (out − at)`.
     pub fn then_correct(&self, offset_ns: f64, rate: f64, at: i64) -> LinearMap {
-        let out0 = self.out0 as f64 + offset_ns + rate * (self.out0 - at) as f64;
+        // Keep absolute times (~1.7e18 ns) out of f64: only the correction is fractional.
+        let delta = offset_ns + rate * (self.out0 - at) as f64;
         LinearMap {
             x0: self.x0,
-            out0: out0.round() as i64,
+            out0: self.out0 + delta.round() as i64,
             slope: self.slope * (1.0 + rate),
         }
     }

@@ -66,3 +66,23 @@ pub fn generate(sc: &Scenario) -> (tempfile::TempDir, Truth) {
     let truth = synth::write(dir.path(), sc).expect("synthetic logs");
     (dir, truth)
 }
+
+/// Decodes a trace written by the converter (expanding compressed packet blocks).
+pub fn decode(trace: &Path) -> Vec<sigmatrace_convert::perfetto::proto::TracePacket> {
+    use prost::Message;
+    use sigmatrace_convert::perfetto::proto::Trace;
+    let bytes = std::fs::read(trace).expect("trace");
+    let mut out = Vec::new();
+    for p in Trace::decode(&bytes[..]).expect("valid trace").packet {
+        match &p.compressed_packets {
+            Some(z) => {
+                let mut d = flate2::read::ZlibDecoder::new(&z[..]);
+                let mut raw = Vec::new();
+                std::io::Read::read_to_end(&mut d, &mut raw).expect("zlib");
+                out.extend(Trace::decode(&raw[..]).expect("inner packets").packet);
+            }
+            None => out.push(p),
+        }
+    }
+    out
+}
