@@ -120,7 +120,11 @@ pub fn join(inputs: &[LogInput], topo: &Topology, mut f: impl FnMut(&Pair)) {
     }
     let epochs = (total / 2_000_000).clamp(1, 10_000) as i64;
     let step = ((hi - lo) / epochs).max(1) + 1;
-    let mut cursors: Vec<_> = topo.procs.iter().map(|p| inputs_for(inputs, p).thread_cursors()).collect();
+    let mut cursors: Vec<_> = topo
+        .procs
+        .iter()
+        .map(|p| inputs_for(inputs, p).thread_cursors())
+        .collect();
     let mut queues: crate::verbs::FastMap<(usize, u32), ConnQueues> = Default::default();
     let mut end = lo;
     while end <= hi + step {
@@ -141,9 +145,13 @@ pub fn join(inputs: &[LogInput], topo: &Topology, mut f: impl FnMut(&Pair)) {
                             continue;
                         }
                         match r.decode() {
-                            Ok(Record::PostSend(s)) if verbs::consumes_recv(s.opcode) => out.push((s.qpn, true, p.time(ts))),
+                            Ok(Record::PostSend(s)) if verbs::consumes_recv(s.opcode) => {
+                                out.push((s.qpn, true, p.time(ts)))
+                            }
                             Ok(Record::WorkCompletion(w))
-                                if w.status == 0 && (w.opcode == verbs::wc::RECV || w.opcode == verbs::wc::RECV_RDMA_WITH_IMM) =>
+                                if w.status == 0
+                                    && (w.opcode == verbs::wc::RECV
+                                        || w.opcode == verbs::wc::RECV_RDMA_WITH_IMM) =>
                             {
                                 out.push((w.qpn, false, p.time(ts)))
                             }
@@ -163,7 +171,11 @@ pub fn join(inputs: &[LogInput], topo: &Topology, mut f: impl FnMut(&Pair)) {
             for (qpn, is_send, t) in batch {
                 let Some(q) = p.qp(qpn) else { continue };
                 let Some(peer) = q.peer else { continue };
-                let (key, receiver) = if is_send { ((pi, qpn), peer.0) } else { (peer, pi) };
+                let (key, receiver) = if is_send {
+                    ((pi, qpn), peer.0)
+                } else {
+                    (peer, pi)
+                };
                 let cq = queues.entry(key).or_default();
                 if is_send {
                     cq.sends.push_back(t);
@@ -188,7 +200,10 @@ pub fn join(inputs: &[LogInput], topo: &Topology, mut f: impl FnMut(&Pair)) {
 }
 
 fn inputs_for<'a>(inputs: &'a [LogInput], p: &crate::topology::Process) -> &'a LogInput {
-    inputs.iter().find(|i| i.path == p.path).expect("every process has its input")
+    inputs
+        .iter()
+        .find(|i| i.path == p.path)
+        .expect("every process has its input")
 }
 
 /// Lower convex hull of points (x, d), sorted by x.
@@ -199,7 +214,8 @@ pub fn lower_hull(mut pts: Vec<(i64, i64)>) -> Vec<(i64, i64)> {
     for p in pts {
         while h.len() >= 2 {
             let (o, a) = (h[h.len() - 2], h[h.len() - 1]);
-            let cross = (a.0 - o.0) as i128 * (p.1 - o.1) as i128 - (a.1 - o.1) as i128 * (p.0 - o.0) as i128;
+            let cross = (a.0 - o.0) as i128 * (p.1 - o.1) as i128
+                - (a.1 - o.1) as i128 * (p.0 - o.0) as i128;
             if cross <= 0 {
                 h.pop();
             } else {
@@ -295,7 +311,10 @@ pub fn align(inputs: &[LogInput], topo: &mut Topology, use_causality: bool) -> A
             if pr.y < pr.x {
                 before += 1;
             }
-            hulls.entry((hi_, hj)).or_default().add(pr.x - t0, pr.y - pr.x);
+            hulls
+                .entry((hi_, hj))
+                .or_default()
+                .add(pr.x - t0, pr.y - pr.x);
         });
     }
     for h in hulls.values_mut() {
@@ -329,7 +348,12 @@ pub fn align(inputs: &[LogInput], topo: &mut Topology, use_causality: bool) -> A
             let (h1, h2) = (&ab.hull, &ba.hull);
             let x_lo = h1[0].0.max(h2[0].0);
             let x_hi = h1[h1.len() - 1].0.min(h2[h2.len() - 1].0);
-            let mut xs: Vec<i64> = h1.iter().chain(h2.iter()).map(|p| p.0).filter(|&x| x >= x_lo && x <= x_hi).collect();
+            let mut xs: Vec<i64> = h1
+                .iter()
+                .chain(h2.iter())
+                .map(|p| p.0)
+                .filter(|&x| x >= x_lo && x <= x_hi)
+                .collect();
             if xs.is_empty() {
                 xs.push((x_lo + x_hi) / 2);
             }
@@ -358,14 +382,21 @@ pub fn align(inputs: &[LogInput], topo: &mut Topology, use_causality: bool) -> A
             cons.push((i, j, tau(x), tau(x + d), d as f64 - 1.0));
         }
     }
-    let viol = |o: &[f64], r: &[f64], c: &(usize, usize, f64, f64, f64)| o[c.0] - o[c.1] + r[c.0] * c.2 - r[c.1] * c.3 - c.4;
+    let viol = |o: &[f64], r: &[f64], c: &(usize, usize, f64, f64, f64)| {
+        o[c.0] - o[c.1] + r[c.0] * c.2 - r[c.1] * c.3 - c.4
+    };
     for _sweep in 0..20_000 {
         let mut any = false;
         for c in &cons {
             let v = viol(&o, &r, c);
             if v > 0.0 {
                 any = true;
-                let mut g = [(c.0, 0usize, 1.0), (c.0, 1, c.2), (c.1, 0, -1.0), (c.1, 1, -c.3)];
+                let mut g = [
+                    (c.0, 0usize, 1.0),
+                    (c.0, 1, c.2),
+                    (c.1, 0, -1.0),
+                    (c.1, 1, -c.3),
+                ];
                 for e in g.iter_mut() {
                     if e.0 == reference {
                         e.2 = 0.0;
@@ -428,7 +459,11 @@ fn line_fit(pts: &[(f64, f64)]) -> (f64, f64) {
 }
 
 /// Solves min Σ w (v_i − v_j − m)² + ε Σ v² with v_ref = 0 (dense normal equations).
-fn solve_laplacian(n: usize, reference: usize, eqs: impl Iterator<Item = (usize, usize, f64, f64)>) -> Vec<f64> {
+fn solve_laplacian(
+    n: usize,
+    reference: usize,
+    eqs: impl Iterator<Item = (usize, usize, f64, f64)>,
+) -> Vec<f64> {
     let mut a = vec![vec![0.0f64; n]; n];
     let mut b = vec![0.0f64; n];
     for (i, j, m, w) in eqs {
@@ -452,7 +487,9 @@ fn solve_laplacian(n: usize, reference: usize, eqs: impl Iterator<Item = (usize,
     b[reference] = 0.0;
     // Gaussian elimination with partial pivoting.
     for c in 0..n {
-        let p = (c..n).max_by(|&x, &y| a[x][c].abs().total_cmp(&a[y][c].abs())).unwrap_or(c);
+        let p = (c..n)
+            .max_by(|&x, &y| a[x][c].abs().total_cmp(&a[y][c].abs()))
+            .unwrap_or(c);
         a.swap(c, p);
         b.swap(c, p);
         let d = a[c][c];
@@ -462,8 +499,9 @@ fn solve_laplacian(n: usize, reference: usize, eqs: impl Iterator<Item = (usize,
         for r in c + 1..n {
             let f = a[r][c] / d;
             if f != 0.0 {
-                for k in c..n {
-                    a[r][k] -= f * a[c][k];
+                let (top, bottom) = a.split_at_mut(r);
+                for (x, y) in bottom[0][c..n].iter_mut().zip(&top[c][c..n]) {
+                    *x -= f * y;
                 }
                 b[r] -= f * b[c];
             }
@@ -472,7 +510,11 @@ fn solve_laplacian(n: usize, reference: usize, eqs: impl Iterator<Item = (usize,
     let mut x = vec![0.0; n];
     for c in (0..n).rev() {
         let s: f64 = (c + 1..n).map(|k| a[c][k] * x[k]).sum();
-        x[c] = if a[c][c].abs() < 1e-300 { 0.0 } else { (b[c] - s) / a[c][c] };
+        x[c] = if a[c][c].abs() < 1e-300 {
+            0.0
+        } else {
+            (b[c] - s) / a[c][c]
+        };
     }
     x
 }
@@ -491,6 +533,9 @@ mod tests {
     fn laplacian_recovers_offsets() {
         // Host 1 is +5 relative to 0, host 2 is −3 relative to 1.
         let x = solve_laplacian(3, 0, [(1, 0, 5.0, 1.0), (2, 1, -3.0, 1.0)].into_iter());
-        assert!((x[1] - 5.0).abs() < 1e-6 && (x[2] - 2.0).abs() < 1e-6, "{x:?}");
+        assert!(
+            (x[1] - 5.0).abs() < 1e-6 && (x[2] - 2.0).abs() < 1e-6,
+            "{x:?}"
+        );
     }
 }

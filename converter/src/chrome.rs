@@ -82,7 +82,9 @@ impl ChromeSeq {
     }
 
     fn head(&mut self, ph: &str, ts: u64, track: u64) -> bool {
-        let Some(t) = self.lookup(track) else { return false };
+        let Some(t) = self.lookup(track) else {
+            return false;
+        };
         let (pid, tid) = (t.pid, t.tid);
         let _ = write!(
             self.buf,
@@ -128,7 +130,10 @@ impl ChromeSeq {
         for (ids, ph) in [(extra.flows, "s"), (extra.terminating, "f")] {
             for &f in ids {
                 if self.head(ph, ts, track) {
-                    let _ = write!(self.buf, ",\"id\":\"{f:#x}\",\"cat\":\"flow\",\"name\":\"message\"");
+                    let _ = write!(
+                        self.buf,
+                        ",\"id\":\"{f:#x}\",\"cat\":\"flow\",\"name\":\"message\""
+                    );
                     if ph == "f" {
                         self.buf.push_str(",\"bp\":\"e\"");
                     }
@@ -145,7 +150,8 @@ impl TraceSink for ChromeSeq {
             return Name(i);
         }
         self.names.push(s.to_string());
-        self.name_ids.insert(s.to_string(), self.names.len() as u32 - 1);
+        self.name_ids
+            .insert(s.to_string(), self.names.len() as u32 - 1);
         Name(self.names.len() as u32 - 1)
     }
 
@@ -161,7 +167,14 @@ impl TraceSink for ChromeSeq {
         let parent = def.parent.and_then(|p| self.lookup(p).cloned());
         let (pid, path) = match (&def.kind, &parent) {
             (TrackKind::Process { .. }, _) => (def.uuid, String::new()),
-            (_, Some(p)) => (p.pid, if p.name.is_empty() { String::new() } else { format!("{} / ", p.name) }),
+            (_, Some(p)) => (
+                p.pid,
+                if p.name.is_empty() {
+                    String::new()
+                } else {
+                    format!("{} / ", p.name)
+                },
+            ),
             (_, None) => (0, String::new()),
         };
         let name = format!("{path}{}", def.name);
@@ -232,7 +245,12 @@ impl TraceSink for ChromeSeq {
     fn counter(&mut self, ts: u64, track: u64, value: i64) {
         let Some(t) = self.lookup(track) else { return };
         let (pid, name) = (t.pid, t.name.clone());
-        let _ = write!(self.buf, ",\n{{\"ph\":\"C\",\"pid\":{pid},\"ts\":{}.{:03},\"name\":", ts / 1000, ts % 1000);
+        let _ = write!(
+            self.buf,
+            ",\n{{\"ph\":\"C\",\"pid\":{pid},\"ts\":{}.{:03},\"name\":",
+            ts / 1000,
+            ts % 1000
+        );
         esc(&name, &mut self.buf);
         let _ = write!(self.buf, ",\"args\":{{\"value\":{value}}}}}");
     }

@@ -117,7 +117,12 @@ pub struct ProcessClock {
 
 impl ProcessClock {
     /// Fits the process's snapshots (the header's start snapshot first).
-    pub fn fit(start: &ClockSnapshot, snaps: &[ClockSnapshot], source: TimestampSource, hz: u64) -> Self {
+    pub fn fit(
+        start: &ClockSnapshot,
+        snaps: &[ClockSnapshot],
+        source: TimestampSource,
+        hz: u64,
+    ) -> Self {
         let default_slope = match source {
             TimestampSource::MonotonicRaw => 1.0,
             TimestampSource::Tsc if hz > 0 => 1e9 / hz as f64,
@@ -135,7 +140,12 @@ impl ProcessClock {
         if usable(start) {
             pts.push((mid(start), start.monotonic as i64));
         }
-        pts.extend(snaps.iter().filter(|s| usable(s)).map(|s| (mid(s), s.monotonic as i64)));
+        pts.extend(
+            snaps
+                .iter()
+                .filter(|s| usable(s))
+                .map(|s| (mid(s), s.monotonic as i64)),
+        );
         pts.sort_by_key(|p| p.0);
         pts.dedup_by_key(|p| p.0);
         if pts.is_empty() {

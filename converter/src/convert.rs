@@ -140,7 +140,10 @@ impl Report {
             totals: &self.summary.totals,
         };
         let mut m = serde_json::Map::new();
-        m.insert("summary".into(), serde_json::to_value(&self.summary).unwrap_or_default());
+        m.insert(
+            "summary".into(),
+            serde_json::to_value(&self.summary).unwrap_or_default(),
+        );
         for sec in &self.sections {
             m.insert(sec.key().into(), sec.json(&ctx));
         }
@@ -149,7 +152,9 @@ impl Report {
 
     /// A section by type (e.g. `report.section::<Traffic>()`).
     pub fn section<T: 'static>(&self) -> Option<&T> {
-        self.sections.iter().find_map(|s| s.as_any().downcast_ref::<T>())
+        self.sections
+            .iter()
+            .find_map(|s| s.as_any().downcast_ref::<T>())
     }
 }
 
@@ -173,7 +178,8 @@ fn load(paths: &[PathBuf], opts: &ConvertOptions) -> Result<Loaded, ConvertError
     };
     let files = expand_inputs(paths)?;
     let mut warnings = Vec::new();
-    let opened: Vec<Result<LogInput, ConvertError>> = files.par_iter().map(|p| LogInput::open(p)).collect();
+    let opened: Vec<Result<LogInput, ConvertError>> =
+        files.par_iter().map(|p| LogInput::open(p)).collect();
     let mut inputs = Vec::new();
     for r in opened {
         match r {
@@ -184,17 +190,31 @@ fn load(paths: &[PathBuf], opts: &ConvertOptions) -> Result<Loaded, ConvertError
     }
     inputs.retain(|i| {
         let h = i.file.header();
-        let rank_ok = opts.ranks.as_ref().is_none_or(|rs| h.rank.rank.is_some_and(|r| rs.contains(&r)));
-        let host_ok = opts.hosts.as_ref().is_none_or(|hs| hs.iter().any(|x| *x == h.hostname));
+        let rank_ok = opts
+            .ranks
+            .as_ref()
+            .is_none_or(|rs| h.rank.rank.is_some_and(|r| rs.contains(&r)));
+        let host_ok = opts
+            .hosts
+            .as_ref()
+            .is_none_or(|hs| hs.contains(&h.hostname));
         rank_ok && host_ok
     });
     if inputs.is_empty() {
-        return Err(ConvertError::NothingSelected(format!("{} logs found", files.len())));
+        return Err(ConvertError::NothingSelected(format!(
+            "{} logs found",
+            files.len()
+        )));
     }
     for i in &inputs {
         let s = i.file.salvage();
         for issue in &s.issues {
-            warnings.push(format!("{}: offset {}: {}", i.path.display(), issue.offset, issue.message));
+            warnings.push(format!(
+                "{}: offset {}: {}",
+                i.path.display(),
+                issue.offset,
+                issue.message
+            ));
         }
         if i.file.header().major > 0 && i.file.header().minor > sigmatrace_schemas::FORMAT_MINOR {
             warnings.push(format!(
@@ -212,15 +232,27 @@ fn load(paths: &[PathBuf], opts: &ConvertOptions) -> Result<Loaded, ConvertError
     lap("scan", &mut phases);
     for (i, s) in inputs.iter().zip(&scans) {
         for issue in &s.issues {
-            warnings.push(format!("{}: offset {}: {} (rest of the chunk skipped)", i.path.display(), issue.offset, issue.what));
+            warnings.push(format!(
+                "{}: offset {}: {} (rest of the chunk skipped)",
+                i.path.display(),
+                issue.offset,
+                issue.what
+            ));
         }
         if s.dropped > 0 {
-            warnings.push(format!("{}: the tracer dropped {} events", i.path.display(), s.dropped));
+            warnings.push(format!(
+                "{}: the tracer dropped {} events",
+                i.path.display(),
+                s.dropped
+            ));
         }
     }
     let mut topo = Topology::build(&inputs, &scans);
     for &(p, q) in &topo.ambiguous_qps {
-        warnings.push(format!("{} QP {q:#x}: connection ambiguous (several QPs match); not paired", topo.procs[p].label()));
+        warnings.push(format!(
+            "{} QP {q:#x}: connection ambiguous (several QPs match); not paired",
+            topo.procs[p].label()
+        ));
     }
     lap("topology", &mut phases);
     let mut alignment = align::align(&inputs, &mut topo, opts.causality_alignment);
@@ -255,8 +287,14 @@ fn pool(jobs: usize) -> Result<rayon::ThreadPool, ConvertError> {
 }
 
 /// Converts logs (files or directories) into one trace at `output`.
-pub fn convert(paths: &[PathBuf], output: &Path, opts: &ConvertOptions) -> Result<Summary, ConvertError> {
-    pool(opts.jobs)?.install(|| run(paths, Some(output), opts)).map(|r| r.summary)
+pub fn convert(
+    paths: &[PathBuf],
+    output: &Path,
+    opts: &ConvertOptions,
+) -> Result<Summary, ConvertError> {
+    pool(opts.jobs)?
+        .install(|| run(paths, Some(output), opts))
+        .map(|r| r.summary)
 }
 
 /// Computes the report without writing a trace.
@@ -265,11 +303,19 @@ pub fn stats(paths: &[PathBuf], opts: &ConvertOptions) -> Result<Report, Convert
 }
 
 /// Converts and also returns the report (one model pass for both).
-pub fn convert_with_report(paths: &[PathBuf], output: &Path, opts: &ConvertOptions) -> Result<Report, ConvertError> {
+pub fn convert_with_report(
+    paths: &[PathBuf],
+    output: &Path,
+    opts: &ConvertOptions,
+) -> Result<Report, ConvertError> {
     pool(opts.jobs)?.install(|| run(paths, Some(output), opts))
 }
 
-fn run(paths: &[PathBuf], output: Option<&Path>, opts: &ConvertOptions) -> Result<Report, ConvertError> {
+fn run(
+    paths: &[PathBuf],
+    output: Option<&Path>,
+    opts: &ConvertOptions,
+) -> Result<Report, ConvertError> {
     let started = Instant::now();
     let nsys_reports = crate::nsys_merge::load(&opts.nsys)?;
     let Loaded {
@@ -283,8 +329,16 @@ fn run(paths: &[PathBuf], output: Option<&Path>, opts: &ConvertOptions) -> Resul
         wr_events,
     } = load(paths, opts)?;
     let model_started = Instant::now();
-    let t_start = topo.procs.iter().map(|p| p.time(p.min_ts)).min().unwrap_or(0).max(0);
-    let window = opts.window_s.map(|(a, b)| (t_start + (a * 1e9) as i64, t_start + (b * 1e9) as i64));
+    let t_start = topo
+        .procs
+        .iter()
+        .map(|p| p.time(p.min_ts))
+        .min()
+        .unwrap_or(0)
+        .max(0);
+    let window = opts
+        .window_s
+        .map(|(a, b)| (t_start + (a * 1e9) as i64, t_start + (b * 1e9) as i64));
     let flow_ranges = window.map(|(a, b)| {
         let mut m = std::collections::HashMap::new();
         align::join(&inputs, &topo, |pr| {
@@ -325,7 +379,10 @@ fn run(paths: &[PathBuf], output: Option<&Path>, opts: &ConvertOptions) -> Resul
         }
         let json = json_tracks.is_some();
         std::thread::spawn(move || -> Result<u64, ConvertError> {
-            let werr = |source| ConvertError::Output { path: path.clone(), source };
+            let werr = |source| ConvertError::Output {
+                path: path.clone(),
+                source,
+            };
             let f = std::fs::File::create(&path).map_err(werr)?;
             let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
             let mut n = header.len() as u64;
@@ -345,16 +402,27 @@ fn run(paths: &[PathBuf], output: Option<&Path>, opts: &ConvertOptions) -> Resul
     let compress = opts.compress_level > 0 && opts.format == Format::Perfetto;
     let level = opts.compress_level.min(9);
     let template = default_sections();
-    let results: Vec<(ProcessTotals, Vec<Box<dyn Section>>, Vec<String>)> = topo
+    type ProcResult = (ProcessTotals, Vec<Box<dyn Section>>, Vec<String>);
+    let results: Vec<ProcResult> = topo
         .procs
         .par_iter()
         .map(|p| {
-            let input = inputs.iter().find(|i| i.path == p.path).expect("input of process");
-            let (mut sink, mut gsink): (Box<dyn TraceSink>, Box<dyn TraceSink>) = match (&json_tracks, output) {
-                (_, None) => (Box::new(NullSink::default()), Box::new(NullSink::default())),
-                (Some((tracks, _)), _) => (Box::new(chrome::ChromeSeq::new(tracks.clone())), Box::new(chrome::ChromeSeq::new(tracks.clone()))),
-                (None, _) => (Box::new(PerfettoSeq::new(p.seq, true, t_start as u64)), Box::new(PerfettoSeq::new(p.gpu_seq, false, 0))),
-            };
+            let input = inputs
+                .iter()
+                .find(|i| i.path == p.path)
+                .expect("input of process");
+            let (mut sink, mut gsink): (Box<dyn TraceSink>, Box<dyn TraceSink>) =
+                match (&json_tracks, output) {
+                    (_, None) => (Box::new(NullSink::default()), Box::new(NullSink::default())),
+                    (Some((tracks, _)), _) => (
+                        Box::new(chrome::ChromeSeq::new(tracks.clone())),
+                        Box::new(chrome::ChromeSeq::new(tracks.clone())),
+                    ),
+                    (None, _) => (
+                        Box::new(PerfettoSeq::new(p.seq, true, t_start as u64)),
+                        Box::new(PerfettoSeq::new(p.gpu_seq, false, 0)),
+                    ),
+                };
             let mut obs = SectionSet(template.iter().map(|s| s.fresh(&topo)).collect());
             let mut model = ProcessModel::new(&topo, p.index, &mopts, &uuids, sink.as_mut());
             let tx = tx.clone();
@@ -362,7 +430,11 @@ fn run(paths: &[PathBuf], output: Option<&Path>, opts: &ConvertOptions) -> Resul
                 if b.is_empty() || output.is_none() {
                     return;
                 }
-                let b = if compress { encode::compress_block(&b, level) } else { b };
+                let b = if compress {
+                    encode::compress_block(&b, level)
+                } else {
+                    b
+                };
                 let _ = tx.send(b);
             };
             let issues = model.run(input, sink.as_mut(), gsink.as_mut(), &mut obs, &mut flush);
@@ -376,14 +448,30 @@ fn run(paths: &[PathBuf], output: Option<&Path>, opts: &ConvertOptions) -> Resul
         .collect();
     let nsys = match output {
         Some(_) if !nsys_reports.is_empty() => {
-            let ctx = crate::nsys_merge::SigmaContext { topo: &topo, inputs: &inputs, alignment: &alignment };
-            crate::nsys_merge::emit_all(&nsys_reports, opts.nsys.offset_ns, Some(ctx), &uuids, |seq| match &json_tracks {
-                Some((tracks, _)) => Box::new(chrome::ChromeSeq::new(tracks.clone())) as Box<dyn TraceSink>,
-                None => Box::new(PerfettoSeq::new(seq, false, 0)),
-            })
+            let ctx = crate::nsys_merge::SigmaContext {
+                topo: &topo,
+                inputs: &inputs,
+                alignment: &alignment,
+            };
+            crate::nsys_merge::emit_all(
+                &nsys_reports,
+                opts.nsys.offset_ns,
+                Some(ctx),
+                &uuids,
+                |seq| match &json_tracks {
+                    Some((tracks, _)) => {
+                        Box::new(chrome::ChromeSeq::new(tracks.clone())) as Box<dyn TraceSink>
+                    }
+                    None => Box::new(PerfettoSeq::new(seq, false, 0)),
+                },
+            )
             .map(|(bytes, merged)| {
                 if !bytes.is_empty() {
-                    let _ = tx.send(if compress { encode::compress_block(&bytes, level) } else { bytes });
+                    let _ = tx.send(if compress {
+                        encode::compress_block(&bytes, level)
+                    } else {
+                        bytes
+                    });
                 }
                 merged
             })
@@ -393,7 +481,9 @@ fn run(paths: &[PathBuf], output: Option<&Path>, opts: &ConvertOptions) -> Resul
     drop(tx);
     progress.finish();
     let output_bytes = match writer {
-        Some(h) => h.join().map_err(|_| ConvertError::Options("writer thread panicked".into()))??,
+        Some(h) => h
+            .join()
+            .map_err(|_| ConvertError::Options("writer thread panicked".into()))??,
         None => 0,
     };
     phases.push(("model+emit".into(), model_started.elapsed().as_secs_f64()));
@@ -446,12 +536,26 @@ fn run(paths: &[PathBuf], output: Option<&Path>, opts: &ConvertOptions) -> Resul
 
 /// A top-level track whose description carries the clock alignment (trace metadata).
 fn alignment_track(topo: &Topology, a: &Alignment) -> crate::perfetto::TrackDef {
-    let mut desc = format!("{}. Reference host: {}.", a.method, topo.hosts.get(a.reference_host).map(|h| h.name.as_str()).unwrap_or("-"));
+    let mut desc = format!(
+        "{}. Reference host: {}.",
+        a.method,
+        topo.hosts
+            .get(a.reference_host)
+            .map(|h| h.name.as_str())
+            .unwrap_or("-")
+    );
     for h in &a.hosts {
-        let unc = h.uncertainty_ns.map(|u| format!("±{u:.0} ns")).unwrap_or_else(|| "unbounded".into());
-        desc.push_str(&format!(" {}: offset {:.0} ns, drift {:.3} ppm, uncertainty {unc}.", h.host, h.offset_ns, h.drift_ppm));
+        let unc = h
+            .uncertainty_ns
+            .map(|u| format!("±{u:.0} ns"))
+            .unwrap_or_else(|| "unbounded".into());
+        desc.push_str(&format!(
+            " {}: offset {:.0} ns, drift {:.3} ppm, uncertainty {unc}.",
+            h.host, h.offset_ns, h.drift_ppm
+        ));
     }
-    let mut d = crate::perfetto::TrackDef::slices(u64::MAX >> 1, None, "SigmaTrace clock alignment");
+    let mut d =
+        crate::perfetto::TrackDef::slices(u64::MAX >> 1, None, "SigmaTrace clock alignment");
     d.description = Some(desc);
     d
 }

@@ -9,7 +9,9 @@ use crate::topology::{Process, Qp, Topology};
 use crate::verbs;
 
 /// How much per-WR detail the trace carries (see README "Detail levels").
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum, serde::Serialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum, serde::Serialize,
+)]
 pub enum Detail {
     /// Send-side WR slices, receive completions with flows, sparse counters.
     Compact,
@@ -177,7 +179,11 @@ pub fn static_tracks(topo: &Topology) -> Vec<TrackDef> {
             out.push(def);
             for (uuid, name, unit) in [
                 (q.outstanding_track, "outstanding WRs", CounterUnit::Count),
-                (q.inflight_bytes_track, "bytes in flight", CounterUnit::Bytes),
+                (
+                    q.inflight_bytes_track,
+                    "bytes in flight",
+                    CounterUnit::Bytes,
+                ),
             ] {
                 out.push(TrackDef {
                     uuid,
@@ -203,22 +209,40 @@ pub struct NameCache {
 impl NameCache {
     /// Name of a send-queue WR slice: "WRITE 4 KiB".
     pub fn wr(&mut self, sink: &mut dyn TraceSink, opcode: u8, bytes: u32) -> Name {
-        *self
-            .map
-            .entry((0, opcode, bytes, 0))
-            .or_insert_with(|| sink.name(&format!("{} {}", verbs::wr_name(opcode), verbs::size_label(bytes as u64))))
+        *self.map.entry((0, opcode, bytes, 0)).or_insert_with(|| {
+            sink.name(&format!(
+                "{} {}",
+                verbs::wr_name(opcode),
+                verbs::size_label(bytes as u64)
+            ))
+        })
     }
 
     /// Name of a receive slice / receive completion.
-    pub fn recv(&mut self, sink: &mut dyn TraceSink, bytes: u32, imm: bool, completion: bool) -> Name {
-        *self.map.entry((1, imm as u8, bytes, completion as u8)).or_insert_with(|| {
-            let what = if imm { "RECV_IMM" } else { "RECV" };
-            if completion {
-                sink.name(&format!("{what} {} arrived", verbs::size_label(bytes as u64)))
-            } else {
-                sink.name(&format!("{what} posted {}", verbs::size_label(bytes as u64)))
-            }
-        })
+    pub fn recv(
+        &mut self,
+        sink: &mut dyn TraceSink,
+        bytes: u32,
+        imm: bool,
+        completion: bool,
+    ) -> Name {
+        *self
+            .map
+            .entry((1, imm as u8, bytes, completion as u8))
+            .or_insert_with(|| {
+                let what = if imm { "RECV_IMM" } else { "RECV" };
+                if completion {
+                    sink.name(&format!(
+                        "{what} {} arrived",
+                        verbs::size_label(bytes as u64)
+                    ))
+                } else {
+                    sink.name(&format!(
+                        "{what} posted {}",
+                        verbs::size_label(bytes as u64)
+                    ))
+                }
+            })
     }
 
     /// Name of an inferred arrival on a target QP.
@@ -243,13 +267,20 @@ impl NameCache {
     /// Name of an observed (GPU/host-poller) WQE.
     pub fn wqe(&mut self, sink: &mut dyn TraceSink, opcode: u8, bytes: u32) -> Name {
         *self.map.entry((4, opcode, bytes, 0)).or_insert_with(|| {
-            sink.name(&format!("{} {}", verbs::mlx5_name(opcode), verbs::size_label(bytes as u64)))
+            sink.name(&format!(
+                "{} {}",
+                verbs::mlx5_name(opcode),
+                verbs::size_label(bytes as u64)
+            ))
         })
     }
 
     /// Any other fixed name.
     pub fn other(&mut self, sink: &mut dyn TraceSink, id: u8, s: &str) -> Name {
-        *self.map.entry((5, id, 0, 0)).or_insert_with(|| sink.name(s))
+        *self
+            .map
+            .entry((5, id, 0, 0))
+            .or_insert_with(|| sink.name(s))
     }
 }
 

@@ -70,7 +70,11 @@ impl GpuState {
                 let parent = if on_gpu {
                     *self.gpu_root.get_or_insert_with(|| {
                         let u = new_uuid(ctx.uuids);
-                        sink.track(&TrackDef::slices(u, Some(ctx.p.track), "GPU-initiated queues"));
+                        sink.track(&TrackDef::slices(
+                            u,
+                            Some(ctx.p.track),
+                            "GPU-initiated queues",
+                        ));
                         u
                     })
                 } else {
@@ -103,7 +107,9 @@ impl GpuState {
                 q.open.push_back((w.wqe_index, lane));
             }
             Record::CqeObserved(c) => {
-                let Some(q) = self.qps.get_mut(&c.qpn) else { return };
+                let Some(q) = self.qps.get_mut(&c.qpn) else {
+                    return;
+                };
                 let failed = c.opcode == 13 || c.opcode == 14;
                 while let Some(&(idx, lane)) = q.open.front() {
                     if c.wqe_counter.wrapping_sub(idx) >= 0x8000 {
@@ -119,14 +125,25 @@ impl GpuState {
                     let name = names.other(sink, 10, "✗ CQE error");
                     let k = sink.arg_key("syndrome");
                     let args = [(k, ArgValue::Hex(c.syndrome as u64))];
-                    sink.instant(t as u64, q.track, name, &Extra { args: &args, ..Extra::NONE });
+                    sink.instant(
+                        t as u64,
+                        q.track,
+                        name,
+                        &Extra {
+                            args: &args,
+                            ..Extra::NONE
+                        },
+                    );
                 }
             }
             Record::KernelLaunch(k) => {
-                self.launches.insert(k.correlation, (k.function, k.stream, k.device));
+                self.launches
+                    .insert(k.correlation, (k.function, k.stream, k.device));
             }
             Record::KernelExec(k) => {
-                let Some((func, stream, dev)) = self.launches.remove(&k.correlation) else { return };
+                let Some((func, stream, dev)) = self.launches.remove(&k.correlation) else {
+                    return;
+                };
                 let map = |v: u64| -> i64 {
                     if k.hdr.aux == 1 {
                         match ctx.p.gpu.device(k.device) {
@@ -144,12 +161,20 @@ impl GpuState {
                 let dev = dev as u32;
                 let dev_track = *self.devices.entry(dev).or_insert_with(|| {
                     let u = new_uuid(ctx.uuids);
-                    gpu_sink.track(&TrackDef::slices(u, Some(ctx.p.track), format!("GPU {dev}")));
+                    gpu_sink.track(&TrackDef::slices(
+                        u,
+                        Some(ctx.p.track),
+                        format!("GPU {dev}"),
+                    ));
                     u
                 });
                 let st = self.streams.entry((dev, stream)).or_insert_with(|| {
                     let u = new_uuid(ctx.uuids);
-                    gpu_sink.track(&TrackDef::slices(u, Some(dev_track), format!("stream {stream:#x}")));
+                    gpu_sink.track(&TrackDef::slices(
+                        u,
+                        Some(dev_track),
+                        format!("stream {stream:#x}"),
+                    ));
                     (u, i64::MIN)
                 });
                 // Kernels of one stream do not overlap; keep the track well nested even if

@@ -30,7 +30,11 @@ pub fn expand_inputs(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, ConvertError> {
     out.dedup();
     if out.is_empty() {
         return Err(ConvertError::NoInputs(
-            inputs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
+            inputs
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
         ));
     }
     Ok(out)
@@ -41,7 +45,10 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), ConvertError> {
         path: dir.to_owned(),
         source,
     };
-    let mut entries: Vec<_> = std::fs::read_dir(dir).map_err(io)?.collect::<Result<_, _>>().map_err(io)?;
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .map_err(io)?
+        .collect::<Result<_, _>>()
+        .map_err(io)?;
     entries.sort_by_key(|e| e.path());
     for e in entries {
         let path = e.path();
@@ -126,10 +133,13 @@ impl LogInput {
 /// Drops a consumed chunk's pages from this process's resident set (they stay in the page
 /// cache), so resident memory does not grow with the amount of input read.
 pub fn release_chunk(input: &LogInput, chunk: &ChunkInfo) {
-    let Some(Ok(first)) = input.file.records(chunk).next() else { return };
+    let Some(Ok(first)) = input.file.records(chunk).next() else {
+        return;
+    };
     let base = first.bytes.as_ptr() as usize - first.offset as usize;
     let start = base + chunk.offset as usize;
-    let len = (input.file.header().chunk_size as usize).min(input.bytes.saturating_sub(chunk.offset) as usize);
+    let len = (input.file.header().chunk_size as usize)
+        .min(input.bytes.saturating_sub(chunk.offset) as usize);
     let page = 4096;
     let (a, b) = (start.next_multiple_of(page), (start + len) / page * page);
     if b > a {
@@ -146,7 +156,9 @@ pub fn release_chunk(input: &LogInput, chunk: &ChunkInfo) {
 /// Timestamp of a record: every record kind has its `ts` at offset 8.
 #[inline]
 pub fn record_ts(bytes: &[u8]) -> Option<u64> {
-    bytes.get(8..16).map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes")))
+    bytes
+        .get(8..16)
+        .map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes")))
 }
 
 /// A damaged record found while iterating (iteration of its chunk stops there).
@@ -249,7 +261,10 @@ impl<'a> MergedRecords<'a> {
 
     /// Timestamp of the next record without consuming it.
     pub fn peek_ts(&self) -> Option<u64> {
-        self.cursors.iter().filter_map(|c| c.head.map(|h| h.0)).min()
+        self.cursors
+            .iter()
+            .filter_map(|c| c.head.map(|h| h.0))
+            .min()
     }
 }
 

@@ -132,13 +132,17 @@ fn options(c: &Common) -> Result<ConvertOptions, ConvertError> {
         (a, b) => {
             let (a, b) = (a.unwrap_or(0.0), b.unwrap_or(f64::MAX / 4e9));
             if b <= a {
-                return Err(ConvertError::Options(format!("--to {b} must be after --from {a}")));
+                return Err(ConvertError::Options(format!(
+                    "--to {b} must be after --from {a}"
+                )));
             }
             Some((a, b))
         }
     };
     if c.inputs.is_empty() {
-        return Err(ConvertError::Options("no input logs given (files or directories)".into()));
+        return Err(ConvertError::Options(
+            "no input logs given (files or directories)".into(),
+        ));
     }
     Ok(ConvertOptions {
         jobs: c.jobs,
@@ -161,31 +165,53 @@ fn run(cli: Cli) -> Result<(), ConvertError> {
                 eprintln!("warning: {w}");
             }
             if a.json {
-                println!("{}", serde_json::to_string_pretty(&report.json()).unwrap_or_default());
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report.json()).unwrap_or_default()
+                );
             } else {
                 print!("{}", report.text());
             }
             if let Some(svg) = a.svg {
-                let t = report.section::<Traffic>().ok_or_else(|| ConvertError::Options("no traffic section".into()))?;
+                let t = report
+                    .section::<Traffic>()
+                    .ok_or_else(|| ConvertError::Options("no traffic section".into()))?;
                 let labels: Vec<String> = report.topology.procs.iter().map(|p| p.label()).collect();
-                std::fs::write(&svg, heatmap_svg("Traffic rank × rank (bytes)", &labels, &t.bytes))
-                    .map_err(|source| ConvertError::Output { path: svg.clone(), source })?;
+                std::fs::write(
+                    &svg,
+                    heatmap_svg("Traffic rank × rank (bytes)", &labels, &t.bytes),
+                )
+                .map_err(|source| ConvertError::Output {
+                    path: svg.clone(),
+                    source,
+                })?;
             }
             Ok(())
         }
         Some(Cmd::NsysSummary(a)) => {
-            print!("{}", sigmatrace_convert::nsys_cli::summary(&a.file, a.json)?);
+            print!(
+                "{}",
+                sigmatrace_convert::nsys_cli::summary(&a.file, a.json)?
+            );
             Ok(())
         }
         None => {
             let a = cli.convert;
-            let nsys = sigmatrace_convert::nsys_merge::NsysOptions { files: a.nsys.clone(), offset_ns: a.nsys_offset };
+            let nsys = sigmatrace_convert::nsys_merge::NsysOptions {
+                files: a.nsys.clone(),
+                offset_ns: a.nsys_offset,
+            };
             if a.common.inputs.is_empty() && !nsys.files.is_empty() {
-                let merged = sigmatrace_convert::nsys_cli::convert_only(&nsys, &a.output, a.format, a.compress)?;
+                let merged = sigmatrace_convert::nsys_cli::convert_only(
+                    &nsys, &a.output, a.format, a.compress,
+                )?;
                 for line in sigmatrace_convert::nsys_cli::report_lines(&merged) {
                     eprintln!("{line}");
                 }
-                eprintln!("{}: Nsight Systems exports only (no SigmaTrace logs given)", a.output.display());
+                eprintln!(
+                    "{}: Nsight Systems exports only (no SigmaTrace logs given)",
+                    a.output.display()
+                );
                 return Ok(());
             }
             let mut opts = options(&a.common)?;
@@ -194,7 +220,8 @@ fn run(cli: Cli) -> Result<(), ConvertError> {
             opts.compress_level = a.compress;
             opts.progress = !a.quiet;
             opts.nsys = nsys;
-            let report = sigmatrace_convert::convert_with_report(&a.common.inputs, &a.output, &opts)?;
+            let report =
+                sigmatrace_convert::convert_with_report(&a.common.inputs, &a.output, &opts)?;
             let s = &report.summary;
             for w in &s.warnings {
                 eprintln!("warning: {w}");
@@ -206,7 +233,11 @@ fn run(cli: Cli) -> Result<(), ConvertError> {
                 print!("{}", report.text());
             }
             if std::env::var_os("SIGMATRACE_TIMING").is_some() {
-                let p: Vec<String> = s.phases.iter().map(|(n, t)| format!("{n} {t:.3}s")).collect();
+                let p: Vec<String> = s
+                    .phases
+                    .iter()
+                    .map(|(n, t)| format!("{n} {t:.3}s"))
+                    .collect();
                 eprintln!("phases: {}", p.join(", "));
             }
             eprintln!(

@@ -135,7 +135,13 @@ pub struct ProcessModel<'a> {
 const THROUGHPUT_BUCKET: i64 = 100_000;
 
 impl<'a> ProcessModel<'a> {
-    pub fn new(topo: &'a Topology, pi: usize, opts: &'a ModelOptions, uuids: &'a AtomicU64, sink: &mut dyn TraceSink) -> Self {
+    pub fn new(
+        topo: &'a Topology,
+        pi: usize,
+        opts: &'a ModelOptions,
+        uuids: &'a AtomicU64,
+        sink: &mut dyn TraceSink,
+    ) -> Self {
         let p = &topo.procs[pi];
         let keys = Keys {
             wr_id: sink.arg_key("wr_id"),
@@ -176,7 +182,9 @@ impl<'a> ProcessModel<'a> {
             return false;
         }
         match &self.opts.flow_ranges {
-            Some(r) => r.get(&(sender, qpn)).is_some_and(|&(lo, hi)| k >= lo && k < hi),
+            Some(r) => r
+                .get(&(sender, qpn))
+                .is_some_and(|&(lo, hi)| k >= lo && k < hi),
             None => true,
         }
     }
@@ -211,7 +219,8 @@ impl<'a> ProcessModel<'a> {
                         detail: self.opts.detail,
                         window: self.opts.window,
                     };
-                    self.gpu.record(&ctx, sink, gpu_sink, &mut self.names, t, &rec);
+                    self.gpu
+                        .record(&ctx, sink, gpu_sink, &mut self.names, t, &rec);
                 }
                 _ => {}
             }
@@ -230,8 +239,15 @@ impl<'a> ProcessModel<'a> {
         issues
     }
 
-    fn post_send(&mut self, sink: &mut dyn TraceSink, t: i64, ps: &sigmatrace_schemas::records::PostSend) {
-        let Some(&qi) = self.p.qp_index.get(&ps.qpn) else { return };
+    fn post_send(
+        &mut self,
+        sink: &mut dyn TraceSink,
+        t: i64,
+        ps: &sigmatrace_schemas::records::PostSend,
+    ) {
+        let Some(&qi) = self.p.qp_index.get(&ps.qpn) else {
+            return;
+        };
         let q = &self.p.qps[qi];
         let drawn = self.drawn(t);
         let mut flow = [0u64; 1];
@@ -263,17 +279,22 @@ impl<'a> ProcessModel<'a> {
             let nargs = if !full {
                 0
             } else if verbs::one_sided(ps.opcode) || ps.opcode == verbs::wr::RDMA_WRITE_WITH_IMM {
-                if ps.opcode == verbs::wr::RDMA_WRITE_WITH_IMM { 5 } else { 4 }
+                if ps.opcode == verbs::wr::RDMA_WRITE_WITH_IMM {
+                    5
+                } else {
+                    4
+                }
             } else if ps.opcode == verbs::wr::SEND_WITH_IMM {
                 5
             } else {
                 2
             };
-            let args_used: &[(ArgKey, ArgValue)] = if nargs == 5 && ps.opcode == verbs::wr::SEND_WITH_IMM {
-                &[args[0], args[1], args[4]][..]
-            } else {
-                &args[..nargs]
-            };
+            let args_used: &[(ArgKey, ArgValue)] =
+                if nargs == 5 && ps.opcode == verbs::wr::SEND_WITH_IMM {
+                    &[args[0], args[1], args[4]][..]
+                } else {
+                    &args[..nargs]
+                };
             sink.begin(
                 t as u64,
                 uuid,
@@ -291,12 +312,25 @@ impl<'a> ProcessModel<'a> {
                     if let Some(peer_qp) = self.topo.procs[pp].qp(pq) {
                         let iname = self.names.inferred(sink, ps.opcode, ps.bytes);
                         let st = &mut self.qps[qi];
-                        let (il, iuuid) = st.inferred_lanes.acquire(sink, self.uuids, peer_qp.track, "inferred arrivals");
+                        let (il, iuuid) = st.inferred_lanes.acquire(
+                            sink,
+                            self.uuids,
+                            peer_qp.track,
+                            "inferred arrivals",
+                        );
                         inferred_lane = Some(il);
                         if full {
                             let from = format!("{} QP {:#x}", self.p.label(), q.qpn);
                             let fargs = [(self.keys.from, ArgValue::Str(&from))];
-                            sink.begin(t as u64, iuuid, iname, &Extra { args: &fargs, ..Extra::NONE });
+                            sink.begin(
+                                t as u64,
+                                iuuid,
+                                iname,
+                                &Extra {
+                                    args: &fargs,
+                                    ..Extra::NONE
+                                },
+                            );
                         } else {
                             sink.begin(t as u64, iuuid, iname, &Extra::NONE);
                         }
@@ -320,23 +354,43 @@ impl<'a> ProcessModel<'a> {
             let iv = self.opts.detail.counter_interval();
             let n = st.send.len() as i64;
             st.outstanding.set(sink, q.outstanding_track, t, n, iv);
-            st.inflight.set(sink, q.inflight_bytes_track, t, st.inflight_bytes, iv);
+            st.inflight
+                .set(sink, q.inflight_bytes_track, t, st.inflight_bytes, iv);
         }
     }
 
-    fn post_recv(&mut self, sink: &mut dyn TraceSink, t: i64, wr_id: u64, qpn: u32, srq: u64, bytes: u32) {
+    fn post_recv(
+        &mut self,
+        sink: &mut dyn TraceSink,
+        t: i64,
+        wr_id: u64,
+        qpn: u32,
+        srq: u64,
+        bytes: u32,
+    ) {
         let drawn = self.drawn(t) && self.opts.detail >= Detail::Normal;
         if qpn == 0 && srq != 0 {
-            let entry = self.srq_lanes.entry(srq).or_insert_with(|| (0, Lanes::default(), VecDeque::new()));
+            let entry = self
+                .srq_lanes
+                .entry(srq)
+                .or_insert_with(|| (0, Lanes::default(), VecDeque::new()));
             if drawn && entry.0 == 0 {
-                let uuid = self.uuids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                sink.track(&crate::perfetto::TrackDef::slices(uuid, Some(self.p.track), format!("SRQ {srq:#x}")));
+                let uuid = self
+                    .uuids
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                sink.track(&crate::perfetto::TrackDef::slices(
+                    uuid,
+                    Some(self.p.track),
+                    format!("SRQ {srq:#x}"),
+                ));
                 entry.0 = uuid;
             }
             let mut lane = None;
             if drawn {
                 let name = self.names.recv(sink, bytes, false, false);
-                let (l, uuid) = entry.1.acquire(sink, self.uuids, entry.0, "posted receives");
+                let (l, uuid) = entry
+                    .1
+                    .acquire(sink, self.uuids, entry.0, "posted receives");
                 lane = Some(l);
                 sink.begin(t as u64, uuid, name, &Extra::NONE);
                 self.totals.slices += 1;
@@ -349,7 +403,9 @@ impl<'a> ProcessModel<'a> {
             });
             return;
         }
-        let Some(&qi) = self.p.qp_index.get(&qpn) else { return };
+        let Some(&qi) = self.p.qp_index.get(&qpn) else {
+            return;
+        };
         let q = &self.p.qps[qi];
         let st = &mut self.qps[qi];
         let mut lane = None;
@@ -368,7 +424,13 @@ impl<'a> ProcessModel<'a> {
         });
     }
 
-    fn completion(&mut self, sink: &mut dyn TraceSink, obs: &mut dyn Observer, t: i64, wc: &sigmatrace_schemas::records::WorkCompletion) {
+    fn completion(
+        &mut self,
+        sink: &mut dyn TraceSink,
+        obs: &mut dyn Observer,
+        t: i64,
+        wc: &sigmatrace_schemas::records::WorkCompletion,
+    ) {
         let Some(&qi) = self.p.qp_index.get(&wc.qpn) else {
             self.totals.orphan_completions += 1;
             return;
@@ -378,7 +440,15 @@ impl<'a> ProcessModel<'a> {
         } else {
             self.send_completion(sink, obs, t, qi, wc);
         }
-        self.account_throughput(sink, t, if wc.status == 0 { wc.byte_len as i64 } else { 0 });
+        self.account_throughput(
+            sink,
+            t,
+            if wc.status == 0 {
+                wc.byte_len as i64
+            } else {
+                0
+            },
+        );
     }
 
     fn account_throughput(&mut self, sink: &mut dyn TraceSink, t: i64, bytes: i64) {
@@ -397,7 +467,14 @@ impl<'a> ProcessModel<'a> {
         self.throughput.1 += bytes;
     }
 
-    fn send_completion(&mut self, sink: &mut dyn TraceSink, obs: &mut dyn Observer, t: i64, qi: usize, wc: &sigmatrace_schemas::records::WorkCompletion) {
+    fn send_completion(
+        &mut self,
+        sink: &mut dyn TraceSink,
+        obs: &mut dyn Observer,
+        t: i64,
+        qi: usize,
+        wc: &sigmatrace_schemas::records::WorkCompletion,
+    ) {
         let q = &self.p.qps[qi];
         let Some(pos) = self.qps[qi].send.iter().position(|w| w.wr_id == wc.wr_id) else {
             self.totals.orphan_completions += 1;
@@ -425,8 +502,19 @@ impl<'a> ProcessModel<'a> {
             }
             if failed && w.lane.is_some() {
                 let name = self.names.error(sink, wc.status);
-                let args = [(self.keys.wr_id, ArgValue::U64(w.wr_id)), (self.keys.status, ArgValue::Str(status_str))];
-                sink.instant(t as u64, q.track, name, &Extra { args: &args, ..Extra::NONE });
+                let args = [
+                    (self.keys.wr_id, ArgValue::U64(w.wr_id)),
+                    (self.keys.status, ArgValue::Str(status_str)),
+                ];
+                sink.instant(
+                    t as u64,
+                    q.track,
+                    name,
+                    &Extra {
+                        args: &args,
+                        ..Extra::NONE
+                    },
+                );
             }
             if failed {
                 self.totals.wr_failed += 1;
@@ -448,12 +536,21 @@ impl<'a> ProcessModel<'a> {
         if self.drawn(t) {
             let st = &mut self.qps[qi];
             let iv = self.opts.detail.counter_interval();
-            st.outstanding.set(sink, q.outstanding_track, t, st.send.len() as i64, iv);
-            st.inflight.set(sink, q.inflight_bytes_track, t, st.inflight_bytes, iv);
+            st.outstanding
+                .set(sink, q.outstanding_track, t, st.send.len() as i64, iv);
+            st.inflight
+                .set(sink, q.inflight_bytes_track, t, st.inflight_bytes, iv);
         }
     }
 
-    fn recv_completion(&mut self, sink: &mut dyn TraceSink, obs: &mut dyn Observer, t: i64, qi: usize, wc: &sigmatrace_schemas::records::WorkCompletion) {
+    fn recv_completion(
+        &mut self,
+        sink: &mut dyn TraceSink,
+        obs: &mut dyn Observer,
+        t: i64,
+        qi: usize,
+        wc: &sigmatrace_schemas::records::WorkCompletion,
+    ) {
         let q = &self.p.qps[qi];
         // The receive WR: on the QP's queue, or on its SRQ.
         let mut found: Option<(OpenRecv, Option<u64>)> = None;
@@ -463,7 +560,11 @@ impl<'a> ProcessModel<'a> {
             let uuid = r.lane.map(|l| st.recv_lanes.uuid(l));
             found = Some((r, uuid));
         } else if q.srq != 0 || !self.srq_lanes.is_empty() {
-            let keys: Vec<u64> = if q.srq != 0 { vec![q.srq] } else { self.srq_lanes.keys().copied().collect() };
+            let keys: Vec<u64> = if q.srq != 0 {
+                vec![q.srq]
+            } else {
+                self.srq_lanes.keys().copied().collect()
+            };
             for k in keys {
                 if let Some(e) = self.srq_lanes.get_mut(&k) {
                     if let Some(pos) = e.2.iter().position(|r| r.wr_id == wc.wr_id) {
@@ -500,14 +601,22 @@ impl<'a> ProcessModel<'a> {
             (self.keys.status, ArgValue::Str(status_str)),
         ];
         let args_used: &[(ArgKey, ArgValue)] = if full {
-            if imm { &args[..] } else { &[args[0], args[2]][..] }
+            if imm {
+                &args[..]
+            } else {
+                &[args[0], args[2]][..]
+            }
         } else if !ok {
             &args[2..]
         } else {
             &[]
         };
         if drawn {
-            let name = if ok { self.names.recv(sink, wc.byte_len, imm, true) } else { self.names.error(sink, wc.status) };
+            let name = if ok {
+                self.names.recv(sink, wc.byte_len, imm, true)
+            } else {
+                self.names.error(sink, wc.status)
+            };
             let extra = Extra {
                 args: args_used,
                 flows: &[],
@@ -522,8 +631,11 @@ impl<'a> ProcessModel<'a> {
                     match st.arrivals {
                         Some(u) => u,
                         None => {
-                            let uuid = self.uuids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            let mut def = crate::perfetto::TrackDef::slices(uuid, Some(q.track), "recv");
+                            let uuid = self
+                                .uuids
+                                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let mut def =
+                                crate::perfetto::TrackDef::slices(uuid, Some(q.track), "recv");
                             def.kind = crate::perfetto::TrackKind::Slices {
                                 merge_key: Some("recv".into()),
                             };

@@ -144,7 +144,9 @@ fn scan_chunk(input: &LogInput, chunk: &sigmatrace_schemas::reader::ChunkInfo) -
                 s.wr_events += 1;
                 let c = s.per_qp.entry(w.qpn).or_default();
                 c.completions += 1;
-                if w.status == 0 && (w.opcode == verbs::wc::RECV || w.opcode == verbs::wc::RECV_RDMA_WITH_IMM) {
+                if w.status == 0
+                    && (w.opcode == verbs::wc::RECV || w.opcode == verbs::wc::RECV_RDMA_WITH_IMM)
+                {
                     c.recv_ok += 1;
                 }
             }
@@ -153,11 +155,7 @@ fn scan_chunk(input: &LogInput, chunk: &sigmatrace_schemas::reader::ChunkInfo) -
             Record::GpuClockPair(p) => s.gpu_pairs.push(*p),
             Record::DeviceOpen(d) => s.devices.push(*d),
             Record::QpCreate(q) => s.qp_creates.push(*q),
-            Record::QpModify(q) => {
-                if q.result == 0 {
-                    s.qp_modifies.push(*q)
-                }
-            }
+            Record::QpModify(q) if q.result == 0 => s.qp_modifies.push(*q),
             Record::StringDef(m) => s.strings.push((m.aux, m.key, m.text().into_owned())),
             Record::ThreadName(m) => s.thread_names.push((m.key, m.text().into_owned())),
             Record::Dropped(d) => s.dropped += d.count,

@@ -76,11 +76,26 @@ impl Section for AlignmentSection {
     fn text(&self, ctx: &ReportCtx<'_>, out: &mut String) {
         let a = ctx.alignment;
         let _ = writeln!(out, "== Clock alignment ({})", a.method);
-        let _ = writeln!(out, "{:<24} {:>14} {:>12} {:>16}", "host", "offset ns", "drift ppm", "uncertainty ns");
+        let _ = writeln!(
+            out,
+            "{:<24} {:>14} {:>12} {:>16}",
+            "host", "offset ns", "drift ppm", "uncertainty ns"
+        );
         for (i, h) in a.hosts.iter().enumerate() {
-            let unc = h.uncertainty_ns.map(|u| format!("±{u:.0}")).unwrap_or_else(|| "unbounded".into());
-            let mark = if i == a.reference_host { " (reference)" } else { "" };
-            let _ = writeln!(out, "{:<24} {:>14.0} {:>12.3} {:>16}{mark}", h.host, h.offset_ns, h.drift_ppm, unc);
+            let unc = h
+                .uncertainty_ns
+                .map(|u| format!("±{u:.0}"))
+                .unwrap_or_else(|| "unbounded".into());
+            let mark = if i == a.reference_host {
+                " (reference)"
+            } else {
+                ""
+            };
+            let _ = writeln!(
+                out,
+                "{:<24} {:>14.0} {:>12.3} {:>16}{mark}",
+                h.host, h.offset_ns, h.drift_ppm, unc
+            );
         }
         let s = skew_summary(a);
         let _ = writeln!(
@@ -119,10 +134,26 @@ impl Section for AlignmentSection {
 /// (node max |offset|, node mean, link max |skew|, link mean, links).
 fn skew_summary(a: &Alignment) -> (f64, f64, f64, f64, usize) {
     let offs: Vec<f64> = a.hosts.iter().map(|h| h.offset_ns.abs()).collect();
-    let links: Vec<f64> = a.links.iter().filter_map(|l| l.skew_ns.map(f64::abs)).collect();
+    let links: Vec<f64> = a
+        .links
+        .iter()
+        .filter_map(|l| l.skew_ns.map(f64::abs))
+        .collect();
     let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
-    let mean = |v: &[f64]| if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 };
-    (max(&offs), mean(&offs), max(&links), mean(&links), links.len())
+    let mean = |v: &[f64]| {
+        if v.is_empty() {
+            0.0
+        } else {
+            v.iter().sum::<f64>() / v.len() as f64
+        }
+    };
+    (
+        max(&offs),
+        mean(&offs),
+        max(&links),
+        mean(&links),
+        links.len(),
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -168,7 +199,11 @@ impl Section for Traffic {
     }
     fn observe(&mut self, p: &Process, ev: &ModelEvent<'_>) {
         if let ModelEvent::WrDone {
-            qp, opcode, bytes, status: 0, ..
+            qp,
+            opcode,
+            bytes,
+            status: 0,
+            ..
         } = *ev
         {
             if let Some((pp, _)) = qp.peer {
@@ -200,15 +235,41 @@ impl Section for Traffic {
     }
     fn text(&self, ctx: &ReportCtx<'_>, out: &mut String) {
         let labels: Vec<String> = ctx.topo.procs.iter().map(|p| p.label()).collect();
-        matrix_text(out, "Traffic rank × rank (bytes, row = source)", &labels, &self.bytes, self.n);
-        matrix_text(out, "Operations rank × rank (row = initiator)", &labels, &self.ops, self.n);
+        matrix_text(
+            out,
+            "Traffic rank × rank (bytes, row = source)",
+            &labels,
+            &self.bytes,
+            self.n,
+        );
+        matrix_text(
+            out,
+            "Operations rank × rank (row = initiator)",
+            &labels,
+            &self.ops,
+            self.n,
+        );
         let hl: Vec<String> = ctx.topo.hosts.iter().map(|h| h.name.clone()).collect();
         let h = hl.len();
-        matrix_text(out, "Traffic node × node (bytes)", &hl, &self.by_node(ctx.topo, &self.bytes), h);
-        matrix_text(out, "Operations node × node", &hl, &self.by_node(ctx.topo, &self.ops), h);
+        matrix_text(
+            out,
+            "Traffic node × node (bytes)",
+            &hl,
+            &self.by_node(ctx.topo, &self.bytes),
+            h,
+        );
+        matrix_text(
+            out,
+            "Operations node × node",
+            &hl,
+            &self.by_node(ctx.topo, &self.ops),
+            h,
+        );
     }
     fn json(&self, ctx: &ReportCtx<'_>) -> Value {
-        let rows = |m: &[u64], n: usize| -> Vec<Vec<u64>> { (0..n).map(|i| m[i * n..(i + 1) * n].to_vec()).collect() };
+        let rows = |m: &[u64], n: usize| -> Vec<Vec<u64>> {
+            (0..n).map(|i| m[i * n..(i + 1) * n].to_vec()).collect()
+        };
         let h = ctx.topo.hosts.len();
         json!({
             "ranks": ctx.topo.procs.iter().map(|p| p.label()).collect::<Vec<_>>(),
@@ -365,7 +426,10 @@ impl Section for QpTable {
         }
     }
     fn text(&self, ctx: &ReportCtx<'_>, out: &mut String) {
-        let _ = writeln!(out, "== Queue pairs (send-queue WR latency post → completion)");
+        let _ = writeln!(
+            out,
+            "== Queue pairs (send-queue WR latency post → completion)"
+        );
         let _ = writeln!(
             out,
             "{:<12} {:>10} {:<24} {:>10} {:>14} {:>9} {:>10} {:>10} {:>10} {:>7}",
@@ -432,11 +496,19 @@ pub fn heatmap_svg(title: &str, labels: &[String], m: &[u64]) -> String {
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{size}\" height=\"{}\" font-family=\"sans-serif\" font-size=\"10\">",
         size + 20
     );
-    let _ = writeln!(s, "<text x=\"10\" y=\"16\" font-size=\"14\">{}</text>", xml(title));
+    let _ = writeln!(
+        s,
+        "<text x=\"10\" y=\"16\" font-size=\"14\">{}</text>",
+        xml(title)
+    );
     for i in 0..labels.len() {
         for j in 0..labels.len() {
             let v = m[i * labels.len() + j];
-            let f = if v == 0 { 0.0 } else { ((v as f64).ln_1p() / max.ln_1p()).clamp(0.0, 1.0) };
+            let f = if v == 0 {
+                0.0
+            } else {
+                ((v as f64).ln_1p() / max.ln_1p()).clamp(0.0, 1.0)
+            };
             let (r, g, b) = (255.0 - 200.0 * f, 255.0 - 150.0 * f, 255.0 - 30.0 * f);
             let _ = writeln!(
                 s,
@@ -451,7 +523,12 @@ pub fn heatmap_svg(title: &str, labels: &[String], m: &[u64]) -> String {
             );
         }
         if cell >= 8 {
-            let _ = writeln!(s, "<text x=\"4\" y=\"{}\">{}</text>", margin + i * cell + cell / 2 + 3, xml(&labels[i]));
+            let _ = writeln!(
+                s,
+                "<text x=\"4\" y=\"{}\">{}</text>",
+                margin + i * cell + cell / 2 + 3,
+                xml(&labels[i])
+            );
             let _ = writeln!(
                 s,
                 "<text transform=\"translate({},{}) rotate(-60)\">{}</text>",
@@ -466,7 +543,9 @@ pub fn heatmap_svg(title: &str, labels: &[String], m: &[u64]) -> String {
 }
 
 fn xml(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 #[cfg(test)]

@@ -170,7 +170,10 @@ impl Dir {
         let last = self.fail_at.map_or(self.messages, |f| f + 1) - 1;
         match self.pattern {
             Pattern::Write { signal_every } => {
-                k == last || k % signal_every.max(1) as u64 == signal_every.max(1) as u64 - 1 || verbs::consumes_recv(self.opcode(k)) || Some(k) == self.fail_at
+                k == last
+                    || k % signal_every.max(1) as u64 == signal_every.max(1) as u64 - 1
+                    || verbs::consumes_recv(self.opcode(k))
+                    || Some(k) == self.fail_at
             }
             _ => true,
         }
@@ -231,7 +234,10 @@ struct Sim<'a> {
 
 impl Sim<'_> {
     fn post_time(&self, d: &Dir, k: u64) -> u64 {
-        T_START + d.phase + k * self.sc.interval_ns + mix(d.seed ^ k) % (self.sc.interval_ns / 4).max(1)
+        T_START
+            + d.phase
+            + k * self.sc.interval_ns
+            + mix(d.seed ^ k) % (self.sc.interval_ns / 4).max(1)
     }
     fn next_arrival(&self, d: &Dir, k: u64, prev: u64) -> u64 {
         let (lo, hi) = self.sc.latency_ns;
@@ -282,7 +288,8 @@ struct Clk {
 
 impl Clk {
     fn realtime(&self, t: u64) -> u64 {
-        (t as i64 + self.offset + (self.drift * 1e-6 * (t + 10_000_000 - T_START) as f64) as i64) as u64
+        (t as i64 + self.offset + (self.drift * 1e-6 * (t + 10_000_000 - T_START) as f64) as i64)
+            as u64
     }
     fn mono(&self, t: u64) -> u64 {
         (self.realtime(t) as i64 - self.rt_minus_mono) as u64
@@ -316,7 +323,10 @@ pub fn write(dir: &Path, sc: &Scenario) -> Result<Truth, WriteError> {
         next_qpn[sc.ranks[l.a]] += 1;
         let qb = next_qpn[sc.ranks[l.b]];
         next_qpn[sc.ranks[l.b]] += 1;
-        for (di, (s, d, qs, qd)) in [(l.a, l.b, qa, qb), (l.b, l.a, qb, qa)].into_iter().enumerate() {
+        for (di, (s, d, qs, qd)) in [(l.a, l.b, qa, qb), (l.b, l.a, qb, qa)]
+            .into_iter()
+            .enumerate()
+        {
             dirs.push(Dir {
                 src: s,
                 dst: d,
@@ -327,12 +337,17 @@ pub fn write(dir: &Path, sc: &Scenario) -> Result<Truth, WriteError> {
                 bytes: l.bytes,
                 phase: (mix(li as u64 * 2 + di as u64) % sc.interval_ns.max(1)) + 1000,
                 seed: mix(0x5157 + li as u64 * 2 + di as u64),
-                fail_at: sc.fail.and_then(|(fl, fd, k)| (fl == li && fd as usize == di).then_some(k)),
+                fail_at: sc
+                    .fail
+                    .and_then(|(fl, fd, k)| (fl == li && fd as usize == di).then_some(k)),
             });
         }
     }
     let sim = Sim { sc, dirs };
-    std::fs::create_dir_all(dir).map_err(|source| WriteError::Create { path: dir.to_owned(), source })?;
+    std::fs::create_dir_all(dir).map_err(|source| WriteError::Create {
+        path: dir.to_owned(),
+        source,
+    })?;
     let per_rank = |r: usize, host: usize| -> Result<Truth, WriteError> {
         let mut truth = Truth {
             bytes: vec![vec![0; n]; n],
@@ -380,7 +395,9 @@ pub fn write(dir: &Path, sc: &Scenario) -> Result<Truth, WriteError> {
             &header,
             WriterOptions {
                 chunk_size: sc.chunk_size,
-                max_bytes: 1 << 40, ..Default::default() },
+                max_bytes: 1 << 40,
+                ..Default::default()
+            },
         )?;
         let mut t0 = w.thread_writer(5000 + r as u32);
         let mut t1 = w.thread_writer(5001 + r as u32);
@@ -395,7 +412,9 @@ pub fn write(dir: &Path, sc: &Scenario) -> Result<Truth, WriteError> {
             guid: 0xabc0_0000 + ((host as u64) << 16),
             name,
         });
-        let my: Vec<usize> = (0..sim.dirs.len()).filter(|&i| sim.dirs[i].src == r).collect();
+        let my: Vec<usize> = (0..sim.dirs.len())
+            .filter(|&i| sim.dirs[i].src == r)
+            .collect();
         for (i, &di) in my.iter().enumerate() {
             let d = &sim.dirs[di];
             let ts = clk.ts(setup + 1000 * i as u64);
@@ -415,7 +434,11 @@ pub fn write(dir: &Path, sc: &Scenario) -> Result<Truth, WriteError> {
             dgid[1] = 0x80;
             dgid[8..].copy_from_slice(&(0xabc0_0000u64 + ((peer_host as u64) << 16)).to_be_bytes());
             let global = sc.global_routes;
-            for (state, mask) in [(1u8, verbs::QP_PORT | 1), (verbs::QPS_RTR, verbs::QP_AV | verbs::QP_DEST_QPN | 1), (3, 1)] {
+            for (state, mask) in [
+                (1u8, verbs::QP_PORT | 1),
+                (verbs::QPS_RTR, verbs::QP_AV | verbs::QP_DEST_QPN | 1),
+                (3, 1),
+            ] {
                 let rtr = state == verbs::QPS_RTR;
                 t0.append(&QpModify {
                     hdr: RecordHeader::of::<QpModify>(mask),
@@ -432,7 +455,9 @@ pub fn write(dir: &Path, sc: &Scenario) -> Result<Truth, WriteError> {
             }
         }
         // Pre-posted receives on the QPs that receive from other ranks.
-        let theirs: Vec<usize> = (0..sim.dirs.len()).filter(|&i| sim.dirs[i].dst == r).collect();
+        let theirs: Vec<usize> = (0..sim.dirs.len())
+            .filter(|&i| sim.dirs[i].dst == r)
+            .collect();
         let mut recv_ids = vec![0u64; sim.dirs.len()];
         for &di in &theirs {
             let d = &sim.dirs[di];
@@ -455,7 +480,13 @@ pub fn write(dir: &Path, sc: &Scenario) -> Result<Truth, WriteError> {
         let mut heap = BinaryHeap::new();
         for &di in &my {
             for ev in [Ev::Post, Ev::Complete] {
-                let mut s = Stream { t: 0, ev, dir: di, k: 0, arrival: 0 };
+                let mut s = Stream {
+                    t: 0,
+                    ev,
+                    dir: di,
+                    k: 0,
+                    arrival: 0,
+                };
                 if sim.advance(&mut s) {
                     heap.push(s);
                 }
@@ -463,7 +494,13 @@ pub fn write(dir: &Path, sc: &Scenario) -> Result<Truth, WriteError> {
         }
         for &di in &theirs {
             for ev in [Ev::RecvDone, Ev::Repost] {
-                let mut s = Stream { t: 0, ev, dir: di, k: 0, arrival: 0 };
+                let mut s = Stream {
+                    t: 0,
+                    ev,
+                    dir: di,
+                    k: 0,
+                    arrival: 0,
+                };
                 if sim.advance(&mut s) {
                     heap.push(s);
                 }
@@ -490,7 +527,11 @@ pub fn write(dir: &Path, sc: &Scenario) -> Result<Truth, WriteError> {
                     let op = d.opcode(k);
                     let bytes = d.bytes_of(k);
                     t0.append(&PostSend {
-                        hdr: RecordHeader::of::<PostSend>(if d.signaled(k) { verbs::SEND_SIGNALED } else { 0 }),
+                        hdr: RecordHeader::of::<PostSend>(if d.signaled(k) {
+                            verbs::SEND_SIGNALED
+                        } else {
+                            0
+                        }),
                         ts,
                         wr_id: k,
                         remote_addr: 0x5500_0000 + (k % 64) * bytes as u64,
@@ -555,7 +596,11 @@ pub fn write(dir: &Path, sc: &Scenario) -> Result<Truth, WriteError> {
                         src_qp: d.qpn_src,
                         byte_len: if imm { 0 } else { d.bytes_of(k) },
                         imm: k as u32,
-                        opcode: if imm { verbs::wc::RECV_RDMA_WITH_IMM } else { verbs::wc::RECV },
+                        opcode: if imm {
+                            verbs::wc::RECV_RDMA_WITH_IMM
+                        } else {
+                            verbs::wc::RECV
+                        },
                         ..Default::default()
                     });
                     recv_done[s.dir] += 1;
@@ -583,11 +628,19 @@ pub fn write(dir: &Path, sc: &Scenario) -> Result<Truth, WriteError> {
         truth.records += 1;
         // Setup records: DeviceOpen, per own QP: create + 3 modifies.
         truth.records += 1 + my.len() as u64 * 4;
-        w.flush().map_err(|source| WriteError::Header { path: path.clone(), source })?;
+        w.flush().map_err(|source| WriteError::Header {
+            path: path.clone(),
+            source,
+        })?;
         truth.files.push(path);
         Ok(truth)
     };
-    let parts: Vec<Truth> = sc.ranks.par_iter().enumerate().map(|(r, &h)| per_rank(r, h)).collect::<Result<_, _>>()?;
+    let parts: Vec<Truth> = sc
+        .ranks
+        .par_iter()
+        .enumerate()
+        .map(|(r, &h)| per_rank(r, h))
+        .collect::<Result<_, _>>()?;
     let mut truth = Truth {
         bytes: vec![vec![0; n]; n],
         ops: vec![vec![0; n]; n],

@@ -135,7 +135,12 @@ impl Topology {
         let mut order: Vec<usize> = (0..inputs.len()).collect();
         order.sort_by_key(|&i| {
             let h = inputs[i].file.header();
-            (h.rank.rank.unwrap_or(u32::MAX), h.hostname.clone(), h.pid, inputs[i].path.clone())
+            (
+                h.rank.rank.unwrap_or(u32::MAX),
+                h.hostname.clone(),
+                h.pid,
+                inputs[i].path.clone(),
+            )
         });
         let mut topo = Topology::default();
         let mut host_keys: HashMap<String, usize> = HashMap::new();
@@ -156,7 +161,11 @@ impl Topology {
             let clock = ProcessClock::fit(&h.start, &s.snapshots, h.ts_source, h.tsc_hz);
             let host = *host_keys.entry(key).or_insert_with(|| {
                 topo.hosts.push(Host {
-                    name: if h.hostname.is_empty() { "unknown".into() } else { h.hostname.clone() },
+                    name: if h.hostname.is_empty() {
+                        "unknown".into()
+                    } else {
+                        h.hostname.clone()
+                    },
                     boot_id: boot.clone(),
                     procs: Vec::new(),
                     realtime_offset: clock.realtime_offset,
@@ -208,7 +217,9 @@ impl Topology {
                 if mask & verbs::QP_PORT != 0 && m.port != 0 {
                     qp.port = m.port;
                 }
-                if (mask & verbs::QP_DEST_QPN != 0) || (m.new_state == verbs::QPS_RTR && m.dest_qpn != 0) {
+                if (mask & verbs::QP_DEST_QPN != 0)
+                    || (m.new_state == verbs::QPS_RTR && m.dest_qpn != 0)
+                {
                     qp.dest_qpn = Some(m.dest_qpn);
                 }
                 if (mask & verbs::QP_AV != 0) || m.new_state == verbs::QPS_RTR {
@@ -247,7 +258,13 @@ impl Topology {
             .devices
             .iter()
             .find(|d| d.0 == q.context)
-            .map(|d| if d.2 != 0 { format!("{:x}", d.2) } else { d.1.clone() })
+            .map(|d| {
+                if d.2 != 0 {
+                    format!("{:x}", d.2)
+                } else {
+                    d.1.clone()
+                }
+            })
             .unwrap_or_default();
         (proc_.host, dev, q.port.max(1))
     }
@@ -258,7 +275,11 @@ impl Topology {
             return true;
         }
         let iface = u64::from_be_bytes(gid[8..16].try_into().expect("8 bytes"));
-        let guid = self.procs[p].devices.iter().find(|d| d.0 == q.context).map_or(0, |d| d.2);
+        let guid = self.procs[p]
+            .devices
+            .iter()
+            .find(|d| d.0 == q.context)
+            .map_or(0, |d| d.2);
         if guid == 0 {
             return true;
         }
@@ -275,7 +296,8 @@ impl Topology {
             }
         }
         type Addr = (u16, [u8; 16]);
-        let mut cands: Vec<((usize, usize), Vec<(usize, usize)>)> = Vec::new();
+        type Cands = Vec<((usize, usize), Vec<(usize, usize)>)>;
+        let mut cands: Cands = Vec::new();
         for (p, proc_) in self.procs.iter().enumerate() {
             for (qi, q) in proc_.qps.iter().enumerate() {
                 if q.qp_type == verbs::qp_type::UD {
@@ -288,7 +310,8 @@ impl Topology {
                         v.iter()
                             .copied()
                             .filter(|&(p2, q2)| {
-                                (p2, q2) != (p, qi) && self.procs[p2].qps[q2].dest_qpn == Some(q.qpn)
+                                (p2, q2) != (p, qi)
+                                    && self.procs[p2].qps[q2].dest_qpn == Some(q.qpn)
                             })
                             .collect()
                     })
@@ -310,8 +333,13 @@ impl Topology {
                 // GUID (EUI-64); drop candidates whose device GUID contradicts it, unless that
                 // would drop them all.
                 if cs.len() > 1 {
-                    let keep: Vec<(usize, usize)> =
-                        cs.iter().copied().filter(|b| self.gid_matches(qa.dest_addr.1, b.0, &self.procs[b.0].qps[b.1])).collect();
+                    let keep: Vec<(usize, usize)> = cs
+                        .iter()
+                        .copied()
+                        .filter(|b| {
+                            self.gid_matches(qa.dest_addr.1, b.0, &self.procs[b.0].qps[b.1])
+                        })
+                        .collect();
                     if !keep.is_empty() {
                         *cs = keep;
                     }
@@ -357,7 +385,10 @@ impl Topology {
             for qi in 0..self.procs[p].qps.len() {
                 if let Some((pp, pq)) = self.procs[p].qps[qi].peer {
                     let peer_recv = self.procs[pp].qp(pq).map(|q| q.counts.recv_ok).unwrap_or(0);
-                    let peer_send = self.procs[pp].qp(pq).map(|q| q.counts.consuming_sends).unwrap_or(0);
+                    let peer_send = self.procs[pp]
+                        .qp(pq)
+                        .map(|q| q.counts.consuming_sends)
+                        .unwrap_or(0);
                     let q = &mut self.procs[p].qps[qi];
                     q.flows_out = q.counts.consuming_sends.min(peer_recv);
                     q.flows_in = q.counts.recv_ok.min(peer_send);

@@ -43,7 +43,10 @@ pub const QP_DEST_QPN: u32 = 1 << 20;
 /// Send-queue WR opcodes whose message consumes a receive WR on the peer.
 #[inline]
 pub fn consumes_recv(op: u8) -> bool {
-    matches!(op, wr::SEND | wr::SEND_WITH_IMM | wr::SEND_WITH_INV | wr::RDMA_WRITE_WITH_IMM)
+    matches!(
+        op,
+        wr::SEND | wr::SEND_WITH_IMM | wr::SEND_WITH_INV | wr::RDMA_WRITE_WITH_IMM
+    )
 }
 
 /// One-sided opcodes whose effect on the target is only inferred.
@@ -51,7 +54,11 @@ pub fn consumes_recv(op: u8) -> bool {
 pub fn one_sided(op: u8) -> bool {
     matches!(
         op,
-        wr::RDMA_WRITE | wr::RDMA_READ | wr::ATOMIC_CMP_AND_SWP | wr::ATOMIC_FETCH_AND_ADD | wr::ATOMIC_WRITE
+        wr::RDMA_WRITE
+            | wr::RDMA_READ
+            | wr::ATOMIC_CMP_AND_SWP
+            | wr::ATOMIC_FETCH_AND_ADD
+            | wr::ATOMIC_WRITE
     )
 }
 
@@ -150,12 +157,12 @@ pub fn size_label(b: u64) -> String {
     if b < K {
         format!("{b} B")
     } else if b < K * K {
-        if b % K == 0 {
+        if b.is_multiple_of(K) {
             format!("{} KiB", b / K)
         } else {
             format!("{:.1} KiB", b as f64 / K as f64)
         }
-    } else if b % (K * K) == 0 {
+    } else if b.is_multiple_of(K * K) {
         format!("{} MiB", b / (K * K))
     } else {
         format!("{:.1} MiB", b as f64 / (K * K) as f64)

@@ -45,12 +45,17 @@ fn check(pattern: Pattern, errs: &[(i64, f64)], messages: u64) {
             );
         }
         if h > 0 {
-            let u = ha.uncertainty_ns.expect("two-way traffic bounds every host");
+            let u = ha
+                .uncertainty_ns
+                .expect("two-way traffic bounds every host");
             assert!(u <= bound, "uncertainty {u}");
         }
     }
     if errs.iter().any(|e| e.0.abs() > 5_000) {
-        assert!(a.violations_before > 0, "the shifted clocks did violate causality before");
+        assert!(
+            a.violations_before > 0,
+            "the shifted clocks did violate causality before"
+        );
     }
 }
 
@@ -61,7 +66,11 @@ fn recovers_offset_and_drift_of_a_shifted_node() {
 
 #[test]
 fn recovers_three_nodes_with_write_imm_traffic() {
-    check(Pattern::Write { signal_every: 4 }, &[(0, 0.0), (-80_000, -15.0), (1_500_000, 25.0)], 4000);
+    check(
+        Pattern::Write { signal_every: 4 },
+        &[(0, 0.0), (-80_000, -15.0), (1_500_000, 25.0)],
+        4000,
+    );
 }
 
 #[test]

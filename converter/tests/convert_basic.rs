@@ -108,8 +108,14 @@ fn mixed_ops_failure_and_chrome_json() {
     let ends = evs.iter().filter(|e| e["ph"] == "E").count();
     assert_eq!(begins, ends);
     assert!(begins as u64 >= truth.send_wrs);
-    assert_eq!(evs.iter().filter(|e| e["ph"] == "s").count() as u64, truth.flows);
-    assert_eq!(evs.iter().filter(|e| e["ph"] == "f").count() as u64, truth.flows);
+    assert_eq!(
+        evs.iter().filter(|e| e["ph"] == "s").count() as u64,
+        truth.flows
+    );
+    assert_eq!(
+        evs.iter().filter(|e| e["ph"] == "f").count() as u64,
+        truth.flows
+    );
 }
 
 /// Four nodes, two disjoint pairs with identical QPNs on both sides (as fresh HCAs assign
@@ -120,8 +126,20 @@ fn identical_qpns_on_several_nodes() {
     use sigmatrace_convert::synth::LinkSpec;
     let mut sc = Scenario::ring(4, 1, Pattern::SendRecv, 50);
     sc.links = vec![
-        LinkSpec { a: 0, b: 1, pattern: Pattern::SendRecv, messages: 50, bytes: 256 },
-        LinkSpec { a: 2, b: 3, pattern: Pattern::SendRecv, messages: 50, bytes: 256 },
+        LinkSpec {
+            a: 0,
+            b: 1,
+            pattern: Pattern::SendRecv,
+            messages: 50,
+            bytes: 256,
+        },
+        LinkSpec {
+            a: 2,
+            b: 3,
+            pattern: Pattern::SendRecv,
+            messages: 50,
+            bytes: 256,
+        },
     ];
     let (dir, truth) = common::generate(&sc);
     let rep = sigmatrace_convert::stats(&[dir.path().to_owned()], &opts(Detail::Normal)).unwrap();
@@ -158,7 +176,11 @@ fn time_window_filters_events_and_keeps_flows_paired() {
     };
     let rep = convert_with_report(&[dir.path().to_owned()], &out, &o).unwrap();
     let s = &rep.summary;
-    assert!(s.totals.flows_out > 0 && s.totals.flows_out < truth.flows / 2, "{}", s.totals.flows_out);
+    assert!(
+        s.totals.flows_out > 0 && s.totals.flows_out < truth.flows / 2,
+        "{}",
+        s.totals.flows_out
+    );
     assert_eq!(s.totals.flows_out, s.totals.flows_in);
     let v = common::validate(&out, &["slices=1", "flows=1"]);
     assert_eq!(v["stats"]["flows"], s.totals.flows_out);

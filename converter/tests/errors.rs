@@ -27,16 +27,32 @@ fn truncated_log_is_salvaged_with_a_warning() {
     let victim = &truth.files[1];
     let len = std::fs::metadata(victim).unwrap().len();
     let cut = len - len / 3 - 1000;
-    let f = std::fs::OpenOptions::new().write(true).open(victim).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(victim)
+        .unwrap();
     f.set_len(cut).unwrap();
     let out = dir.path().join("t.perfetto-trace");
     let rep = convert_with_report(&[dir.path().to_owned()], &out, &opts()).unwrap();
     let name = victim.file_name().unwrap().to_string_lossy().to_string();
-    let w = rep.summary.warnings.iter().find(|w| w.contains(&name) && w.contains("truncated"));
-    assert!(w.is_some(), "warning about {name}: {:?}", rep.summary.warnings);
+    let w = rep
+        .summary
+        .warnings
+        .iter()
+        .find(|w| w.contains(&name) && w.contains("truncated"));
+    assert!(
+        w.is_some(),
+        "warning about {name}: {:?}",
+        rep.summary.warnings
+    );
     assert!(w.unwrap().contains("offset "), "{w:?}");
     let s = &rep.summary;
-    assert!(s.records < truth.records && s.records > truth.records / 3, "{} of {}", s.records, truth.records);
+    assert!(
+        s.records < truth.records && s.records > truth.records / 3,
+        "{} of {}",
+        s.records,
+        truth.records
+    );
     assert!(s.totals.wr_completed > 0);
     common::validate(&out, &["slices=100", "flows=1"]);
 }
@@ -52,7 +68,11 @@ fn corrupt_record_is_skipped_with_offset() {
     std::fs::write(victim, &bytes).unwrap();
     let out = dir.path().join("c.perfetto-trace");
     let rep = convert_with_report(&[dir.path().to_owned()], &out, &opts()).unwrap();
-    let w = rep.summary.warnings.iter().find(|w| w.contains(&format!("offset {off}")));
+    let w = rep
+        .summary
+        .warnings
+        .iter()
+        .find(|w| w.contains(&format!("offset {off}")));
     assert!(w.is_some(), "{:?}", rep.summary.warnings);
     assert!(rep.summary.records < truth.records);
     common::validate(&out, &["slices=100"]);
@@ -66,17 +86,26 @@ fn newer_major_version_is_a_clear_error_and_can_be_skipped() {
     bytes[8..10].copy_from_slice(&99u16.to_ne_bytes());
     std::fs::write(victim, &bytes).unwrap();
     let out = dir.path().join("v.perfetto-trace");
-    let err = convert_with_report(&[dir.path().to_owned()], &out, &opts()).err().expect("must fail");
+    let err = convert_with_report(&[dir.path().to_owned()], &out, &opts())
+        .err()
+        .expect("must fail");
     assert!(matches!(err, ConvertError::Read(_)));
     let msg = err.to_string();
-    assert!(msg.contains(&victim.display().to_string()) && msg.contains("99.") && msg.contains("newer"), "{msg}");
+    assert!(
+        msg.contains(&victim.display().to_string()) && msg.contains("99.") && msg.contains("newer"),
+        "{msg}"
+    );
     let o = ConvertOptions {
         skip_unreadable: true,
         ..opts()
     };
     let rep = convert_with_report(&[dir.path().to_owned()], &out, &o).unwrap();
     assert_eq!(rep.summary.processes, 1);
-    assert!(rep.summary.warnings.iter().any(|w| w.starts_with("skipped") && w.contains("newer")));
+    assert!(rep
+        .summary
+        .warnings
+        .iter()
+        .any(|w| w.starts_with("skipped") && w.contains("newer")));
     common::validate(&out, &["slices=1"]);
 }
 
@@ -87,24 +116,54 @@ fn cli_exit_codes_and_messages() {
     let junk = dir.path().join("junk.sigmatrace");
     std::fs::write(&junk, vec![0x42u8; 8192]).unwrap();
     let out = dir.path().join("x.perfetto-trace");
-    let r = Command::new(exe).arg(&junk).arg("-o").arg(&out).output().unwrap();
+    let r = Command::new(exe)
+        .arg(&junk)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
     assert_eq!(r.status.code(), Some(1));
     let e = String::from_utf8_lossy(&r.stderr);
     assert!(e.contains("junk.sigmatrace") && e.contains("magic"), "{e}");
-    let r = Command::new(exe).args(["--from", "2", "--to", "1"]).arg(&truth.files[0]).output().unwrap();
+    let r = Command::new(exe)
+        .args(["--from", "2", "--to", "1"])
+        .arg(&truth.files[0])
+        .output()
+        .unwrap();
     assert_eq!(r.status.code(), Some(2));
-    let r = Command::new(exe).arg(&truth.files[0]).arg(&truth.files[1]).arg("-o").arg(&out).output().unwrap();
+    let r = Command::new(exe)
+        .arg(&truth.files[0])
+        .arg(&truth.files[1])
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     common::validate(&out, &["slices=1"]);
-    let r = Command::new(exe).arg("stats").arg("--json").arg(&truth.files[0]).arg(&truth.files[1]).output().unwrap();
+    let r = Command::new(exe)
+        .arg("stats")
+        .arg("--json")
+        .arg(&truth.files[0])
+        .arg(&truth.files[1])
+        .output()
+        .unwrap();
     assert!(r.status.success());
     let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
     assert_eq!(v["summary"]["processes"], 2);
     assert_eq!(v["traffic"]["rank_ops"][0][1], truth.ops[0][1]);
     let svg = dir.path().join("m.svg");
-    let r = Command::new(exe).arg("stats").arg("--svg").arg(&svg).arg(dir.path()).output().unwrap();
+    let r = Command::new(exe)
+        .arg("stats")
+        .arg("--svg")
+        .arg(&svg)
+        .arg(dir.path())
+        .output()
+        .unwrap();
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     let text = String::from_utf8_lossy(&r.stdout);
-    assert!(text.contains("Traffic rank × rank") && text.contains("Queue pairs"), "{text}");
+    assert!(
+        text.contains("Traffic rank × rank") && text.contains("Queue pairs"),
+        "{text}"
+    );
     assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
 }

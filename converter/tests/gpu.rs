@@ -39,7 +39,10 @@ fn observed_wqes_and_kernels() {
         flags: 0,
         pid: 77,
         ppid: 1,
-        rank: RankInfo { rank: Some(0), ..Default::default() },
+        rank: RankInfo {
+            rank: Some(0),
+            ..Default::default()
+        },
         tsc_hz: 1_000_000_000,
         start: snap(1_000_000),
         boot_id: [9; 16],
@@ -50,14 +53,35 @@ fn observed_wqes_and_kernels() {
         dropped: 0,
         chunks_allocated: 0,
     };
-    let w = LogWriter::create(&path, &header, WriterOptions { chunk_size: 1 << 16, max_bytes: 1 << 30, ..Default::default() }).unwrap();
+    let w = LogWriter::create(
+        &path,
+        &header,
+        WriterOptions {
+            chunk_size: 1 << 16,
+            max_bytes: 1 << 30,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let mut t = w.thread_writer(1);
     // GPU globaltimer = host ns + 5 s, running 10 ppm fast.
     let gpu = |host: u64| 5_000_000_000 + host + host / 100_000;
     for h in [1_000_000u64, 2_000_000, 3_000_000] {
-        t.append(&GpuClockPair { hdr: RecordHeader::of::<GpuClockPair>(0), ts: h - 10, ts_after: h + 10, gpu_ns: gpu(h) });
+        t.append(&GpuClockPair {
+            hdr: RecordHeader::of::<GpuClockPair>(0),
+            ts: h - 10,
+            ts_after: h + 10,
+            gpu_ns: gpu(h),
+        });
     }
-    t.append(&QueueDiscovered { hdr: RecordHeader::of::<QueueDiscovered>(1 | 1 << 8 | 2 << 16), ts: 1_000_100, number: 0x42, depth: 64, stride: 64, ..Default::default() });
+    t.append(&QueueDiscovered {
+        hdr: RecordHeader::of::<QueueDiscovered>(1 | 1 << 8 | 2 << 16),
+        ts: 1_000_100,
+        number: 0x42,
+        depth: 64,
+        stride: 64,
+        ..Default::default()
+    });
     // 8 WQEs, CQE only for index 3 (retires 0..=3) and 7 (retires 4..=7), wrapping the 16-bit index.
     for i in 0..8u64 {
         let idx = (0xfffc + i) as u16;
@@ -85,38 +109,94 @@ fn observed_wqes_and_kernels() {
             });
         }
     }
-    t.append_meta(RecordKind::StringDef, 1, 1_200_000, 0xf00d, b"allreduce_kernel");
-    t.append(&KernelLaunch { hdr: RecordHeader::of::<KernelLaunch>(1), ts: 1_200_000, correlation: 7, function: 0xf00d, stream: 0x55, device: 0, ..Default::default() });
+    t.append_meta(
+        RecordKind::StringDef,
+        1,
+        1_200_000,
+        0xf00d,
+        b"allreduce_kernel",
+    );
+    t.append(&KernelLaunch {
+        hdr: RecordHeader::of::<KernelLaunch>(1),
+        ts: 1_200_000,
+        correlation: 7,
+        function: 0xf00d,
+        stream: 0x55,
+        device: 0,
+        ..Default::default()
+    });
     let (ks, ke) = (1_500_000u64, 1_800_000u64);
-    t.append(&KernelExec { hdr: RecordHeader::of::<KernelExec>(1), ts: 1_900_000, correlation: 7, start: gpu(ks), end: gpu(ke), device: 0, _pad: 0 });
+    t.append(&KernelExec {
+        hdr: RecordHeader::of::<KernelExec>(1),
+        ts: 1_900_000,
+        correlation: 7,
+        start: gpu(ks),
+        end: gpu(ke),
+        device: 0,
+        _pad: 0,
+    });
     t.append(&snap(2_000_000));
     drop(t);
     drop(w);
     let out = dir.path().join("gpu.perfetto-trace");
-    let rep = convert_with_report(&[path], &out, &ConvertOptions { jobs: 1, ..Default::default() }).unwrap();
+    let rep = convert_with_report(
+        &[path],
+        &out,
+        &ConvertOptions {
+            jobs: 1,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert_eq!(rep.summary.totals.slices, 9, "8 WQEs + 1 kernel");
     common::validate(&out, &["slices=9", "instants=1"]);
     let pkts = common::decode(&out);
     // The kernel slice sits on the GPU sequence with absolute timestamps = host realtime.
     let names: std::collections::HashMap<(u32, u64), String> = pkts
         .iter()
-        .filter_map(|p| p.interned_data.as_ref().map(|i| (p.trusted_packet_sequence_id.unwrap_or(0), i)))
-        .flat_map(|(s, i)| i.event_names.iter().map(move |e| ((s, e.iid.unwrap()), e.name.clone().unwrap())))
+        .filter_map(|p| {
+            p.interned_data
+                .as_ref()
+                .map(|i| (p.trusted_packet_sequence_id.unwrap_or(0), i))
+        })
+        .flat_map(|(s, i)| {
+            i.event_names
+                .iter()
+                .map(move |e| ((s, e.iid.unwrap()), e.name.clone().unwrap()))
+        })
         .collect();
     let kernel: Vec<_> = pkts
         .iter()
         .filter(|p| {
             p.track_event.as_ref().is_some_and(|e| {
                 e.r#type == Some(proto::TYPE_SLICE_BEGIN)
-                    && e.name_iid.and_then(|n| names.get(&(p.trusted_packet_sequence_id.unwrap_or(0), n))).is_some_and(|n| n == "allreduce_kernel")
+                    && e.name_iid
+                        .and_then(|n| names.get(&(p.trusted_packet_sequence_id.unwrap_or(0), n)))
+                        .is_some_and(|n| n == "allreduce_kernel")
             })
         })
         .collect();
     assert_eq!(kernel.len(), 1);
     let ts = kernel[0].timestamp.unwrap() as i64;
-    assert!((ts - (RT0 + ks) as i64).abs() <= 2, "kernel start {ts} vs {}", RT0 + ks);
-    let tracks: Vec<String> = pkts.iter().filter_map(|p| p.track_descriptor.as_ref()).filter_map(|d| d.name.clone()).collect();
-    for want in ["GPU 0", "stream 0x55", "GPU-initiated queues", "QP 0x42 observed"] {
-        assert!(tracks.iter().any(|t| t == want), "track {want} in {tracks:?}");
+    assert!(
+        (ts - (RT0 + ks) as i64).abs() <= 2,
+        "kernel start {ts} vs {}",
+        RT0 + ks
+    );
+    let tracks: Vec<String> = pkts
+        .iter()
+        .filter_map(|p| p.track_descriptor.as_ref())
+        .filter_map(|d| d.name.clone())
+        .collect();
+    for want in [
+        "GPU 0",
+        "stream 0x55",
+        "GPU-initiated queues",
+        "QP 0x42 observed",
+    ] {
+        assert!(
+            tracks.iter().any(|t| t == want),
+            "track {want} in {tracks:?}"
+        );
     }
 }

@@ -7,7 +7,8 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     // Also exercise the zero-copy reader directly on the bytes.
-    if let Ok(view) = sigmatrace_schemas::reader::LogView::parse(data, std::path::Path::new("fuzz")) {
+    if let Ok(view) = sigmatrace_schemas::reader::LogView::parse(data, std::path::Path::new("fuzz"))
+    {
         for c in view.chunks() {
             for r in view.records(c).flatten() {
                 let _ = r.decode();

@@ -39,7 +39,12 @@ fn parse() -> Args {
             "--dir" => a.dir = PathBuf::from(it.next().expect("--dir PATH")),
             "--keep" => a.keep = true,
             "--detail" => a.detail = it.next().expect("--detail LEVEL"),
-            "--compress" => a.compress = it.next().and_then(|v| v.parse().ok()).expect("--compress N"),
+            "--compress" => {
+                a.compress = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("--compress N")
+            }
             "--no-scaling" => a.skip_small = true,
             _ => {
                 eprintln!("usage: sigmatrace-convert-bench [--events N] [--dir PATH] [--keep] [--detail compact|normal|full] [--compress N] [--no-scaling]");
@@ -84,7 +89,12 @@ fn scenario(events: u64) -> Scenario {
 
 fn du(dir: &Path) -> u64 {
     std::fs::read_dir(dir)
-        .map(|rd| rd.filter_map(|e| e.ok()).filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum())
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
         .unwrap_or(0)
 }
 
@@ -120,7 +130,15 @@ fn convert(exe: &Path, dir: &Path, out: &Path, jobs: usize, detail: &str, compre
         .arg(dir)
         .arg("-o")
         .arg(out)
-        .args(["--jobs", &jobs.to_string(), "--detail", detail, "--compress", &compress.to_string(), "--quiet"])
+        .args([
+            "--jobs",
+            &jobs.to_string(),
+            "--detail",
+            detail,
+            "--compress",
+            &compress.to_string(),
+            "--quiet",
+        ])
         .spawn()
         .expect("run sigmatrace-convert");
     let pid = child.id();
@@ -145,9 +163,18 @@ fn convert(exe: &Path, dir: &Path, out: &Path, jobs: usize, detail: &str, compre
 
 fn main() {
     let a = parse();
-    let exe = std::env::current_exe().expect("exe").with_file_name("sigmatrace-convert");
-    assert!(exe.exists(), "build sigmatrace-convert first ({} missing)", exe.display());
-    let _ = Command::new("df").args(["-h"]).arg(a.dir.parent().unwrap_or(Path::new("/"))).status();
+    let exe = std::env::current_exe()
+        .expect("exe")
+        .with_file_name("sigmatrace-convert");
+    assert!(
+        exe.exists(),
+        "build sigmatrace-convert first ({} missing)",
+        exe.display()
+    );
+    let _ = Command::new("df")
+        .args(["-h"])
+        .arg(a.dir.parent().unwrap_or(Path::new("/")))
+        .status();
     let sizes: Vec<(String, u64)> = if a.skip_small {
         vec![("full".into(), a.events)]
     } else {

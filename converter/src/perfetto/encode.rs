@@ -22,7 +22,7 @@ const TAG_TIMESTAMP: u8 = 0x40; // 8, VARINT
 const TAG_SEQ_ID: u8 = 0x50; // 10, VARINT
 const TAG_TRACK_EVENT: u8 = 0x5a; // 11, LEN
 const TAG_INTERNED: u8 = 0x62; // 12, LEN
-// TrackEvent
+                               // TrackEvent
 const TE_DEBUG: u8 = 0x22; // 4, LEN
 const TE_TYPE: u8 = 0x48; // 9, VARINT
 const TE_NAME_IID: u8 = 0x50; // 10, VARINT
@@ -30,14 +30,14 @@ const TE_TRACK: u8 = 0x58; // 11, VARINT
 const TE_COUNTER: [u8; 2] = [0xf0, 0x01]; // 30, VARINT
 const TE_FLOW: [u8; 2] = [0xf9, 0x02]; // 47, I64
 const TE_TERM_FLOW: [u8; 2] = [0x81, 0x03]; // 48, I64
-// DebugAnnotation
+                                            // DebugAnnotation
 const DA_NAME_IID: u8 = 0x08; // 1
 const DA_BOOL: u8 = 0x10; // 2
 const DA_UINT: u8 = 0x18; // 3
 const DA_INT: u8 = 0x20; // 4
 const DA_STRING: u8 = 0x32; // 6, LEN
 const DA_POINTER: u8 = 0x38; // 7
-// InternedData
+                             // InternedData
 const ID_EVENT_NAMES: u8 = 0x12; // 2
 const ID_ANNOTATION_NAMES: u8 = 0x1a; // 3
 /// TracePacket.compressed_packets (50, LEN).
@@ -54,7 +54,7 @@ pub(crate) fn put_varint(buf: &mut Vec<u8>, mut v: u64) {
 
 #[inline]
 fn varint_len(v: u64) -> usize {
-    ((64 - (v | 1).leading_zeros() as usize) + 6) / 7
+    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
 }
 
 /// Frames an encoded message as a `Trace.packet` entry.
@@ -263,7 +263,15 @@ impl PerfettoSeq {
         }
     }
 
-    fn event(&mut self, ts: u64, ty: i32, track: u64, name: Option<Name>, value: Option<i64>, extra: &Extra<'_>) {
+    fn event(
+        &mut self,
+        ts: u64,
+        ty: i32,
+        track: u64,
+        name: Option<Name>,
+        value: Option<i64>,
+        extra: &Extra<'_>,
+    ) {
         if !self.started {
             self.start();
         }
@@ -342,7 +350,13 @@ impl PerfettoSeq {
         }
         let tsf = self.ts_field(ts);
         let te_len = self.te.len();
-        let mut body = 1 + varint_len(tsf) + 1 + varint_len(self.seq as u64) + 1 + varint_len(te_len as u64) + te_len;
+        let mut body = 1
+            + varint_len(tsf)
+            + 1
+            + varint_len(self.seq as u64)
+            + 1
+            + varint_len(te_len as u64)
+            + te_len;
         if !self.interned.is_empty() {
             body += 1 + varint_len(self.interned.len() as u64) + self.interned.len();
         }
@@ -405,7 +419,14 @@ impl TraceSink for PerfettoSeq {
     }
 
     fn counter(&mut self, ts: u64, track: u64, value: i64) {
-        self.event(ts, proto::TYPE_COUNTER, track, None, Some(value), &Extra::NONE);
+        self.event(
+            ts,
+            proto::TYPE_COUNTER,
+            track,
+            None,
+            Some(value),
+            &Extra::NONE,
+        );
     }
 
     fn pending_bytes(&self) -> usize {
@@ -499,7 +520,10 @@ mod tests {
             f.len()
         };
         assert_eq!(&bytes[start..start + framed.len()], &framed[..]);
-        assert_eq!(t.packet[3].track_event.as_ref().unwrap().counter_value, Some(-5));
+        assert_eq!(
+            t.packet[3].track_event.as_ref().unwrap().counter_value,
+            Some(-5)
+        );
     }
 
     #[test]
@@ -512,7 +536,10 @@ mod tests {
         s.instant(1600, 1, n, &Extra::NONE);
         let t = decode(&s.take());
         let first = &t.packet[0];
-        assert_eq!(first.sequence_flags, Some(proto::SEQ_INCREMENTAL_STATE_CLEARED));
+        assert_eq!(
+            first.sequence_flags,
+            Some(proto::SEQ_INCREMENTAL_STATE_CLEARED)
+        );
         let cs = first.clock_snapshot.as_ref().unwrap();
         assert_eq!(cs.clocks[0].is_incremental, Some(true));
         assert_eq!(cs.clocks[0].timestamp, Some(1000));
