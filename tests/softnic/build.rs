@@ -12,7 +12,8 @@ fn main() {
     println!("cargo:rerun-if-changed=src/verbs_wrapper.h");
     let bindings = bindgen::Builder::default()
         .header(manifest.join("src/verbs_wrapper.h").display().to_string())
-        .allowlist_type("ibv_.*|_ibv_.*|verbs_.*|_compat_ibv_port_attr")
+        .allowlist_type("ibv_.*|_ibv_.*|verbs_.*|_compat_ibv_port_attr|mlx5dv_.*|mlx5_cqe64|mlx5_wqe_.*|mlx5_err_cqe")
+        .allowlist_var("MLX5.*")
         .allowlist_var("IBV_.*|ibv_.*")
         .default_enum_style(bindgen::EnumVariation::Consts)
         .prepend_enum_name(false)

@@ -73,8 +73,8 @@ static void mode_uc(void)
 		struct ibv_wc wc = expect_wc(30, IBV_WC_SUCCESS);
 		CHECK(wc.byte_len == 500, "uc len %u", wc.byte_len);
 		check_fill(S.buf, 500, 2, "uc message 2");
-		sync_peer();
 		check_fill(S.buf + 100000, 9000, 3, "uc write");
+		sync_peer();
 	} else {
 		fill(S.buf, 500, 1);
 		CHECK(post_send(1, IBV_WR_SEND, S.buf, 500, S.mr->lkey, 0, 0, 0, 0) == 0, "post");
@@ -83,12 +83,14 @@ static void mode_uc(void)
 		sync_peer();
 		fill(S.buf, 500, 2);
 		fill(S.buf + 100000, 9000, 3);
-		CHECK(post_send(2, IBV_WR_SEND, S.buf, 500, S.mr->lkey, 0, 0, 0, 0) == 0, "post");
+		/* the write goes first: UC delivers in order, so it has landed once the SEND has
+		 * (a UC sender's completion says nothing about remote placement) */
 		CHECK(post_send(3, IBV_WR_RDMA_WRITE, S.buf + 100000, 9000, S.mr->lkey, 0, P.addr + 100000, P.rkey, 0) ==
 			      0,
 		      "post write");
-		expect_wc(2, IBV_WC_SUCCESS);
+		CHECK(post_send(2, IBV_WR_SEND, S.buf, 500, S.mr->lkey, 0, 0, 0, 0) == 0, "post");
 		expect_wc(3, IBV_WC_SUCCESS);
+		expect_wc(2, IBV_WC_SUCCESS);
 		sync_peer();
 	}
 	sync_peer();

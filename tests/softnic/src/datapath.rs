@@ -144,7 +144,9 @@ pub unsafe extern "C" fn op_post_send(
     let s = sn_qp(qp);
     let q = &*s.inner;
     let st = q.state();
-    if !matches!(st, IBV_QPS_RTS | IBV_QPS_SQD | IBV_QPS_ERR) {
+    // Rule: once mlx5dv_init_obj exposed the send ring, the program owns its producer index
+    // and posts by writing WQEs; mixing in ibv_post_send is rejected.
+    if !matches!(st, IBV_QPS_RTS | IBV_QPS_SQD | IBV_QPS_ERR) || q.dv.get().is_some() {
         *bad = wr;
         return libc::EINVAL;
     }
@@ -241,6 +243,25 @@ pub unsafe extern "C" fn op_post_recv(
         *bad = wr;
         return libc::EINVAL;
     }
+    if let Some(d) = q.dv.get() {
+        // Exposed receive ring: write the WQE into it, as libmlx5 does.
+        let mut w = wr;
+        while !w.is_null() {
+            let r = &*w;
+            let n = r.num_sge.max(0) as usize;
+            let sges = if n == 0 {
+                &[][..]
+            } else {
+                std::slice::from_raw_parts(r.sg_list, n)
+            };
+            if let Err(e) = d.post_recv(sges) {
+                *bad = w;
+                return e;
+            }
+            w = r.next;
+        }
+        return 0;
+    }
     let ret = {
         let mut rq = q.rq.lock().unwrap_or_else(|e| e.into_inner());
         post_recv_common(&mut rq, q.max_recv_sge, wr, bad)
@@ -291,6 +312,15 @@ pub unsafe extern "C" fn op_poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) 
     let c = &*(cq as *mut SnCq);
     let inner = &*c.inner;
     progress_cq(inner);
+    if let Some(d) = inner.dv.get() {
+        let mut got = 0;
+        while got < n.max(0) as usize {
+            let Some(w) = d.poll() else { break };
+            *wc.add(got) = w;
+            got += 1;
+        }
+        return got as c_int;
+    }
     if n <= 0 || inner.count.load(Ordering::Acquire) == 0 {
         return 0;
     }
@@ -333,6 +363,21 @@ unsafe fn cqx<'a>(c: *mut ibv_cq_ex) -> &'a mut SnCq {
 
 unsafe fn cqx_pop(c: &mut SnCq) -> c_int {
     let inner = c.inner.clone();
+    if let Some(d) = inner.dv.get() {
+        return match d.poll() {
+            Some(w) => {
+                c.cur = Cqe {
+                    wc: w,
+                    ts: now_ns(),
+                    op: 0,
+                };
+                c.cq.status = w.status;
+                c.cq.wr_id = w.wr_id;
+                0
+            }
+            None => libc::ENOENT,
+        };
+    }
     let e = {
         let mut q = inner.q.lock().unwrap_or_else(|e| e.into_inner());
         q.pop_front()

@@ -151,7 +151,8 @@ pub fn complete_in_order(qp: &QpInner, sq: &mut SendQueue) {
             if w.status == IBV_WC_SUCCESS && w.is_read_atomic() {
                 wc.byte_len = w.len;
             }
-            qp.send_cq.push(wc, false);
+            qp.send_cq
+                .push_op(wc, false, crate::dv::mlx5_opcode(w.opcode));
         }
         sq.head = sq.head.wrapping_add(1);
     }
@@ -177,7 +178,8 @@ pub fn flush_sq(qp: &QpInner, sq: &mut SendQueue) {
             IBV_WC_WR_FLUSH_ERR
         };
         let wc = wc_for(qp.qpn, w.wr_id, st, send_wc_opcode(w.opcode));
-        qp.send_cq.push(wc, false);
+        qp.send_cq
+            .push_op(wc, false, crate::dv::mlx5_opcode(w.opcode));
         sq.head = sq.head.wrapping_add(1);
     }
     sq.next = sq.head;
@@ -246,6 +248,18 @@ pub fn tx_pump(qp: &QpInner, sq: &mut SendQueue) -> bool {
     let mut kicked: Option<std::sync::Arc<Peer>> = None;
     while sq.next != sq.tail {
         let idx = sq.next;
+        if sq.at(idx).opcode == crate::dv::WR_NOP || sq.at(idx).st == WQE_DONE {
+            // mlx5 NOP (or a WQE that failed to parse): nothing goes on the wire.
+            let failed = sq.at(idx).status != IBV_WC_SUCCESS;
+            sq.at(idx).st = WQE_DONE;
+            sq.next = idx.wrapping_add(1);
+            if failed {
+                qp_error(qp, sq);
+                return true;
+            }
+            did = true;
+            continue;
+        }
         let peer = if qp.qp_type == IBV_QPT_UD {
             let (n, q) = {
                 let w = sq.at(idx);
@@ -529,6 +543,23 @@ fn handle_rnr(qp: &QpInner, sq: &mut SendQueue, idx: u32, timer: u8) {
 /// Runs both roles of one QP if there is work and nobody else holds them.
 pub fn progress_qp(qp: &QpInner) -> bool {
     let mut did = false;
+    if let Some(d) = qp.dv.get() {
+        if d.has_new_wqes() {
+            if let Ok(mut sq) = qp.sq.try_lock() {
+                did |= dv_fetch(d, &mut sq);
+                did |= tx_pump(qp, &mut sq);
+            }
+        }
+        for cq in [&qp.send_cq, &qp.recv_cq] {
+            if let Some(dc) = cq.dv.get() {
+                if let Ok(mut st) = dc.state.try_lock() {
+                    if !st.pending.is_empty() {
+                        dc.drain(&mut st);
+                    }
+                }
+            }
+        }
+    }
     if qp.file.req().has_data() {
         if let Ok(mut r) = qp.resp.try_lock() {
             did |= crate::responder::process_req(qp, &mut r);
@@ -603,6 +634,9 @@ pub fn engine_thread(g: &'static Global) {
         if !work {
             let t = if pending {
                 50_000
+            } else if g.has_dv.load(Ordering::Relaxed) {
+                // Doorbell records are plain memory: poll them.
+                100_000
             } else if app_polling {
                 200_000
             } else {
@@ -654,4 +688,40 @@ pub fn short_slice() {
     };
     // SAFETY: sched_setattr on the calling thread with a valid, fully initialised attribute.
     unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &a as *const SchedAttr, 0) };
+}
+
+/// Takes the WQEs a program published in an exposed SQ (dbrec[1]) into the send queue.
+fn dv_fetch(d: &crate::dv::DvQp, sq: &mut SendQueue) -> bool {
+    let pi = d.sq_pi();
+    let mut idx = d.sq_seen.load(Ordering::Relaxed);
+    let mut bad = false;
+    while idx != pi && sq.len() < sq.max_wr && !bad {
+        let tail = sq.tail;
+        let msn = sq.next_msn;
+        let w = sq.at(tail);
+        // SAFETY: the program published this WQE through the doorbell record.
+        let r = unsafe { crate::dv::parse_wqe(d, idx, w) };
+        let bbs = match r {
+            Ok(bbs) => {
+                w.status = IBV_WC_SUCCESS;
+                w.st = WQE_QUEUED;
+                bbs
+            }
+            Err((bbs, crate::dv::BadWqe(status))) => {
+                w.status = status;
+                w.st = WQE_DONE;
+                bad = true;
+                bbs
+            }
+        };
+        w.msn = msn;
+        w.sent = 0;
+        w.resp_bytes = 0;
+        w.validated = false;
+        sq.next_msn = msn.wrapping_add(1);
+        sq.tail = tail.wrapping_add(1);
+        idx = (idx + bbs) & 0xffff;
+    }
+    d.sq_seen.store(idx, Ordering::Relaxed);
+    true
 }

@@ -7,6 +7,8 @@
 
 pub mod ctx;
 pub mod datapath;
+pub mod devx;
+pub mod dv;
 pub mod engine;
 pub mod ffi;
 pub mod layout;

@@ -8,6 +8,8 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 pub const MAX_SGE: usize = 16;
 pub const MAX_INLINE: usize = 256;
+/// Inline buffer per send WQE: mlx5 inline segments of direct-posted WQEs may exceed MAX_INLINE.
+pub const INLINE_BUF: usize = 1024;
 pub const MAX_WR: u32 = 16384;
 pub const MAX_CQE: u32 = 4 * 1024 * 1024;
 pub const MAX_RD_ATOMIC: u32 = 16;
@@ -89,6 +91,8 @@ pub struct Global {
     peers: Mutex<HashMap<(u32, u32), Arc<Peer>>>,
     procs: Mutex<HashMap<u32, Arc<ProcFile>>>,
     pub next_id: AtomicU32,
+    /// Set once some QP has mlx5 rings: the progress thread then polls doorbell records.
+    pub has_dv: AtomicBool,
     engine: std::sync::Once,
 }
 
@@ -117,6 +121,7 @@ pub fn global() -> &'static Global {
             peers: Mutex::new(HashMap::new()),
             procs: Mutex::new(HashMap::new()),
             next_id: AtomicU32::new(1),
+            has_dv: AtomicBool::new(false),
             engine: std::sync::Once::new(),
         }
     })
@@ -220,6 +225,8 @@ impl Global {
 pub struct Cqe {
     pub wc: ibv_wc,
     pub ts: u64,
+    /// mlx5 send opcode of a requester completion (for CQE64 rings).
+    pub op: u8,
 }
 
 pub fn now_ns() -> u64 {
@@ -273,16 +280,32 @@ pub struct CqInner {
     pub cq_ptr: usize,
     pub qps: Mutex<Vec<Arc<QpInner>>>,
     pub ts_wanted: bool,
+    /// The CQE64 ring, once exposed with mlx5dv_init_obj or created with devx.
+    pub dv: OnceLock<crate::dv::DvCq>,
 }
 
 impl CqInner {
     pub fn push(&self, wc: ibv_wc, solicited: bool) {
-        let ts = if self.ts_wanted { now_ns() } else { 0 };
-        self.q
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push_back(Cqe { wc, ts });
-        self.count.fetch_add(1, Ordering::Release);
+        self.push_op(wc, solicited, 0)
+    }
+
+    /// Adds a completion; `op` is the mlx5 send opcode of a requester completion.
+    pub fn push_op(&self, wc: ibv_wc, solicited: bool, op: u8) {
+        let ts = if self.ts_wanted || self.dv.get().is_some() {
+            now_ns()
+        } else {
+            0
+        };
+        let e = Cqe { wc, ts, op };
+        if let Some(d) = self.dv.get() {
+            d.write(e);
+        } else {
+            self.q
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push_back(e);
+            self.count.fetch_add(1, Ordering::Release);
+        }
         let armed = self.armed.load(Ordering::Acquire);
         if armed != ARM_NONE
             && (armed == ARM_ALL || solicited || wc.status != IBV_WC_SUCCESS)
@@ -325,7 +348,7 @@ pub struct SendWqe {
     pub flags: u32,
     pub num_sge: u32,
     pub sge: [ibv_sge; MAX_SGE],
-    pub inline_buf: Box<[u8; MAX_INLINE]>,
+    pub inline_buf: Box<[u8; INLINE_BUF]>,
     pub len: u32,
     pub raddr: u64,
     pub rkey: u32,
@@ -353,7 +376,7 @@ impl SendWqe {
             flags: 0,
             num_sge: 0,
             sge: [ibv_sge::default(); MAX_SGE],
-            inline_buf: Box::new([0u8; MAX_INLINE]),
+            inline_buf: Box::new([0u8; INLINE_BUF]),
             len: 0,
             raddr: 0,
             rkey: 0,
@@ -427,6 +450,18 @@ impl SendQueue {
     pub fn len(&self) -> u32 {
         self.tail.wrapping_sub(self.head)
     }
+    /// Re-sizes an empty queue (keeping sequence state), for direct-posted rings.
+    pub fn resize(&mut self, max_wr: u32) {
+        let cap = max_wr.max(1).next_power_of_two();
+        if (self.mask + 1) < cap {
+            self.ring = (0..cap).map(|_| SendWqe::new()).collect();
+            self.mask = cap - 1;
+            let t = self.tail;
+            self.head = t;
+            self.next = t;
+        }
+        self.max_wr = max_wr;
+    }
     pub fn is_empty(&self) -> bool {
         self.tail == self.head
     }
@@ -488,6 +523,8 @@ pub struct QpInner {
     pub resp: Mutex<Responder>,
     pub backlog: AtomicBool,
     pub qp_ptr: usize,
+    /// The mlx5 rings, once exposed with mlx5dv_init_obj or created with devx.
+    pub dv: OnceLock<crate::dv::DvQp>,
 }
 
 impl QpInner {

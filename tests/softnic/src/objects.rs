@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::ffi::{c_int, c_void};
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 pub use crate::qp::{vctx_create_qp_ex, SnQp};
 
@@ -65,11 +65,14 @@ pub unsafe extern "C" fn sv_ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
         },
         id,
     });
-    Box::into_raw(b) as *mut ibv_pd
+    let p = Box::into_raw(b) as *mut ibv_pd;
+    crate::devx::register_pd(id, p);
+    p
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn sv_ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
+    crate::devx::unregister_pd(pd_id(pd));
     drop(Box::from_raw(pd as *mut SnPd));
     0
 }
@@ -296,7 +299,7 @@ const WC_FLAGS_SUPPORTED: u64 = (IBV_WC_EX_WITH_BYTE_LEN
     | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP
     | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK) as u64;
 
-unsafe fn create_cq(
+pub(crate) unsafe fn create_cq(
     ctx: *mut ibv_context,
     cqe: u32,
     cq_context: *mut c_void,
@@ -323,6 +326,7 @@ unsafe fn create_cq(
             channel: ch,
             cq_ptr: 0,
             qps: Mutex::new(Vec::new()),
+            dv: OnceLock::new(),
             ts_wanted: wc_flags
                 & (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP
                     | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK) as u64
@@ -331,6 +335,7 @@ unsafe fn create_cq(
         cur: Cqe {
             wc: Default::default(),
             ts: 0,
+            op: 0,
         },
     });
     let p = &mut *b as *mut SnCq;
@@ -343,7 +348,10 @@ unsafe fn create_cq(
     c.cqe = cqe as c_int;
     c.comp_mask = 0;
     crate::datapath::fill_cq_ex_ops(c);
-    Box::into_raw(b)
+    let cqn = c.handle;
+    let p = Box::into_raw(b);
+    crate::devx::register_cq(cqn, p);
+    p
 }
 
 #[no_mangle]
@@ -395,6 +403,7 @@ pub unsafe extern "C" fn sv_ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     if !(*c).cq.channel.is_null() {
         (*(*c).cq.channel).refcnt -= 1;
     }
+    crate::devx::unregister_cq((*c).cq.handle);
     drop(Box::from_raw(c));
     0
 }

@@ -48,7 +48,7 @@ const SEND_OPS_SUPPORTED: u64 = (IBV_QP_EX_WITH_RDMA_WRITE
     | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
     | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD) as u64;
 
-unsafe fn create_qp(
+pub(crate) unsafe fn create_qp(
     ctx: *mut ibv_context,
     pd: *mut ibv_pd,
     a: &mut ibv_qp_init_attr,
@@ -132,6 +132,7 @@ unsafe fn create_qp(
         }),
         backlog: AtomicBool::new(false),
         qp_ptr: 0,
+        dv: std::sync::OnceLock::new(),
     });
     let mut b = Box::new(SnQp {
         // SAFETY (zeroed): ibv_qp_ex is C data; zero pthread objects are valid initialisers.

@@ -1,1 +1,2 @@
 #include <infiniband/verbs.h>
+#include <infiniband/mlx5dv.h>
