@@ -199,6 +199,7 @@ impl<'a> ProcessModel<'a> {
         flush: &mut dyn FnMut(Vec<u8>),
     ) -> Vec<RecordIssue> {
         let mut recs = input.merged();
+        let mut n = 0u32;
         for (ts, r) in recs.by_ref() {
             let t = self.p.time(ts);
             self.last_t = self.last_t.max(t);
@@ -224,11 +225,14 @@ impl<'a> ProcessModel<'a> {
                 }
                 _ => {}
             }
-            if sink.pending_bytes() >= self.opts.block_bytes {
-                flush(sink.take());
-            }
-            if gpu_sink.pending_bytes() >= self.opts.block_bytes {
-                flush(gpu_sink.take());
+            n = n.wrapping_add(1);
+            if n.is_multiple_of(256) {
+                if sink.pending_bytes() >= self.opts.block_bytes {
+                    flush(sink.take());
+                }
+                if gpu_sink.pending_bytes() >= self.opts.block_bytes {
+                    flush(gpu_sink.take());
+                }
             }
         }
         let issues = std::mem::take(&mut recs.issues);

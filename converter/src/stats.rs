@@ -365,20 +365,22 @@ impl QpRow {
 #[derive(Default)]
 pub struct QpTable {
     pub rows: Vec<QpRow>,
+    index: crate::verbs::FastMap<(usize, u32), usize>,
 }
 
 impl QpTable {
     fn row(&mut self, p: usize, qpn: u32) -> &mut QpRow {
-        if let Some(i) = self.rows.iter().position(|r| r.proc_ == p && r.qpn == qpn) {
-            return &mut self.rows[i];
-        }
-        self.rows.push(QpRow {
-            proc_: p,
-            qpn,
-            hist: vec![0; BUCKETS],
-            ..Default::default()
+        let rows = &mut self.rows;
+        let i = *self.index.entry((p, qpn)).or_insert_with(|| {
+            rows.push(QpRow {
+                proc_: p,
+                qpn,
+                hist: vec![0; BUCKETS],
+                ..Default::default()
+            });
+            rows.len() - 1
         });
-        self.rows.last_mut().expect("pushed")
+        &mut self.rows[i]
     }
 }
 
@@ -423,6 +425,12 @@ impl Section for QpTable {
         if let Ok(o) = other.into_any().downcast::<QpTable>() {
             self.rows.extend(o.rows);
             self.rows.sort_by_key(|r| (r.proc_, r.qpn));
+            self.index = self
+                .rows
+                .iter()
+                .enumerate()
+                .map(|(i, r)| ((r.proc_, r.qpn), i))
+                .collect();
         }
     }
     fn text(&self, ctx: &ReportCtx<'_>, out: &mut String) {

@@ -158,7 +158,6 @@ pub struct PerfettoSeq {
     started: bool,
     base_ts: u64,
     buf: Vec<u8>,
-    te: Vec<u8>,
     interned: Vec<u8>,
     names: Vec<(String, bool)>,
     name_ids: HashMap<String, u32>,
@@ -178,7 +177,6 @@ impl PerfettoSeq {
             started: false,
             base_ts,
             buf: Vec::with_capacity(1 << 20),
-            te: Vec::with_capacity(256),
             interned: Vec::with_capacity(256),
             names: Vec::new(),
             name_ids: HashMap::new(),
@@ -275,107 +273,99 @@ impl PerfettoSeq {
         if !self.started {
             self.start();
         }
-        // Fields in ascending number order, as prost writes them.
-        self.te.clear();
         if let Some(n) = name {
             self.intern_name(n);
         }
-        for (k, v) in extra.args {
+        for (k, _) in extra.args {
             self.intern_key(*k);
-            let te = &mut self.te;
-            let mut da: [u8; 24] = [0; 24];
-            let mut n = 0usize;
-            let mut push = |b: u8| {
-                da[n] = b;
-                n += 1;
-            };
-            push(DA_NAME_IID);
-            let mut kv = k.0 as u64 + 1;
-            while kv >= 0x80 {
-                push((kv as u8) | 0x80);
-                kv >>= 7;
-            }
-            push(kv as u8);
-            let (tag, num) = match *v {
-                ArgValue::U64(x) => (DA_UINT, Some(x)),
-                ArgValue::I64(x) => (DA_INT, Some(x as u64)),
-                ArgValue::Bool(b) => (DA_BOOL, Some(b as u64)),
-                ArgValue::Hex(x) => (DA_POINTER, Some(x)),
-                ArgValue::Str(_) => (DA_STRING, None),
-            };
-            match (num, v) {
-                (Some(mut x), _) => {
-                    push(tag);
-                    while x >= 0x80 {
-                        push((x as u8) | 0x80);
-                        x >>= 7;
-                    }
-                    push(x as u8);
-                    te.push(TE_DEBUG);
-                    put_varint(te, n as u64);
-                    te.extend_from_slice(&da[..n]);
-                }
-                (None, ArgValue::Str(s)) => {
-                    let body = n + 1 + varint_len(s.len() as u64) + s.len();
-                    te.push(TE_DEBUG);
-                    put_varint(te, body as u64);
-                    te.extend_from_slice(&da[..n]);
-                    te.push(DA_STRING);
-                    put_varint(te, s.len() as u64);
-                    te.extend_from_slice(s.as_bytes());
-                }
-                _ => unreachable!(),
-            }
-        }
-        let te = &mut self.te;
-        te.push(TE_TYPE);
-        te.push(ty as u8);
-        if let Some(n) = name {
-            te.push(TE_NAME_IID);
-            put_varint(te, n.0 as u64 + 1);
-        }
-        te.push(TE_TRACK);
-        put_varint(te, track);
-        if let Some(v) = value {
-            te.extend_from_slice(&TE_COUNTER);
-            put_varint(te, v as u64);
-        }
-        for &f in extra.flows {
-            te.extend_from_slice(&TE_FLOW);
-            te.extend_from_slice(&f.to_le_bytes());
-        }
-        for &f in extra.terminating {
-            te.extend_from_slice(&TE_TERM_FLOW);
-            te.extend_from_slice(&f.to_le_bytes());
         }
         let tsf = self.ts_field(ts);
-        let te_len = self.te.len();
-        let mut body = 1
-            + varint_len(tsf)
-            + 1
-            + varint_len(self.seq as u64)
-            + 1
-            + varint_len(te_len as u64)
-            + te_len;
-        if !self.interned.is_empty() {
-            body += 1 + varint_len(self.interned.len() as u64) + self.interned.len();
-        }
+        // Written in place: one-byte length placeholders are widened in the rare case a length
+        // reaches 128. Fields in ascending number order, as prost writes them.
         let buf = &mut self.buf;
+        let start = buf.len();
         buf.push(TAG_PACKET);
-        put_varint(buf, body as u64);
+        buf.push(0);
         buf.push(TAG_TIMESTAMP);
         put_varint(buf, tsf);
         buf.push(TAG_SEQ_ID);
         put_varint(buf, self.seq as u64);
         buf.push(TAG_TRACK_EVENT);
-        put_varint(buf, te_len as u64);
-        buf.extend_from_slice(&self.te);
+        let te_len_at = buf.len();
+        buf.push(0);
+        for (k, v) in extra.args {
+            buf.push(TE_DEBUG);
+            let da_len_at = buf.len();
+            buf.push(0);
+            buf.push(DA_NAME_IID);
+            put_varint(buf, k.0 as u64 + 1);
+            match *v {
+                ArgValue::U64(x) => {
+                    buf.push(DA_UINT);
+                    put_varint(buf, x);
+                }
+                ArgValue::I64(x) => {
+                    buf.push(DA_INT);
+                    put_varint(buf, x as u64);
+                }
+                ArgValue::Bool(b) => {
+                    buf.push(DA_BOOL);
+                    put_varint(buf, b as u64);
+                }
+                ArgValue::Hex(x) => {
+                    buf.push(DA_POINTER);
+                    put_varint(buf, x);
+                }
+                ArgValue::Str(st) => {
+                    buf.push(DA_STRING);
+                    put_varint(buf, st.len() as u64);
+                    buf.extend_from_slice(st.as_bytes());
+                }
+            }
+            fix_len(buf, da_len_at);
+        }
+        buf.push(TE_TYPE);
+        buf.push(ty as u8);
+        if let Some(n) = name {
+            buf.push(TE_NAME_IID);
+            put_varint(buf, n.0 as u64 + 1);
+        }
+        buf.push(TE_TRACK);
+        put_varint(buf, track);
+        if let Some(v) = value {
+            buf.extend_from_slice(&TE_COUNTER);
+            put_varint(buf, v as u64);
+        }
+        for &f in extra.flows {
+            buf.extend_from_slice(&TE_FLOW);
+            buf.extend_from_slice(&f.to_le_bytes());
+        }
+        for &f in extra.terminating {
+            buf.extend_from_slice(&TE_TERM_FLOW);
+            buf.extend_from_slice(&f.to_le_bytes());
+        }
+        fix_len(buf, te_len_at);
         if !self.interned.is_empty() {
             buf.push(TAG_INTERNED);
             put_varint(buf, self.interned.len() as u64);
             buf.extend_from_slice(&self.interned);
             self.interned.clear();
         }
+        fix_len(buf, start + 1);
+    }
+}
+
+/// Sets the one-byte length placeholder at `at` to the length of what follows it, widening
+/// it to a multi-byte varint when needed.
+#[inline]
+fn fix_len(buf: &mut Vec<u8>, at: usize) {
+    let len = buf.len() - at - 1;
+    if len < 0x80 {
+        buf[at] = len as u8;
+    } else {
+        let mut v = Vec::with_capacity(3);
+        put_varint(&mut v, len as u64);
+        buf.splice(at..at + 1, v);
     }
 }
 
