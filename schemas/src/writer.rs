@@ -120,13 +120,19 @@ impl Shared {
         }
         let index = *next;
         let offset = HEADER_SIZE as u64 + index as u64 * self.chunk_size as u64;
+        // A chunk prefault_ahead() prepared already has its blocks and pages.
+        let prepared = index < self.prepared.load(Ordering::Acquire);
         // SAFETY: plain syscall on our own descriptor.
-        let rc = unsafe {
-            libc::posix_fallocate(
-                self.file.as_raw_fd(),
-                offset as libc::off_t,
-                self.chunk_size as libc::off_t,
-            )
+        let rc = if prepared {
+            0
+        } else {
+            unsafe {
+                libc::posix_fallocate(
+                    self.file.as_raw_fd(),
+                    offset as libc::off_t,
+                    self.chunk_size as libc::off_t,
+                )
+            }
         };
         if rc != 0 {
             self.failed.store(true, Ordering::Relaxed);
@@ -136,7 +142,7 @@ impl Shared {
         // SAFETY: the chunk lies inside the reserved mapping (index < max_chunks) and is now
         // backed by allocated file blocks; nobody else owns it.
         let base = unsafe { self.map.as_mut_ptr().add(offset as usize) };
-        if self.prefault {
+        if self.prefault && !prepared {
             // Fault the whole chunk in now, in one call, instead of one page fault per 4 KiB
             // on the append path. Advisory: kernels before 5.14 answer EINVAL, which is fine.
             // SAFETY: the range is our own chunk inside the live mapping.
@@ -310,7 +316,7 @@ impl LogWriter {
                 )
             };
             i += 1;
-            s.prepared.fetch_max(i, Ordering::Relaxed);
+            s.prepared.fetch_max(i, Ordering::Release);
         }
         Ok(end.saturating_sub(allocated))
     }
