@@ -100,7 +100,7 @@ struct sn {
 	union ibv_gid gid;
 };
 
-static struct ibv_context *open_dev(void)
+static inline struct ibv_context *open_dev(void)
 {
 	int n = 0;
 	struct ibv_device **l = ibv_get_device_list(&n);
@@ -129,7 +129,7 @@ static inline void sn_init(struct sn *s, size_t size, int access)
 	CHECK(ibv_query_gid(s->ctx, 1, 0, &s->gid) == 0, "query gid");
 }
 
-static struct ibv_qp *make_qp(struct sn *s, enum ibv_qp_type t, struct ibv_srq *srq, int sig_all)
+static inline struct ibv_qp *make_qp(struct sn *s, enum ibv_qp_type t, struct ibv_srq *srq, int sig_all)
 {
 	struct ibv_qp_init_attr a = {
 		.send_cq = s->cq, .recv_cq = s->cq, .srq = srq, .qp_type = t, .sq_sig_all = sig_all,

@@ -221,12 +221,15 @@ impl DvCq {
             wr_be32(c.add(44), wc.byte_len);
             wr_be32(c.add(56), ((e.op as u32) << 24) | (wc.qp_num & 0x00ff_ffff));
         }
-        let ts = if e.ts != 0 { e.ts } else { now_ns() };
-        (c.add(48) as *mut u64).write_unaligned(ts.to_be());
+        if wc.status == IBV_WC_SUCCESS {
+            // (error CQEs carry syndromes where the timestamp would be)
+            let ts = if e.ts != 0 { e.ts } else { now_ns() };
+            (c.add(48) as *mut u64).write_unaligned(ts.to_be());
+        }
         *c.add(60) = counter[0];
         *c.add(61) = counter[1];
         fence(Ordering::Release);
-        (c.add(63) as *mut u8).write_volatile(((op as u8) << 4) | owner);
+        c.add(63).write_volatile(((op as u8) << 4) | owner);
     }
 
     /// ibv_poll_cq on an exposed CQ: reads the next valid CQE at the consumer index.
@@ -246,9 +249,11 @@ impl DvCq {
                 return None;
             }
             fence(Ordering::Acquire);
-            let mut wc: ibv_wc = Default::default();
-            wc.wr_id = st.wr_ids[slot];
-            wc.qp_num = rd_be32(c.add(56)) & 0x00ff_ffff;
+            let mut wc = ibv_wc {
+                wr_id: st.wr_ids[slot],
+                qp_num: rd_be32(c.add(56)) & 0x00ff_ffff,
+                ..Default::default()
+            };
             match op {
                 MLX5_CQE_REQ_ERR | MLX5_CQE_RESP_ERR => {
                     wc.status = status_of(*c.add(55));
@@ -261,7 +266,7 @@ impl DvCq {
                 }
                 MLX5_CQE_REQ => {
                     wc.byte_len = rd_be32(c.add(44));
-                    wc.opcode = match (rd_be32(c.add(56)) >> 24) as u32 {
+                    wc.opcode = match rd_be32(c.add(56)) >> 24 {
                         MLX5_OPCODE_RDMA_WRITE | MLX5_OPCODE_RDMA_WRITE_IMM => IBV_WC_RDMA_WRITE,
                         MLX5_OPCODE_RDMA_READ => IBV_WC_RDMA_READ,
                         MLX5_OPCODE_ATOMIC_CS => IBV_WC_COMP_SWAP,

@@ -537,8 +537,11 @@ impl QpInner {
 
     /// Takes a receive WQE (from the SRQ if attached).
     pub fn take_recv(&self) -> Option<RecvWqe> {
-        match &self.srq {
-            Some(s) => s.rq.lock().unwrap_or_else(|e| e.into_inner()).q.pop_front(),
+        if let Some(s) = &self.srq {
+            return s.rq.lock().unwrap_or_else(|e| e.into_inner()).q.pop_front();
+        }
+        match self.dv.get() {
+            Some(d) => d.take_recv(),
             None => self
                 .rq
                 .lock()

@@ -5,16 +5,20 @@
 //! cargo run --release -p softnic --bin softnic-bench [-- --writes N --pingpongs N]
 //! ```
 //!
-//! Runs cprogs/sn_bench.c as server (node 1) and client (node 2) under softnic-run for:
-//! 8-byte RDMA write rate, 8-byte SEND ping-pong half round trip (CQ polling), and 8-byte
-//! RDMA WRITE ping-pong half round trip (memory polling, as ib_write_lat).
+//! Runs cprogs/sn_bench.c and cprogs/dv_test.c as server (node 1) and client (node 2) under
+//! softnic-run for: 8-byte RDMA write rate through ibv_post_send (`rate`) and through direct
+//! mlx5 posting with a doorbell per WQE (`bench1`) and per 16 WQEs (`bench16`), 8-byte SEND
+//! ping-pong half round trip (CQ polling, `lat`), and 8-byte RDMA WRITE ping-pong half round
+//! trip (memory polling as ib_write_lat, `wlat`).
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, Stdio};
 
 #[derive(Debug, thiserror::Error)]
 enum BenchError {
-    #[error("usage: softnic-bench [--writes N] [--pingpongs N] [--mode rate|lat|wlat]")]
+    #[error(
+        "usage: softnic-bench [--writes N] [--pingpongs N] [--mode rate|bench1|bench16|lat|wlat]"
+    )]
     Usage,
     #[error("{0}: {1}")]
     Io(String, std::io::Error),
@@ -42,7 +46,11 @@ fn run_mode(mode: &str, iters: u64) -> Result<String, BenchError> {
         .map(PathBuf::from)
         .ok_or(BenchError::Usage)?;
     let run = dir.join("softnic-run");
-    let prog = PathBuf::from(env!("SOFTNIC_CPROGS")).join("sn_bench");
+    let prog = PathBuf::from(env!("SOFTNIC_CPROGS")).join(if mode.starts_with("bench") {
+        "dv_test"
+    } else {
+        "sn_bench"
+    });
     let fabric = std::env::temp_dir().join(format!("softnic-bench-{}", std::process::id()));
     let port = free_port()?.to_string();
     let it = iters.to_string();
