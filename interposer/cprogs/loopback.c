@@ -9,7 +9,9 @@
  * The data path is the inline verbs of <infiniband/verbs.h> in both. Run on softnic; the
  * interposer must record both identically.
  *
- * usage: loopback_{linked,dlopen} N
+ * usage: loopback_{linked,dlopen} N          N sends from A to B (test)
+ *        loopback_{linked,dlopen} rate N     N 8-byte RDMA writes, up to 64 outstanding, one in
+ *                                            16 signaled; prints messages per second (benchmark)
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -18,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define VERBS(X)                                                                                              \
 	X(struct ibv_device **, ibv_get_device_list, (int *))                                                  \
@@ -93,9 +96,49 @@ static void connect_qp(struct ibv_qp *qp, uint32_t dest, uint16_t lid)
 		die("RTS");
 }
 
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* Message rate: N RDMA writes of 8 bytes from A into B's buffer, <= 64 in flight. */
+static void rate(struct ibv_qp *a, struct ibv_cq *cq, struct ibv_mr *mr, char *src, char *dst, long n)
+{
+	const long depth = 64, sig = 16;
+	struct ibv_sge s = { (uintptr_t)src, 8, mr->lkey };
+	long posted = 0, completed = 0;
+	double t0 = now_s();
+	while (completed < n) {
+		while (posted < n && posted - completed < depth) {
+			struct ibv_send_wr w = { .wr_id = posted, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+						 .send_flags = (posted % sig == sig - 1 || posted == n - 1) ? IBV_SEND_SIGNALED : 0 },
+					   *bad;
+			w.wr.rdma.remote_addr = (uintptr_t)dst;
+			w.wr.rdma.rkey = mr->rkey;
+			if (ibv_post_send(a, &w, &bad))
+				die("ibv_post_send");
+			posted++;
+		}
+		struct ibv_wc wc[16];
+		int got = ibv_poll_cq(cq, 16, wc);
+		if (got < 0)
+			die("ibv_poll_cq");
+		for (int i = 0; i < got; i++) {
+			if (wc[i].status != IBV_WC_SUCCESS)
+				die("completion status");
+			completed = (long)wc[i].wr_id + 1;
+		}
+	}
+	double dt = now_s() - t0;
+	printf("rate: %ld writes in %.3f s = %.0f msgs/s\n", n, dt, n / dt);
+}
+
 int main(int argc, char **argv)
 {
-	int n = argc > 1 ? atoi(argv[1]) : 100;
+	int rate_mode = argc > 2 && !strcmp(argv[1], "rate");
+	long n = argc > 1 ? atol(argv[rate_mode ? 2 : 1]) : 100;
 	resolve();
 	struct ibv_device **list = p_ibv_get_device_list(NULL);
 	if (!list || !list[0])
@@ -112,11 +155,12 @@ int main(int argc, char **argv)
 	struct ibv_pd *pd = p_ibv_alloc_pd(ctx);
 	static char buf[2][4096];
 	struct ibv_mr *mr = p_ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-	struct ibv_cq *cq = p_ibv_create_cq(ctx, 2 * n + 2, NULL, NULL, 0);
+	struct ibv_cq *cq = p_ibv_create_cq(ctx, rate_mode ? 256 : 2 * n + 2, NULL, NULL, 0);
 	if (!pd || !mr || !cq)
 		die("pd/mr/cq");
 	struct ibv_qp_init_attr qa = { .send_cq = cq, .recv_cq = cq,
-				       .cap = { .max_send_wr = n, .max_recv_wr = n, .max_send_sge = 1, .max_recv_sge = 1 },
+				       .cap = { .max_send_wr = rate_mode ? 64 : n, .max_recv_wr = rate_mode ? 1 : n,
+						.max_send_sge = 1, .max_recv_sge = 1 },
 				       .qp_type = IBV_QPT_RC };
 	struct ibv_qp *a = p_ibv_create_qp(pd, &qa), *b = p_ibv_create_qp(pd, &qa);
 	if (!a || !b)
@@ -124,14 +168,18 @@ int main(int argc, char **argv)
 	connect_qp(a, b->qp_num, port.lid);
 	connect_qp(b, a->qp_num, port.lid);
 
+	if (rate_mode) {
+		rate(a, cq, mr, buf[0], buf[1], n);
+		return 0;
+	}
 	struct ibv_sge rs = { (uintptr_t)buf[1], 64, mr->lkey }, ss = { (uintptr_t)buf[0], 64, mr->lkey };
-	for (int i = 0; i < n; i++) {
+	for (long i = 0; i < n; i++) {
 		struct ibv_recv_wr r = { .wr_id = 1000 + i, .sg_list = &rs, .num_sge = 1 }, *rbad;
 		if (ibv_post_recv(b, &r, &rbad))
 			die("ibv_post_recv");
 	}
 	int done = 0;
-	for (int i = 0; i < n; i++) {
+	for (long i = 0; i < n; i++) {
 		struct ibv_send_wr s = { .wr_id = i, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
 					 .send_flags = IBV_SEND_SIGNALED },
 				   *sbad;
@@ -152,6 +200,6 @@ int main(int argc, char **argv)
 	    p_ibv_dealloc_pd(pd) || p_ibv_close_device(ctx))
 		die("teardown");
 	p_ibv_free_device_list(list);
-	printf("loopback: %d sends, %d completions\n", n, done);
+	printf("loopback: %ld sends, %d completions\n", n, done);
 	return 0;
 }

@@ -73,6 +73,9 @@ pub struct Config {
     pub clock: ClockChoice,
     /// `SIGMATRACE_SNAPSHOT_MS`: clock snapshot period.
     pub snapshot_ms: u64,
+    /// `SIGMATRACE_PREFAULT_CHUNKS`: chunks a background thread keeps ready ahead of use
+    /// (0 = no background thread; the appending thread then prepares each chunk itself).
+    pub prefault_chunks: u32,
     /// `SIGMATRACE_DEBUG_PANIC` (debug builds only): hook name to panic in, or "any".
     pub debug_panic: Option<String>,
     /// Values that could not be parsed (reported at `Diag::Info`).
@@ -87,6 +90,8 @@ pub const DEFAULT_MAX_BYTES: u64 = 4 << 30;
 pub const DEFAULT_CHUNK: u32 = 1 << 20;
 /// Default snapshot period.
 pub const DEFAULT_SNAPSHOT_MS: u64 = 100;
+/// Default number of chunks prepared ahead.
+pub const DEFAULT_PREFAULT_CHUNKS: u32 = 4;
 
 impl Default for Config {
     fn default() -> Self {
@@ -99,6 +104,7 @@ impl Default for Config {
             diag: Diag::Error,
             clock: ClockChoice::Auto,
             snapshot_ms: DEFAULT_SNAPSHOT_MS,
+            prefault_chunks: DEFAULT_PREFAULT_CHUNKS,
             debug_panic: None,
             warnings: Vec::new(),
         }
@@ -178,6 +184,12 @@ impl Config {
             match v.trim().parse::<u64>() {
                 Ok(ms) if (1..=60_000).contains(&ms) => c.snapshot_ms = ms,
                 _ => warnings.push(warn("SIGMATRACE_SNAPSHOT_MS", &v, "expected 1..60000")),
+            }
+        }
+        if let Some(v) = get("SIGMATRACE_PREFAULT_CHUNKS") {
+            match v.trim().parse::<u32>() {
+                Ok(n) if n <= 1024 => c.prefault_chunks = n,
+                _ => warnings.push(warn("SIGMATRACE_PREFAULT_CHUNKS", &v, "expected 0..1024")),
             }
         }
         if let Some(v) = get("SIGMATRACE_DEBUG_PANIC").filter(|v| !v.is_empty()) {
@@ -279,6 +291,7 @@ mod tests {
             ("SIGMATRACE_CLOCK", "monotonic_raw"),
             ("SIGMATRACE_SNAPSHOT_MS", "250"),
             ("SIGMATRACE_DEBUG_PANIC", "post_send"),
+            ("SIGMATRACE_PREFAULT_CHUNKS", "0"),
         ]);
         assert_eq!(c.output_dir, PathBuf::from("/tmp/x"));
         assert_eq!(c.max_bytes, 256 << 20);
@@ -288,6 +301,7 @@ mod tests {
         assert_eq!(c.clock, ClockChoice::MonotonicRaw);
         assert_eq!(c.snapshot_ms, 250);
         assert_eq!(c.debug_panic.as_deref(), Some("post_send"));
+        assert_eq!(c.prefault_chunks, 0);
         assert!(c.warnings.is_empty(), "{:?}", c.warnings);
     }
 

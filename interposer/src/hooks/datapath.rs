@@ -3,7 +3,7 @@
 
 use std::ffi::c_int;
 
-use sigmatrace_schemas::post_source;
+use sigmatrace_schemas::{post_source, PostSend};
 
 use crate::config::cat;
 use crate::ffi::*;
@@ -21,6 +21,18 @@ const MAX_SGE: usize = 1 << 10;
 /// `sg` must point to `n` readable SGEs (or be null).
 #[inline(always)]
 unsafe fn sge_bytes(sg: *const ibv_sge, n: c_int) -> u32 {
+    if n == 1 {
+        // SAFETY: one SGE (the common case); the provider already read it.
+        return unsafe { (*sg).length };
+    }
+    // SAFETY: per caller.
+    unsafe { sge_bytes_list(sg, n) }
+}
+
+/// # Safety
+/// As [`sge_bytes`].
+#[inline(never)]
+unsafe fn sge_bytes_list(sg: *const ibv_sge, n: c_int) -> u32 {
     if sg.is_null() || n <= 0 {
         return 0;
     }
@@ -33,51 +45,72 @@ unsafe fn sge_bytes(sg: *const ibv_sge, n: c_int) -> u32 {
     total
 }
 
-/// Decodes one send WR. `ud`: the QP is UD (the `wr.ud` arm of the union is valid).
+const fn bits(ops: &[u32]) -> u32 {
+    let mut m = 0;
+    let mut i = 0;
+    while i < ops.len() {
+        m |= 1 << ops[i];
+        i += 1;
+    }
+    m
+}
+/// Opcodes whose `wr.rdma` arm is valid.
+const RDMA_OPS: u32 = bits(&[
+    IBV_WR_RDMA_WRITE,
+    IBV_WR_RDMA_WRITE_WITH_IMM,
+    IBV_WR_RDMA_READ,
+]);
+/// Opcodes whose `wr.atomic` arm is valid.
+const ATOMIC_OPS: u32 = bits(&[IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD]);
+/// Opcodes carrying immediate data (big-endian).
+const IMM_OPS: u32 = bits(&[IBV_WR_SEND_WITH_IMM, IBV_WR_RDMA_WRITE_WITH_IMM]);
+/// Opcodes carrying an rkey to invalidate.
+const INV_OPS: u32 = bits(&[IBV_WR_SEND_WITH_INV, IBV_WR_LOCAL_INV]);
+
+/// Decodes one send WR into its record. `ud`: the QP is UD (the `wr.ud` arm is valid).
 ///
 /// # Safety
 /// `w` must point to a valid `ibv_send_wr`.
 #[inline(always)]
-unsafe fn decode_send(w: *const ibv_send_wr, ud: bool) -> SendWr {
-    // SAFETY: w is valid (caller); union arms are read according to the opcode / QP type as
-    // the provider reads them.
+unsafe fn decode_send(w: *const ibv_send_wr, ud: bool, ts: u64, qpn: u32) -> PostSend {
+    // SAFETY: w is valid (caller); each union arm is read only when the opcode / QP type
+    // says it is the one the program filled (as the provider reads it).
     unsafe {
         let w = &*w;
-        let opcode = w.opcode;
-        let mut d = SendWr {
-            wr_id: w.wr_id,
-            opcode: opcode as u8,
-            flags: w.send_flags,
-            num_sge: w.num_sge.clamp(0, u16::MAX as c_int) as u16,
-            bytes: sge_bytes(w.sg_list, w.num_sge),
-            ..SendWr::default()
-        };
-        match opcode {
-            IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE_WITH_IMM => {
-                d.imm = u32::from_be(w.__bindgen_anon_1.imm_data)
-            }
-            IBV_WR_SEND_WITH_INV | IBV_WR_LOCAL_INV => d.imm = w.__bindgen_anon_1.invalidate_rkey,
-            _ => {}
-        }
+        let op = w.opcode;
+        let bit = if op < 32 { 1u32 << op } else { 0 };
+        let (mut remote_addr, mut rkey, mut compare_add) = (0u64, 0u32, 0u64);
         if ud {
-            d.remote_addr = w.wr.ud.ah as u64;
-            d.rkey = w.wr.ud.remote_qpn;
-            d.compare_add = w.wr.ud.remote_qkey as u64;
-        } else {
-            match opcode {
-                IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM | IBV_WR_RDMA_READ => {
-                    d.remote_addr = w.wr.rdma.remote_addr;
-                    d.rkey = w.wr.rdma.rkey;
-                }
-                IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => {
-                    d.remote_addr = w.wr.atomic.remote_addr;
-                    d.rkey = w.wr.atomic.rkey;
-                    d.compare_add = w.wr.atomic.compare_add;
-                }
-                _ => {}
-            }
+            remote_addr = w.wr.ud.ah as u64;
+            rkey = w.wr.ud.remote_qpn;
+            compare_add = w.wr.ud.remote_qkey as u64;
+        } else if bit & RDMA_OPS != 0 {
+            remote_addr = w.wr.rdma.remote_addr;
+            rkey = w.wr.rdma.rkey;
+        } else if bit & ATOMIC_OPS != 0 {
+            remote_addr = w.wr.atomic.remote_addr;
+            rkey = w.wr.atomic.rkey;
+            compare_add = w.wr.atomic.compare_add;
         }
-        d
+        let imm = if bit & IMM_OPS != 0 {
+            u32::from_be(w.__bindgen_anon_1.imm_data)
+        } else if bit & INV_OPS != 0 {
+            w.__bindgen_anon_1.invalidate_rkey
+        } else {
+            0
+        };
+        let d = SendWr {
+            wr_id: w.wr_id,
+            opcode: op as u8,
+            flags: w.send_flags,
+            num_sge: w.num_sge as u16,
+            bytes: sge_bytes(w.sg_list, w.num_sge),
+            remote_addr,
+            rkey,
+            compare_add,
+            imm,
+        };
+        data::post_send(ts, qpn, post_source::POST_SEND, &d)
     }
 }
 
@@ -85,6 +118,7 @@ unsafe fn decode_send(w: *const ibv_send_wr, ud: bool) -> SendWr {
 ///
 /// # Safety
 /// `qp` live, `wr` the program's list (still valid), `bad` the program's out-pointer.
+#[inline(always)]
 pub unsafe fn sends(
     qp: *mut ibv_qp,
     wr: *mut ibv_send_wr,
@@ -92,8 +126,35 @@ pub unsafe fn sends(
     rc: c_int,
     ts: u64,
 ) {
-    // SAFETY: qp is a live QP of an instrumented context.
-    let (qpn, ud) = unsafe { ((*qp).qp_num, (*qp).qp_type == IBV_QPT_UD) };
+    // SAFETY: qp is a live QP of an instrumented context; wr the program's list.
+    unsafe {
+        let (qpn, ud) = ((*qp).qp_num, (*qp).qp_type == IBV_QPT_UD);
+        if rc == 0 && !wr.is_null() && (*wr).next.is_null() {
+            // One accepted WR: the common case. Decoded inside the closure, so the fields go
+            // from the program's WR straight into the chunk.
+            if let Some(mut t) = sink::enter() {
+                t.append(&decode_send(wr, ud, ts, qpn));
+            }
+        } else {
+            sends_list(qp, wr, bad, rc, ts, qpn, ud);
+        }
+    }
+}
+
+/// [`sends`] for chains and failures.
+///
+/// # Safety
+/// As [`sends`].
+#[inline(never)]
+unsafe fn sends_list(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad: *mut *mut ibv_send_wr,
+    rc: c_int,
+    ts: u64,
+    qpn: u32,
+    ud: bool,
+) {
     // SAFETY: bad is the program's out-pointer; on failure the provider set it.
     let stop = if rc != 0 {
         unsafe { failed_at(bad) }
@@ -106,8 +167,7 @@ pub unsafe fn sends(
         // On failure without a bad_wr nothing is known to be accepted.
         while !w.is_null() && w != stop && n < MAX_WRS && !(rc != 0 && stop.is_null()) {
             // SAFETY: w is a node of the program's list.
-            let d = unsafe { decode_send(w, ud) };
-            t.append(&data::post_send(ts, qpn, post_source::POST_SEND, &d));
+            t.append(&unsafe { decode_send(w, ud, ts, qpn) });
             // SAFETY: as above.
             w = unsafe { (*w).next };
             n += 1;
@@ -380,16 +440,18 @@ pub unsafe fn polled(cq: *mut ibv_cq, wc: *const ibv_wc, rc: c_int) {
         if !sink::tracing(cat::COMPLETIONS) {
             return;
         }
-        sink::with_thread(|t| {
+        if let Some(mut t) = sink::enter() {
             t.work_returned(cq_id);
             for i in 0..rc as usize {
                 // SAFETY: i < rc entries the provider filled.
                 let c = unsafe { decode_wc(&*wc.add(i)) };
                 t.append(&data::completion(ts, cq_id, &c));
             }
-        });
+        }
     } else if rc == 0 && sink::tracing(cat::EMPTY_POLLS) {
-        sink::with_thread(|t| t.empty_poll(cq_id, ts));
+        if let Some(mut t) = sink::enter() {
+            t.empty_poll(cq_id, ts);
+        }
     }
 }
 

@@ -154,7 +154,7 @@ impl Thread<'_> {
     /// An `ibv_wr_*` opcode builder: a new WR in `qp`'s batch.
     #[inline]
     pub fn wr_begin(&mut self, qp: u64, rec: PostSend) {
-        let Thread { out, state } = self;
+        let Thread { out, state, .. } = self;
         state
             .builders
             .begin(qp, rec, &mut |r: &PostSend| out.append(r));
@@ -169,7 +169,7 @@ impl Thread<'_> {
     /// `wr_complete` returned `rc`: writes the batch, or a `PostError` naming its first WR.
     #[inline]
     pub fn wr_complete(&mut self, qp: u64, qpn: u32, rc: i32, ts: u64, source: u8) {
-        let Thread { out, state } = self;
+        let Thread { out, state, .. } = self;
         let done = state
             .builders
             .complete(qp, rc == 0, &mut |r: &PostSend| out.append(r));

@@ -42,6 +42,8 @@ pub struct Runs {
     runs: [Run; RUNS],
     /// Round-robin eviction cursor.
     next: u8,
+    /// Runs open (lets a poll that returned work skip the search when there are none).
+    open: u8,
 }
 
 impl Default for Runs {
@@ -55,7 +57,13 @@ impl Runs {
         Runs {
             runs: [Run::EMPTY; RUNS],
             next: 0,
+            open: 0,
         }
+    }
+
+    /// Runs open.
+    pub fn open(&self) -> usize {
+        self.open as usize
     }
 
     /// An empty poll of `cq` at `ts`. Returns a closed run to write, if one had to be closed
@@ -85,6 +93,7 @@ impl Runs {
         };
         if let Some(r) = self.runs.iter_mut().find(|r| r.count == 0) {
             *r = fresh;
+            self.open += 1;
             return None;
         }
         let i = self.next as usize % RUNS;
@@ -97,14 +106,24 @@ impl Runs {
     /// `cq` returned work: closes its run, if any.
     #[inline]
     pub fn work(&mut self, cq: u64) -> Option<EmptyPolls> {
+        if self.open == 0 {
+            return None;
+        }
+        self.work_slow(cq)
+    }
+
+    #[inline(never)]
+    fn work_slow(&mut self, cq: u64) -> Option<EmptyPolls> {
         let r = self.runs.iter_mut().find(|r| r.count != 0 && r.cq == cq)?;
         let out = r.record();
         *r = Run::EMPTY;
+        self.open -= 1;
         Some(out)
     }
 
     /// Closes every run.
     pub fn drain(&mut self) -> impl Iterator<Item = EmptyPolls> + '_ {
+        self.open = 0;
         self.runs.iter_mut().filter(|r| r.count != 0).map(|r| {
             let out = r.record();
             *r = Run::EMPTY;

@@ -88,6 +88,11 @@ impl Builders {
         }
     }
 
+    /// Whether no batch is being built.
+    pub fn is_idle(&self) -> bool {
+        self.b.iter().all(|b| b.qp == 0)
+    }
+
     fn slot(&mut self, qp: u64) -> Option<usize> {
         self.b.iter().position(|b| b.qp == qp)
     }

@@ -15,21 +15,18 @@
 
 pub mod naming;
 pub mod spin;
+mod thread;
 
-use std::cell::UnsafeCell;
-use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::OnceLock;
 
 use sigmatrace_schemas::clock::{clock_ns, rdtsc};
 use sigmatrace_schemas::{
-    drop_reason, ChunkWriter, Dropped, FileHeader, FixedRecord, LogWriter, RecordHeader,
-    RecordKind, TimestampSource, Timestamper, WriteError, WriterOptions,
+    FileHeader, FixedRecord, LogWriter, TimestampSource, Timestamper, WriteError, WriterOptions,
 };
 
 use crate::config::{ClockChoice, Config, Diag};
-use crate::record::ThreadState;
 use spin::SpinLock;
 
 // ---------------------------------------------------------------------------------------------
@@ -163,6 +160,9 @@ fn process() -> Option<&'static Process> {
                 Diag::Info,
                 &format!("sigmatrace: writing {}", writer.path().display()),
             );
+            if config.prefault_chunks > 0 {
+                start_preparer(writer.clone(), config.prefault_chunks);
+            }
             let p = Box::into_raw(Box::new(Process { writer }));
             PROCESS.store(p, Ordering::Release);
             // SAFETY: just leaked, never freed.
@@ -172,6 +172,43 @@ fn process() -> Option<&'static Process> {
             CREATE_FAILED.store(true, Ordering::Relaxed);
             disable(&format!("cannot create the log: {e}"));
             None
+        }
+    }
+}
+
+/// Starts the background thread that keeps `ahead` chunks prepared (file blocks and page
+/// tables), so threads rolling into a new chunk do not populate its pages themselves. It
+/// blocks every signal (process-directed signals keep going to the program's threads), polls
+/// every millisecond while chunks are being used and backs off to 20 ms when idle, and stops
+/// for good on an I/O error (the appending thread then meets and reports it).
+fn start_preparer(writer: LogWriter, ahead: u32) {
+    let body = move || {
+        let mut idle_ms = 1;
+        loop {
+            match writer.prefault_ahead(ahead) {
+                Ok(n) if n < ahead => idle_ms = 1,
+                Ok(_) => idle_ms = (idle_ms * 2).min(20),
+                Err(_) => return,
+            }
+            std::thread::sleep(std::time::Duration::from_millis(idle_ms));
+        }
+    };
+    // SAFETY: sigset_t is plain data; the masks only change the calling thread's signal mask,
+    // which is restored right after the spawn (the new thread inherits the full mask).
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let spawned = std::thread::Builder::new()
+            .name("sigmatrace-prep".into())
+            .spawn(body);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        if spawned.is_err() {
+            diag(
+                Diag::Info,
+                "sigmatrace: no background chunk preparer (thread creation failed)",
+            );
         }
     }
 }
@@ -286,201 +323,22 @@ fn create_unique(
 }
 
 // ---------------------------------------------------------------------------------------------
-// Per-thread writer
+// Per-thread writer (thread.rs holds the thread-local block)
 
-struct Local {
-    /// Never dropped: a thread-local without destructor is always accessible, and dropping only
-    /// releases an `Arc` of the never-freed process log.
-    writer: ManuallyDrop<Option<ChunkWriter>>,
-    /// Set while this thread is inside the sink (a signal handler re-entering is refused).
-    busy: bool,
-    /// Records refused while busy, reported as a `Dropped` record later.
-    missed: u64,
-    /// Whether this thread already reported its writer running dry.
-    reported_full: bool,
-    state: ThreadState,
-}
+pub use thread::{enter, with_existing_thread, with_thread, Out, Thread};
 
-thread_local! {
-    static LOCAL: UnsafeCell<Local> = const {
-        UnsafeCell::new(Local {
-            writer: ManuallyDrop::new(None),
-            busy: false,
-            missed: 0,
-            reported_full: false,
-            state: ThreadState::new(),
-        })
-    };
-}
-
-/// Where a thread's records go.
-pub struct Out<'a> {
-    writer: &'a mut ChunkWriter,
-    reported_full: &'a mut bool,
-}
-
-/// A thread's view of the sink while it records.
-pub struct Thread<'a> {
-    pub out: Out<'a>,
-    /// Per-thread recording state (empty-poll runs, ibv_wr_* builders).
-    pub state: &'a mut ThreadState,
-}
-
-/// Runs `f` with this thread's writer, creating the process log and the thread's writer on
-/// first use. Returns `None` (and records nothing) when tracing is off, the log cannot be
-/// created, or the thread is already inside the sink (a signal handler).
-#[inline(always)]
-pub fn with_thread<R>(f: impl FnOnce(&mut Thread<'_>) -> R) -> Option<R> {
-    with_local(true, f)
-}
-
-/// Like [`with_thread`] but never creates the log (for exit-time bookkeeping).
-pub fn with_existing_thread<R>(f: impl FnOnce(&mut Thread<'_>) -> R) -> Option<R> {
-    with_local(false, f)
-}
-
-#[inline(always)]
-fn with_local<R>(create: bool, f: impl FnOnce(&mut Thread<'_>) -> R) -> Option<R> {
-    LOCAL
-        .try_with(|cell| {
-            // SAFETY: the cell belongs to this thread; `busy` makes the &mut exclusive even
-            // when a signal handler on this thread re-enters (it is refused below).
-            let local = unsafe { &mut *cell.get() };
-            if local.busy {
-                local.missed = local.missed.saturating_add(1);
-                return None;
-            }
-            if local.writer.is_none() && !attach_writer(local, create) {
-                return None;
-            }
-            let Local {
-                writer,
-                state,
-                reported_full,
-                missed,
-                busy,
-            } = &mut *local;
-            let writer = writer.as_mut()?;
-            *busy = true;
-            let mut t = Thread {
-                out: Out {
-                    writer,
-                    reported_full,
-                },
-                state,
-            };
-            if *missed != 0 {
-                let count = std::mem::take(missed);
-                t.append(&Dropped {
-                    hdr: RecordHeader::of::<Dropped>(drop_reason::INTERNAL_ERROR),
-                    ts: now(),
-                    count,
-                });
-            }
-            let r = f(&mut t);
-            *busy = false;
-            Some(r)
-        })
-        .ok()
-        .flatten()
-}
-
-#[cold]
-fn attach_writer(local: &mut Local, create: bool) -> bool {
-    let p = if create {
-        process()
+/// A writer ran dry: disk full (disable tracing) or size cap reached (say so at info level).
+fn report_full() {
+    let p = PROCESS.load(Ordering::Acquire);
+    // SAFETY: leaked Box<Process>, never freed.
+    let failed = !p.is_null() && unsafe { &*p }.writer.failed();
+    if failed {
+        disable("cannot extend the log (disk full or I/O error)");
     } else {
-        let p = PROCESS.load(Ordering::Acquire);
-        // SAFETY: leaked Box<Process>, never freed.
-        (!p.is_null()).then(|| unsafe { &*p })
-    };
-    let Some(p) = p else { return false };
-    // SAFETY: gettid has no preconditions.
-    let tid = unsafe { libc::gettid() } as u32;
-    *local.writer = Some(p.writer.thread_writer(tid));
-    local.reported_full = false;
-    true
-}
-
-impl Thread<'_> {
-    /// Appends one record.
-    #[inline(always)]
-    pub fn append<R: FixedRecord>(&mut self, rec: &R) {
-        self.out.append(rec);
-    }
-
-    /// Appends a metadata record (StringDef, Annotation, ThreadName).
-    pub fn append_meta(&mut self, kind: RecordKind, aux: u32, key: u64, payload: &[u8]) {
-        if !self.out.writer.append_meta(kind, aux, now(), key, payload) {
-            self.out.append_failed();
-        }
-    }
-
-    /// The snapshot period in timestamp units (`u64::MAX` before the log exists).
-    #[inline(always)]
-    pub fn period(&self) -> u64 {
-        PERIOD.load(Ordering::Relaxed)
-    }
-
-    /// Flushes this thread's empty-poll runs and writes a clock snapshot now.
-    pub fn snapshot(&mut self) {
-        for rec in self.state.runs.drain() {
-            self.out.append_raw(&rec);
-        }
-        self.out.append_raw(&current_timestamper().snapshot());
-    }
-}
-
-impl Out<'_> {
-    /// Appends one record. Its `ts` (offset 8, every hot record has one) also drives the
-    /// periodic clock snapshots: the first thread to pass the due time writes one.
-    #[inline(always)]
-    pub fn append<R: FixedRecord>(&mut self, rec: &R) {
-        let ts = ts_of(rec);
-        if ts >= NEXT_SNAPSHOT.load(Ordering::Relaxed) {
-            self.snapshot_due(ts);
-        }
-        if !self.writer.append(rec) {
-            self.append_failed();
-        }
-    }
-
-    #[cold]
-    fn snapshot_due(&mut self, ts: u64) {
-        let due = NEXT_SNAPSHOT.load(Ordering::Relaxed);
-        let next = ts.saturating_add(PERIOD.load(Ordering::Relaxed));
-        if ts >= due
-            && NEXT_SNAPSHOT
-                .compare_exchange(due, next, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            self.append_raw(&current_timestamper().snapshot());
-        }
-    }
-
-    fn append_raw<R: FixedRecord>(&mut self, rec: &R) {
-        if !self.writer.append(rec) {
-            self.append_failed();
-        }
-    }
-
-    #[cold]
-    fn append_failed(&mut self) {
-        if *self.reported_full {
-            return;
-        }
-        *self.reported_full = true;
-        let p = PROCESS.load(Ordering::Acquire);
-        // SAFETY: leaked Box<Process>, never freed.
-        let failed = !p.is_null() && unsafe { &*p }.writer.failed();
-        if failed {
-            disable("cannot extend the log (disk full or I/O error)");
-        } else {
-            diag(
-                Diag::Info,
-                "sigmatrace: log size cap reached (SIGMATRACE_MAX_BYTES); further events are counted as dropped",
-            );
-        }
+        diag(
+            Diag::Info,
+            "sigmatrace: log size cap reached (SIGMATRACE_MAX_BYTES); further events are counted as dropped",
+        );
     }
 }
 
@@ -506,17 +364,7 @@ pub fn after_fork_in_child() {
     CREATE_LOCK.reset_in_child();
     NEXT_SNAPSHOT.store(0, Ordering::Relaxed);
     PERIOD.store(u64::MAX, Ordering::Relaxed);
-    let _ = LOCAL.try_with(|cell| {
-        // SAFETY: the child has a single thread (this one); nothing else borrows its cell.
-        let local = unsafe { &mut *cell.get() };
-        if let Some(w) = local.writer.take() {
-            // The parent's chunk stays the parent's: leak our copy of the handle.
-            std::mem::forget(w);
-        }
-        local.busy = false;
-        local.missed = 0;
-        local.state = ThreadState::new();
-    });
+    thread::reset_in_child();
 }
 
 /// Exit handler: flush this thread's runs and write a final clock snapshot (if a log exists).

@@ -1,0 +1,293 @@
+//! Per-thread state: the thread's chunk writer and recording state, in a thread-local block.
+//!
+//! On x86_64 the block is a `.tbss` symbol reached with the initial-exec TLS model (one GOT
+//! load and an add of `%fs:0`, no `__tls_get_addr` call): libsigmatrace.so is loaded at
+//! startup by `LD_PRELOAD`, so its TLS is static. (A consequence: `dlopen`ing the library
+//! later can fail with "cannot allocate memory in static TLS block"; preload it.) Other
+//! architectures use a `thread_local!`. The block starts zeroed, which is a valid, empty
+//! [`Local`]; it has no destructor, so it is usable until the thread's last instruction.
+
+use std::mem::MaybeUninit;
+use std::sync::atomic::Ordering;
+
+use sigmatrace_schemas::{
+    drop_reason, ChunkWriter, Dropped, FixedRecord, RecordHeader, RecordKind,
+};
+
+use super::{now, process, Process, PERIOD, PROCESS};
+use crate::record::ThreadState;
+
+/// `Local::gate` when the thread can record right away: it has a writer, is not inside the
+/// sink already, and has no refused records to report. Anything else takes `prepare`.
+const READY: u8 = 1;
+/// Bit of `gate` set while this thread is inside the sink.
+const BUSY: u8 = 2;
+
+/// Every field is valid when all-zero (the initial state of a thread's block).
+#[repr(C)]
+struct Local {
+    /// [`READY`], or 0 (not ready: no writer yet, or drops to report), possibly | [`BUSY`]
+    /// while this thread is inside the sink (a signal handler re-entering is refused).
+    gate: u8,
+    /// Whether `writer` is initialised.
+    has_writer: bool,
+    /// Whether this thread already reported its writer running dry.
+    reported_full: bool,
+    /// Records refused while busy, reported as a `Dropped` record later.
+    missed: u64,
+    /// Never dropped: it only holds an `Arc` of the never-freed process log.
+    writer: MaybeUninit<ChunkWriter>,
+    state: ThreadState,
+}
+
+const BLOCK: usize = 4096;
+const _: () = assert!(std::mem::size_of::<Local>() <= BLOCK && std::mem::align_of::<Local>() <= 64);
+
+#[cfg(target_arch = "x86_64")]
+core::arch::global_asm!(
+    ".pushsection .tbss,\"awT\",@nobits",
+    ".p2align 6",
+    ".globl sigmatrace_tls_block",
+    ".hidden sigmatrace_tls_block",
+    ".type sigmatrace_tls_block,@object",
+    ".size sigmatrace_tls_block, {size}",
+    "sigmatrace_tls_block:",
+    ".zero {size}",
+    ".popsection",
+    size = const BLOCK,
+);
+
+/// This thread's block.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn local_ptr() -> *mut Local {
+    let p: usize;
+    // SAFETY: loads the block's static-TLS offset from its GOT slot and adds this thread's
+    // thread pointer (%fs:0); reads only, no side effects.
+    unsafe {
+        core::arch::asm!(
+            "mov {p}, qword ptr [rip + sigmatrace_tls_block@GOTTPOFF]",
+            "add {p}, qword ptr fs:[0]",
+            p = out(reg) p,
+            options(pure, readonly, nostack),
+        )
+    };
+    p as *mut Local
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+thread_local! {
+    static LOCAL: std::cell::UnsafeCell<MaybeUninit<Local>> =
+        const { std::cell::UnsafeCell::new(MaybeUninit::zeroed()) };
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn local_ptr() -> *mut Local {
+    LOCAL.with(|c| c.get().cast())
+}
+
+/// Where a thread's records go.
+pub struct Out<'a> {
+    writer: &'a mut ChunkWriter,
+    reported_full: &'a mut bool,
+}
+
+/// A thread inside the sink: its writer and recording state. Leaving (drop) makes the thread
+/// ready for its next record. Not `Send`: it is this thread's block.
+pub struct Thread<'a> {
+    pub out: Out<'a>,
+    /// Per-thread recording state (empty-poll runs, ibv_wr_* builders).
+    pub state: &'a mut ThreadState,
+    gate: &'a mut u8,
+    _not_send: std::marker::PhantomData<*mut ()>,
+}
+
+impl Drop for Thread<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        // READY again — unless a signal handler was refused meanwhile (it cleared READY).
+        *self.gate &= !BUSY;
+    }
+}
+
+/// Enters the sink on this thread, creating the process log and the thread's writer on first
+/// use. `None` (record nothing) when tracing is off, the log cannot be created, or the thread
+/// is already inside the sink (a signal handler interrupted it).
+#[inline(always)]
+pub fn enter() -> Option<Thread<'static>> {
+    enter_with(true)
+}
+
+/// Runs `f` inside the sink (see [`enter`]).
+#[inline(always)]
+pub fn with_thread<R>(f: impl FnOnce(&mut Thread<'_>) -> R) -> Option<R> {
+    enter_with(true).map(|mut t| f(&mut t))
+}
+
+/// Like [`with_thread`] but never creates the log (for exit-time bookkeeping).
+pub fn with_existing_thread<R>(f: impl FnOnce(&mut Thread<'_>) -> R) -> Option<R> {
+    enter_with(false).map(|mut t| f(&mut t))
+}
+
+#[inline(always)]
+fn enter_with(create: bool) -> Option<Thread<'static>> {
+    // SAFETY: the block is this thread's and lives as long as the thread; BUSY keeps the &mut
+    // exclusive even when a signal handler on this thread re-enters (refused in `prepare`),
+    // and the returned Thread cannot leave the thread (not Send) nor outlive the hook call
+    // that holds it in practice.
+    let l: &'static mut Local = unsafe { &mut *local_ptr() };
+    if l.gate != READY && !prepare(l, create) {
+        return None;
+    }
+    l.gate = READY | BUSY;
+    // SAFETY: prepare() or an earlier call initialised the writer (has_writer).
+    let writer = unsafe { l.writer.assume_init_mut() };
+    Some(Thread {
+        out: Out {
+            writer,
+            reported_full: &mut l.reported_full,
+        },
+        state: &mut l.state,
+        gate: &mut l.gate,
+        _not_send: std::marker::PhantomData,
+    })
+}
+
+/// The uncommon cases: re-entry, first use on this thread, drops to report.
+#[cold]
+#[inline(never)]
+fn prepare(l: &mut Local, create: bool) -> bool {
+    if l.gate & BUSY != 0 {
+        l.missed = l.missed.saturating_add(1);
+        l.gate = BUSY; // not READY: the outer call reports the drops on its next record
+        return false;
+    }
+    if !l.has_writer {
+        let p = if create {
+            process()
+        } else {
+            let p = PROCESS.load(Ordering::Acquire);
+            // SAFETY: PROCESS only holds leaked, never-freed Box<Process>es.
+            (!p.is_null()).then(|| unsafe { &*p })
+        };
+        let Some(p): Option<&Process> = p else {
+            return false;
+        };
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() } as u32;
+        l.writer = MaybeUninit::new(p.writer.thread_writer(tid));
+        l.has_writer = true;
+        l.reported_full = false;
+    }
+    if l.missed != 0 {
+        let count = std::mem::take(&mut l.missed);
+        // SAFETY: has_writer.
+        let w = unsafe { l.writer.assume_init_mut() };
+        w.append(&Dropped {
+            hdr: RecordHeader::of::<Dropped>(drop_reason::INTERNAL_ERROR),
+            ts: now(),
+            count,
+        });
+    }
+    l.gate = READY;
+    true
+}
+
+/// Fork child: forget the parent's writer (its chunk is the parent's; writing through the
+/// shared mapping would corrupt the parent's log) and every open batch or run.
+pub(super) fn reset_in_child() {
+    // SAFETY: the child has one thread (this one), and nothing else borrows its block.
+    let l = unsafe { &mut *local_ptr() };
+    l.has_writer = false; // the old ChunkWriter is leaked, never dropped
+    l.gate = 0;
+    l.missed = 0;
+    l.reported_full = false;
+    l.state = ThreadState::new();
+}
+
+impl Thread<'_> {
+    /// Appends one record.
+    #[inline(always)]
+    pub fn append<R: FixedRecord>(&mut self, rec: &R) {
+        self.out.append(rec);
+    }
+
+    /// Appends a metadata record (StringDef, Annotation, ThreadName).
+    pub fn append_meta(&mut self, kind: RecordKind, aux: u32, key: u64, payload: &[u8]) {
+        if !self.out.writer.append_meta(kind, aux, now(), key, payload) {
+            self.out.append_failed();
+        }
+    }
+
+    /// The snapshot period in timestamp units (`u64::MAX` before the log exists).
+    #[inline(always)]
+    pub fn period(&self) -> u64 {
+        PERIOD.load(Ordering::Relaxed)
+    }
+
+    /// Flushes this thread's empty-poll runs and writes a clock snapshot now.
+    pub fn snapshot(&mut self) {
+        for rec in self.state.runs.drain() {
+            self.out.append_raw(&rec);
+        }
+        self.out
+            .append_raw(&super::current_timestamper().snapshot());
+    }
+}
+
+impl Out<'_> {
+    /// Appends one record. Its `ts` (offset 8, every hot record has one) also drives the
+    /// periodic clock snapshots: the first thread to pass the due time writes one.
+    #[inline(always)]
+    pub fn append<R: FixedRecord>(&mut self, rec: &R) {
+        if super::ts_of(rec) >= super::NEXT_SNAPSHOT.load(Ordering::Relaxed) {
+            self.snapshot_due(super::ts_of(rec));
+        }
+        if !self.writer.append(rec) {
+            self.append_failed();
+        }
+    }
+
+    #[cold]
+    fn snapshot_due(&mut self, ts: u64) {
+        let due = super::NEXT_SNAPSHOT.load(Ordering::Relaxed);
+        let next = ts.saturating_add(PERIOD.load(Ordering::Relaxed));
+        if ts >= due
+            && super::NEXT_SNAPSHOT
+                .compare_exchange(due, next, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            self.append_raw(&super::current_timestamper().snapshot());
+        }
+    }
+
+    fn append_raw<R: FixedRecord>(&mut self, rec: &R) {
+        if !self.writer.append(rec) {
+            self.append_failed();
+        }
+    }
+
+    #[cold]
+    fn append_failed(&mut self) {
+        if *self.reported_full {
+            return;
+        }
+        *self.reported_full = true;
+        super::report_full();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_all_zero_block_is_an_empty_local() {
+        // SAFETY: this test's own thread block, never used by anything else in this thread.
+        let l = unsafe { &*local_ptr() };
+        assert!(l.gate == 0 && !l.has_writer && l.missed == 0);
+        assert!(l.state.builders.is_idle());
+        assert_eq!(l.state.runs.open(), 0);
+    }
+}
