@@ -595,11 +595,17 @@ pub fn engine_thread(g: &'static Global) {
     loop {
         let mut did = false;
         let mut pending = false;
+        let mut dv_busy = false;
         {
             let qps = g.qps.read().unwrap_or_else(|e| e.into_inner());
             for qp in qps.iter() {
                 did |= progress_qp(qp);
                 pending |= qp.backlog.load(Ordering::Relaxed);
+                // Direct-posted QPs with WQEs in flight: their program polls ring memory and
+                // never calls in, so keep serving them instead of sleeping.
+                if qp.dv.get().is_some() {
+                    dv_busy |= qp.sq.try_lock().map_or(true, |sq| !sq.is_empty());
+                }
             }
         }
         if did {
@@ -621,7 +627,7 @@ pub fn engine_thread(g: &'static Global) {
         } else {
             std::hint::spin_loop();
         }
-        if !app_polling && (!n.is_multiple_of(64) || last_work.elapsed() < spin) {
+        if dv_busy || (!app_polling && (!n.is_multiple_of(64) || last_work.elapsed() < spin)) {
             continue;
         }
         word.state.store(SLEEPING, Ordering::SeqCst);

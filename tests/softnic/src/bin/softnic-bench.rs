@@ -112,6 +112,8 @@ fn run() -> Result<(), BenchError> {
     }
     for (mode, iters) in [
         ("rate", writes),
+        ("bench1", writes),
+        ("bench16", writes),
         ("lat", pingpongs),
         ("wlat", pingpongs / 10),
     ] {
