@@ -1,0 +1,581 @@
+//! Level-synchronous BFS across ranks, GPU-initiated style: a persistent "kernel" of worker
+//! threads per rank (CPU threads standing in for GPU threads) posts its own RDMA WRITEs
+//! IBGDA-style (see `sigmatrace_examples::mlx5`), with a barrier built from RDMA atomics.
+//!
+//! ```text
+//! bfs --rank R --ranks N --rendezvous DIR --out DIR [--mode initobj|devx|verbs]
+//!     [--threads T] [--vertices V] [--degree D] [--span S] [--seed X]
+//!     [--delays-us D0,D1,...] [--rotate] [--depth Q]
+//! ```
+//!
+//! Graph: V vertices (multiple of N); vertex u has D edges to `u + 1 + rand % S` (mod V) and,
+//! with probability 1/512 each, a long-range edge instead; undirected. Rank r owns the vertices
+//! `v ≡ r (mod N)` (local index v / N), so every level's frontier spans all ranks. Source
+//! vertex 0.
+//!
+//! Each level: the workers expand the local frontier into per-destination bitmaps (outbox);
+//! each worker RDMA-writes its share of every non-empty peer bitmap into that peer's inbox slot
+//! for this rank (inbox double-buffered by level parity); then the barrier; then the workers
+//! merge the inbox into the next frontier.
+//!
+//! Barrier: every rank (rank 0 through a loopback QP) does an RDMA FETCH_ADD of
+//! `1 | active << 32` on one counter at rank 0, after sleeping its configured delay
+//! (`--delays-us`, entry `(rank + epoch·rotate) mod len`). The rank whose fetched value shows
+//! it arrived last RDMA-writes the release word `epoch | active_total << 32` to every other
+//! rank; the others poll their local release word. The run ends at the first barrier where no
+//! rank discovered anything.
+//!
+//! Outputs in `--out`: `wqes.<rank>.json` (every WQE this rank posted, per QP) and, from rank 0,
+//! `bfs-truth.json`: per barrier round, each rank's arrival time (CLOCK_REALTIME ns, taken just
+//! before its FETCH_ADD is posted), the slowest rank and the spread. Every rank checks its
+//! vertices' levels against a serial BFS and exits non-zero on any difference.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Barrier, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use sigmatrace_examples::cluster::{
+    realtime_ns, write_json, Cluster, Region, RemoteRegion, SplitMix,
+};
+use sigmatrace_examples::dv::Mode;
+use sigmatrace_examples::mlx5::{Backoff, WqeOp};
+
+const UNVISITED: u32 = u32::MAX;
+
+struct Args {
+    rank: u32,
+    ranks: u32,
+    dir: PathBuf,
+    out: PathBuf,
+    mode: Mode,
+    threads: usize,
+    vertices: u32,
+    degree: u32,
+    span: u32,
+    seed: u64,
+    delays_us: Vec<u64>,
+    rotate: bool,
+    depth: u32,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        rank: u32::MAX,
+        ranks: 0,
+        dir: PathBuf::new(),
+        out: PathBuf::new(),
+        mode: Mode::InitObj,
+        threads: 2,
+        vertices: 4096,
+        degree: 3,
+        span: 48,
+        seed: 1,
+        delays_us: vec![0],
+        rotate: false,
+        depth: 256,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(k) = it.next() {
+        let mut v = || it.next().ok_or(format!("{k} needs a value"));
+        fn num<T: std::str::FromStr>(k: &str, s: String) -> Result<T, String>
+        where
+            T::Err: std::fmt::Display,
+        {
+            s.parse().map_err(|e| format!("{k}: {e}"))
+        }
+        match k.as_str() {
+            "--rank" => a.rank = num(&k, v()?)?,
+            "--ranks" => a.ranks = num(&k, v()?)?,
+            "--rendezvous" => a.dir = PathBuf::from(v()?),
+            "--out" => a.out = PathBuf::from(v()?),
+            "--mode" => a.mode = v()?.parse()?,
+            "--threads" => a.threads = num(&k, v()?)?,
+            "--vertices" => a.vertices = num(&k, v()?)?,
+            "--degree" => a.degree = num(&k, v()?)?,
+            "--span" => a.span = num(&k, v()?)?,
+            "--seed" => a.seed = num(&k, v()?)?,
+            "--depth" => a.depth = num(&k, v()?)?,
+            "--rotate" => a.rotate = true,
+            "--delays-us" => {
+                a.delays_us = v()?
+                    .split(',')
+                    .map(|x| x.trim().parse().map_err(|e| format!("--delays-us: {e}")))
+                    .collect::<Result<_, _>>()?
+            }
+            "-h" | "--help" => {
+                println!("usage: bfs --rank R --ranks N --rendezvous DIR --out DIR [--mode initobj|devx|verbs] [--threads T] [--vertices V] [--degree D] [--span S] [--seed X] [--delays-us D0,D1,..] [--rotate] [--depth Q]");
+                std::process::exit(0);
+            }
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    if a.ranks < 2
+        || a.rank >= a.ranks
+        || a.dir.as_os_str().is_empty()
+        || a.out.as_os_str().is_empty()
+    {
+        return Err("need --ranks N (>= 2), --rank R (< N), --rendezvous DIR and --out DIR".into());
+    }
+    if a.vertices == 0 || a.vertices % a.ranks != 0 || a.span == 0 || a.threads == 0 {
+        return Err(
+            "--vertices must be a positive multiple of --ranks; --span, --threads > 0".into(),
+        );
+    }
+    if a.delays_us.is_empty() {
+        a.delays_us = vec![0];
+    }
+    Ok(a)
+}
+
+/// The whole graph as adjacency lists (every rank builds it: generation is deterministic).
+fn graph(a: &Args) -> Vec<Vec<u32>> {
+    let v = a.vertices;
+    let mut rng = SplitMix(a.seed);
+    let mut adj = vec![Vec::new(); v as usize];
+    for u in 0..v {
+        for _ in 0..a.degree {
+            let mut w = ((u as u64 + 1 + rng.below(a.span as u64)) % v as u64) as u32;
+            if rng.below(512) == 0 {
+                w = rng.below(v as u64) as u32;
+            }
+            if w != u {
+                adj[u as usize].push(w);
+                adj[w as usize].push(u);
+            }
+        }
+    }
+    adj
+}
+
+fn serial_bfs(adj: &[Vec<u32>]) -> Vec<u32> {
+    let mut level = vec![UNVISITED; adj.len()];
+    let mut q = std::collections::VecDeque::new();
+    level[0] = 0;
+    q.push_back(0u32);
+    while let Some(u) = q.pop_front() {
+        for &w in &adj[u as usize] {
+            if level[w as usize] == UNVISITED {
+                level[w as usize] = level[u as usize] + 1;
+                q.push_back(w);
+            }
+        }
+    }
+    level
+}
+
+#[derive(Clone, Copy, Serialize, Deserialize)]
+struct Mem {
+    inbox: RemoteRegion,
+    counter: RemoteRegion,
+    release: RemoteRegion,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+struct Arrival {
+    epoch: u32,
+    t_ns: u64,
+    last: bool,
+    delay_us: u64,
+}
+
+#[derive(Serialize)]
+struct Round {
+    epoch: u32,
+    arrivals_ns: Vec<u64>,
+    delays_us: Vec<u64>,
+    slowest_rank: u32,
+    spread_ns: u64,
+    last_arriver: u32,
+}
+
+#[derive(Serialize)]
+struct Truth {
+    workload: &'static str,
+    ranks: u32,
+    mode: Mode,
+    vertices: u32,
+    levels: u32,
+    reached: u64,
+    barrier_rank: u32,
+    barrier_counter: RemoteRegion,
+    rounds: Vec<Round>,
+}
+
+/// Per-rank state shared by the worker threads.
+struct Rank<'a> {
+    a: &'a Args,
+    c: &'a Cluster,
+    nlocal: u32,
+    words: usize,
+    /// Local CSR: neighbours (global ids) of each local vertex.
+    adj: Vec<Vec<u32>>,
+    level: Vec<AtomicU32>,
+    frontier: Vec<AtomicU64>,
+    outbox: Region<AtomicU64>,
+    inbox: Region<AtomicU64>,
+    counter: Region<AtomicU64>,
+    release: Region<AtomicU64>,
+    scratch: Region<AtomicU64>,
+    peers: Vec<Mem>,
+    discovered: AtomicBool,
+    active_total: AtomicU64,
+    active_now: AtomicU64,
+    arrivals: Mutex<Vec<Arrival>>,
+    error: Mutex<Option<String>>,
+}
+
+type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+impl Rank<'_> {
+    fn fail(&self, e: String) {
+        let mut g = self.error.lock().unwrap_or_else(|e| e.into_inner());
+        if g.is_none() {
+            *g = Some(e);
+        }
+    }
+
+    fn failed(&self) -> bool {
+        self.error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
+    /// Expands this worker's share of the frontier into the outbox bitmaps.
+    fn expand(&self, t: usize) {
+        for w in (t..self.words).step_by(self.a.threads) {
+            let mut bits = self.frontier[w].load(Ordering::Relaxed);
+            while bits != 0 {
+                let b = bits.trailing_zeros();
+                bits &= bits - 1;
+                let v = w as u32 * 64 + b;
+                for &g in &self.adj[v as usize] {
+                    let (owner, local) = (g % self.a.ranks, g / self.a.ranks);
+                    let at = owner as usize * self.words + local as usize / 64;
+                    self.outbox.as_slice()[at].fetch_or(1 << (local % 64), Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Sends this worker's word range of every non-empty peer bitmap; waits for completion.
+    fn send(&self, t: usize, parity: usize) -> Res<()> {
+        let (lo, hi) = (
+            self.words * t / self.a.threads,
+            self.words * (t + 1) / self.a.threads,
+        );
+        if lo == hi {
+            return Ok(());
+        }
+        let n = self.a.ranks as usize;
+        let me = self.a.rank as usize;
+        for p in 0..n {
+            let range = &self.outbox.as_slice()[p * self.words + lo..p * self.words + hi];
+            if range.iter().all(|x| x.load(Ordering::Relaxed) == 0) {
+                continue;
+            }
+            self.discovered.store(true, Ordering::Relaxed);
+            if p == me {
+                continue;
+            }
+            let dst = self.peers[p].inbox;
+            let slot = (parity * n + me) * self.words + lo;
+            let w = WqeOp::Write {
+                local: self.outbox.sge(p * self.words + lo, hi - lo),
+                raddr: dst.addr + slot as u64 * 8,
+                rkey: dst.rkey,
+            };
+            let link = self.c.link(p as u32);
+            let i = link.poster.post(&w, true)?;
+            link.poster.wait(i)?;
+        }
+        Ok(())
+    }
+
+    /// The RDMA-atomic barrier (worker 0 only). Returns the number of ranks that were active.
+    fn barrier(&self, epoch: u32, active: bool) -> Res<u64> {
+        let n = self.a.ranks as u64;
+        let d = &self.a.delays_us;
+        let k = (self.a.rank as u64 + if self.a.rotate { epoch as u64 - 1 } else { 0 }) as usize;
+        let delay = d[k % d.len()];
+        if delay > 0 {
+            std::thread::sleep(Duration::from_micros(delay));
+        }
+        let c0 = self.peers[0].counter;
+        let add = 1 | (active as u64) << 32;
+        let link = self.c.link(0);
+        let t_ns = realtime_ns();
+        link.poster.post_wait(&WqeOp::FetchAdd {
+            local: self.scratch.sge(0, 1),
+            raddr: c0.addr,
+            rkey: c0.rkey,
+            add,
+        })?;
+        let old = self.scratch.as_slice()[0].load(Ordering::Acquire);
+        let before = old & 0xffff_ffff;
+        if before < n * (epoch as u64 - 1) || before >= n * epoch as u64 {
+            return Err(format!(
+                "barrier {epoch}: fetched counter {old:#x} ({before} arrivals) outside [{}, {})",
+                n * (epoch as u64 - 1),
+                n * epoch as u64
+            )
+            .into());
+        }
+        let last = before == n * epoch as u64 - 1;
+        let rel_local = &self.release.as_slice()[0];
+        if last {
+            let total = (old + add) >> 32;
+            let rel = epoch as u64 | total << 32;
+            self.scratch.as_slice()[1].store(rel, Ordering::Release);
+            let mut posted = Vec::new();
+            for p in 0..self.a.ranks {
+                if p == self.a.rank {
+                    continue;
+                }
+                let r = self.peers[p as usize].release;
+                let link = self.c.link(p);
+                let w = WqeOp::Write {
+                    local: self.scratch.sge(1, 1),
+                    raddr: r.addr,
+                    rkey: r.rkey,
+                };
+                posted.push((link, link.poster.post(&w, true)?));
+            }
+            for (l, i) in posted {
+                l.poster.wait(i)?;
+            }
+            rel_local.store(rel, Ordering::Release);
+        } else {
+            let start = Instant::now();
+            let mut bo = Backoff::new();
+            while rel_local.load(Ordering::Acquire) & 0xffff_ffff < epoch as u64 {
+                if start.elapsed() > Duration::from_secs(120) {
+                    return Err(format!("barrier {epoch}: no release within 120 s").into());
+                }
+                bo.snooze();
+            }
+        }
+        let total = rel_local.load(Ordering::Acquire) >> 32;
+        let prev = self.active_total.swap(total, Ordering::Relaxed);
+        self.arrivals
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Arrival {
+                epoch,
+                t_ns,
+                last,
+                delay_us: delay,
+            });
+        Ok(total - prev)
+    }
+
+    /// Merges the inbox (and own outbox) of `parity` into the next frontier, level `lvl`.
+    fn merge(&self, t: usize, parity: usize, lvl: u32) {
+        let n = self.a.ranks as usize;
+        let me = self.a.rank as usize;
+        let ib = self.inbox.as_slice();
+        let ob = self.outbox.as_slice();
+        for w in (t..self.words).step_by(self.a.threads) {
+            let mut next = ob[me * self.words + w].load(Ordering::Relaxed);
+            for s in 0..n {
+                if s != me {
+                    next |= ib[(parity * n + s) * self.words + w].swap(0, Ordering::Relaxed);
+                }
+            }
+            let mut fresh = 0u64;
+            let mut bits = next;
+            while bits != 0 {
+                let b = bits.trailing_zeros();
+                bits &= bits - 1;
+                let v = w * 64 + b as usize;
+                if v < self.nlocal as usize && self.level[v].load(Ordering::Relaxed) == UNVISITED {
+                    self.level[v].store(lvl, Ordering::Relaxed);
+                    fresh |= 1 << b;
+                }
+            }
+            self.frontier[w].store(fresh, Ordering::Relaxed);
+            for p in 0..n {
+                ob[p * self.words + w].store(0, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The persistent kernel: worker `t` of `threads`.
+    fn worker(&self, t: usize, sync: &Barrier) -> u32 {
+        let mut lvl = 0u32;
+        let mut epoch = 0u32;
+        loop {
+            let parity = (lvl % 2) as usize;
+            if !self.failed() {
+                self.expand(t);
+            }
+            sync.wait();
+            if !self.failed() {
+                if let Err(e) = self.send(t, parity) {
+                    self.fail(e.to_string());
+                }
+            }
+            sync.wait();
+            epoch += 1;
+            if t == 0 && !self.failed() {
+                let active = self.discovered.swap(false, Ordering::Relaxed);
+                match self.barrier(epoch, active) {
+                    Ok(n) => self.active_now.store(n, Ordering::Relaxed),
+                    Err(e) => self.fail(e.to_string()),
+                }
+            }
+            sync.wait();
+            if self.failed() {
+                return lvl;
+            }
+            if self.active_now.load(Ordering::Relaxed) == 0 {
+                return lvl;
+            }
+            self.merge(t, parity, lvl + 1);
+            sync.wait();
+            lvl += 1;
+        }
+    }
+}
+
+fn run(a: &Args) -> Res<()> {
+    let n = a.ranks as usize;
+    let nlocal = a.vertices / a.ranks;
+    let words = nlocal.div_ceil(64) as usize;
+    let full = graph(a);
+    let c = Cluster::setup(a.rank, a.ranks, &a.dir, a.mode, a.depth, a.rank == 0)?;
+    let global = |v: u32| v * a.ranks + a.rank;
+    let r = Rank {
+        a,
+        c: &c,
+        nlocal,
+        words,
+        adj: (0..nlocal)
+            .map(|v| full[global(v) as usize].clone())
+            .collect(),
+        level: (0..nlocal).map(|_| AtomicU32::new(UNVISITED)).collect(),
+        frontier: (0..words).map(|_| AtomicU64::new(0)).collect(),
+        outbox: Region::new(&c.dev, n * words)?,
+        inbox: Region::new(&c.dev, 2 * n * words)?,
+        counter: Region::new(&c.dev, 1)?,
+        release: Region::new(&c.dev, 1)?,
+        scratch: Region::new(&c.dev, 2)?,
+        peers: Vec::new(),
+        discovered: AtomicBool::new(false),
+        active_total: AtomicU64::new(0),
+        active_now: AtomicU64::new(0),
+        arrivals: Mutex::new(Vec::new()),
+        error: Mutex::new(None),
+    };
+    let mem = Mem {
+        inbox: r.inbox.remote(),
+        counter: r.counter.remote(),
+        release: r.release.remote(),
+    };
+    let peers: Vec<Mem> = c.exchange("bfs-mem", &mem)?;
+    let r = Rank { peers, ..r };
+    if a.rank == 0 {
+        r.level[0].store(0, Ordering::Relaxed);
+        r.frontier[0].store(1, Ordering::Relaxed);
+    }
+    let started = Instant::now();
+    let sync = Barrier::new(a.threads);
+    let levels = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..a.threads)
+            .map(|t| {
+                let (r, sync) = (&r, &sync);
+                s.spawn(move || r.worker(t, sync))
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().unwrap_or(0))
+            .max()
+            .unwrap_or(0)
+    });
+    if let Some(e) = r.error.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        return Err(e.into());
+    }
+    let elapsed = started.elapsed();
+    // Check against the serial BFS.
+    let want = serial_bfs(&full);
+    let mut bad = 0;
+    let mut reached = 0u64;
+    for v in 0..nlocal {
+        let got = r.level[v as usize].load(Ordering::Relaxed);
+        let g = global(v) as usize;
+        if got != want[g] {
+            if bad < 5 {
+                eprintln!(
+                    "bfs rank {}: vertex {g} level {got}, serial BFS says {}",
+                    a.rank, want[g]
+                );
+            }
+            bad += 1;
+        }
+        reached += (got != UNVISITED) as u64;
+    }
+    if bad > 0 {
+        return Err(format!("{bad} vertices with a wrong level").into());
+    }
+    std::fs::create_dir_all(&a.out)?;
+    let total = c.write_bookkeeping(&a.out.join(format!("wqes.{}.json", a.rank)), "bfs")?;
+    let arrivals = r.arrivals.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let all: Vec<(Vec<Arrival>, u64)> = c.exchange("bfs-arrivals", &(arrivals, reached))?;
+    if a.rank == 0 {
+        let rounds_n = all[0].0.len();
+        let mut rounds = Vec::new();
+        for e in 0..rounds_n {
+            let arr: Vec<u64> = all.iter().map(|(v, _)| v[e].t_ns).collect();
+            let max = *arr.iter().max().unwrap_or(&0);
+            let min = *arr.iter().min().unwrap_or(&0);
+            rounds.push(Round {
+                epoch: e as u32 + 1,
+                slowest_rank: arr.iter().position(|&t| t == max).unwrap_or(0) as u32,
+                spread_ns: max - min,
+                last_arriver: all.iter().position(|(v, _)| v[e].last).unwrap_or(0) as u32,
+                delays_us: all.iter().map(|(v, _)| v[e].delay_us).collect(),
+                arrivals_ns: arr,
+            });
+        }
+        let truth = Truth {
+            workload: "bfs",
+            ranks: a.ranks,
+            mode: a.mode,
+            vertices: a.vertices,
+            levels,
+            reached: all.iter().map(|x| x.1).sum(),
+            barrier_rank: 0,
+            barrier_counter: r.counter.remote(),
+            rounds,
+        };
+        write_json(&a.out.join("bfs-truth.json"), &truth)?;
+    }
+    println!(
+        "bfs rank {}/{} ({}): {} levels, {} local vertices reached, levels verified against serial BFS; {} WQEs posted; {:.1} ms",
+        a.rank,
+        a.ranks,
+        a.mode.name(),
+        levels,
+        reached,
+        total,
+        elapsed.as_secs_f64() * 1e3
+    );
+    c.exchange::<u32, u32>("bfs-done", &1)?;
+    Ok(())
+}
+
+fn main() {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("bfs: {e}");
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = run(&args) {
+        eprintln!("bfs rank {}: {e}", args.rank);
+        std::process::exit(1);
+    }
+}

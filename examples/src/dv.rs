@@ -1,0 +1,746 @@
+//! Queue construction for the GPU-initiated-style workloads, by the two paths real stacks use,
+//! plus plain verbs posting for comparison:
+//!
+//! * [`Mode::InitObj`] — verbs QP and CQ, rings exposed by `mlx5dv_init_obj` (UCX, perftest,
+//!   CPU-proxy IBGDA);
+//! * [`Mode::Devx`] — rings, CQ and doorbell records in the program's own memory registered
+//!   with `mlx5dv_devx_umem_reg`, a UAR from `mlx5dv_devx_alloc_uar`, the CQ and QP created with
+//!   PRM `CREATE_CQ` / `CREATE_QP` and moved to RTS with `RST2INIT` / `INIT2RTR` / `RTR2RTS`
+//!   through `mlx5dv_devx_obj_modify` (NVSHMEM IBGDA, DOCA GPUNetIO);
+//! * [`Mode::Verbs`] — the same work requests through `ibv_post_send` / `ibv_poll_cq`.
+//!
+//! Either direct mode posts through [`crate::mlx5::DirectQp`].
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use crate::mlx5::{self, Backoff, CqRing, DirectError, DirectQp, PostedWqe, SendRing, WqeOp};
+use crate::mlx5dv::ffi as dv;
+use crate::prm;
+use crate::verbs::{ffi::*, Device, PortAddress, VerbsError};
+
+/// How queues are built and posted to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    InitObj,
+    Devx,
+    Verbs,
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Mode, String> {
+        match s {
+            "initobj" | "init_obj" | "init-obj" => Ok(Mode::InitObj),
+            "devx" => Ok(Mode::Devx),
+            "verbs" => Ok(Mode::Verbs),
+            o => Err(format!("unknown mode {o} (initobj, devx or verbs)")),
+        }
+    }
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::InitObj => "initobj",
+            Mode::Devx => "devx",
+            Mode::Verbs => "verbs",
+        }
+    }
+}
+
+/// Construction or posting failures.
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    #[error(transparent)]
+    Verbs(#[from] VerbsError),
+    #[error(transparent)]
+    Direct(#[from] DirectError),
+    #[error("{call} failed: {err}")]
+    Call {
+        call: &'static str,
+        err: std::io::Error,
+    },
+    #[error("devx command {opcode:#x} failed: status {status:#x}, syndrome {syndrome:#x}")]
+    Command {
+        opcode: u16,
+        status: u8,
+        syndrome: u32,
+    },
+    #[error("QP {qpn:#x}: work completion for WQE {wr_id} failed with status {status}")]
+    Completion { qpn: u32, wr_id: u64, status: u32 },
+    #[error("QP {qpn:#x}: no completion for WQE {idx} within {secs} s")]
+    Timeout { qpn: u32, idx: u64, secs: u64 },
+}
+
+fn os_err(call: &'static str) -> QueueError {
+    QueueError::Call {
+        call,
+        err: std::io::Error::last_os_error(),
+    }
+}
+
+fn rc_err(call: &'static str, rc: i32) -> QueueError {
+    QueueError::Call {
+        call,
+        err: std::io::Error::from_raw_os_error(rc.abs()),
+    }
+}
+
+/// `MLX5DV_UAR_ALLOC_TYPE_BF` / `_NC` (macros in `mlx5_api.h`, not bindgen-visible).
+const UAR_ALLOC_TYPE_BF: u32 = 0;
+const UAR_ALLOC_TYPE_NC: u32 = 1;
+
+/// Page-aligned zeroed memory that stays put (ring memory of devx queues).
+struct Pages {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Pages {
+    fn new(len: usize) -> Result<Pages, QueueError> {
+        let len = len.div_ceil(4096) * 4096;
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: posix_memalign with a power-of-two alignment and a valid out pointer.
+        let rc = unsafe { libc::posix_memalign(&mut p, 4096, len) };
+        if rc != 0 || p.is_null() {
+            return Err(rc_err("posix_memalign", rc.max(libc::ENOMEM)));
+        }
+        // SAFETY: p addresses len writable bytes.
+        unsafe { std::ptr::write_bytes(p as *mut u8, 0, len) };
+        Ok(Pages {
+            ptr: p as *mut u8,
+            len,
+        })
+    }
+}
+
+impl Drop for Pages {
+    fn drop(&mut self) {
+        let _ = self.len;
+        // SAFETY: allocated by posix_memalign in Pages::new.
+        unsafe { libc::free(self.ptr as *mut c_void) };
+    }
+}
+
+/// Resources of a devx QP that must outlive its use.
+struct DevxParts {
+    qp: *mut dv::mlx5dv_devx_obj,
+    cq: *mut dv::mlx5dv_devx_obj,
+    umem: *mut dv::mlx5dv_devx_umem,
+    uar: *mut dv::mlx5dv_devx_uar,
+    _mem: Pages,
+}
+
+/// A QP created but not yet connected.
+pub struct NewQp {
+    pub qpn: u32,
+    mode: Mode,
+    verbs_qp: Option<(*mut ibv_qp, *mut ibv_cq)>,
+    direct: Option<(SendRing, CqRing)>,
+    devx: Option<DevxParts>,
+}
+
+/// Creates one RC QP (and its own CQ) on `dev` with room for `depth` WQEs.
+pub fn create_qp(dev: &Device, mode: Mode, depth: u32) -> Result<NewQp, QueueError> {
+    let depth = depth.next_power_of_two().max(8);
+    match mode {
+        Mode::InitObj | Mode::Verbs => {
+            let (qp, cq) = create_verbs_qp(dev, depth)?;
+            let direct = if mode == Mode::InitObj {
+                Some(init_obj(qp, cq)?)
+            } else {
+                None
+            };
+            Ok(NewQp {
+                // SAFETY: live QP.
+                qpn: unsafe { (*qp).qp_num },
+                mode,
+                verbs_qp: Some((qp, cq)),
+                direct,
+                devx: None,
+            })
+        }
+        Mode::Devx => create_devx(dev, depth),
+    }
+}
+
+/// `ibv_create_cq` + `ibv_create_qp` (RC, send queue of `depth`, one receive WQE, no inline).
+fn create_verbs_qp(dev: &Device, depth: u32) -> Result<(*mut ibv_qp, *mut ibv_cq), QueueError> {
+    // SAFETY: plain verbs calls on a live context and PD; the attr is fully initialised.
+    unsafe {
+        let cq = ibv_create_cq(
+            dev.ctx,
+            depth as i32,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+        );
+        if cq.is_null() {
+            return Err(os_err("ibv_create_cq"));
+        }
+        let mut attr: ibv_qp_init_attr = std::mem::zeroed();
+        attr.send_cq = cq;
+        attr.recv_cq = cq;
+        attr.qp_type = IBV_QPT_RC;
+        attr.cap.max_send_wr = depth;
+        attr.cap.max_recv_wr = 1;
+        attr.cap.max_send_sge = 1;
+        attr.cap.max_recv_sge = 1;
+        let qp = ibv_create_qp(dev.pd, &mut attr);
+        if qp.is_null() {
+            return Err(os_err("ibv_create_qp"));
+        }
+        Ok((qp, cq))
+    }
+}
+
+/// `ibv_modify_qp` INIT → RTR → RTS towards `remote_qpn` at `remote` (PSNs 0, 16 outstanding
+/// reads/atomics, remote read/write/atomic access).
+fn connect_verbs(
+    dev: &Device,
+    qp: *mut ibv_qp,
+    remote: PortAddress,
+    remote_qpn: u32,
+) -> Result<(), QueueError> {
+    let access = IBV_ACCESS_LOCAL_WRITE
+        | IBV_ACCESS_REMOTE_WRITE
+        | IBV_ACCESS_REMOTE_READ
+        | IBV_ACCESS_REMOTE_ATOMIC;
+    // SAFETY: qp is live; each attr is initialised for the fields its mask names.
+    unsafe {
+        let mut a: ibv_qp_attr = std::mem::zeroed();
+        a.qp_state = IBV_QPS_INIT;
+        a.port_num = dev.port;
+        a.qp_access_flags = access;
+        let m = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+        let rc = ibv_modify_qp(qp, &mut a, m as i32);
+        if rc != 0 {
+            return Err(rc_err("ibv_modify_qp(INIT)", rc));
+        }
+        let mut a: ibv_qp_attr = std::mem::zeroed();
+        a.qp_state = IBV_QPS_RTR;
+        a.path_mtu = IBV_MTU_1024;
+        a.dest_qp_num = remote_qpn;
+        a.max_dest_rd_atomic = 16;
+        a.min_rnr_timer = 12;
+        a.ah_attr.dlid = remote.lid;
+        a.ah_attr.port_num = dev.port;
+        if remote.gid != [0; 16] {
+            a.ah_attr.is_global = 1;
+            a.ah_attr.grh.dgid.raw = remote.gid;
+            a.ah_attr.grh.hop_limit = 1;
+        }
+        let m = IBV_QP_STATE
+            | IBV_QP_AV
+            | IBV_QP_PATH_MTU
+            | IBV_QP_DEST_QPN
+            | IBV_QP_RQ_PSN
+            | IBV_QP_MAX_DEST_RD_ATOMIC
+            | IBV_QP_MIN_RNR_TIMER;
+        let rc = ibv_modify_qp(qp, &mut a, m as i32);
+        if rc != 0 {
+            return Err(rc_err("ibv_modify_qp(RTR)", rc));
+        }
+        let mut a: ibv_qp_attr = std::mem::zeroed();
+        a.qp_state = IBV_QPS_RTS;
+        a.timeout = 14;
+        a.retry_cnt = 7;
+        a.rnr_retry = 7;
+        a.max_rd_atomic = 16;
+        let m = IBV_QP_STATE
+            | IBV_QP_TIMEOUT
+            | IBV_QP_RETRY_CNT
+            | IBV_QP_RNR_RETRY
+            | IBV_QP_SQ_PSN
+            | IBV_QP_MAX_QP_RD_ATOMIC;
+        let rc = ibv_modify_qp(qp, &mut a, m as i32);
+        if rc != 0 {
+            return Err(rc_err("ibv_modify_qp(RTS)", rc));
+        }
+    }
+    Ok(())
+}
+
+/// `mlx5dv_init_obj` on a verbs QP and CQ → the rings to post to.
+fn init_obj(qp: *mut ibv_qp, cq: *mut ibv_cq) -> Result<(SendRing, CqRing), QueueError> {
+    // SAFETY: zeroed outputs are valid; the inputs are live verbs objects.
+    unsafe {
+        let mut dqp: dv::mlx5dv_qp = std::mem::zeroed();
+        let mut dcq: dv::mlx5dv_cq = std::mem::zeroed();
+        let mut obj: dv::mlx5dv_obj = std::mem::zeroed();
+        obj.qp.in_ = qp as *mut _;
+        obj.qp.out = &mut dqp;
+        obj.cq.in_ = cq as *mut _;
+        obj.cq.out = &mut dcq;
+        let rc = dv::mlx5dv_init_obj(&mut obj, (dv::MLX5DV_OBJ_QP | dv::MLX5DV_OBJ_CQ) as u64);
+        if rc != 0 {
+            return Err(rc_err("mlx5dv_init_obj", rc));
+        }
+        if dqp.sq.stride != 64 || !dqp.sq.wqe_cnt.is_power_of_two() || dqp.bf.reg.is_null() {
+            return Err(rc_err(
+                "mlx5dv_init_obj (unexpected SQ geometry)",
+                libc::EINVAL,
+            ));
+        }
+        Ok((
+            SendRing {
+                buf: dqp.sq.buf as *mut u8,
+                wqe_cnt: dqp.sq.wqe_cnt,
+                dbrec: dqp.dbrec,
+                bf: dqp.bf.reg as *mut u64,
+                qpn: (*qp).qp_num,
+            },
+            CqRing {
+                buf: dcq.buf as *mut u8,
+                cqe_cnt: dcq.cqe_cnt,
+                cqe_size: dcq.cqe_size,
+                dbrec: dcq.dbrec,
+            },
+        ))
+    }
+}
+
+fn devx_cmd(
+    call: &'static str,
+    input: &[u8; prm::IN_LEN],
+    f: impl FnOnce(*const c_void, *mut c_void) -> Result<(), QueueError>,
+) -> Result<prm::Out, QueueError> {
+    let mut out = [0u8; prm::OUT_LEN];
+    let r = f(
+        input.as_ptr() as *const c_void,
+        out.as_mut_ptr() as *mut c_void,
+    );
+    let o = prm::decode_out(&out);
+    let opcode = u16::from_be_bytes([input[0], input[1]]);
+    if o.status != 0 {
+        return Err(QueueError::Command {
+            opcode,
+            status: o.status,
+            syndrome: o.syndrome,
+        });
+    }
+    r.map_err(|e| match e {
+        QueueError::Call { err, .. } => QueueError::Call { call, err },
+        other => other,
+    })?;
+    Ok(o)
+}
+
+/// Devx construction: rings and doorbell records on one umem, UAR, CREATE_CQ, CREATE_QP,
+/// RST2INIT.
+fn create_devx(dev: &Device, depth: u32) -> Result<NewQp, QueueError> {
+    let ctx = dev.ctx as *mut dv::ibv_context;
+    // SAFETY: all calls get a live context/PD and buffers that outlive them; every object
+    // created here is kept in DevxParts for the process lifetime.
+    unsafe {
+        let mut dpd: dv::mlx5dv_pd = std::mem::zeroed();
+        let mut obj: dv::mlx5dv_obj = std::mem::zeroed();
+        obj.pd.in_ = dev.pd as *mut _;
+        obj.pd.out = &mut dpd;
+        let rc = dv::mlx5dv_init_obj(&mut obj, dv::MLX5DV_OBJ_PD as u64);
+        if rc != 0 {
+            return Err(rc_err("mlx5dv_init_obj(PD)", rc));
+        }
+        let mut uar = dv::mlx5dv_devx_alloc_uar(ctx, UAR_ALLOC_TYPE_NC);
+        if uar.is_null() {
+            uar = dv::mlx5dv_devx_alloc_uar(ctx, UAR_ALLOC_TYPE_BF);
+        }
+        if uar.is_null() {
+            return Err(os_err("mlx5dv_devx_alloc_uar"));
+        }
+        let cqe_cnt = depth;
+        let sq_bytes = depth as usize * 64;
+        let cq_off = sq_bytes;
+        let dbr_off = cq_off + cqe_cnt as usize * 64;
+        // Doorbell records: QP at dbr_off, CQ at dbr_off + 64 (separate cache lines).
+        let mem = Pages::new(dbr_off + 128)?;
+        for i in 0..cqe_cnt as usize {
+            *mem.ptr.add(cq_off + i * 64 + 63) = mlx5::cqe_op::INVALID << 4;
+        }
+        let umem =
+            dv::mlx5dv_devx_umem_reg(ctx, mem.ptr as *mut c_void, mem.len, IBV_ACCESS_LOCAL_WRITE);
+        if umem.is_null() {
+            return Err(os_err("mlx5dv_devx_umem_reg"));
+        }
+        let umem_id = (*umem).umem_id;
+        let mut eqn = 0u32;
+        if dv::mlx5dv_devx_query_eqn(ctx, 0, &mut eqn) != 0 {
+            eqn = 0;
+        }
+        let log = |n: u32| n.trailing_zeros() as u8;
+        let cq_in = prm::CreateCq {
+            log_cq_size: log(cqe_cnt),
+            uar_page: (*uar).page_id,
+            c_eqn: eqn,
+            cq_umem_id: umem_id,
+            cq_umem_offset: cq_off as u64,
+            dbr_umem_id: umem_id,
+            dbr_offset: dbr_off as u64 + 64,
+        }
+        .encode();
+        let mut cq_obj = std::ptr::null_mut();
+        let cq_out = devx_cmd("mlx5dv_devx_obj_create(CREATE_CQ)", &cq_in, |i, o| {
+            cq_obj = dv::mlx5dv_devx_obj_create(ctx, i, prm::IN_LEN, o, prm::OUT_LEN);
+            if cq_obj.is_null() {
+                Err(os_err("mlx5dv_devx_obj_create"))
+            } else {
+                Ok(())
+            }
+        })?;
+        let qp_in = prm::CreateQp {
+            pd: dpd.pdn,
+            log_sq_size: log(depth),
+            uar_page: (*uar).page_id,
+            cqn: cq_out.number,
+            wq_umem_id: umem_id,
+            wq_umem_offset: 0,
+            dbr_umem_id: umem_id,
+            dbr_offset: dbr_off as u64,
+        }
+        .encode();
+        let mut qp_obj = std::ptr::null_mut();
+        let qp_out = devx_cmd("mlx5dv_devx_obj_create(CREATE_QP)", &qp_in, |i, o| {
+            qp_obj = dv::mlx5dv_devx_obj_create(ctx, i, prm::IN_LEN, o, prm::OUT_LEN);
+            if qp_obj.is_null() {
+                Err(os_err("mlx5dv_devx_obj_create"))
+            } else {
+                Ok(())
+            }
+        })?;
+        let qpn = qp_out.number;
+        modify(qp_obj, &prm::rst2init(qpn, dev.port), "RST2INIT")?;
+        let sq = SendRing {
+            buf: mem.ptr,
+            wqe_cnt: depth,
+            dbrec: mem.ptr.add(dbr_off) as *mut u32,
+            bf: (*uar).reg_addr as *mut u64,
+            qpn,
+        };
+        let cq = CqRing {
+            buf: mem.ptr.add(cq_off),
+            cqe_cnt,
+            cqe_size: 64,
+            dbrec: mem.ptr.add(dbr_off + 64) as *mut u32,
+        };
+        Ok(NewQp {
+            qpn,
+            mode: Mode::Devx,
+            verbs_qp: None,
+            direct: Some((sq, cq)),
+            devx: Some(DevxParts {
+                qp: qp_obj,
+                cq: cq_obj,
+                umem,
+                uar,
+                _mem: mem,
+            }),
+        })
+    }
+}
+
+fn modify(
+    obj: *mut dv::mlx5dv_devx_obj,
+    input: &[u8; prm::IN_LEN],
+    what: &'static str,
+) -> Result<(), QueueError> {
+    devx_cmd(what, input, |i, o| {
+        // SAFETY: obj is a live devx QP; input/output buffers have the lengths passed.
+        let rc = unsafe { dv::mlx5dv_devx_obj_modify(obj, i, prm::IN_LEN, o, prm::OUT_LEN) };
+        if rc != 0 {
+            Err(rc_err("mlx5dv_devx_obj_modify", rc))
+        } else {
+            Ok(())
+        }
+    })
+    .map(|_| ())
+}
+
+/// Connects `q` to `remote_qpn` at `remote` and returns the poster for it.
+pub fn connect(
+    dev: &Device,
+    q: NewQp,
+    remote: PortAddress,
+    remote_qpn: u32,
+) -> Result<Poster, QueueError> {
+    match q.mode {
+        Mode::InitObj | Mode::Verbs => {
+            let (raw_qp, raw_cq) = q.verbs_qp.expect("verbs QP");
+            connect_verbs(dev, raw_qp, remote, remote_qpn)?;
+            Ok(match q.direct {
+                Some((sq, cq)) => Poster::Direct(DirectQp::new(sq, cq)),
+                None => Poster::Verbs(VerbsQp::new(raw_qp, raw_cq)),
+            })
+        }
+        Mode::Devx => {
+            let parts = q.devx.expect("devx parts");
+            let path = prm::RemotePath {
+                qpn: remote_qpn,
+                lid: remote.lid,
+                gid: (remote.gid != [0; 16]).then_some(remote.gid),
+            };
+            modify(parts.qp, &prm::init2rtr(q.qpn, dev.port, &path), "INIT2RTR")?;
+            modify(parts.qp, &prm::rtr2rts(q.qpn), "RTR2RTS")?;
+            let (sq, cq) = q.direct.expect("devx rings");
+            // The objects, umem and UAR stay alive for the process lifetime (as NVSHMEM keeps
+            // them until finalize); leak the handles with the poster.
+            std::mem::forget(parts);
+            Ok(Poster::Direct(DirectQp::new(sq, cq)))
+        }
+    }
+}
+
+// Devx handles are only kept to be leaked deliberately; name the fields so they count as used.
+impl DevxParts {
+    #[allow(dead_code)]
+    fn handles(&self) -> [*mut c_void; 4] {
+        [
+            self.qp as *mut c_void,
+            self.cq as *mut c_void,
+            self.umem as *mut c_void,
+            self.uar as *mut c_void,
+        ]
+    }
+}
+
+/// The same QP interface through `ibv_post_send` / `ibv_poll_cq`.
+pub struct VerbsQp {
+    qp: *mut ibv_qp,
+    cq: *mut ibv_cq,
+    next: Mutex<u64>,
+    retired: AtomicU64,
+    cq_lock: Mutex<()>,
+    failed: AtomicU32,
+    signal_every: u64,
+    log: Mutex<Vec<PostedWqe>>,
+}
+
+// SAFETY: verbs objects are thread-safe to post/poll (posting is serialised by `next`, polling
+// by `cq_lock`).
+unsafe impl Send for VerbsQp {}
+// SAFETY: see above.
+unsafe impl Sync for VerbsQp {}
+
+impl VerbsQp {
+    fn new(qp: *mut ibv_qp, cq: *mut ibv_cq) -> VerbsQp {
+        VerbsQp {
+            qp,
+            cq,
+            next: Mutex::new(0),
+            retired: AtomicU64::new(0),
+            cq_lock: Mutex::new(()),
+            failed: AtomicU32::new(0),
+            signal_every: 16,
+            log: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn qpn(&self) -> u32 {
+        // SAFETY: live QP.
+        unsafe { (*self.qp).qp_num }
+    }
+
+    fn post(&self, w: &WqeOp, signaled: bool) -> Result<u64, QueueError> {
+        let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
+        let idx = *next;
+        let start = Instant::now();
+        let mut bo = Backoff::new();
+        while idx + 1 - self.retired.load(Ordering::Acquire) > 64 {
+            self.progress()?;
+            if start.elapsed() > mlx5::WAIT_LIMIT {
+                return Err(self.timeout(idx));
+            }
+            bo.snooze();
+        }
+        let signaled = signaled || idx % self.signal_every == self.signal_every - 1;
+        // SAFETY: the WR and SGE live across the call; the provider copies them.
+        unsafe {
+            let mut wr: ibv_send_wr = std::mem::zeroed();
+            let mut sge: ibv_sge = std::mem::zeroed();
+            wr.wr_id = idx;
+            wr.send_flags = if signaled { IBV_SEND_SIGNALED } else { 0 };
+            let (raddr, rkey) = w.remote();
+            let local = match *w {
+                WqeOp::Write { local, .. } => {
+                    wr.opcode = IBV_WR_RDMA_WRITE;
+                    Some(local)
+                }
+                WqeOp::Read { local, .. } => {
+                    wr.opcode = IBV_WR_RDMA_READ;
+                    Some(local)
+                }
+                WqeOp::FetchAdd { local, add, .. } => {
+                    wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+                    wr.wr.atomic.remote_addr = raddr;
+                    wr.wr.atomic.rkey = rkey;
+                    wr.wr.atomic.compare_add = add;
+                    Some(local)
+                }
+                WqeOp::CompSwap {
+                    local,
+                    compare,
+                    swap,
+                    ..
+                } => {
+                    wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+                    wr.wr.atomic.remote_addr = raddr;
+                    wr.wr.atomic.rkey = rkey;
+                    wr.wr.atomic.compare_add = compare;
+                    wr.wr.atomic.swap = swap;
+                    Some(local)
+                }
+                WqeOp::Nop => {
+                    wr.opcode = IBV_WR_RDMA_WRITE;
+                    None
+                }
+            };
+            if matches!(w, WqeOp::Write { .. } | WqeOp::Read { .. }) {
+                wr.wr.rdma.remote_addr = raddr;
+                wr.wr.rdma.rkey = rkey;
+            }
+            if let Some(l) = local {
+                sge.addr = l.addr;
+                sge.length = l.len;
+                sge.lkey = l.lkey;
+                wr.sg_list = &mut sge;
+                wr.num_sge = 1;
+            }
+            let mut bad = std::ptr::null_mut();
+            let post = (*(*self.qp).context)
+                .ops
+                .post_send
+                .expect("provider has post_send");
+            let rc = post(self.qp, &mut wr, &mut bad);
+            if rc != 0 {
+                return Err(rc_err("ibv_post_send", rc));
+            }
+            self.log
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(PostedWqe {
+                    index: idx,
+                    wqe_index: idx as u16,
+                    opcode: w.opcode(),
+                    bytes: w.bytes(),
+                    raddr,
+                    rkey,
+                    compare_add: w.compare_add(),
+                    fm_ce_se: if signaled { mlx5::CE_CQE_ALWAYS } else { 0 },
+                    ds: w.ds(),
+                });
+        }
+        *next += 1;
+        Ok(idx)
+    }
+
+    fn timeout(&self, idx: u64) -> QueueError {
+        QueueError::Timeout {
+            qpn: self.qpn(),
+            idx,
+            secs: mlx5::WAIT_LIMIT.as_secs(),
+        }
+    }
+
+    fn progress(&self) -> Result<(), QueueError> {
+        let Ok(_g) = self.cq_lock.try_lock() else {
+            return Ok(());
+        };
+        if self.failed.load(Ordering::Acquire) != 0 {
+            return Err(QueueError::Completion {
+                qpn: self.qpn(),
+                wr_id: 0,
+                status: self.failed.load(Ordering::Acquire),
+            });
+        }
+        // SAFETY: wc is a valid output array for 16 entries; the CQ is live.
+        unsafe {
+            let poll = (*(*self.cq).context)
+                .ops
+                .poll_cq
+                .expect("provider has poll_cq");
+            let mut wc: [ibv_wc; 16] = std::mem::zeroed();
+            let n = poll(self.cq, 16, wc.as_mut_ptr());
+            if n < 0 {
+                return Err(rc_err("ibv_poll_cq", n));
+            }
+            for c in &wc[..n as usize] {
+                if c.status != IBV_WC_SUCCESS {
+                    self.failed.store(c.status.max(1), Ordering::Release);
+                    return Err(QueueError::Completion {
+                        qpn: self.qpn(),
+                        wr_id: c.wr_id,
+                        status: c.status,
+                    });
+                }
+                self.retired.fetch_max(c.wr_id + 1, Ordering::AcqRel);
+            }
+        }
+        Ok(())
+    }
+
+    fn wait(&self, idx: u64) -> Result<(), QueueError> {
+        let start = Instant::now();
+        let mut bo = Backoff::new();
+        while self.retired.load(Ordering::Acquire) <= idx {
+            self.progress()?;
+            if start.elapsed() > mlx5::WAIT_LIMIT {
+                return Err(self.timeout(idx));
+            }
+            bo.snooze();
+        }
+        Ok(())
+    }
+}
+
+/// A connected QP to post to, whichever way it was built.
+pub enum Poster {
+    Direct(DirectQp),
+    Verbs(VerbsQp),
+}
+
+impl Poster {
+    pub fn qpn(&self) -> u32 {
+        match self {
+            Poster::Direct(q) => q.qpn(),
+            Poster::Verbs(q) => q.qpn(),
+        }
+    }
+
+    /// Posts one WQE (thread-safe); returns its index.
+    pub fn post(&self, w: &WqeOp, signaled: bool) -> Result<u64, QueueError> {
+        match self {
+            Poster::Direct(q) => Ok(q.post(w, signaled)?),
+            Poster::Verbs(q) => q.post(w, signaled),
+        }
+    }
+
+    /// Waits until WQE `idx` and every earlier one completed.
+    pub fn wait(&self, idx: u64) -> Result<(), QueueError> {
+        match self {
+            Poster::Direct(q) => Ok(q.wait(idx)?),
+            Poster::Verbs(q) => q.wait(idx),
+        }
+    }
+
+    /// Posts and waits for a signalled WQE.
+    pub fn post_wait(&self, w: &WqeOp) -> Result<u64, QueueError> {
+        let i = self.post(w, true)?;
+        self.wait(i)?;
+        Ok(i)
+    }
+
+    /// The workload's bookkeeping of this QP: every WQE posted, in index order.
+    pub fn posted(&self) -> Vec<PostedWqe> {
+        match self {
+            Poster::Direct(q) => q.posted(),
+            Poster::Verbs(q) => {
+                let mut v = q.log.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                v.sort_by_key(|w| w.index);
+                v
+            }
+        }
+    }
+}

@@ -1,0 +1,647 @@
+//! IBGDA-style direct posting on mlx5 queues: what a GPU thread of NVSHMEM IBGDA or DOCA
+//! GPUNetIO does, run by CPU threads standing in for GPU threads.
+//!
+//! A poster reserves a WQEBB slot with an atomic add, writes the WQE into the send ring with
+//! plain big-endian stores, waits until every earlier slot has been published, then issues a
+//! release fence, stores `be32(PI & 0xffff)` to the doorbell record's send word (`dbrec[1]`),
+//! fences again and rings the 8-byte doorbell `{be32(PI << 8), be32(QPN << 8)}` at the UAR /
+//! BlueFlame register, and finally lets the next slot go. Completions are read straight from
+//! the CQE64 ring by the owner-bit rule; the consumer index goes to the CQ doorbell record.
+//! Formats: `shared/reference/mlx5-queues.md` §1–3 (all queue fields big-endian).
+
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// mlx5 send opcodes used here.
+pub mod op {
+    pub const NOP: u8 = 0x00;
+    pub const RDMA_WRITE: u8 = 0x08;
+    pub const RDMA_WRITE_IMM: u8 = 0x09;
+    pub const SEND: u8 = 0x0a;
+    pub const RDMA_READ: u8 = 0x10;
+    pub const ATOMIC_CS: u8 = 0x11;
+    pub const ATOMIC_FA: u8 = 0x12;
+}
+
+/// `fm_ce_se`: always generate a CQE.
+pub const CE_CQE_ALWAYS: u8 = 0x08;
+
+/// CQE opcodes (`op_own >> 4`).
+pub mod cqe_op {
+    pub const REQ: u8 = 0;
+    pub const REQ_ERR: u8 = 13;
+    pub const RESP_ERR: u8 = 14;
+    pub const INVALID: u8 = 15;
+}
+
+/// A local buffer reference (one data segment).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Sge {
+    pub addr: u64,
+    pub lkey: u32,
+    pub len: u32,
+}
+
+/// One work request, as the workloads post it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WqeOp {
+    /// RDMA WRITE of `local` to `raddr`.
+    Write {
+        local: Sge,
+        raddr: u64,
+        rkey: u32,
+    },
+    /// RDMA READ of `local.len` bytes from `raddr` into `local`.
+    Read {
+        local: Sge,
+        raddr: u64,
+        rkey: u32,
+    },
+    /// 8-byte fetch-and-add; the old value lands in `local`.
+    FetchAdd {
+        local: Sge,
+        raddr: u64,
+        rkey: u32,
+        add: u64,
+    },
+    /// 8-byte compare-and-swap; the old value lands in `local`.
+    CompSwap {
+        local: Sge,
+        raddr: u64,
+        rkey: u32,
+        compare: u64,
+        swap: u64,
+    },
+    Nop,
+}
+
+impl WqeOp {
+    /// The mlx5 opcode.
+    pub fn opcode(&self) -> u8 {
+        match self {
+            WqeOp::Write { .. } => op::RDMA_WRITE,
+            WqeOp::Read { .. } => op::RDMA_READ,
+            WqeOp::FetchAdd { .. } => op::ATOMIC_FA,
+            WqeOp::CompSwap { .. } => op::ATOMIC_CS,
+            WqeOp::Nop => op::NOP,
+        }
+    }
+
+    /// WQE size in 16-byte units, ctrl included.
+    pub fn ds(&self) -> u8 {
+        match self {
+            WqeOp::Write { .. } | WqeOp::Read { .. } => 3,
+            WqeOp::FetchAdd { .. } | WqeOp::CompSwap { .. } => 4,
+            WqeOp::Nop => 1,
+        }
+    }
+
+    /// Data-segment bytes (what a WQE decoder reports as the WQE's bytes).
+    pub fn bytes(&self) -> u32 {
+        match self {
+            WqeOp::Write { local, .. }
+            | WqeOp::Read { local, .. }
+            | WqeOp::FetchAdd { local, .. }
+            | WqeOp::CompSwap { local, .. } => local.len,
+            WqeOp::Nop => 0,
+        }
+    }
+
+    /// (remote address, rkey); zero for NOP.
+    pub fn remote(&self) -> (u64, u32) {
+        match *self {
+            WqeOp::Write { raddr, rkey, .. }
+            | WqeOp::Read { raddr, rkey, .. }
+            | WqeOp::FetchAdd { raddr, rkey, .. }
+            | WqeOp::CompSwap { raddr, rkey, .. } => (raddr, rkey),
+            WqeOp::Nop => (0, 0),
+        }
+    }
+
+    /// Atomic operand: the add value (FA) or the compare value (CS); else 0.
+    pub fn compare_add(&self) -> u64 {
+        match *self {
+            WqeOp::FetchAdd { add, .. } => add,
+            WqeOp::CompSwap { compare, .. } => compare,
+            _ => 0,
+        }
+    }
+}
+
+/// Encodes `w` as one 64-byte WQEBB: ctrl, then raddr, atomic and data segments.
+pub fn encode(w: &WqeOp, wqe_index: u16, qpn: u32, fm_ce_se: u8) -> [u8; 64] {
+    let mut b = [0u8; 64];
+    let put32 =
+        |b: &mut [u8; 64], at: usize, v: u32| b[at..at + 4].copy_from_slice(&v.to_be_bytes());
+    let put64 =
+        |b: &mut [u8; 64], at: usize, v: u64| b[at..at + 8].copy_from_slice(&v.to_be_bytes());
+    put32(&mut b, 0, (wqe_index as u32) << 8 | w.opcode() as u32);
+    put32(&mut b, 4, qpn << 8 | w.ds() as u32);
+    b[11] = fm_ce_se;
+    let mut at = 16;
+    if !matches!(w, WqeOp::Nop) {
+        let (raddr, rkey) = w.remote();
+        put64(&mut b, at, raddr);
+        put32(&mut b, at + 8, rkey);
+        at += 16;
+    }
+    match *w {
+        WqeOp::FetchAdd { add, .. } => {
+            put64(&mut b, at, add);
+            at += 16;
+        }
+        WqeOp::CompSwap { compare, swap, .. } => {
+            put64(&mut b, at, swap);
+            put64(&mut b, at + 8, compare);
+            at += 16;
+        }
+        _ => {}
+    }
+    match *w {
+        WqeOp::Write { local, .. }
+        | WqeOp::Read { local, .. }
+        | WqeOp::FetchAdd { local, .. }
+        | WqeOp::CompSwap { local, .. } => {
+            put32(&mut b, at, local.len);
+            put32(&mut b, at + 4, local.lkey);
+            put64(&mut b, at + 8, local.addr);
+        }
+        WqeOp::Nop => {}
+    }
+    b
+}
+
+/// The 8-byte doorbell value NVSHMEM IBGDA writes: `{be32(pi << 8), be32(qpn << 8)}` in memory
+/// order, returned as the native u64 whose bytes are that sequence.
+pub fn doorbell_word(pi: u16, qpn: u32) -> u64 {
+    let mut b = [0u8; 8];
+    b[..4].copy_from_slice(&((pi as u32) << 8).to_be_bytes());
+    b[4..].copy_from_slice(&(qpn << 8).to_be_bytes());
+    u64::from_ne_bytes(b)
+}
+
+/// A send ring as `mlx5dv_init_obj` or devx describes it.
+#[derive(Clone, Copy, Debug)]
+pub struct SendRing {
+    pub buf: *mut u8,
+    /// Depth in WQEBBs (power of two).
+    pub wqe_cnt: u32,
+    /// The QP doorbell record (2 × be32).
+    pub dbrec: *mut u32,
+    /// The doorbell (UAR / BlueFlame) register.
+    pub bf: *mut u64,
+    pub qpn: u32,
+}
+
+/// A CQE ring.
+#[derive(Clone, Copy, Debug)]
+pub struct CqRing {
+    pub buf: *mut u8,
+    pub cqe_cnt: u32,
+    /// 64 or 128 (the CQE64 is the last 64 bytes of each entry).
+    pub cqe_size: u32,
+    /// The CQ doorbell record (2 × be32; `[0]` = consumer index).
+    pub dbrec: *mut u32,
+}
+
+/// A decoded CQE64.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cqe {
+    pub opcode: u8,
+    pub wqe_counter: u16,
+    pub qpn: u32,
+    pub send_opcode: u8,
+    pub byte_cnt: u32,
+    pub syndrome: u8,
+    pub vendor_syndrome: u8,
+}
+
+/// Direct-posting failures.
+#[derive(Debug, thiserror::Error)]
+pub enum DirectError {
+    #[error("QP {qpn:#x}: error CQE (opcode {opcode}, syndrome {syndrome:#x}, vendor {vendor:#x}) for WQE {wqe_counter}")]
+    Cqe {
+        qpn: u32,
+        opcode: u8,
+        syndrome: u8,
+        vendor: u8,
+        wqe_counter: u16,
+    },
+    #[error("QP {qpn:#x}: no completion for WQE {idx} within {secs} s")]
+    Timeout { qpn: u32, idx: u64, secs: u64 },
+    #[error("QP {qpn:#x} failed earlier: {what}")]
+    Failed { qpn: u32, what: String },
+}
+
+/// How long any wait may take before it is an error.
+pub const WAIT_LIMIT: Duration = Duration::from_secs(120);
+
+/// Spin, then yield, then sleep: waiting threads leave CPU to the device and the tracer.
+pub struct Backoff(u32);
+
+impl Backoff {
+    pub fn new() -> Backoff {
+        Backoff(0)
+    }
+    pub fn snooze(&mut self) {
+        self.0 = self.0.saturating_add(1);
+        if self.0 < 64 {
+            std::hint::spin_loop();
+        } else if self.0 < 256 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(20));
+        }
+    }
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff::new()
+    }
+}
+
+/// Reads the CQE at free-running index `n` if hardware has written it.
+///
+/// # Safety
+/// `cq` must describe live CQ memory.
+pub unsafe fn read_cqe(cq: &CqRing, n: u64) -> Option<Cqe> {
+    let slot = (n & (cq.cqe_cnt as u64 - 1)) as usize;
+    let e = cq
+        .buf
+        .add(slot * cq.cqe_size as usize + cq.cqe_size as usize - 64);
+    let op_own = e.add(63).read_volatile();
+    let owner = (n & cq.cqe_cnt as u64 != 0) as u8;
+    if op_own >> 4 == cqe_op::INVALID || op_own & 1 != owner {
+        return None;
+    }
+    fence(Ordering::Acquire);
+    let be32 = |at: usize| u32::from_be_bytes(std::ptr::read_volatile(e.add(at) as *const [u8; 4]));
+    let sop = be32(56);
+    Some(Cqe {
+        opcode: op_own >> 4,
+        wqe_counter: u16::from_be_bytes([e.add(60).read_volatile(), e.add(61).read_volatile()]),
+        qpn: sop & 0x00ff_ffff,
+        send_opcode: (sop >> 24) as u8,
+        byte_cnt: be32(44),
+        syndrome: e.add(55).read_volatile(),
+        vendor_syndrome: e.add(54).read_volatile(),
+    })
+}
+
+/// One WQE as the workload posted it (its own bookkeeping).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PostedWqe {
+    /// Free-running WQEBB index (the ctrl's `wqe_index` is its low 16 bits).
+    pub index: u64,
+    pub wqe_index: u16,
+    pub opcode: u8,
+    pub bytes: u32,
+    pub raddr: u64,
+    pub rkey: u32,
+    pub compare_add: u64,
+    pub fm_ce_se: u8,
+    pub ds: u8,
+}
+
+/// A QP posted IBGDA-style by any number of threads.
+pub struct DirectQp {
+    sq: SendRing,
+    cq: CqRing,
+    /// Next WQEBB to reserve.
+    resv: AtomicU64,
+    /// WQEBBs published (doorbell rung); the next poster waits for its turn here.
+    ready: AtomicU64,
+    /// WQEBBs retired by CQEs.
+    retired: AtomicU64,
+    cq_ci: Mutex<u64>,
+    failed: Mutex<Option<String>>,
+    failed_flag: AtomicU32,
+    /// Every `signal_every`-th WQEBB asks for a CQE even when the caller did not, so the
+    /// ring never fills with unsignalled WQEs.
+    signal_every: u64,
+    log: Mutex<Vec<PostedWqe>>,
+}
+
+// SAFETY: the raw pointers address queue memory that lives as long as the QP (softnic's rings
+// or the program's umem); concurrent access follows the IBGDA protocol above (slots are owned
+// by their reserver, DBR/doorbell stores are ordered by `ready`, the CQ by `cq_ci`'s mutex).
+unsafe impl Send for DirectQp {}
+// SAFETY: see above.
+unsafe impl Sync for DirectQp {}
+
+impl DirectQp {
+    /// Wraps rings that a construction path produced (nothing posted yet).
+    pub fn new(sq: SendRing, cq: CqRing) -> DirectQp {
+        DirectQp {
+            sq,
+            cq,
+            resv: AtomicU64::new(0),
+            ready: AtomicU64::new(0),
+            retired: AtomicU64::new(0),
+            cq_ci: Mutex::new(0),
+            failed: Mutex::new(None),
+            failed_flag: AtomicU32::new(0),
+            signal_every: (sq.wqe_cnt as u64 / 4).max(1),
+            log: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn qpn(&self) -> u32 {
+        self.sq.qpn
+    }
+
+    pub fn depth(&self) -> u32 {
+        self.sq.wqe_cnt
+    }
+
+    fn check_failed(&self) -> Result<(), DirectError> {
+        if self.failed_flag.load(Ordering::Acquire) == 0 {
+            return Ok(());
+        }
+        let what = self
+            .failed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .unwrap_or_default();
+        Err(DirectError::Failed {
+            qpn: self.sq.qpn,
+            what,
+        })
+    }
+
+    /// Posts one WQE; returns its free-running index.
+    pub fn post(&self, w: &WqeOp, signaled: bool) -> Result<u64, DirectError> {
+        self.check_failed()?;
+        let idx = self.resv.fetch_add(1, Ordering::Relaxed);
+        let depth = self.sq.wqe_cnt as u64;
+        let start = Instant::now();
+        let mut bo = Backoff::new();
+        while idx + 1 - self.retired.load(Ordering::Acquire) > depth {
+            self.progress()?;
+            if start.elapsed() > WAIT_LIMIT {
+                return Err(self.timeout(idx));
+            }
+            bo.snooze();
+        }
+        let signaled = signaled || idx % self.signal_every == self.signal_every - 1;
+        let fm_ce_se = if signaled { CE_CQE_ALWAYS } else { 0 };
+        let bytes = encode(w, idx as u16, self.sq.qpn, fm_ce_se);
+        let slot = (idx & (depth - 1)) as usize;
+        // SAFETY: the slot lies in the ring; it is ours (reserved, and retired by the device).
+        unsafe {
+            let dst = self.sq.buf.add(slot * 64) as *mut u32;
+            for (k, word) in bytes.chunks_exact(4).enumerate() {
+                dst.add(k)
+                    .write_volatile(u32::from_ne_bytes(word.try_into().expect("4 bytes")));
+            }
+        }
+        let mut bo = Backoff::new();
+        while self.ready.load(Ordering::Acquire) != idx {
+            if start.elapsed() > WAIT_LIMIT {
+                return Err(self.timeout(idx));
+            }
+            bo.snooze();
+        }
+        let (raddr, rkey) = w.remote();
+        self.log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(PostedWqe {
+                index: idx,
+                wqe_index: idx as u16,
+                opcode: w.opcode(),
+                bytes: w.bytes(),
+                raddr,
+                rkey,
+                compare_add: w.compare_add(),
+                fm_ce_se,
+                ds: w.ds(),
+            });
+        let pi = (idx + 1) as u16;
+        fence(Ordering::SeqCst);
+        // SAFETY: dbrec points to the QP's 8-byte doorbell record; [1] is the send word. The
+        // doorbell register stays mapped while the QP lives.
+        unsafe {
+            AtomicU32::from_ptr(self.sq.dbrec.add(1)).store((pi as u32).to_be(), Ordering::Release);
+            fence(Ordering::SeqCst);
+            self.sq.bf.write_volatile(doorbell_word(pi, self.sq.qpn));
+        }
+        fence(Ordering::SeqCst);
+        self.ready.store(idx + 1, Ordering::Release);
+        Ok(idx)
+    }
+
+    fn timeout(&self, idx: u64) -> DirectError {
+        DirectError::Timeout {
+            qpn: self.sq.qpn,
+            idx,
+            secs: WAIT_LIMIT.as_secs(),
+        }
+    }
+
+    /// Consumes every CQE present (if no other thread is doing so) and advances `retired`.
+    pub fn progress(&self) -> Result<(), DirectError> {
+        let Ok(mut ci) = self.cq_ci.try_lock() else {
+            return self.check_failed();
+        };
+        loop {
+            // SAFETY: the CQ ring is live; only the holder of `cq_ci` consumes it.
+            let Some(c) = (unsafe { read_cqe(&self.cq, *ci) }) else {
+                break;
+            };
+            *ci += 1;
+            // SAFETY: CQ doorbell record, word 0 = consumer index.
+            unsafe {
+                AtomicU32::from_ptr(self.cq.dbrec)
+                    .store(((*ci & 0x00ff_ffff) as u32).to_be(), Ordering::Release)
+            };
+            if c.opcode == cqe_op::REQ_ERR || c.opcode == cqe_op::RESP_ERR {
+                let e = DirectError::Cqe {
+                    qpn: self.sq.qpn,
+                    opcode: c.opcode,
+                    syndrome: c.syndrome,
+                    vendor: c.vendor_syndrome,
+                    wqe_counter: c.wqe_counter,
+                };
+                *self.failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
+                self.failed_flag.store(1, Ordering::Release);
+                return Err(e);
+            }
+            let r = self.retired.load(Ordering::Relaxed);
+            let done = r + (c.wqe_counter.wrapping_sub(r as u16)) as u64 + 1;
+            if done > r {
+                self.retired.store(done, Ordering::Release);
+            }
+        }
+        drop(ci);
+        self.check_failed()
+    }
+
+    /// Waits until WQE `idx` (and every earlier one) completed. `idx` must be signalled or
+    /// followed by a signalled WQE.
+    pub fn wait(&self, idx: u64) -> Result<(), DirectError> {
+        let start = Instant::now();
+        let mut bo = Backoff::new();
+        while self.retired.load(Ordering::Acquire) <= idx {
+            self.progress()?;
+            if start.elapsed() > WAIT_LIMIT {
+                return Err(self.timeout(idx));
+            }
+            bo.snooze();
+        }
+        Ok(())
+    }
+
+    /// Every WQE posted so far, in index order.
+    pub fn posted(&self) -> Vec<PostedWqe> {
+        let mut v = self.log.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        v.sort_by_key(|w| w.index);
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_wqe_layout() {
+        let w = WqeOp::Write {
+            local: Sge {
+                addr: 0x1122_3344_5566_7788,
+                lkey: 0xaabb,
+                len: 4096,
+            },
+            raddr: 0x0102_0304_0506_0708,
+            rkey: 0xccdd,
+        };
+        let b = encode(&w, 0xfffe, 0x12345, CE_CQE_ALWAYS);
+        assert_eq!(&b[0..4], &[0x00, 0xff, 0xfe, 0x08]);
+        assert_eq!(&b[4..8], &[0x01, 0x23, 0x45, 0x03]);
+        assert_eq!(b[11], 0x08);
+        assert_eq!(&b[16..24], &0x0102_0304_0506_0708u64.to_be_bytes());
+        assert_eq!(&b[24..28], &0xccddu32.to_be_bytes());
+        assert_eq!(&b[32..36], &4096u32.to_be_bytes());
+        assert_eq!(&b[36..40], &0xaabbu32.to_be_bytes());
+        assert_eq!(&b[40..48], &0x1122_3344_5566_7788u64.to_be_bytes());
+        assert!(b[48..].iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn atomic_wqe_layout() {
+        let local = Sge {
+            addr: 0x1000,
+            lkey: 7,
+            len: 8,
+        };
+        let fa = encode(
+            &WqeOp::FetchAdd {
+                local,
+                raddr: 0x2000,
+                rkey: 9,
+                add: 0x1_0000_0001,
+            },
+            3,
+            0x99,
+            0,
+        );
+        assert_eq!(fa[3], op::ATOMIC_FA);
+        assert_eq!(fa[7], 4);
+        assert_eq!(&fa[32..40], &0x1_0000_0001u64.to_be_bytes());
+        assert_eq!(&fa[48..52], &8u32.to_be_bytes());
+        let cs = encode(
+            &WqeOp::CompSwap {
+                local,
+                raddr: 0x2000,
+                rkey: 9,
+                compare: 5,
+                swap: 6,
+            },
+            4,
+            0x99,
+            0,
+        );
+        assert_eq!(cs[3], op::ATOMIC_CS);
+        assert_eq!(&cs[32..40], &6u64.to_be_bytes(), "swap first");
+        assert_eq!(&cs[40..48], &5u64.to_be_bytes(), "then compare");
+    }
+
+    #[test]
+    fn doorbell_is_nvshmem_order() {
+        let w = doorbell_word(0x1234, 0xabcde);
+        assert_eq!(
+            w.to_ne_bytes(),
+            [0x00, 0x12, 0x34, 0x00, 0x0a, 0xbc, 0xde, 0x00]
+        );
+    }
+
+    /// A fake device on plain memory: checks the posting protocol and the CQE owner rule.
+    #[test]
+    fn post_publishes_dbr_doorbell_and_retires_by_cqe() {
+        let depth = 8u32;
+        let mut ring = vec![0u8; depth as usize * 64];
+        let mut dbr = [0u32; 2];
+        let mut bf = 0u64;
+        let mut cqbuf = vec![0u8; 4 * 64];
+        for e in cqbuf.chunks_mut(64) {
+            e[63] = cqe_op::INVALID << 4;
+        }
+        let mut cqdbr = [0u32; 2];
+        let qp = DirectQp::new(
+            SendRing {
+                buf: ring.as_mut_ptr(),
+                wqe_cnt: depth,
+                dbrec: dbr.as_mut_ptr(),
+                bf: &mut bf,
+                qpn: 0x42,
+            },
+            CqRing {
+                buf: cqbuf.as_mut_ptr(),
+                cqe_cnt: 4,
+                cqe_size: 64,
+                dbrec: cqdbr.as_mut_ptr(),
+            },
+        );
+        let w = WqeOp::Nop;
+        for i in 0..3 {
+            assert_eq!(qp.post(&w, i == 2).unwrap(), i);
+        }
+        // SAFETY: the QP wrote these while we only hold shared references through it.
+        let (d1, db) = unsafe {
+            (
+                std::ptr::read_volatile(&dbr[1]),
+                std::ptr::read_volatile(&bf),
+            )
+        };
+        assert_eq!(u32::from_be(d1), 3);
+        assert_eq!(db, doorbell_word(3, 0x42));
+        assert_eq!(ring[64 * 2 + 11], CE_CQE_ALWAYS);
+        assert_eq!(ring[64 + 2], 1, "wqe_index 1 in ctrl");
+        // The "device" completes WQE 2: one CQE at index 0 with owner 0.
+        cqbuf[60..62].copy_from_slice(&2u16.to_be_bytes());
+        cqbuf[56..60].copy_from_slice(&(0x42u32 | (op::NOP as u32) << 24).to_be_bytes());
+        cqbuf[63] = cqe_op::REQ << 4;
+        qp.wait(2).unwrap();
+        // SAFETY: as above.
+        assert_eq!(
+            u32::from_be(unsafe { std::ptr::read_volatile(&cqdbr[0]) }),
+            1
+        );
+        let posted = qp.posted();
+        assert_eq!(posted.len(), 3);
+        assert_eq!(posted[2].fm_ce_se, CE_CQE_ALWAYS);
+        assert_eq!(posted[0].fm_ce_se, 0);
+        // An error CQE fails the QP.
+        let e = &mut cqbuf[64..128];
+        e[55] = 0x04;
+        e[63] = cqe_op::REQ_ERR << 4;
+        assert!(matches!(
+            qp.progress(),
+            Err(DirectError::Cqe { syndrome: 4, .. })
+        ));
+        assert!(qp.post(&w, true).is_err());
+    }
+}
