@@ -1,1 +1,173 @@
-fn main() {}
+//! Overhead of libsigmatrace.so (interposer/README.md, "Overhead"). One command:
+//!
+//! ```text
+//! cargo build --release -p softnic -p softnic-mlx5 -p softnic-efa
+//! cargo bench -p sigmatrace-interposer --bench overhead
+//! ```
+//!
+//! 1. No-op device (cprogs/noop_bench.c): the hook cost alone — post_send, poll_cq and both,
+//!    traced and untraced contexts interleaved in one process; median ns/op, with the log's
+//!    chunks prepared ahead (steady state) and with default settings (amortised, including
+//!    chunk preparation on a background thread).
+//! 2. `valgrind --tool=callgrind`: instructions per op of the same loops (inclusive cost of
+//!    each loop function / ops), traced minus untraced.
+//! 3. softnic message rate (cprogs/loopback.c `rate`): 8-byte RDMA writes, 64 in flight, one in
+//!    16 signaled; traced and untraced processes alternate; median msgs/s and their ratio.
+//!
+//! Timing on a shared, virtualised 2-core machine is noisy: the spread is printed with each
+//! number. Environment: `OVERHEAD_ROUNDS` (default 9), `OVERHEAD_WRITES` (default 2000000).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn release_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/release/deps")
+        .to_path_buf()
+}
+
+fn cprog(name: &str) -> PathBuf {
+    Path::new(env!("OUT_DIR")).join("cprogs").join(name)
+}
+
+fn env_num(k: &str, d: u64) -> u64 {
+    std::env::var(k)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(d)
+}
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    if !out.status.success() {
+        panic!(
+            "{cmd:?} failed: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn traced<'a>(cmd: &'a mut Command, lib: &Path, logs: &Path) -> &'a mut Command {
+    cmd.env("LD_PRELOAD", lib).env("SIGMATRACE_DIR", logs)
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn main() {
+    let dir = release_dir();
+    let lib = dir.join("libsigmatrace.so");
+    assert!(lib.exists(), "{} missing", lib.display());
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let logs = tmp.path().join("logs");
+    let rounds = env_num("OVERHEAD_ROUNDS", 9);
+
+    println!("== 1. no-op device: hook cost (ns per op, median of rounds, traced vs untraced interleaved)");
+    println!("-- steady state: log chunks prepared ahead");
+    let noop = cprog("noop_bench");
+    let out = run(traced(&mut Command::new(&noop), &lib, &logs)
+        .args(["time", "15", "100000", "3000"])
+        .env("SIGMATRACE_MAX_BYTES", "600M")
+        .env("SIGMATRACE_PREFAULT_CHUNKS", "1024"));
+    print!("{out}");
+    let _ = std::fs::remove_dir_all(&logs);
+    println!("-- default settings (1 MiB chunks, 4 prepared ahead by the background thread)");
+    let out = run(traced(&mut Command::new(&noop), &lib, &logs).args(["time", "15", "100000"]));
+    print!("{out}");
+    let _ = std::fs::remove_dir_all(&logs);
+
+    println!("== 2. callgrind: instructions per op (inclusive cost of each loop / ops)");
+    let valgrind = Command::new("valgrind")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if valgrind {
+        let cg = tmp.path().join("cg.out");
+        let ops = 100_000u64;
+        run(traced(&mut Command::new("valgrind"), &lib, &logs)
+            .arg("--tool=callgrind")
+            .arg(format!("--callgrind-out-file={}", cg.display()))
+            .arg(&noop)
+            .args(["count", &ops.to_string()]));
+        let ann = run(Command::new("callgrind_annotate")
+            .arg("--inclusive=yes")
+            .arg(&cg));
+        let cost = |f: &str| -> f64 {
+            ann.lines()
+                .find(|l| l.contains(&format!(":{f} ")) && !l.contains("=>"))
+                .and_then(|l| l.split_whitespace().next())
+                .map(|n| n.replace(',', "").parse::<f64>().unwrap_or(0.0))
+                .unwrap_or(0.0)
+                / ops as f64
+        };
+        for l in ["post", "poll", "both"] {
+            let (t, u) = (
+                cost(&format!("loop_{l}_traced")),
+                cost(&format!("loop_{l}_untraced")),
+            );
+            println!(
+                "{:<18} traced {t:6.1} instr/op  untraced {u:5.1}  added {:6.1}",
+                format!("{l}"),
+                t - u
+            );
+        }
+        let _ = std::fs::remove_dir_all(&logs);
+    } else {
+        println!("(valgrind not installed: skipped)");
+    }
+
+    println!("== 3. softnic message rate (8-byte RDMA writes; {rounds} rounds, traced and untraced alternating)");
+    let softnic = dir.join("softnic-run");
+    if !softnic.exists() || !dir.join("libsoftnic_verbs.so").exists() {
+        println!("(softnic not built in {}: run `cargo build --release -p softnic -p softnic-mlx5 -p softnic-efa`)", dir.display());
+        return;
+    }
+    let writes = env_num("OVERHEAD_WRITES", 2_000_000).to_string();
+    let rate = |out: &str| -> f64 {
+        out.split('=')
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .and_then(|s| s.parse().ok())
+            .expect("rate line")
+    };
+    let (mut plain, mut tr) = (Vec::new(), Vec::new());
+    let fabric = tmp.path().join("fabric");
+    for _ in 0..rounds {
+        let mut c = Command::new(&softnic);
+        c.arg("--fabric")
+            .arg(&fabric)
+            .arg("--")
+            .arg(cprog("loopback_linked"))
+            .args(["rate", &writes]);
+        plain.push(rate(&run(&mut c)));
+        let mut c = Command::new(&softnic);
+        c.arg("--fabric")
+            .arg(&fabric)
+            .arg("--")
+            .arg(cprog("loopback_linked"))
+            .args(["rate", &writes]);
+        tr.push(rate(&run(traced(&mut c, &lib, &logs))));
+        let _ = std::fs::remove_dir_all(&logs);
+    }
+    let spread = |v: &[f64]| {
+        let (lo, hi) = v
+            .iter()
+            .fold((f64::MAX, 0f64), |(a, b), &x| (a.min(x), b.max(x)));
+        format!("{lo:.0}..{hi:.0}")
+    };
+    let (p, t) = (median(&mut plain.clone()), median(&mut tr.clone()));
+    println!("untraced {p:.0} msgs/s (range {})", spread(&plain));
+    println!("traced   {t:.0} msgs/s (range {})", spread(&tr));
+    println!(
+        "time per message: untraced {:.1} ns, traced {:.1} ns; traced/untraced = {:.3}",
+        1e9 / p,
+        1e9 / t,
+        p / t
+    );
+}

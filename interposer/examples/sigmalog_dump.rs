@@ -3,6 +3,7 @@
 //! `cargo run -p sigmatrace-interposer --example sigmalog_dump -- [--summary] LOG...`
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -22,6 +23,8 @@ fn main() -> ExitCode {
         eprintln!("usage: sigmalog_dump [--summary] LOG...");
         return ExitCode::from(2);
     }
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
     for p in &paths {
         let log = match LogFile::open(Path::new(p)) {
             Ok(l) => l,
@@ -31,7 +34,8 @@ fn main() -> ExitCode {
             }
         };
         let h = log.header();
-        println!(
+        let _ = writeln!(
+            out,
             "== {p}: pid {} ppid {} rank {:?} chunks {} dropped {} salvage clean {}",
             h.pid,
             h.ppid,
@@ -49,17 +53,20 @@ fn main() -> ExitCode {
                 let kind = name.split('(').next().unwrap_or("?").to_string();
                 *counts.entry(kind).or_default() += 1;
                 if !summary {
-                    match rec {
+                    let r = match rec {
                         Record::StringDef(m) | Record::Annotation(m) | Record::ThreadName(m) => {
-                            println!("tid {} {:?} {}", c.header.tid, raw.kind, m.text())
+                            writeln!(out, "tid {} {:?} {}", c.header.tid, raw.kind, m.text())
                         }
-                        _ => println!("tid {} {name}", c.header.tid),
+                        _ => writeln!(out, "tid {} {name}", c.header.tid),
+                    };
+                    if r.is_err() {
+                        return ExitCode::SUCCESS; // reader went away (e.g. `| head`)
                     }
                 }
             }
         }
         for (k, n) in counts {
-            println!("{k}: {n}");
+            let _ = writeln!(out, "{k}: {n}");
         }
     }
     ExitCode::SUCCESS
