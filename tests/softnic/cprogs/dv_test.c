@@ -2,7 +2,7 @@
  * WQEs straight into the send ring, publishes the doorbell record and rings the doorbell (8-byte
  * store or BlueFlame copy), then reads CQE64s straight from the completion ring; the server
  * posts receive WQEs into its receive ring and polls its CQ ring. Every byte and CQE field the
- * test relies on is checked. Modes: ops, selective, errors, devx, devx_errors, and the
+ * test relies on is checked. Modes: ops, selective, errors, srq, devx, devx_errors, and the
  * benchmark modes bench1 / bench16 (8-byte writes, doorbell per 1 or 16 WQEs). */
 #include "sn_common.h"
 #include <infiniband/mlx5dv.h>
@@ -294,6 +294,74 @@ static void mode_errors(void)
 	sync_peer();
 }
 
+/* SRQ ring: receive WQEs linked by next_wqe_index, consumed in list order, recycled at the tail. */
+static void mode_srq(void)
+{
+	struct peer_info m;
+	struct mlx5dv_srq ds;
+	struct ibv_srq *srq = NULL;
+	sn_init(&S, 1 << 20, ALL_ACCESS);
+	if (server) {
+		struct ibv_srq_init_attr sa = { .attr = { .max_wr = 16, .max_sge = 1 } };
+		srq = ibv_create_srq(S.pd, &sa);
+		CHECK(srq, "create srq");
+	}
+	struct ibv_qp_init_attr a = { .send_cq = S.cq, .recv_cq = S.cq, .srq = srq, .qp_type = IBV_QPT_RC,
+				      .cap = { .max_send_wr = 64, .max_recv_wr = srq ? 0 : 16, .max_send_sge = 1,
+					       .max_recv_sge = 1 } };
+	S.qp = ibv_create_qp(S.pd, &a);
+	CHECK(S.qp, "create qp");
+	qp_init(S.qp, 0);
+	my_info(&S, &m, 3);
+	xfer(&m, &P, sizeof(m));
+	qp_rtr_rts(S.qp, &P, P.qpn, 3, 7, 1);
+	struct mlx5dv_obj o = { .qp = { S.qp, &D.qp }, .cq = { S.cq, &D.cq }, .srq = { srq, &ds } };
+	CHECK(mlx5dv_init_obj(&o, MLX5DV_OBJ_QP | MLX5DV_OBJ_CQ | (server ? MLX5DV_OBJ_SRQ : 0)) == 0, "init_obj");
+	D.qpn = S.qp->qp_num;
+	if (server) {
+		CHECK(ds.stride >= 32 && ds.head == 0 && ds.srqn, "mlx5dv_srq");
+		uint32_t head = ds.head, tail = ds.tail, counter = 0;
+		for (int round = 0; round < 2; round++) {
+			for (int i = 0; i < 8; i++) {
+				char *w = (char *)ds.buf + head * ds.stride;
+				mlx5dv_set_data_seg((void *)(w + 16), 4096, S.mr->lkey, (uintptr_t)(S.buf + head * 4096));
+				if (ds.stride > 32)
+					mlx5dv_set_data_seg((void *)(w + 32), 0, MLX5_INVALID_LKEY, 0);
+				head = be16toh(*(uint16_t *)(w + 2));
+				counter++;
+			}
+			__sync_synchronize();
+			ds.dbrec[0] = htobe32(counter & 0xffff);
+			sync_peer();
+			for (int i = 0; i < 8; i++) {
+				uint16_t want = (uint16_t)(round * 8 + i);
+				struct mlx5_cqe64 *c = expect_cqe(MLX5_CQE_RESP_SEND, -1, want);
+				CHECK((be32toh(c->srqn_uidx) & 0xffffff) == ds.srqn, "CQE srqn 0x%x", be32toh(c->srqn_uidx));
+				CHECK(be32toh(c->byte_cnt) == 500, "srq byte_cnt");
+				check_fill(S.buf + want * 4096, 500, round * 8 + i, "srq payload");
+				cqe_done();
+				/* give the WQE back: link it after the tail */
+				*(uint16_t *)((char *)ds.buf + tail * ds.stride + 2) = htobe16(want);
+				tail = want;
+			}
+		}
+	} else {
+		for (int round = 0; round < 2; round++) {
+			sync_peer();
+			uint32_t last = 0;
+			for (int i = 0; i < 8; i++) {
+				char *b = S.buf + (round * 8 + i) * 4096;
+				fill(b, 500, round * 8 + i);
+				last = post(MLX5_OPCODE_SEND, i == 7, b, 500, S.mr->lkey, 0, 0, 0, 0, 0, 0);
+			}
+			ring_db(last, 0);
+			expect_cqe(MLX5_CQE_REQ, MLX5_OPCODE_SEND, last);
+			cqe_done();
+		}
+	}
+	sync_peer();
+}
+
 #include "dv_devx.h"
 
 int main(int argc, char **argv)
@@ -312,6 +380,8 @@ int main(int argc, char **argv)
 		mode_selective();
 	else if (!strcmp(mode, "errors"))
 		mode_errors();
+	else if (!strcmp(mode, "srq"))
+		mode_srq();
 	else if (!strcmp(mode, "devx"))
 		mode_devx();
 	else if (!strcmp(mode, "devx_errors"))

@@ -278,6 +278,11 @@ pub unsafe extern "C" fn op_post_srq_recv(
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
     let s = &*(srq as *mut SnSrq);
+    if s.inner.dv.get().is_some() {
+        // Rule: an exposed SRQ ring is owned by the program (it links freed WQEs back).
+        *bad = wr;
+        return libc::EINVAL;
+    }
     let mut rq = s.inner.rq.lock().unwrap_or_else(|e| e.into_inner());
     post_recv_common(&mut rq, s.inner.max_sge, wr, bad)
 }
@@ -370,6 +375,7 @@ unsafe fn cqx_pop(c: &mut SnCq) -> c_int {
                     wc: w,
                     ts: now_ns(),
                     op: 0,
+                    srqn: 0,
                 };
                 c.cq.status = w.status;
                 c.cq.wr_id = w.wr_id;

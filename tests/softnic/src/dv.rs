@@ -213,6 +213,7 @@ impl DvCq {
                 MLX5_CQE_RESP_SEND
             };
             wr_be32(c.add(24), wc.src_qp & 0x00ff_ffff);
+            wr_be32(c.add(32), e.srqn & 0x00ff_ffff);
             (c.add(36) as *mut u32).write_unaligned(wc.__bindgen_anon_1.imm_data);
             wr_be32(c.add(44), wc.byte_len);
             wr_be32(c.add(56), wc.qp_num & 0x00ff_ffff);
@@ -527,4 +528,76 @@ pub unsafe fn parse_wqe(d: &DvQp, idx: u32, w: &mut SendWqe) -> Result<u32, (u32
         return Err((bbs, BadWqe(IBV_WC_LOC_LEN_ERR)));
     }
     Ok(bbs)
+}
+
+/// An exposed SRQ ring: a linked list of WQEs (16-byte next segment, then data segments). The
+/// program fills WQEs along the list and publishes a counter in dbrec[0]; softnic consumes them
+/// in the same order by following `next_wqe_index` from the initial head; the program links
+/// WQEs back at its tail after their completions (wqe_counter = WQE index).
+pub struct DvSrq {
+    pub buf: *mut u8,
+    pub cnt: u32,
+    pub stride: u32,
+    pub dbrec: *mut u8,
+    /// (next WQE index to consume, WQEs consumed)
+    pub hw: Mutex<(u32, u32)>,
+    pub _mem: Vec<Owned>,
+}
+
+// SAFETY: ring memory lives as long as the DvSrq; consumption is serialised by `hw`.
+unsafe impl Send for DvSrq {}
+// SAFETY: see above.
+unsafe impl Sync for DvSrq {}
+
+impl DvSrq {
+    /// Builds the free list 0 -> 1 -> ... -> cnt-1 (head 0, tail cnt-1).
+    pub fn init_list(&self) {
+        for i in 0..self.cnt {
+            // SAFETY: WQE i lies inside the ring.
+            unsafe {
+                let w = self.buf.add((i * self.stride) as usize);
+                let next = ((i + 1) & (self.cnt - 1)) as u16;
+                *w.add(2) = (next >> 8) as u8;
+                *w.add(3) = next as u8;
+            }
+        }
+    }
+
+    pub fn take_recv(&self) -> Option<RecvWqe> {
+        let mut hw = self.hw.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: dbrec[0] is the program's posted-WQE counter.
+        let posted = unsafe { rd_be32(self.dbrec) } & 0xffff;
+        if posted == hw.1 & 0xffff {
+            return None;
+        }
+        fence(Ordering::Acquire);
+        let idx = hw.0 & (self.cnt - 1);
+        // SAFETY: WQE idx lies inside the ring.
+        let w = unsafe { self.buf.add((idx * self.stride) as usize) };
+        let mut r = RecvWqe {
+            wr_id: idx as u64,
+            num_sge: 0,
+            sge: [ibv_sge::default(); MAX_SGE],
+        };
+        for k in 1..(self.stride as usize / 16).min(MAX_SGE + 1) {
+            // SAFETY: inside the WQE.
+            let (bc, lkey, addr) = unsafe {
+                let s = w.add(k * 16);
+                (rd_be32(s), rd_be32(s.add(4)), rd_be64(s.add(8)))
+            };
+            if lkey == INVALID_LKEY {
+                break;
+            }
+            r.sge[k - 1] = ibv_sge {
+                addr,
+                length: bc,
+                lkey,
+            };
+            r.num_sge += 1;
+        }
+        // SAFETY: the next segment's next_wqe_index (be16 at byte 2).
+        let next = unsafe { u16::from_be_bytes([*w.add(2), *w.add(3)]) } as u32;
+        *hw = (next, hw.1.wrapping_add(1));
+        Some(r)
+    }
 }

@@ -4,11 +4,11 @@
 //!
 //! What softnic reports: `mlx5dv_is_supported` is true for softnic0; `mlx5dv_query_device`
 //! gives version 1, flags `CQE_V1` and no optional capability (comp_mask 0): no striding RQ, no
-//! compression, no DC, no signature/crypto offload. DV QPs are RC or UC; SRQ, RWQ, DM and AH
-//! objects cannot be exposed (`EOPNOTSUPP`).
+//! compression, no DC, no signature/crypto offload. DV QPs are RC or UC; QPs, CQs, SRQs and
+//! PDs can be exposed; RWQ, DM and AH objects cannot (`EOPNOTSUPP`).
 
 use crate::ctx::{device, set_errno};
-use crate::dv::{DvCq, DvQp, Owned};
+use crate::dv::{DvCq, DvQp, DvSrq, Owned};
 use crate::ffi::*;
 use crate::obj::*;
 use crate::objects::{SnCq, SnPd};
@@ -235,10 +235,54 @@ unsafe fn expose_cq(cq: *mut ibv_cq, out: &mut mlx5dv_cq) -> c_int {
     0
 }
 
+/// Gives an SRQ an mlx5 SRQ ring (once) and describes it.
+unsafe fn expose_srq(srq: *mut ibv_srq, out: &mut mlx5dv_srq) -> c_int {
+    let s = &*(srq as *mut crate::objects::SnSrq);
+    let inner = &s.inner;
+    if inner.dv.get().is_none() {
+        if !inner
+            .rq
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .q
+            .is_empty()
+        {
+            return libc::EBUSY;
+        }
+        let stride = (16 + 16 * s.attr.max_sge.max(1)).next_power_of_two();
+        let cnt = s.attr.max_wr.max(2).next_power_of_two();
+        let ring = Owned::new((cnt * stride) as usize);
+        let db = Owned::new(64);
+        let d = DvSrq {
+            buf: ring.ptr,
+            cnt,
+            stride,
+            dbrec: db.ptr,
+            hw: std::sync::Mutex::new((0, 0)),
+            _mem: vec![ring, db],
+        };
+        d.init_list();
+        if inner.dv.set(d).is_err() {
+            return libc::EBUSY;
+        }
+    }
+    let d = inner.dv.get().expect("exposed");
+    *out = mlx5dv_srq {
+        buf: d.buf as *mut c_void,
+        dbrec: d.dbrec as *mut __be32,
+        stride: d.stride,
+        head: 0,
+        tail: d.cnt - 1,
+        comp_mask: 0,
+        srqn: inner.srqn,
+    };
+    0
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn sv_mlx5dv_init_obj(obj: *mut mlx5dv_obj, mask: u64) -> c_int {
     let o = &mut *obj;
-    let supported = (MLX5DV_OBJ_QP | MLX5DV_OBJ_CQ | MLX5DV_OBJ_PD) as u64;
+    let supported = (MLX5DV_OBJ_QP | MLX5DV_OBJ_CQ | MLX5DV_OBJ_SRQ | MLX5DV_OBJ_PD) as u64;
     if mask & !supported != 0 {
         return libc::EOPNOTSUPP;
     }
@@ -250,6 +294,12 @@ pub unsafe extern "C" fn sv_mlx5dv_init_obj(obj: *mut mlx5dv_obj, mask: u64) -> 
     }
     if mask & MLX5DV_OBJ_CQ as u64 != 0 {
         let r = expose_cq(o.cq.in_, &mut *o.cq.out);
+        if r != 0 {
+            return r;
+        }
+    }
+    if mask & MLX5DV_OBJ_SRQ as u64 != 0 {
+        let r = expose_srq(o.srq.in_, &mut *o.srq.out);
         if r != 0 {
             return r;
         }

@@ -227,6 +227,8 @@ pub struct Cqe {
     pub ts: u64,
     /// mlx5 send opcode of a requester completion (for CQE64 rings).
     pub op: u8,
+    /// SRQ number of a responder completion taken from an SRQ (0: none).
+    pub srqn: u32,
 }
 
 pub fn now_ns() -> u64 {
@@ -291,12 +293,17 @@ impl CqInner {
 
     /// Adds a completion; `op` is the mlx5 send opcode of a requester completion.
     pub fn push_op(&self, wc: ibv_wc, solicited: bool, op: u8) {
+        self.push_full(wc, solicited, op, 0)
+    }
+
+    /// Adds a completion with all CQE64 details.
+    pub fn push_full(&self, wc: ibv_wc, solicited: bool, op: u8, srqn: u32) {
         let ts = if self.ts_wanted || self.dv.get().is_some() {
             now_ns()
         } else {
             0
         };
-        let e = Cqe { wc, ts, op };
+        let e = Cqe { wc, ts, op, srqn };
         if let Some(d) = self.dv.get() {
             d.write(e);
         } else {
@@ -336,6 +343,8 @@ pub struct SrqInner {
     pub srqn: u32,
     pub pd: u32,
     pub max_sge: u32,
+    /// The mlx5 SRQ ring, once exposed with mlx5dv_init_obj.
+    pub dv: OnceLock<crate::dv::DvSrq>,
 }
 
 pub const WQE_QUEUED: u8 = 0;
@@ -538,6 +547,9 @@ impl QpInner {
     /// Takes a receive WQE (from the SRQ if attached).
     pub fn take_recv(&self) -> Option<RecvWqe> {
         if let Some(s) = &self.srq {
+            if let Some(d) = s.dv.get() {
+                return d.take_recv();
+            }
             return s.rq.lock().unwrap_or_else(|e| e.into_inner()).q.pop_front();
         }
         match self.dv.get() {

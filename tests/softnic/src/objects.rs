@@ -336,6 +336,7 @@ pub(crate) unsafe fn create_cq(
             wc: Default::default(),
             ts: 0,
             op: 0,
+            srqn: 0,
         },
     });
     let p = &mut *b as *mut SnCq;
@@ -426,6 +427,7 @@ unsafe fn create_srq(
         srqn: new_id(),
         pd: pd_id(pd),
         max_sge: attr.max_sge,
+        dv: OnceLock::new(),
     });
     let b = Box::new(SnSrq {
         srq: ibv_srq {

@@ -88,7 +88,9 @@ fn recv_complete(qp: &QpInner, rw: &RecvWqe, h: &PktHdr, status: u32, with_imm_w
             }
         }
     }
-    qp.recv_cq.push(wc, h.flags & pflag::SOLICITED != 0);
+    let srqn = qp.srq.as_ref().map_or(0, |s| s.srqn);
+    qp.recv_cq
+        .push_full(wc, h.flags & pflag::SOLICITED != 0, 0, srqn);
 }
 
 /// A responder-side fatal error: NAK the requester (RC), error the QP and flush.

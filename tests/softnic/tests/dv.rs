@@ -52,6 +52,12 @@ fn error_cqes() {
     mode("errors");
 }
 
+/// SRQ ring: linked receive WQEs consumed in list order, recycled at the tail; CQE srqn.
+#[test]
+fn srq_ring() {
+    mode("srq");
+}
+
 /// CREATE_CQ / CREATE_QP on umem, RST2INIT / INIT2RTR / RTR2RTS, UAR page, traffic.
 #[test]
 fn devx_qp_and_cq_on_umem() {
