@@ -7,4 +7,5 @@ pub mod mlx5;
 pub mod mlx5dv;
 pub mod prm;
 pub mod rendezvous;
+pub mod skew;
 pub mod verbs;
