@@ -492,6 +492,9 @@ static void dlsym_check(void)
 	void *dflt = dlsym(RTLD_DEFAULT, "ibv_get_device_list");
 	check(next != NULL && next == dflt, "RTLD_NEXT from the program == RTLD_DEFAULT");
 	check(dlsym(RTLD_NEXT, "sigmatrace_no_such_symbol") == NULL && dlerror() != NULL, "missing symbol sets dlerror");
+	/* libmlx5 is not loaded here: a probe must not find the interposer's global exports. */
+	dlerror();
+	check(dlsym(RTLD_DEFAULT, "mlx5dv_create_qp") == NULL && dlerror() != NULL, "mlx5dv probe finds nothing");
 	void *h = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL);
 	check(h != NULL, "dlopen libibverbs");
 	void *v11 = dlvsym(h, "ibv_get_device_list", "IBVERBS_1.1");

@@ -58,11 +58,7 @@ unsafe fn decide(
         unsafe { *out = std::ptr::null_mut() };
         return 1;
     }
-    if handle == libc::RTLD_NEXT
-        || handle == libc::RTLD_DEFAULT
-        || name.is_null()
-        || !sink::tracing(crate::config::cat::ALL)
-    {
+    if handle == libc::RTLD_NEXT || name.is_null() || !sink::tracing(crate::config::cat::ALL) {
         return 0;
     }
     // SAFETY: name (and version if given) are NUL-terminated strings of the caller.
@@ -72,6 +68,10 @@ unsafe fn decide(
             (!version.is_null()).then(|| CStr::from_ptr(version)),
         )
     };
+    if handle == libc::RTLD_DEFAULT {
+        // SAFETY: out is the trampoline's stack slot.
+        return unsafe { hide_unloaded(name, version, out) };
+    }
     let redirect = guard::run("dlsym", || {
         let entry = table::find(name.to_bytes(), version.map(CStr::to_bytes))?;
         // SAFETY: the program passed this handle to dlsym/dlvsym, so it is open.
@@ -94,6 +94,31 @@ unsafe fn decide(
         }
         None => 0,
     }
+}
+
+/// `dlsym(RTLD_DEFAULT, name)` of a table name whose library is not loaded: our exports are
+/// global, so a probe such as `dlsym(RTLD_DEFAULT, "mlx5dv_create_qp")` would otherwise find
+/// them. Answers "not found" (leaving the error a failed lookup leaves); otherwise forwards.
+///
+/// # Safety
+/// `out` writable.
+unsafe fn hide_unloaded(name: &CStr, version: Option<&CStr>, out: *mut *mut c_void) -> u32 {
+    let hidden = guard::run("dlsym", || {
+        table::find(name.to_bytes(), version.map(CStr::to_bytes))
+            .is_some_and(|e| e.real::<usize>().is_none())
+    });
+    if hidden != Some(true) {
+        return 0;
+    }
+    let mut missing = name.to_bytes().to_vec();
+    missing.extend_from_slice(b"@sigmatrace-not-loaded\0");
+    if let Ok(m) = CStr::from_bytes_with_nul(&missing) {
+        // SAFETY: pseudo-handle lookup of a name that does not exist (sets dlerror).
+        unsafe { dl::dlsym(libc::RTLD_DEFAULT, m) };
+    }
+    // SAFETY: per contract.
+    unsafe { *out = std::ptr::null_mut() };
+    1
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -213,6 +213,12 @@ fn start_preparer(writer: LogWriter, ahead: u32) {
     }
 }
 
+/// The process's log writer (creating the log if needed), for components that write from
+/// their own threads (e.g. a queue poller: `writer.thread_writer(tid)`).
+pub fn process_writer() -> Option<LogWriter> {
+    process().map(|p| p.writer.clone())
+}
+
 /// Path of this process's log, if it exists yet.
 pub fn log_path() -> Option<PathBuf> {
     let p = PROCESS.load(Ordering::Acquire);
