@@ -333,7 +333,7 @@ fn devx_cmd(
 /// Devx construction: rings and doorbell records on one umem, UAR, CREATE_CQ, CREATE_QP,
 /// RST2INIT.
 fn create_devx(dev: &Device, depth: u32) -> Result<NewQp, QueueError> {
-    let ctx = dev.ctx as *mut dv::ibv_context;
+    let ctx = dev.ctx;
     // SAFETY: all calls get a live context/PD and buffers that outlive them; every object
     // created here is kept in DevxParts for the process lifetime.
     unsafe {

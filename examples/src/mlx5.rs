@@ -447,11 +447,8 @@ impl DirectQp {
         let Ok(mut ci) = self.cq_ci.try_lock() else {
             return self.check_failed();
         };
-        loop {
-            // SAFETY: the CQ ring is live; only the holder of `cq_ci` consumes it.
-            let Some(c) = (unsafe { read_cqe(&self.cq, *ci) }) else {
-                break;
-            };
+        // SAFETY: the CQ ring is live; only the holder of `cq_ci` consumes it.
+        while let Some(c) = unsafe { read_cqe(&self.cq, *ci) } {
             *ci += 1;
             // SAFETY: CQ doorbell record, word 0 = consumer index.
             unsafe {

@@ -118,7 +118,7 @@ fn parse_args() -> Result<Args, String> {
     {
         return Err("need --ranks N (>= 2), --rank R (< N), --rendezvous DIR and --out DIR".into());
     }
-    if a.vertices == 0 || a.vertices % a.ranks != 0 || a.span == 0 || a.threads == 0 {
+    if a.vertices == 0 || !a.vertices.is_multiple_of(a.ranks) || a.span == 0 || a.threads == 0 {
         return Err(
             "--vertices must be a positive multiple of --ranks; --span, --threads > 0".into(),
         );

@@ -121,7 +121,12 @@ fn parse_args() -> Result<Args, String> {
     {
         return Err("need --ranks N (>= 2), --rank R (< N), --rendezvous DIR and --out DIR".into());
     }
-    if a.hidden == 0 || a.hidden % 8 != 0 || a.tokens == 0 || a.topk == 0 || a.threads == 0 {
+    if a.hidden == 0
+        || !a.hidden.is_multiple_of(8)
+        || a.tokens == 0
+        || a.topk == 0
+        || a.threads == 0
+    {
         return Err(
             "--hidden must be a positive multiple of 8; --tokens, --topk, --threads > 0".into(),
         );
@@ -267,7 +272,7 @@ impl Rank<'_> {
             .collect();
         let mut last = None;
         for (k, w) in mine.iter().enumerate() {
-            let signal = (k as u32 + 1) % self.a.signal_every == 0 || k + 1 == mine.len();
+            let signal = (k as u32 + 1).is_multiple_of(self.a.signal_every) || k + 1 == mine.len();
             last = Some(link.poster.post(w, signal)?);
         }
         if let Some(i) = last {

@@ -1,0 +1,137 @@
+//! Helpers for the workload tests: artifact lookup, multi-rank runs under softnic-run with a
+//! timeout, ground-truth and bookkeeping readers.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sigmatrace_examples::cluster::Bookkeeping;
+
+/// `target/<profile>/` of the running test binary (`target/<profile>/deps/<test>`).
+pub fn build_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps")
+        .to_path_buf()
+}
+
+/// A built artifact of the workspace (`cargo build --workspace` runs before the tests in CI).
+pub fn artifact(name: &str) -> PathBuf {
+    let p = build_dir().join(name);
+    assert!(
+        p.exists(),
+        "{} missing: run `cargo build --workspace` first",
+        p.display()
+    );
+    p
+}
+
+/// What a multi-rank run left behind.
+pub struct Run {
+    pub dir: tempfile::TempDir,
+    pub out: PathBuf,
+    pub logs: Vec<String>,
+}
+
+impl Run {
+    pub fn truth(&self, name: &str) -> serde_json::Value {
+        let p = self.out.join(name);
+        let s = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        serde_json::from_str(&s).expect("truth JSON")
+    }
+
+    pub fn books(&self, ranks: u32) -> Vec<Bookkeeping> {
+        (0..ranks)
+            .map(|r| {
+                let p = self.out.join(format!("wqes.{r}.json"));
+                let s =
+                    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+                serde_json::from_str(&s).expect("bookkeeping JSON")
+            })
+            .collect()
+    }
+}
+
+/// Runs `workload` on `ranks` simulated nodes (rank r on node r+1), each under softnic-run,
+/// with `args` after the common ones and `env` added. Panics (with every rank's output) if a
+/// rank fails or the run exceeds `limit`.
+pub fn run_ranks(
+    workload: &str,
+    mode: &str,
+    ranks: u32,
+    args: &[&str],
+    env: &[(&str, String)],
+    limit: Duration,
+) -> Run {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out");
+    let runner = artifact("softnic-run");
+    let bin = artifact(workload);
+    let mut kids: Vec<(Child, PathBuf)> = Vec::new();
+    for r in 0..ranks {
+        let log = dir.path().join(format!("rank{r}.log"));
+        let f = std::fs::File::create(&log).expect("log file");
+        let mut c = Command::new(&runner);
+        c.arg("--node")
+            .arg((r + 1).to_string())
+            .arg("--fabric")
+            .arg(dir.path().join("fabric"))
+            .arg("--")
+            .arg(&bin)
+            .args(["--rank", &r.to_string(), "--ranks", &ranks.to_string()])
+            .arg("--rendezvous")
+            .arg(dir.path().join("rendezvous"))
+            .arg("--out")
+            .arg(&out)
+            .args(["--mode", mode])
+            .args(args)
+            .env("RANK", r.to_string())
+            .env("WORLD_SIZE", ranks.to_string())
+            .stdin(Stdio::null())
+            .stdout(f.try_clone().expect("dup"))
+            .stderr(f);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        kids.push((c.spawn().expect("spawn softnic-run"), log));
+    }
+    let start = Instant::now();
+    let mut codes = vec![None; kids.len()];
+    let mut timed_out = false;
+    while codes.iter().any(|c| c.is_none()) {
+        for (i, (k, _)) in kids.iter_mut().enumerate() {
+            if codes[i].is_none() {
+                if let Ok(Some(st)) = k.try_wait() {
+                    codes[i] = Some(st.code().unwrap_or(-1));
+                }
+            }
+        }
+        if start.elapsed() > limit {
+            timed_out = true;
+            for (i, (k, _)) in kids.iter_mut().enumerate() {
+                if codes[i].is_none() {
+                    let _ = k.kill();
+                    let _ = k.wait();
+                    codes[i] = Some(-9);
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let logs: Vec<String> = kids
+        .iter()
+        .map(|(_, l)| std::fs::read_to_string(l).unwrap_or_default())
+        .collect();
+    if timed_out || codes.iter().any(|&c| c != Some(0)) {
+        let mut msg =
+            format!("{workload} --mode {mode}: exit codes {codes:?} (timed out: {timed_out})\n");
+        for (r, l) in logs.iter().enumerate() {
+            msg.push_str(&format!("--- rank {r}\n{l}\n"));
+        }
+        panic!("{msg}");
+    }
+    Run { dir, out, logs }
+}
