@@ -585,6 +585,7 @@ pub fn engine_thread(g: &'static Global) {
     short_slice();
     let word = g.proc.word();
     let mut last_work = Instant::now();
+    let mut idle_since = last_work;
     let spin = Duration::from_micros(
         std::env::var("SOFTNIC_SPIN_US")
             .ok()
@@ -610,6 +611,7 @@ pub fn engine_thread(g: &'static Global) {
         }
         if did {
             last_work = Instant::now();
+            idle_since = last_work;
             continue;
         }
         // While the application busy-polls its CQs it drives progress itself: do not compete
@@ -641,8 +643,13 @@ pub fn engine_thread(g: &'static Global) {
             let t = if pending {
                 50_000
             } else if g.has_dv.load(Ordering::Relaxed) {
-                // Doorbell records are plain memory: poll them.
-                100_000
+                // Doorbell records are plain memory: poll them, every 100 us while direct
+                // posting is active, backing off to 2 ms after 20 ms of silence.
+                if idle_since.elapsed() < Duration::from_millis(20) {
+                    100_000
+                } else {
+                    2_000_000
+                }
             } else if app_polling {
                 200_000
             } else {
