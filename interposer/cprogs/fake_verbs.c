@@ -7,7 +7,7 @@
  * as the interposer would after ibv_open_device. Needs no device and no softnic; the
  * interposer's integration tests assert the log it leaves against the scenario below.
  *
- * usage: fake_verbs basic | threads N K | fork K | exec K | post K | dlsym
+ * usage: fake_verbs basic | threads N K | fork K | exec K | post K | killed K | dlsym
  * Prints the provider's own counters; identical traced and untraced.
  */
 #define _GNU_SOURCE
@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -543,10 +544,14 @@ int main(int argc, char **argv)
 		execl("/proc/self/exe", argv[0], "post", n, (char *)NULL);
 		perror("exec");
 		return 4;
+	} else if (!strcmp(mode, "killed")) {
+		post_fresh(a);
+		fflush(stdout);
+		raise(SIGKILL);
 	} else if (!strcmp(mode, "dlsym")) {
 		dlsym_check();
 	} else {
-		fprintf(stderr, "usage: fake_verbs basic | threads N K | fork K | exec K | post K | dlsym\n");
+		fprintf(stderr, "usage: fake_verbs basic | threads N K | fork K | exec K | post K | killed K | dlsym\n");
 		return 2;
 	}
 	printf("provider: sends=%ld recvs=%ld srq_recvs=%ld polls=%ld completions=%ld\n", prov.sends, prov.recvs,

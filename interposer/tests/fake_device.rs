@@ -295,6 +295,22 @@ fn exec_starts_a_second_log_for_the_same_pid() {
 }
 
 #[test]
+fn a_process_killed_by_a_signal_leaves_every_committed_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Cmd::new(&fake(&["killed", "3000"]))
+        .traced(dir.path())
+        .run(LIMIT);
+    assert_eq!(out.code, None, "killed by SIGKILL: {out:?}");
+    let t = only_log(dir.path());
+    assert!(t.clean, "nothing torn");
+    assert_eq!(
+        t.sends().iter().map(|s| s.wr_id).collect::<Vec<_>>(),
+        (0..3000).collect::<Vec<u64>>()
+    );
+    assert_eq!(t.wcs().len(), 3000);
+}
+
+#[test]
 fn a_panic_inside_a_hook_disables_tracing_with_one_line_and_changes_nothing_else() {
     let dir = tempfile::tempdir().unwrap();
     let plain = Cmd::new(&fake(&["basic"])).run(LIMIT);
