@@ -214,8 +214,8 @@ pub fn lower_hull(mut pts: Vec<(i64, i64)>) -> Vec<(i64, i64)> {
     for p in pts {
         while h.len() >= 2 {
             let (o, a) = (h[h.len() - 2], h[h.len() - 1]);
-            let cross = (a.0 - o.0) as i128 * (p.1 - o.1) as i128
-                - (a.1 - o.1) as i128 * (p.0 - o.0) as i128;
+            let d = |u: i64, v: i64| u as i128 - v as i128;
+            let cross = d(a.0, o.0) * d(p.1, o.1) - d(a.1, o.1) * d(p.0, o.0);
             if cross <= 0 {
                 h.pop();
             } else {

@@ -11,6 +11,9 @@
 use sigmatrace_schemas::clock::TimestampSource;
 use sigmatrace_schemas::records::{ClockSnapshot, GpuClockPair};
 
+/// Largest output time (keeps all arithmetic on times inside i64).
+pub const MAX_TIME: i64 = 1 << 62;
+
 /// `out = out0 + (x − x0) · slope`, in integer nanoseconds.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LinearMap {
@@ -26,10 +29,15 @@ impl LinearMap {
         slope: 1.0,
     };
 
+    /// Maps `x`. Results are clamped to [0, 2^62] so that differences and sums of mapped
+    /// times never overflow, whatever a damaged log contains.
     #[inline]
     pub fn map(&self, x: u64) -> i64 {
         let v = x.wrapping_sub(self.x0) as i64 as f64 * self.slope;
-        self.out0 + (if v >= 0.0 { v + 0.5 } else { v - 0.5 }) as i64
+        let r = self
+            .out0
+            .saturating_add((if v >= 0.0 { v + 0.5 } else { v - 0.5 }) as i64);
+        r.clamp(0, MAX_TIME)
     }
 
     /// The smallest x with `map(x) >= out` (for increasing maps).
@@ -37,13 +45,22 @@ impl LinearMap {
         if self.slope <= 0.0 {
             return u64::MAX;
         }
-        let dx = ((out - self.out0) as f64 / self.slope).floor() as i64;
+        let dx = (out.wrapping_sub(self.out0) as f64 / self.slope).floor() as i64;
         let mut x = self.x0.wrapping_add(dx as u64);
-        while self.map(x) >= out {
-            x = x.wrapping_sub(1);
+        // Rounding leaves x within a step or two; bounded so odd maps cannot loop.
+        for _ in 0..64 {
+            if self.map(x) >= out && x > 0 {
+                x -= 1;
+            } else {
+                break;
+            }
         }
-        while self.map(x) < out {
-            x = x.wrapping_add(1);
+        for _ in 0..64 {
+            if self.map(x) < out && x < u64::MAX {
+                x += 1;
+            } else {
+                break;
+            }
         }
         x
     }
@@ -51,10 +68,10 @@ impl LinearMap {
     /// Composes `self` after a shift: `out + offset + rate · (out − at)`.
     pub fn then_correct(&self, offset_ns: f64, rate: f64, at: i64) -> LinearMap {
         // Keep absolute times (~1.7e18 ns) out of f64: only the correction is fractional.
-        let delta = offset_ns + rate * (self.out0 - at) as f64;
+        let delta = offset_ns + rate * self.out0.wrapping_sub(at) as f64;
         LinearMap {
             x0: self.x0,
-            out0: self.out0 + delta.round() as i64,
+            out0: self.out0.saturating_add(delta.round() as i64),
             slope: self.slope * (1.0 + rate),
         }
     }
@@ -78,27 +95,28 @@ fn fit(points: &[(u64, i64)], default_slope: f64) -> (LinearMap, f64) {
     let (mut sx, mut sy, mut sxx, mut sxy) = (0.0, 0.0, 0.0, 0.0);
     for &(x, y) in points {
         let dx = x.wrapping_sub(x0) as i64 as f64;
-        let dy = (y - y0) as f64;
+        let dy = y.wrapping_sub(y0) as f64;
         sx += dx;
         sy += dy;
         sxx += dx * dx;
         sxy += dx * dy;
     }
     let den = n * sxx - sx * sx;
-    let (slope, icpt) = if den.abs() < 1e-9 {
+    let slope = (n * sxy - sx * sy) / den;
+    // Degenerate or nonsensical fits (damaged snapshots) fall back to the nominal rate.
+    let (slope, icpt) = if den.abs() < 1e-9 || !slope.is_finite() || slope <= 0.0 {
         (default_slope, sy / n - default_slope * sx / n)
     } else {
-        let slope = (n * sxy - sx * sy) / den;
         (slope, (sy - slope * sx) / n)
     };
     let map = LinearMap {
         x0,
-        out0: y0 + icpt.round() as i64,
+        out0: y0.saturating_add(icpt.round() as i64),
         slope,
     };
     let resid = points
         .iter()
-        .map(|&(x, y)| (map.map(x) - y).abs() as f64)
+        .map(|&(x, y)| map.map(x).wrapping_sub(y).unsigned_abs() as f64)
         .fold(0.0, f64::max);
     (map, resid)
 }
@@ -165,7 +183,7 @@ impl ProcessClock {
         let base = if usable(start) { start } else { &snaps[0] };
         ProcessClock {
             to_monotonic,
-            realtime_offset: base.realtime as i64 - base.monotonic as i64,
+            realtime_offset: (base.realtime as i64).wrapping_sub(base.monotonic as i64),
             fit_residual_ns: resid,
             snapshots: pts.len(),
         }
@@ -174,7 +192,7 @@ impl ProcessClock {
     /// ts → host REALTIME using `rt_offset` (the host's REALTIME − MONOTONIC).
     pub fn to_realtime(&self, rt_offset: i64) -> LinearMap {
         LinearMap {
-            out0: self.to_monotonic.out0 + rt_offset,
+            out0: self.to_monotonic.out0.saturating_add(rt_offset),
             ..self.to_monotonic
         }
     }

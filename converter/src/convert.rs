@@ -336,9 +336,12 @@ fn run(
         .min()
         .unwrap_or(0)
         .max(0);
-    let window = opts
-        .window_s
-        .map(|(a, b)| (t_start + (a * 1e9) as i64, t_start + (b * 1e9) as i64));
+    let window = opts.window_s.map(|(a, b)| {
+        (
+            t_start.saturating_add((a * 1e9) as i64),
+            t_start.saturating_add((b * 1e9) as i64),
+        )
+    });
     let flow_ranges = window.map(|(a, b)| {
         let mut m = std::collections::HashMap::new();
         align::join(&inputs, &topo, |pr| {

@@ -22,6 +22,7 @@ pub mod perfetto;
 pub mod progress;
 pub mod scan;
 pub mod stats;
+pub mod stats_gpu;
 pub mod synth;
 pub mod topology;
 pub mod verbs;

@@ -44,6 +44,9 @@ pub enum ModelEvent<'a> {
 /// Receives model events of one process.
 pub trait Observer {
     fn observe(&mut self, p: &Process, ev: &ModelEvent<'_>);
+    /// Raw records for report sections that need more than model events, at output time `t`:
+    /// `WqeObserved`, `ObserveOverrun` and atomic `PostSend`s (see `stats_gpu`).
+    fn record(&mut self, _p: &Process, _t: i64, _rec: &Record<'_>) {}
 }
 
 /// Options of the model pass.
@@ -204,6 +207,11 @@ impl<'a> ProcessModel<'a> {
             let t = self.p.time(ts);
             self.last_t = self.last_t.max(t);
             let Ok(rec) = r.decode() else { continue };
+            if matches!(rec, Record::WqeObserved(_) | Record::ObserveOverrun(_))
+                || matches!(rec, Record::PostSend(ps) if ps.opcode == verbs::wr::ATOMIC_FETCH_AND_ADD || ps.opcode == verbs::wr::ATOMIC_CMP_AND_SWP)
+            {
+                obs.record(self.p, t, &rec);
+            }
             match rec {
                 Record::PostSend(ps) => self.post_send(sink, t, ps),
                 Record::PostRecv(pr) => self.post_recv(sink, t, pr.wr_id, pr.qpn, pr.srq, pr.bytes),

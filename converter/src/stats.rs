@@ -30,6 +30,9 @@ pub trait Section: Send + Sync {
     fn fresh(&self, topo: &Topology) -> Box<dyn Section>;
     /// Observes one model event of process `p`.
     fn observe(&mut self, _p: &Process, _ev: &ModelEvent<'_>) {}
+    /// Observes a raw record of process `p` at output time `t` (ns), in time order. Only the
+    /// kinds [`crate::model::Observer::record`] lists reach sections.
+    fn record(&mut self, _p: &Process, _t: i64, _rec: &sigmatrace_schemas::records::Record<'_>) {}
     /// Adds another instance's observations (same type).
     fn merge(&mut self, other: Box<dyn Section>);
     /// Human-readable table(s).
@@ -46,6 +49,8 @@ pub fn default_sections() -> Vec<Box<dyn Section>> {
         Box::new(AlignmentSection),
         Box::new(Traffic::default()),
         Box::new(QpTable::default()),
+        Box::new(crate::stats_gpu::Barriers::default()),
+        Box::new(crate::stats_gpu::TrafficSkew::default()),
     ]
 }
 
@@ -56,6 +61,11 @@ impl Observer for SectionSet {
     fn observe(&mut self, p: &Process, ev: &ModelEvent<'_>) {
         for s in &mut self.0 {
             s.observe(p, ev);
+        }
+    }
+    fn record(&mut self, p: &Process, t: i64, rec: &sigmatrace_schemas::records::Record<'_>) {
+        for s in &mut self.0 {
+            s.record(p, t, rec);
         }
     }
 }
