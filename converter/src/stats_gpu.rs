@@ -44,7 +44,10 @@ mod mlx5 {
 }
 
 fn is_mlx5_atomic(op: u8) -> bool {
-    matches!(op, mlx5::ATOMIC_CS | mlx5::ATOMIC_FA | mlx5::MASKED_CS | mlx5::MASKED_FA)
+    matches!(
+        op,
+        mlx5::ATOMIC_CS | mlx5::ATOMIC_FA | mlx5::MASKED_CS | mlx5::MASKED_FA
+    )
 }
 
 fn is_verbs_atomic(op: u8) -> bool {
@@ -153,8 +156,12 @@ impl Section for Barriers {
     }
     fn record(&mut self, p: &Process, t: i64, rec: &Record<'_>) {
         let (qpn, raddr, rkey, observed) = match *rec {
-            Record::WqeObserved(w) if is_mlx5_atomic(w.opcode) => (w.qpn, w.remote_addr, w.rkey, true),
-            Record::PostSend(ps) if is_verbs_atomic(ps.opcode) => (ps.qpn, ps.remote_addr, ps.rkey, false),
+            Record::WqeObserved(w) if is_mlx5_atomic(w.opcode) => {
+                (w.qpn, w.remote_addr, w.rkey, true)
+            }
+            Record::PostSend(ps) if is_verbs_atomic(ps.opcode) => {
+                (ps.qpn, ps.remote_addr, ps.rkey, false)
+            }
             _ => return,
         };
         self.atomics.push(Atomic {
@@ -175,12 +182,22 @@ impl Section for Barriers {
     fn text(&self, ctx: &ReportCtx<'_>, out: &mut String) {
         let rounds = self.rounds();
         let label = |p: usize| ctx.topo.procs[p].label();
-        let _ = writeln!(out, "== Barriers (rounds of remote atomics on a shared word; arrival = atomic first seen)");
+        let _ = writeln!(
+            out,
+            "== Barriers (rounds of remote atomics on a shared word; arrival = atomic first seen)"
+        );
         if rounds.is_empty() {
-            let _ = writeln!(out, "no barrier rounds (no shared atomic target hit by two or more processes)\n");
+            let _ = writeln!(
+                out,
+                "no barrier rounds (no shared atomic target hit by two or more processes)\n"
+            );
             return;
         }
-        let _ = writeln!(out, "{:>6} {:<34} {:>8} {:>14} {:<12}", "round", "target", "arrived", "spread us", "slowest");
+        let _ = writeln!(
+            out,
+            "{:>6} {:<34} {:>8} {:>14} {:<12}",
+            "round", "target", "arrived", "spread us", "slowest"
+        );
         for (i, r) in rounds.iter().enumerate() {
             let target = format!(
                 "{} {:#x} rkey {:#x}",
@@ -199,12 +216,21 @@ impl Section for Barriers {
             );
         }
         let (mean, max) = spread_summary(&rounds);
-        let _ = writeln!(out, "{} rounds; spread mean {:.3} us, max {:.3} us", rounds.len(), mean / 1e3, max as f64 / 1e3);
+        let _ = writeln!(
+            out,
+            "{} rounds; spread mean {:.3} us, max {:.3} us",
+            rounds.len(),
+            mean / 1e3,
+            max as f64 / 1e3
+        );
         let mut counts: BTreeMap<usize, usize> = BTreeMap::new();
         for r in &rounds {
             *counts.entry(r.slowest).or_default() += 1;
         }
-        let list: Vec<String> = counts.iter().map(|(p, n)| format!("{} {n}", label(*p))).collect();
+        let list: Vec<String> = counts
+            .iter()
+            .map(|(p, n)| format!("{} {n}", label(*p)))
+            .collect();
         let _ = writeln!(out, "slowest arrival per process: {}\n", list.join(", "));
     }
     fn json(&self, ctx: &ReportCtx<'_>) -> Value {
@@ -280,7 +306,11 @@ pub struct Skew {
 
 fn ratio(v: &[f64]) -> (f64, f64, f64) {
     let max = v.iter().copied().fold(0.0, f64::max);
-    let mean = if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 };
+    let mean = if v.is_empty() {
+        0.0
+    } else {
+        v.iter().sum::<f64>() / v.len() as f64
+    };
     (if mean > 0.0 { max / mean } else { 0.0 }, max, mean)
 }
 
@@ -325,7 +355,11 @@ pub fn nodes(topo: &Topology) -> (Vec<usize>, Vec<String>) {
         let k = if split { key(p) } else { (p.host, 0) };
         let id = *ids.entry(k).or_insert_with(|| {
             let host = &topo.hosts[p.host].name;
-            labels.push(if split { format!("{host} node {:x}", k.1) } else { host.clone() });
+            labels.push(if split {
+                format!("{host} node {:x}", k.1)
+            } else {
+                host.clone()
+            });
             labels.len() - 1
         });
         of.push(id);
@@ -402,23 +436,50 @@ impl Section for TrafficSkew {
         Box::new(TrafficSkew::default())
     }
     fn observe(&mut self, p: &Process, ev: &ModelEvent<'_>) {
-        if let ModelEvent::WrDone { qp, opcode, bytes, status: 0, .. } = *ev {
+        if let ModelEvent::WrDone {
+            qp,
+            opcode,
+            bytes,
+            status: 0,
+            ..
+        } = *ev
+        {
             let write = matches!(
                 opcode,
-                verbs::wr::RDMA_WRITE | verbs::wr::RDMA_WRITE_WITH_IMM | verbs::wr::SEND | verbs::wr::SEND_WITH_IMM | verbs::wr::SEND_WITH_INV
+                verbs::wr::RDMA_WRITE
+                    | verbs::wr::RDMA_WRITE_WITH_IMM
+                    | verbs::wr::SEND
+                    | verbs::wr::SEND_WITH_IMM
+                    | verbs::wr::SEND_WITH_INV
             );
             let e = self.entry(p, qp.qpn);
-            classify(&mut e.posted, bytes as u64, opcode == verbs::wr::RDMA_READ, write, is_verbs_atomic(opcode));
+            classify(
+                &mut e.posted,
+                bytes as u64,
+                opcode == verbs::wr::RDMA_READ,
+                write,
+                is_verbs_atomic(opcode),
+            );
         }
     }
     fn record(&mut self, p: &Process, _t: i64, rec: &Record<'_>) {
         if let Record::WqeObserved(w) = *rec {
             let write = matches!(
                 w.opcode,
-                mlx5::RDMA_WRITE | mlx5::RDMA_WRITE_IMM | mlx5::SEND | mlx5::SEND_IMM | mlx5::SEND_INVAL
+                mlx5::RDMA_WRITE
+                    | mlx5::RDMA_WRITE_IMM
+                    | mlx5::SEND
+                    | mlx5::SEND_IMM
+                    | mlx5::SEND_INVAL
             );
             let e = self.entry(p, w.qpn);
-            classify(&mut e.obs, w.bytes as u64, w.opcode == mlx5::RDMA_READ, write, is_mlx5_atomic(w.opcode));
+            classify(
+                &mut e.obs,
+                w.bytes as u64,
+                w.opcode == mlx5::RDMA_READ,
+                write,
+                is_mlx5_atomic(w.opcode),
+            );
         }
     }
     fn merge(&mut self, other: Box<dyn Section>) {
@@ -443,7 +504,11 @@ impl Section for TrafficSkew {
             s.link, s.link_max, s.link_mean, s.node_in, s.node_out
         );
         let r = skew(&m, n);
-        let _ = writeln!(out, "process skew: links {:.4}, bytes in {:.4}, bytes out {:.4}\n", r.link, r.node_in, r.node_out);
+        let _ = writeln!(
+            out,
+            "process skew: links {:.4}, bytes in {:.4}, bytes out {:.4}\n",
+            r.link, r.node_in, r.node_out
+        );
     }
     fn json(&self, ctx: &ReportCtx<'_>) -> Value {
         let n = ctx.topo.procs.len();
@@ -451,7 +516,9 @@ impl Section for TrafficSkew {
         let (node_of, labels) = nodes(ctx.topo);
         let k = labels.len();
         let nm = Self::by_node(&m, &node_of, k);
-        let rows = |m: &[u64], n: usize| -> Vec<Vec<u64>> { (0..n).map(|i| m[i * n..(i + 1) * n].to_vec()).collect() };
+        let rows = |m: &[u64], n: usize| -> Vec<Vec<u64>> {
+            (0..n).map(|i| m[i * n..(i + 1) * n].to_vec()).collect()
+        };
         json!({
             "ranks": ctx.topo.procs.iter().map(|p| p.label()).collect::<Vec<_>>(),
             "nodes": labels,
