@@ -624,7 +624,9 @@ pub fn engine_thread(g: &'static Global) {
                 .any(|s| s != 0 && now.wrapping_sub(s) < 10_000_000)
         };
         n = n.wrapping_add(1);
-        if n.is_multiple_of(16) {
+        if n.is_multiple_of(16) && !dv_busy {
+            // (a program busy-polling its CQE ring would keep the CPU for a whole time
+            // slice after a yield: do not yield while its WQEs are in flight)
             std::thread::yield_now();
         } else {
             std::hint::spin_loop();
