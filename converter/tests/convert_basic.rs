@@ -192,7 +192,7 @@ fn time_window_filters_events_and_keeps_flows_paired() {
     let rep = convert_with_report(&[dir.path().to_owned()], &out, &o).unwrap();
     assert_eq!(rep.summary.processes, 2);
     assert_eq!(rep.summary.totals.flows_out, 2 * 2000);
-    common::validate(&out, &["flows=1"]);    // Host filter: node1 holds ranks 2 and 3.
+    common::validate(&out, &["flows=1"]); // Host filter: node1 holds ranks 2 and 3.
     let o = ConvertOptions {
         hosts: Some(vec!["node1".into()]),
         ..opts(Detail::Compact)
