@@ -590,7 +590,7 @@ pub fn engine_thread(g: &'static Global) {
         std::env::var("SOFTNIC_SPIN_US")
             .ok()
             .and_then(|s| s.parse().ok())
-            .unwrap_or(50),
+            .unwrap_or(500),
     );
     let mut n: u32 = 0;
     loop {
@@ -625,8 +625,8 @@ pub fn engine_thread(g: &'static Global) {
         };
         n = n.wrapping_add(1);
         if n.is_multiple_of(16) && !dv_busy {
-            // (a program busy-polling its CQE ring would keep the CPU for a whole time
-            // slice after a yield: do not yield while its WQEs are in flight)
+            // (a program busy-polling its CQE ring keeps the CPU for a whole time slice after
+            // a yield: do not yield while its WQEs are in flight)
             std::thread::yield_now();
         } else {
             std::hint::spin_loop();
