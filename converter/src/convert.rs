@@ -239,6 +239,13 @@ fn load(paths: &[PathBuf], opts: &ConvertOptions) -> Result<Loaded, ConvertError
                 issue.what
             ));
         }
+        if s.overrun > 0 {
+            warnings.push(format!(
+                "{}: {} queue entries were overwritten before the observer saw them",
+                i.path.display(),
+                s.overrun
+            ));
+        }
         if s.dropped > 0 {
             warnings.push(format!(
                 "{}: the tracer dropped {} events",

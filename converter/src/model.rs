@@ -83,6 +83,7 @@ struct OpenWr {
     bytes: u32,
     lane: Option<u16>,
     inferred_lane: Option<u16>,
+    signaled: bool,
 }
 
 struct OpenRecv {
@@ -360,6 +361,7 @@ impl<'a> ProcessModel<'a> {
             bytes: ps.bytes,
             lane,
             inferred_lane,
+            signaled: ps.hdr.aux & verbs::SEND_SIGNALED != 0,
         });
         st.inflight_bytes += ps.bytes as i64;
         if drawn {
@@ -488,7 +490,18 @@ impl<'a> ProcessModel<'a> {
         wc: &sigmatrace_schemas::records::WorkCompletion,
     ) {
         let q = &self.p.qps[qi];
-        let Some(pos) = self.qps[qi].send.iter().position(|w| w.wr_id == wc.wr_id) else {
+        // The completed WR is the first *signaled* WR with this wr_id (programs often reuse
+        // one wr_id for every WR); errors and QPs with sq_sig_all can complete any WR, so fall
+        // back to the first WR with this wr_id.
+        let queue = &self.qps[qi].send;
+        let first_signaled = || queue.iter().position(|w| w.wr_id == wc.wr_id && w.signaled);
+        let first_any = || queue.iter().position(|w| w.wr_id == wc.wr_id);
+        let found = if wc.status == 0 {
+            first_signaled().or_else(first_any)
+        } else {
+            first_any()
+        };
+        let Some(pos) = found else {
             self.totals.orphan_completions += 1;
             return;
         };

@@ -69,6 +69,8 @@ pub struct Scenario {
     pub fail: Option<(usize, u8, u64)>,
     /// Connect with a GRH (link-local GID embedding the peer's GUID); else LID only.
     pub global_routes: bool,
+    /// Post every send WR with wr_id 0 (as perftest does) instead of its index.
+    pub constant_wr_id: bool,
 }
 
 impl Scenario {
@@ -103,6 +105,7 @@ impl Scenario {
             threads: 2,
             fail: None,
             global_routes: true,
+            constant_wr_id: false,
         }
     }
 }
@@ -533,7 +536,7 @@ pub fn write(dir: &Path, sc: &Scenario) -> Result<Truth, WriteError> {
                             0
                         }),
                         ts,
-                        wr_id: k,
+                        wr_id: if sc.constant_wr_id { 0 } else { k },
                         remote_addr: 0x5500_0000 + (k % 64) * bytes as u64,
                         qpn: d.qpn_src,
                         bytes,
@@ -571,7 +574,7 @@ pub fn write(dir: &Path, sc: &Scenario) -> Result<Truth, WriteError> {
                     poll.append(&WorkCompletion {
                         hdr: RecordHeader::of::<WorkCompletion>(0),
                         ts,
-                        wr_id: k,
+                        wr_id: if sc.constant_wr_id { 0 } else { k },
                         cq: 0xc000,
                         qpn: d.qpn_src,
                         byte_len: d.bytes_of(k),

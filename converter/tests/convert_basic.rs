@@ -203,3 +203,28 @@ fn time_window_filters_events_and_keeps_flows_paired() {
     assert_eq!(rep.summary.hosts, 1);
     common::validate(&out, &["flows=1"]);
 }
+
+/// perftest-style posting: every WR has wr_id 0 and one in four is signaled. Each completion
+/// must retire exactly the WRs up to the signaled one, not just the oldest WR.
+#[test]
+fn reused_wr_ids_with_selective_signalling() {
+    let mut sc = Scenario::ring(2, 1, Pattern::Write { signal_every: 4 }, 400);
+    sc.constant_wr_id = true;
+    let (dir, truth) = common::generate(&sc);
+    let out = dir.path().join("perftest.perfetto-trace");
+    let rep = convert_with_report(&[dir.path().to_owned()], &out, &opts(Detail::Normal)).unwrap();
+    let s = &rep.summary;
+    assert_eq!(s.totals.wr_completed, truth.send_wrs);
+    assert_eq!(s.totals.incomplete_wrs, 0);
+    assert_eq!(s.totals.orphan_completions, 0);
+    let q = rep.section::<QpTable>().unwrap();
+    for r in &q.rows {
+        // Post → completion of the signaled WR ≤ 4 message intervals + latencies.
+        assert!(
+            r.max_ns < 4 * sc.interval_ns + 2 * sc.latency_ns.1 + 1000,
+            "{}",
+            r.max_ns
+        );
+    }
+    common::validate(&out, &["slices=1"]);
+}
