@@ -108,6 +108,11 @@ impl Cluster {
         loopback: bool,
     ) -> Result<Cluster, ClusterError> {
         let dev = Device::open()?;
+        if let Some(o) = crate::selfobs::get() {
+            // SAFETY: the context is open; its device pointer stays valid while it is.
+            let guid = u64::from_be(unsafe { ibv_get_device_guid((*dev.ctx).device) });
+            o.device_open(dev.ctx as u64, guid, &dev.name);
+        }
         let mut pending: Vec<Option<dv::NewQp>> = Vec::new();
         for p in 0..ranks {
             pending.push(if p != rank || loopback {

@@ -19,7 +19,10 @@ use std::time::Instant;
 use crate::mlx5::{self, Backoff, CqRing, DirectError, DirectQp, PostedWqe, SendRing, WqeOp};
 use crate::mlx5dv::ffi as dv;
 use crate::prm;
+use crate::selfobs;
 use crate::verbs::{ffi::*, Device, PortAddress, VerbsError};
+use sigmatrace_observe::discover::{InitObjCq, InitObjQp, UarInfo};
+use sigmatrace_schemas::records::{QpModify, RecordHeader};
 
 /// How queues are built and posted to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -194,6 +197,9 @@ fn create_verbs_qp(dev: &Device, depth: u32) -> Result<(*mut ibv_qp, *mut ibv_cq
         if qp.is_null() {
             return Err(os_err("ibv_create_qp"));
         }
+        if let Some(o) = selfobs::get() {
+            o.qp_create(qp as u64, dev.ctx as u64, (*qp).qp_num, 0, depth);
+        }
         Ok((qp, cq))
     }
 }
@@ -221,6 +227,7 @@ fn connect_verbs(
         if rc != 0 {
             return Err(rc_err("ibv_modify_qp(INIT)", rc));
         }
+        record_modify(qp, &a, m);
         let mut a: ibv_qp_attr = std::mem::zeroed();
         a.qp_state = IBV_QPS_RTR;
         a.path_mtu = IBV_MTU_1024;
@@ -245,6 +252,7 @@ fn connect_verbs(
         if rc != 0 {
             return Err(rc_err("ibv_modify_qp(RTR)", rc));
         }
+        record_modify(qp, &a, m);
         let mut a: ibv_qp_attr = std::mem::zeroed();
         a.qp_state = IBV_QPS_RTS;
         a.timeout = 14;
@@ -261,6 +269,7 @@ fn connect_verbs(
         if rc != 0 {
             return Err(rc_err("ibv_modify_qp(RTS)", rc));
         }
+        record_modify(qp, &a, m);
     }
     Ok(())
 }
@@ -286,6 +295,29 @@ fn init_obj(qp: *mut ibv_qp, cq: *mut ibv_cq) -> Result<(SendRing, CqRing), Queu
                 libc::EINVAL,
             ));
         }
+        if let Some(o) = selfobs::get() {
+            o.on_init_obj(
+                InitObjQp {
+                    qpn: (*qp).qp_num,
+                    qp_type: (*qp).qp_type,
+                    dbrec: dqp.dbrec as u64,
+                    sq_buf: dqp.sq.buf as u64,
+                    sq_wqe_cnt: dqp.sq.wqe_cnt,
+                    sq_stride: dqp.sq.stride,
+                    bf_reg: dqp.bf.reg as u64,
+                    bf_size: dqp.bf.size,
+                    send_cqn: dcq.cqn,
+                },
+                InitObjCq {
+                    cqn: dcq.cqn,
+                    buf: dcq.buf as u64,
+                    dbrec: dcq.dbrec as u64,
+                    cqe_cnt: dcq.cqe_cnt,
+                    cqe_size: dcq.cqe_size,
+                    cq_uar: dcq.cq_uar as u64,
+                },
+            );
+        }
         Ok((
             SendRing {
                 buf: dqp.sq.buf as *mut u8,
@@ -308,7 +340,7 @@ fn devx_cmd(
     call: &'static str,
     input: &[u8; prm::IN_LEN],
     f: impl FnOnce(*const c_void, *mut c_void) -> Result<(), QueueError>,
-) -> Result<prm::Out, QueueError> {
+) -> Result<(prm::Out, [u8; prm::OUT_LEN]), QueueError> {
     let mut out = [0u8; prm::OUT_LEN];
     let r = f(
         input.as_ptr() as *const c_void,
@@ -327,7 +359,7 @@ fn devx_cmd(
         QueueError::Call { err, .. } => QueueError::Call { call, err },
         other => other,
     })?;
-    Ok(o)
+    Ok((o, out))
 }
 
 /// Devx construction: rings and doorbell records on one umem, UAR, CREATE_CQ, CREATE_QP,
@@ -352,6 +384,15 @@ fn create_devx(dev: &Device, depth: u32) -> Result<NewQp, QueueError> {
         if uar.is_null() {
             return Err(os_err("mlx5dv_devx_alloc_uar"));
         }
+        if let Some(o) = selfobs::get() {
+            o.on_alloc_uar(UarInfo {
+                handle: uar as u64,
+                page_id: (*uar).page_id,
+                reg_addr: (*uar).reg_addr as u64,
+                base_addr: (*uar).base_addr as u64,
+                mmap_off: (*uar).mmap_off as u64,
+            });
+        }
         let cqe_cnt = depth;
         let sq_bytes = depth as usize * 64;
         let cq_off = sq_bytes;
@@ -367,6 +408,9 @@ fn create_devx(dev: &Device, depth: u32) -> Result<NewQp, QueueError> {
             return Err(os_err("mlx5dv_devx_umem_reg"));
         }
         let umem_id = (*umem).umem_id;
+        if let Some(o) = selfobs::get() {
+            o.on_umem_reg(umem as u64, umem_id, mem.ptr as u64, mem.len as u64);
+        }
         let mut eqn = 0u32;
         if dv::mlx5dv_devx_query_eqn(ctx, 0, &mut eqn) != 0 {
             eqn = 0;
@@ -383,7 +427,7 @@ fn create_devx(dev: &Device, depth: u32) -> Result<NewQp, QueueError> {
         }
         .encode();
         let mut cq_obj = std::ptr::null_mut();
-        let cq_out = devx_cmd("mlx5dv_devx_obj_create(CREATE_CQ)", &cq_in, |i, o| {
+        let (cq_out, raw) = devx_cmd("mlx5dv_devx_obj_create(CREATE_CQ)", &cq_in, |i, o| {
             cq_obj = dv::mlx5dv_devx_obj_create(ctx, i, prm::IN_LEN, o, prm::OUT_LEN);
             if cq_obj.is_null() {
                 Err(os_err("mlx5dv_devx_obj_create"))
@@ -391,6 +435,9 @@ fn create_devx(dev: &Device, depth: u32) -> Result<NewQp, QueueError> {
                 Ok(())
             }
         })?;
+        if let Some(o) = selfobs::get() {
+            o.on_obj_create(cq_obj as u64, &cq_in, &raw);
+        }
         let qp_in = prm::CreateQp {
             pd: dpd.pdn,
             log_sq_size: log(depth),
@@ -403,7 +450,7 @@ fn create_devx(dev: &Device, depth: u32) -> Result<NewQp, QueueError> {
         }
         .encode();
         let mut qp_obj = std::ptr::null_mut();
-        let qp_out = devx_cmd("mlx5dv_devx_obj_create(CREATE_QP)", &qp_in, |i, o| {
+        let (qp_out, raw) = devx_cmd("mlx5dv_devx_obj_create(CREATE_QP)", &qp_in, |i, o| {
             qp_obj = dv::mlx5dv_devx_obj_create(ctx, i, prm::IN_LEN, o, prm::OUT_LEN);
             if qp_obj.is_null() {
                 Err(os_err("mlx5dv_devx_obj_create"))
@@ -412,7 +459,11 @@ fn create_devx(dev: &Device, depth: u32) -> Result<NewQp, QueueError> {
             }
         })?;
         let qpn = qp_out.number;
-        modify(qp_obj, &prm::rst2init(qpn, dev.port), "RST2INIT")?;
+        if let Some(o) = selfobs::get() {
+            o.qp_create(qp_obj as u64, ctx as u64, qpn, 3, depth);
+            o.on_obj_create(qp_obj as u64, &qp_in, &raw);
+        }
+        modify(qp_obj, &prm::rst2init(qpn, dev.port), "RST2INIT", dev.port)?;
         let sq = SendRing {
             buf: mem.ptr,
             wqe_cnt: depth,
@@ -446,8 +497,9 @@ fn modify(
     obj: *mut dv::mlx5dv_devx_obj,
     input: &[u8; prm::IN_LEN],
     what: &'static str,
+    port: u8,
 ) -> Result<(), QueueError> {
-    devx_cmd(what, input, |i, o| {
+    let (_, raw) = devx_cmd(what, input, |i, o| {
         // SAFETY: obj is a live devx QP; input/output buffers have the lengths passed.
         let rc = unsafe { dv::mlx5dv_devx_obj_modify(obj, i, prm::IN_LEN, o, prm::OUT_LEN) };
         if rc != 0 {
@@ -455,8 +507,50 @@ fn modify(
         } else {
             Ok(())
         }
-    })
-    .map(|_| ())
+    })?;
+    if let Some(o) = selfobs::get() {
+        o.on_obj_modify(obj as u64, input, &raw, port);
+    }
+    Ok(())
+}
+
+/// Self-observation of a successful `ibv_modify_qp` (the fields its mask names).
+fn record_modify(qp: *mut ibv_qp, a: &ibv_qp_attr, m: u32) {
+    let Some(o) = selfobs::get() else { return };
+    let mut r = QpModify {
+        hdr: RecordHeader::of::<QpModify>(m),
+        // SAFETY: live QP.
+        qpn: unsafe { (*qp).qp_num },
+        new_state: a.qp_state as u8,
+        ..Default::default()
+    };
+    if m & IBV_QP_PORT != 0 {
+        r.port = a.port_num;
+    }
+    if m & IBV_QP_PATH_MTU != 0 {
+        r.path_mtu = a.path_mtu as u8;
+    }
+    if m & IBV_QP_DEST_QPN != 0 {
+        r.dest_qpn = a.dest_qp_num;
+    }
+    if m & IBV_QP_RQ_PSN != 0 {
+        r.rq_psn = a.rq_psn;
+    }
+    if m & IBV_QP_SQ_PSN != 0 {
+        r.sq_psn = a.sq_psn;
+    }
+    if m & IBV_QP_AV != 0 {
+        r.dlid = a.ah_attr.dlid;
+        r.sl = a.ah_attr.sl;
+        r.port = a.ah_attr.port_num;
+        r.is_global = a.ah_attr.is_global;
+        if a.ah_attr.is_global != 0 {
+            r.sgid_index = a.ah_attr.grh.sgid_index;
+            // SAFETY: the GID union is plain bytes.
+            r.dgid = unsafe { a.ah_attr.grh.dgid.raw };
+        }
+    }
+    o.qp_modify(r);
 }
 
 /// Connects `q` to `remote_qpn` at `remote` and returns the poster for it.
@@ -482,8 +576,13 @@ pub fn connect(
                 lid: remote.lid,
                 gid: (remote.gid != [0; 16]).then_some(remote.gid),
             };
-            modify(parts.qp, &prm::init2rtr(q.qpn, dev.port, &path), "INIT2RTR")?;
-            modify(parts.qp, &prm::rtr2rts(q.qpn), "RTR2RTS")?;
+            modify(
+                parts.qp,
+                &prm::init2rtr(q.qpn, dev.port, &path),
+                "INIT2RTR",
+                dev.port,
+            )?;
+            modify(parts.qp, &prm::rtr2rts(q.qpn), "RTR2RTS", dev.port)?;
             let (sq, cq) = q.direct.expect("devx rings");
             // The objects, umem and UAR stay alive for the process lifetime (as NVSHMEM keeps
             // them until finalize); leak the handles with the poster.

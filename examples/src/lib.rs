@@ -7,5 +7,6 @@ pub mod mlx5;
 pub mod mlx5dv;
 pub mod prm;
 pub mod rendezvous;
+pub mod selfobs;
 pub mod skew;
 pub mod verbs;

@@ -5,7 +5,7 @@
 //! ```text
 //! bfs --rank R --ranks N --rendezvous DIR --out DIR [--mode initobj|devx|verbs]
 //!     [--threads T] [--vertices V] [--degree D] [--span S] [--seed X]
-//!     [--delays-us D0,D1,...] [--rotate] [--depth Q]
+//!     [--delays-us D0,D1,...] [--rotate] [--depth Q] [--self-observe DIR]
 //! ```
 //!
 //! Graph: V vertices (multiple of N); vertex u has D edges to `u + 1 + rand % S` (mod V) and,
@@ -41,8 +41,11 @@ use sigmatrace_examples::cluster::{
 };
 use sigmatrace_examples::dv::Mode;
 use sigmatrace_examples::mlx5::{Backoff, WqeOp};
+use sigmatrace_examples::selfobs;
 
 const UNVISITED: u32 = u32::MAX;
+
+const WORKLOAD: &str = "bfs";
 
 struct Args {
     rank: u32,
@@ -58,6 +61,7 @@ struct Args {
     delays_us: Vec<u64>,
     rotate: bool,
     depth: u32,
+    self_observe: Option<PathBuf>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -75,6 +79,7 @@ fn parse_args() -> Result<Args, String> {
         delays_us: vec![0],
         rotate: false,
         depth: 256,
+        self_observe: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -97,6 +102,7 @@ fn parse_args() -> Result<Args, String> {
             "--span" => a.span = num(&k, v()?)?,
             "--seed" => a.seed = num(&k, v()?)?,
             "--depth" => a.depth = num(&k, v()?)?,
+            "--self-observe" => a.self_observe = Some(PathBuf::from(v()?)),
             "--rotate" => a.rotate = true,
             "--delays-us" => {
                 a.delays_us = v()?
@@ -105,7 +111,7 @@ fn parse_args() -> Result<Args, String> {
                     .collect::<Result<_, _>>()?
             }
             "-h" | "--help" => {
-                println!("usage: bfs --rank R --ranks N --rendezvous DIR --out DIR [--mode initobj|devx|verbs] [--threads T] [--vertices V] [--degree D] [--span S] [--seed X] [--delays-us D0,D1,..] [--rotate] [--depth Q]");
+                println!("usage: bfs --rank R --ranks N --rendezvous DIR --out DIR [--mode initobj|devx|verbs] [--threads T] [--vertices V] [--degree D] [--span S] [--seed X] [--delays-us D0,D1,..] [--rotate] [--depth Q] [--self-observe DIR]");
                 std::process::exit(0);
             }
             other => return Err(format!("unknown argument {other}")),
@@ -125,6 +131,9 @@ fn parse_args() -> Result<Args, String> {
     }
     if a.delays_us.is_empty() {
         a.delays_us = vec![0];
+    }
+    if a.self_observe.is_some() && a.mode == Mode::Verbs {
+        return Err("--self-observe watches mlx5 rings: use --mode initobj or devx".into());
     }
     Ok(a)
 }
@@ -445,6 +454,9 @@ fn run(a: &Args) -> Res<()> {
     let nlocal = a.vertices / a.ranks;
     let words = nlocal.div_ceil(64) as usize;
     let full = graph(a);
+    if let Some(d) = &a.self_observe {
+        selfobs::start(d)?;
+    }
     let c = Cluster::setup(a.rank, a.ranks, &a.dir, a.mode, a.depth, a.rank == 0)?;
     let global = |v: u32| v * a.ranks + a.rank;
     let r = Rank {
@@ -496,6 +508,13 @@ fn run(a: &Args) -> Res<()> {
     });
     if let Some(e) = r.error.lock().unwrap_or_else(|e| e.into_inner()).take() {
         return Err(e.into());
+    }
+    // Every WQE completed: the self-observer's final pass sees them all.
+    if let Some(st) = selfobs::get().and_then(|o| o.finish()) {
+        println!(
+            "{} rank {}: self-observed {} WQEs, {} CQEs, {} WQEBBs and {} CQEs lost",
+            WORKLOAD, a.rank, st.wqes, st.cqes, st.wqebbs_lost, st.cqes_lost
+        );
     }
     let elapsed = started.elapsed();
     // Check against the serial BFS.

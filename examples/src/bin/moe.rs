@@ -6,7 +6,7 @@
 //! ```text
 //! moe --rank R --ranks N --rendezvous DIR --out DIR [--mode initobj|devx|verbs]
 //!     [--threads T] [--tokens T] [--topk K] [--experts-per-rank E] [--hidden BYTES]
-//!     [--zipf S | --expert-weights W0,W1,...] [--iters I] [--signal-every K] [--depth Q]
+//!     [--zipf S | --expert-weights W0,W1,...] [--iters I] [--signal-every K] [--depth Q] [--self-observe DIR]
 //! ```
 //!
 //! Experts `0 .. N·E` live on rank `e / E`; expert e's popularity is `1/(e+1)^S` (Zipf) or the
@@ -34,7 +34,10 @@ use serde::Serialize;
 use sigmatrace_examples::cluster::{realtime_ns, write_json, Cluster, Region, RemoteRegion};
 use sigmatrace_examples::dv::Mode;
 use sigmatrace_examples::mlx5::{op, Backoff, WqeOp};
+use sigmatrace_examples::selfobs;
 use sigmatrace_examples::skew::{self, Skew};
+
+const WORKLOAD: &str = "moe";
 
 struct Args {
     rank: u32,
@@ -52,6 +55,7 @@ struct Args {
     iters: u32,
     signal_every: u32,
     depth: u32,
+    self_observe: Option<PathBuf>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -71,6 +75,7 @@ fn parse_args() -> Result<Args, String> {
         iters: 2,
         signal_every: 8,
         depth: 256,
+        self_observe: None,
     };
     let mut it = std::env::args().skip(1);
     fn num<T: std::str::FromStr>(k: &str, s: String) -> Result<T, String>
@@ -96,6 +101,7 @@ fn parse_args() -> Result<Args, String> {
             "--iters" => a.iters = num(&k, v()?)?,
             "--signal-every" => a.signal_every = num(&k, v()?)?,
             "--depth" => a.depth = num(&k, v()?)?,
+            "--self-observe" => a.self_observe = Some(PathBuf::from(v()?)),
             "--expert-weights" => {
                 a.weights = Some(
                     v()?.split(',')
@@ -108,7 +114,7 @@ fn parse_args() -> Result<Args, String> {
                 )
             }
             "-h" | "--help" => {
-                println!("usage: moe --rank R --ranks N --rendezvous DIR --out DIR [--mode initobj|devx|verbs] [--threads T] [--tokens T] [--topk K] [--experts-per-rank E] [--hidden BYTES] [--zipf S | --expert-weights W0,..] [--iters I] [--signal-every K] [--depth Q]");
+                println!("usage: moe --rank R --ranks N --rendezvous DIR --out DIR [--mode initobj|devx|verbs] [--threads T] [--tokens T] [--topk K] [--experts-per-rank E] [--hidden BYTES] [--zipf S | --expert-weights W0,..] [--iters I] [--signal-every K] [--depth Q] [--self-observe DIR]");
                 std::process::exit(0);
             }
             other => return Err(format!("unknown argument {other}")),
@@ -135,6 +141,9 @@ fn parse_args() -> Result<Args, String> {
         return Err("--topk exceeds the number of experts".into());
     }
     a.signal_every = a.signal_every.max(1);
+    if a.self_observe.is_some() && a.mode == Mode::Verbs {
+        return Err("--self-observe watches mlx5 rings: use --mode initobj or devx".into());
+    }
     Ok(a)
 }
 
@@ -507,6 +516,9 @@ fn run(a: &Args) -> Res<()> {
     let routes: Vec<Vec<(u32, u32)>> = (0..a.ranks).map(|s| routing(a, &q, s)).collect();
     let words = (a.hidden / 8) as usize;
     let max_slots = (a.tokens * a.topk) as usize;
+    if let Some(d) = &a.self_observe {
+        selfobs::start(d)?;
+    }
     let c = Cluster::setup(a.rank, a.ranks, &a.dir, a.mode, a.depth, false)?;
     let slots = n * max_slots * words;
     let r = Rank {
@@ -542,6 +554,13 @@ fn run(a: &Args) -> Res<()> {
     });
     if let Some(e) = r.error.lock().unwrap_or_else(|e| e.into_inner()).take() {
         return Err(e.into());
+    }
+    // Every WQE completed: the self-observer's final pass sees them all.
+    if let Some(st) = selfobs::get().and_then(|o| o.finish()) {
+        println!(
+            "{} rank {}: self-observed {} WQEs, {} CQEs, {} WQEBBs and {} CQEs lost",
+            WORKLOAD, a.rank, st.wqes, st.cqes, st.wqebbs_lost, st.cqes_lost
+        );
     }
     let elapsed = started.elapsed();
     std::fs::create_dir_all(&a.out)?;

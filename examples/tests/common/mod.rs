@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod observed;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -29,6 +31,17 @@ pub fn artifact(name: &str) -> PathBuf {
     p
 }
 
+/// Whether and how the run is traced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Observe {
+    /// Untraced.
+    No,
+    /// The workload records itself (`--self-observe DIR`), as the interposer will.
+    SelfObserve,
+    /// Under `LD_PRELOAD=libsigmatrace.so` (`SIGMATRACE_DIR`).
+    Preload,
+}
+
 /// What a multi-rank run left behind.
 pub struct Run {
     pub dir: tempfile::TempDir,
@@ -37,6 +50,11 @@ pub struct Run {
 }
 
 impl Run {
+    /// Where the SigmaTrace logs of a traced run are.
+    pub fn log_dir(&self) -> PathBuf {
+        self.dir.path().join("logs")
+    }
+
     pub fn truth(&self, name: &str) -> serde_json::Value {
         let p = self.out.join(name);
         let s = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
@@ -63,10 +81,12 @@ pub fn run_ranks(
     mode: &str,
     ranks: u32,
     args: &[&str],
-    env: &[(&str, String)],
+    observe: Observe,
     limit: Duration,
 ) -> Run {
     let dir = tempfile::tempdir().expect("tempdir");
+    let logs = dir.path().join("logs");
+    let preload = (observe == Observe::Preload).then(|| artifact("libsigmatrace.so"));
     let out = dir.path().join("out");
     let runner = artifact("softnic-run");
     let bin = artifact(workload);
@@ -93,8 +113,15 @@ pub fn run_ranks(
             .stdin(Stdio::null())
             .stdout(f.try_clone().expect("dup"))
             .stderr(f);
-        for (k, v) in env {
-            c.env(k, v);
+        match observe {
+            Observe::No => {}
+            Observe::SelfObserve => {
+                c.arg("--self-observe").arg(&logs);
+            }
+            Observe::Preload => {
+                c.env("LD_PRELOAD", preload.as_ref().expect("interposer"))
+                    .env("SIGMATRACE_DIR", &logs);
+            }
         }
         kids.push((c.spawn().expect("spawn softnic-run"), log));
     }
