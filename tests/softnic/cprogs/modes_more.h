@@ -411,6 +411,22 @@ static void mode_flush(void)
 	sync_peer();
 }
 
+/* The responder's process exits while the requester retries RNR forever (rnr_retry 7): the
+ * requester completes with IBV_WC_RETRY_EXC_ERR instead of hanging. */
+static void mode_peer_exit(void)
+{
+	rc_pair(IBV_QPT_RC, ALL_ACCESS, 1, 7, 1);
+	if (server) {
+		sync_peer();
+		printf("OK peer_exit server\n");
+		fflush(stdout);
+		_exit(0); /* no receive posted, QP never destroyed: the process just ends */
+	}
+	sync_peer();
+	CHECK(post_send(1, IBV_WR_SEND, S.buf, 64, S.mr->lkey, 0, 0, 0, 0) == 0, "post");
+	expect_wc(1, IBV_WC_RETRY_EXC_ERR);
+}
+
 static int more_modes(const char *mode)
 {
 	if (!strcmp(mode, "ud"))
@@ -427,6 +443,8 @@ static int more_modes(const char *mode)
 		mode_query();
 	else if (!strcmp(mode, "flush"))
 		mode_flush();
+	else if (!strcmp(mode, "peer_exit"))
+		mode_peer_exit();
 	else
 		return 0;
 	(void)use_channel;

@@ -586,6 +586,7 @@ pub fn engine_thread(g: &'static Global) {
     let word = g.proc.word();
     let mut last_work = Instant::now();
     let mut idle_since = last_work;
+    let mut last_check = Instant::now();
     let spin = Duration::from_micros(
         std::env::var("SOFTNIC_SPIN_US")
             .ok()
@@ -607,6 +608,13 @@ pub fn engine_thread(g: &'static Global) {
                 if qp.dv.get().is_some() {
                     dv_busy |= qp.sq.try_lock().map_or(true, |sq| !sq.is_empty());
                 }
+            }
+        }
+        if last_check.elapsed() > Duration::from_millis(50) {
+            last_check = Instant::now();
+            let qps = g.qps.read().unwrap_or_else(|e| e.into_inner());
+            for qp in qps.iter() {
+                did |= reap_dead_peer(qp);
             }
         }
         if did {
@@ -738,5 +746,36 @@ fn dv_fetch(d: &crate::dv::DvQp, sq: &mut SendQueue) -> bool {
         idx = (idx + bbs) & 0xffff;
     }
     d.sq_seen.store(idx, Ordering::Relaxed);
+    true
+}
+
+/// True when the process owning a peer QP no longer exists (or the QP was destroyed).
+fn peer_gone(p: &Peer) -> bool {
+    if !p.alive() {
+        return true;
+    }
+    let pid = p.file.hdr().owner_pid.load(Ordering::Relaxed) as libc::pid_t;
+    // SAFETY: kill with signal 0 only checks for the process's existence.
+    let r = unsafe { libc::kill(pid, 0) };
+    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+/// An RC requester whose responder vanished (process exited, QP destroyed) can never be
+/// acknowledged: as a NIC's retry counter would, complete with IBV_WC_RETRY_EXC_ERR.
+fn reap_dead_peer(qp: &QpInner) -> bool {
+    if qp.qp_type != IBV_QPT_RC || qp.state() == IBV_QPS_ERR {
+        return false;
+    }
+    let Ok(mut sq) = qp.sq.try_lock() else {
+        return false;
+    };
+    if sq.head == sq.next || !sq.peer.as_ref().is_some_and(|p| peer_gone(p)) {
+        return false;
+    }
+    let head = sq.head;
+    let w = sq.at(head);
+    w.status = IBV_WC_RETRY_EXC_ERR;
+    w.st = WQE_DONE;
+    qp_error(qp, &mut sq);
     true
 }

@@ -62,5 +62,6 @@ modes!(
     events,
     wrapi,
     query,
-    flush
+    flush,
+    peer_exit
 );
