@@ -8,7 +8,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{run_ranks, Observe};
+use common::{run_ranks, Tracing};
 use serde_json::Value;
 use sigmatrace_examples::cluster::Bookkeeping;
 use sigmatrace_examples::mlx5::{op, CE_CQE_ALWAYS};
@@ -82,7 +82,7 @@ fn bfs(mode: &str) {
         mode,
         RANKS,
         &["--threads", "2", "--delays-us", &delays, "--rotate"],
-        Observe::No,
+        Tracing::Off,
         LIMIT,
     );
     for (r, l) in run.logs.iter().enumerate() {
@@ -204,7 +204,7 @@ fn moe(mode: &str, skew_args: &[&str]) -> Value {
         "8",
     ];
     args.extend_from_slice(skew_args);
-    let run = run_ranks("moe", mode, RANKS, &args, Observe::No, LIMIT);
+    let run = run_ranks("moe", mode, RANKS, &args, Tracing::Off, LIMIT);
     for (r, l) in run.logs.iter().enumerate() {
         assert!(
             l.contains("dispatched and combined, results verified"),

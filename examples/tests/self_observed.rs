@@ -16,7 +16,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use common::observed::{check_barriers, check_exactly_once, check_skew, read_logs, stats_json};
-use common::{run_ranks, Observe};
+use common::{run_ranks, Tracing};
 use sigmatrace_schemas::records::discovery;
 
 const RANKS: u32 = 4;
@@ -46,7 +46,7 @@ fn bfs(mode: &str, disc: u32) {
             DELAYS,
             "--rotate",
         ],
-        Observe::SelfObserve,
+        Tracing::SelfRecorded,
         LIMIT,
     );
     let books = run.books(RANKS);
@@ -87,7 +87,7 @@ fn moe(mode: &str, disc: u32) {
             "--depth",
             "1024",
         ],
-        Observe::SelfObserve,
+        Tracing::SelfRecorded,
         LIMIT,
     );
     let books = run.books(RANKS);

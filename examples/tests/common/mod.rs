@@ -33,13 +33,13 @@ pub fn artifact(name: &str) -> PathBuf {
 
 /// Whether and how the run is traced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Observe {
+pub enum Tracing {
     /// Untraced.
-    No,
+    Off,
     /// The workload records itself (`--self-observe DIR`), as the interposer will.
-    SelfObserve,
+    SelfRecorded,
     /// Under `LD_PRELOAD=libsigmatrace.so` (`SIGMATRACE_DIR`).
-    Preload,
+    Interposer,
 }
 
 /// What a multi-rank run left behind.
@@ -81,12 +81,12 @@ pub fn run_ranks(
     mode: &str,
     ranks: u32,
     args: &[&str],
-    observe: Observe,
+    tracing: Tracing,
     limit: Duration,
 ) -> Run {
     let dir = tempfile::tempdir().expect("tempdir");
     let logs = dir.path().join("logs");
-    let preload = (observe == Observe::Preload).then(|| artifact("libsigmatrace.so"));
+    let preload = (tracing == Tracing::Interposer).then(|| artifact("libsigmatrace.so"));
     let out = dir.path().join("out");
     let runner = artifact("softnic-run");
     let bin = artifact(workload);
@@ -113,12 +113,12 @@ pub fn run_ranks(
             .stdin(Stdio::null())
             .stdout(f.try_clone().expect("dup"))
             .stderr(f);
-        match observe {
-            Observe::No => {}
-            Observe::SelfObserve => {
+        match tracing {
+            Tracing::Off => {}
+            Tracing::SelfRecorded => {
                 c.arg("--self-observe").arg(&logs);
             }
-            Observe::Preload => {
+            Tracing::Interposer => {
                 c.env("LD_PRELOAD", preload.as_ref().expect("interposer"))
                     .env("SIGMATRACE_DIR", &logs);
             }
