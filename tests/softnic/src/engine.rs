@@ -754,18 +754,7 @@ fn peer_gone(p: &Peer) -> bool {
     if !p.alive() {
         return true;
     }
-    let pid = p.file.hdr().owner_pid.load(Ordering::Relaxed) as libc::pid_t;
-    // SAFETY: kill with signal 0 only checks for the process's existence.
-    let r = unsafe { libc::kill(pid, 0) };
-    if r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
-        return true;
-    }
-    // An exited process its parent has not reaped yet is a zombie: gone for our purposes.
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|st| {
-        st.rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state == "Z" || state == "X")
-    })
+    crate::shm::pid_gone(p.file.hdr().owner_pid.load(Ordering::Relaxed))
 }
 
 /// An RC requester whose responder vanished (process exited, QP destroyed) can never be

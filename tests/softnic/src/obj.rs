@@ -98,6 +98,18 @@ pub struct Global {
 
 static GLOBAL: OnceLock<Global> = OnceLock::new();
 
+/// At exit, removes this process's fabric files (QPs still open, its wake word).
+extern "C" fn cleanup_at_exit() {
+    if let Some(g) = GLOBAL.get() {
+        if let Ok(qps) = g.qps.try_read() {
+            for q in qps.iter() {
+                q.file.retire();
+            }
+        }
+        ProcFile::remove(g.pid);
+    }
+}
+
 /// The process-wide device state (node identity from `SOFTNIC_NODE`).
 pub fn global() -> &'static Global {
     GLOBAL.get_or_init(|| {
@@ -108,6 +120,9 @@ pub fn global() -> &'static Global {
             .and_then(|s| s.trim().parse::<u32>().ok())
             .filter(|n| *n < 0xfffe)
             .unwrap_or(1000 + pid % 60000);
+        shm::sweep_stale();
+        // SAFETY: registering a plain extern "C" function to run at exit.
+        unsafe { libc::atexit(cleanup_at_exit) };
         let proc = Arc::new(ProcFile::open(pid, true).unwrap_or_else(|e| {
             eprintln!("softnic: cannot create process file in fabric: {e}");
             std::process::abort()

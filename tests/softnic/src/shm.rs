@@ -201,6 +201,45 @@ impl ProcFile {
     }
 }
 
+/// True when process `pid` no longer runs (absent, or an unreaped zombie).
+pub fn pid_gone(pid: u32) -> bool {
+    // SAFETY: kill with signal 0 only checks for the process's existence.
+    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    if r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+        return true;
+    }
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|st| {
+        st.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state == "Z" || state == "X")
+    })
+}
+
+/// Removes fabric files left by processes that ended without cleaning up (crashes, _exit).
+pub fn sweep_stale() {
+    let Ok(rd) = std::fs::read_dir(fabric_dir()) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let owner = if let Some(p) = name.strip_prefix("proc-") {
+            p.parse::<u32>().ok()
+        } else if name.starts_with("qp-") {
+            use std::io::Read;
+            let mut h = [0u8; 12];
+            std::fs::File::open(e.path())
+                .and_then(|mut f| f.read_exact(&mut h))
+                .ok()
+                .map(|_| u32::from_ne_bytes([h[8], h[9], h[10], h[11]]))
+        } else {
+            None
+        };
+        if owner.is_some_and(|pid| pid != 0 && pid_gone(pid)) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
 /// Allocates a QPN unique within `node` (shared counter in `node-<N>`).
 pub fn alloc_qpn(node: u32) -> Result<u32, ShmError> {
     let path = fabric_dir().join(format!("node-{node}"));
