@@ -115,7 +115,7 @@ unsafe fn fill_sges(w: &mut SendWqe, sg: *const ibv_sge, n: usize) -> c_int {
         for s in sges {
             std::ptr::copy_nonoverlapping(
                 s.addr as usize as *const u8,
-                w.inline_buf[off..].as_mut_ptr(),
+                w.inline_mut()[off..].as_mut_ptr(),
                 s.length as usize,
             );
             off += s.length as usize;
@@ -564,7 +564,7 @@ unsafe extern "C" fn wr_complete(q: *mut ibv_qp_ex) -> c_int {
             w.num_sge = src.num_sge;
             w.sge = src.sge;
             if src.is_inline() {
-                w.inline_buf[..src.len as usize]
+                w.inline_mut()[..src.len as usize]
                     .copy_from_slice(&src.inline_buf[..src.len as usize]);
             }
             0
@@ -658,7 +658,7 @@ unsafe extern "C" fn wr_set_inline_data_list(
     for b in bufs {
         std::ptr::copy_nonoverlapping(
             b.addr as *const u8,
-            w.inline_buf[off..].as_mut_ptr(),
+            w.inline_mut()[off..].as_mut_ptr(),
             b.length,
         );
         off += b.length;

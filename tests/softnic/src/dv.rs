@@ -493,7 +493,7 @@ pub unsafe fn parse_wqe(d: &DvQp, idx: u32, w: &mut SendWqe) -> Result<u32, (u32
         if bc & 0x8000_0000 != 0 {
             // Inline segment: byte count, then the data, padded to 16 bytes.
             let n = (bc & 0x7fff_ffff) as usize;
-            if inline_len + n > w.inline_buf.len() {
+            if inline_len + n > w.inline_mut().len() {
                 return Err((bbs, BadWqe(IBV_WC_LOC_LEN_ERR)));
             }
             for i in 0..n {

@@ -372,7 +372,8 @@ pub struct SendWqe {
     pub flags: u32,
     pub num_sge: u32,
     pub sge: [ibv_sge; MAX_SGE],
-    pub inline_buf: Box<[u8; INLINE_BUF]>,
+    /// Inline payload; allocated (INLINE_BUF bytes) the first time the slot carries inline data.
+    pub inline_buf: Vec<u8>,
     pub len: u32,
     pub raddr: u64,
     pub rkey: u32,
@@ -400,7 +401,7 @@ impl SendWqe {
             flags: 0,
             num_sge: 0,
             sge: [ibv_sge::default(); MAX_SGE],
-            inline_buf: Box::new([0u8; INLINE_BUF]),
+            inline_buf: Vec::new(),
             len: 0,
             raddr: 0,
             rkey: 0,
@@ -425,6 +426,13 @@ impl SendWqe {
             self.opcode,
             IBV_WR_RDMA_READ | IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD
         )
+    }
+    /// The inline buffer, allocated on first use.
+    pub fn inline_mut(&mut self) -> &mut [u8] {
+        if self.inline_buf.is_empty() {
+            self.inline_buf = vec![0u8; INLINE_BUF];
+        }
+        &mut self.inline_buf
     }
     pub fn is_inline(&self) -> bool {
         self.flags & IBV_SEND_INLINE != 0
