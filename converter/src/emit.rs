@@ -38,7 +38,8 @@ impl Detail {
 #[derive(Default)]
 pub struct Lanes {
     tracks: Vec<u64>,
-    busy: Vec<bool>,
+    /// Free lanes, lowest first.
+    free: std::collections::BinaryHeap<std::cmp::Reverse<u32>>,
 }
 
 impl Lanes {
@@ -49,10 +50,9 @@ impl Lanes {
         uuids: &AtomicU64,
         parent: u64,
         key: &str,
-    ) -> (u16, u64) {
-        if let Some(i) = self.busy.iter().position(|b| !b) {
-            self.busy[i] = true;
-            return (i as u16, self.tracks[i]);
+    ) -> (u32, u64) {
+        if let Some(std::cmp::Reverse(i)) = self.free.pop() {
+            return (i, self.tracks[i as usize]);
         }
         let uuid = uuids.fetch_add(1, Ordering::Relaxed);
         let mut def = TrackDef::slices(uuid, Some(parent), key.to_string());
@@ -61,15 +61,14 @@ impl Lanes {
         };
         sink.track(&def);
         self.tracks.push(uuid);
-        self.busy.push(true);
-        ((self.tracks.len() - 1) as u16, uuid)
+        ((self.tracks.len() - 1) as u32, uuid)
     }
 
-    pub fn release(&mut self, lane: u16) {
-        self.busy[lane as usize] = false;
+    pub fn release(&mut self, lane: u32) {
+        self.free.push(std::cmp::Reverse(lane));
     }
 
-    pub fn uuid(&self, lane: u16) -> u64 {
+    pub fn uuid(&self, lane: u32) -> u64 {
         self.tracks[lane as usize]
     }
 

@@ -30,7 +30,7 @@ pub struct Ctx<'a> {
 struct ObservedQp {
     track: u64,
     lanes: Lanes,
-    open: VecDeque<(u16, Option<u16>)>,
+    open: VecDeque<(u16, Option<u32>)>,
 }
 
 /// GPU model state of one process (bounded by open WQEs and in-flight kernels).

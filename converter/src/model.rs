@@ -81,15 +81,15 @@ struct OpenWr {
     post: i64,
     opcode: u8,
     bytes: u32,
-    lane: Option<u16>,
-    inferred_lane: Option<u16>,
+    lane: Option<u32>,
+    inferred_lane: Option<u32>,
     signaled: bool,
 }
 
 struct OpenRecv {
     wr_id: u64,
     bytes: u32,
-    lane: Option<u16>,
+    lane: Option<u32>,
     srq: bool,
 }
 
