@@ -11,7 +11,10 @@ use std::process::Command;
 
 use serde_json::Value;
 use sigmatrace_examples::cluster::Bookkeeping;
-use sigmatrace_schemas::records::{discovery, queue_kind, QueueDiscovered, Record, WqeObserved};
+use sigmatrace_examples::mlx5::{op, CE_CQE_ALWAYS};
+use sigmatrace_schemas::records::{
+    discovery, queue_kind, PostSend, QueueDiscovered, Record, WqeObserved,
+};
 use sigmatrace_schemas::LogFile;
 
 use super::artifact;
@@ -22,6 +25,8 @@ pub struct ProcLog {
     pub path: PathBuf,
     /// Observed WQEs per QPN, in log order.
     pub wqes: BTreeMap<u32, Vec<WqeObserved>>,
+    /// Verbs-posted WRs per QPN, in log order.
+    pub posts: BTreeMap<u32, Vec<PostSend>>,
     pub queues: Vec<QueueDiscovered>,
     /// WQEBBs reported overwritten before they were seen (send-ring `ObserveOverrun`s).
     pub wqebbs_lost: u64,
@@ -55,6 +60,7 @@ pub fn read_logs(dir: &Path) -> BTreeMap<u32, ProcLog> {
                 match raw.decode() {
                     Ok(Record::WqeObserved(w)) => p.wqes.entry(w.qpn).or_default().push(*w),
                     Ok(Record::QueueDiscovered(q)) => p.queues.push(*q),
+                    Ok(Record::PostSend(w)) => p.posts.entry(w.qpn).or_default().push(*w),
                     Ok(Record::ObserveOverrun(o)) if o.hdr.aux & 0xff == queue_kind::SEND => {
                         p.wqebbs_lost += o.lost;
                     }
@@ -170,6 +176,57 @@ pub fn check_exactly_once(
         }
     }
     assert!(total > 0);
+}
+
+/// Verbs mode: every WR of the bookkeeping was recorded exactly once by the interposer as a
+/// `PostSend` with the same opcode, length, remote address, rkey, atomic operand and
+/// signalling; no WQE was "observed" (nothing bypassed verbs).
+pub fn check_posted_exactly_once(books: &[Bookkeeping], logs: &BTreeMap<u32, ProcLog>) {
+    const IBV_WR_RDMA_WRITE: u8 = 0;
+    const IBV_WR_ATOMIC_FETCH_AND_ADD: u8 = 6;
+    const IBV_SEND_SIGNALED: u32 = 2;
+    assert_eq!(logs.len(), books.len(), "one log per rank");
+    for b in books {
+        let log = &logs[&b.rank];
+        assert!(
+            log.wqes.is_empty(),
+            "rank {}: WQEs observed in verbs mode",
+            b.rank
+        );
+        for q in &b.qps {
+            // Worker threads post to the same QP and each writes its own chunks: order by
+            // wr_id (= the workload's index).
+            let mut seen = log.posts.get(&q.qpn).cloned().unwrap_or_default();
+            seen.sort_by_key(|p| p.wr_id);
+            assert_eq!(
+                seen.len(),
+                q.wqes.len(),
+                "rank {} QP {:#x}: PostSend records",
+                b.rank,
+                q.qpn
+            );
+            for (w, p) in q.wqes.iter().zip(&seen) {
+                let opcode = match w.opcode {
+                    op::RDMA_WRITE => IBV_WR_RDMA_WRITE,
+                    op::ATOMIC_FA => IBV_WR_ATOMIC_FETCH_AND_ADD,
+                    o => panic!("unexpected opcode {o:#x}"),
+                };
+                assert_eq!(p.wr_id, w.index);
+                assert_eq!(
+                    (p.opcode, p.bytes, p.remote_addr, p.rkey, p.compare_add),
+                    (opcode, w.bytes, w.raddr, w.rkey, w.compare_add),
+                    "rank {} QP {:#x} WR {}",
+                    b.rank,
+                    q.qpn,
+                    w.index
+                );
+                assert_eq!(
+                    p.hdr.aux & IBV_SEND_SIGNALED != 0,
+                    w.fm_ce_se == CE_CQE_ALWAYS
+                );
+            }
+        }
+    }
 }
 
 /// `sigmatrace-convert stats --json` over the logs in `dir`.
