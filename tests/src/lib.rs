@@ -6,7 +6,10 @@ use std::process::Command;
 
 /// The workspace root (the repository checkout).
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// `target/<profile>` of the running test binary (works with any CARGO_TARGET_DIR).

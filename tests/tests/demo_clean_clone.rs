@@ -9,7 +9,10 @@ fn readme_demo_command_works_in_a_clean_clone() {
     let root = workspace_root();
     let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
     let demo_cmd = "bash scripts/install-deps.sh && bash scripts/demo.sh";
-    assert!(readme.contains(demo_cmd), "README must give the demo command `{demo_cmd}`");
+    assert!(
+        readme.contains(demo_cmd),
+        "README must give the demo command `{demo_cmd}`"
+    );
 
     let tmp = tempfile::tempdir().unwrap();
     let clone = tmp.path().join("clone");
@@ -32,17 +35,32 @@ fn readme_demo_command_works_in_a_clean_clone() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "demo failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(
+        output.status.success(),
+        "demo failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
     let trace = out_dir.join("demo.perfetto-trace");
-    assert!(stdout.contains(&trace.display().to_string()), "demo must print the trace path:\n{stdout}");
+    assert!(
+        stdout.contains(&trace.display().to_string()),
+        "demo must print the trace path:\n{stdout}"
+    );
     // Four ranks, each verified its own all-reduce result.
     assert_eq!(stderr.matches("result verified").count(), 4, "{stderr}");
     let logs = std::fs::read_dir(&out_dir)
         .unwrap()
-        .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "sigmalog"))
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "sigmalog")
+        })
         .count();
     assert_eq!(logs, 4);
     // 4 ranks x 5 iterations x 2*(4-1) writes = 120 RDMA writes at least, plus credits.
     let report = validate(&trace, &["slices=120", "flows=1", "tracks=8"]);
-    assert!(report["stats"]["slices"].as_u64().unwrap() >= 120, "{report:#}");
+    assert!(
+        report["stats"]["slices"].as_u64().unwrap() >= 120,
+        "{report:#}"
+    );
 }
