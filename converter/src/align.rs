@@ -365,7 +365,14 @@ pub fn align(inputs: &[LogInput], topo: &mut Topology, use_causality: bool) -> A
                 gap = gap.min((ub - lb) / 2.0);
                 pts.push((tau(x), (ub + lb) / 2.0));
             }
-            let (a0, b0) = line_fit(&pts);
+            let (a0, mut b0) = line_fit(&pts);
+            // Drift is only identifiable when the traffic spans long enough for the band
+            // between the hulls to pin a slope: a tilt of gap/span fits as well. Beyond
+            // 50 ppm of slack, estimate offset only.
+            let span = (x_hi - x_lo).max(1) as f64;
+            if gap.abs() / span > 50e-6 {
+                b0 = 0.0;
+            }
             est.push((a, b, a0, b0, 1.0 / (gap.abs() + 1.0)));
             link.skew_ns = Some(-a0);
             link.uncertainty_ns = Some(gap.max(0.0));
@@ -376,47 +383,17 @@ pub fn align(inputs: &[LogInput], topo: &mut Topology, use_causality: bool) -> A
     let mut o = solve_laplacian(hn, reference, est.iter().map(|e| (e.0, e.1, e.2, e.4)));
     let mut r = solve_laplacian(hn, reference, est.iter().map(|e| (e.0, e.1, e.3, e.4)));
     // Constraints: for i→j vertex (x, d): o_i − o_j + ρ_i τ_x − ρ_j τ_y ≤ d − 1.
-    let mut cons: Vec<(usize, usize, f64, f64, f64)> = Vec::new();
+    let mut cons: Vec<Constraint> = Vec::new();
     for (&(i, j), h) in &hulls {
         for &(x, d) in &h.hull {
             cons.push((i, j, tau(x), tau(x + d), d as f64 - 1.0));
         }
     }
-    let viol = |o: &[f64], r: &[f64], c: &(usize, usize, f64, f64, f64)| {
-        o[c.0] - o[c.1] + r[c.0] * c.2 - r[c.1] * c.3 - c.4
-    };
-    for _sweep in 0..20_000 {
-        let mut any = false;
-        for c in &cons {
-            let v = viol(&o, &r, c);
-            if v > 0.0 {
-                any = true;
-                let mut g = [
-                    (c.0, 0usize, 1.0),
-                    (c.0, 1, c.2),
-                    (c.1, 0, -1.0),
-                    (c.1, 1, -c.3),
-                ];
-                for e in g.iter_mut() {
-                    if e.0 == reference {
-                        e.2 = 0.0;
-                    }
-                }
-                let n2: f64 = g.iter().map(|e| e.2 * e.2).sum();
-                if n2 == 0.0 {
-                    continue;
-                }
-                let s = (v + 1e-3) / n2;
-                for e in g {
-                    if e.1 == 0 {
-                        o[e.0] -= s * e.2;
-                    } else {
-                        r[e.0] -= s * e.2;
-                    }
-                }
-            }
-        }
-        if !any {
+    // Project onto the constraints: first moving offsets only (drift stays as estimated),
+    // then, if that cannot satisfy them, offsets and drifts together.
+    for phase in 0..2 {
+        project(&mut o, &mut r, &cons, reference, phase == 1);
+        if cons.iter().all(|c| viol(&o, &r, c) <= 1e-6) {
             break;
         }
     }
@@ -442,6 +419,53 @@ pub fn align(inputs: &[LogInput], topo: &mut Topology, use_causality: bool) -> A
     }
     topo.set_maps(&corr, t0);
     out
+}
+
+/// A causality constraint: `o_i − o_j + ρ_i τ_x − ρ_j τ_y ≤ bound`.
+type Constraint = (usize, usize, f64, f64, f64);
+
+fn viol(o: &[f64], r: &[f64], c: &Constraint) -> f64 {
+    o[c.0] - o[c.1] + r[c.0] * c.2 - r[c.1] * c.3 - c.4
+}
+
+/// Cyclic projection (Kaczmarz) onto the constraint half-spaces; the reference host is fixed.
+fn project(o: &mut [f64], r: &mut [f64], cons: &[Constraint], reference: usize, with_drift: bool) {
+    for _sweep in 0..20_000 {
+        let mut any = false;
+        for c in cons {
+            let v = viol(o, r, c);
+            if v > 0.0 {
+                any = true;
+                let d = if with_drift { 1.0 } else { 0.0 };
+                let mut g = [
+                    (c.0, 0usize, 1.0),
+                    (c.0, 1, c.2 * d),
+                    (c.1, 0, -1.0),
+                    (c.1, 1, -c.3 * d),
+                ];
+                for e in g.iter_mut() {
+                    if e.0 == reference {
+                        e.2 = 0.0;
+                    }
+                }
+                let n2: f64 = g.iter().map(|e| e.2 * e.2).sum();
+                if n2 == 0.0 {
+                    continue;
+                }
+                let s = (v + 1e-3) / n2;
+                for e in g {
+                    if e.1 == 0 {
+                        o[e.0] -= s * e.2;
+                    } else {
+                        r[e.0] -= s * e.2;
+                    }
+                }
+            }
+        }
+        if !any {
+            break;
+        }
+    }
 }
 
 fn line_fit(pts: &[(f64, f64)]) -> (f64, f64) {

@@ -11,8 +11,14 @@ fn err(offset: i64, ppm: f64, t: u64) -> f64 {
     offset as f64 + ppm * 1e-6 * (t + 10_000_000 - T_START) as f64
 }
 
-fn check(pattern: Pattern, errs: &[(i64, f64)], messages: u64) {
+fn check(pattern: Pattern, errs: &[(i64, f64)], messages: u64) -> Vec<f64> {
+    check_with(pattern, errs, messages, 1000)
+}
+
+/// Returns the recovered drift (ppm) of each host.
+fn check_with(pattern: Pattern, errs: &[(i64, f64)], messages: u64, interval_ns: u64) -> Vec<f64> {
     let mut sc = Scenario::ring(errs.len(), 2, pattern, messages);
+    sc.interval_ns = interval_ns;
     for (h, &(o, d)) in errs.iter().enumerate() {
         sc.hosts[h].offset_ns = o;
         sc.hosts[h].drift_ppm = d;
@@ -57,11 +63,37 @@ fn check(pattern: Pattern, errs: &[(i64, f64)], messages: u64) {
             "the shifted clocks did violate causality before"
         );
     }
+    a.hosts.iter().map(|h| h.drift_ppm).collect()
 }
 
 #[test]
 fn recovers_offset_and_drift_of_a_shifted_node() {
     check(Pattern::SendRecv, &[(0, 0.0), (250_000, 40.0)], 3000);
+}
+
+/// Over 200 ms, 40 ppm moves the clock by 8 µs — several message latencies — so an offset
+/// alone cannot satisfy causality: the drift must be recovered.
+#[test]
+fn recovers_drift_over_a_long_run() {
+    let drift = check_with(
+        Pattern::SendRecv,
+        &[(0, 0.0), (-40_000, 40.0)],
+        2000,
+        100_000,
+    );
+    assert!(
+        (drift[1] + 40.0).abs() < 10.0,
+        "drift correction {} ppm, want ≈ −40",
+        drift[1]
+    );
+}
+
+/// A short run cannot tell drift from offset: the correction must stay a plain offset
+/// instead of an extrapolated slope.
+#[test]
+fn short_runs_do_not_invent_drift() {
+    let drift = check(Pattern::SendRecv, &[(0, 0.0), (120_000, 20.0)], 300);
+    assert!(drift[1].abs() < 60.0, "drift {} ppm", drift[1]);
 }
 
 #[test]
