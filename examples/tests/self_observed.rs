@@ -28,8 +28,10 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// Per-rank barrier delays (µs, rotating by round): 40 ms apart, far above the observation
 /// delay of an unstarved poller (tens of µs), so the slowest rank is unambiguous.
 const DELAYS: &str = "0,40000,80000,120000";
-/// Tolerated difference between observed and true spread (+ 10 %).
-const TOL_NS: i64 = 20_000_000;
+/// Upper bound on the observation delay (post → seen in the ring) the check accepts: the
+/// host poller's delay is tens of µs unless the machine starves it; spreads and slowest ranks
+/// are checked up to the delays actually measured (see `check_barriers`).
+const MAX_DELAY_NS: i64 = 1_000_000_000;
 
 fn bfs(mode: &str, disc: u32) {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -54,7 +56,7 @@ fn bfs(mode: &str, disc: u32) {
     check_exactly_once(&books, &logs, disc);
     let truth = run.truth("bfs-truth.json");
     assert!(truth["rounds"].as_array().unwrap().len() >= 5);
-    check_barriers(&stats_json(&run.log_dir()), &truth, TOL_NS);
+    check_barriers(&stats_json(&run.log_dir()), &truth, MAX_DELAY_NS);
 }
 
 #[test]
