@@ -2,7 +2,7 @@
  * WQEs straight into the send ring, publishes the doorbell record and rings the doorbell (8-byte
  * store or BlueFlame copy), then reads CQE64s straight from the completion ring; the server
  * posts receive WQEs into its receive ring and polls its CQ ring. Every byte and CQE field the
- * test relies on is checked. Modes: ops, selective, errors, srq, devx, devx_errors, and the
+ * test relies on is checked. Modes: ops, selective, errors, mixed, srq, devx, devx_errors, and the
  * benchmark modes bench1 / bench16 (8-byte writes, doorbell per 1 or 16 WQEs). */
 #include "sn_common.h"
 #include <infiniband/mlx5dv.h>
@@ -294,6 +294,47 @@ static void mode_errors(void)
 	sync_peer();
 }
 
+/* Mixing allowed by the rule: ibv_post_recv into an exposed RQ, ibv_poll_cq on an exposed CQ
+ * (user wr_ids come back), flush of ring receives when the QP enters the error state. */
+static void mode_mixed(void)
+{
+	verbs_setup(16, 16);
+	if (server) {
+		for (int i = 0; i < 2; i++) {
+			struct ibv_sge sge = { (uintptr_t)S.buf + i * 4096, 4096, S.mr->lkey };
+			struct ibv_recv_wr wr = { .wr_id = 0xaaa1 + i, .sg_list = &sge, .num_sge = 1 }, *bad;
+			CHECK(ibv_post_recv(S.qp, &wr, &bad) == 0, "ibv_post_recv into the exposed RQ");
+		}
+		sync_peer();
+		for (int i = 0; i < 2; i++) {
+			struct ibv_wc wc = poll1(S.cq);
+			CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 0xaaa1u + i && wc.opcode == IBV_WC_RECV &&
+				      wc.byte_len == 100u + i && wc.src_qp == P.qpn && wc.qp_num == D.qpn,
+			      "ibv_poll_cq on the exposed CQ: wr_id %llx status %d len %u", (unsigned long long)wc.wr_id,
+			      wc.status, wc.byte_len);
+			check_fill(S.buf + i * 4096, 100 + i, 20 + i, "mixed payload");
+		}
+		struct ibv_sge sge = { (uintptr_t)S.buf, 64, S.mr->lkey };
+		struct ibv_recv_wr wr = { .wr_id = 0xaaa3, .sg_list = &sge, .num_sge = 1 }, *bad;
+		CHECK(ibv_post_recv(S.qp, &wr, &bad) == 0, "post");
+		struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
+		CHECK(ibv_modify_qp(S.qp, &a, IBV_QP_STATE) == 0, "to ERR");
+		struct ibv_wc wc = poll1(S.cq);
+		CHECK(wc.status == IBV_WC_WR_FLUSH_ERR && wc.wr_id == 0xaaa3, "ring receive flushed: %s %llx",
+		      ibv_wc_status_str(wc.status), (unsigned long long)wc.wr_id);
+	} else {
+		fill(S.buf, 100, 20);
+		fill(S.buf + 4096, 101, 21);
+		sync_peer();
+		post(MLX5_OPCODE_SEND, 0, S.buf, 100, S.mr->lkey, 0, 0, 0, 0, 0, 0);
+		uint32_t b = post(MLX5_OPCODE_SEND, 1, S.buf + 4096, 101, S.mr->lkey, 0, 0, 0, 0, 0, 0);
+		ring_db(b, 0);
+		expect_cqe(MLX5_CQE_REQ, MLX5_OPCODE_SEND, b);
+		cqe_done();
+	}
+	sync_peer();
+}
+
 /* SRQ ring: receive WQEs linked by next_wqe_index, consumed in list order, recycled at the tail. */
 static void mode_srq(void)
 {
@@ -380,6 +421,8 @@ int main(int argc, char **argv)
 		mode_selective();
 	else if (!strcmp(mode, "errors"))
 		mode_errors();
+	else if (!strcmp(mode, "mixed"))
+		mode_mixed();
 	else if (!strcmp(mode, "srq"))
 		mode_srq();
 	else if (!strcmp(mode, "devx"))

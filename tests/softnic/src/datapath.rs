@@ -219,6 +219,7 @@ unsafe fn post_recv_common(
         }
         let mut rw = RecvWqe {
             wr_id: r.wr_id,
+            idx: 0,
             num_sge: r.num_sge as u32,
             sge: [ibv_sge::default(); MAX_SGE],
         };
@@ -254,7 +255,7 @@ pub unsafe extern "C" fn op_post_recv(
             } else {
                 std::slice::from_raw_parts(r.sg_list, n)
             };
-            if let Err(e) = d.post_recv(sges) {
+            if let Err(e) = d.post_recv(sges, Some(r.wr_id)) {
                 *bad = w;
                 return e;
             }
@@ -376,6 +377,7 @@ unsafe fn cqx_pop(c: &mut SnCq) -> c_int {
                     ts: now_ns(),
                     op: 0,
                     srqn: 0,
+                    counter: 0,
                 };
                 c.cq.status = w.status;
                 c.cq.wr_id = w.wr_id;

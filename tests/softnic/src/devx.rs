@@ -258,6 +258,7 @@ unsafe fn create_qp_cmd(
         uar,
         sq_seen: AtomicU32::new(0),
         rq_ci: AtomicU32::new(0),
+        rq_wrid: crate::dv::wrid_table(rq_cnt),
         _mem: Vec::new(),
     });
     global().has_dv.store(true, Ordering::Release);

@@ -193,7 +193,7 @@ impl DvCq {
         let wc = &e.wc;
         std::ptr::write_bytes(c, 0, 63);
         let owner = ((n & self.cnt) != 0) as u8;
-        let counter = (wc.wr_id as u16).to_be_bytes();
+        let counter = e.counter.to_be_bytes();
         let op: u32;
         if wc.status != IBV_WC_SUCCESS {
             op = if is_responder(wc.opcode) {
@@ -308,6 +308,8 @@ pub struct DvQp {
     pub sq_seen: AtomicU32,
     /// RQ consumer index.
     pub rq_ci: AtomicU32,
+    /// wr_id of receives posted through ibv_post_recv, per RQ slot (u64::MAX: posted directly).
+    pub rq_wrid: Vec<std::sync::atomic::AtomicU64>,
     pub _mem: Vec<Owned>,
 }
 
@@ -342,8 +344,15 @@ impl DvQp {
             return None;
         }
         fence(Ordering::Acquire);
+        let slot = (ci & (self.rq_cnt - 1)) as usize;
+        let wr_id = self.rq_wrid[slot].swap(u64::MAX, Ordering::Relaxed);
         let mut r = RecvWqe {
-            wr_id: (ci & 0xffff) as u64,
+            wr_id: if wr_id == u64::MAX {
+                (ci & 0xffff) as u64
+            } else {
+                wr_id
+            },
+            idx: ci & 0xffff,
             num_sge: 0,
             sge: [ibv_sge::default(); MAX_SGE],
         };
@@ -369,7 +378,7 @@ impl DvQp {
     }
 
     /// ibv_post_recv on an exposed QP: writes the WQE into the ring and publishes dbrec[0].
-    pub fn post_recv(&self, sges: &[ibv_sge]) -> Result<(), i32> {
+    pub fn post_recv(&self, sges: &[ibv_sge], wr_id: Option<u64>) -> Result<(), i32> {
         // SAFETY: dbrec[0] is the RQ head.
         let head = unsafe { rd_be32(self.dbrec) } & 0xffff;
         let ci = self.rq_ci.load(Ordering::Relaxed) & 0xffff;
@@ -381,6 +390,8 @@ impl DvQp {
             return Err(libc::EINVAL);
         }
         let base = ((head & (self.rq_cnt - 1)) * self.rq_stride) as usize;
+        self.rq_wrid[(head & (self.rq_cnt - 1)) as usize]
+            .store(wr_id.unwrap_or(u64::MAX), Ordering::Relaxed);
         for k in 0..max {
             // SAFETY: inside the RQ ring.
             unsafe {
@@ -576,6 +587,7 @@ impl DvSrq {
         let w = unsafe { self.buf.add((idx * self.stride) as usize) };
         let mut r = RecvWqe {
             wr_id: idx as u64,
+            idx,
             num_sge: 0,
             sge: [ibv_sge::default(); MAX_SGE],
         };
@@ -600,4 +612,11 @@ impl DvSrq {
         *hw = (next, hw.1.wrapping_add(1));
         Some(r)
     }
+}
+
+/// A fresh per-slot wr_id table for an RQ of `n` WQEs.
+pub fn wrid_table(n: u32) -> Vec<std::sync::atomic::AtomicU64> {
+    (0..n)
+        .map(|_| std::sync::atomic::AtomicU64::new(u64::MAX))
+        .collect()
 }

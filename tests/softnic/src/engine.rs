@@ -192,6 +192,14 @@ pub fn flush_rq(qp: &QpInner) {
     if qp.srq.is_some() {
         return;
     }
+    if let Some(d) = qp.dv.get() {
+        // Receive WQEs in an exposed ring flush too (wqe_counter = their index).
+        while let Some(r) = d.take_recv() {
+            let wc = wc_for(qp.qpn, r.wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV);
+            qp.recv_cq.push_full(wc, false, 0, 0, r.idx as u16);
+        }
+        return;
+    }
     let mut rq = qp.rq.lock().unwrap_or_else(|e| e.into_inner());
     while let Some(r) = rq.q.pop_front() {
         qp.recv_cq.push(

@@ -153,6 +153,7 @@ unsafe fn expose_qp(qp: *mut ibv_qp, out: &mut mlx5dv_qp) -> c_int {
             uar: uar.ptr,
             sq_seen: AtomicU32::new(0),
             rq_ci: AtomicU32::new(0),
+            rq_wrid: crate::dv::wrid_table(rq_cnt),
             _mem: vec![wq, db, uar],
         };
         {
@@ -169,7 +170,7 @@ unsafe fn expose_qp(qp: *mut ibv_qp, out: &mut mlx5dv_qp) -> c_int {
         let d = q.dv.get().expect("just set");
         let mut rq = q.rq.lock().unwrap_or_else(|e| e.into_inner());
         while let Some(r) = rq.q.pop_front() {
-            let _ = d.post_recv(&r.sge[..r.num_sge as usize]);
+            let _ = d.post_recv(&r.sge[..r.num_sge as usize], Some(r.wr_id));
         }
         global().has_dv.store(true, Ordering::Release);
     }

@@ -244,6 +244,8 @@ pub struct Cqe {
     pub op: u8,
     /// SRQ number of a responder completion taken from an SRQ (0: none).
     pub srqn: u32,
+    /// The CQE64's wqe_counter.
+    pub counter: u16,
 }
 
 pub fn now_ns() -> u64 {
@@ -308,17 +310,23 @@ impl CqInner {
 
     /// Adds a completion; `op` is the mlx5 send opcode of a requester completion.
     pub fn push_op(&self, wc: ibv_wc, solicited: bool, op: u8) {
-        self.push_full(wc, solicited, op, 0)
+        self.push_full(wc, solicited, op, 0, wc.wr_id as u16)
     }
 
     /// Adds a completion with all CQE64 details.
-    pub fn push_full(&self, wc: ibv_wc, solicited: bool, op: u8, srqn: u32) {
+    pub fn push_full(&self, wc: ibv_wc, solicited: bool, op: u8, srqn: u32, counter: u16) {
         let ts = if self.ts_wanted || self.dv.get().is_some() {
             now_ns()
         } else {
             0
         };
-        let e = Cqe { wc, ts, op, srqn };
+        let e = Cqe {
+            wc,
+            ts,
+            op,
+            srqn,
+            counter,
+        };
         if let Some(d) = self.dv.get() {
             d.write(e);
         } else {
@@ -343,6 +351,8 @@ impl CqInner {
 #[derive(Clone, Copy)]
 pub struct RecvWqe {
     pub wr_id: u64,
+    /// Index of the WQE in an mlx5 receive/SRQ ring (the CQE's wqe_counter).
+    pub idx: u32,
     pub num_sge: u32,
     pub sge: [ibv_sge; MAX_SGE],
 }

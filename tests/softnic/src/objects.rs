@@ -337,6 +337,7 @@ pub(crate) unsafe fn create_cq(
             ts: 0,
             op: 0,
             srqn: 0,
+            counter: 0,
         },
     });
     let p = &mut *b as *mut SnCq;

@@ -90,7 +90,7 @@ fn recv_complete(qp: &QpInner, rw: &RecvWqe, h: &PktHdr, status: u32, with_imm_w
     }
     let srqn = qp.srq.as_ref().map_or(0, |s| s.srqn);
     qp.recv_cq
-        .push_full(wc, h.flags & pflag::SOLICITED != 0, 0, srqn);
+        .push_full(wc, h.flags & pflag::SOLICITED != 0, 0, srqn, rw.idx as u16);
 }
 
 /// A responder-side fatal error: NAK the requester (RC), error the QP and flush.

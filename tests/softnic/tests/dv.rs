@@ -52,6 +52,13 @@ fn error_cqes() {
     mode("errors");
 }
 
+/// ibv_post_recv into an exposed RQ and ibv_poll_cq on an exposed CQ keep user wr_ids; ring
+/// receives flush when the QP enters the error state.
+#[test]
+fn mixing_verbs_receive_and_poll() {
+    mode("mixed");
+}
+
 /// SRQ ring: linked receive WQEs consumed in list order, recycled at the tail; CQE srqn.
 #[test]
 fn srq_ring() {
