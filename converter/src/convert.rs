@@ -393,20 +393,43 @@ fn run(
                 path: path.clone(),
                 source,
             };
-            let f = std::fs::File::create(&path).map_err(werr)?;
-            let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
-            let mut n = header.len() as u64;
-            w.write_all(&header).map_err(werr)?;
-            for block in rx {
-                n += block.len() as u64;
-                w.write_all(&block).map_err(werr)?;
+            // Regular files are written under a temporary name and renamed when complete, so a
+            // failed conversion never leaves a truncated trace behind; devices and pipes are
+            // written directly.
+            let special = std::fs::metadata(&path).is_ok_and(|m| !m.is_file());
+            let tmp = if special {
+                path.clone()
+            } else {
+                let mut t = path.clone().into_os_string();
+                t.push(".partial");
+                PathBuf::from(t)
+            };
+            let write = || -> Result<u64, ConvertError> {
+                let f = std::fs::File::create(&tmp).map_err(werr)?;
+                let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+                let mut n = header.len() as u64;
+                w.write_all(&header).map_err(werr)?;
+                for block in rx {
+                    n += block.len() as u64;
+                    w.write_all(&block).map_err(werr)?;
+                }
+                if json {
+                    w.write_all(chrome::FOOTER).map_err(werr)?;
+                    n += chrome::FOOTER.len() as u64;
+                }
+                w.flush().map_err(werr)?;
+                Ok(n)
+            };
+            let r = write();
+            if !special {
+                match &r {
+                    Ok(_) => std::fs::rename(&tmp, &path).map_err(werr)?,
+                    Err(_) => {
+                        let _ = std::fs::remove_file(&tmp);
+                    }
+                }
             }
-            if json {
-                w.write_all(chrome::FOOTER).map_err(werr)?;
-                n += chrome::FOOTER.len() as u64;
-            }
-            w.flush().map_err(werr)?;
-            Ok(n)
+            r
         })
     });
     let compress = opts.compress_level > 0 && opts.format == Format::Perfetto;
@@ -435,6 +458,7 @@ fn run(
                 };
             let mut obs = SectionSet(template.iter().map(|s| s.fresh(&topo)).collect());
             let mut model = ProcessModel::new(&topo, p.index, &mopts, &uuids, sink.as_mut());
+            model.progress = Some(progress.counter());
             let tx = tx.clone();
             let mut flush = |b: Vec<u8>| {
                 if b.is_empty() || output.is_none() {
@@ -448,7 +472,6 @@ fn run(
                 let _ = tx.send(b);
             };
             let issues = model.run(input, sink.as_mut(), gsink.as_mut(), &mut obs, &mut flush);
-            progress.add(p.records);
             let warn = issues
                 .into_iter()
                 .map(|i| format!("{}: offset {}: {}", p.path.display(), i.offset, i.what))

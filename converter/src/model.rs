@@ -134,6 +134,8 @@ pub struct ProcessModel<'a> {
     throughput: (i64, i64),
     pub totals: ProcessTotals,
     last_t: i64,
+    /// Records processed are added here (progress bar).
+    pub progress: Option<&'a AtomicU64>,
 }
 
 const THROUGHPUT_BUCKET: i64 = 100_000;
@@ -170,6 +172,7 @@ impl<'a> ProcessModel<'a> {
             throughput: (i64::MIN, 0),
             totals: ProcessTotals::default(),
             last_t: 0,
+            progress: None,
         }
     }
 
@@ -235,6 +238,11 @@ impl<'a> ProcessModel<'a> {
                 _ => {}
             }
             n = n.wrapping_add(1);
+            if n.is_multiple_of(1 << 16) {
+                if let Some(p) = self.progress {
+                    p.fetch_add(1 << 16, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
             if n.is_multiple_of(256) {
                 if sink.pending_bytes() >= self.opts.block_bytes {
                     flush(sink.take());
@@ -243,6 +251,9 @@ impl<'a> ProcessModel<'a> {
                     flush(gpu_sink.take());
                 }
             }
+        }
+        if let Some(p) = self.progress {
+            p.fetch_add((n % (1 << 16)) as u64, std::sync::atomic::Ordering::Relaxed);
         }
         let issues = std::mem::take(&mut recs.issues);
         self.finish(sink);

@@ -55,6 +55,11 @@ impl Progress {
         self.done.fetch_add(n, Ordering::Relaxed);
     }
 
+    /// The shared count of finished records.
+    pub fn counter(&self) -> &AtomicU64 {
+        &self.done
+    }
+
     /// Stops and clears the bar.
     pub fn finish(mut self) {
         self.stop.store(true, Ordering::Relaxed);

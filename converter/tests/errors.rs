@@ -125,6 +125,20 @@ fn cli_exit_codes_and_messages() {
     assert_eq!(r.status.code(), Some(1));
     let e = String::from_utf8_lossy(&r.stderr);
     assert!(e.contains("junk.sigmatrace") && e.contains("magic"), "{e}");
+    let missing = dir.path().join("no-such-dir").join("x.perfetto-trace");
+    let r = Command::new(exe)
+        .arg(&truth.files[0])
+        .arg("-o")
+        .arg(&missing)
+        .output()
+        .unwrap();
+    assert_eq!(
+        r.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    assert!(String::from_utf8_lossy(&r.stderr).contains("no-such-dir"));
     let r = Command::new(exe)
         .args(["--from", "2", "--to", "1"])
         .arg(&truth.files[0])
@@ -140,6 +154,10 @@ fn cli_exit_codes_and_messages() {
         .unwrap();
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     common::validate(&out, &["slices=1"]);
+    assert!(
+        !dir.path().join("x.perfetto-trace.partial").exists(),
+        "temporary output renamed"
+    );
     let r = Command::new(exe)
         .arg("stats")
         .arg("--json")
