@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod dv;
 pub mod mlx5;
 pub mod mlx5dv;
+pub mod poster;
 pub mod prm;
 pub mod rendezvous;
 pub mod selfobs;
