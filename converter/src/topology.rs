@@ -153,18 +153,23 @@ impl Topology {
             } else {
                 format_boot_id(&h.boot_id)
             };
-            let key = if boot.is_empty() {
-                format!("host:{}", h.hostname)
-            } else {
-                boot.clone()
+            // Simulated nodes sharing one machine (header attribute `node=`) are separate
+            // nodes for traffic and skew; each still gets its own clock fit.
+            let node = h.node().map(str::to_owned);
+            let key = match (boot.is_empty(), &node) {
+                (true, None) => format!("host:{}", h.hostname),
+                (true, Some(n)) => format!("host:{}/node:{n}", h.hostname),
+                (false, None) => boot.clone(),
+                (false, Some(n)) => format!("{boot}/node:{n}"),
             };
             let clock = ProcessClock::fit(&h.start, &s.snapshots, h.ts_source, h.tsc_hz);
             let host = *host_keys.entry(key).or_insert_with(|| {
                 topo.hosts.push(Host {
-                    name: if h.hostname.is_empty() {
-                        "unknown".into()
-                    } else {
-                        h.hostname.clone()
+                    name: match (h.hostname.is_empty(), &node) {
+                        (true, None) => "unknown".into(),
+                        (true, Some(n)) => format!("node{n}"),
+                        (false, None) => h.hostname.clone(),
+                        (false, Some(n)) => format!("{}/node{n}", h.hostname),
                     },
                     boot_id: boot.clone(),
                     procs: Vec::new(),

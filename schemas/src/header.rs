@@ -192,10 +192,19 @@ impl FileHeader {
             hostname: hostname(),
             cmdline,
             exe,
-            attrs: Vec::new(),
+            attrs: node_from_env()
+                .map(|n| format!("node={n}"))
+                .into_iter()
+                .collect(),
             dropped: 0,
             chunks_allocated: 0,
         }
+    }
+
+    /// The logical node of the process (attribute `node=`), for several simulated nodes on one
+    /// machine (see [`node_from_env`]).
+    pub fn node(&self) -> Option<&str> {
+        self.attrs.iter().find_map(|a| a.strip_prefix("node="))
     }
 
     /// Encodes the header page.
@@ -259,6 +268,16 @@ impl FileHeader {
         page[26..28].copy_from_slice(&flags.to_ne_bytes());
         page
     }
+}
+
+/// The logical node this process plays when several simulated nodes share one machine:
+/// `SIGMATRACE_NODE`, else softnic's `SOFTNIC_NODE`. Real multi-host runs leave both unset.
+pub fn node_from_env() -> Option<String> {
+    ["SIGMATRACE_NODE", "SOFTNIC_NODE"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok())
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty() && v.len() <= 64)
 }
 
 /// The host name, or "unknown".

@@ -175,7 +175,7 @@ fn header_fields_round_trip() {
         world_size: Some(8),
         source: "RANK".into(),
     };
-    h.attrs = vec!["k=v".into()];
+    h.attrs = vec!["k=v".into(), "node=3".into()];
     h.cmdline = vec!["prog".into(), "--flag".into(), "x y".into()];
     let _w = LogWriter::create(&path, &h, WriterOptions::default()).unwrap();
     let log = LogFile::open(&path).unwrap();
@@ -183,6 +183,7 @@ fn header_fields_round_trip() {
     assert_eq!(r.rank, h.rank);
     assert_eq!(r.cmdline, h.cmdline);
     assert_eq!(r.attrs, h.attrs);
+    assert_eq!(r.node(), Some("3"));
     assert_eq!(r.hostname, h.hostname);
     assert_eq!(r.pid, std::process::id());
     assert_eq!(r.start, h.start);
