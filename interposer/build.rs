@@ -14,8 +14,10 @@ fn main() {
     println!("cargo:rerun-if-changed={}", header.display());
     let bindings = bindgen::Builder::default()
         .header(header.display().to_string())
-        .allowlist_type("ibv_.*|_ibv_.*|verbs_.*|mlx5dv_qp_ex")
-        .allowlist_var("IBV_.*")
+        .allowlist_type(
+            "ibv_.*|_ibv_.*|verbs_.*|mlx5dv_qp_ex|mlx5dv_obj|mlx5dv_devx_umem|mlx5dv_devx_umem_in|mlx5dv_devx_uar|mlx5dv_obj_type|mlx5dv_devx_umem_in_mask",
+        )
+        .allowlist_var("IBV_.*|MLX5DV_OBJ_.*|MLX5DV_UMEM_MASK_.*")
         .default_enum_style(bindgen::EnumVariation::Consts)
         .prepend_enum_name(false)
         .derive_default(true)
@@ -31,7 +33,8 @@ fn main() {
     build_c_programs(&manifest.join("cprogs"), &out.join("cprogs"));
 }
 
-/// Compiles every cprogs/*.c into OUT_DIR/cprogs/<stem> (loopback.c twice, see below).
+/// Compiles every cprogs/*.c into OUT_DIR/cprogs/<stem> (loopback.c and cuda_app.c twice, see
+/// below).
 fn build_c_programs(src_dir: &Path, bin_dir: &Path) {
     println!("cargo:rerun-if-changed={}", src_dir.display());
     std::fs::create_dir_all(bin_dir).expect("mkdir cprogs");
@@ -55,11 +58,70 @@ fn build_c_programs(src_dir: &Path, bin_dir: &Path) {
             compile(cc.path(), src, src_dir, &linked, &["-libverbs", "-ldl"]);
             let dlopen = bin_dir.join("loopback_dlopen");
             compile(cc.path(), src, src_dir, &dlopen, &["-DUSE_DLOPEN", "-ldl"]);
+        } else if stem == "cuda_app" {
+            // The CUDA-runtime way (dlopen + cuGetProcAddress), and linked by symbol against a
+            // link-time stub libcuda.so (like the toolkit's stubs/libcuda.so); at run time the
+            // loader finds the real libcuda.so.1 (in tests: the test double).
+            let dlopen = bin_dir.join("cuda_app_dlopen");
+            compile(cc.path(), src, src_dir, &dlopen, &["-ldl"]);
+            let stub_dir = bin_dir.join("cuda-stub");
+            build_cuda_stub(cc.path(), &stub_dir);
+            let linked = bin_dir.join("cuda_app_linked");
+            let l = format!("-L{}", stub_dir.display());
+            compile(
+                cc.path(),
+                src,
+                src_dir,
+                &linked,
+                &["-DLINKED", &l, "-lcuda", "-ldl"],
+            );
+        } else if stem == "ibgda" {
+            let libs = ["-libverbs", "-lmlx5", "-ldl"];
+            compile(cc.path(), src, src_dir, &bin_dir.join(stem), &libs);
         } else {
             let libs = ["-libverbs", "-ldl", "-lpthread"];
             compile(cc.path(), src, src_dir, &bin_dir.join(stem), &libs);
         }
     }
+}
+
+/// A link-time stub `libcuda.so` (SONAME `libcuda.so.1`) defining the driver names
+/// cuda_app.c calls; never loaded at run time.
+fn build_cuda_stub(cc: &Path, dir: &Path) {
+    std::fs::create_dir_all(dir).expect("mkdir cuda-stub");
+    let names = [
+        "cuInit",
+        "cuDeviceGet",
+        "cuDevicePrimaryCtxRetain",
+        "cuCtxSetCurrent",
+        "cuStreamCreateWithPriority",
+        "cuStreamSynchronize",
+        "cuMemAlloc_v2",
+        "cuMemFree_v2",
+        "cuMemHostAlloc",
+        "cuMemFreeHost",
+        "cuMemHostRegister_v2",
+        "cuMemHostUnregister",
+        "cuMemHostGetDevicePointer_v2",
+        "cuModuleLoadData",
+        "cuModuleGetFunction",
+        "cuLaunchKernel",
+        "cuLaunchKernelEx",
+        "cuLaunchCooperativeKernel",
+    ];
+    let src: String = names
+        .iter()
+        .map(|n| format!("int {n}(void) {{ return 999; }}\n"))
+        .collect();
+    let c = dir.join("stub.c");
+    std::fs::write(&c, src).expect("write stub.c");
+    let status = Command::new(cc)
+        .args(["-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o"])
+        .arg(dir.join("libcuda.so"))
+        .arg(&c)
+        .status()
+        .expect("run the C compiler");
+    assert!(status.success(), "building the CUDA link stub failed");
 }
 
 fn compile(cc: &Path, src: &Path, include: &Path, out: &Path, extra: &[&str]) {

@@ -16,8 +16,13 @@ pub mod cat {
     pub const EMPTY_POLLS: u32 = 1 << 4;
     /// Completion-channel and asynchronous events.
     pub const EVENTS: u32 = 1 << 5;
+    /// Queues the program writes itself: `QueueDiscovered`, and the host and device pollers
+    /// (`WqeObserved`, `CqeObserved`, `ObserveOverrun`, `GpuClockPair`).
+    pub const OBSERVE: u32 = 1 << 6;
+    /// CUDA: `GpuMemory`, kernel names, `KernelLaunch`, `KernelExec`.
+    pub const GPU: u32 = 1 << 7;
     /// Everything.
-    pub const ALL: u32 = CONTROL | SEND | RECV | COMPLETIONS | EMPTY_POLLS | EVENTS;
+    pub const ALL: u32 = CONTROL | SEND | RECV | COMPLETIONS | EMPTY_POLLS | EVENTS | OBSERVE | GPU;
 
     /// (name, bits) accepted by `SIGMATRACE_TRACE`.
     pub const NAMES: &[(&str, u32)] = &[
@@ -28,6 +33,8 @@ pub mod cat {
         ("completions", COMPLETIONS),
         ("empty_polls", EMPTY_POLLS),
         ("events", EVENTS),
+        ("observe", OBSERVE),
+        ("gpu", GPU),
         ("data", SEND | RECV | COMPLETIONS | EMPTY_POLLS),
     ];
 }
@@ -78,6 +85,8 @@ pub struct Config {
     pub prefault_chunks: u32,
     /// `SIGMATRACE_DEBUG_PANIC` (debug builds only): hook name to panic in, or "any".
     pub debug_panic: Option<String>,
+    /// Queue pollers and CUDA kernel timing.
+    pub observe: ObserveConfig,
     /// Values that could not be parsed (reported at `Diag::Info`).
     pub warnings: Vec<String>,
 }
@@ -106,8 +115,96 @@ impl Default for Config {
             snapshot_ms: DEFAULT_SNAPSHOT_MS,
             prefault_chunks: DEFAULT_PREFAULT_CHUNKS,
             debug_panic: None,
+            observe: ObserveConfig::default(),
             warnings: Vec::new(),
         }
+    }
+}
+
+/// Queue pollers and CUDA kernel timing (`SIGMATRACE_POLL*`, `SIGMATRACE_DEVICE_POLL`,
+/// `SIGMATRACE_KERNEL_TIMING`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObserveConfig {
+    /// `SIGMATRACE_POLL`: run the host poller on host-resident rings.
+    pub host_poll: bool,
+    /// `SIGMATRACE_POLL_SPIN`: empty passes spent spinning before the poller sleeps.
+    pub spin_passes: u32,
+    /// `SIGMATRACE_POLL_MIN_SLEEP_US`: first sleep after spinning (doubles while idle).
+    pub min_sleep_us: u64,
+    /// `SIGMATRACE_POLL_MAX_SLEEP_US`: longest idle sleep.
+    pub max_sleep_us: u64,
+    /// `SIGMATRACE_DEVICE_POLL`: run the device-side poller on GPU-resident rings.
+    pub device_poll: bool,
+    /// `SIGMATRACE_KERNEL_TIMING` = `events`: time kernels with events around each launch.
+    pub kernel_timing: bool,
+}
+
+impl Default for ObserveConfig {
+    fn default() -> Self {
+        ObserveConfig {
+            host_poll: true,
+            spin_passes: 2000,
+            min_sleep_us: 50,
+            max_sleep_us: 1000,
+            device_poll: true,
+            kernel_timing: true,
+        }
+    }
+}
+
+impl ObserveConfig {
+    fn parse(get: &impl Fn(&str) -> Option<String>, warnings: &mut Vec<String>) -> ObserveConfig {
+        let mut o = ObserveConfig::default();
+        let mut flag = |var: &str, dst: &mut bool| {
+            if let Some(v) = get(var) {
+                match parse_bool(&v) {
+                    Some(b) => *dst = b,
+                    None => warnings.push(format!("{var}={v:?} ignored: expected 1/0/true/false")),
+                }
+            }
+        };
+        flag("SIGMATRACE_POLL", &mut o.host_poll);
+        flag("SIGMATRACE_DEVICE_POLL", &mut o.device_poll);
+        let mut number = |var: &str, range: std::ops::RangeInclusive<u64>| -> Option<u64> {
+            let v = get(var)?;
+            match v.trim().parse::<u64>() {
+                Ok(n) if range.contains(&n) => Some(n),
+                _ => {
+                    warnings.push(format!(
+                        "{var}={v:?} ignored: expected {}..{}",
+                        range.start(),
+                        range.end()
+                    ));
+                    None
+                }
+            }
+        };
+        if let Some(n) = number("SIGMATRACE_POLL_SPIN", 0..=10_000_000) {
+            o.spin_passes = n as u32;
+        }
+        if let Some(n) = number("SIGMATRACE_POLL_MIN_SLEEP_US", 1..=1_000_000) {
+            o.min_sleep_us = n;
+        }
+        if let Some(n) = number("SIGMATRACE_POLL_MAX_SLEEP_US", 1..=10_000_000) {
+            o.max_sleep_us = n;
+        }
+        if o.max_sleep_us < o.min_sleep_us {
+            warnings.push(format!(
+                "SIGMATRACE_POLL_MAX_SLEEP_US raised to the minimum sleep ({} us)",
+                o.min_sleep_us
+            ));
+            o.max_sleep_us = o.min_sleep_us;
+        }
+        if let Some(v) = get("SIGMATRACE_KERNEL_TIMING") {
+            match v.trim().to_ascii_lowercase().as_str() {
+                "events" | "1" | "on" => o.kernel_timing = true,
+                "off" | "0" | "none" => o.kernel_timing = false,
+                _ => warnings.push(format!(
+                    "SIGMATRACE_KERNEL_TIMING={v:?} ignored: expected events/off"
+                )),
+            }
+        }
+        o
     }
 }
 
@@ -195,6 +292,7 @@ impl Config {
         if let Some(v) = get("SIGMATRACE_DEBUG_PANIC").filter(|v| !v.is_empty()) {
             c.debug_panic = Some(v);
         }
+        c.observe = ObserveConfig::parse(&get, &mut warnings);
         c.warnings = warnings;
         c
     }
@@ -292,6 +390,12 @@ mod tests {
             ("SIGMATRACE_SNAPSHOT_MS", "250"),
             ("SIGMATRACE_DEBUG_PANIC", "post_send"),
             ("SIGMATRACE_PREFAULT_CHUNKS", "0"),
+            ("SIGMATRACE_POLL", "0"),
+            ("SIGMATRACE_POLL_SPIN", "10"),
+            ("SIGMATRACE_POLL_MIN_SLEEP_US", "20"),
+            ("SIGMATRACE_POLL_MAX_SLEEP_US", "5000"),
+            ("SIGMATRACE_DEVICE_POLL", "off"),
+            ("SIGMATRACE_KERNEL_TIMING", "off"),
         ]);
         assert_eq!(c.output_dir, PathBuf::from("/tmp/x"));
         assert_eq!(c.max_bytes, 256 << 20);
@@ -302,6 +406,17 @@ mod tests {
         assert_eq!(c.snapshot_ms, 250);
         assert_eq!(c.debug_panic.as_deref(), Some("post_send"));
         assert_eq!(c.prefault_chunks, 0);
+        assert_eq!(
+            c.observe,
+            ObserveConfig {
+                host_poll: false,
+                spin_passes: 10,
+                min_sleep_us: 20,
+                max_sleep_us: 5000,
+                device_poll: false,
+                kernel_timing: false,
+            }
+        );
         assert!(c.warnings.is_empty(), "{:?}", c.warnings);
     }
 
@@ -320,6 +435,8 @@ mod tests {
             ("SIGMATRACE_DIAG", "loud"),
             ("SIGMATRACE_SNAPSHOT_MS", "0"),
             ("SIGMATRACE_DISABLE", "maybe"),
+            ("SIGMATRACE_POLL_SPIN", "-1"),
+            ("SIGMATRACE_KERNEL_TIMING", "cupti"),
         ]);
         assert_eq!(c.max_bytes, DEFAULT_MAX_BYTES);
         assert_eq!(c.chunk_size, DEFAULT_CHUNK);
@@ -327,7 +444,8 @@ mod tests {
         assert_eq!(c.diag, Diag::Error);
         assert_eq!(c.snapshot_ms, DEFAULT_SNAPSHOT_MS);
         assert!(!c.disabled);
-        assert_eq!(c.warnings.len(), 6, "{:?}", c.warnings);
+        assert_eq!(c.observe, ObserveConfig::default());
+        assert_eq!(c.warnings.len(), 8, "{:?}", c.warnings);
         assert!(c.warnings.iter().any(|w| w.contains("bogus")));
     }
 
@@ -346,5 +464,9 @@ mod tests {
             Ok(cat::SEND | cat::RECV | cat::COMPLETIONS)
         );
         assert_eq!(parse_trace("nope"), Err("nope".into()));
+        assert_eq!(
+            parse_trace("all,-gpu,-observe"),
+            Ok(cat::ALL & !(cat::GPU | cat::OBSERVE))
+        );
     }
 }

@@ -11,7 +11,7 @@ use sigmatrace_schemas::{
 
 use crate::config::{cat, Diag};
 use crate::ffi::*;
-use crate::hooks::{cq_ex, ctx, mlx5, qp_ex, Lib};
+use crate::hooks::{cq_ex, ctx, mlx5, qp_ex, queues, Lib};
 use crate::record::control::{self as rc, AhInfo, CqInfo, MrInfo, QpInfo, QpModifyInfo};
 use crate::record::emit;
 use crate::sink;
@@ -41,7 +41,7 @@ pub unsafe fn adopt_context(ctx: *mut ibv_context) -> ctx::Instrumented {
 ///
 /// # Safety
 /// `ctx` null or live.
-unsafe fn discover(ctx: *mut ibv_context) {
+pub(crate) unsafe fn discover(ctx: *mut ibv_context) {
     // SAFETY: per caller.
     if unsafe { ctx::instrument(ctx) } == ctx::Instrumented::Now {
         sink::diag(
@@ -432,8 +432,14 @@ pub unsafe fn cq_created_ex(
     emit_if(cat::CONTROL, rc::cq_create(sink::now(), &info));
 }
 
+/// Before `ibv_destroy_cq`: stop watching its ring (`mlx5dv_init_obj`), which the call frees.
+pub fn destroy_cq_pre(cq: *mut ibv_cq) {
+    queues::gone(queues::Key::Cq(cq as u64));
+    queues::lock().cqns.remove(&(cq as u64));
+}
+
 /// `ibv_destroy_cq`.
-pub fn ibv_destroy_cq(cq: *mut ibv_cq, ret: c_int) {
+pub fn ibv_destroy_cq(_: (), cq: *mut ibv_cq, ret: c_int) {
     emit_if(cat::CONTROL, rc::cq_destroy(sink::now(), cq as u64, ret));
 }
 
@@ -634,11 +640,13 @@ pub unsafe fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int
     emit(rc::qp_modify(sink::now(), &info));
 }
 
-/// Before `ibv_destroy_qp`: the QPN (the QP is freed by the call).
+/// Before `ibv_destroy_qp`: stop watching its send ring (`mlx5dv_init_obj`), which the call
+/// frees; the QPN (the QP is freed by the call).
 ///
 /// # Safety
 /// `qp` live.
 pub unsafe fn destroy_qp_pre(qp: *mut ibv_qp) -> u32 {
+    queues::gone(queues::Key::Qp(qp as u64));
     // SAFETY: live until the real call.
     if qp.is_null() {
         0

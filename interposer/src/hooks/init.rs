@@ -42,11 +42,23 @@ fn init_once() {
 }
 
 extern "C" fn after_fork_child() {
-    guard::run("fork", sink::after_fork_in_child);
+    guard::run("fork", || {
+        sink::after_fork_in_child();
+        // The parent's poller threads do not exist here: forget their state; the child starts
+        // its own on its own first queue.
+        super::queues::after_fork_child();
+        super::gpu::after_fork_child();
+        super::kernels::after_fork_child();
+    });
 }
 
 extern "C" fn at_exit() {
-    guard::run("exit", sink::at_exit);
+    guard::run("exit", || {
+        super::gpu::at_exit();
+        super::kernels::at_exit();
+        super::queues::at_exit();
+        sink::at_exit();
+    });
 }
 
 extern "C" fn constructor() {

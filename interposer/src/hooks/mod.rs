@@ -6,12 +6,17 @@ pub mod api;
 pub mod control;
 pub mod cq_ex;
 pub mod ctx;
+pub mod cuda;
 pub mod datapath;
 pub mod dlsym;
+pub mod dv;
+pub mod gpu;
 pub mod guard;
 pub mod init;
+pub mod kernels;
 pub mod mlx5;
 pub mod qp_ex;
+pub mod queues;
 pub mod slots;
 pub mod table;
 
@@ -50,6 +55,8 @@ pub struct Entry {
     shim: *const (),
     /// The real function (0 = not resolved yet).
     real: AtomicUsize,
+    /// For entry points handed out by `cuGetProcAddress`: wrappers for other real addresses.
+    alts: Option<&'static AltReals>,
 }
 
 // SAFETY: `shim` is the address of a function (immutable code); everything else is immutable
@@ -69,7 +76,14 @@ impl Entry {
             lib,
             shim,
             real: AtomicUsize::new(0),
+            alts: None,
         }
+    }
+
+    /// The same entry with alternative wrappers (CUDA entry points).
+    pub const fn with_alts(mut self, alts: &'static AltReals) -> Entry {
+        self.alts = Some(alts);
+        self
     }
 
     /// The symbol name.
@@ -127,6 +141,77 @@ impl Entry {
             Ok(_) => true,
             Err(cur) => cur == real,
         }
+    }
+}
+
+impl Entry {
+    /// A wrapper for `real`, an address a driver handed out for this entry point (e.g. from
+    /// `cuGetProcAddress`): our shim when `real` is the entry's own real function (or already
+    /// our shim), else an alternative wrapper bound to `real`. `None` when every alternative
+    /// is taken (the caller then keeps the unwrapped address: untraced, never broken).
+    pub fn wrap(&self, real: usize) -> Option<usize> {
+        if real == 0 {
+            return None;
+        }
+        if self.is_wrapper(real) {
+            return Some(real);
+        }
+        if self.real::<usize>() == Some(real) || self.adopt(real) {
+            return Some(self.shim());
+        }
+        self.alts?.wrap(real)
+    }
+
+    /// Whether `addr` is this entry's shim or one of its alternative wrappers.
+    pub fn is_wrapper(&self, addr: usize) -> bool {
+        addr == self.shim()
+            || self
+                .alts
+                .is_some_and(|a| a.shims.iter().any(|s| *s as usize == addr))
+    }
+}
+
+/// Alternative wrappers of one entry point: copies of its shim, each calling its own real
+/// address. The CUDA driver may hand out several implementations under one name (per CUDA
+/// version, per-thread default stream); each distinct address gets its own copy.
+pub struct AltReals {
+    reals: [AtomicUsize; ALT_WRAPPERS],
+    shims: [*const (); ALT_WRAPPERS],
+}
+
+/// Alternative wrappers per entry point.
+pub const ALT_WRAPPERS: usize = 4;
+
+// SAFETY: `shims` are function addresses (immutable code); `reals` are atomics.
+unsafe impl Sync for AltReals {}
+
+impl AltReals {
+    pub const fn new(shims: [*const (); ALT_WRAPPERS]) -> AltReals {
+        AltReals {
+            reals: [const { AtomicUsize::new(0) }; ALT_WRAPPERS],
+            shims,
+        }
+    }
+
+    /// The real function of alternative `i`. `F` must be the entry's C prototype.
+    #[inline(always)]
+    pub fn real<F: Copy>(&self, i: usize) -> Option<F> {
+        let p = self.reals[i].load(Ordering::Acquire);
+        // SAFETY: p was bound by `wrap` to an address the driver handed out for this entry
+        // point, whose prototype is F.
+        (p != 0).then(|| unsafe { as_fn::<F>(p) })
+    }
+
+    /// The wrapper bound to `real`, binding a free alternative if needed.
+    fn wrap(&self, real: usize) -> Option<usize> {
+        for (slot, shim) in self.reals.iter().zip(self.shims) {
+            match slot.compare_exchange(0, real, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Some(shim as usize),
+                Err(cur) if cur == real => return Some(shim as usize),
+                Err(_) => continue,
+            }
+        }
+        None
     }
 }
 

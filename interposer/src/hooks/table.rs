@@ -8,11 +8,13 @@
 //! is redirected to our shim. Adding a libmlx5 (`Mlx5 "MLX5_1.x"`) or libcuda (`Cuda ""`)
 //! function is one line here plus its handler.
 
-use std::ffi::{c_int, c_uint, c_void};
+use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use crate::ffi::*;
 use crate::hooks::control as c;
-use crate::hooks::{guard, Entry, Fallback, Lib};
+use crate::hooks::cuda::{self as cu, CuLaunchConfig};
+use crate::hooks::dv;
+use crate::hooks::{guard, AltReals, Entry, Fallback, Lib};
 
 macro_rules! hook_table {
     ( $( $name:ident @ $lib:ident $ver:literal ( $($a:ident : $t:ty),* $(,)? ) -> $r:ty
@@ -23,46 +25,66 @@ macro_rules! hook_table {
         pub static ENTRIES: &[&Entry] = &[ $( &$name::ENTRY ),* ];
     };
 
-    (@entry $name:ident $lib:ident $ver:literal) => {
+    // CUDA entry points: besides the exported shim, ALT_WRAPPERS copies bound to other real
+    // addresses the driver hands out under the same name (`cuGetProcAddress`).
+    (@one $name:ident Cuda $ver:literal ($($a:ident : $t:ty),*) -> $r:ty => $( pre $pre:path, )? post $post:path) => {
+        #[allow(non_snake_case)]
+        pub mod $name {
+            use super::*;
+            pub static ENTRY: Entry = Entry::new(
+                concat!(stringify!($name), "\0"), concat!($ver, "\0"),
+                Lib::Cuda, super::$name as *const ()).with_alts(&ALTS);
+            pub static ALTS: AltReals = AltReals::new([
+                alt::<0> as *const (), alt::<1> as *const (),
+                alt::<2> as *const (), alt::<3> as *const ()]);
+
+            #[doc = concat!("Alternative wrapper of `", stringify!($name), "`.\n\n# Safety\nThe real function's contract.")]
+            #[allow(unused_unsafe, clippy::unused_unit)]
+            pub unsafe extern "C" fn alt<const S: usize>($($a: $t),*) -> $r {
+                let Some(real) = ALTS.real::<unsafe extern "C" fn($($t),*) -> $r>(S) else { return Fallback::fallback() };
+                hook_table!(@body $name real ($($a),*) $( pre $pre, )? post $post)
+            }
+        }
+        hook_table!(@shim $name ($($a : $t),*) -> $r => $( pre $pre, )? post $post);
+    };
+
+    (@one $name:ident $lib:ident $ver:literal ($($a:ident : $t:ty),*) -> $r:ty => $( pre $pre:path, )? post $post:path) => {
         #[allow(non_snake_case)]
         pub mod $name {
             pub static ENTRY: super::Entry = super::Entry::new(
                 concat!(stringify!($name), "\0"), concat!($ver, "\0"),
                 super::Lib::$lib, super::$name as *const ());
         }
+        hook_table!(@shim $name ($($a : $t),*) -> $r => $( pre $pre, )? post $post);
     };
 
-    (@one $name:ident $lib:ident $ver:literal ($($a:ident : $t:ty),*) -> $r:ty => post $post:path) => {
-        hook_table!(@entry $name $lib $ver);
+    (@shim $name:ident ($($a:ident : $t:ty),*) -> $r:ty => $( pre $pre:path, )? post $post:path) => {
         #[doc = concat!("Exported hook of `", stringify!($name), "`.\n\n# Safety\nThe real function's contract.")]
         #[cfg_attr(not(test), no_mangle)]
-        #[allow(unused_unsafe, clippy::unused_unit)]
+        #[allow(unused_unsafe, clippy::unused_unit, non_snake_case)]
         pub unsafe extern "C" fn $name($($a: $t),*) -> $r {
             let Some(real) = $name::ENTRY.real::<unsafe extern "C" fn($($t),*) -> $r>() else { return Fallback::fallback() };
-            // SAFETY: `real` is this symbol's real definition; the program's arguments pass through.
-            let ret = unsafe { real($($a),*) };
-            // SAFETY: handlers get the arguments and result of the completed real call.
-            guard::control(stringify!($name), || unsafe { $post($($a,)* ret) });
-            ret
+            hook_table!(@body $name real ($($a),*) $( pre $pre, )? post $post)
         }
     };
 
-    (@one $name:ident $lib:ident $ver:literal ($($a:ident : $t:ty),*) -> $r:ty => pre $pre:path, post $post:path) => {
-        hook_table!(@entry $name $lib $ver);
-        #[doc = concat!("Exported hook of `", stringify!($name), "`.\n\n# Safety\nThe real function's contract.")]
-        #[cfg_attr(not(test), no_mangle)]
-        #[allow(unused_unsafe, clippy::unused_unit)]
-        pub unsafe extern "C" fn $name($($a: $t),*) -> $r {
-            let Some(real) = $name::ENTRY.real::<unsafe extern "C" fn($($t),*) -> $r>() else { return Fallback::fallback() };
-            // SAFETY: the pre handler reads the program's arguments before the real call.
-            let st = guard::control(stringify!($name), || unsafe { $pre($($a),*) });
-            // SAFETY: as above.
-            let ret = unsafe { real($($a),*) };
-            // SAFETY: handlers get the arguments and result of the completed real call.
-            st.map(|st| guard::control(stringify!($name), || unsafe { $post(st, $($a,)* ret) }));
-            ret
-        }
-    };
+    (@body $name:ident $real:ident ($($a:ident),*) post $post:path) => {{
+        // SAFETY: `real` is this symbol's real definition; the program's arguments pass through.
+        let ret = unsafe { $real($($a),*) };
+        // SAFETY: handlers get the arguments and result of the completed real call.
+        guard::control(stringify!($name), || unsafe { $post($($a,)* ret) });
+        ret
+    }};
+
+    (@body $name:ident $real:ident ($($a:ident),*) pre $pre:path, post $post:path) => {{
+        // SAFETY: the pre handler reads the program's arguments before the real call.
+        let st = guard::control(stringify!($name), || unsafe { $pre($($a),*) });
+        // SAFETY: as above.
+        let ret = unsafe { $real($($a),*) };
+        // SAFETY: handlers get the arguments and result of the completed real call.
+        st.map(|st| guard::control(stringify!($name), || unsafe { $post(st, $($a,)* ret) }));
+        ret
+    }};
 }
 
 hook_table! {
@@ -85,7 +107,7 @@ hook_table! {
     ibv_get_cq_event @ Ibverbs "IBVERBS_1.1" (ch: *mut ibv_comp_channel, cq: *mut *mut ibv_cq, cq_ctx: *mut *mut c_void) -> c_int => post c::ibv_get_cq_event;
     ibv_ack_cq_events @ Ibverbs "IBVERBS_1.1" (cq: *mut ibv_cq, n: c_uint) -> () => post c::ibv_ack_cq_events;
     ibv_create_cq @ Ibverbs "IBVERBS_1.1" (ctx: *mut ibv_context, cqe: c_int, cq_ctx: *mut c_void, ch: *mut ibv_comp_channel, vector: c_int) -> *mut ibv_cq => post c::ibv_create_cq;
-    ibv_destroy_cq @ Ibverbs "IBVERBS_1.1" (cq: *mut ibv_cq) -> c_int => post c::ibv_destroy_cq;
+    ibv_destroy_cq @ Ibverbs "IBVERBS_1.1" (cq: *mut ibv_cq) -> c_int => pre c::destroy_cq_pre, post c::ibv_destroy_cq;
     ibv_get_async_event @ Ibverbs "IBVERBS_1.1" (ctx: *mut ibv_context, ev: *mut ibv_async_event) -> c_int => post c::ibv_get_async_event;
     // SRQs, QPs, AHs
     ibv_create_srq @ Ibverbs "IBVERBS_1.1" (pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> *mut ibv_srq => post c::ibv_create_srq;
@@ -100,6 +122,34 @@ hook_table! {
     mlx5dv_create_qp @ Mlx5 "MLX5_1.3" (ctx: *mut ibv_context, attr: *mut ibv_qp_init_attr_ex, dv: *mut c_void) -> *mut ibv_qp => post c::mlx5dv_create_qp;
     mlx5dv_create_cq @ Mlx5 "MLX5_1.1" (ctx: *mut ibv_context, attr: *mut ibv_cq_init_attr_ex, dv: *mut c_void) -> *mut ibv_cq_ex => post c::mlx5dv_create_cq;
     mlx5dv_qp_ex_from_ibv_qp_ex @ Mlx5 "MLX5_1.10" (qp: *mut ibv_qp_ex) -> *mut mlx5dv_qp_ex => post c::mlx5dv_qp_ex_from_ibv_qp_ex;
+    // libmlx5: queue discovery (rings the program writes itself)
+    mlx5dv_init_obj @ Mlx5 "MLX5_1.2" (obj: *mut mlx5dv_obj, obj_type: u64) -> c_int => post dv::mlx5dv_init_obj;
+    mlx5dv_devx_umem_reg @ Mlx5 "MLX5_1.7" (ctx: *mut ibv_context, addr: *mut c_void, size: usize, access: u32) -> *mut mlx5dv_devx_umem => post dv::mlx5dv_devx_umem_reg;
+    mlx5dv_devx_umem_reg_ex @ Mlx5 "MLX5_1.19" (ctx: *mut ibv_context, umem_in: *mut mlx5dv_devx_umem_in) -> *mut mlx5dv_devx_umem => post dv::mlx5dv_devx_umem_reg_ex;
+    mlx5dv_devx_umem_dereg @ Mlx5 "MLX5_1.7" (umem: *mut mlx5dv_devx_umem) -> c_int => pre dv::umem_dereg_pre, post dv::mlx5dv_devx_umem_dereg;
+    mlx5dv_devx_obj_create @ Mlx5 "MLX5_1.7" (ctx: *mut ibv_context, cmd_in: *const c_void, inlen: usize, out: *mut c_void, outlen: usize) -> *mut c_void => post dv::mlx5dv_devx_obj_create;
+    mlx5dv_devx_obj_modify @ Mlx5 "MLX5_1.7" (obj: *mut c_void, cmd_in: *const c_void, inlen: usize, out: *mut c_void, outlen: usize) -> c_int => post dv::mlx5dv_devx_obj_modify;
+    mlx5dv_devx_obj_destroy @ Mlx5 "MLX5_1.7" (obj: *mut c_void) -> c_int => pre dv::obj_destroy_pre, post dv::mlx5dv_devx_obj_destroy;
+    mlx5dv_devx_alloc_uar @ Mlx5 "MLX5_1.7" (ctx: *mut ibv_context, flags: u32) -> *mut mlx5dv_devx_uar => post dv::mlx5dv_devx_alloc_uar;
+    // CUDA driver: entry points fetched with cuGetProcAddress (the runtime's way) are wrapped
+    // too; cuGetExportTable is deliberately absent (forwarded untouched).
+    cuGetProcAddress @ Cuda "" (symbol: *const c_char, pfn: *mut *mut c_void, ver: c_int, flags: u64) -> c_int => post cu::cu_get_proc_address;
+    cuGetProcAddress_v2 @ Cuda "" (symbol: *const c_char, pfn: *mut *mut c_void, ver: c_int, flags: u64, status: *mut c_int) -> c_int => post cu::cu_get_proc_address_v2;
+    cuMemAlloc_v2 @ Cuda "" (dptr: *mut u64, size: usize) -> c_int => post cu::cu_mem_alloc;
+    cuMemFree_v2 @ Cuda "" (dptr: u64) -> c_int => pre cu::cu_mem_free_pre, post cu::cu_mem_free;
+    cuMemHostAlloc @ Cuda "" (pp: *mut *mut c_void, size: usize, flags: c_uint) -> c_int => post cu::cu_mem_host_alloc;
+    cuMemFreeHost @ Cuda "" (p: *mut c_void) -> c_int => pre cu::cu_mem_free_host_pre, post cu::cu_mem_free_host;
+    cuMemHostRegister_v2 @ Cuda "" (p: *mut c_void, size: usize, flags: c_uint) -> c_int => post cu::cu_mem_host_register;
+    cuMemHostUnregister @ Cuda "" (p: *mut c_void) -> c_int => pre cu::cu_mem_host_unregister_pre, post cu::cu_mem_host_unregister;
+    cuMemHostGetDevicePointer_v2 @ Cuda "" (dptr: *mut u64, p: *mut c_void, flags: c_uint) -> c_int => post cu::cu_mem_host_get_device_pointer;
+    cuMemHostGetDevicePointer @ Cuda "" (dptr: *mut u32, p: *mut c_void, flags: c_uint) -> c_int => post cu::cu_mem_host_get_device_pointer_v1;
+    cuModuleGetFunction @ Cuda "" (f: *mut u64, module: u64, name: *const c_char) -> c_int => post cu::cu_module_get_function;
+    cuLaunchKernel @ Cuda "" (f: u64, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shm: c_uint, stream: u64, params: *mut *mut c_void, extra: *mut *mut c_void) -> c_int => pre cu::launch_pre, post cu::launch;
+    cuLaunchKernel_ptsz @ Cuda "" (f: u64, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shm: c_uint, stream: u64, params: *mut *mut c_void, extra: *mut *mut c_void) -> c_int => pre cu::launch_pre_ptsz, post cu::launch;
+    cuLaunchKernelEx @ Cuda "" (cfg: *const CuLaunchConfig, f: u64, params: *mut *mut c_void, extra: *mut *mut c_void) -> c_int => pre cu::launch_ex_pre, post cu::launch_ex;
+    cuLaunchKernelEx_ptsz @ Cuda "" (cfg: *const CuLaunchConfig, f: u64, params: *mut *mut c_void, extra: *mut *mut c_void) -> c_int => pre cu::launch_ex_pre_ptsz, post cu::launch_ex;
+    cuLaunchCooperativeKernel @ Cuda "" (f: u64, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shm: c_uint, stream: u64, params: *mut *mut c_void) -> c_int => pre cu::coop_pre, post cu::coop;
+    cuLaunchCooperativeKernel_ptsz @ Cuda "" (f: u64, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shm: c_uint, stream: u64, params: *mut *mut c_void) -> c_int => pre cu::coop_pre_ptsz, post cu::coop;
 }
 
 /// The entry for `name`, and for `dlvsym` lookups only if `version` is the table's version.
@@ -126,8 +176,13 @@ mod tests {
             let name = e.name().to_bytes();
             let found = find(name, None).expect("findable by name");
             assert!(std::ptr::eq(found, *e), "{:?} listed twice", e.name());
-            let v = e.version().expect("ibverbs/mlx5 entries are versioned");
-            assert!(find(name, Some(v.to_bytes())).is_some());
+            match e.lib {
+                Lib::Cuda => assert!(e.version().is_none(), "CUDA exports are unversioned"),
+                _ => {
+                    let v = e.version().expect("ibverbs/mlx5 entries are versioned");
+                    assert!(find(name, Some(v.to_bytes())).is_some());
+                }
+            }
             assert_ne!(e.shim(), 0);
         }
     }
@@ -146,5 +201,33 @@ mod tests {
             "inline verbs are not symbols"
         );
         assert!(find(b"malloc", None).is_none());
+        assert!(find(b"mlx5dv_devx_umem_reg_ex", Some(b"MLX5_1.19")).is_some());
+        assert!(find(b"cuMemAlloc_v2", None).is_some());
+        assert!(
+            find(b"cuGetExportTable", None).is_none(),
+            "private tables are forwarded untouched"
+        );
+    }
+
+    #[test]
+    fn cuda_alternatives_bind_distinct_reals_once() {
+        let e = &cuMemAlloc_v2::ENTRY;
+        let (a, b) = (0x1000usize, 0x2000usize);
+        // The entry's own real is unknown in a unit test (no libcuda): the first address
+        // handed out is adopted as the real one and maps to the exported shim.
+        assert_eq!(e.wrap(a), Some(e.shim()));
+        let wb = e.wrap(b).expect("an alternative");
+        assert_ne!(wb, e.shim());
+        assert!(e.is_wrapper(wb) && e.is_wrapper(e.shim()));
+        assert_eq!(e.wrap(b), Some(wb), "same address, same wrapper");
+        assert_eq!(e.wrap(wb), Some(wb), "a wrapper is never wrapped again");
+        for k in 0..crate::hooks::ALT_WRAPPERS - 1 {
+            assert!(e.wrap(0x3000 + k).is_some());
+        }
+        assert_eq!(
+            e.wrap(0x9000),
+            None,
+            "all alternatives taken: left unwrapped"
+        );
     }
 }

@@ -23,7 +23,8 @@ use std::sync::OnceLock;
 
 use sigmatrace_schemas::clock::{clock_ns, rdtsc};
 use sigmatrace_schemas::{
-    FileHeader, FixedRecord, LogWriter, TimestampSource, Timestamper, WriteError, WriterOptions,
+    ChunkWriter, FileHeader, FixedRecord, LogWriter, RecordKind, TimestampSource, Timestamper,
+    WriteError, WriterOptions,
 };
 
 use crate::config::{ClockChoice, Config, Diag};
@@ -44,6 +45,8 @@ static DISABLED: AtomicBool = AtomicBool::new(false);
 static NEXT_SNAPSHOT: AtomicU64 = AtomicU64::new(0);
 /// Snapshot period in timestamp units (0 until the log exists).
 static PERIOD: AtomicU64 = AtomicU64::new(u64::MAX);
+/// Rate of the timestamp source in Hz, as written in the log header (0 until the log exists).
+static HZ: AtomicU64 = AtomicU64::new(0);
 static CONFIG: OnceLock<Config> = OnceLock::new();
 
 /// Whether any of the `cat` bits is being traced.
@@ -219,6 +222,42 @@ pub fn process_writer() -> Option<LogWriter> {
     process().map(|p| p.writer.clone())
 }
 
+/// Writer ids of the interposer's own background writers. They are above any Linux tid
+/// (`pid_max` ≤ 2^22), so their chunks never merge with an application thread's; each writer
+/// names itself with a `ThreadName` record.
+pub mod background {
+    /// The host queue poller (`sigmatrace-poll`).
+    pub const HOST_POLLER: u32 = 0xffff_ff01;
+    /// The device-poller drain (`sigmatrace-gpu`).
+    pub const DEVICE_POLLER: u32 = 0xffff_ff02;
+    /// Kernel timing (`sigmatrace-kern`).
+    pub const KERNELS: u32 = 0xffff_ff03;
+}
+
+/// A chunk writer for a background component (creates the log if needed), introduced by a
+/// `ThreadName` record.
+pub fn background_writer(id: u32, name: &str) -> Option<ChunkWriter> {
+    let mut w = process_writer()?.thread_writer(id);
+    w.append_meta(RecordKind::ThreadName, 0, now(), id as u64, name.as_bytes());
+    Some(w)
+}
+
+/// Runs `f` (which spawns threads) with every signal blocked, so the threads it starts inherit
+/// a full mask: process-directed signals keep going to the program's threads.
+pub fn with_signals_blocked<R>(f: impl FnOnce() -> R) -> R {
+    // SAFETY: sigset_t is plain data; the masks change only the calling thread's signal mask,
+    // which is restored before returning.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let r = f();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        r
+    }
+}
+
 /// Path of this process's log, if it exists yet.
 pub fn log_path() -> Option<PathBuf> {
     let p = PROCESS.load(Ordering::Acquire);
@@ -266,6 +305,7 @@ fn create_log(config: &Config) -> Result<LogWriter, CreateError> {
     };
     let period = (hz as u128 * config.snapshot_ms as u128 / 1000).max(1) as u64;
     let writer = create_unique(dir, &header, options)?;
+    HZ.store(hz, Ordering::Relaxed);
     PERIOD.store(period, Ordering::Relaxed);
     NEXT_SNAPSHOT.store(start.ts.wrapping_add(period), Ordering::Relaxed);
     Ok(writer)
@@ -348,7 +388,16 @@ fn report_full() {
     }
 }
 
-fn current_timestamper() -> Timestamper {
+/// Timestamp units per nanosecond, as the log header records them (creates the log if
+/// needed; `None` when there is no log).
+pub fn ticks_per_ns() -> Option<f64> {
+    process()?;
+    let hz = HZ.load(Ordering::Relaxed);
+    (hz != 0).then(|| hz as f64 / 1e9)
+}
+
+/// The timestamp source of the log's records.
+pub fn current_timestamper() -> Timestamper {
     Timestamper::with_source(
         TimestampSource::from_u8(CLOCK.load(Ordering::Relaxed))
             .unwrap_or(TimestampSource::MonotonicRaw),
@@ -370,6 +419,7 @@ pub fn after_fork_in_child() {
     CREATE_LOCK.reset_in_child();
     NEXT_SNAPSHOT.store(0, Ordering::Relaxed);
     PERIOD.store(u64::MAX, Ordering::Relaxed);
+    HZ.store(0, Ordering::Relaxed);
     thread::reset_in_child();
 }
 

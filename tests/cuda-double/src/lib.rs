@@ -4,8 +4,10 @@
 //! points SigmaTrace's interposer hooks (directly and through `cuGetProcAddress[_v2]`) with
 //! plausible host-memory behaviour: "device" and pinned allocations come from `malloc`,
 //! device pointers of host memory are the host pointers, modules and functions are named
-//! handles, and launches are recorded (never executed) and return success.
-//! `sigmatrace_cuda_double_*` functions let tests inspect what was called.
+//! handles, and launches are recorded (never executed) and return success. Kernels, events and
+//! stream synchronisation follow a simulated clock ([`timing`]: each launch occupies its stream
+//! for `SIGMATRACE_CUDA_DOUBLE_KERNEL_NS`, default 1 ms), so event timing of kernels can be
+//! tested. `sigmatrace_cuda_double_*` functions let tests inspect what was called.
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
@@ -13,11 +15,15 @@ use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::Mutex;
 
+mod timing;
+
 pub type CUresult = c_int;
 const SUCCESS: CUresult = 0;
 const INVALID_VALUE: CUresult = 1;
 const NOT_INITIALIZED: CUresult = 3;
+const INVALID_HANDLE: CUresult = 400;
 const NOT_FOUND: CUresult = 500;
+const NOT_READY: CUresult = 600;
 
 /// Driver version the double reports (12.9).
 pub const DRIVER_VERSION: c_int = 12090;
@@ -46,6 +52,9 @@ struct State {
     functions: HashMap<u64, std::ffi::CString>,
     allocs: HashMap<u64, usize>,
     next_handle: u64,
+    timing: timing::Timing,
+    /// (start, end) of every launch on the simulated stream clock (CLOCK_MONOTONIC ns).
+    spans: Vec<(u64, u64)>,
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
@@ -98,6 +107,26 @@ pub unsafe extern "C" fn sigmatrace_cuda_double_launch(i: u64, out: *mut LaunchR
         Some(r) if !out.is_null() => {
             // SAFETY: caller passes a valid LaunchRecord pointer.
             unsafe { *out = r };
+            0
+        }
+        _ => -1,
+    }
+}
+
+/// Simulated (start, end) of launch `i` in CLOCK_MONOTONIC ns; returns 0, or -1 if out of range.
+#[no_mangle]
+pub unsafe extern "C" fn sigmatrace_cuda_double_launch_span(
+    i: u64,
+    start: *mut u64,
+    end: *mut u64,
+) -> c_int {
+    match with(|s| s.spans.get(i as usize).copied()) {
+        Some((a, b)) if !start.is_null() && !end.is_null() => {
+            // SAFETY: caller passes valid out pointers.
+            unsafe {
+                *start = a;
+                *end = b;
+            }
             0
         }
         _ => -1,
@@ -355,8 +384,9 @@ pub extern "C" fn cuStreamDestroy_v2(_s: u64) -> CUresult {
 }
 
 #[no_mangle]
-pub extern "C" fn cuStreamSynchronize(_s: u64) -> CUresult {
+pub extern "C" fn cuStreamSynchronize(s: u64) -> CUresult {
     count("cuStreamSynchronize");
+    timing::sleep_until(with(|st| st.timing.stream_end(s)));
     SUCCESS
 }
 
@@ -388,6 +418,8 @@ unsafe fn record_launch(
         }
     };
     with(|s| {
+        let span = s.timing.launch(stream);
+        s.spans.push(span);
         s.launches.push(LaunchRecord {
             api,
             grid,
@@ -468,6 +500,133 @@ pub unsafe extern "C" fn cuLaunchKernelEx(
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn cuCtxGetCurrent(ctx: *mut u64) -> CUresult {
+    count("cuCtxGetCurrent");
+    if ctx.is_null() {
+        return INVALID_VALUE;
+    }
+    // SAFETY: non-null out pointer.
+    unsafe { *ctx = if initialised() { 0x7e57_c000 } else { 0 } };
+    SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxGetDevice(dev: *mut c_int) -> CUresult {
+    count("cuCtxGetDevice");
+    if dev.is_null() {
+        return INVALID_VALUE;
+    }
+    // SAFETY: non-null out pointer.
+    unsafe { *dev = 0 };
+    SUCCESS
+}
+
+#[no_mangle]
+pub extern "C" fn cuCtxSynchronize() -> CUresult {
+    count("cuCtxSynchronize");
+    timing::sleep_until(with(|s| s.timing.all_end()));
+    SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamCreate(s: *mut u64, _flags: c_uint) -> CUresult {
+    count("cuStreamCreate");
+    if s.is_null() {
+        return INVALID_VALUE;
+    }
+    // SAFETY: non-null out pointer.
+    unsafe { *s = new_handle() };
+    SUCCESS
+}
+
+/// `CU_STREAM_CAPTURE_STATUS_NONE`: the double never captures.
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamIsCapturing(_s: u64, status: *mut c_int) -> CUresult {
+    count("cuStreamIsCapturing");
+    if status.is_null() {
+        return INVALID_VALUE;
+    }
+    // SAFETY: non-null out pointer.
+    unsafe { *status = 0 };
+    SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuEventCreate(e: *mut u64, _flags: c_uint) -> CUresult {
+    count("cuEventCreate");
+    if e.is_null() {
+        return INVALID_VALUE;
+    }
+    let h = new_handle();
+    with(|s| s.timing.create_event(h));
+    // SAFETY: non-null out pointer.
+    unsafe { *e = h };
+    SUCCESS
+}
+
+#[no_mangle]
+pub extern "C" fn cuEventDestroy_v2(e: u64) -> CUresult {
+    count("cuEventDestroy_v2");
+    if with(|s| s.timing.destroy_event(e)) {
+        SUCCESS
+    } else {
+        INVALID_HANDLE
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn cuEventRecord(e: u64, stream: u64) -> CUresult {
+    count("cuEventRecord");
+    if with(|s| s.timing.record(e, stream)) {
+        SUCCESS
+    } else {
+        INVALID_HANDLE
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn cuEventQuery(e: u64) -> CUresult {
+    count("cuEventQuery");
+    match with(|s| s.timing.completed(e)) {
+        Ok(_) | Err(timing::EventError::NotRecorded) => SUCCESS,
+        Err(timing::EventError::NotReady) => NOT_READY,
+        Err(timing::EventError::Unknown) => INVALID_HANDLE,
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn cuEventSynchronize(e: u64) -> CUresult {
+    count("cuEventSynchronize");
+    match with(|s| s.timing.due(e)) {
+        Ok(t) => {
+            timing::sleep_until(t.unwrap_or(0));
+            SUCCESS
+        }
+        Err(_) => INVALID_HANDLE,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuEventElapsedTime(ms: *mut f32, start: u64, end: u64) -> CUresult {
+    count("cuEventElapsedTime");
+    if ms.is_null() {
+        return INVALID_VALUE;
+    }
+    let r = with(|s| {
+        Ok::<_, timing::EventError>((s.timing.completed(start)?, s.timing.completed(end)?))
+    });
+    match r {
+        Ok((a, b)) => {
+            // SAFETY: non-null out pointer.
+            unsafe { *ms = ((b as i64 - a as i64) as f64 / 1e6) as f32 };
+            SUCCESS
+        }
+        Err(timing::EventError::NotReady) => NOT_READY,
+        Err(_) => INVALID_HANDLE,
+    }
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn cuGetExportTable(
     table: *mut *const c_void,
     _uuid: *const c_void,
@@ -491,6 +650,7 @@ fn lookup(name: &str, cuda_version: c_int) -> Option<*const c_void> {
             "cuMemHostGetDevicePointer" => "cuMemHostGetDevicePointer_v2",
             "cuMemcpyDtoH" => "cuMemcpyDtoH_v2",
             "cuStreamDestroy" => "cuStreamDestroy_v2",
+            "cuEventDestroy" => "cuEventDestroy_v2",
             "cuGetProcAddress" if cuda_version >= 12000 => "cuGetProcAddress_v2",
             other => other,
         }
@@ -523,6 +683,17 @@ fn lookup(name: &str, cuda_version: c_int) -> Option<*const c_void> {
         "cuLaunchCooperativeKernel" | "cuLaunchCooperativeKernel_ptsz" => {
             cuLaunchCooperativeKernel as *const c_void
         }
+        "cuCtxGetCurrent" => cuCtxGetCurrent as *const c_void,
+        "cuCtxGetDevice" => cuCtxGetDevice as *const c_void,
+        "cuCtxSynchronize" => cuCtxSynchronize as *const c_void,
+        "cuStreamCreate" => cuStreamCreate as *const c_void,
+        "cuStreamIsCapturing" | "cuStreamIsCapturing_ptsz" => cuStreamIsCapturing as *const c_void,
+        "cuEventCreate" => cuEventCreate as *const c_void,
+        "cuEventDestroy_v2" => cuEventDestroy_v2 as *const c_void,
+        "cuEventRecord" | "cuEventRecord_ptsz" => cuEventRecord as *const c_void,
+        "cuEventQuery" => cuEventQuery as *const c_void,
+        "cuEventSynchronize" => cuEventSynchronize as *const c_void,
+        "cuEventElapsedTime" => cuEventElapsedTime as *const c_void,
         "cuGetExportTable" => cuGetExportTable as *const c_void,
         "cuGetProcAddress" => cuGetProcAddress as *const c_void,
         "cuGetProcAddress_v2" => cuGetProcAddress_v2 as *const c_void,
