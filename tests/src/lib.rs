@@ -76,3 +76,47 @@ pub fn validate(trace: &Path, expect_min: &[&str]) -> serde_json::Value {
     );
     json
 }
+
+/// A child process in its own process group, killed (with everything it started) when
+/// dropped — also when a test panics — so no process outlives a failed test.
+pub struct Guarded(pub Option<std::process::Child>);
+
+impl Guarded {
+    /// Spawns `cmd` as the leader of a new process group.
+    pub fn spawn(cmd: &mut Command) -> Guarded {
+        use std::os::unix::process::CommandExt;
+        Guarded(Some(cmd.process_group(0).spawn().expect("spawn")))
+    }
+
+    /// Waits up to `timeout`; returns (success, stdout+stderr). Panics on timeout.
+    pub fn finish(mut self, what: &str, timeout: std::time::Duration) -> (bool, String) {
+        let start = std::time::Instant::now();
+        let child = self.0.as_mut().unwrap();
+        loop {
+            if child.try_wait().unwrap().is_some() {
+                let out = self.0.take().unwrap().wait_with_output().unwrap();
+                let text = format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                return (out.status.success(), text);
+            }
+            assert!(
+                start.elapsed() < timeout,
+                "{what} did not finish within {timeout:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Guarded {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            // SAFETY: signalling our own child's process group.
+            unsafe { libc::kill(-(c.id() as i32), libc::SIGKILL) };
+            let _ = c.wait();
+        }
+    }
+}
