@@ -18,11 +18,15 @@
  *             WQEs (every one signaled), then resumes it
  *   rate      initobj, N 8-byte RDMA writes flat out, one doorbell per DB_BATCH WQEs, one in
  *             32 signaled; prints the rate (benchmark)
+ *   fork      initobj; N/2 WQEs, fork, N/2 more in the parent; the child calls mlx5dv_init_obj
+ *             on its copy of QP A and writes 50 WQEs into its copy of the ring (no NIC serves
+ *             a fork child: nothing executes them), printed as "W …" lines on stderr, then
+ *             _exit()s
  *
  * Bookkeeping on stdout, one line per WQE posted and per CQE consumed (not in rate mode):
  *   W qpn wqe_index opcode ds fm_ce_se bytes remote_addr rkey imm compare_add
  *   C cqn index wqe_counter opcode byte_cnt qpn
- * and a final "done wqes=… wqebbs=… cqes=…". When preloaded, libsigmatrace's
+ * and a final "done wqes=… wqebbs=… cqes=…" and "libcuda loaded|absent". When preloaded, libsigmatrace's
  * sigmatrace_poller_sync() is called before ring slots are reused, so a traced run observes
  * every WQE (untraced, the symbol is absent and nothing waits).
  */
@@ -35,7 +39,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MEM_BYTES (1 << 20)
 
@@ -369,6 +375,41 @@ static void run_rate(struct ring *r, long n, unsigned db_batch)
 	printf("done wqes=%ld wqebbs=%ld cqes=%ld\n", n, n, cqes);
 }
 
+/* Fork mode: the child writes WQEs into its copy of A's ring after its own mlx5dv_init_obj. */
+static void run_fork(struct ring *r, struct ibv_qp *qp, struct ibv_cq *cq, long n)
+{
+	run_mixed(r, n / 2, 1);
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid < 0)
+		die("fork", 0);
+	if (pid == 0) {
+		/* The child's bookkeeping goes to stderr, apart from the parent's. */
+		if (dup2(2, 1) < 0)
+			die("dup2", 0);
+		struct mlx5dv_qp dq = { 0 };
+		struct mlx5dv_cq dc = { 0 };
+		struct mlx5dv_obj o = { .qp = { qp, &dq }, .cq = { cq, &dc } };
+		if (mlx5dv_init_obj(&o, MLX5DV_OBJ_QP | MLX5DV_OBJ_CQ))
+			die("child mlx5dv_init_obj", 0);
+		printf("child pid=%d\n", (int)getpid());
+		for (long i = 0; i < 50; i++) {
+			uint16_t idx = r->pi;
+			build(r, K_WRITE, i * K_KINDS, 0);
+			ring_doorbell(r, idx);
+		}
+		sync_poller();
+		fflush(stdout);
+		/* _exit: softnic's exit-time cleanup in a child would tear down the parent's QPs
+		 * (shared fabric files). Every record the child's tracer committed stays. */
+		_exit(0);
+	}
+	int status = 0;
+	if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status))
+		die("child failed", status);
+	run_mixed(r, n - n / 2, 1);
+}
+
 static void connect_b(uint32_t dest)
 {
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
@@ -514,6 +555,8 @@ int main(int argc, char **argv)
 			run_overrun(&r);
 		else if (!strcmp(mode, "rate"))
 			run_rate(&r, n, db_batch);
+		else if (!strcmp(mode, "fork"))
+			run_fork(&r, qp_a, cq_a, n);
 		else
 			die("unknown mode", 0);
 		if (ibv_destroy_qp(qp_a) || ibv_destroy_cq(cq_a))
@@ -524,5 +567,7 @@ int main(int argc, char **argv)
 		die("teardown", 0);
 	ibv_free_device_list(list);
 	free(mem);
+	/* A tracer must never load libcuda into a process that did not. */
+	printf("libcuda %s\n", dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY) ? "loaded" : "absent");
 	return 0;
 }

@@ -240,8 +240,17 @@ fn run() {
                 }
             }
         }
+        let pending = {
+            let m = lock();
+            (m.generation != m.applied)
+                .then(|| m.changed_at.map_or(Duration::ZERO, |t| t.elapsed()))
+        };
         let wait = if found > 0 {
             Duration::ZERO
+        } else if let Some(since) = pending {
+            DEBOUNCE
+                .saturating_sub(since)
+                .max(Duration::from_micros(100))
         } else if dp.is_some() {
             Duration::from_micros(200)
         } else {

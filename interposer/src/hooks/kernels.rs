@@ -287,9 +287,9 @@ pub fn before(stream: u64, ptsz: bool) -> Launch {
         }
         let timing = sink::config().is_some_and(|c| c.observe.kernel_timing);
         let mut t = lock();
-        if !t.ctxs.contains_key(&l.ctx) {
+        if let std::collections::hash_map::Entry::Vacant(e) = t.ctxs.entry(l.ctx) {
             match Ctx::new(f) {
-                Some(c) => t.ctxs.insert(l.ctx, c),
+                Some(c) => e.insert(c),
                 None => return,
             };
         }
@@ -435,6 +435,11 @@ fn run() {
     st.stopped.store(true, Ordering::Release);
 }
 
+/// (context, stream).
+type StreamKey = (u64, u64);
+/// A pending launch with its reference's event and host time.
+type Snapshot = (Pending, u64, u64);
+
 /// One pass: for each stream, the launches whose end event completed, oldest first.
 fn resolve(w: &mut Option<ChunkWriter>) -> usize {
     let Some(f) = fns() else { return 0 };
@@ -442,7 +447,7 @@ fn resolve(w: &mut Option<ChunkWriter>) -> usize {
         return 0;
     };
     // Snapshot the heads (the lock is not held across driver calls).
-    let work: Vec<((u64, u64), Vec<(Pending, u64, u64)>)> = {
+    let work: Vec<(StreamKey, Vec<Snapshot>)> = {
         let t = lock();
         t.pending
             .iter()
@@ -462,7 +467,7 @@ fn resolve(w: &mut Option<ChunkWriter>) -> usize {
             .collect()
     };
     let mut done = 0;
-    let mut finished: Vec<((u64, u64), usize, u64)> = Vec::new();
+    let mut finished: Vec<(StreamKey, usize, u64)> = Vec::new();
     let mut current_ctx = 0;
     for (key, items) in work {
         let mut n = 0;

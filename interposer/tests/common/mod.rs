@@ -9,8 +9,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sigmatrace_schemas::{
-    AhCreate, ClockSnapshot, CqCreate, CqEvent, DeviceOpen, EmptyPolls, FileHeader, LogFile, MrReg,
-    PostError, PostRecv, PostSend, QpCreate, QpDestroy, QpModify, Record, WorkCompletion,
+    AhCreate, ClockSnapshot, CqCreate, CqEvent, CqeObserved, DeviceOpen, EmptyPolls, FileHeader,
+    GpuClockPair, GpuMemory, KernelExec, KernelLaunch, LogFile, MrReg, ObserveOverrun, PostError,
+    PostRecv, PostSend, QpCreate, QpDestroy, QpModify, QueueDiscovered, Record, WorkCompletion,
+    WqeObserved,
 };
 
 /// `target/<profile>/` of the running test binary (`target/<profile>/deps/<test>`).
@@ -232,6 +234,16 @@ pub enum Rec {
     Empty(EmptyPolls),
     Snapshot(ClockSnapshot),
     Meta(String),
+    /// StringDef: (namespace, key, text).
+    Def(u32, u64, String),
+    Queue(QueueDiscovered),
+    Wqe(WqeObserved),
+    Cqe(CqeObserved),
+    Overrun(ObserveOverrun),
+    GpuMem(GpuMemory),
+    Launch(KernelLaunch),
+    Exec(KernelExec),
+    ClockPair(GpuClockPair),
     Other(String),
 }
 
@@ -266,9 +278,18 @@ impl Trace {
                     Record::WorkCompletion(r) => Rec::Wc(*r),
                     Record::EmptyPolls(r) => Rec::Empty(*r),
                     Record::ClockSnapshot(r) => Rec::Snapshot(*r),
-                    Record::StringDef(m) | Record::Annotation(m) | Record::ThreadName(m) => {
+                    Record::StringDef(m) => Rec::Def(m.aux, m.key, m.text().into_owned()),
+                    Record::Annotation(m) | Record::ThreadName(m) => {
                         Rec::Meta(m.text().into_owned())
                     }
+                    Record::QueueDiscovered(r) => Rec::Queue(*r),
+                    Record::WqeObserved(r) => Rec::Wqe(*r),
+                    Record::CqeObserved(r) => Rec::Cqe(*r),
+                    Record::ObserveOverrun(r) => Rec::Overrun(*r),
+                    Record::GpuMemory(r) => Rec::GpuMem(*r),
+                    Record::KernelLaunch(r) => Rec::Launch(*r),
+                    Record::KernelExec(r) => Rec::Exec(*r),
+                    Record::GpuClockPair(r) => Rec::ClockPair(*r),
                     other => Rec::Other(
                         format!("{other:?}")
                             .split('(')
@@ -430,6 +451,27 @@ impl Trace {
             })
             .collect()
     }
+    /// Every record matching `f`'s pattern, e.g. `t.all(|r| match r { Rec::Wqe(w) => Some(*w), _ => None })`.
+    pub fn all<T>(&self, f: impl Fn(&Rec) -> Option<T>) -> Vec<T> {
+        self.order.iter().filter_map(|(_, r)| f(r)).collect()
+    }
+
+    /// StringDef records of one namespace: (key, text).
+    pub fn defs(&self, ns: u32) -> Vec<(u64, String)> {
+        self.all(|r| match r {
+            Rec::Def(n, k, s) if *n == ns => Some((*k, s.clone())),
+            _ => None,
+        })
+    }
+
+    /// The value of process attribute `name=` (StringDef namespace 4), if written.
+    pub fn attr(&self, name: &str) -> Option<String> {
+        let prefix = format!("{name}=");
+        self.defs(sigmatrace_schemas::string_ns::PROCESS_ATTR)
+            .into_iter()
+            .find_map(|(_, s)| s.strip_prefix(&prefix).map(str::to_string))
+    }
+
     /// Total empty polls recorded (sum of the aggregated counts).
     pub fn empty_poll_count(&self) -> u64 {
         self.empties().iter().map(|e| e.count).sum()
@@ -495,4 +537,44 @@ pub fn listening(port: u16) -> bool {
             })
         })
     })
+}
+
+/// A directory holding `libcuda.so.1` → the workspace's TEST DOUBLE
+/// (`libsigmatrace_cuda_double.so`), for `LD_LIBRARY_PATH`.
+pub fn cuda_double_dir() -> tempfile::TempDir {
+    let lib = build_dir().join("libsigmatrace_cuda_double.so");
+    assert!(
+        lib.exists(),
+        "{} missing: run `cargo build --workspace` first",
+        lib.display()
+    );
+    let d = tempfile::tempdir().expect("tempdir");
+    std::os::unix::fs::symlink(&lib, d.path().join("libcuda.so.1")).expect("symlink");
+    d
+}
+
+/// Lines of `out` starting with `tag ` split into whitespace-separated fields (tag removed).
+pub fn tagged(out: &str, tag: &str) -> Vec<Vec<String>> {
+    let prefix = format!("{tag} ");
+    out.lines()
+        .filter_map(|l| l.strip_prefix(&prefix))
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+        .collect()
+}
+
+/// A decimal or `0x` hexadecimal number.
+pub fn num(s: &str) -> u64 {
+    match s.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16),
+        None => s.parse(),
+    }
+    .unwrap_or_else(|_| panic!("not a number: {s:?}"))
+}
+
+/// `key=value` fields of a line such as `A qpn=257 sq=0x… wqebbs=512`.
+pub fn fields(line: &str) -> std::collections::HashMap<String, String> {
+    line.split_whitespace()
+        .filter_map(|f| f.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
