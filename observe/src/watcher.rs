@@ -498,16 +498,34 @@ impl CqWatcher {
                 }
                 break;
             }
+            // `b` only proves the entry valid: its body words were loaded before `op_own`, so
+            // they may predate the producer's release. After the acquire fence, read it again
+            // until two reads agree (a producer rewriting the slot for a later lap changes it).
             mem.fence();
-            let again = self.read_cqe(mem, n)?;
-            if again != b || self.lost_by_ci(mem)? > 0 {
-                // Changed under us, or the consumer index shows it may have been overwritten
-                // during the read: count it lost.
-                lost += 1;
-                self.shadow[slot] = SHADOW_UNKNOWN;
-                self.next = n.wrapping_add(1);
-                continue;
+            let mut stable = None;
+            for _ in 0..4 {
+                let x = self.read_cqe(mem, n)?;
+                mem.fence();
+                let y = self.read_cqe(mem, n)?;
+                if !cqe::is_valid(y[63], n, cnt) {
+                    break;
+                }
+                if x == y {
+                    stable = Some(y);
+                    break;
+                }
             }
+            let b = match stable {
+                Some(b) if self.lost_by_ci(mem)? == 0 => b,
+                _ => {
+                    // Rewritten under us, or the consumer index shows it may have been
+                    // overwritten during the read: count it lost.
+                    lost += 1;
+                    self.shadow[slot] = SHADOW_UNKNOWN;
+                    self.next = n.wrapping_add(1);
+                    continue;
+                }
+            };
             self.shadow[slot] = signature(&b);
             if lost > 0 {
                 self.stats.cqes_lost += lost;

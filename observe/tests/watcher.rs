@@ -366,3 +366,46 @@ fn pi_alias_estimated_from_rate_with_visible_overrun() {
         "hidden lap + visible overrun: every WQEBB accounted"
     );
 }
+
+/// Memory whose first 64-byte read of one address returns the entry's new `op_own` with a
+/// body from before the producer wrote it: what an x86 reader sees when it loads the body
+/// words before the `op_own` word while the producer is publishing the entry.
+struct StaleBodyOnce {
+    inner: sigmatrace_observe::HostMemory,
+    armed: std::sync::Mutex<Option<u64>>,
+}
+
+impl sigmatrace_observe::QueueMemory for StaleBodyOnce {
+    fn load_u32_acquire(&self, addr: u64) -> Result<u32, sigmatrace_observe::mem::MemError> {
+        self.inner.load_u32_acquire(addr)
+    }
+    fn read(&self, addr: u64, dst: &mut [u8]) -> Result<(), sigmatrace_observe::mem::MemError> {
+        self.inner.read(addr, dst)?;
+        let mut armed = self.armed.lock().unwrap();
+        if dst.len() == 64 && *armed == Some(addr) {
+            *armed = None;
+            dst[..63].fill(0);
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn cq_entry_read_before_its_body_is_published_is_reread_not_lost() {
+    let mut cq = SimCq::new(7, 8, true);
+    let mut w = CqWatcher::new(cq.desc(), 0, None, &cq.memory()).unwrap();
+    for n in 0..3 {
+        cq.produce(&cqe(n));
+    }
+    let mem = StaleBodyOnce {
+        inner: cq.memory(),
+        armed: std::sync::Mutex::new(Some(cq.desc().base + 64)),
+    };
+    let mut got = Vec::new();
+    w.poll(&mem, 1, &mut |o| match o {
+        Observation::Cqe(r) => got.push((r.index, r.byte_cnt, r.wqe_counter)),
+        o => panic!("nothing lost: {o:?}"),
+    })
+    .unwrap();
+    assert_eq!(got, vec![(0, 0, 0), (1, 1, 1), (2, 2, 2)]);
+}
