@@ -1,10 +1,10 @@
-//! `--self-observe DIR`: the workload records itself the way the interposer will once its
-//! mlx5dv/devx discovery and host poller are wired in — a stand-in so the whole observation
-//! chain (queue discovery → `sigmatrace-observe`'s host poller → log → `sigmatrace-convert`)
-//! runs on real softnic traffic today. Not a replacement for the interposer test
-//! (`examples/pending/observed_e2e.rs`), which runs the same checks under `LD_PRELOAD`.
+//! `--self-observe DIR`: the workload records itself the way the interposer does with its
+//! mlx5dv/devx discovery hooks and host poller — the observation chain (queue discovery →
+//! `sigmatrace-observe`'s host poller → log → `sigmatrace-convert`) without `LD_PRELOAD`,
+//! e.g. to compare with an interposed run (`tests/observed_e2e.rs` runs the same checks under
+//! the interposer).
 //!
-//! Record contract written here (and expected from the interposer):
+//! Record contract written here (and by the interposer):
 //! * `DeviceOpen` (context, node GUID) for the device;
 //! * `QpCreate` per QP — variant 0 (`ibv_create_qp`) or 3 (devx, with the context the devx
 //!   call got) — and `QpModify` per transition: verbs ones as `ibv_modify_qp` records them;

@@ -1,28 +1,18 @@
-//! PENDING — not in the default test run. The GPU-initiated-style workloads on 4 softnic
-//! nodes, posting WQEs directly (no `ibv_post_send`), traced by the interposer:
-//! `LD_PRELOAD=libsigmatrace.so`, which must discover the queues through its
-//! `mlx5dv_init_obj` / `mlx5dv_devx_*` hooks and watch them with `sigmatrace-observe`'s
-//! `HostPoller`. Enable once that integration lands:
-//!
-//! ```text
-//! cargo test -p sigmatrace-examples --features interposer-e2e --test observed_e2e
-//! ```
-//!
-//! then move this file to `examples/tests/` and drop the `[[test]]` / feature entries in
-//! `examples/Cargo.toml`. The checks are the ones `tests/self_observed.rs` runs on the
-//! workloads' self-recorded logs, i.e. the record contract documented in
-//! `examples/src/selfobs.rs`:
+//! The GPU-initiated-style workloads on 4 softnic nodes, posting WQEs directly (no
+//! `ibv_post_send`), traced by the interposer: `LD_PRELOAD=libsigmatrace.so` discovers the
+//! queues through its `mlx5dv_init_obj` / `mlx5dv_devx_*` hooks and watches them with
+//! `sigmatrace-observe`'s `HostPoller`. The checks are the ones `self_observed.rs` runs on the
+//! workloads' self-recorded logs (the record contract of `examples/src/selfobs.rs`):
 //!
 //! * every WQE of the workload's bookkeeping observed exactly once (`WqeObserved`, same
 //!   index, opcode, bytes, remote address, rkey, atomic operand, flags, ds), no send-ring
-//!   overrun, every send ring announced by `QueueDiscovered` with its discovery path, and the
-//!   devx UAR too;
-//! * `sigmatrace-convert stats`: barrier rounds with the true slowest rank and spread (within
-//!   the observation delay), MoE node traffic matrix exact and skew within 1 % of the
-//!   configured one — which needs `QpCreate` (variant 3) + decoded `QpModify` records for the
-//!   devx QPs so the converter knows each QP's peer.
+//!   overrun, no `PostSend`, every send ring announced by `QueueDiscovered` with its discovery
+//!   path, and the devx UAR too;
+//! * `sigmatrace-convert stats`: barrier rounds with the true slowest rank and spread (up to
+//!   the measured observation delays), MoE node traffic matrix exact and skew within 1 % of
+//!   the configured one — which relies on the `QpCreate` (devx variant) and decoded
+//!   `QpModify` records of devx QPs for each QP's peer.
 
-#[path = "../tests/common/mod.rs"]
 mod common;
 
 use std::sync::Mutex;

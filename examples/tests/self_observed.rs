@@ -1,6 +1,6 @@
 //! End-to-end observation of the GPU-initiated-style workloads on 4 softnic nodes, with the
 //! workloads recording themselves (`--self-observe`: the discovery calls and host poller the
-//! interposer will run, from inside the program) — through both construction paths:
+//! interposer runs, from inside the program) — through both construction paths:
 //!
 //! * every WQE in the workload's bookkeeping was observed exactly once, with the same content,
 //!   and every send ring was discovered by its path (`mlx5dv_init_obj` or devx);
@@ -8,7 +8,7 @@
 //!   spread (within the observation delay), and the MoE traffic matrix and skew equal to the
 //!   ground truth (skew within 1 % of the configured one).
 //!
-//! The same checks under `LD_PRELOAD=libsigmatrace.so` are in `examples/pending/`.
+//! The same checks under `LD_PRELOAD=libsigmatrace.so` are in `observed_e2e.rs`.
 
 mod common;
 

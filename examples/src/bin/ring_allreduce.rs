@@ -9,6 +9,8 @@
 //! RDMA_WRITE_WITH_IMM into the right neighbour's staging slot; the immediate names the slot
 //! and consumes a receive the neighbour posted. A 4-byte SEND "credit" from the receiver to
 //! its left neighbour opens every iteration, so no write lands before its receives are posted.
+//! Within an iteration the left neighbour may run several steps ahead (its writes need only our
+//! posted receives), so every completion is recorded when polled, whichever step waits for it.
 
 use sigmatrace_examples::rendezvous::{fetch, publish};
 use sigmatrace_examples::verbs::{
@@ -68,13 +70,19 @@ fn initial(rank: u32, iter: u32, i: usize) -> u64 {
 const CREDIT_WR: u64 = 1 << 62;
 const CREDIT_RECV_WR: u64 = 1 << 61;
 
-/// Completion bookkeeping shared by all steps: credits are counted whenever they arrive.
+/// Completion bookkeeping shared by all steps: credits, finished writes and arrived slots are
+/// recorded whenever they are polled, so no step loses a completion meant for a later one.
 struct Events {
     cq: Cq,
     qp_right: Qp,
+    qp_left_num: u32,
     credit: (u64, u32, u32),
     credits: u32,
     credit_sent: bool,
+    /// wr_id of the newest completed write (writes on qp_right complete in order).
+    write_done: u64,
+    /// Incoming RDMA_WRITE_WITH_IMM completions of this iteration, by slot.
+    arrived: Vec<Option<verbs::Completion>>,
 }
 
 impl Events {
@@ -89,6 +97,16 @@ impl Events {
             post_recv(self.qp_right, CREDIT_RECV_WR, self.credit)?;
         } else if c.wr_id == CREDIT_WR {
             self.credit_sent = true;
+        } else if c.qp_num == self.qp_left_num {
+            let slot = c
+                .imm
+                .filter(|&s| (s as usize) < self.arrived.len())
+                .ok_or_else(|| format!("unexpected completion on the left QP: {c:?}"))?;
+            if self.arrived[slot as usize].replace(c).is_some() {
+                return Err(format!("slot {slot} written twice in one iteration").into());
+            }
+        } else {
+            self.write_done = self.write_done.max(c.wr_id);
         }
         Ok(c)
     }
@@ -164,9 +182,12 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let mut st = Events {
         cq,
         qp_right,
+        qp_left_num: verbs::qp_num(qp_left),
         credit: (credit_addr, 4, credit_lkey),
         credits: 0,
         credit_sent: false,
+        write_done: 0,
+        arrived: vec![None; slots],
     };
     let start = Instant::now();
     let mut wr_seq = 0u64;
@@ -175,6 +196,8 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
             data[i * 8..i * 8 + 8].copy_from_slice(&initial(a.rank, iter, i).to_ne_bytes());
         }
         // Receives for this iteration's incoming writes, then grant the left neighbour a credit.
+        // (No write of this iteration can arrive before that credit.)
+        st.arrived.iter_mut().for_each(|a| *a = None);
         for s in 0..slots {
             post_recv(qp_left, s as u64, (0, 0, 0))?;
         }
@@ -220,17 +243,11 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
                     },
                 )?;
                 // Our write completed (its source chunk may change) and the left neighbour's
-                // write for this slot arrived, in either order.
-                let (mut sent, mut got) = (false, None);
-                while !sent || got.is_none() {
-                    let c = st.next()?;
-                    if c.wr_id == wr_seq {
-                        sent = true;
-                    } else if c.imm == Some(slot as u32) {
-                        got = Some(c);
-                    }
+                // write for this slot arrived, in either order (possibly during earlier steps).
+                while st.write_done < wr_seq || st.arrived[slot].is_none() {
+                    st.next()?;
                 }
-                let got = got.unwrap();
+                let got = st.arrived[slot].expect("slot arrived");
                 if got.byte_len as usize != chunk_bytes {
                     return Err(format!(
                         "slot {slot}: received {} bytes, expected {chunk_bytes}",

@@ -1,7 +1,7 @@
 //! Checks of what SigmaTrace observed against a workload's own bookkeeping and ground truth:
 //! every posted WQE observed exactly once with identical content, every ring discovered, and
 //! `sigmatrace-convert stats` barrier rounds / traffic skew equal to the ground truth.
-//! Shared by the self-observation tests and the (pending) interposer end-to-end tests.
+//! Shared by the self-observation, interposer verbs-mode and interposer end-to-end tests.
 
 #![allow(dead_code)]
 
