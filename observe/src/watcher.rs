@@ -490,6 +490,7 @@ impl CqWatcher {
                 if op_own >> 4 != cqe::opcode::INVALID
                     && shadow != SHADOW_UNKNOWN
                     && signature(&b) != shadow
+                    && self.lap_possible(mem, n, &b)?
                 {
                     // Old-phase slot with new content: rewritten one lap later.
                     let skipped = self.resync_after_lap(mem, n)?;
@@ -543,6 +544,25 @@ impl CqWatcher {
             out(overrun(ts, queue_kind::CQ, self.q.cqn, self.observer, lost));
         }
         Ok(seen)
+    }
+
+    /// Whether old-phase slot `n` whose content changed (`b`) can hold a later lap, rather
+    /// than entry `n` being written right now (producers write the body before `op_own`, so a
+    /// write in progress also shows new bytes under the old owner bit). A later lap needs the
+    /// producer past `n + cnt`, hence the consumer past `n`: with a maintained consumer index,
+    /// `ci <= n` rules it out. Without one, the slot must read the same again after a fence
+    /// and still not be valid for `n` (a write in progress completes or keeps changing).
+    fn lap_possible(&self, mem: &dyn QueueMemory, n: u32, b: &[u8; 64]) -> Result<bool, MemError> {
+        if self.q.ci_valid {
+            let ci = read_ci(&self.q, mem)?;
+            let past = ci.wrapping_sub(n) & CI_MASK;
+            if past == 0 || past >= 1 << 23 {
+                return Ok(false);
+            }
+        }
+        mem.fence();
+        let again = self.read_cqe(mem, n)?;
+        Ok(!cqe::is_valid(again[63], n, self.q.cqe_cnt) && again == *b)
     }
 
     /// Slot `n` holds an entry of index ≥ n + cnt: find the hardware head `h` (the first index

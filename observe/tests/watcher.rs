@@ -409,3 +409,56 @@ fn cq_entry_read_before_its_body_is_published_is_reread_not_lost() {
     .unwrap();
     assert_eq!(got, vec![(0, 0, 0), (1, 1, 1), (2, 2, 2)]);
 }
+
+/// Memory showing slot `addr` mid-write: body bytes changed, `op_own` still the old one (a
+/// producer writes the body first). `reads` = how many 64-byte reads see it (then the old
+/// content again, as if the write had not reached the reader yet).
+struct MidWrite {
+    inner: sigmatrace_observe::HostMemory,
+    addr: u64,
+    reads: std::sync::Mutex<u32>,
+}
+
+impl sigmatrace_observe::QueueMemory for MidWrite {
+    fn load_u32_acquire(&self, addr: u64) -> Result<u32, sigmatrace_observe::mem::MemError> {
+        self.inner.load_u32_acquire(addr)
+    }
+    fn read(&self, addr: u64, dst: &mut [u8]) -> Result<(), sigmatrace_observe::mem::MemError> {
+        self.inner.read(addr, dst)?;
+        let mut left = self.reads.lock().unwrap();
+        if dst.len() == 64 && addr == self.addr && *left > 0 {
+            *left -= 1;
+            dst[..56].fill(0);
+        }
+        Ok(())
+    }
+}
+
+fn entry_being_written_is_not_a_lap(ci_valid: bool, reads: u32) {
+    let mut cq = SimCq::new(7, 8, ci_valid);
+    let mut w = CqWatcher::new(cq.desc(), 0, None, &cq.memory()).unwrap();
+    for n in 0..8 {
+        cq.produce(&cqe(n));
+    }
+    assert_eq!(cq_poll(&mut w, &cq), ((0..8).collect(), 0));
+    cq.consume(8);
+    // Entry 8 is being written into slot 0: new body bytes under the old owner bit.
+    let mem = MidWrite {
+        inner: cq.memory(),
+        addr: cq.desc().base,
+        reads: std::sync::Mutex::new(reads),
+    };
+    w.poll(&mem, 1, &mut |o| panic!("nothing to report yet: {o:?}"))
+        .unwrap();
+    cq.produce(&cqe(8));
+    assert_eq!(cq_poll(&mut w, &cq), (vec![8], 0));
+}
+
+#[test]
+fn cq_entry_being_written_is_not_taken_for_a_lap() {
+    // With a maintained consumer index the producer cannot be a lap ahead of entry 8 while the
+    // consumer has not passed it, however long the write takes.
+    entry_being_written_is_not_a_lap(true, u32::MAX);
+    // Overrun-ignore CQ: a changed slot must read the same twice to count as a lap.
+    entry_being_written_is_not_a_lap(false, 1);
+}
