@@ -37,9 +37,26 @@ pub enum SelfObsError {
     Twice,
 }
 
+/// A clock snapshot whose reads were not interrupted: the tightest (`ts_after − ts`) of a
+/// few attempts, so a preemption between the clock reads does not skew the log's time map.
+pub fn tight_snapshot(ts: &Timestamper) -> ClockSnapshot {
+    let mut best = ts.snapshot();
+    for _ in 0..15 {
+        let s = ts.snapshot();
+        if s.ts_after.wrapping_sub(s.ts) < best.ts_after.wrapping_sub(best.ts) {
+            best = s;
+        }
+    }
+    best
+}
+
+/// Period of the clock snapshots (the interposer's default is 100 ms).
+const SNAPSHOT_PERIOD: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// The process's self-observer.
 pub struct SelfObserver {
     ts: Timestamper,
+    ticker: Mutex<Option<(std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>)>>,
     // Field order = drop order: writers before the log.
     ctl: Mutex<ChunkWriter>,
     poller: Mutex<Option<HostPoller>>,
@@ -82,7 +99,7 @@ pub fn start(dir: &Path) -> Result<(), SelfObsError> {
     let ts = Timestamper::detect();
     let hz = ts.estimate_hz(std::time::Duration::from_millis(20));
     let chunk = 1 << 20;
-    let header = FileHeader::for_current_process(ts.source(), hz, ts.snapshot(), chunk);
+    let header = FileHeader::for_current_process(ts.source(), hz, tight_snapshot(&ts), chunk);
     let rank = header
         .rank
         .rank
@@ -102,7 +119,20 @@ pub fn start(dir: &Path) -> Result<(), SelfObsError> {
     )
     .map_err(|e| err(e.to_string()))?;
     let mut ctl = log.thread_writer(1);
-    ctl.append(&ts.snapshot());
+    ctl.append(&tight_snapshot(&ts));
+    // Periodic snapshots: the converter fits each process's clock through them.
+    let (stop, rx) = std::sync::mpsc::channel::<()>();
+    let mut tw = log.thread_writer(3);
+    let ticker = std::thread::Builder::new()
+        .name("selfobs-clock".into())
+        .spawn(move || {
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                rx.recv_timeout(SNAPSHOT_PERIOD)
+            {
+                tw.append(&tight_snapshot(&ts));
+            }
+        })
+        .map_err(SelfObsError::Poller)?;
     let poller = HostPoller::start(
         PollerConfig::default(),
         ts,
@@ -112,6 +142,7 @@ pub fn start(dir: &Path) -> Result<(), SelfObsError> {
     .map_err(SelfObsError::Poller)?;
     OBS.set(SelfObserver {
         ts,
+        ticker: Mutex::new(Some((stop, ticker))),
         ctl: Mutex::new(ctl),
         poller: Mutex::new(Some(poller)),
         disc: Mutex::new(Discovery::new()),
@@ -296,7 +327,11 @@ impl SelfObserver {
         let p = lock(&self.poller).take()?;
         let (w, stats) = p.stop();
         drop(w);
-        self.append(&self.ts.snapshot());
+        if let Some((stop, h)) = lock(&self.ticker).take() {
+            drop(stop);
+            let _ = h.join();
+        }
+        self.append(&tight_snapshot(&self.ts));
         let _ = self.log.flush();
         Some(stats)
     }

@@ -13,7 +13,7 @@ use serde_json::Value;
 use sigmatrace_examples::cluster::Bookkeeping;
 use sigmatrace_examples::mlx5::{op, CE_CQE_ALWAYS};
 use sigmatrace_schemas::records::{
-    discovery, queue_kind, PostSend, QueueDiscovered, Record, WqeObserved,
+    discovery, queue_kind, CqeObserved, PostSend, QueueDiscovered, Record, WqeObserved,
 };
 use sigmatrace_schemas::LogFile;
 
@@ -27,6 +27,8 @@ pub struct ProcLog {
     pub wqes: BTreeMap<u32, Vec<WqeObserved>>,
     /// Verbs-posted WRs per QPN, in log order.
     pub posts: BTreeMap<u32, Vec<PostSend>>,
+    /// Observed CQEs per QPN, in log order.
+    pub cqes: BTreeMap<u32, Vec<CqeObserved>>,
     pub queues: Vec<QueueDiscovered>,
     /// WQEBBs reported overwritten before they were seen (send-ring `ObserveOverrun`s).
     pub wqebbs_lost: u64,
@@ -61,6 +63,7 @@ pub fn read_logs(dir: &Path) -> BTreeMap<u32, ProcLog> {
                     Ok(Record::WqeObserved(w)) => p.wqes.entry(w.qpn).or_default().push(*w),
                     Ok(Record::QueueDiscovered(q)) => p.queues.push(*q),
                     Ok(Record::PostSend(w)) => p.posts.entry(w.qpn).or_default().push(*w),
+                    Ok(Record::CqeObserved(c)) => p.cqes.entry(c.qpn).or_default().push(*c),
                     Ok(Record::ObserveOverrun(o)) if o.hdr.aux & 0xff == queue_kind::SEND => {
                         p.wqebbs_lost += o.lost;
                     }
@@ -79,8 +82,9 @@ pub fn read_logs(dir: &Path) -> BTreeMap<u32, ProcLog> {
 }
 
 /// Every WQE of every rank's bookkeeping was observed exactly once, in ring order, with the
-/// same content; nothing else was observed; nothing was lost; every send ring was discovered
-/// by `expect_discovery` (`discovery::INIT_OBJ` or `DEVX`).
+/// same content, and every signalled one's CQE too; nothing else was observed; nothing was
+/// lost; every send ring was discovered by `expect_discovery` (`discovery::INIT_OBJ` or
+/// `DEVX`).
 pub fn check_exactly_once(
     books: &[Bookkeeping],
     logs: &BTreeMap<u32, ProcLog>,
@@ -100,13 +104,7 @@ pub fn check_exactly_once(
             log.wqebbs_lost,
             log.path.display()
         );
-        if log.cqes_lost > 0 {
-            // Not a WQE loss; see "Known observer issues" in examples/README.md.
-            eprintln!(
-                "rank {}: the CQ watcher reported {} CQEs lost",
-                b.rank, log.cqes_lost
-            );
-        }
+        assert_eq!(log.cqes_lost, 0, "rank {}: CQEs reported lost", b.rank);
         for q in &b.qps {
             let seen = log.wqes.get(&q.qpn).map(Vec::as_slice).unwrap_or(&[]);
             assert_eq!(
@@ -140,6 +138,30 @@ pub fn check_exactly_once(
                     w.ds,
                 );
                 assert_eq!(got, want, "rank {} QP {:#x} WQE {}", b.rank, q.qpn, w.index);
+            }
+            // One requester CQE per signalled WQE, naming it, in order, none an error.
+            let signalled: Vec<u16> = q
+                .wqes
+                .iter()
+                .filter(|w| w.fm_ce_se == CE_CQE_ALWAYS)
+                .map(|w| w.wqe_index)
+                .collect();
+            let cqes: Vec<u16> = log
+                .cqes
+                .get(&q.qpn)
+                .map(|v| v.iter().map(|c| c.wqe_counter).collect())
+                .unwrap_or_default();
+            assert_eq!(
+                cqes, signalled,
+                "rank {} QP {:#x}: observed CQEs",
+                b.rank, q.qpn
+            );
+            for c in log.cqes.get(&q.qpn).into_iter().flatten() {
+                assert_eq!(
+                    c.opcode, 0,
+                    "rank {} QP {:#x}: requester CQE",
+                    b.rank, q.qpn
+                );
             }
             total += q.wqes.len();
             let ring = log
@@ -250,11 +272,16 @@ pub fn stats_json(dir: &Path) -> Value {
 /// apart from clock slack), so the checks are exact up to those delays:
 ///
 /// * same number of rounds, each on the barrier counter of the truth;
-/// * every delay in `[-1 ms, max_delay_ns]` (the clocks agree; the observer keeps up);
+/// * every delay in `[-10 ms, max_delay_ns]` (the clocks agree — each process's log time is
+///   mapped to REALTIME through its own clock snapshots, good to a few ms on a loaded
+///   machine — and the observer keeps up);
 /// * observed spread within `max d − min d` (+ 1 ms) of the true spread;
 /// * the slowest rank equal to the true one in every round whose true margin (slowest minus
 ///   second slowest) exceeds `max d − min d` (+ 1 ms) — and at least half of the rounds must
 ///   be that decisive.
+///
+/// `d` here includes the clock-mapping error of each process, so only its bounds are timing
+/// assumptions.
 pub fn check_barriers(stats: &Value, truth: &Value, max_delay_ns: i64) {
     let rounds = stats["barriers"]["rounds"]
         .as_array()
@@ -286,8 +313,8 @@ pub fn check_barriers(stats: &Value, truth: &Value, max_delay_ns: i64) {
             let rank = a["rank"].as_u64().unwrap() as usize;
             let d = a["t_ns"].as_i64().unwrap() - real[rank];
             assert!(
-                (-1_000_000..=max_delay_ns).contains(&d),
-                "round {e} rank {rank}: observed {d} ns after the post (allowed -1 ms ..= {max_delay_ns} ns)"
+                (-10_000_000..=max_delay_ns).contains(&d),
+                "round {e} rank {rank}: observed {d} ns after the post (allowed -10 ms ..= {max_delay_ns} ns)"
             );
             delays[rank] = d;
         }
