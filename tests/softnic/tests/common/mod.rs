@@ -72,13 +72,17 @@ impl Done {
     }
 }
 
+/// A program started by `spawn`, leader of its own process group: a timeout, or a test that
+/// panics before waiting, kills the whole group (nothing keeps running after the test).
 pub struct Proc {
     child: Child,
     out: PathBuf,
+    reaped: bool,
 }
 
 /// Starts `cmd` under softnic-run as simulated `node` on `fabric`, output to a file in `dir`.
 pub fn spawn(dir: &Path, tag: &str, node: u32, cmd: &[OsString]) -> Proc {
+    use std::os::unix::process::CommandExt;
     let out = dir.join(format!("{tag}.out"));
     let f = std::fs::File::create(&out).expect("output file");
     let child = Command::new(softnic_run())
@@ -91,23 +95,37 @@ pub fn spawn(dir: &Path, tag: &str, node: u32, cmd: &[OsString]) -> Proc {
         .stdin(Stdio::null())
         .stdout(f.try_clone().expect("dup"))
         .stderr(f)
+        .process_group(0)
         .spawn()
         .expect("spawn softnic-run");
-    Proc { child, out }
+    Proc {
+        child,
+        out,
+        reaped: false,
+    }
 }
 
 impl Proc {
+    /// SIGKILLs the process group and reaps the leader.
+    fn kill_group(&mut self) {
+        // SAFETY: signalling the process group our unreaped child leads (its id cannot have
+        // been reused while the child is not reaped).
+        unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
+        let _ = self.child.wait();
+        self.reaped = true;
+    }
+
     /// Waits up to `limit`, killing the process when it runs longer.
     pub fn wait(mut self, limit: Duration) -> Done {
         let t0 = Instant::now();
         let mut timed_out = false;
         let status = loop {
             if let Some(s) = self.child.try_wait().expect("try_wait") {
+                self.reaped = true;
                 break Some(s);
             }
             if t0.elapsed() > limit {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
+                self.kill_group();
                 timed_out = true;
                 break None;
             }
@@ -117,6 +135,14 @@ impl Proc {
             code: status.and_then(|s| s.code()),
             out: std::fs::read_to_string(&self.out).unwrap_or_default(),
             timed_out,
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if !self.reaped {
+            self.kill_group();
         }
     }
 }
