@@ -40,11 +40,11 @@ fn bfs_verbs_traced_barriers() {
     let books = run.books(RANKS);
     check_posted_exactly_once(&books, &read_logs(&run.log_dir()));
     // Arrival = the FETCH_ADD's PostSend time: µs after the workload's own stamp unless the
-    // thread is preempted in between (bounded at 1 s).
+    // thread is preempted in between (sanity bound 60 s).
     check_barriers(
         &stats_json(&run.log_dir()),
         &run.truth("bfs-truth.json"),
-        1_000_000_000,
+        60_000_000_000,
     );
 }
 

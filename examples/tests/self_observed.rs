@@ -28,10 +28,11 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// Per-rank barrier delays (µs, rotating by round): 40 ms apart, far above the observation
 /// delay of an unstarved poller (tens of µs), so the slowest rank is unambiguous.
 const DELAYS: &str = "0,40000,80000,120000";
-/// Upper bound on the observation delay (post → seen in the ring) the check accepts: the
-/// host poller's delay is tens of µs unless the machine starves it; spreads and slowest ranks
-/// are checked up to the delays actually measured (see `check_barriers`).
-const MAX_DELAY_NS: i64 = 1_000_000_000;
+/// Upper bound on the observation delay (post → seen in the ring) the check accepts — a
+/// sanity bound only: the delay is below 1 ms unless other jobs starve the poller (1 s was
+/// seen at load 19); spreads and slowest ranks are checked up to the delays actually measured
+/// (see `check_barriers`).
+const MAX_DELAY_NS: i64 = 60_000_000_000;
 
 fn bfs(mode: &str, disc: u32) {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

@@ -272,9 +272,10 @@ pub fn stats_json(dir: &Path) -> Value {
 /// apart from clock slack), so the checks are exact up to those delays:
 ///
 /// * same number of rounds, each on the barrier counter of the truth;
-/// * every delay in `[-10 ms, max_delay_ns]` (the clocks agree — each process's log time is
-///   mapped to REALTIME through its own clock snapshots, good to a few ms on a loaded
-///   machine — and the observer keeps up);
+/// * every delay in `[-50 ms, max_delay_ns]`: the clocks agree (each process's log time is
+///   mapped to REALTIME through its own clock snapshots, good to a few ms even when a snapshot
+///   was preempted) and the observer saw the WQE at all in time (a starved poller was measured
+///   at up to 1 s behind on a machine at load 19; the bound only rejects nonsense);
 /// * observed spread within `max d − min d` (+ 1 ms) of the true spread;
 /// * the slowest rank equal to the true one in every round whose true margin (slowest minus
 ///   second slowest) exceeds `max d − min d` (+ 1 ms) — and at least half of the rounds must
@@ -313,8 +314,8 @@ pub fn check_barriers(stats: &Value, truth: &Value, max_delay_ns: i64) {
             let rank = a["rank"].as_u64().unwrap() as usize;
             let d = a["t_ns"].as_i64().unwrap() - real[rank];
             assert!(
-                (-10_000_000..=max_delay_ns).contains(&d),
-                "round {e} rank {rank}: observed {d} ns after the post (allowed -10 ms ..= {max_delay_ns} ns)"
+                (-50_000_000..=max_delay_ns).contains(&d),
+                "round {e} rank {rank}: observed {d} ns after the post (allowed -50 ms ..= {max_delay_ns} ns)"
             );
             delays[rank] = d;
         }
