@@ -18,6 +18,7 @@
  *             WQEs (every one signaled), then resumes it
  *   rate      initobj, N 8-byte RDMA writes flat out, one doorbell per DB_BATCH WQEs, one in
  *             32 signaled; prints the rate (benchmark)
+ *   idle      initobj; sleeps N ms with the rings registered and idle (poller idle cost)
  *   fork      initobj; N/2 WQEs, fork, N/2 more in the parent; the child calls mlx5dv_init_obj
  *             on its copy of QP A and writes 50 WQEs into its copy of the ring (no NIC serves
  *             a fork child: nothing executes them), printed as "W …" lines on stderr, then
@@ -507,7 +508,7 @@ int main(int argc, char **argv)
 	long n = atol(argv[2]);
 	uint32_t depth = argc > 3 ? (uint32_t)atol(argv[3]) : 64;
 	unsigned db_batch = argc > 4 ? (unsigned)atol(argv[4]) : 1;
-	quiet = !strcmp(mode, "rate");
+	quiet = !strcmp(mode, "rate") || !strcmp(mode, "idle");
 	poller_sync = (int (*)(void))dlsym(RTLD_DEFAULT, "sigmatrace_poller_sync");
 	poller_pause = (int (*)(int))dlsym(RTLD_DEFAULT, "sigmatrace_poller_pause");
 	setvbuf(stdout, NULL, _IOFBF, 1 << 20);
@@ -557,6 +558,10 @@ int main(int argc, char **argv)
 			run_rate(&r, n, db_batch);
 		else if (!strcmp(mode, "fork"))
 			run_fork(&r, qp_a, cq_a, n);
+		else if (!strcmp(mode, "idle")) {
+			struct timespec ts = { n / 1000, (n % 1000) * 1000000L };
+			nanosleep(&ts, NULL);
+		}
 		else
 			die("unknown mode", 0);
 		if (ibv_destroy_qp(qp_a) || ibv_destroy_cq(cq_a))
