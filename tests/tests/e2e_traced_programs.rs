@@ -166,10 +166,30 @@ fn ring_allreduce_four_nodes_traced_converted_and_matched() {
         .and_then(|o| o.values().find(|s| s.get("rank_bytes").is_some()))
         .unwrap()
         .clone();
+    // The report orders processes by (rank variable, host, pid); these carry no rank variable
+    // and their pids need not follow ring order, so find each ring rank through its simulated
+    // node ("<host>/node<N>", softnic node N = ring rank N-1).
+    let mut at = vec![usize::MAX; ranks as usize];
+    for (i, n) in traffic["node_of_rank"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+    {
+        let name = traffic["nodes"][n.as_u64().unwrap() as usize]
+            .as_str()
+            .unwrap();
+        let node: usize = name
+            .rsplit_once("node")
+            .and_then(|(_, k)| k.parse().ok())
+            .unwrap_or_else(|| panic!("node name {name}: {traffic}"));
+        at[node - 1] = i;
+    }
+    assert!(!at.contains(&usize::MAX), "ranks per node: {traffic}");
     let chunk_bytes = elems / ranks as u64 * 8;
     for r in 0..ranks as usize {
-        let right = (r + 1) % ranks as usize;
-        let row = &traffic["rank_bytes"][r];
+        let right = at[(r + 1) % ranks as usize];
+        let row = &traffic["rank_bytes"][at[r]];
         // All-reduce chunks plus one 4-byte credit per iteration to the left neighbour.
         let expect_right = iters * 2 * (ranks as u64 - 1) * chunk_bytes;
         assert_eq!(
@@ -177,7 +197,7 @@ fn ring_allreduce_four_nodes_traced_converted_and_matched() {
             expect_right,
             "rank {r}: {traffic}"
         );
-        let left = (r + ranks as usize - 1) % ranks as usize;
+        let left = at[(r + ranks as usize - 1) % ranks as usize];
         assert_eq!(
             row[left].as_u64().unwrap(),
             iters * 4,
