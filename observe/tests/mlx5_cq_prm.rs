@@ -465,3 +465,26 @@ fn discovery_init_obj_path_and_cuda_records() {
     d.on_cuda_mem(&CudaMemEvent::DeviceFree { ptr: 0x10_0000 });
     assert_eq!(d.memory().kind_of(0x10_0000), mem_kind::HOST);
 }
+
+/// `oi` (overrun ignore) is bit 0x0e of the cqc, i.e. bit 17 of its first big-endian dword
+/// (mlx5_ifc.h: status[4], reserved[2], dbr_umem_valid, apu_cq, cqe_sz[3], cc, reserved,
+/// scqe_break_moderation_en, oi, ...); cqe_sz sits at bits 23:21.
+#[test]
+fn create_cq_oi_bit_is_bit_17_of_the_first_cqc_dword() {
+    let mut cmd = vec![0u8; 256];
+    cmd[0..2].copy_from_slice(&0x400u16.to_be_bytes());
+    // log_cq_size = 6 so the command is otherwise well formed.
+    cmd[16 + 12..16 + 16].copy_from_slice(&(6u32 << 24).to_be_bytes());
+    cmd[16..20].copy_from_slice(&(1u32 << 17).to_be_bytes());
+    assert!(
+        sigmatrace_observe::mlx5::prm::decode_create_cq(&cmd)
+            .unwrap()
+            .oi
+    );
+    cmd[16..20].copy_from_slice(&(1u32 << 16).to_be_bytes());
+    assert!(
+        !sigmatrace_observe::mlx5::prm::decode_create_cq(&cmd)
+            .unwrap()
+            .oi
+    );
+}

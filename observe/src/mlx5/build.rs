@@ -279,7 +279,7 @@ pub fn create_cq_in(q: &CreateCqIn) -> Vec<u8> {
     let d0 = (q.dbr_umem_valid as u32) << 25
         | (if q.cqe_size == 128 { 1u32 } else { 0 }) << 21
         | (q.cc as u32) << 20
-        | (q.oi as u32) << 16;
+        | (q.oi as u32) << 17;
     put_be32(&mut b, c, d0);
     put_be32(&mut b, c + 4, q.dbr_umem_id);
     put_be32(&mut b, c + 8, q.ts_format as u32 & 0x3);

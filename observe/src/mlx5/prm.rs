@@ -195,7 +195,7 @@ pub fn decode_create_cq(b: &[u8]) -> Result<CreateCqIn, PrmError> {
     Ok(CreateCqIn {
         cqe_size: if (d0 >> 21) & 0x7 == 1 { 128 } else { 64 },
         cc: d0 & (1 << 20) != 0,
-        oi: d0 & (1 << 16) != 0,
+        oi: d0 & (1 << 17) != 0,
         dbr_umem_valid: d0 & (1 << 25) != 0,
         dbr_umem_id: be32(b, c + 4),
         ts_format: (be32(b, c + 8) & 0x3) as u8,
