@@ -434,6 +434,9 @@ fn run(
     });
     let compress = opts.compress_level > 0 && opts.format == Format::Perfetto;
     let level = opts.compress_level.min(9);
+    // Level 1: the sinks compress while encoding (structured deflate, `perfetto::fastz`);
+    // higher levels: zlib over each finished block.
+    let fast = compress && level == 1;
     let template = default_sections();
     type ProcResult = (ProcessTotals, Vec<Box<dyn Section>>, Vec<String>);
     let results: Vec<ProcResult> = topo
@@ -451,6 +454,10 @@ fn run(
                         Box::new(chrome::ChromeSeq::new(tracks.clone())),
                         Box::new(chrome::ChromeSeq::new(tracks.clone())),
                     ),
+                    (None, _) if fast => (
+                        Box::new(PerfettoSeq::new(p.seq, true, t_start as u64).compressed()),
+                        Box::new(PerfettoSeq::new(p.gpu_seq, false, 0).compressed()),
+                    ),
                     (None, _) => (
                         Box::new(PerfettoSeq::new(p.seq, true, t_start as u64)),
                         Box::new(PerfettoSeq::new(p.gpu_seq, false, 0)),
@@ -464,7 +471,7 @@ fn run(
                 if b.is_empty() || output.is_none() {
                     return;
                 }
-                let b = if compress {
+                let b = if compress && !fast {
                     encode::compress_block(&b, level)
                 } else {
                     b

@@ -70,7 +70,7 @@ struct ConvertArgs {
     /// Per-WR detail: compact, normal or full (args on every WR, exact counters).
     #[arg(long, value_enum, default_value_t = Detail::Normal)]
     detail: Detail,
-    /// zlib level of compressed packet blocks (0 = uncompressed).
+    /// Compression of packet blocks: 0 = none, 1 = fast structured deflate (default), 2-9 = zlib level.
     #[arg(long, default_value_t = 1)]
     compress: u32,
     /// No progress bar.

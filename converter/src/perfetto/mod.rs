@@ -7,6 +7,7 @@
 //! writes incremental timestamps) unless it was created with absolute timestamps.
 
 pub mod encode;
+pub mod fastz;
 pub mod proto;
 
 /// What kind of track a [`TrackDef`] declares.

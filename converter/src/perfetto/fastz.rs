@@ -1,0 +1,665 @@
+//! A fast, structure-aware zlib (RFC 1950 / RFC 1951) encoder for `compressed_packets`.
+//!
+//! Generic LZ77 spends most of its time *finding* matches (hashing every position, comparing
+//! candidates). Trace packets do not need a search: the encoder that wrote a packet knows which
+//! earlier packets look like it — the previous event on the same track with the same type, the
+//! previous event of that type, the previous packet. [`FastZ::packet`] compares the new packet
+//! byte-for-byte against those few candidates (eight bytes at a time), and emits runs of equal
+//! bytes as matches and the rest (mostly timestamp deltas) as literals. Tokens are entropy-coded
+//! with per-block dynamic Huffman codes built from their frequencies.
+//!
+//! The output is an ordinary zlib stream: any inflate (the trace processor's zlib, flate2)
+//! decodes it; the tests decode every block and compare it with the raw bytes.
+
+/// Tokens per deflate block (each block gets its own Huffman codes).
+const BLOCK_TOKENS: usize = 1 << 15;
+/// Deflate window.
+const WINDOW: usize = 32768;
+/// Candidate table size (direct-mapped by key hash).
+const KEY_SLOTS: usize = 4096;
+
+const LEN_BASE: [u16; 29] = [
+    3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 23, 27, 31, 35, 43, 51, 59, 67, 83, 99, 115, 131,
+    163, 195, 227, 258,
+];
+const LEN_EXTRA: [u8; 29] = [
+    0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0,
+];
+const DIST_BASE: [u16; 30] = [
+    1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33, 49, 65, 97, 129, 193, 257, 385, 513, 769, 1025, 1537,
+    2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577,
+];
+const DIST_EXTRA: [u8; 30] = [
+    0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13,
+    13,
+];
+/// Order in which code-length code lengths are sent.
+const CL_ORDER: [usize; 19] = [
+    16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15,
+];
+
+/// Static lookup tables: length → length code index, distance → distance code.
+struct Tables {
+    len_code: [u8; 259],
+    /// Distance code of d − 1 for d ≤ 256 ...
+    dist_lo: [u8; 256],
+    /// ... and of (d − 1) >> 7 for larger distances.
+    dist_hi: [u8; 256],
+}
+
+const fn tables() -> Tables {
+    let mut t = Tables {
+        len_code: [0; 259],
+        dist_lo: [0; 256],
+        dist_hi: [0; 256],
+    };
+    let mut c = 0;
+    while c < 29 {
+        let lo = LEN_BASE[c] as usize;
+        let hi = if c + 1 < 29 {
+            LEN_BASE[c + 1] as usize
+        } else {
+            259
+        };
+        let mut l = lo;
+        while l < hi {
+            t.len_code[l] = c as u8;
+            l += 1;
+        }
+        c += 1;
+    }
+    // Length 258 has its own code (28), not the last range of code 27.
+    t.len_code[258] = 28;
+    let mut c = 0;
+    while c < 30 {
+        let lo = DIST_BASE[c] as usize;
+        let hi = if c + 1 < 30 {
+            DIST_BASE[c + 1] as usize
+        } else {
+            32769
+        };
+        let mut d = lo;
+        while d < hi {
+            if d <= 256 {
+                t.dist_lo[d - 1] = c as u8;
+            } else {
+                t.dist_hi[(d - 1) >> 7] = c as u8;
+            }
+            d += 1;
+        }
+        c += 1;
+    }
+    t
+}
+
+static TABLES: Tables = tables();
+
+#[inline]
+fn dist_code(d: usize) -> usize {
+    if d <= 256 {
+        TABLES.dist_lo[d - 1] as usize
+    } else {
+        TABLES.dist_hi[(d - 1) >> 7] as usize
+    }
+}
+
+/// LSB-first bit writer. Each `put` stores the whole 64-bit accumulator and advances by the
+/// completed bytes (no branch); `out` keeps 8 bytes of slack past `pos` ([`Bits::room`]).
+struct Bits {
+    out: Vec<u8>,
+    pos: usize,
+    acc: u64,
+    n: u32,
+}
+
+impl Bits {
+    /// Room for `bytes` more bytes.
+    fn room(&mut self, bytes: usize) {
+        let need = self.pos + bytes + 8;
+        if self.out.len() < need {
+            self.out.resize(need.max(2 * self.out.len()), 0);
+        }
+    }
+
+    /// Appends the low `n` bits of `v` (n ≤ 56; call [`Bits::room`] first).
+    #[inline(always)]
+    fn put(&mut self, v: u64, n: u32) {
+        self.acc |= v << self.n;
+        self.n += n;
+        self.out[self.pos..self.pos + 8].copy_from_slice(&self.acc.to_le_bytes());
+        let bytes = self.n >> 3;
+        self.pos += bytes as usize;
+        self.acc >>= bytes * 8;
+        self.n &= 7;
+    }
+
+    fn align(&mut self) {
+        self.room(1);
+        if self.n > 0 {
+            self.out[self.pos] = self.acc as u8;
+            self.pos += 1;
+        }
+        self.acc = 0;
+        self.n = 0;
+    }
+}
+
+/// A canonical Huffman code: per symbol (bit-reversed code, length).
+struct Code {
+    codes: Vec<(u16, u8)>,
+}
+
+/// Code lengths (≤ `limit`) for the frequencies; symbols with frequency 0 get length 0. At
+/// least two symbols always get a code (inflate rejects a one-symbol code for literals).
+fn code_lengths(freq: &[u32], limit: u32) -> Vec<u8> {
+    let n = freq.len();
+    let mut syms: Vec<(u32, usize)> = (0..n)
+        .filter(|&i| freq[i] > 0)
+        .map(|i| (freq[i], i))
+        .collect();
+    let mut lens = vec![0u8; n];
+    // Pad to two used symbols.
+    let mut i = 0;
+    while syms.len() < 2 && i < n {
+        if freq[i] == 0 {
+            syms.push((1, i));
+        }
+        i += 1;
+    }
+    syms.sort_unstable();
+    let m = syms.len();
+    // Huffman tree by the two-queue method over the sorted leaves.
+    // Nodes 0..m are leaves, m.. internal; parent links give depths.
+    let mut weight: Vec<u64> = syms.iter().map(|s| s.0 as u64).collect();
+    let mut parent = vec![usize::MAX; 2 * m];
+    let (mut leaf, mut inner) = (0usize, m);
+    weight.reserve(m);
+    for next in m..2 * m - 1 {
+        let pick = |leaf: &mut usize, inner: &mut usize, weight: &Vec<u64>| -> usize {
+            if *leaf < m && (*inner >= next || weight[*leaf] <= weight[*inner]) {
+                *leaf += 1;
+                *leaf - 1
+            } else {
+                *inner += 1;
+                *inner - 1
+            }
+        };
+        let a = pick(&mut leaf, &mut inner, &weight);
+        let b = pick(&mut leaf, &mut inner, &weight);
+        weight.push(weight[a] + weight[b]);
+        parent[a] = next;
+        parent[b] = next;
+    }
+    let root = 2 * m - 2;
+    let mut depth = vec![0u32; 2 * m - 1];
+    for v in (0..root).rev() {
+        depth[v] = depth[parent[v]] + 1;
+    }
+    // Count leaves per length; fold lengths over the limit back (Kraft repair).
+    let mut count = [0u32; 64];
+    for d in &depth[..m] {
+        count[(*d).min(63) as usize] += 1;
+    }
+    let lim = limit as usize;
+    for l in lim + 1..64 {
+        count[lim] += count[l];
+        count[l] = 0;
+    }
+    let mut kraft: u64 = (1..=lim).map(|l| (count[l] as u64) << (lim - l)).sum();
+    while kraft > 1u64 << lim {
+        count[lim] -= 1;
+        for l in (1..lim).rev() {
+            if count[l] > 0 {
+                count[l] -= 1;
+                count[l + 1] += 2;
+                break;
+            }
+        }
+        kraft -= 1;
+    }
+    // The most frequent symbols (end of `syms`) get the shortest lengths.
+    let mut it = syms.iter().rev();
+    for (l, &c) in count.iter().enumerate().take(lim + 1).skip(1) {
+        for _ in 0..c {
+            if let Some(&(_, s)) = it.next() {
+                lens[s] = l as u8;
+            }
+        }
+    }
+    lens
+}
+
+fn canonical(lens: &[u8]) -> Code {
+    let mut bl_count = [0u16; 16];
+    for &l in lens {
+        bl_count[l as usize] += 1;
+    }
+    bl_count[0] = 0;
+    let mut next = [0u16; 16];
+    let mut code = 0u16;
+    for b in 1..16 {
+        code = (code + bl_count[b - 1]) << 1;
+        next[b] = code;
+    }
+    let codes = lens
+        .iter()
+        .map(|&l| {
+            if l == 0 {
+                return (0, 0);
+            }
+            let c = next[l as usize];
+            next[l as usize] += 1;
+            (c.reverse_bits() >> (16 - l as u32), l)
+        })
+        .collect();
+    Code { codes }
+}
+
+/// Run-length codes of a code-length sequence: (symbol 0..18, extra value).
+fn rle(lens: &[u8]) -> Vec<(u8, u8)> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lens.len() {
+        let l = lens[i];
+        let mut run = 1;
+        while i + run < lens.len() && lens[i + run] == l {
+            run += 1;
+        }
+        i += run;
+        if l == 0 {
+            while run >= 11 {
+                let r = run.min(138);
+                out.push((18, (r - 11) as u8));
+                run -= r;
+            }
+            if run >= 3 {
+                out.push((17, (run - 3) as u8));
+                run = 0;
+            }
+            for _ in 0..run {
+                out.push((0, 0));
+            }
+        } else {
+            out.push((l, 0));
+            run -= 1;
+            while run >= 3 {
+                let r = run.min(6);
+                out.push((16, (r - 3) as u8));
+                run -= r;
+            }
+            for _ in 0..run {
+                out.push((l, 0));
+            }
+        }
+    }
+    out
+}
+
+/// Token: literal byte (< 256), or `1 << 31 | (len − 3) << 16 | (dist − 1)`.
+type Token = u32;
+const MATCH: u32 = 1 << 31;
+
+/// Encoder state of one zlib stream (one `compressed_packets` block).
+pub struct FastZ {
+    tokens: Vec<Token>,
+    lit_freq: [u32; 286],
+    dist_freq: [u32; 30],
+    bits: Bits,
+    /// Candidate table: (key, packet start + 1).
+    by_key: Box<[(u64, u32)]>,
+    /// Last packet start + 1 per event type.
+    by_type: [u32; 8],
+    prev: u32,
+    /// Raw bytes already tokenized.
+    done: usize,
+}
+
+impl Default for FastZ {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl FastZ {
+    pub fn new() -> Self {
+        let mut z = FastZ {
+            tokens: Vec::with_capacity(BLOCK_TOKENS + 512),
+            lit_freq: [0; 286],
+            dist_freq: [0; 30],
+            bits: Bits {
+                out: Vec::new(),
+                pos: 0,
+                acc: 0,
+                n: 0,
+            },
+            by_key: vec![(0u64, 0u32); KEY_SLOTS].into_boxed_slice(),
+            by_type: [0; 8],
+            prev: 0,
+            done: 0,
+        };
+        z.reset();
+        z
+    }
+
+    fn reset(&mut self) {
+        self.tokens.clear();
+        self.lit_freq = [0; 286];
+        self.dist_freq = [0; 30];
+        self.bits.acc = 0;
+        self.bits.n = 0;
+        self.bits.pos = 0;
+        // zlib header: deflate, 32 KiB window, fastest level, no dictionary.
+        self.bits.room(2);
+        self.bits.out[..2].copy_from_slice(&[0x78, 0x01]);
+        self.bits.pos = 2;
+        self.by_key.iter_mut().for_each(|e| *e = (0, 0));
+        self.by_type = [0; 8];
+        self.prev = 0;
+        self.done = 0;
+    }
+
+    #[inline]
+    fn lit(&mut self, b: u8) {
+        self.tokens.push(b as u32);
+        self.lit_freq[b as usize] += 1;
+    }
+
+    #[inline]
+    fn matched(&mut self, len: usize, dist: usize) {
+        self.tokens
+            .push(MATCH | ((len - 3) as u32) << 16 | (dist - 1) as u32);
+        self.lit_freq[257 + TABLES.len_code[len] as usize] += 1;
+        self.dist_freq[dist_code(dist)] += 1;
+    }
+
+    /// Tokenizes raw bytes `buf[start..]` (one packet, written after everything tokenized so
+    /// far) against one earlier packet: the last with the same `key` (0: none), else the last
+    /// of event type `ty` (< 8), else the previous packet.
+    #[inline]
+    pub fn packet(&mut self, buf: &[u8], start: usize, key: u64, ty: usize) {
+        debug_assert_eq!(start, self.done);
+        let end = buf.len();
+        let p1 = (start + 1) as u32;
+        let ty = ty & 7;
+        let dist = |c: u32| {
+            let d = (start + 1).wrapping_sub(c as usize);
+            if c != 0 && d <= WINDOW {
+                d
+            } else {
+                0
+            }
+        };
+        let mut d = 0;
+        if key != 0 {
+            let slot = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) as usize & (KEY_SLOTS - 1);
+            let e = self.by_key[slot];
+            if e.0 == key {
+                d = dist(e.1);
+            }
+            self.by_key[slot] = (key, p1);
+        }
+        if d == 0 {
+            d = dist(self.by_type[ty]);
+        }
+        if d == 0 {
+            d = dist(self.prev);
+        }
+        self.by_type[ty] = p1;
+        self.prev = p1;
+        let mut pos = start;
+        while pos < end {
+            let seg = (end - pos).min(64);
+            // Bit i: byte pos+i equals the byte d earlier.
+            let mask = if d == 0 {
+                0
+            } else {
+                eq_mask(buf, pos, pos - d, seg)
+            };
+            let mut i = 0;
+            while i < seg {
+                let run = ((!(mask >> i)).trailing_zeros() as usize).min(seg - i);
+                if run >= 3 {
+                    self.matched(run, d);
+                    i += run;
+                } else {
+                    // Literals up to the next equal byte (at least one).
+                    let lits = ((mask >> i).trailing_zeros() as usize).clamp(1, seg - i);
+                    for &b in &buf[pos + i..pos + i + lits] {
+                        self.lit(b);
+                    }
+                    i += lits;
+                }
+            }
+            pos += seg;
+        }
+        self.done = end;
+        if self.tokens.len() >= BLOCK_TOKENS {
+            self.emit_block(false);
+        }
+    }
+
+    /// Tokenizes bytes that have no useful candidates (literals and plain runs).
+    pub fn raw(&mut self, buf: &[u8], start: usize) {
+        self.packet(buf, start, 0, 7);
+    }
+
+    fn emit_block(&mut self, last: bool) {
+        self.lit_freq[256] += 1;
+        let ll = code_lengths(&self.lit_freq, 15);
+        let dl = code_lengths(&self.dist_freq, 15);
+        let lit = canonical(&ll);
+        let dist = canonical(&dl);
+        let hlit = (257..=286)
+            .rev()
+            .find(|&n| ll[n - 1] != 0)
+            .unwrap_or(257)
+            .max(257);
+        let hdist = (1..=30).rev().find(|&n| dl[n - 1] != 0).unwrap_or(1);
+        let mut all = ll[..hlit].to_vec();
+        all.extend_from_slice(&dl[..hdist]);
+        let runs = rle(&all);
+        let mut cl_freq = [0u32; 19];
+        for &(s, _) in &runs {
+            cl_freq[s as usize] += 1;
+        }
+        let cll = code_lengths(&cl_freq, 7);
+        let cl = canonical(&cll);
+        let hclen = (4..=19)
+            .rev()
+            .find(|&n| cll[CL_ORDER[n - 1]] != 0)
+            .unwrap_or(4);
+        let b = &mut self.bits;
+        b.room(self.tokens.len() * 6 + 512);
+        b.put(last as u64, 1);
+        b.put(2, 2); // dynamic Huffman
+        b.put((hlit - 257) as u64, 5);
+        b.put((hdist - 1) as u64, 5);
+        b.put((hclen - 4) as u64, 4);
+        for &s in &CL_ORDER[..hclen] {
+            b.put(cll[s] as u64, 3);
+        }
+        for &(s, x) in &runs {
+            let (c, l) = cl.codes[s as usize];
+            b.put(c as u64, l as u32);
+            match s {
+                16 => b.put(x as u64, 2),
+                17 => b.put(x as u64, 3),
+                18 => b.put(x as u64, 7),
+                _ => {}
+            }
+        }
+        // The token loop keeps the bit writer in registers.
+        let (mut acc, mut nb, mut pos) = (b.acc, b.n, b.pos);
+        let out = &mut b.out[..];
+        for &t in &self.tokens {
+            let (v, n) = if t & MATCH == 0 {
+                let (c, l) = lit.codes[t as usize];
+                (c as u64, l as u32)
+            } else {
+                // Length code, length extra bits, distance code, distance extra bits: ≤ 48 bits.
+                let len = ((t >> 16) & 0x1ff) + 3;
+                let d = (t & 0xffff) + 1;
+                let lc = TABLES.len_code[len as usize] as usize;
+                let (c, l) = lit.codes[257 + lc];
+                let mut v = c as u64 | ((len - LEN_BASE[lc] as u32) as u64) << l;
+                let mut n = l as u32 + LEN_EXTRA[lc] as u32;
+                let dc = dist_code(d as usize);
+                let (c, l) = dist.codes[dc];
+                v |= (c as u64 | ((d - DIST_BASE[dc] as u32) as u64) << l) << n;
+                n += l as u32 + DIST_EXTRA[dc] as u32;
+                (v, n)
+            };
+            acc |= v << nb;
+            nb += n;
+            out[pos..pos + 8].copy_from_slice(&acc.to_le_bytes());
+            let bytes = nb >> 3;
+            pos += bytes as usize;
+            acc >>= bytes * 8;
+            nb &= 7;
+        }
+        (b.acc, b.n, b.pos) = (acc, nb, pos);
+        let (c, l) = lit.codes[256];
+        b.put(c as u64, l as u32);
+        self.tokens.clear();
+        self.lit_freq = [0; 286];
+        self.dist_freq = [0; 30];
+    }
+
+    /// Ends the stream over raw bytes `buf` (everything given to [`FastZ::packet`]) and returns
+    /// the zlib bytes; the encoder starts a new stream.
+    pub fn finish(&mut self, buf: &[u8]) -> Vec<u8> {
+        debug_assert_eq!(buf.len(), self.done);
+        self.emit_block(true);
+        self.bits.align();
+        let adler = zlib_rs::adler32::adler32(1, buf);
+        let mut out = Vec::with_capacity(self.bits.pos + 4);
+        out.extend_from_slice(&self.bits.out[..self.bits.pos]);
+        out.extend_from_slice(&adler.to_be_bytes());
+        self.reset();
+        out
+    }
+}
+
+/// Bit i (i < n ≤ 64) set when `buf[a + i] == buf[b + i]` (b < a, `a + n ≤ buf.len()`).
+#[inline]
+fn eq_mask(buf: &[u8], a: usize, b: usize, n: usize) -> u64 {
+    #[inline(always)]
+    fn word(buf: &[u8], p: usize) -> u64 {
+        u64::from_le_bytes(buf[p..p + 8].try_into().expect("8 bytes"))
+    }
+    /// 8-bit mask of the zero bytes of x.
+    #[inline(always)]
+    fn zero_bytes(x: u64) -> u64 {
+        const LO7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+        const HI: u64 = 0x8080_8080_8080_8080;
+        // High bit of each byte set when the byte is non-zero.
+        let nz = (((x & LO7) + LO7) | x) & HI;
+        ((!nz & HI) >> 7).wrapping_mul(0x0102_0408_1020_4080) >> 56
+    }
+    let mut m = 0u64;
+    let mut i = 0;
+    while i + 8 <= n {
+        m |= zero_bytes(word(buf, a + i) ^ word(buf, b + i)) << i;
+        i += 8;
+    }
+    if i < n {
+        let r = n - i;
+        if n >= 8 {
+            // The last r bytes: a word ending at the segment end, its first 8 − r bytes dropped.
+            let x = word(buf, a + n - 8) ^ word(buf, b + n - 8);
+            m |= (zero_bytes(x) >> (8 - r)) << i;
+        } else {
+            while i < n {
+                m |= ((buf[a + i] == buf[b + i]) as u64) << i;
+                i += 1;
+            }
+        }
+    }
+    m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inflate(z: &[u8]) -> Vec<u8> {
+        let mut d = flate2::read::ZlibDecoder::new(z);
+        let mut out = Vec::new();
+        std::io::Read::read_to_end(&mut d, &mut out).expect("valid zlib stream");
+        out
+    }
+
+    #[test]
+    fn eq_mask_marks_equal_bytes() {
+        let buf = [
+            1u8, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 0, 4, 5, 6, 7, 8, 9, 11,
+        ];
+        assert_eq!(eq_mask(&buf, 10, 0, 10), 0b01_1111_1011);
+        assert_eq!(eq_mask(&buf, 10, 0, 7), 0b111_1011);
+        let long: Vec<u8> = (0..200u32)
+            .map(|i| (i % 50) as u8 ^ (i == 130) as u8)
+            .collect();
+        for n in 1..=64 {
+            let want = (0..n).fold(0u64, |m, i| {
+                m | ((long[100 + i] == long[50 + i]) as u64) << i
+            });
+            assert_eq!(eq_mask(&long, 100, 50, n), want, "n = {n}");
+        }
+    }
+
+    #[test]
+    fn code_lengths_respect_the_limit_and_kraft() {
+        // Fibonacci frequencies force a deep tree.
+        let mut f = vec![0u32; 40];
+        let (mut a, mut b) = (1u32, 1u32);
+        for x in f.iter_mut() {
+            *x = a;
+            let c = a.saturating_add(b);
+            a = b;
+            b = c;
+        }
+        let l = code_lengths(&f, 15);
+        assert!(l.iter().all(|&x| (1..=15).contains(&x)));
+        let k: f64 = l.iter().map(|&x| 0.5f64.powi(x as i32)).sum();
+        assert!(k <= 1.0 + 1e-12, "{k}");
+        let one = code_lengths(&[0, 5, 0], 7);
+        assert_eq!(one.iter().filter(|&&x| x > 0).count(), 2);
+    }
+
+    #[test]
+    fn streams_round_trip() {
+        // Packet-like data: repeated templates with varying tails, plus random filler.
+        let mut z = FastZ::new();
+        let mut buf = Vec::new();
+        let mut seed = 0x1234_5678u64;
+        for round in 0..3 {
+            for i in 0..20_000u64 {
+                let start = buf.len();
+                let track = i % 7;
+                buf.extend_from_slice(&[0x0a, 12, 0x50, 3, 0x5a, 4, 0x48, 2, 0x58, track as u8]);
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let n = (seed >> 60) as usize;
+                for k in 0..n {
+                    buf.push((seed >> (8 * (k % 7))) as u8);
+                }
+                if i % 1000 == 0 {
+                    buf.extend(std::iter::repeat_n(0xab, 300));
+                }
+                z.packet(&buf, start, track << 3 | 2, 2);
+            }
+            let out = z.finish(&buf);
+            assert_eq!(inflate(&out), buf, "round {round}");
+            assert!(
+                out.len() < buf.len() * 3 / 4,
+                "{} of {}",
+                out.len(),
+                buf.len()
+            );
+            buf.clear();
+        }
+        let empty = z.finish(&[]);
+        assert!(inflate(&empty).is_empty());
+    }
+}
