@@ -448,7 +448,6 @@ fn run(
     let mut seen_gen = 0u64;
     let mut idle = 0u32;
     let mut sleep = config.min_sleep;
-    let mut handles: Vec<QueueHandle> = Vec::new();
     loop {
         let stopping = shared.stop.load(Ordering::Acquire);
         let g = shared.generation.load(Ordering::Acquire);
@@ -463,8 +462,6 @@ fn run(
                 let retired: Vec<Spec> = std::mem::take(&mut *lock(&shared.retired));
                 lp.retire(&retired, &shared.counters);
                 lp.adopt_counted(&list, &shared.counters);
-                handles = lp.watchers.keys().copied().collect();
-                handles.sort();
                 seen_gen = g;
                 shared.adopted.store(g, Ordering::Release);
             }
@@ -475,21 +472,26 @@ fn run(
         }
         let mut found = 0usize;
         let c = SharedCountersRef(Some(&shared.counters));
-        for h in &handles {
-            if let Some((mut w, mem)) = lp.watchers.remove(h) {
-                found += lp.poll_one(&mut w, &mem, &c);
-                lp.watchers.insert(*h, (w, mem));
-            }
+        // Taken out for the pass (no allocation), so each watcher is polled in place.
+        let mut watchers = std::mem::take(&mut lp.watchers);
+        for (w, mem) in watchers.values_mut() {
+            found += lp.poll_one(w, mem, &c);
         }
-        shared.counters.passes.fetch_add(1, Ordering::Relaxed);
-        shared
-            .counters
-            .cpu_ns
-            .store(thread_cpu_ns() - cpu0, Ordering::Relaxed);
-        shared
-            .counters
-            .wall_ns
-            .store(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        lp.watchers = watchers;
+        let passes = shared.counters.passes.fetch_add(1, Ordering::Relaxed) + 1;
+        // The thread's CPU time is a system call: refreshed every 64 passes, before sleeping
+        // and at the end, not on every pass.
+        let sleeping = found == 0 && idle >= config.spin_passes;
+        if passes.is_multiple_of(64) || sleeping || stopping {
+            shared
+                .counters
+                .cpu_ns
+                .store(thread_cpu_ns() - cpu0, Ordering::Relaxed);
+            shared
+                .counters
+                .wall_ns
+                .store(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        }
         if stopping {
             break;
         }

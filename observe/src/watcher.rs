@@ -489,6 +489,7 @@ impl CqWatcher {
                 let shadow = self.shadow[slot];
                 if op_own >> 4 != cqe::opcode::INVALID
                     && shadow != SHADOW_UNKNOWN
+                    && self.ci_allows_lap(mem, n)?
                     && signature(&b) != shadow
                     && self.lap_possible(mem, n, &b)?
                 {
@@ -553,16 +554,23 @@ impl CqWatcher {
     /// `ci <= n` rules it out. Without one, the slot must read the same again after a fence
     /// and still not be valid for `n` (a write in progress completes or keeps changing).
     fn lap_possible(&self, mem: &dyn QueueMemory, n: u32, b: &[u8; 64]) -> Result<bool, MemError> {
-        if self.q.ci_valid {
-            let ci = read_ci(&self.q, mem)?;
-            let past = ci.wrapping_sub(n) & CI_MASK;
-            if past == 0 || past >= 1 << 23 {
-                return Ok(false);
-            }
+        if !self.ci_allows_lap(mem, n)? {
+            return Ok(false);
         }
         mem.fence();
         let again = self.read_cqe(mem, n)?;
         Ok(!cqe::is_valid(again[63], n, self.q.cqe_cnt) && again == *b)
+    }
+
+    /// False when a maintained consumer index shows the consumer has not passed `n` (then the
+    /// producer cannot be a lap ahead of it). Checked before hashing the slot: on an idle
+    /// ring every poll meets an old-phase slot.
+    fn ci_allows_lap(&self, mem: &dyn QueueMemory, n: u32) -> Result<bool, MemError> {
+        if !self.q.ci_valid {
+            return Ok(true);
+        }
+        let past = read_ci(&self.q, mem)?.wrapping_sub(n) & CI_MASK;
+        Ok(past != 0 && past < 1 << 23)
     }
 
     /// Slot `n` holds an entry of index ≥ n + cnt: find the hardware head `h` (the first index
