@@ -13,7 +13,9 @@
 //! traced with the default poller. From the log: WQEs observed, WQEs counted lost
 //! (`ObserveOverrun`), unaccounted = posted − observed − lost (0 unless a 16-bit PI lap hid
 //! posts), and the poller thread's CPU time (`host_poller=` attribute: `cpu_ns`, `wall_ns`).
-//! Then the idle cost: the rings registered, no traffic, for one second.
+//! Then the same with the program (and softnic's threads) on CPU 0 (`taskset -c 0`) and the
+//! poller on CPU 1 (`SIGMATRACE_POLL_CPU=1`): the poller's cost and capture when it is not
+//! competing for the program's cores. Then the idle cost: rings registered, no traffic, 1 s.
 //!
 //! Environment: `POLLER_ROUNDS` (default 5), `POLLER_WRITES` (default 1000000).
 
@@ -99,8 +101,26 @@ struct Runner {
 impl Runner {
     /// One `ibgda` run; returns (stdout, log directory if traced).
     fn go(&self, args: &[String], env: &[(&str, &str)], traced: bool) -> (String, Option<PathBuf>) {
+        self.go_on(None, args, env, traced)
+    }
+
+    /// As [`Runner::go`], the program (and softnic's threads) restricted to `cpu` if given.
+    fn go_on(
+        &self,
+        cpu: Option<u32>,
+        args: &[String],
+        env: &[(&str, &str)],
+        traced: bool,
+    ) -> (String, Option<PathBuf>) {
         let logs = self.tmp.path().join(format!("logs-{}", rand_suffix()));
-        let mut cmd = Command::new(&self.run);
+        let mut cmd = match cpu {
+            Some(c) => {
+                let mut t = Command::new("taskset");
+                t.args(["-c", &c.to_string()]).arg(&self.run);
+                t
+            }
+            None => Command::new(&self.run),
+        };
         cmd.arg("--fabric")
             .arg(self.tmp.path().join("fabric"))
             .arg("--")
@@ -177,8 +197,17 @@ fn main() {
             .collect();
         let (mut plain, mut nopoll, mut polled) = (Vec::new(), Vec::new(), Vec::new());
         let (mut capture, mut cpu, mut ns_per) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut plain0, mut polled0) = (Vec::new(), Vec::new());
+        let (mut capture0, mut cpu0, mut ns_per0) = (Vec::new(), Vec::new(), Vec::new());
         let mut worst_unaccounted = 0i64;
         let mut worst_estimated = 0u64;
+        let mut account = |c: &Capture| {
+            let unaccounted = n as i64 - c.observed as i64 - c.lost as i64;
+            if unaccounted.abs() > worst_unaccounted.abs() {
+                worst_unaccounted = unaccounted;
+            }
+            worst_estimated = worst_estimated.max(c.estimated);
+        };
         for _ in 0..rounds {
             plain.push(rate_of(&r.go(&args, &[], false).0));
             nopoll.push(rate_of(&r.go(&args, &[("SIGMATRACE_POLL", "0")], true).0));
@@ -188,11 +217,15 @@ fn main() {
             capture.push(c.observed as f64 / n as f64 * 100.0);
             cpu.push(c.cpu_ns as f64 / c.wall_ns.max(1) as f64 * 100.0);
             ns_per.push(c.cpu_ns as f64 / c.observed.max(1) as f64);
-            let unaccounted = n as i64 - c.observed as i64 - c.lost as i64;
-            if unaccounted.abs() > worst_unaccounted.abs() {
-                worst_unaccounted = unaccounted;
-            }
-            worst_estimated = worst_estimated.max(c.estimated);
+            account(&c);
+            plain0.push(rate_of(&r.go_on(Some(0), &args, &[], false).0));
+            let (out, logs) = r.go_on(Some(0), &args, &[("SIGMATRACE_POLL_CPU", "1")], true);
+            polled0.push(rate_of(&out));
+            let c = read_log(&logs.expect("traced"));
+            capture0.push(c.observed as f64 / n as f64 * 100.0);
+            cpu0.push(c.cpu_ns as f64 / c.wall_ns.max(1) as f64 * 100.0);
+            ns_per0.push(c.cpu_ns as f64 / c.observed.max(1) as f64);
+            account(&c);
         }
         let span = |v: &[f64]| {
             let (lo, hi) = v
@@ -225,6 +258,22 @@ fn main() {
             span(&cpu),
             median(&mut ns_per.clone()),
             span(&ns_per)
+        );
+        println!(
+            "   program on CPU 0: untraced {:.0} k WQE/s {}, traced with the poller on CPU 1 {:.0} k WQE/s {}",
+            median(&mut plain0.clone()) / 1e3,
+            span(&k(&plain0)),
+            median(&mut polled0.clone()) / 1e3,
+            span(&k(&polled0))
+        );
+        println!(
+            "   capture {:.1} % {}  poller CPU {:.1} % of a core {}  {:.0} ns CPU per observed WQE {}",
+            median(&mut capture0.clone()),
+            span(&capture0),
+            median(&mut cpu0.clone()),
+            span(&cpu0),
+            median(&mut ns_per0.clone()),
+            span(&ns_per0)
         );
         println!(
             "   accounting: worst posted − observed − counted lost = {worst_unaccounted} WQEs; largest estimated loss {worst_estimated}"

@@ -133,6 +133,8 @@ pub struct ObserveConfig {
     pub min_sleep_us: u64,
     /// `SIGMATRACE_POLL_MAX_SLEEP_US`: longest idle sleep.
     pub max_sleep_us: u64,
+    /// `SIGMATRACE_POLL_CPU`: pin the host poller thread to this CPU.
+    pub poll_cpu: Option<u32>,
     /// `SIGMATRACE_DEVICE_POLL`: run the device-side poller on GPU-resident rings.
     pub device_poll: bool,
     /// `SIGMATRACE_KERNEL_TIMING` = `events`: time kernels with events around each launch.
@@ -146,6 +148,7 @@ impl Default for ObserveConfig {
             spin_passes: 2000,
             min_sleep_us: 50,
             max_sleep_us: 1000,
+            poll_cpu: None,
             device_poll: true,
             kernel_timing: true,
         }
@@ -187,6 +190,9 @@ impl ObserveConfig {
         }
         if let Some(n) = number("SIGMATRACE_POLL_MAX_SLEEP_US", 1..=10_000_000) {
             o.max_sleep_us = n;
+        }
+        if let Some(n) = number("SIGMATRACE_POLL_CPU", 0..=4095) {
+            o.poll_cpu = Some(n as u32);
         }
         if o.max_sleep_us < o.min_sleep_us {
             warnings.push(format!(
@@ -394,6 +400,7 @@ mod tests {
             ("SIGMATRACE_POLL_SPIN", "10"),
             ("SIGMATRACE_POLL_MIN_SLEEP_US", "20"),
             ("SIGMATRACE_POLL_MAX_SLEEP_US", "5000"),
+            ("SIGMATRACE_POLL_CPU", "1"),
             ("SIGMATRACE_DEVICE_POLL", "off"),
             ("SIGMATRACE_KERNEL_TIMING", "off"),
         ]);
@@ -413,6 +420,7 @@ mod tests {
                 spin_passes: 10,
                 min_sleep_us: 20,
                 max_sleep_us: 5000,
+                poll_cpu: Some(1),
                 device_poll: false,
                 kernel_timing: false,
             }

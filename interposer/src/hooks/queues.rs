@@ -164,7 +164,8 @@ fn register_host(inner: &mut Inner, key: Key, q: QueueDesc, cfg: &crate::config:
         };
         let writer = sink::background_writer(sink::background::HOST_POLLER, "sigmatrace-poll");
         let ts = sink::current_timestamper();
-        match sink::with_signals_blocked(|| HostPoller::start(config, ts, writer, None)) {
+        let start = || HostPoller::start(config, ts, writer, None);
+        match sink::with_affinity(cfg.poll_cpu, || sink::with_signals_blocked(start)) {
             Ok(p) => inner.poller = Some(p),
             Err(e) => {
                 inner.poller_failed = true;

@@ -242,6 +242,38 @@ pub fn background_writer(id: u32, name: &str) -> Option<ChunkWriter> {
     Some(w)
 }
 
+/// Runs `f` (which spawns threads) with the calling thread's CPU affinity set to `cpu` (when
+/// given), so the threads it starts inherit it; the caller's affinity is restored. If the
+/// affinity cannot be set, `f` runs unpinned.
+pub fn with_affinity<R>(cpu: Option<u32>, f: impl FnOnce() -> R) -> R {
+    let Some(cpu) = cpu else { return f() };
+    // SAFETY: cpu_set_t is plain data; the calls only read/write the calling thread's own
+    // affinity mask through valid pointers of the right size.
+    unsafe {
+        let mut old: libc::cpu_set_t = std::mem::zeroed();
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        if libc::sched_getaffinity(0, size, &mut old) != 0
+            || cpu as usize >= libc::CPU_SETSIZE as usize
+        {
+            return f();
+        }
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu as usize, &mut one);
+        let pinned = libc::sched_setaffinity(0, size, &one) == 0;
+        if !pinned {
+            diag(
+                Diag::Info,
+                &format!("sigmatrace: cannot pin the poller to CPU {cpu}"),
+            );
+        }
+        let r = f();
+        if pinned {
+            libc::sched_setaffinity(0, size, &old);
+        }
+        r
+    }
+}
+
 /// Runs `f` (which spawns threads) with every signal blocked, so the threads it starts inherit
 /// a full mask: process-directed signals keep going to the program's threads.
 pub fn with_signals_blocked<R>(f: impl FnOnce() -> R) -> R {
