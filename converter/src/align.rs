@@ -22,7 +22,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use rayon::prelude::*;
-use sigmatrace_schemas::records::Record;
+use sigmatrace_schemas::records::{PostSend, WorkCompletion};
 
 use crate::input::LogInput;
 use crate::topology::Topology;
@@ -90,6 +90,8 @@ pub fn verify(inputs: &[LogInput], topo: &Topology) -> (u64, u64) {
 pub struct Pair {
     pub sender: (usize, u32),
     pub receiver: usize,
+    /// Dense index of the sending QP ([`crate::topology::Qp::conn`], from 1).
+    pub conn: u32,
     pub k: u64,
     pub x: i64,
     pub y: i64,
@@ -102,9 +104,30 @@ struct ConnQueues {
     k: u64,
 }
 
+/// Per process and QP index: the connection (sender QP's `conn`) its sends and its successful
+/// receives belong to (0: none).
+fn conn_keys(topo: &Topology) -> Vec<Vec<(u32, u32)>> {
+    topo.procs
+        .iter()
+        .map(|p| {
+            p.qps
+                .iter()
+                .map(|q| match q.peer {
+                    Some((pp, pq)) => (
+                        q.conn as u32,
+                        topo.procs[pp].qp(pq).map_or(0, |s| s.conn as u32),
+                    ),
+                    None => (0, 0),
+                })
+                .collect()
+        })
+        .collect()
+}
+
 /// Joins sends with their receives over all processes, calling `f` for every matched pair.
 /// Times use each process's current `map` (uncorrected host time on the first run).
 pub fn join(inputs: &[LogInput], topo: &Topology, mut f: impl FnMut(&Pair)) {
+    use std::mem::offset_of;
     let n = topo.procs.len();
     if n == 0 {
         return;
@@ -118,6 +141,20 @@ pub fn join(inputs: &[LogInput], topo: &Topology, mut f: impl FnMut(&Pair)) {
     if lo > hi {
         return;
     }
+    let keys = conn_keys(topo);
+    // Sender (process, QPN) and receiver process of every connection.
+    let mut conns: Vec<((usize, u32), usize)> = vec![((0, 0), 0)];
+    for p in &topo.procs {
+        for q in &p.qps {
+            if q.conn != 0 {
+                let c = q.conn as usize;
+                if conns.len() <= c {
+                    conns.resize(c + 1, ((0, 0), 0));
+                }
+                conns[c] = ((p.index, q.qpn), q.peer.map_or(0, |x| x.0));
+            }
+        }
+    }
     let epochs = (total / 2_000_000).clamp(1, 10_000) as i64;
     let step = ((hi - lo) / epochs).max(1) + 1;
     let mut cursors: Vec<_> = topo
@@ -125,37 +162,54 @@ pub fn join(inputs: &[LogInput], topo: &Topology, mut f: impl FnMut(&Pair)) {
         .iter()
         .map(|p| inputs_for(inputs, p).thread_cursors())
         .collect();
-    let mut queues: crate::verbs::FastMap<(usize, u32), ConnQueues> = Default::default();
+    let mut queues: Vec<ConnQueues> = (0..conns.len()).map(|_| ConnQueues::default()).collect();
+    let (k_send, k_wc) = (
+        sigmatrace_schemas::records::RecordKind::PostSend as u16,
+        sigmatrace_schemas::records::RecordKind::WorkCompletion as u16,
+    );
     let mut end = lo;
     while end <= hi + step {
         end += step;
+        // Per process, its messages of this epoch: (connection, is send, time).
         let batches: Vec<Vec<(u32, bool, i64)>> = cursors
             .par_iter_mut()
             .zip(topo.procs.par_iter())
-            .map(|(threads, p)| {
+            .zip(keys.par_iter())
+            .map(|((threads, p), keys)| {
                 let mut out = Vec::new();
                 let mut issues = Vec::new();
+                let mut cache = crate::verbs::IndexCache::default();
                 let ts_end = p.map.inverse_ceil(end);
                 let mut runs = 0;
                 for cur in threads.iter_mut() {
                     let before = out.len();
                     while cur.head_ts().is_some_and(|ts| ts < ts_end) {
                         let (ts, r) = cur.pop(&mut issues).expect("head");
-                        if r.kind != 30 && r.kind != 33 {
-                            continue;
-                        }
-                        match r.decode() {
-                            Ok(Record::PostSend(s)) if verbs::consumes_recv(s.opcode) => {
-                                out.push((s.qpn, true, p.time(ts)))
+                        let b = r.bytes;
+                        let qpn_at =
+                            |at: usize| u32::from_ne_bytes(b[at..at + 4].try_into().expect("4"));
+                        let (qpn, send) = if r.kind == k_send {
+                            if !verbs::consumes_recv(b[offset_of!(PostSend, opcode)]) {
+                                continue;
                             }
-                            Ok(Record::WorkCompletion(w))
-                                if w.status == 0
-                                    && (w.opcode == verbs::wc::RECV
-                                        || w.opcode == verbs::wc::RECV_RDMA_WITH_IMM) =>
+                            (qpn_at(offset_of!(PostSend, qpn)), true)
+                        } else if r.kind == k_wc {
+                            let op = b[offset_of!(WorkCompletion, opcode)];
+                            if b[offset_of!(WorkCompletion, status)] != 0
+                                || (op != verbs::wc::RECV && op != verbs::wc::RECV_RDMA_WITH_IMM)
                             {
-                                out.push((w.qpn, false, p.time(ts)))
+                                continue;
                             }
-                            _ => {}
+                            (qpn_at(offset_of!(WorkCompletion, qpn)), false)
+                        } else {
+                            continue;
+                        };
+                        let Some(qi) = cache.get(&p.qp_index, qpn) else {
+                            continue;
+                        };
+                        let c = if send { keys[qi].0 } else { keys[qi].1 };
+                        if c != 0 {
+                            out.push((c, send, p.time(ts)));
                         }
                     }
                     runs += (out.len() > before) as usize;
@@ -166,17 +220,9 @@ pub fn join(inputs: &[LogInput], topo: &Topology, mut f: impl FnMut(&Pair)) {
                 out
             })
             .collect();
-        for (pi, batch) in batches.into_iter().enumerate() {
-            let p = &topo.procs[pi];
-            for (qpn, is_send, t) in batch {
-                let Some(q) = p.qp(qpn) else { continue };
-                let Some(peer) = q.peer else { continue };
-                let (key, receiver) = if is_send {
-                    ((pi, qpn), peer.0)
-                } else {
-                    (peer, pi)
-                };
-                let cq = queues.entry(key).or_default();
+        for batch in batches {
+            for (c, is_send, t) in batch {
+                let cq = &mut queues[c as usize];
                 if is_send {
                     cq.sends.push_back(t);
                 } else {
@@ -185,9 +231,11 @@ pub fn join(inputs: &[LogInput], topo: &Topology, mut f: impl FnMut(&Pair)) {
                 while !cq.sends.is_empty() && !cq.recvs.is_empty() {
                     let x = cq.sends.pop_front().expect("non-empty");
                     let y = cq.recvs.pop_front().expect("non-empty");
+                    let (sender, receiver) = conns[c as usize];
                     f(&Pair {
-                        sender: key,
+                        sender,
                         receiver,
+                        conn: c,
                         k: cq.k,
                         x,
                         y,
@@ -241,6 +289,46 @@ fn hull_at(h: &[(i64, i64)], x: i64) -> f64 {
     h[h.len() - 1].1 as f64
 }
 
+/// Incremental lower hull of points arriving with non-decreasing x (out-of-order points are
+/// kept aside and merged at the end).
+#[derive(Clone, Default)]
+struct IncHull {
+    hosts: (usize, usize),
+    hull: Vec<(i64, i64)>,
+    spill: Vec<(i64, i64)>,
+    pairs: u64,
+}
+
+impl IncHull {
+    #[inline]
+    fn push(&mut self, x: i64, d: i64) {
+        self.pairs += 1;
+        let h = &mut self.hull;
+        if let Some(&(lx, ld)) = h.last() {
+            if x < lx {
+                self.spill.push((x, d));
+                return;
+            }
+            if x == lx {
+                if d >= ld {
+                    return;
+                }
+                h.pop();
+            }
+        }
+        while h.len() >= 2 {
+            let (o, a) = (h[h.len() - 2], h[h.len() - 1]);
+            let df = |u: i64, v: i64| u as i128 - v as i128;
+            if df(a.0, o.0) * df(d, o.1) - df(a.1, o.1) * df(x, o.0) <= 0 {
+                h.pop();
+            } else {
+                break;
+            }
+        }
+        h.push((x, d));
+    }
+}
+
 #[derive(Default)]
 struct HullAcc {
     hull: Vec<(i64, i64)>,
@@ -249,13 +337,6 @@ struct HullAcc {
 }
 
 impl HullAcc {
-    fn add(&mut self, x: i64, d: i64) {
-        self.pairs += 1;
-        self.buf.push((x, d));
-        if self.buf.len() >= 8192 {
-            self.compact();
-        }
-    }
     fn compact(&mut self) {
         let mut all = std::mem::take(&mut self.hull);
         all.append(&mut self.buf);
@@ -298,24 +379,35 @@ pub fn align(inputs: &[LogInput], topo: &mut Topology, use_causality: bool) -> A
     if !use_causality || hn < 2 {
         return out;
     }
-    let mut hulls: HashMap<(usize, usize), HullAcc> = HashMap::new();
+    // Per connection (sender QP), the lower hull of its points (x − t0, y − x): x grows along
+    // a connection, so a monotone chain keeps it in O(1) amortized per message.
+    let mut per_conn: Vec<IncHull> = Vec::new();
     let mut before = 0u64;
     {
         let topo_ref: &Topology = topo;
+        let host_of: Vec<usize> = topo_ref.procs.iter().map(|p| p.host).collect();
         join(inputs, topo_ref, |pr| {
-            let hi_ = topo_ref.procs[pr.sender.0].host;
-            let hj = topo_ref.procs[pr.receiver].host;
+            let hi_ = host_of[pr.sender.0];
+            let hj = host_of[pr.receiver];
             if hi_ == hj {
                 return;
             }
-            if pr.y < pr.x {
-                before += 1;
+            before += (pr.y < pr.x) as u64;
+            let c = pr.conn as usize;
+            if per_conn.len() <= c {
+                per_conn.resize_with(c + 1, IncHull::default);
             }
-            hulls
-                .entry((hi_, hj))
-                .or_default()
-                .add(pr.x - t0, pr.y - pr.x);
+            let h = &mut per_conn[c];
+            h.hosts = (hi_, hj);
+            h.push(pr.x - t0, pr.y - pr.x);
         });
+    }
+    let mut hulls: HashMap<(usize, usize), HullAcc> = HashMap::new();
+    for h in per_conn.into_iter().filter(|h| h.pairs > 0) {
+        let acc = hulls.entry(h.hosts).or_default();
+        acc.pairs += h.pairs;
+        acc.buf.extend(h.hull);
+        acc.buf.extend(h.spill);
     }
     for h in hulls.values_mut() {
         h.compact();

@@ -6,7 +6,11 @@
 
 use std::path::{Path, PathBuf};
 
-use sigmatrace_schemas::reader::{ChunkInfo, LogFile, RawRecord, RecordIter};
+use std::sync::OnceLock;
+
+use sigmatrace_schemas::chunk::CHUNK_HEADER_SIZE;
+use sigmatrace_schemas::reader::{ChunkInfo, LogFile, RawRecord};
+use sigmatrace_schemas::records::RecordKind;
 use sigmatrace_schemas::MAGIC;
 
 use crate::error::ConvertError;
@@ -109,18 +113,7 @@ impl LogInput {
         let mut issues = Vec::new();
         self.threads
             .iter()
-            .map(|(_, chunks)| {
-                let mut c = ThreadCursor {
-                    input: self,
-                    chunks,
-                    next_chunk: 0,
-                    iter: None,
-                    head: None,
-                    last_ts: 0,
-                };
-                c.advance(&mut issues);
-                c
-            })
+            .map(|(_, chunks)| ThreadCursor::new(self, chunks, &mut issues))
             .collect()
     }
 
@@ -168,17 +161,142 @@ pub struct RecordIssue {
     pub what: String,
 }
 
+/// Expected length of each fixed-size record kind below 256 (0: variable length or unknown).
+fn fixed_sizes() -> &'static [u16; 256] {
+    static T: OnceLock<[u16; 256]> = OnceLock::new();
+    T.get_or_init(|| {
+        let mut t = [0u16; 256];
+        for (k, v) in t.iter_mut().enumerate() {
+            *v = RecordKind::from_id(k as u16)
+                .and_then(|k| k.fixed_size())
+                .unwrap_or(0) as u16;
+        }
+        t
+    })
+}
+
+/// One chunk's records, validated like the schemas reader's `RecordIter` (same checks; a
+/// damaged record ends the chunk with the reader's own message) but without per-record
+/// decoding: the hot loop reads the 8-byte header and checks the length.
+pub struct ChunkRecords<'a> {
+    input: &'a LogInput,
+    chunk: &'a ChunkInfo,
+    bytes: &'a [u8],
+    /// File offset of `bytes[0]`.
+    base: u64,
+    pos: usize,
+    sizes: &'static [u16; 256],
+}
+
+impl<'a> ChunkRecords<'a> {
+    /// The records of `chunk`; a damaged first record is reported into `issues`.
+    pub fn new(input: &'a LogInput, chunk: &'a ChunkInfo, issues: &mut Vec<RecordIssue>) -> Self {
+        let mut it = input.file.records(chunk);
+        let bytes: &'a [u8] = match it.next() {
+            Some(Ok(first)) => {
+                // SAFETY: the reader's iterator covers exactly the chunk's `readable` record
+                // bytes starting at its first record, inside the file mapping owned by
+                // `input.file` (alive for 'a); this is the same slice, whole.
+                unsafe { std::slice::from_raw_parts(first.bytes.as_ptr(), chunk.readable as usize) }
+            }
+            Some(Err(e)) => {
+                issues.push(RecordIssue {
+                    offset: e.offset,
+                    what: e.what,
+                });
+                &[]
+            }
+            None => &[],
+        };
+        ChunkRecords {
+            input,
+            chunk,
+            bytes,
+            base: chunk.offset + CHUNK_HEADER_SIZE as u64,
+            pos: 0,
+            sizes: fixed_sizes(),
+        }
+    }
+
+    /// The next record (its file offset, kind and bytes), or `None` at the end of the chunk or
+    /// at a damaged record (then reported into `issues`).
+    #[inline]
+    pub fn next(&mut self, issues: &mut Vec<RecordIssue>) -> Option<RawRecord<'a>> {
+        let rest = self.bytes.get(self.pos..)?;
+        if rest.len() >= 8 {
+            let h = u64::from_ne_bytes(rest[..8].try_into().expect("8 bytes"));
+            let kind = h as u16;
+            let len = (h >> 16) as u16 as usize;
+            let fixed = if kind < 256 {
+                self.sizes[kind as usize] as usize
+            } else {
+                0
+            };
+            if len >= 8
+                && len.is_multiple_of(8)
+                && len <= rest.len()
+                && (fixed == 0 || fixed == len)
+            {
+                let offset = self.base + self.pos as u64;
+                self.pos += len;
+                return Some(RawRecord {
+                    offset,
+                    kind,
+                    bytes: &rest[..len],
+                });
+            }
+        } else if rest.is_empty() {
+            return None;
+        }
+        self.damaged(issues);
+        None
+    }
+
+    #[cold]
+    fn damaged(&mut self, issues: &mut Vec<RecordIssue>) {
+        let at = self.base + self.pos as u64;
+        let err = self
+            .input
+            .file
+            .records(self.chunk)
+            .find_map(|r| r.err())
+            .map(|e| RecordIssue {
+                offset: e.offset,
+                what: e.what,
+            })
+            .unwrap_or_else(|| RecordIssue {
+                offset: at,
+                what: "damaged record".into(),
+            });
+        issues.push(err);
+        self.pos = self.bytes.len() + 1;
+    }
+}
+
 /// One writer thread's records in order (its chunks one after another).
 pub struct ThreadCursor<'a> {
     input: &'a LogInput,
     chunks: &'a [ChunkInfo],
     next_chunk: usize,
-    iter: Option<RecordIter<'static>>,
-    head: Option<(u64, RawRecord<'static>)>,
+    iter: Option<ChunkRecords<'a>>,
+    head: Option<(u64, RawRecord<'a>)>,
     last_ts: u64,
 }
 
 impl<'a> ThreadCursor<'a> {
+    fn new(input: &'a LogInput, chunks: &'a [ChunkInfo], issues: &mut Vec<RecordIssue>) -> Self {
+        let mut c = ThreadCursor {
+            input,
+            chunks,
+            next_chunk: 0,
+            iter: None,
+            head: None,
+            last_ts: 0,
+        };
+        c.advance(issues);
+        c
+    }
+
     /// Timestamp of the next record.
     #[inline]
     pub fn head_ts(&self) -> Option<u64> {
@@ -187,36 +305,37 @@ impl<'a> ThreadCursor<'a> {
 
     /// Takes the next record.
     #[inline]
-    pub fn pop(&mut self, issues: &mut Vec<RecordIssue>) -> Option<(u64, RawRecord<'static>)> {
+    pub fn pop(&mut self, issues: &mut Vec<RecordIssue>) -> Option<(u64, RawRecord<'a>)> {
         let h = self.head.take()?;
         self.advance(issues);
         Some(h)
     }
 
+    #[inline]
     fn advance(&mut self, issues: &mut Vec<RecordIssue>) {
+        if let Some(r) = self.iter.as_mut().and_then(|it| it.next(issues)) {
+            let ts = record_ts(r.bytes).unwrap_or(self.last_ts);
+            // Within a thread records are time-ordered; keep the merge monotone even if a
+            // clock misbehaved.
+            let ts = ts.max(self.last_ts);
+            self.last_ts = ts;
+            self.head = Some((ts, r));
+            return;
+        }
+        self.next_chunk_head(issues);
+    }
+
+    #[cold]
+    fn next_chunk_head(&mut self, issues: &mut Vec<RecordIssue>) {
         self.head = None;
         loop {
-            if let Some(it) = self.iter.as_mut() {
-                match it.next() {
-                    Some(Ok(r)) => {
-                        let ts = record_ts(r.bytes).unwrap_or(self.last_ts);
-                        // Within a thread records are time-ordered; keep the merge monotone
-                        // even if a clock misbehaved.
-                        let ts = ts.max(self.last_ts);
-                        self.last_ts = ts;
-                        self.head = Some((ts, r));
-                        return;
-                    }
-                    Some(Err(e)) => {
-                        issues.push(RecordIssue {
-                            offset: e.offset,
-                            what: e.what,
-                        });
-                        self.iter = None;
-                    }
-                    None => self.iter = None,
-                }
+            if let Some(r) = self.iter.as_mut().and_then(|it| it.next(issues)) {
+                let ts = record_ts(r.bytes).unwrap_or(self.last_ts).max(self.last_ts);
+                self.last_ts = ts;
+                self.head = Some((ts, r));
+                return;
             }
+            self.iter = None;
             if self.next_chunk > 0 {
                 release_chunk(self.input, &self.chunks[self.next_chunk - 1]);
             }
@@ -225,7 +344,7 @@ impl<'a> ThreadCursor<'a> {
             }
             let c = &self.chunks[self.next_chunk];
             self.next_chunk += 1;
-            self.iter = Some(self.input.file.records(c));
+            self.iter = Some(ChunkRecords::new(self.input, c, issues));
         }
     }
 }
@@ -243,18 +362,8 @@ impl<'a> MergedRecords<'a> {
         let mut cursors: Vec<ThreadCursor<'a>> = input
             .threads
             .iter()
-            .map(|(_, chunks)| ThreadCursor {
-                input,
-                chunks,
-                next_chunk: 0,
-                iter: None,
-                head: None,
-                last_ts: 0,
-            })
+            .map(|(_, chunks)| ThreadCursor::new(input, chunks, &mut issues))
             .collect();
-        for c in &mut cursors {
-            c.advance(&mut issues);
-        }
         cursors.retain(|c| c.head.is_some());
         MergedRecords { cursors, issues }
     }
@@ -268,24 +377,33 @@ impl<'a> MergedRecords<'a> {
     }
 }
 
-impl Iterator for MergedRecords<'_> {
-    type Item = (u64, RawRecord<'static>);
+impl<'a> Iterator for MergedRecords<'a> {
+    type Item = (u64, RawRecord<'a>);
 
     #[inline]
     fn next(&mut self) -> Option<Self::Item> {
-        let mut best = usize::MAX;
-        let mut best_ts = u64::MAX;
-        for (i, c) in self.cursors.iter().enumerate() {
-            if let Some((ts, _)) = c.head {
-                if ts < best_ts {
-                    best_ts = ts;
-                    best = i;
-                }
+        let best = match self.cursors.len() {
+            0 => return None,
+            1 => 0,
+            2 => {
+                let a = self.cursors[0].head.map_or(u64::MAX, |h| h.0);
+                let b = self.cursors[1].head.map_or(u64::MAX, |h| h.0);
+                (b < a) as usize
             }
-        }
-        if best == usize::MAX {
-            return None;
-        }
+            _ => {
+                let mut best = 0;
+                let mut best_ts = u64::MAX;
+                for (i, c) in self.cursors.iter().enumerate() {
+                    if let Some((ts, _)) = c.head {
+                        if ts < best_ts {
+                            best_ts = ts;
+                            best = i;
+                        }
+                    }
+                }
+                best
+            }
+        };
         let c = &mut self.cursors[best];
         let out = c.head.take();
         c.advance(&mut self.issues);

@@ -11,7 +11,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::AtomicU64;
 
-use sigmatrace_schemas::records::Record;
+use sigmatrace_schemas::records::{PostRecv, PostSend, Record, RecordKind, WorkCompletion};
 
 use crate::emit::{Detail, Lanes, NameCache, SampledCounter};
 use crate::gpu::GpuState;
@@ -131,6 +131,7 @@ pub struct ProcessModel<'a> {
     qps: Vec<QpState>,
     srq_lanes: HashMap<u64, (u64, Lanes, VecDeque<OpenRecv>)>,
     gpu: GpuState,
+    qp_cache: verbs::IndexCache,
     throughput: (i64, i64),
     pub totals: ProcessTotals,
     last_t: i64,
@@ -169,6 +170,7 @@ impl<'a> ProcessModel<'a> {
             qps: p.qps.iter().map(|_| QpState::default()).collect(),
             srq_lanes: HashMap::new(),
             gpu: GpuState::default(),
+            qp_cache: Default::default(),
             throughput: (i64::MIN, 0),
             totals: ProcessTotals::default(),
             last_t: 0,
@@ -210,32 +212,32 @@ impl<'a> ProcessModel<'a> {
         for (ts, r) in recs.by_ref() {
             let t = self.p.time(ts);
             self.last_t = self.last_t.max(t);
-            let Ok(rec) = r.decode() else { continue };
-            if matches!(rec, Record::WqeObserved(_) | Record::ObserveOverrun(_))
-                || matches!(rec, Record::PostSend(ps) if ps.opcode == verbs::wr::ATOMIC_FETCH_AND_ADD || ps.opcode == verbs::wr::ATOMIC_CMP_AND_SWP)
-            {
-                obs.record(self.p, t, &rec);
-            }
-            match rec {
-                Record::PostSend(ps) => self.post_send(sink, t, ps),
-                Record::PostRecv(pr) => self.post_recv(sink, t, pr.wr_id, pr.qpn, pr.srq, pr.bytes),
-                Record::WorkCompletion(wc) => self.completion(sink, obs, t, wc),
-                Record::WqeObserved(_)
-                | Record::CqeObserved(_)
-                | Record::KernelLaunch(_)
-                | Record::KernelExec(_)
-                | Record::StringDef(_) => {
-                    let ctx = crate::gpu::Ctx {
-                        topo: self.topo,
-                        p: self.p,
-                        uuids: self.uuids,
-                        detail: self.opts.detail,
-                        window: self.opts.window,
+            // The hot kinds are cast in place (the iterator checked their lengths).
+            match r.kind {
+                k if k == RecordKind::PostSend as u16 => {
+                    let Ok(ps) = bytemuck::try_from_bytes::<PostSend>(r.bytes) else {
+                        continue;
                     };
-                    self.gpu
-                        .record(&ctx, sink, gpu_sink, &mut self.names, t, &rec);
+                    if ps.opcode == verbs::wr::ATOMIC_FETCH_AND_ADD
+                        || ps.opcode == verbs::wr::ATOMIC_CMP_AND_SWP
+                    {
+                        obs.record(self.p, t, &Record::PostSend(ps));
+                    }
+                    self.post_send(sink, t, ps);
                 }
-                _ => {}
+                k if k == RecordKind::PostRecv as u16 => {
+                    let Ok(pr) = bytemuck::try_from_bytes::<PostRecv>(r.bytes) else {
+                        continue;
+                    };
+                    self.post_recv(sink, t, pr.wr_id, pr.qpn, pr.srq, pr.bytes);
+                }
+                k if k == RecordKind::WorkCompletion as u16 => {
+                    let Ok(wc) = bytemuck::try_from_bytes::<WorkCompletion>(r.bytes) else {
+                        continue;
+                    };
+                    self.completion(sink, obs, t, wc);
+                }
+                _ => self.other(sink, gpu_sink, obs, t, &r),
             }
             n = n.wrapping_add(1);
             if n.is_multiple_of(1 << 16) {
@@ -263,13 +265,46 @@ impl<'a> ProcessModel<'a> {
         issues
     }
 
+    #[cold]
+    fn other(
+        &mut self,
+        sink: &mut dyn TraceSink,
+        gpu_sink: &mut dyn TraceSink,
+        obs: &mut dyn Observer,
+        t: i64,
+        r: &sigmatrace_schemas::reader::RawRecord<'_>,
+    ) {
+        let Ok(rec) = r.decode() else { return };
+        if matches!(rec, Record::WqeObserved(_) | Record::ObserveOverrun(_)) {
+            obs.record(self.p, t, &rec);
+        }
+        if matches!(
+            rec,
+            Record::WqeObserved(_)
+                | Record::CqeObserved(_)
+                | Record::KernelLaunch(_)
+                | Record::KernelExec(_)
+                | Record::StringDef(_)
+        ) {
+            let ctx = crate::gpu::Ctx {
+                topo: self.topo,
+                p: self.p,
+                uuids: self.uuids,
+                detail: self.opts.detail,
+                window: self.opts.window,
+            };
+            self.gpu
+                .record(&ctx, sink, gpu_sink, &mut self.names, t, &rec);
+        }
+    }
+
     fn post_send(
         &mut self,
         sink: &mut dyn TraceSink,
         t: i64,
         ps: &sigmatrace_schemas::records::PostSend,
     ) {
-        let Some(&qi) = self.p.qp_index.get(&ps.qpn) else {
+        let Some(qi) = self.qp_cache.get(&self.p.qp_index, ps.qpn) else {
             return;
         };
         let q = &self.p.qps[qi];
@@ -331,37 +366,34 @@ impl<'a> ProcessModel<'a> {
             );
             self.totals.slices += 1;
             self.totals.max_lanes = self.totals.max_lanes.max(st.send_lanes.count() as u64);
-            if self.opts.detail >= Detail::Normal && verbs::one_sided(ps.opcode) {
-                if let Some((pp, pq)) = q.peer {
-                    if let Some(peer_qp) = self.topo.procs[pp].qp(pq) {
-                        let iname = self.names.inferred(sink, ps.opcode, ps.bytes);
-                        let st = &mut self.qps[qi];
-                        let (il, iuuid) = st.inferred_lanes.acquire(
-                            sink,
-                            self.uuids,
-                            peer_qp.track,
-                            "inferred arrivals",
-                        );
-                        inferred_lane = Some(il);
-                        if full {
-                            let from = format!("{} QP {:#x}", self.p.label(), q.qpn);
-                            let fargs = [(self.keys.from, ArgValue::Str(&from))];
-                            sink.begin(
-                                t as u64,
-                                iuuid,
-                                iname,
-                                &Extra {
-                                    args: &fargs,
-                                    ..Extra::NONE
-                                },
-                            );
-                        } else {
-                            sink.begin(t as u64, iuuid, iname, &Extra::NONE);
-                        }
-                        self.totals.slices += 1;
-                        self.totals.inferred += 1;
-                    }
+            if self.opts.detail >= Detail::Normal
+                && verbs::one_sided(ps.opcode)
+                && q.peer.is_some()
+                && q.peer_track != 0
+            {
+                let iname = self.names.inferred(sink, ps.opcode, ps.bytes);
+                let st = &mut self.qps[qi];
+                let (il, iuuid) =
+                    st.inferred_lanes
+                        .acquire(sink, self.uuids, q.peer_track, "inferred arrivals");
+                inferred_lane = Some(il);
+                if full {
+                    let from = format!("{} QP {:#x}", self.p.label(), q.qpn);
+                    let fargs = [(self.keys.from, ArgValue::Str(&from))];
+                    sink.begin(
+                        t as u64,
+                        iuuid,
+                        iname,
+                        &Extra {
+                            args: &fargs,
+                            ..Extra::NONE
+                        },
+                    );
+                } else {
+                    sink.begin(t as u64, iuuid, iname, &Extra::NONE);
                 }
+                self.totals.slices += 1;
+                self.totals.inferred += 1;
             }
         }
         let st = &mut self.qps[qi];
@@ -428,7 +460,7 @@ impl<'a> ProcessModel<'a> {
             });
             return;
         }
-        let Some(&qi) = self.p.qp_index.get(&qpn) else {
+        let Some(qi) = self.qp_cache.get(&self.p.qp_index, qpn) else {
             return;
         };
         let q = &self.p.qps[qi];
@@ -456,7 +488,7 @@ impl<'a> ProcessModel<'a> {
         t: i64,
         wc: &sigmatrace_schemas::records::WorkCompletion,
     ) {
-        let Some(&qi) = self.p.qp_index.get(&wc.qpn) else {
+        let Some(qi) = self.qp_cache.get(&self.p.qp_index, wc.qpn) else {
             self.totals.orphan_completions += 1;
             return;
         };
@@ -621,8 +653,7 @@ impl<'a> ProcessModel<'a> {
             self.qps[qi].recv_ok += 1;
             if let Some((pp, pq)) = q.peer {
                 if drawn && self.flow_ok(pp, pq, k, q.flows_in) {
-                    let conn = self.topo.procs[pp].qp(pq).map_or(0, |s| s.conn);
-                    term[0] = flow_id(conn, k);
+                    term[0] = flow_id(q.peer_conn, k);
                     nterm = 1;
                     self.totals.flows_in += 1;
                 }

@@ -5,10 +5,11 @@
 
 use rayon::prelude::*;
 use sigmatrace_schemas::records::{
-    ClockSnapshot, DeviceOpen, GpuClockPair, QpCreate, QpModify, Record,
+    ClockSnapshot, DeviceOpen, GpuClockPair, PostRecv, PostSend, QpCreate, QpModify, Record,
+    RecordKind, WorkCompletion,
 };
 
-use crate::input::{record_ts, LogInput, RecordIssue};
+use crate::input::{record_ts, ChunkRecords, LogInput, RecordIssue};
 use crate::verbs;
 
 /// Per-QP counts needed before the emit pass (flow pairing).
@@ -97,23 +98,80 @@ impl Scan {
     }
 }
 
+/// Per-QP counters of one chunk: a few QPs are hot, so a small direct-mapped cache in
+/// front of the map avoids hashing every record.
+#[derive(Default)]
+struct QpTally {
+    cache: [(u32, u32); 16],
+    slots: Vec<(u32, QpCounts)>,
+    index: crate::verbs::FastMap<u32, u32>,
+}
+
+impl QpTally {
+    #[inline]
+    fn get(&mut self, qpn: u32) -> &mut QpCounts {
+        let c = (qpn ^ (qpn >> 4)) as usize & 15;
+        let (k, i) = self.cache[c];
+        // Slot indices are stored + 1 so that the zeroed cache never matches.
+        if k == qpn && i != 0 {
+            return &mut self.slots[i as usize - 1].1;
+        }
+        let n = self.slots.len() as u32;
+        let i = *self.index.entry(qpn).or_insert(n);
+        if i == n {
+            self.slots.push((qpn, QpCounts::default()));
+        }
+        self.cache[c] = (qpn, i + 1);
+        &mut self.slots[i as usize].1
+    }
+}
+
 fn scan_chunk(input: &LogInput, chunk: &sigmatrace_schemas::reader::ChunkInfo) -> Scan {
     let mut s = Scan::empty();
-    for r in input.file.records(chunk) {
-        let r = match r {
-            Ok(r) => r,
-            Err(e) => {
-                s.issues.push(RecordIssue {
-                    offset: e.offset,
-                    what: e.what,
-                });
-                break;
-            }
-        };
-        s.records += 1;
+    let mut tally = QpTally::default();
+    let mut recs = ChunkRecords::new(input, chunk, &mut s.issues);
+    let (mut min_ts, mut max_ts) = (u64::MAX, 0u64);
+    let (mut records, mut wr_events) = (0u64, 0u64);
+    while let Some(r) = recs.next(&mut s.issues) {
+        records += 1;
         if let Some(ts) = record_ts(r.bytes) {
-            s.min_ts = s.min_ts.min(ts);
-            s.max_ts = s.max_ts.max(ts);
+            min_ts = min_ts.min(ts);
+            max_ts = max_ts.max(ts);
+        }
+        // The hot kinds: a few fields at fixed offsets (lengths were checked by the iterator).
+        let field = |at: usize| u32::from_ne_bytes(r.bytes[at..at + 4].try_into().expect("4"));
+        use std::mem::offset_of;
+        match r.kind {
+            k if k == RecordKind::PostSend as u16 => {
+                wr_events += 1;
+                let c = tally.get(field(offset_of!(PostSend, qpn)));
+                c.posts += 1;
+                c.consuming_sends +=
+                    verbs::consumes_recv(r.bytes[offset_of!(PostSend, opcode)]) as u64;
+                continue;
+            }
+            k if k == RecordKind::PostRecv as u16 => {
+                wr_events += 1;
+                let qpn = field(offset_of!(PostRecv, qpn));
+                if qpn != 0 {
+                    tally.get(qpn).posts += 1;
+                }
+                continue;
+            }
+            k if k == RecordKind::WorkCompletion as u16 => {
+                wr_events += 1;
+                let c = tally.get(field(offset_of!(WorkCompletion, qpn)));
+                c.completions += 1;
+                let (status, opcode) = (
+                    r.bytes[offset_of!(WorkCompletion, status)],
+                    r.bytes[offset_of!(WorkCompletion, opcode)],
+                );
+                c.recv_ok += (status == 0
+                    && (opcode == verbs::wc::RECV || opcode == verbs::wc::RECV_RDMA_WITH_IMM))
+                    as u64;
+                continue;
+            }
+            _ => {}
         }
         let rec = match r.decode() {
             Ok(rec) => rec,
@@ -126,31 +184,7 @@ fn scan_chunk(input: &LogInput, chunk: &sigmatrace_schemas::reader::ChunkInfo) -
             }
         };
         match rec {
-            Record::PostSend(p) => {
-                s.wr_events += 1;
-                let c = s.per_qp.entry(p.qpn).or_default();
-                c.posts += 1;
-                if verbs::consumes_recv(p.opcode) {
-                    c.consuming_sends += 1;
-                }
-            }
-            Record::PostRecv(p) => {
-                s.wr_events += 1;
-                if p.qpn != 0 {
-                    s.per_qp.entry(p.qpn).or_default().posts += 1;
-                }
-            }
-            Record::WorkCompletion(w) => {
-                s.wr_events += 1;
-                let c = s.per_qp.entry(w.qpn).or_default();
-                c.completions += 1;
-                if w.status == 0
-                    && (w.opcode == verbs::wc::RECV || w.opcode == verbs::wc::RECV_RDMA_WITH_IMM)
-                {
-                    c.recv_ok += 1;
-                }
-            }
-            Record::WqeObserved(_) | Record::CqeObserved(_) => s.wr_events += 1,
+            Record::WqeObserved(_) | Record::CqeObserved(_) => wr_events += 1,
             Record::ClockSnapshot(c) => s.snapshots.push(*c),
             Record::GpuClockPair(p) => s.gpu_pairs.push(*p),
             Record::DeviceOpen(d) => s.devices.push(*d),
@@ -164,6 +198,11 @@ fn scan_chunk(input: &LogInput, chunk: &sigmatrace_schemas::reader::ChunkInfo) -
             _ => {}
         }
     }
+    s.min_ts = min_ts;
+    s.max_ts = max_ts;
+    s.records = records;
+    s.wr_events = wr_events;
+    s.per_qp = tally.slots.into_iter().collect();
     s
 }
 

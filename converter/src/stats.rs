@@ -376,10 +376,24 @@ impl QpRow {
 pub struct QpTable {
     pub rows: Vec<QpRow>,
     index: crate::verbs::FastMap<(usize, u32), usize>,
+    /// Last rows used: (process, qpn, row + 1).
+    cache: [(usize, u32, usize); 8],
 }
 
 impl QpTable {
+    #[inline]
     fn row(&mut self, p: usize, qpn: u32) -> &mut QpRow {
+        let slot = qpn as usize & 7;
+        let c = self.cache[slot];
+        if c.2 != 0 && c.0 == p && c.1 == qpn {
+            return &mut self.rows[c.2 - 1];
+        }
+        let i = self.row_slow(p, qpn);
+        self.cache[slot] = (p, qpn, i + 1);
+        &mut self.rows[i]
+    }
+
+    fn row_slow(&mut self, p: usize, qpn: u32) -> usize {
         let rows = &mut self.rows;
         let i = *self.index.entry((p, qpn)).or_insert_with(|| {
             rows.push(QpRow {
@@ -390,7 +404,7 @@ impl QpTable {
             });
             rows.len() - 1
         });
-        &mut self.rows[i]
+        i
     }
 }
 
@@ -441,6 +455,7 @@ impl Section for QpTable {
                 .enumerate()
                 .map(|(i, r)| ((r.proc_, r.qpn), i))
                 .collect();
+            self.cache = Default::default();
         }
     }
     fn text(&self, ctx: &ReportCtx<'_>, out: &mut String) {

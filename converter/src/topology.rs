@@ -50,6 +50,9 @@ pub struct Qp {
     pub flows_in: u64,
     /// Dense index of this QP as a message sender (flow ids), 0 = none.
     pub conn: u64,
+    /// The peer QP's `conn` and track (0 = no traced peer), resolved once for the hot path.
+    pub peer_conn: u64,
+    pub peer_track: u64,
     /// Track uuids: the QP's parent track and its counters.
     pub track: u64,
     pub outstanding_track: u64,
@@ -427,6 +430,15 @@ impl Topology {
             }
         }
         self.next_uuid = uuid;
+        for p in 0..self.procs.len() {
+            for qi in 0..self.procs[p].qps.len() {
+                if let Some((pp, pq)) = self.procs[p].qps[qi].peer {
+                    let (c, t) = self.procs[pp].qp(pq).map_or((0, 0), |s| (s.conn, s.track));
+                    let q = &mut self.procs[p].qps[qi];
+                    (q.peer_conn, q.peer_track) = (c, t);
+                }
+            }
+        }
     }
 }
 

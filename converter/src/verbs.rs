@@ -210,3 +210,32 @@ impl std::hash::Hasher for FastHasher {
 pub type FastBuild = std::hash::BuildHasherDefault<FastHasher>;
 /// HashMap with [`FastHasher`].
 pub type FastMap<K, V> = std::collections::HashMap<K, V, FastBuild>;
+
+/// A direct-mapped cache in front of a `qpn → index` map: the few hot QPs of a process resolve
+/// without hashing.
+#[derive(Clone)]
+pub struct IndexCache {
+    /// (qpn, index + 1); index 0 marks an empty slot.
+    slots: [(u32, u32); 64],
+}
+
+impl Default for IndexCache {
+    fn default() -> Self {
+        IndexCache {
+            slots: [(0, 0); 64],
+        }
+    }
+}
+
+impl IndexCache {
+    #[inline]
+    pub fn get(&mut self, map: &FastMap<u32, usize>, qpn: u32) -> Option<usize> {
+        let s = &mut self.slots[(qpn ^ (qpn >> 6)) as usize & 63];
+        if s.0 == qpn && s.1 != 0 {
+            return Some(s.1 as usize - 1);
+        }
+        let i = *map.get(&qpn)?;
+        *s = (qpn, i as u32 + 1);
+        Some(i)
+    }
+}

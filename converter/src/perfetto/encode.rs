@@ -314,6 +314,18 @@ impl PerfettoSeq {
             }
         }
         let tsf = self.ts_field(ts);
+        if extra.args.is_empty()
+            && self.interned.is_empty()
+            && extra.flows.len() + extra.terminating.len() <= 2
+        {
+            let start = self.buf.len();
+            let len = small_packet(&mut self.buf, self.seq, ty, track, name, value, extra, tsf);
+            if let Some(z) = &mut self.z {
+                z.packet(&self.buf, start, (track << 3 | ty as u64) + 1, ty as usize);
+            }
+            debug_assert_eq!(self.buf.len(), start + len);
+            return;
+        }
         let te = &mut self.scratch;
         te.clear();
         te.push(TE_TYPE);
@@ -372,6 +384,76 @@ impl PerfettoSeq {
             z.packet(buf, start, (track << 3 | ty as u64) + 1, ty as usize);
         }
     }
+}
+
+/// Writes a packet without args or interned data (at most two flow ids) into a stack buffer
+/// and appends it in one fixed-size copy; returns its length. Same layout as the general path.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn small_packet(
+    buf: &mut Vec<u8>,
+    seq: u32,
+    ty: i32,
+    track: u64,
+    name: Option<Name>,
+    value: Option<i64>,
+    extra: &Extra<'_>,
+    tsf: u64,
+) -> usize {
+    #[inline(always)]
+    fn var(a: &mut [u8; 112], p: &mut usize, mut v: u64) {
+        while v >= 0x80 {
+            a[*p] = v as u8 | 0x80;
+            v >>= 7;
+            *p += 1;
+        }
+        a[*p] = v as u8;
+        *p += 1;
+    }
+    // Worst case: 2 + 6 + 2 + (2 + 11 + 6 + 12 + 2 × 10) + 11 = 72 bytes, so both length
+    // fields take one byte.
+    let mut a = [0u8; 112];
+    a[0] = TAG_PACKET;
+    a[2] = TAG_SEQ_ID;
+    let mut p = 3;
+    var(&mut a, &mut p, seq as u64);
+    a[p] = TAG_TRACK_EVENT;
+    let te_at = p + 1;
+    p += 2;
+    a[p] = TE_TYPE;
+    a[p + 1] = ty as u8;
+    a[p + 2] = TE_TRACK;
+    p += 3;
+    var(&mut a, &mut p, track);
+    if let Some(n) = name {
+        a[p] = TE_NAME_IID;
+        p += 1;
+        var(&mut a, &mut p, n.0 as u64 + 1);
+    }
+    if let Some(v) = value {
+        a[p..p + 2].copy_from_slice(&TE_COUNTER);
+        p += 2;
+        var(&mut a, &mut p, v as u64);
+    }
+    for &f in extra.flows {
+        a[p..p + 2].copy_from_slice(&TE_FLOW);
+        a[p + 2..p + 10].copy_from_slice(&f.to_le_bytes());
+        p += 10;
+    }
+    for &f in extra.terminating {
+        a[p..p + 2].copy_from_slice(&TE_TERM_FLOW);
+        a[p + 2..p + 10].copy_from_slice(&f.to_le_bytes());
+        p += 10;
+    }
+    a[te_at] = (p - te_at - 1) as u8;
+    a[p] = TAG_TIMESTAMP;
+    p += 1;
+    var(&mut a, &mut p, tsf);
+    a[1] = (p - 2) as u8;
+    let start = buf.len();
+    buf.extend_from_slice(&a);
+    buf.truncate(start + p);
+    p
 }
 
 /// Appends one DebugAnnotation (field 4 of TrackEvent).
@@ -581,6 +663,21 @@ mod tests {
         assert_eq!(ours, framed);
         let len = bytes[start + 1] as usize + 2;
         assert_eq!(len, framed.len());
+        // Every packet (the small-packet path too) holds exactly the fields prost sees.
+        let total: usize = t
+            .packet
+            .iter()
+            .map(|p| {
+                let mut f = Vec::new();
+                frame_packet(&mut f, p);
+                f.len()
+            })
+            .sum();
+        assert_eq!(total, bytes.len());
+        let end = t.packet[2].track_event.as_ref().unwrap();
+        assert_eq!(end.r#type, Some(proto::TYPE_SLICE_END));
+        assert_eq!(end.track_uuid, Some(4242));
+        assert_eq!(t.packet[2].timestamp, Some(1_700_000_000_123_457_000));
         assert_eq!(
             t.packet[3].track_event.as_ref().unwrap().counter_value,
             Some(-5)

@@ -11,12 +11,12 @@
 //! The output is an ordinary zlib stream: any inflate (the trace processor's zlib, flate2)
 //! decodes it; the tests decode every block and compare it with the raw bytes.
 
-/// Tokens per deflate block (each block gets its own Huffman codes).
-const BLOCK_TOKENS: usize = 1 << 15;
+/// Tokens per deflate block (each block gets new Huffman codes).
+const BLOCK_TOKENS: usize = 1 << 14;
 /// Deflate window.
 const WINDOW: usize = 32768;
 /// Candidate table size (direct-mapped by key hash).
-const KEY_SLOTS: usize = 4096;
+const KEY_SLOTS: usize = 1024;
 
 const LEN_BASE: [u16; 29] = [
     3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 23, 27, 31, 35, 43, 51, 59, 67, 83, 99, 115, 131,
@@ -295,23 +295,75 @@ fn rle(lens: &[u8]) -> Vec<(u8, u8)> {
     out
 }
 
-/// Token: literal byte (< 256), or `1 << 31 | (len − 3) << 16 | (dist − 1)`.
-type Token = u32;
-const MATCH: u32 = 1 << 31;
+/// Huffman codes of the current block, packed as `code | length << 16` (code bit-reversed).
+struct Tables2 {
+    lit: [u32; 286],
+    dist: [u32; 30],
+    /// Match length 3..=MAX_RUN → its length symbol's code with the extra bits appended.
+    len: [u32; MAX_RUN + 1],
+}
 
-/// Encoder state of one zlib stream (one `compressed_packets` block).
+/// Longest match `packet` emits (segments are 64 bytes).
+const MAX_RUN: usize = 64;
+
+impl Tables2 {
+    fn from_lengths(ll: &[u8], dl: &[u8]) -> Self {
+        // Canonical codes depend on the count of codes per length over the whole alphabet
+        // given (the fixed code has 288 literal/length symbols, two of them unused).
+        let lit = canonical(ll);
+        let dist = canonical(dl);
+        let mut t = Tables2 {
+            lit: [0; 286],
+            dist: [0; 30],
+            len: [0; MAX_RUN + 1],
+        };
+        for (o, &(c, l)) in t.lit.iter_mut().zip(&lit.codes) {
+            *o = c as u32 | (l as u32) << 16;
+        }
+        for (o, &(c, l)) in t.dist.iter_mut().zip(&dist.codes) {
+            *o = c as u32 | (l as u32) << 16;
+        }
+        for len in 3..=MAX_RUN {
+            let lc = TABLES.len_code[len] as usize;
+            let (c, l) = lit.codes[257 + lc];
+            let e = LEN_EXTRA[lc] as u32;
+            let v = c as u32 | (len as u32 - LEN_BASE[lc] as u32) << l;
+            // Fits: 15 code bits + 5 extra bits, length in the top 8 bits.
+            t.len[len] = v | (l as u32 + e) << 24;
+        }
+        t
+    }
+
+    /// The fixed Huffman code of RFC 1951 (BTYPE 01).
+    fn fixed() -> Self {
+        let mut ll = [8u8; 288];
+        ll[144..256].fill(9);
+        ll[256..280].fill(7);
+        Self::from_lengths(&ll, &[5u8; 32])
+    }
+}
+
+/// Encoder of a sequence's `compressed_packets` blocks: each [`FastZ::finish`] ends one zlib
+/// stream. Tokens go straight to the bit writer: every deflate block is coded with Huffman
+/// codes built from the symbol frequencies of the block before it (all symbols kept codable);
+/// the very first block uses the fixed code.
 pub struct FastZ {
-    tokens: Vec<Token>,
     lit_freq: [u32; 286],
     dist_freq: [u32; 30],
+    codes: Box<Tables2>,
+    tokens: usize,
     bits: Bits,
-    /// Candidate table: (key, packet start + 1).
-    by_key: Box<[(u64, u32)]>,
-    /// Last packet start + 1 per event type.
-    by_type: [u32; 8],
-    prev: u32,
-    /// Raw bytes already tokenized.
+    /// Candidate table: (key, absolute packet start + 1).
+    by_key: Box<[(u64, u64)]>,
+    /// Last packet start + 1 (absolute) per event type.
+    by_type: [u64; 8],
+    prev: u64,
+    /// Absolute offset of the current stream's first raw byte.
+    stream: u64,
+    /// Raw bytes of the current stream already tokenized.
     done: usize,
+    /// Frequencies seen yet (else the next block uses the fixed code).
+    trained: bool,
 }
 
 impl Default for FastZ {
@@ -323,28 +375,28 @@ impl Default for FastZ {
 impl FastZ {
     pub fn new() -> Self {
         let mut z = FastZ {
-            tokens: Vec::with_capacity(BLOCK_TOKENS + 512),
             lit_freq: [0; 286],
             dist_freq: [0; 30],
+            codes: Box::new(Tables2::fixed()),
+            tokens: 0,
             bits: Bits {
                 out: Vec::new(),
                 pos: 0,
                 acc: 0,
                 n: 0,
             },
-            by_key: vec![(0u64, 0u32); KEY_SLOTS].into_boxed_slice(),
+            by_key: vec![(0u64, 0u64); KEY_SLOTS].into_boxed_slice(),
             by_type: [0; 8],
             prev: 0,
+            stream: 0,
             done: 0,
+            trained: false,
         };
-        z.reset();
+        z.start_stream();
         z
     }
 
-    fn reset(&mut self) {
-        self.tokens.clear();
-        self.lit_freq = [0; 286];
-        self.dist_freq = [0; 30];
+    fn start_stream(&mut self) {
         self.bits.acc = 0;
         self.bits.n = 0;
         self.bits.pos = 0;
@@ -352,111 +404,35 @@ impl FastZ {
         self.bits.room(2);
         self.bits.out[..2].copy_from_slice(&[0x78, 0x01]);
         self.bits.pos = 2;
-        self.by_key.iter_mut().for_each(|e| *e = (0, 0));
-        self.by_type = [0; 8];
-        self.prev = 0;
         self.done = 0;
+        self.start_block();
     }
 
-    #[inline]
-    fn lit(&mut self, b: u8) {
-        self.tokens.push(b as u32);
-        self.lit_freq[b as usize] += 1;
+    /// Starts a (non-final) block coded with codes from the frequencies counted so far.
+    fn start_block(&mut self) {
+        self.bits.room(512);
+        if !self.trained {
+            *self.codes = Tables2::fixed();
+            self.bits.put(0b010, 3); // BFINAL 0, BTYPE 01
+        } else {
+            // Every symbol stays codable (+1): the block's own tokens are not known yet.
+            let mut lf = self.lit_freq;
+            lf.iter_mut().for_each(|f| *f = (*f >> 1) + 1);
+            let mut df = self.dist_freq;
+            df.iter_mut().for_each(|f| *f = (*f >> 1) + 1);
+            let ll = code_lengths(&lf, 15);
+            let dl = code_lengths(&df, 15);
+            self.write_dynamic_header(&ll, &dl);
+            *self.codes = Tables2::from_lengths(&ll, &dl);
+        }
+        self.lit_freq = [0; 286];
+        self.dist_freq = [0; 30];
+        self.tokens = 0;
     }
 
-    #[inline]
-    fn matched(&mut self, len: usize, dist: usize) {
-        self.tokens
-            .push(MATCH | ((len - 3) as u32) << 16 | (dist - 1) as u32);
-        self.lit_freq[257 + TABLES.len_code[len] as usize] += 1;
-        self.dist_freq[dist_code(dist)] += 1;
-    }
-
-    /// Tokenizes raw bytes `buf[start..]` (one packet, written after everything tokenized so
-    /// far) against one earlier packet: the last with the same `key` (0: none), else the last
-    /// of event type `ty` (< 8), else the previous packet.
-    #[inline]
-    pub fn packet(&mut self, buf: &[u8], start: usize, key: u64, ty: usize) {
-        debug_assert_eq!(start, self.done);
-        let end = buf.len();
-        let p1 = (start + 1) as u32;
-        let ty = ty & 7;
-        let dist = |c: u32| {
-            let d = (start + 1).wrapping_sub(c as usize);
-            if c != 0 && d <= WINDOW {
-                d
-            } else {
-                0
-            }
-        };
-        let mut d = 0;
-        if key != 0 {
-            let slot = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) as usize & (KEY_SLOTS - 1);
-            let e = self.by_key[slot];
-            if e.0 == key {
-                d = dist(e.1);
-            }
-            self.by_key[slot] = (key, p1);
-        }
-        if d == 0 {
-            d = dist(self.by_type[ty]);
-        }
-        if d == 0 {
-            d = dist(self.prev);
-        }
-        self.by_type[ty] = p1;
-        self.prev = p1;
-        let mut pos = start;
-        while pos < end {
-            let seg = (end - pos).min(64);
-            // Bit i: byte pos+i equals the byte d earlier.
-            let mask = if d == 0 {
-                0
-            } else {
-                eq_mask(buf, pos, pos - d, seg)
-            };
-            let mut i = 0;
-            while i < seg {
-                let run = ((!(mask >> i)).trailing_zeros() as usize).min(seg - i);
-                if run >= 3 {
-                    self.matched(run, d);
-                    i += run;
-                } else {
-                    // Literals up to the next equal byte (at least one).
-                    let lits = ((mask >> i).trailing_zeros() as usize).clamp(1, seg - i);
-                    for &b in &buf[pos + i..pos + i + lits] {
-                        self.lit(b);
-                    }
-                    i += lits;
-                }
-            }
-            pos += seg;
-        }
-        self.done = end;
-        if self.tokens.len() >= BLOCK_TOKENS {
-            self.emit_block(false);
-        }
-    }
-
-    /// Tokenizes bytes that have no useful candidates (literals and plain runs).
-    pub fn raw(&mut self, buf: &[u8], start: usize) {
-        self.packet(buf, start, 0, 7);
-    }
-
-    fn emit_block(&mut self, last: bool) {
-        self.lit_freq[256] += 1;
-        let ll = code_lengths(&self.lit_freq, 15);
-        let dl = code_lengths(&self.dist_freq, 15);
-        let lit = canonical(&ll);
-        let dist = canonical(&dl);
-        let hlit = (257..=286)
-            .rev()
-            .find(|&n| ll[n - 1] != 0)
-            .unwrap_or(257)
-            .max(257);
-        let hdist = (1..=30).rev().find(|&n| dl[n - 1] != 0).unwrap_or(1);
-        let mut all = ll[..hlit].to_vec();
-        all.extend_from_slice(&dl[..hdist]);
+    fn write_dynamic_header(&mut self, ll: &[u8], dl: &[u8]) {
+        let mut all = ll.to_vec();
+        all.extend_from_slice(dl);
         let runs = rle(&all);
         let mut cl_freq = [0u32; 19];
         for &(s, _) in &runs {
@@ -469,11 +445,10 @@ impl FastZ {
             .find(|&n| cll[CL_ORDER[n - 1]] != 0)
             .unwrap_or(4);
         let b = &mut self.bits;
-        b.room(self.tokens.len() * 6 + 512);
-        b.put(last as u64, 1);
-        b.put(2, 2); // dynamic Huffman
-        b.put((hlit - 257) as u64, 5);
-        b.put((hdist - 1) as u64, 5);
+        b.room(runs.len() * 2 + 64);
+        b.put(0b100, 3); // BFINAL 0, BTYPE 10
+        b.put((ll.len() - 257) as u64, 5);
+        b.put((dl.len() - 1) as u64, 5);
         b.put((hclen - 4) as u64, 4);
         for &s in &CL_ORDER[..hclen] {
             b.put(cll[s] as u64, 3);
@@ -488,54 +463,129 @@ impl FastZ {
                 _ => {}
             }
         }
-        // The token loop keeps the bit writer in registers.
-        let (mut acc, mut nb, mut pos) = (b.acc, b.n, b.pos);
-        let out = &mut b.out[..];
-        for &t in &self.tokens {
-            let (v, n) = if t & MATCH == 0 {
-                let (c, l) = lit.codes[t as usize];
-                (c as u64, l as u32)
+    }
+
+    /// Ends the current block (end-of-block symbol).
+    fn end_block(&mut self) {
+        self.bits.room(8);
+        let e = self.codes.lit[256];
+        self.bits.put((e & 0xffff) as u64, e >> 16);
+        self.lit_freq[256] += 1;
+        self.trained = true;
+    }
+
+    #[inline(always)]
+    fn lit(&mut self, b: u8) {
+        let e = self.codes.lit[b as usize];
+        self.bits.put((e & 0xffff) as u64, e >> 16);
+        self.lit_freq[b as usize] += 1;
+    }
+
+    #[inline(always)]
+    fn matched(&mut self, len: usize, dist: usize) {
+        let le = self.codes.len[len];
+        let dc = dist_code(dist);
+        let de = self.codes.dist[dc];
+        let dl = de >> 16;
+        let v = (le & 0xff_ffff) as u64
+            | ((de & 0xffff) as u64 | ((dist - DIST_BASE[dc] as usize) as u64) << dl) << (le >> 24);
+        self.bits.put(v, (le >> 24) + dl + DIST_EXTRA[dc] as u32);
+        self.lit_freq[257 + TABLES.len_code[len] as usize] += 1;
+        self.dist_freq[dc] += 1;
+    }
+
+    /// Tokenizes raw bytes `buf[start..]` (one packet, written after everything tokenized so
+    /// far) against one earlier packet: the last with the same `key` (0: none), else the last
+    /// of event type `ty` (< 8), else the previous packet.
+    #[inline]
+    pub fn packet(&mut self, buf: &[u8], start: usize, key: u64, ty: usize) {
+        debug_assert_eq!(start, self.done);
+        let end = buf.len();
+        let abs = self.stream + start as u64;
+        let ty = ty & 7;
+        let lo = self.stream + 1;
+        let dist = |c: u64| {
+            if c >= lo && abs + 1 - c <= WINDOW as u64 {
+                (abs + 1 - c) as usize
             } else {
-                // Length code, length extra bits, distance code, distance extra bits: ≤ 48 bits.
-                let len = ((t >> 16) & 0x1ff) + 3;
-                let d = (t & 0xffff) + 1;
-                let lc = TABLES.len_code[len as usize] as usize;
-                let (c, l) = lit.codes[257 + lc];
-                let mut v = c as u64 | ((len - LEN_BASE[lc] as u32) as u64) << l;
-                let mut n = l as u32 + LEN_EXTRA[lc] as u32;
-                let dc = dist_code(d as usize);
-                let (c, l) = dist.codes[dc];
-                v |= (c as u64 | ((d - DIST_BASE[dc] as u32) as u64) << l) << n;
-                n += l as u32 + DIST_EXTRA[dc] as u32;
-                (v, n)
-            };
-            acc |= v << nb;
-            nb += n;
-            out[pos..pos + 8].copy_from_slice(&acc.to_le_bytes());
-            let bytes = nb >> 3;
-            pos += bytes as usize;
-            acc >>= bytes * 8;
-            nb &= 7;
+                0
+            }
+        };
+        let mut d = 0;
+        if key != 0 {
+            let slot = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 54) as usize & (KEY_SLOTS - 1);
+            let e = self.by_key[slot];
+            if e.0 == key {
+                d = dist(e.1);
+            }
+            self.by_key[slot] = (key, abs + 1);
         }
-        (b.acc, b.n, b.pos) = (acc, nb, pos);
-        let (c, l) = lit.codes[256];
-        b.put(c as u64, l as u32);
-        self.tokens.clear();
-        self.lit_freq = [0; 286];
-        self.dist_freq = [0; 30];
+        if d == 0 {
+            d = dist(self.by_type[ty]);
+        }
+        if d == 0 {
+            d = dist(self.prev);
+        }
+        self.by_type[ty] = abs + 1;
+        self.prev = abs + 1;
+        // At most 6 bytes of output per 3 input bytes, 2 per literal.
+        self.bits.room(2 * (end - start) + 16);
+        let mut pos = start;
+        while pos < end {
+            let seg = (end - pos).min(MAX_RUN);
+            // Bit i: byte pos+i equals the byte d earlier.
+            let mask = if d == 0 {
+                0
+            } else {
+                eq_mask(buf, pos, pos - d, seg)
+            };
+            let mut i = 0;
+            while i < seg {
+                let run = ((!(mask >> i)).trailing_zeros() as usize).min(seg - i);
+                if run >= 3 {
+                    self.matched(run, d);
+                    self.tokens += 1;
+                    i += run;
+                } else {
+                    // Literals up to the next equal byte (at least one).
+                    let lits = ((mask >> i).trailing_zeros() as usize).clamp(1, seg - i);
+                    for &b in &buf[pos + i..pos + i + lits] {
+                        self.lit(b);
+                    }
+                    self.tokens += lits;
+                    i += lits;
+                }
+            }
+            pos += seg;
+        }
+        self.done = end;
+        if self.tokens >= BLOCK_TOKENS {
+            self.end_block();
+            self.start_block();
+        }
+    }
+
+    /// Tokenizes bytes that have no useful candidates (literals and plain runs).
+    pub fn raw(&mut self, buf: &[u8], start: usize) {
+        self.packet(buf, start, 0, 7);
     }
 
     /// Ends the stream over raw bytes `buf` (everything given to [`FastZ::packet`]) and returns
     /// the zlib bytes; the encoder starts a new stream.
     pub fn finish(&mut self, buf: &[u8]) -> Vec<u8> {
         debug_assert_eq!(buf.len(), self.done);
-        self.emit_block(true);
+        self.end_block();
+        // A final, empty block with the fixed code: BFINAL 1, BTYPE 01, end of block (7 zeros).
+        self.bits.room(8);
+        self.bits.put(0b011, 3);
+        self.bits.put(0, 7);
         self.bits.align();
         let adler = zlib_rs::adler32::adler32(1, buf);
         let mut out = Vec::with_capacity(self.bits.pos + 4);
         out.extend_from_slice(&self.bits.out[..self.bits.pos]);
         out.extend_from_slice(&adler.to_be_bytes());
-        self.reset();
+        self.stream += buf.len() as u64 + WINDOW as u64;
+        self.start_stream();
         out
     }
 }
