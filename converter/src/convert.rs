@@ -366,7 +366,8 @@ fn run(
         flow_ranges,
         block_bytes: 1 << 20,
     };
-    let statics = emit::static_tracks(&topo);
+    let mut statics = emit::static_tracks(&topo);
+    label_alignment(&mut statics, &topo, &alignment);
     let uuids = AtomicU64::new(topo.next_uuid);
     let progress = Progress::start(opts.progress && output.is_some(), records);
     let (tx, rx) = sync_channel::<Vec<u8>>(2 * rayon::current_num_threads() + 2);
@@ -380,10 +381,12 @@ fn run(
             None => {
                 encode::frame_packet(&mut header, &encode::clock_snapshot_packet(t_start as u64));
                 let mut meta = PerfettoSeq::new(u32::MAX - 1, false, 0);
-                meta.track(&alignment_track(&topo, &alignment));
+                let at = alignment_track(&topo, &alignment);
+                meta.track(&at);
                 for d in &statics {
                     meta.track(d);
                 }
+                alignment_instant(&mut meta, at.uuid, t_start as u64, &alignment);
                 header.extend_from_slice(&meta.take());
             }
         }
@@ -572,6 +575,62 @@ fn run(
         topology: topo,
         sections,
     })
+}
+
+/// One host's correction as text: "offset +12.3 µs, drift 0.10 ppm, ±0.4 µs".
+fn host_alignment(h: &align::HostAlign) -> String {
+    let unc = h
+        .uncertainty_ns
+        .map(|u| format!("±{:.3} µs", u / 1e3))
+        .unwrap_or_else(|| "unbounded".into());
+    format!(
+        "offset {:+.3} µs, drift {:.3} ppm, {unc}",
+        h.offset_ns / 1e3,
+        h.drift_ppm
+    )
+}
+
+/// Adds the host's clock correction to every process track's labels (shown next to the
+/// process name in the UI).
+fn label_alignment(statics: &mut [crate::perfetto::TrackDef], topo: &Topology, a: &Alignment) {
+    for d in statics.iter_mut() {
+        if let crate::perfetto::TrackKind::Process { labels, .. } = &mut d.kind {
+            let Some(p) = topo.procs.iter().find(|p| p.track == d.uuid) else {
+                continue;
+            };
+            if let Some(h) = a.hosts.get(p.host) {
+                labels.push(format!("clock {}", host_alignment(h)));
+            }
+        }
+    }
+}
+
+/// An instant at the trace start on the alignment track whose args list every host's offset,
+/// drift and uncertainty (visible when the event is selected).
+fn alignment_instant(seq: &mut PerfettoSeq, track: u64, t: u64, a: &Alignment) {
+    use crate::perfetto::{ArgValue, Extra};
+    let name = seq.name("clock alignment");
+    let texts: Vec<String> = a.hosts.iter().map(host_alignment).collect();
+    let mut args = Vec::new();
+    let key = seq.arg_key("method");
+    args.push((key, ArgValue::Str(&a.method)));
+    for (h, text) in a.hosts.iter().zip(&texts) {
+        let key = seq.arg_key(&format!("host {}", h.host));
+        args.push((key, ArgValue::Str(text)));
+    }
+    let key = seq.arg_key("message pairs");
+    args.push((key, ArgValue::U64(a.pairs)));
+    let key = seq.arg_key("violations after");
+    args.push((key, ArgValue::U64(a.violations_after)));
+    seq.instant(
+        t,
+        track,
+        name,
+        &Extra {
+            args: &args,
+            ..Extra::NONE
+        },
+    );
 }
 
 /// A top-level track whose description carries the clock alignment (trace metadata).

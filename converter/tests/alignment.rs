@@ -109,3 +109,68 @@ fn recovers_three_nodes_with_write_imm_traffic() {
 fn aligned_clocks_need_no_correction() {
     check(Pattern::SendRecv, &[(0, 0.0), (0, 0.0)], 1000);
 }
+
+/// The corrections are visible in the trace itself: every process track's labels carry its
+/// host's offset, drift and uncertainty, and an instant on the alignment track lists all hosts.
+#[test]
+fn alignment_is_shown_in_the_trace() {
+    let mut sc = Scenario::ring(2, 2, Pattern::SendRecv, 500);
+    sc.hosts[1].offset_ns = 200_000;
+    let (dir, _) = common::generate(&sc);
+    let out = dir.path().join("t.perfetto-trace");
+    let opts = ConvertOptions {
+        jobs: 2,
+        ..Default::default()
+    };
+    let s = sigmatrace_convert::convert(&[dir.path().to_owned()], &out, &opts).unwrap();
+    let a = &s.alignment;
+    let packets = common::decode(&out);
+    let mut labelled = 0;
+    let mut align_track = None;
+    for p in &packets {
+        let Some(td) = &p.track_descriptor else {
+            continue;
+        };
+        if td.name.as_deref() == Some("SigmaTrace clock alignment") {
+            let desc = td.description.as_deref().unwrap_or("");
+            assert!(desc.contains("node1: offset"), "{desc}");
+            align_track = td.uuid;
+        }
+        if let Some(pd) = &td.process {
+            let label = pd
+                .process_labels
+                .iter()
+                .find(|l| l.starts_with("clock offset"))
+                .unwrap_or_else(|| panic!("no clock label in {:?}", pd.process_labels));
+            let host = if td.name.as_deref().unwrap_or("").contains("node1") {
+                1
+            } else {
+                0
+            };
+            let want = format!("{:+.3} µs", a.hosts[host].offset_ns / 1e3);
+            assert!(label.contains(&want), "{label} vs {want}");
+            labelled += 1;
+        }
+    }
+    assert_eq!(labelled, 4, "every process track is labelled");
+    let align_track = align_track.expect("alignment track");
+    let instant = packets
+        .iter()
+        .filter_map(|p| p.track_event.as_ref())
+        .find(|e| e.track_uuid == Some(align_track))
+        .expect("an event on the alignment track");
+    let texts: Vec<&str> = instant
+        .debug_annotations
+        .iter()
+        .filter_map(|d| d.string_value.as_deref())
+        .collect();
+    assert!(
+        texts.iter().filter(|t| t.starts_with("offset ")).count() == 2,
+        "one arg per host: {texts:?}"
+    );
+    assert!(
+        a.hosts[1].offset_ns.abs() > 100_000.0,
+        "host 1 was corrected"
+    );
+    common::validate(&out, &[]);
+}
