@@ -191,10 +191,11 @@ static void mode_ops(void)
 		fill(S.buf + 7000, 200, 4);
 		fill(S.buf + 8000, 16, 5);
 		sync_peer();
-		uint32_t ix[9];
-		uint8_t ops[9] = { MLX5_OPCODE_RDMA_WRITE, MLX5_OPCODE_RDMA_WRITE, MLX5_OPCODE_SEND,
-				   MLX5_OPCODE_SEND_IMM,   MLX5_OPCODE_RDMA_WRITE_IMM, MLX5_OPCODE_RDMA_READ,
-				   MLX5_OPCODE_ATOMIC_FA,  MLX5_OPCODE_ATOMIC_CS, MLX5_OPCODE_NOP };
+		uint32_t ix[10];
+		uint8_t ops[10] = { MLX5_OPCODE_RDMA_WRITE, MLX5_OPCODE_RDMA_WRITE, MLX5_OPCODE_SEND,
+				    MLX5_OPCODE_SEND_IMM,   MLX5_OPCODE_RDMA_WRITE_IMM, MLX5_OPCODE_RDMA_READ,
+				    MLX5_OPCODE_ATOMIC_FA,  MLX5_OPCODE_ATOMIC_CS, MLX5_OPCODE_NOP,
+				    MLX5_OPCODE_RDMA_WRITE };
 		ix[0] = post(ops[0], 1, S.buf, 4000, S.mr->lkey, P.addr, P.rkey, 0, 0, 0, 0);
 		ring_db(ix[0], 0);
 		ix[1] = post(ops[1], 1, S.buf + 5000, 40, 0, P.addr + 5000, P.rkey, 0, 0, 0, 1);
@@ -208,8 +209,11 @@ static void mode_ops(void)
 		ix[7] = post(ops[7], 1, S.buf + 30008, 8, S.mr->lkey, P.addr + 400008, P.rkey, 99, 15, 0, 0);
 		ix[8] = post(ops[8], 1, NULL, 0, 0, 0, 0, 0, 0, 0, 0);
 		ring_db(ix[8], 0);
+		/* A WQE after a NOP must still execute (a NOP puts nothing on the wire). */
+		ix[9] = post(ops[9], 1, S.buf, 64, S.mr->lkey, P.addr + 500000, P.rkey, 0, 0, 0, 0);
+		ring_db(ix[9], 0);
 		CHECK(ix[1] == 1 && ix[2] == 3, "inline write spans two WQEBBs");
-		for (int i = 0; i < 9; i++) {
+		for (int i = 0; i < 10; i++) {
 			struct mlx5_cqe64 *c = expect_cqe(MLX5_CQE_REQ, ops[i], ix[i]);
 			if (i == 5)
 				CHECK(be32toh(c->byte_cnt) == 3000, "read byte_cnt %u", be32toh(c->byte_cnt));

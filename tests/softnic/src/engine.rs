@@ -749,7 +749,11 @@ fn dv_fetch(d: &crate::dv::DvQp, sq: &mut SendQueue) -> bool {
         w.sent = 0;
         w.resp_bytes = 0;
         w.validated = false;
-        sq.next_msn = msn.wrapping_add(1);
+        // A NOP (or a WQE that failed to parse) never goes on the wire: it must not take a
+        // message sequence number, or the responder would wait forever for the missing one.
+        if w.st != WQE_DONE && w.opcode != crate::dv::WR_NOP {
+            sq.next_msn = msn.wrapping_add(1);
+        }
         sq.tail = tail.wrapping_add(1);
         idx = (idx + bbs) & 0xffff;
     }
