@@ -409,7 +409,8 @@ fn run(
             };
             let write = || -> Result<u64, ConvertError> {
                 let f = std::fs::File::create(&tmp).map_err(werr)?;
-                let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+                // Blocks (~0.3 MiB) are larger than the buffer and go straight to the file.
+                let mut w = std::io::BufWriter::with_capacity(1 << 16, f);
                 let mut n = header.len() as u64;
                 w.write_all(&header).map_err(werr)?;
                 for block in rx {

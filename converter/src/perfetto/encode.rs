@@ -567,9 +567,9 @@ impl TraceSink for PerfettoSeq {
                 if self.buf.is_empty() {
                     return Vec::new();
                 }
-                let data = z.finish(&self.buf);
+                let out = z.finish_with(&self.buf, frame_compressed);
                 self.buf.clear();
-                frame_compressed(&data)
+                out
             }
             None => std::mem::replace(&mut self.buf, Vec::with_capacity(1 << 20)),
         }

@@ -12,7 +12,7 @@
 //! decodes it; the tests decode every block and compare it with the raw bytes.
 
 /// Tokens per deflate block (each block gets new Huffman codes).
-const BLOCK_TOKENS: usize = 1 << 14;
+const BLOCK_TOKENS: usize = 1 << 15;
 /// Deflate window.
 const WINDOW: usize = 32768;
 /// Candidate table size (direct-mapped by key hash).
@@ -573,6 +573,11 @@ impl FastZ {
     /// Ends the stream over raw bytes `buf` (everything given to [`FastZ::packet`]) and returns
     /// the zlib bytes; the encoder starts a new stream.
     pub fn finish(&mut self, buf: &[u8]) -> Vec<u8> {
+        self.finish_with(buf, |z| z.to_vec())
+    }
+
+    /// Like [`FastZ::finish`], handing the zlib bytes to `f` without copying them first.
+    pub fn finish_with<R>(&mut self, buf: &[u8], f: impl FnOnce(&[u8]) -> R) -> R {
         debug_assert_eq!(buf.len(), self.done);
         self.end_block();
         // A final, empty block with the fixed code: BFINAL 1, BTYPE 01, end of block (7 zeros).
@@ -581,12 +586,13 @@ impl FastZ {
         self.bits.put(0, 7);
         self.bits.align();
         let adler = zlib_rs::adler32::adler32(1, buf);
-        let mut out = Vec::with_capacity(self.bits.pos + 4);
-        out.extend_from_slice(&self.bits.out[..self.bits.pos]);
-        out.extend_from_slice(&adler.to_be_bytes());
+        self.bits.room(4);
+        let p = self.bits.pos;
+        self.bits.out[p..p + 4].copy_from_slice(&adler.to_be_bytes());
+        let r = f(&self.bits.out[..p + 4]);
         self.stream += buf.len() as u64 + WINDOW as u64;
         self.start_stream();
-        out
+        r
     }
 }
 
