@@ -72,6 +72,21 @@ fn initialised() -> bool {
     with(|s| s.init)
 }
 
+/// The driver's out-pointer convention: `CUDA_ERROR_INVALID_VALUE` for a null `out`, else
+/// `*out = value()` and `CUDA_SUCCESS`. `value` runs only for a non-null pointer (it may
+/// allocate a handle).
+///
+/// # Safety
+/// `out` is null or valid for writing a `T`.
+unsafe fn put<T>(out: *mut T, value: impl FnOnce() -> T) -> CUresult {
+    if out.is_null() {
+        return INVALID_VALUE;
+    }
+    // SAFETY: non-null, and writable by the caller's contract.
+    unsafe { out.write(value()) };
+    SUCCESS
+}
+
 // ---------------------------------------------------------------------------------------------
 // Introspection for tests.
 
@@ -146,23 +161,15 @@ pub extern "C" fn cuInit(_flags: c_uint) -> CUresult {
 #[no_mangle]
 pub unsafe extern "C" fn cuDriverGetVersion(v: *mut c_int) -> CUresult {
     count("cuDriverGetVersion");
-    if v.is_null() {
-        return INVALID_VALUE;
-    }
-    // SAFETY: non-null out pointer from the caller.
-    unsafe { *v = DRIVER_VERSION };
-    SUCCESS
+    // SAFETY: `v` is the caller's out pointer: null (refused by `put`) or writable.
+    unsafe { put(v, || DRIVER_VERSION) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceGetCount(n: *mut c_int) -> CUresult {
     count("cuDeviceGetCount");
-    if n.is_null() {
-        return INVALID_VALUE;
-    }
-    // SAFETY: non-null out pointer.
-    unsafe { *n = 1 };
-    SUCCESS
+    // SAFETY: `n` is the caller's out pointer: null (refused by `put`) or writable.
+    unsafe { put(n, || 1) }
 }
 
 #[no_mangle]
@@ -186,12 +193,8 @@ fn new_handle() -> u64 {
 #[no_mangle]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(ctx: *mut u64, _dev: c_int) -> CUresult {
     count("cuDevicePrimaryCtxRetain");
-    if ctx.is_null() {
-        return INVALID_VALUE;
-    }
-    // SAFETY: non-null out pointer.
-    unsafe { *ctx = 0x7e57_c000 };
-    SUCCESS
+    // SAFETY: `ctx` is the caller's out pointer: null (refused by `put`) or writable.
+    unsafe { put(ctx, || 0x7e57_c000) }
 }
 
 #[no_mangle]
@@ -278,12 +281,9 @@ pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(
     _flags: c_uint,
 ) -> CUresult {
     count("cuMemHostGetDevicePointer_v2");
-    if dptr.is_null() {
-        return INVALID_VALUE;
-    }
-    // SAFETY: non-null out pointer; the "device" alias of host memory is the host address.
-    unsafe { *dptr = p };
-    SUCCESS
+    // The "device" alias of host memory is the host address.
+    // SAFETY: `dptr` is the caller's out pointer: null (refused by `put`) or writable.
+    unsafe { put(dptr, || p) }
 }
 
 #[no_mangle]
@@ -369,12 +369,8 @@ pub unsafe extern "C" fn cuStreamCreateWithPriority(
     _prio: c_int,
 ) -> CUresult {
     count("cuStreamCreateWithPriority");
-    if s.is_null() {
-        return INVALID_VALUE;
-    }
-    // SAFETY: non-null out pointer.
-    unsafe { *s = new_handle() };
-    SUCCESS
+    // SAFETY: `s` is the caller's out pointer: null (refused by `put`) or writable.
+    unsafe { put(s, new_handle) }
 }
 
 #[no_mangle]
@@ -502,23 +498,15 @@ pub unsafe extern "C" fn cuLaunchKernelEx(
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxGetCurrent(ctx: *mut u64) -> CUresult {
     count("cuCtxGetCurrent");
-    if ctx.is_null() {
-        return INVALID_VALUE;
-    }
-    // SAFETY: non-null out pointer.
-    unsafe { *ctx = if initialised() { 0x7e57_c000 } else { 0 } };
-    SUCCESS
+    // SAFETY: `ctx` is the caller's out pointer: null (refused by `put`) or writable.
+    unsafe { put(ctx, || if initialised() { 0x7e57_c000 } else { 0 }) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxGetDevice(dev: *mut c_int) -> CUresult {
     count("cuCtxGetDevice");
-    if dev.is_null() {
-        return INVALID_VALUE;
-    }
-    // SAFETY: non-null out pointer.
-    unsafe { *dev = 0 };
-    SUCCESS
+    // SAFETY: `dev` is the caller's out pointer: null (refused by `put`) or writable.
+    unsafe { put(dev, || 0) }
 }
 
 #[no_mangle]
@@ -531,37 +519,29 @@ pub extern "C" fn cuCtxSynchronize() -> CUresult {
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamCreate(s: *mut u64, _flags: c_uint) -> CUresult {
     count("cuStreamCreate");
-    if s.is_null() {
-        return INVALID_VALUE;
-    }
-    // SAFETY: non-null out pointer.
-    unsafe { *s = new_handle() };
-    SUCCESS
+    // SAFETY: `s` is the caller's out pointer: null (refused by `put`) or writable.
+    unsafe { put(s, new_handle) }
 }
 
 /// `CU_STREAM_CAPTURE_STATUS_NONE`: the double never captures.
 #[no_mangle]
 pub unsafe extern "C" fn cuStreamIsCapturing(_s: u64, status: *mut c_int) -> CUresult {
     count("cuStreamIsCapturing");
-    if status.is_null() {
-        return INVALID_VALUE;
-    }
-    // SAFETY: non-null out pointer.
-    unsafe { *status = 0 };
-    SUCCESS
+    // SAFETY: `status` is the caller's out pointer: null (refused by `put`) or writable.
+    unsafe { put(status, || 0) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn cuEventCreate(e: *mut u64, _flags: c_uint) -> CUresult {
     count("cuEventCreate");
-    if e.is_null() {
-        return INVALID_VALUE;
+    // SAFETY: `e` is the caller's out pointer: null (refused by `put`) or writable.
+    unsafe {
+        put(e, || {
+            let h = new_handle();
+            with(|s| s.timing.create_event(h));
+            h
+        })
     }
-    let h = new_handle();
-    with(|s| s.timing.create_event(h));
-    // SAFETY: non-null out pointer.
-    unsafe { *e = h };
-    SUCCESS
 }
 
 #[no_mangle]
