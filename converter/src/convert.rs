@@ -438,9 +438,11 @@ fn run(
     });
     let compress = opts.compress_level > 0 && opts.format == Format::Perfetto;
     let level = opts.compress_level.min(9);
-    // Level 1: the sinks compress while encoding (structured deflate, `perfetto::fastz`);
-    // higher levels: zlib over each finished block.
-    let fast = compress && level == 1;
+    // Level 1: the sinks compress while encoding (structured deflate, `perfetto::fastz`),
+    // except at full detail, whose per-WR args (ids, addresses) repeat at distances the
+    // one-candidate matcher does not see: zlib compresses those smaller. Higher levels: zlib
+    // over each finished block.
+    let fast = compress && level == 1 && opts.detail != Detail::Full;
     let template = default_sections();
     type ProcResult = (ProcessTotals, Vec<Box<dyn Section>>, Vec<String>);
     let results: Vec<ProcResult> = topo
