@@ -6,37 +6,16 @@
 
 mod common;
 
-use std::sync::Mutex;
-use std::time::Duration;
-
 use common::observed::{
     check_barriers, check_posted_exactly_once, check_skew, read_logs, stats_json,
 };
+use common::workloads::{BFS_ARGS, LIMIT, RANKS, SERIAL};
 use common::{run_ranks, Tracing};
-
-const RANKS: u32 = 4;
-const LIMIT: Duration = Duration::from_secs(240);
-static SERIAL: Mutex<()> = Mutex::new(());
 
 #[test]
 fn bfs_verbs_traced_barriers() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let run = run_ranks(
-        "bfs",
-        "verbs",
-        RANKS,
-        &[
-            "--threads",
-            "2",
-            "--span",
-            "700",
-            "--delays-us",
-            "0,40000,80000,120000",
-            "--rotate",
-        ],
-        Tracing::Interposer,
-        LIMIT,
-    );
+    let run = run_ranks("bfs", "verbs", RANKS, BFS_ARGS, Tracing::Interposer, LIMIT);
     let books = run.books(RANKS);
     check_posted_exactly_once(&books, &read_logs(&run.log_dir()));
     // Arrival = the FETCH_ADD's PostSend time: µs after the workload's own stamp unless the

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod observed;
+pub mod workloads;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
