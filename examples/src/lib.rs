@@ -3,7 +3,8 @@
 //! helpers, the GPU-initiated-style workloads use an IBGDA-style direct-posting library
 //! ([`mlx5`]), two QP construction paths ([`dv`]: `mlx5dv_init_obj`, devx + umem with the PRM
 //! commands of [`prm`]), the rank setup and WQE bookkeeping of [`cluster`], the skew metrics of
-//! [`skew`] and an optional self-observation ([`selfobs`]). See `examples/README.md`.
+//! [`skew`], an optional self-observation ([`selfobs`]) and the run scaffolding of
+//! [`workload`]. See `examples/README.md`.
 
 pub mod cluster;
 pub mod dv;
@@ -15,3 +16,4 @@ pub mod rendezvous;
 pub mod selfobs;
 pub mod skew;
 pub mod verbs;
+pub mod workload;

@@ -42,6 +42,7 @@ use sigmatrace_examples::cluster::{
 use sigmatrace_examples::dv::Mode;
 use sigmatrace_examples::mlx5::{Backoff, WqeOp};
 use sigmatrace_examples::selfobs;
+use sigmatrace_examples::workload::{finish_self_observation, num, FirstError, Res};
 
 const UNVISITED: u32 = u32::MAX;
 
@@ -84,12 +85,6 @@ fn parse_args() -> Result<Args, String> {
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
         let mut v = || it.next().ok_or(format!("{k} needs a value"));
-        fn num<T: std::str::FromStr>(k: &str, s: String) -> Result<T, String>
-        where
-            T::Err: std::fmt::Display,
-        {
-            s.parse().map_err(|e| format!("{k}: {e}"))
-        }
         match k.as_str() {
             "--rank" => a.rank = num(&k, v()?)?,
             "--ranks" => a.ranks = num(&k, v()?)?,
@@ -232,26 +227,10 @@ struct Rank<'a> {
     active_total: AtomicU64,
     active_now: AtomicU64,
     arrivals: Mutex<Vec<Arrival>>,
-    error: Mutex<Option<String>>,
+    error: FirstError,
 }
 
-type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
-
 impl Rank<'_> {
-    fn fail(&self, e: String) {
-        let mut g = self.error.lock().unwrap_or_else(|e| e.into_inner());
-        if g.is_none() {
-            *g = Some(e);
-        }
-    }
-
-    fn failed(&self) -> bool {
-        self.error
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some()
-    }
-
     /// Expands this worker's share of the frontier into the outbox bitmaps.
     fn expand(&self, t: usize) {
         for w in (t..self.words).step_by(self.a.threads) {
@@ -417,26 +396,26 @@ impl Rank<'_> {
         let mut epoch = 0u32;
         loop {
             let parity = (lvl % 2) as usize;
-            if !self.failed() {
+            if !self.error.is_set() {
                 self.expand(t);
             }
             sync.wait();
-            if !self.failed() {
+            if !self.error.is_set() {
                 if let Err(e) = self.send(t, parity) {
-                    self.fail(e.to_string());
+                    self.error.set(e.to_string());
                 }
             }
             sync.wait();
             epoch += 1;
-            if t == 0 && !self.failed() {
+            if t == 0 && !self.error.is_set() {
                 let active = self.discovered.swap(false, Ordering::Relaxed);
                 match self.barrier(epoch, active) {
                     Ok(n) => self.active_now.store(n, Ordering::Relaxed),
-                    Err(e) => self.fail(e.to_string()),
+                    Err(e) => self.error.set(e.to_string()),
                 }
             }
             sync.wait();
-            if self.failed() {
+            if self.error.is_set() {
                 return lvl;
             }
             if self.active_now.load(Ordering::Relaxed) == 0 {
@@ -479,7 +458,7 @@ fn run(a: &Args) -> Res<()> {
         active_total: AtomicU64::new(0),
         active_now: AtomicU64::new(0),
         arrivals: Mutex::new(Vec::new()),
-        error: Mutex::new(None),
+        error: FirstError::new(),
     };
     let mem = Mem {
         inbox: r.inbox.remote(),
@@ -506,16 +485,11 @@ fn run(a: &Args) -> Res<()> {
             .max()
             .unwrap_or(0)
     });
-    if let Some(e) = r.error.lock().unwrap_or_else(|e| e.into_inner()).take() {
+    if let Some(e) = r.error.take() {
         return Err(e.into());
     }
     // Every WQE completed: the self-observer's final pass sees them all.
-    if let Some(st) = selfobs::get().and_then(|o| o.finish()) {
-        println!(
-            "{} rank {}: self-observed {} WQEs, {} CQEs, {} WQEBBs and {} CQEs lost",
-            WORKLOAD, a.rank, st.wqes, st.cqes, st.wqebbs_lost, st.cqes_lost
-        );
-    }
+    finish_self_observation(WORKLOAD, a.rank);
     let elapsed = started.elapsed();
     // Check against the serial BFS.
     let want = serial_bfs(&full);

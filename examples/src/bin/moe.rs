@@ -27,7 +27,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Barrier, Mutex};
+use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -36,6 +36,7 @@ use sigmatrace_examples::dv::Mode;
 use sigmatrace_examples::mlx5::{op, Backoff, WqeOp};
 use sigmatrace_examples::selfobs;
 use sigmatrace_examples::skew::{self, Skew};
+use sigmatrace_examples::workload::{finish_self_observation, num, FirstError, Res};
 
 const WORKLOAD: &str = "moe";
 
@@ -78,12 +79,6 @@ fn parse_args() -> Result<Args, String> {
         self_observe: None,
     };
     let mut it = std::env::args().skip(1);
-    fn num<T: std::str::FromStr>(k: &str, s: String) -> Result<T, String>
-    where
-        T::Err: std::fmt::Display,
-    {
-        s.parse().map_err(|e| format!("{k}: {e}"))
-    }
     while let Some(k) = it.next() {
         let mut v = || it.next().ok_or(format!("{k} needs a value"));
         match k.as_str() {
@@ -246,26 +241,10 @@ struct Rank<'a> {
     flags: Region<AtomicU64>,
     flag_src: Region<AtomicU64>,
     peers: Vec<Mem>,
-    error: Mutex<Option<String>>,
+    error: FirstError,
 }
 
-type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
-
 impl Rank<'_> {
-    fn fail(&self, e: String) {
-        let mut g = self.error.lock().unwrap_or_else(|e| e.into_inner());
-        if g.is_none() {
-            *g = Some(e);
-        }
-    }
-
-    fn failed(&self) -> bool {
-        self.error
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some()
-    }
-
     fn slot_offset(&self, src: u32, j: usize) -> usize {
         (src as usize * self.max_slots + j) * self.words
     }
@@ -425,9 +404,9 @@ impl Rank<'_> {
 
     /// Runs one phase of worker `t` (skipped after a failure) and waits for the others.
     fn step(&self, t: usize, sync: &Barrier, f: impl FnOnce() -> Res<()>) {
-        if !self.failed() {
+        if !self.error.is_set() {
             if let Err(e) = f() {
-                self.fail(format!("worker {t}: {e}"));
+                self.error.set(format!("worker {t}: {e}"));
             }
         }
         sync.wait();
@@ -534,7 +513,7 @@ fn run(a: &Args) -> Res<()> {
         flags: Region::new(&c.dev, 2 * n)?,
         flag_src: Region::new(&c.dev, 1)?,
         peers: Vec::new(),
-        error: Mutex::new(None),
+        error: FirstError::new(),
     };
     let mem = Mem {
         recv: r.recv.remote(),
@@ -552,16 +531,11 @@ fn run(a: &Args) -> Res<()> {
             s.spawn(move || r.worker(t, sync));
         }
     });
-    if let Some(e) = r.error.lock().unwrap_or_else(|e| e.into_inner()).take() {
+    if let Some(e) = r.error.take() {
         return Err(e.into());
     }
     // Every WQE completed: the self-observer's final pass sees them all.
-    if let Some(st) = selfobs::get().and_then(|o| o.finish()) {
-        println!(
-            "{} rank {}: self-observed {} WQEs, {} CQEs, {} WQEBBs and {} CQEs lost",
-            WORKLOAD, a.rank, st.wqes, st.cqes, st.wqebbs_lost, st.cqes_lost
-        );
-    }
+    finish_self_observation(WORKLOAD, a.rank);
     let elapsed = started.elapsed();
     std::fs::create_dir_all(&a.out)?;
     let total = c.write_bookkeeping(&a.out.join(format!("wqes.{}.json", a.rank)), "moe")?;
