@@ -100,17 +100,26 @@ impl Scan {
 
 /// Per-QP counters of one chunk: a few QPs are hot, so a small direct-mapped cache in
 /// front of the map avoids hashing every record.
-#[derive(Default)]
 struct QpTally {
-    cache: [(u32, u32); 16],
+    cache: [(u32, u32); 64],
     slots: Vec<(u32, QpCounts)>,
     index: crate::verbs::FastMap<u32, u32>,
+}
+
+impl Default for QpTally {
+    fn default() -> Self {
+        QpTally {
+            cache: [(0, 0); 64],
+            slots: Vec::new(),
+            index: Default::default(),
+        }
+    }
 }
 
 impl QpTally {
     #[inline]
     fn get(&mut self, qpn: u32) -> &mut QpCounts {
-        let c = (qpn ^ (qpn >> 4)) as usize & 15;
+        let c = (qpn.wrapping_mul(0x9e37_79b1) >> 26) as usize;
         let (k, i) = self.cache[c];
         // Slot indices are stored + 1 so that the zeroed cache never matches.
         if k == qpn && i != 0 {

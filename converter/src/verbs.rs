@@ -230,7 +230,7 @@ impl Default for IndexCache {
 impl IndexCache {
     #[inline]
     pub fn get(&mut self, map: &FastMap<u32, usize>, qpn: u32) -> Option<usize> {
-        let s = &mut self.slots[(qpn ^ (qpn >> 6)) as usize & 63];
+        let s = &mut self.slots[(qpn.wrapping_mul(0x9e37_79b1) >> 26) as usize];
         if s.0 == qpn && s.1 != 0 {
             return Some(s.1 as usize - 1);
         }
