@@ -255,6 +255,15 @@ fn load(paths: &[PathBuf], opts: &ConvertOptions) -> Result<Loaded, ConvertError
         }
     }
     let mut topo = Topology::build(&inputs, &scans);
+    let first_conn = topo
+        .procs
+        .iter()
+        .flat_map(|p| p.qps.iter().map(|q| q.conn))
+        .max()
+        .unwrap_or(0)
+        + 1;
+    topo.ud = crate::ud::build(&inputs, &topo, first_conn);
+    warnings.extend(topo.ud.warnings.iter().cloned());
     for &(p, q) in &topo.ambiguous_qps {
         warnings.push(format!(
             "{} QP {q:#x}: connection ambiguous (several QPs match); not paired",

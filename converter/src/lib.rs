@@ -25,6 +25,7 @@ pub mod stats;
 pub mod stats_gpu;
 pub mod synth;
 pub mod topology;
+pub mod ud;
 pub mod verbs;
 
 pub use convert::{convert, convert_with_report, stats, ConvertOptions, Format, Report, Summary};

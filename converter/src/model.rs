@@ -132,6 +132,8 @@ pub struct ProcessModel<'a> {
     srq_lanes: HashMap<u64, (u64, Lanes, VecDeque<OpenRecv>)>,
     gpu: GpuState,
     qp_cache: verbs::IndexCache,
+    /// Datagrams so far per UD stream ([`crate::ud`]).
+    ud_k: Vec<u64>,
     throughput: (i64, i64),
     pub totals: ProcessTotals,
     last_t: i64,
@@ -171,6 +173,7 @@ impl<'a> ProcessModel<'a> {
             srq_lanes: HashMap::new(),
             gpu: GpuState::default(),
             qp_cache: Default::default(),
+            ud_k: vec![0; topo.ud.slots.get(pi).copied().unwrap_or(0)],
             throughput: (i64::MIN, 0),
             totals: ProcessTotals::default(),
             last_t: 0,
@@ -318,6 +321,15 @@ impl<'a> ProcessModel<'a> {
                 flow[0] = flow_id(q.conn, k);
                 nflow = 1;
                 self.totals.flows_out += 1;
+            } else if q.qp_type == verbs::qp_type::UD {
+                let key = (ps.qpn, ps.rkey, ps.remote_addr);
+                if let Some(f) = self.topo.ud.next_send(self.p.index, key, &mut self.ud_k) {
+                    // No UD flows in a time window: the other end may lie outside it.
+                    if drawn && self.opts.window.is_none() {
+                        (flow[0], nflow) = (f, 1);
+                        self.totals.flows_out += 1;
+                    }
+                }
             }
         }
         let mut lane = None;
@@ -656,6 +668,14 @@ impl<'a> ProcessModel<'a> {
                     term[0] = flow_id(q.peer_conn, k);
                     nterm = 1;
                     self.totals.flows_in += 1;
+                }
+            } else if q.qp_type == verbs::qp_type::UD {
+                let key = (wc.qpn, wc.src_qp, wc.slid);
+                if let Some(f) = self.topo.ud.next_recv(self.p.index, key, &mut self.ud_k) {
+                    if drawn && self.opts.window.is_none() {
+                        (term[0], nterm) = (f, 1);
+                        self.totals.flows_in += 1;
+                    }
                 }
             }
         }

@@ -35,6 +35,9 @@ pub enum Pattern {
     Write { signal_every: u32 },
     /// Cycles WRITE, SEND, READ, WRITE_WITH_IMM, FAA (all signaled).
     Mixed,
+    /// SEND datagrams between UD QPs (address handles, no connection; each host's LID is its
+    /// index + 1).
+    Ud,
 }
 
 /// A connected QP pair between two ranks (indices into `Scenario::ranks`).
@@ -110,6 +113,11 @@ impl Scenario {
     }
 }
 
+/// Address handle of UD direction `di`.
+fn ud_ah(di: usize) -> u64 {
+    0xa000_0000 + di as u64 * 0x40
+}
+
 /// True start of the run (ns since the epoch).
 pub const T_START: u64 = 1_700_000_000_000_000_000;
 
@@ -157,7 +165,7 @@ struct Dir {
 impl Dir {
     fn opcode(&self, k: u64) -> u8 {
         match self.pattern {
-            Pattern::SendRecv => verbs::wr::SEND,
+            Pattern::SendRecv | Pattern::Ud => verbs::wr::SEND,
             Pattern::Write { .. } if k % 8 == 7 => verbs::wr::RDMA_WRITE_WITH_IMM,
             Pattern::Write { .. } => verbs::wr::RDMA_WRITE,
             Pattern::Mixed => [
@@ -421,8 +429,14 @@ pub fn write(dir: &Path, sc: &Scenario) -> Result<Truth, WriteError> {
         for (i, &di) in my.iter().enumerate() {
             let d = &sim.dirs[di];
             let ts = clk.ts(setup + 1000 * i as u64);
+            let ud = d.pattern == Pattern::Ud;
+            let qp_type = if ud {
+                verbs::qp_type::UD
+            } else {
+                verbs::qp_type::RC
+            };
             t0.append(&QpCreate {
-                hdr: RecordHeader::of::<QpCreate>(verbs::qp_type::RC as u32),
+                hdr: RecordHeader::of::<QpCreate>(qp_type as u32),
                 ts,
                 qp: 0x9000_0000 + d.qpn_src as u64,
                 context: ctx,
@@ -437,12 +451,27 @@ pub fn write(dir: &Path, sc: &Scenario) -> Result<Truth, WriteError> {
             dgid[1] = 0x80;
             dgid[8..].copy_from_slice(&(0xabc0_0000u64 + ((peer_host as u64) << 16)).to_be_bytes());
             let global = sc.global_routes;
+            if ud {
+                t0.append(&AhCreate {
+                    hdr: RecordHeader::of::<AhCreate>(0),
+                    ts: ts + 5,
+                    ah: ud_ah(di),
+                    dlid: peer_host as u16 + 1,
+                    port: 1,
+                    ..Default::default()
+                });
+            }
+            let rtr_mask = if ud {
+                1
+            } else {
+                verbs::QP_AV | verbs::QP_DEST_QPN | 1
+            };
             for (state, mask) in [
                 (1u8, verbs::QP_PORT | 1),
-                (verbs::QPS_RTR, verbs::QP_AV | verbs::QP_DEST_QPN | 1),
+                (verbs::QPS_RTR, rtr_mask),
                 (3, 1),
             ] {
-                let rtr = state == verbs::QPS_RTR;
+                let rtr = state == verbs::QPS_RTR && !ud;
                 t0.append(&QpModify {
                     hdr: RecordHeader::of::<QpModify>(mask),
                     ts: ts + 10 + state as u64,
@@ -537,10 +566,20 @@ pub fn write(dir: &Path, sc: &Scenario) -> Result<Truth, WriteError> {
                         }),
                         ts,
                         wr_id: if sc.constant_wr_id { 0 } else { k },
-                        remote_addr: 0x5500_0000 + (k % 64) * bytes as u64,
+                        // UD: remote_addr = AH handle, rkey = remote QPN, compare_add = qkey.
+                        remote_addr: if d.pattern == Pattern::Ud {
+                            ud_ah(s.dir)
+                        } else {
+                            0x5500_0000 + (k % 64) * bytes as u64
+                        },
+                        compare_add: if d.pattern == Pattern::Ud { 0x1111 } else { 0 },
                         qpn: d.qpn_src,
                         bytes,
-                        rkey: 0x1234,
+                        rkey: if d.pattern == Pattern::Ud {
+                            d.qpn_dst
+                        } else {
+                            0x1234
+                        },
                         imm: k as u32,
                         num_sge: 1,
                         opcode: op,
@@ -597,6 +636,11 @@ pub fn write(dir: &Path, sc: &Scenario) -> Result<Truth, WriteError> {
                         cq: 0xc001,
                         qpn: d.qpn_dst,
                         src_qp: d.qpn_src,
+                        slid: if d.pattern == Pattern::Ud {
+                            sc.ranks[d.src] as u16 + 1
+                        } else {
+                            0
+                        },
                         byte_len: if imm { 0 } else { d.bytes_of(k) },
                         imm: k as u32,
                         opcode: if imm {

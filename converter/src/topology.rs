@@ -130,6 +130,8 @@ pub struct Topology {
     pub ambiguous_qps: Vec<(usize, u32)>,
     /// Next free track uuid after the static tracks.
     pub next_uuid: u64,
+    /// Paired UD streams (set by [`crate::ud::build`] after the topology).
+    pub ud: crate::ud::UdStreams,
 }
 
 impl Topology {

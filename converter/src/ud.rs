@@ -1,0 +1,259 @@
+//! UD traffic: datagrams matched to the receive completions they produced.
+//!
+//! A UD send names its destination in the work request itself: `rkey` = remote QPN,
+//! `remote_addr` = the address handle (whose `AhCreate` record gives the destination LID). The
+//! receive completion names the source: `src_qp` and `slid`. So traffic forms streams — per
+//! sending (process, QP, destination QPN, AH) and per receiving (process, QP, source QPN, SLID) —
+//! and a send stream pairs with the receive stream whose QPNs point at each other. QPNs repeat
+//! across nodes; candidates are narrowed by LIDs learned from unambiguous pairs (an AH's DLID
+//! is the receiver host's LID, a completion's SLID the sender host's). A pair is drawn with
+//! flows (k-th datagram → k-th receive, UD keeps order on a path) only when both counts agree:
+//! a dropped datagram would shift every later flow, so such a stream gets none (and a warning).
+//!
+//! This needs one extra pass, only over the processes that have UD QPs.
+
+use rayon::prelude::*;
+use sigmatrace_schemas::records::{AhCreate, PostSend, RecordKind, WorkCompletion};
+
+use crate::input::LogInput;
+use crate::topology::Topology;
+use crate::verbs::{self, FastMap};
+
+/// Sending stream key: (QPN, destination QPN, AH handle).
+pub type SendKey = (u32, u32, u64);
+/// Receiving stream key: (QPN, source QPN, source LID).
+pub type RecvKey = (u32, u32, u16);
+
+/// A paired stream end: flow ids `flow_id(conn, k)` for k < `flows`; `slot` indexes the
+/// process's per-stream counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UdLink {
+    pub conn: u64,
+    pub flows: u64,
+    pub slot: usize,
+}
+
+/// Paired UD streams of every process.
+#[derive(Clone, Debug, Default)]
+pub struct UdStreams {
+    pub send: Vec<FastMap<SendKey, UdLink>>,
+    pub recv: Vec<FastMap<RecvKey, UdLink>>,
+    /// Streams per process (size of the model's counter array).
+    pub slots: Vec<usize>,
+    pub pairs: u64,
+    pub warnings: Vec<String>,
+}
+
+#[derive(Default)]
+struct Counts {
+    send: FastMap<SendKey, u64>,
+    recv: FastMap<RecvKey, u64>,
+    ah_dlid: FastMap<u64, u16>,
+}
+
+fn count(input: &LogInput, ud_qps: &[u32]) -> Counts {
+    use std::mem::offset_of;
+    let mut c = Counts::default();
+    let mut issues = Vec::new();
+    let is_ud = |q: u32| ud_qps.binary_search(&q).is_ok();
+    for mut cur in input.thread_cursors() {
+        while let Some((_, r)) = cur.pop(&mut issues) {
+            if r.kind == RecordKind::PostSend as u16 {
+                let Ok(ps) = bytemuck::try_from_bytes::<PostSend>(r.bytes) else {
+                    continue;
+                };
+                if is_ud(ps.qpn) && verbs::consumes_recv(ps.opcode) {
+                    *c.send.entry((ps.qpn, ps.rkey, ps.remote_addr)).or_default() += 1;
+                }
+            } else if r.kind == RecordKind::WorkCompletion as u16 {
+                let b = r.bytes;
+                let qpn = u32::from_ne_bytes(
+                    b[offset_of!(WorkCompletion, qpn)..][..4]
+                        .try_into()
+                        .expect("4"),
+                );
+                if !is_ud(qpn) {
+                    continue;
+                }
+                let Ok(wc) = bytemuck::try_from_bytes::<WorkCompletion>(b) else {
+                    continue;
+                };
+                if wc.status == 0
+                    && (wc.opcode == verbs::wc::RECV || wc.opcode == verbs::wc::RECV_RDMA_WITH_IMM)
+                {
+                    *c.recv.entry((wc.qpn, wc.src_qp, wc.slid)).or_default() += 1;
+                }
+            } else if r.kind == RecordKind::AhCreate as u16 {
+                if let Ok(ah) = bytemuck::try_from_bytes::<AhCreate>(r.bytes) {
+                    c.ah_dlid.insert(ah.ah, ah.dlid);
+                }
+            }
+        }
+    }
+    c
+}
+
+/// Counts and pairs the UD streams; flow connection ids start at `first_conn`.
+pub fn build(inputs: &[LogInput], topo: &Topology, first_conn: u64) -> UdStreams {
+    let n = topo.procs.len();
+    let mut out = UdStreams {
+        send: vec![FastMap::default(); n],
+        recv: vec![FastMap::default(); n],
+        slots: vec![0; n],
+        ..Default::default()
+    };
+    let ud: Vec<Vec<u32>> = topo
+        .procs
+        .iter()
+        .map(|p| {
+            let mut v: Vec<u32> = p
+                .qps
+                .iter()
+                .filter(|q| q.qp_type == verbs::qp_type::UD)
+                .map(|q| q.qpn)
+                .collect();
+            v.sort_unstable();
+            v
+        })
+        .collect();
+    if ud.iter().all(|v| v.is_empty()) {
+        return out;
+    }
+    let counts: Vec<Counts> = topo
+        .procs
+        .par_iter()
+        .zip(ud.par_iter())
+        .map(|(p, qps)| {
+            if qps.is_empty() {
+                return Counts::default();
+            }
+            let input = inputs
+                .iter()
+                .find(|i| i.path == p.path)
+                .expect("every process has its input");
+            count(input, qps)
+        })
+        .collect();
+    // Receive streams by (receiving QPN, source QPN).
+    let mut by_qpns: FastMap<(u32, u32), Vec<(usize, RecvKey)>> = FastMap::default();
+    for (p, c) in counts.iter().enumerate() {
+        for &k in c.recv.keys() {
+            by_qpns.entry((k.0, k.1)).or_default().push((p, k));
+        }
+    }
+    let mut sends: Vec<(usize, SendKey)> = counts
+        .iter()
+        .enumerate()
+        .flat_map(|(p, c)| c.send.keys().map(move |&k| (p, k)))
+        .collect();
+    sends.sort_unstable();
+    // Host LIDs learned from unambiguous pairs.
+    let mut lid: FastMap<usize, u16> = FastMap::default();
+    let mut paired: FastMap<(usize, SendKey), (usize, RecvKey)> = FastMap::default();
+    let mut taken: FastMap<(usize, RecvKey), usize> = FastMap::default();
+    loop {
+        let mut progress = false;
+        for &(p, sk) in &sends {
+            if paired.contains_key(&(p, sk)) {
+                continue;
+            }
+            let dlid = counts[p].ah_dlid.get(&sk.2).copied();
+            let hp = topo.procs[p].host;
+            let cands: Vec<(usize, RecvKey)> = by_qpns
+                .get(&(sk.1, sk.0))
+                .map(|v| {
+                    v.iter()
+                        .copied()
+                        .filter(|&(p2, rk)| {
+                            let h2 = topo.procs[p2].host;
+                            !taken.contains_key(&(p2, rk))
+                                && lid.get(&h2).is_none_or(|&l| dlid.is_none_or(|d| d == l))
+                                && lid.get(&hp).is_none_or(|&l| l == rk.2)
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            if let [(p2, rk)] = cands[..] {
+                paired.insert((p, sk), (p2, rk));
+                taken.insert((p2, rk), p);
+                if let Some(d) = dlid {
+                    lid.entry(topo.procs[p2].host).or_insert(d);
+                }
+                lid.entry(hp).or_insert(rk.2);
+                progress = true;
+            }
+        }
+        if !progress {
+            break;
+        }
+    }
+    let mut pairs: Vec<_> = paired.into_iter().collect();
+    pairs.sort_unstable();
+    for (conn, ((p, sk), (p2, rk))) in (first_conn..).zip(pairs) {
+        let (ns, nr) = (counts[p].send[&sk], counts[p2].recv[&rk]);
+        let flows = if ns == nr {
+            ns
+        } else {
+            out.warnings.push(format!(
+                "{} UD QP {:#x} → {} QP {:#x}: {ns} datagrams sent, {nr} received; no flows drawn",
+                topo.procs[p].label(),
+                sk.0,
+                topo.procs[p2].label(),
+                rk.0
+            ));
+            0
+        };
+        let (s1, s2) = (out.slots[p], out.slots[p2] + (p2 == p) as usize);
+        out.slots[p] += 1;
+        out.slots[p2] += 1;
+        out.send[p].insert(
+            sk,
+            UdLink {
+                conn,
+                flows,
+                slot: s1,
+            },
+        );
+        out.recv[p2].insert(
+            rk,
+            UdLink {
+                conn,
+                flows,
+                slot: s2,
+            },
+        );
+        out.pairs += 1;
+    }
+    for &(p, sk) in &sends {
+        if !out.send[p].contains_key(&sk) {
+            out.warnings.push(format!(
+                "{} UD QP {:#x} → QP {:#x}: receiver not found or ambiguous; no flows drawn",
+                topo.procs[p].label(),
+                sk.0,
+                sk.1
+            ));
+        }
+    }
+    out
+}
+
+impl UdStreams {
+    fn next(link: Option<&UdLink>, counters: &mut [u64]) -> Option<u64> {
+        let l = link?;
+        let k = counters.get_mut(l.slot)?;
+        let i = *k;
+        *k += 1;
+        (i < l.flows).then(|| crate::topology::flow_id(l.conn, i))
+    }
+
+    /// Flow id of the next datagram of process `p`'s send stream `key` (its counter in
+    /// `counters` advances), when the stream is paired and drawn with flows.
+    pub fn next_send(&self, p: usize, key: SendKey, counters: &mut [u64]) -> Option<u64> {
+        Self::next(self.send.get(p).and_then(|m| m.get(&key)), counters)
+    }
+
+    /// Flow id ended by the next receive of process `p`'s receive stream `key`.
+    pub fn next_recv(&self, p: usize, key: RecvKey, counters: &mut [u64]) -> Option<u64> {
+        Self::next(self.recv.get(p).and_then(|m| m.get(&key)), counters)
+    }
+}
