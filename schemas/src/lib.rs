@@ -19,7 +19,7 @@ pub use reader::{
     ChunkInfo, ChunkIssue, LogFile, LogView, RawRecord, ReadError, RecordError, SalvageReport,
 };
 pub use records::*;
-pub use writer::{ChunkWriter, LogWriter, WriteError, WriterOptions, DEFAULT_CHUNK_SIZE};
+pub use writer::{ChunkWriter, LogWriter, Reserved, WriteError, WriterOptions, DEFAULT_CHUNK_SIZE};
 
 /// File magic, at offset 0.
 pub const MAGIC: [u8; 8] = *b"SIGMATRC";

@@ -255,9 +255,8 @@ impl LogWriter {
         ChunkWriter {
             shared: self.shared.clone(),
             base: std::ptr::null_mut(),
-            pos: 0,
+            commit: 0,
             cap: 0,
-            count: 0,
             tid,
             exhausted: false,
         }
@@ -326,9 +325,10 @@ impl LogWriter {
 pub struct ChunkWriter {
     shared: Arc<Shared>,
     base: *mut u8,
-    pos: u32,
+    /// The chunk's commit word as last published: records << 32 | committed bytes (the
+    /// append position). One word, so publishing is one add and two stores.
+    commit: u64,
     cap: u32,
-    count: u32,
     tid: u32,
     exhausted: bool,
 }
@@ -343,14 +343,14 @@ impl ChunkWriter {
     #[inline]
     pub fn append<R: FixedRecord>(&mut self, rec: &R) -> bool {
         let size = std::mem::size_of::<R>() as u32;
-        if self.pos + size > self.cap && !self.roll() {
+        if self.pos() + size > self.cap && !self.roll() {
             return false;
         }
         let hdr_word = (R::KIND as u32) | (size << 16);
         // SAFETY: base+HEADER+pos .. +size lies in our chunk (checked against cap above); the
         // chunk is exclusively ours; the record is Pod; the destination is 8-aligned.
         unsafe {
-            let dst = self.base.add(CHUNK_HEADER_SIZE + self.pos as usize);
+            let dst = self.base.add(CHUNK_HEADER_SIZE + self.pos() as usize);
             std::ptr::copy_nonoverlapping(rec as *const R as *const u8, dst, size as usize);
             std::ptr::write(dst as *mut u32, hdr_word);
         }
@@ -373,7 +373,7 @@ impl ChunkWriter {
         let room = self.shared.chunk_size as usize - CHUNK_HEADER_SIZE - H;
         let payload = &payload[..payload.len().min(MAX_META_PAYLOAD).min(room)];
         let size = (H + payload.len()).next_multiple_of(8) as u32;
-        if self.pos + size > self.cap && !self.roll() {
+        if self.pos() + size > self.cap && !self.roll() {
             return false;
         }
         let mh = MetaHeader {
@@ -389,7 +389,7 @@ impl ChunkWriter {
         };
         // SAFETY: as in `append`; H + payload + padding == size bytes fit in our chunk.
         unsafe {
-            let dst = self.base.add(CHUNK_HEADER_SIZE + self.pos as usize);
+            let dst = self.base.add(CHUNK_HEADER_SIZE + self.pos() as usize);
             std::ptr::copy_nonoverlapping(bytemuck::bytes_of(&mh).as_ptr(), dst, H);
             std::ptr::copy_nonoverlapping(payload.as_ptr(), dst.add(H), payload.len());
             std::ptr::write_bytes(
@@ -402,16 +402,39 @@ impl ChunkWriter {
         true
     }
 
+    /// Reserves room for one fixed-size record at the end of the chunk, to be filled in place
+    /// (no copy) and published with [`Reserved::commit`]. The slot's bytes are whatever the
+    /// chunk held (zero, or a record of an earlier reservation that was never committed):
+    /// every field must be written. Nothing is visible to readers before `commit`; dropping
+    /// the slot uncommitted leaves the log unchanged. `None` (and one drop counted) when the
+    /// size cap is reached or the log failed, as for [`ChunkWriter::append`].
+    #[inline(always)]
+    pub fn reserve<R: FixedRecord>(&mut self) -> Option<Reserved<'_, R>> {
+        let size = std::mem::size_of::<R>() as u32;
+        if self.pos() + size > self.cap && !self.roll() {
+            return None;
+        }
+        // SAFETY: as in `append`: the slot lies inside our exclusively owned chunk, is 8-aligned
+        // (records are multiples of 8 bytes from an aligned chunk start) and R is Pod, so any
+        // bytes it holds are a valid R.
+        let rec =
+            unsafe { &mut *(self.base.add(CHUNK_HEADER_SIZE + self.pos() as usize) as *mut R) };
+        Some(Reserved {
+            writer_commit: &mut self.commit,
+            base: self.base,
+            rec,
+        })
+    }
+
+    /// The append position in the current chunk (bytes after the chunk header).
+    #[inline(always)]
+    fn pos(&self) -> u32 {
+        self.commit as u32
+    }
+
     #[inline(always)]
     fn publish(&mut self, size: u32) {
-        self.pos += size;
-        self.count += 1;
-        let word = (self.count as u64) << 32 | self.pos as u64;
-        // SAFETY: COMMIT_OFFSET is an 8-aligned u64 inside our chunk header, only ever accessed
-        // atomically.
-        unsafe {
-            (*(self.base.add(COMMIT_OFFSET) as *const AtomicU64)).store(word, Ordering::Release)
-        };
+        publish(&mut self.commit, self.base, size);
     }
 
     #[cold]
@@ -423,8 +446,7 @@ impl ChunkWriter {
         match self.shared.alloc_chunk(self.tid) {
             Some(base) => {
                 self.base = base;
-                self.pos = 0;
-                self.count = 0;
+                self.commit = 0;
                 self.cap = self.shared.chunk_size - CHUNK_HEADER_SIZE as u32;
                 true
             }
@@ -432,7 +454,7 @@ impl ChunkWriter {
                 self.exhausted = true;
                 self.base = std::ptr::null_mut();
                 self.cap = 0;
-                self.pos = 0;
+                self.commit = 0;
                 self.shared.count_dropped(1);
                 false
             }
@@ -442,5 +464,55 @@ impl ChunkWriter {
     /// Whether this writer can no longer append (cap reached or the log failed).
     pub fn exhausted(&self) -> bool {
         self.exhausted
+    }
+}
+
+/// Adds one record of `size` bytes to `commit` and publishes it in the chunk at `base`.
+#[inline(always)]
+fn publish(commit: &mut u64, base: *mut u8, size: u32) {
+    *commit += (1u64 << 32) | size as u64;
+    // SAFETY: COMMIT_OFFSET is an 8-aligned u64 inside our chunk header, only ever accessed
+    // atomically.
+    unsafe { (*(base.add(COMMIT_OFFSET) as *const AtomicU64)).store(*commit, Ordering::Release) };
+}
+
+/// A record slot reserved by [`ChunkWriter::reserve`]: fill it through `Deref`/`DerefMut`,
+/// then [`commit`](Reserved::commit) it. It borrows the writer, so nothing else can be
+/// appended meanwhile.
+pub struct Reserved<'a, R: FixedRecord> {
+    writer_commit: &'a mut u64,
+    base: *mut u8,
+    rec: &'a mut R,
+}
+
+impl<R: FixedRecord> Reserved<'_, R> {
+    /// Publishes the record: sets its header's kind and length (its `aux` is the caller's)
+    /// and makes it visible to readers with one release store.
+    #[inline(always)]
+    pub fn commit(self) {
+        let size = std::mem::size_of::<R>() as u32;
+        // SAFETY: the record starts with its RecordHeader, whose first u32 is kind | len << 16.
+        unsafe {
+            std::ptr::write(
+                self.rec as *mut R as *mut u32,
+                (R::KIND as u32) | (size << 16),
+            )
+        };
+        publish(self.writer_commit, self.base, size);
+    }
+}
+
+impl<R: FixedRecord> std::ops::Deref for Reserved<'_, R> {
+    type Target = R;
+    #[inline(always)]
+    fn deref(&self) -> &R {
+        self.rec
+    }
+}
+
+impl<R: FixedRecord> std::ops::DerefMut for Reserved<'_, R> {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut R {
+        self.rec
     }
 }

@@ -263,3 +263,56 @@ fn rank_detection_follows_launcher_variables() {
     let r = RankInfo::from_lookup(env(&[("RANK", "not-a-number")]));
     assert_eq!(r, RankInfo::default());
 }
+
+#[test]
+fn reserved_records_are_filled_in_place_and_visible_only_once_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.sigmalog");
+    // Header + 2 chunks of 4 KiB: 63 records of 64 bytes per chunk.
+    let w = writer(&path, 4096, 4096 + 2 * 4096);
+    let mut tw = w.thread_writer(1);
+    let mut committed = Vec::new();
+    for i in 0..200u64 {
+        if i % 3 == 0 {
+            if tw.append(&post(i, 1)) {
+                committed.push(i);
+            }
+            continue;
+        }
+        let Some(mut slot) = tw.reserve::<PostSend>() else {
+            continue;
+        };
+        // Garbage header first: commit must set the kind and length itself.
+        *slot = post(i, 1);
+        slot.hdr.kind = 0xdead;
+        slot.hdr.len = 7;
+        // i % 3 == 2: abandoned (never committed): must not appear.
+        if i % 3 == 1 {
+            slot.commit();
+            committed.push(i);
+        }
+    }
+    // 126 slots in two chunks; abandoned reservations take none.
+    assert_eq!(committed.len(), 126);
+    assert!(tw.exhausted());
+    let log = LogFile::open(&path).unwrap();
+    let got: Vec<u64> = log
+        .chunks()
+        .iter()
+        .flat_map(|c| {
+            log.records(c)
+                .map(|r| r.unwrap().decode().unwrap())
+                .collect::<Vec<_>>()
+        })
+        .map(|r| match r {
+            Record::PostSend(p) => {
+                assert_eq!(*p, post(p.wr_id, 1));
+                p.wr_id
+            }
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    assert_eq!(got, committed);
+    assert_eq!(log.header().dropped, w.dropped());
+    assert!(w.dropped() > 0);
+}
