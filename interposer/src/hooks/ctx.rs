@@ -200,17 +200,43 @@ unsafe extern "C" fn post_send<const S: usize>(
     wr: *mut ibv_send_wr,
     bad: *mut *mut ibv_send_wr,
 ) -> c_int {
-    let real: PostSendFn = orig(S, POST_SEND);
     if !sink::tracing(cat::SEND) {
+        let real: PostSendFn = orig(S, POST_SEND);
         // SAFETY: forwarding the program's own arguments to the provider.
         return unsafe { real(qp, wr, bad) };
     }
     let ts = sink::now();
+    // Loaded after the timestamp: nothing but the arguments and `ts` is live across the
+    // provider call (fewer registers to save).
+    let real: PostSendFn = orig(S, POST_SEND);
     // SAFETY: as above.
     let rc = unsafe { real(qp, wr, bad) };
+    if rc != 0 {
+        // SAFETY: as above; `bad` is the program's out-pointer.
+        return unsafe { post_send_failed(qp, wr, bad, rc, ts) };
+    }
     // SAFETY: the list is the program's and still valid; the provider does not free it.
+    guard::run("post_send", || unsafe { datapath::sends_ok(qp, wr, ts) });
+    // A constant: `rc` need not survive the recording.
+    0
+}
+
+/// [`post_send`] after the provider refused (out of line: the success path keeps no `rc`).
+///
+/// # Safety
+/// As `datapath::sends_list`.
+#[cold]
+#[inline(never)]
+unsafe fn post_send_failed(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad: *mut *mut ibv_send_wr,
+    rc: c_int,
+    ts: u64,
+) -> c_int {
+    // SAFETY: per caller.
     guard::run("post_send", || unsafe {
-        datapath::sends(qp, wr, bad, rc, ts)
+        datapath::sends_list(qp, wr, bad, rc, ts)
     });
     rc
 }
@@ -253,9 +279,10 @@ unsafe extern "C" fn poll_cq<const S: usize>(cq: *mut ibv_cq, n: c_int, wc: *mut
     let real: PollCqFn = orig(S, POLL_CQ);
     // SAFETY: forwarding the program's own arguments to the provider.
     let rc = unsafe { real(cq, n, wc) };
-    if sink::tracing(cat::COMPLETIONS | cat::EMPTY_POLLS) {
+    let mask = sink::mask();
+    if mask & (cat::COMPLETIONS | cat::EMPTY_POLLS) != 0 {
         // SAFETY: the provider filled wc[0..rc].
-        guard::run("poll_cq", || unsafe { datapath::polled(cq, wc, rc) });
+        guard::run("poll_cq", || unsafe { datapath::polled(cq, wc, rc, mask) });
     }
     rc
 }

@@ -3,7 +3,7 @@
 
 use std::ffi::c_int;
 
-use sigmatrace_schemas::{post_source, PostSend};
+use sigmatrace_schemas::{post_source, PostSend, WorkCompletion};
 
 use crate::config::cat;
 use crate::ffi::*;
@@ -54,107 +54,171 @@ const fn bits(ops: &[u32]) -> u32 {
     }
     m
 }
-/// Opcodes whose `wr.rdma` arm is valid.
-const RDMA_OPS: u32 = bits(&[
-    IBV_WR_RDMA_WRITE,
-    IBV_WR_RDMA_WRITE_WITH_IMM,
-    IBV_WR_RDMA_READ,
-]);
-/// Opcodes whose `wr.atomic` arm is valid.
-const ATOMIC_OPS: u32 = bits(&[IBV_WR_ATOMIC_CMP_AND_SWP, IBV_WR_ATOMIC_FETCH_AND_ADD]);
 /// Opcodes carrying immediate data (big-endian).
 const IMM_OPS: u32 = bits(&[IBV_WR_SEND_WITH_IMM, IBV_WR_RDMA_WRITE_WITH_IMM]);
 /// Opcodes carrying an rkey to invalidate.
 const INV_OPS: u32 = bits(&[IBV_WR_SEND_WITH_INV, IBV_WR_LOCAL_INV]);
 
-/// Decodes one send WR into its record. `ud`: the QP is UD (the `wr.ud` arm is valid).
+/// Decodes one send WR into `r`, writing every field (`r` may be an uninitialised chunk
+/// slot). `ud`: the QP is UD (the `wr.ud` arm is valid); `bytes`: its SGE sum.
 ///
 /// # Safety
 /// `w` must point to a valid `ibv_send_wr`.
 #[inline(always)]
-unsafe fn decode_send(w: *const ibv_send_wr, ud: bool, ts: u64, qpn: u32) -> PostSend {
+unsafe fn fill_send(
+    r: &mut PostSend,
+    w: *const ibv_send_wr,
+    ud: bool,
+    ts: u64,
+    qpn: u32,
+    bytes: u32,
+) {
     // SAFETY: w is valid (caller); each union arm is read only when the opcode / QP type
     // says it is the one the program filled (as the provider reads it).
     unsafe {
         let w = &*w;
         let op = w.opcode;
-        let bit = if op < 32 { 1u32 << op } else { 0 };
-        let (mut remote_addr, mut rkey, mut compare_add) = (0u64, 0u32, 0u64);
+        // Kind and length are set by `commit` / `append`.
+        r.hdr.aux = w.send_flags;
+        r.ts = ts;
+        r.wr_id = w.wr_id;
+        r.qpn = qpn;
+        r.num_sge = w.num_sge as u16;
+        r.opcode = op as u8;
+        r.source = post_source::POST_SEND;
+        r._pad = 0;
+        r.bytes = bytes;
         if ud {
-            remote_addr = w.wr.ud.ah as u64;
-            rkey = w.wr.ud.remote_qpn;
-            compare_add = w.wr.ud.remote_qkey as u64;
-        } else if bit & RDMA_OPS != 0 {
-            remote_addr = w.wr.rdma.remote_addr;
-            rkey = w.wr.rdma.rkey;
-        } else if bit & ATOMIC_OPS != 0 {
-            remote_addr = w.wr.atomic.remote_addr;
-            rkey = w.wr.atomic.rkey;
-            compare_add = w.wr.atomic.compare_add;
+            return fill_ud(r, w);
         }
-        let imm = if bit & IMM_OPS != 0 {
+        // The message-rate opcodes inline (compares, no jump table); the others out of line.
+        if op == IBV_WR_RDMA_WRITE {
+            r.remote_addr = w.wr.rdma.remote_addr;
+            r.rkey = w.wr.rdma.rkey;
+            r.compare_add = 0;
+            r.imm = 0;
+        } else if op == IBV_WR_SEND {
+            r.remote_addr = 0;
+            r.rkey = 0;
+            r.compare_add = 0;
+            r.imm = 0;
+        } else {
+            fill_operands(r, w);
+        }
+    }
+}
+
+/// [`fill_send`]'s operands of the other opcodes on a connected QP: each arm writes the
+/// operands its opcode has and zeroes the rest.
+#[inline(never)]
+fn fill_operands(r: &mut PostSend, w: &ibv_send_wr) {
+    let (mut remote_addr, mut rkey, mut compare_add, mut imm) = (0u64, 0u32, 0u64, 0u32);
+    // SAFETY: each union arm is read only for the opcodes whose arm it is (as the provider
+    // reads it).
+    unsafe {
+        match w.opcode {
+            IBV_WR_RDMA_WRITE | IBV_WR_RDMA_READ => {
+                remote_addr = w.wr.rdma.remote_addr;
+                rkey = w.wr.rdma.rkey;
+            }
+            IBV_WR_RDMA_WRITE_WITH_IMM => {
+                remote_addr = w.wr.rdma.remote_addr;
+                rkey = w.wr.rdma.rkey;
+                imm = u32::from_be(w.__bindgen_anon_1.imm_data);
+            }
+            IBV_WR_SEND_WITH_IMM => imm = u32::from_be(w.__bindgen_anon_1.imm_data),
+            IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => {
+                remote_addr = w.wr.atomic.remote_addr;
+                rkey = w.wr.atomic.rkey;
+                compare_add = w.wr.atomic.compare_add;
+            }
+            IBV_WR_SEND_WITH_INV | IBV_WR_LOCAL_INV => imm = w.__bindgen_anon_1.invalidate_rkey,
+            _ => {}
+        }
+    }
+    r.remote_addr = remote_addr;
+    r.rkey = rkey;
+    r.compare_add = compare_add;
+    r.imm = imm;
+}
+
+/// [`fill_send`]'s operands of a WR on a UD QP: the `wr.ud` arm (AH, remote QPN, qkey).
+#[inline(always)]
+fn fill_ud(r: &mut PostSend, w: &ibv_send_wr) {
+    let op = w.opcode;
+    let bit = if op < 32 { 1u32 << op } else { 0 };
+    // SAFETY: the QP is UD, so the program filled the `ud` arm; the immediate / invalidate
+    // arm is read only for the opcodes that carry it.
+    unsafe {
+        r.remote_addr = w.wr.ud.ah as u64;
+        r.rkey = w.wr.ud.remote_qpn;
+        r.compare_add = w.wr.ud.remote_qkey as u64;
+        r.imm = if bit & IMM_OPS != 0 {
             u32::from_be(w.__bindgen_anon_1.imm_data)
         } else if bit & INV_OPS != 0 {
             w.__bindgen_anon_1.invalidate_rkey
         } else {
             0
         };
-        let d = SendWr {
-            wr_id: w.wr_id,
-            opcode: op as u8,
-            flags: w.send_flags,
-            num_sge: w.num_sge as u16,
-            bytes: sge_bytes(w.sg_list, w.num_sge),
-            remote_addr,
-            rkey,
-            compare_add,
-            imm,
-        };
-        data::post_send(ts, qpn, post_source::POST_SEND, &d)
     }
 }
 
-/// Records the WRs of an `ibv_post_send` the provider accepted, and the error if any.
+/// Decodes one send WR into its record (see [`fill_send`]).
 ///
 /// # Safety
-/// `qp` live, `wr` the program's list (still valid), `bad` the program's out-pointer.
+/// As [`fill_send`].
+#[inline]
+unsafe fn decode_send(w: *const ibv_send_wr, ud: bool, ts: u64, qpn: u32) -> PostSend {
+    let mut r = PostSend::default();
+    // SAFETY: per caller.
+    unsafe {
+        let bytes = sge_bytes((*w).sg_list, (*w).num_sge);
+        fill_send(&mut r, w, ud, ts, qpn, bytes)
+    };
+    r
+}
+
+/// Records the WRs of an `ibv_post_send` the provider accepted (it returned 0).
+///
+/// # Safety
+/// `qp` live, `wr` the program's list (still valid).
 #[inline(always)]
-pub unsafe fn sends(
-    qp: *mut ibv_qp,
-    wr: *mut ibv_send_wr,
-    bad: *mut *mut ibv_send_wr,
-    rc: c_int,
-    ts: u64,
-) {
+pub unsafe fn sends_ok(qp: *mut ibv_qp, wr: *mut ibv_send_wr, ts: u64) {
     // SAFETY: qp is a live QP of an instrumented context; wr the program's list.
     unsafe {
-        let (qpn, ud) = ((*qp).qp_num, (*qp).qp_type == IBV_QPT_UD);
-        if rc == 0 && !wr.is_null() && (*wr).next.is_null() {
-            // One accepted WR: the common case. Decoded inside the closure, so the fields go
-            // from the program's WR straight into the chunk.
-            if let Some(mut t) = sink::enter() {
-                t.append(&decode_send(wr, ud, ts, qpn));
+        if wr.is_null() || !(*wr).next.is_null() || (*wr).num_sge != 1 {
+            return sends_list(qp, wr, std::ptr::null_mut(), 0, ts);
+        }
+        // One WR with one SGE: the common case, decoded straight from the program's WR into a
+        // reserved chunk slot (no intermediate record, no copy, no call).
+        if let Some(mut t) = sink::enter() {
+            if let Some(mut r) = t.reserve::<PostSend>(ts) {
+                let ud = (*qp).qp_type == IBV_QPT_UD;
+                // num_sge is 1: the provider already read this SGE.
+                let bytes = (*(*wr).sg_list).length;
+                fill_send(&mut r, wr, ud, ts, (*qp).qp_num, bytes);
+                r.commit();
             }
-        } else {
-            sends_list(qp, wr, bad, rc, ts, qpn, ud);
         }
     }
 }
 
-/// [`sends`] for chains and failures.
+/// The WRs of an `ibv_post_send` that returned `rc`: every accepted one (all when `rc` is 0,
+/// those before `*bad` otherwise), then a `PostError` on failure. Chains and failures.
 ///
 /// # Safety
-/// As [`sends`].
+/// `qp` live, `wr` the program's list (still valid), `bad` the program's out-pointer (or null
+/// when `rc` is 0).
 #[inline(never)]
-unsafe fn sends_list(
+pub unsafe fn sends_list(
     qp: *mut ibv_qp,
     wr: *mut ibv_send_wr,
     bad: *mut *mut ibv_send_wr,
     rc: c_int,
     ts: u64,
-    qpn: u32,
-    ud: bool,
 ) {
+    // SAFETY: qp is live (caller).
+    let (qpn, ud) = unsafe { ((*qp).qp_num, (*qp).qp_type == IBV_QPT_UD) };
     // SAFETY: bad is the program's out-pointer; on failure the provider set it.
     let stop = if rc != 0 {
         unsafe { failed_at(bad) }
@@ -429,26 +493,30 @@ pub unsafe fn bind(qp: *mut ibv_qp, mw: *mut ibv_mw, bind: *mut ibv_mw_bind, rc:
 }
 
 /// Records what `ibv_poll_cq` returned: one `WorkCompletion` per entry, or an empty poll.
+/// `mask`: the traced categories as the hook read them.
 ///
 /// # Safety
 /// `wc` must hold `rc` completions written by the provider.
 #[inline(always)]
-pub unsafe fn polled(cq: *mut ibv_cq, wc: *const ibv_wc, rc: c_int) {
+pub unsafe fn polled(cq: *mut ibv_cq, wc: *const ibv_wc, rc: c_int, mask: u32) {
     let ts = sink::now();
     let cq_id = cq as u64;
     if rc > 0 {
-        if !sink::tracing(cat::COMPLETIONS) {
+        if mask & cat::COMPLETIONS == 0 {
             return;
         }
         if let Some(mut t) = sink::enter() {
             t.work_returned(cq_id);
             for i in 0..rc as usize {
-                // SAFETY: i < rc entries the provider filled.
-                let c = unsafe { decode_wc(&*wc.add(i)) };
-                t.append(&data::completion(ts, cq_id, &c));
+                // Written straight into a reserved chunk slot (every field assigned).
+                if let Some(mut r) = t.reserve::<WorkCompletion>(ts) {
+                    // SAFETY: i < rc entries the provider filled.
+                    *r = data::completion(ts, cq_id, &decode_wc(unsafe { &*wc.add(i) }));
+                    r.commit();
+                }
             }
         }
-    } else if rc == 0 && sink::tracing(cat::EMPTY_POLLS) {
+    } else if rc == 0 && mask & cat::EMPTY_POLLS != 0 {
         if let Some(mut t) = sink::enter() {
             t.empty_poll(cq_id, ts);
         }

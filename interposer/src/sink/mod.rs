@@ -55,14 +55,28 @@ pub fn tracing(cat: u32) -> bool {
     MASK.load(Ordering::Relaxed) & cat != 0
 }
 
+/// The categories being traced ([`crate::config::cat`] bits), for hooks that test several
+/// with one load.
+#[inline(always)]
+pub fn mask() -> u32 {
+    MASK.load(Ordering::Relaxed)
+}
+
 /// The current timestamp (TSC or CLOCK_MONOTONIC_RAW, as recorded in the header).
 #[inline(always)]
 pub fn now() -> u64 {
     if CLOCK.load(Ordering::Relaxed) == TimestampSource::Tsc as u8 {
         rdtsc()
     } else {
-        clock_ns(libc::CLOCK_MONOTONIC_RAW)
+        now_monotonic()
     }
+}
+
+/// [`now`] without an invariant TSC (out of line: keeps the TSC path straight).
+#[cold]
+#[inline(never)]
+fn now_monotonic() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC_RAW)
 }
 
 /// Installs the configuration (first call wins) and turns tracing on as it says.

@@ -11,7 +11,7 @@ use std::mem::MaybeUninit;
 use std::sync::atomic::Ordering;
 
 use sigmatrace_schemas::{
-    drop_reason, ChunkWriter, Dropped, FixedRecord, RecordHeader, RecordKind,
+    drop_reason, ChunkWriter, Dropped, FixedRecord, RecordHeader, RecordKind, Reserved,
 };
 
 use super::{now, process, Process, PERIOD, PROCESS};
@@ -29,15 +29,20 @@ struct Local {
     /// [`READY`], or 0 (not ready: no writer yet, or drops to report), possibly | [`BUSY`]
     /// while this thread is inside the sink (a signal handler re-entering is refused).
     gate: u8,
-    /// Whether `writer` is initialised.
+    /// Whether `sink.writer` is initialised.
     has_writer: bool,
-    /// Whether this thread already reported its writer running dry.
-    reported_full: bool,
     /// Records refused while busy, reported as a `Dropped` record later.
     missed: u64,
+    sink: Sink,
+    state: ThreadState,
+}
+
+/// The part of the block records go through (one pointer for the hot and the cold paths).
+struct Sink {
+    /// Whether this thread already reported its writer running dry.
+    reported_full: bool,
     /// Never dropped: it only holds an `Arc` of the never-freed process log.
     writer: MaybeUninit<ChunkWriter>,
-    state: ThreadState,
 }
 
 const BLOCK: usize = 4096;
@@ -89,8 +94,20 @@ fn local_ptr() -> *mut Local {
 
 /// Where a thread's records go.
 pub struct Out<'a> {
-    writer: &'a mut ChunkWriter,
-    reported_full: &'a mut bool,
+    /// Only ever made for a block whose writer is initialised (`has_writer`).
+    s: &'a mut Sink,
+}
+
+impl Sink {
+    /// The writer.
+    ///
+    /// # Safety
+    /// It must be initialised (`has_writer`).
+    #[inline(always)]
+    unsafe fn writer(&mut self) -> &mut ChunkWriter {
+        // SAFETY: per caller.
+        unsafe { self.writer.assume_init_mut() }
+    }
 }
 
 /// A thread inside the sink: its writer and recording state. Leaving (drop) makes the thread
@@ -141,13 +158,9 @@ fn enter_with(create: bool) -> Option<Thread<'static>> {
         return None;
     }
     l.gate = READY | BUSY;
-    // SAFETY: prepare() or an earlier call initialised the writer (has_writer).
-    let writer = unsafe { l.writer.assume_init_mut() };
+    // prepare() or an earlier call initialised the writer (has_writer): Out may be made.
     Some(Thread {
-        out: Out {
-            writer,
-            reported_full: &mut l.reported_full,
-        },
+        out: Out { s: &mut l.sink },
         state: &mut l.state,
         gate: &mut l.gate,
         _not_send: std::marker::PhantomData,
@@ -176,14 +189,14 @@ fn prepare(l: &mut Local, create: bool) -> bool {
         };
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() } as u32;
-        l.writer = MaybeUninit::new(p.writer.thread_writer(tid));
+        l.sink.writer = MaybeUninit::new(p.writer.thread_writer(tid));
         l.has_writer = true;
-        l.reported_full = false;
+        l.sink.reported_full = false;
     }
     if l.missed != 0 {
         let count = std::mem::take(&mut l.missed);
         // SAFETY: has_writer.
-        let w = unsafe { l.writer.assume_init_mut() };
+        let w = unsafe { l.sink.writer() };
         w.append(&Dropped {
             hdr: RecordHeader::of::<Dropped>(drop_reason::INTERNAL_ERROR),
             ts: now(),
@@ -202,7 +215,7 @@ pub(super) fn reset_in_child() {
     l.has_writer = false; // the old ChunkWriter is leaked, never dropped
     l.gate = 0;
     l.missed = 0;
-    l.reported_full = false;
+    l.sink.reported_full = false;
     l.state = ThreadState::new();
 }
 
@@ -213,10 +226,17 @@ impl Thread<'_> {
         self.out.append(rec);
     }
 
+    /// Reserves a slot for one record with timestamp `ts` ([`Out::reserve`]).
+    #[inline(always)]
+    pub fn reserve<R: FixedRecord>(&mut self, ts: u64) -> Option<Reserved<'_, R>> {
+        self.out.reserve(ts)
+    }
+
     /// Appends a metadata record (StringDef, Annotation, ThreadName).
     pub fn append_meta(&mut self, kind: RecordKind, aux: u32, key: u64, payload: &[u8]) {
-        if !self.out.writer.append_meta(kind, aux, now(), key, payload) {
-            self.out.append_failed();
+        // SAFETY: an Out's writer is initialised.
+        if !unsafe { self.out.s.writer() }.append_meta(kind, aux, now(), key, payload) {
+            append_failed(self.out.s);
         }
     }
 
@@ -241,41 +261,73 @@ impl Out<'_> {
     /// periodic clock snapshots: the first thread to pass the due time writes one.
     #[inline(always)]
     pub fn append<R: FixedRecord>(&mut self, rec: &R) {
-        if super::ts_of(rec) >= super::NEXT_SNAPSHOT.load(Ordering::Relaxed) {
-            self.snapshot_due(super::ts_of(rec));
-        }
-        if !self.writer.append(rec) {
-            self.append_failed();
+        self.snapshot_check(super::ts_of(rec));
+        self.append_raw(rec);
+    }
+
+    /// Reserves a slot for one record whose timestamp is `ts`, to be filled in place and
+    /// committed ([`Reserved::commit`]); the hot paths' alternative to [`Out::append`]
+    /// (same clock-snapshot and full-log handling, no copy of the record).
+    #[inline(always)]
+    pub fn reserve<R: FixedRecord>(&mut self, ts: u64) -> Option<Reserved<'_, R>> {
+        self.snapshot_check(ts);
+        let s: *mut Sink = self.s;
+        // SAFETY: an Out's writer is initialised; `s` is our exclusive `Sink`. Through the raw
+        // pointer because the borrow checker keeps a conditionally returned borrow alive in
+        // the other arm too: the `None` arm holds no borrow of the writer.
+        match unsafe { (*s).writer() }.reserve::<R>() {
+            Some(r) => Some(r),
+            None => {
+                // SAFETY: as above; nothing else borrows `*s` here.
+                append_failed(unsafe { &mut *s });
+                None
+            }
         }
     }
 
-    #[cold]
-    fn snapshot_due(&mut self, ts: u64) {
-        let due = super::NEXT_SNAPSHOT.load(Ordering::Relaxed);
-        let next = ts.saturating_add(PERIOD.load(Ordering::Relaxed));
-        if ts >= due
-            && super::NEXT_SNAPSHOT
-                .compare_exchange(due, next, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            self.append_raw(&super::current_timestamper().snapshot());
+    #[inline(always)]
+    fn snapshot_check(&mut self, ts: u64) {
+        if ts >= super::NEXT_SNAPSHOT.load(Ordering::Relaxed) {
+            snapshot_due(self.s, ts);
         }
     }
 
+    #[inline(always)]
     fn append_raw<R: FixedRecord>(&mut self, rec: &R) {
-        if !self.writer.append(rec) {
-            self.append_failed();
+        // SAFETY: an Out's writer is initialised.
+        if !unsafe { self.s.writer() }.append(rec) {
+            append_failed(self.s);
         }
     }
+}
 
-    #[cold]
-    fn append_failed(&mut self) {
-        if *self.reported_full {
-            return;
-        }
-        *self.reported_full = true;
-        super::report_full();
+// The cold paths take the writer's parts, not `&mut Out`, so the hot paths never need the
+// `Out` itself in memory.
+
+#[cold]
+#[inline(never)]
+fn snapshot_due(s: &mut Sink, ts: u64) {
+    let due = super::NEXT_SNAPSHOT.load(Ordering::Relaxed);
+    let next = ts.saturating_add(PERIOD.load(Ordering::Relaxed));
+    if ts >= due
+        && super::NEXT_SNAPSHOT
+            .compare_exchange(due, next, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        // SAFETY: the Out this Sink came from has an initialised writer.
+        && !unsafe { s.writer() }.append(&super::current_timestamper().snapshot())
+    {
+        append_failed(s);
     }
+}
+
+#[cold]
+#[inline(never)]
+fn append_failed(s: &mut Sink) {
+    if s.reported_full {
+        return;
+    }
+    s.reported_full = true;
+    super::report_full();
 }
 
 #[cfg(test)]
