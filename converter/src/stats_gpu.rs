@@ -370,7 +370,7 @@ pub fn nodes(topo: &Topology) -> (Vec<usize>, Vec<String>) {
 /// Inter-node (and inter-process) traffic matrix and skew.
 #[derive(Default)]
 pub struct TrafficSkew {
-    qps: HashMap<(usize, u32), QpBytes>,
+    qps: crate::verbs::FastMap<(usize, u32), QpBytes>,
 }
 
 impl TrafficSkew {
