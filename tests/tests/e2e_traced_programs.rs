@@ -96,7 +96,8 @@ fn rc_pingpong_pair_traced_converted_and_matched() {
     let v = validate(&trace, &[&format!("flows={}", 2 * iters), "slices=400"]);
     assert!(v["stats"]["flows"].as_u64().unwrap() >= 2 * iters, "{v:#}");
 
-    let report = sigmatrace_convert::stats(std::slice::from_ref(&out), &Default::default()).unwrap();
+    let report =
+        sigmatrace_convert::stats(std::slice::from_ref(&out), &Default::default()).unwrap();
     let j = report.json();
     let text = j.to_string();
     let traffic = j
