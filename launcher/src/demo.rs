@@ -29,6 +29,7 @@ pub struct DemoOutcome {
     pub rank_output: Vec<String>,
     pub report_text: String,
     pub wr_events: u64,
+    pub moe: MoeOutcome,
 }
 
 fn clear_previous(dir: &Path) -> Result<(), LaunchError> {
@@ -122,37 +123,30 @@ pub fn demo(opts: &DemoOptions) -> Result<DemoOutcome, LaunchError> {
             opts.ranks, elems, opts.iters
         );
     }
-    let mut children = Vec::new();
-    for r in 0..opts.ranks {
-        let mut c = Command::new(&softnic);
-        c.arg("--node")
-            .arg((r + 1).to_string())
-            .arg("--fabric")
-            .arg(&fabric)
-            .arg("--")
-            .arg(&workload)
-            .args(["--rank", &r.to_string(), "--ranks", &opts.ranks.to_string()])
-            .arg("--rendezvous")
-            .arg(&rendezvous)
-            .args([
-                "--elems",
-                &elems.to_string(),
-                "--iters",
-                &opts.iters.to_string(),
-            ])
-            .env("LD_PRELOAD", artifacts::preload_value(&lib, None))
-            .env("SIGMATRACE_DIR", &opts.out_dir)
-            .env("RANK", r.to_string())
-            .env("LOCAL_RANK", r.to_string())
-            .env("WORLD_SIZE", opts.ranks.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let child = c
-            .spawn()
-            .map_err(|e| LaunchError::Spawn(softnic.clone().into_os_string(), e))?;
-        children.push((r, child));
-    }
+    let ranks = opts.ranks.to_string();
+    let ring_args = |r: u32| -> Vec<String> {
+        vec![
+            "--rank".into(),
+            r.to_string(),
+            "--ranks".into(),
+            ranks.clone(),
+            "--rendezvous".into(),
+            rendezvous.display().to_string(),
+            "--elems".into(),
+            elems.to_string(),
+            "--iters".into(),
+            opts.iters.to_string(),
+        ]
+    };
+    let mut children = spawn_ranks(
+        opts,
+        &softnic,
+        &lib,
+        &fabric,
+        &opts.out_dir,
+        &workload,
+        ring_args,
+    )?;
     let rank_output = wait_all(&mut children, opts.timeout);
     let _ = std::fs::remove_dir_all(&scratch);
     let rank_output = rank_output?;
@@ -186,11 +180,129 @@ pub fn demo(opts: &DemoOptions) -> Result<DemoOutcome, LaunchError> {
         &sigmatrace_convert::ConvertOptions::default(),
     )?;
     let report_text = report.text();
+    let moe = moe_phase(opts, &softnic, &lib)?;
     Ok(DemoOutcome {
         trace,
         logs,
         rank_output,
         report_text,
         wr_events: report.summary.wr_events,
+        moe,
+    })
+}
+
+/// What the MoE phase produced.
+#[derive(Debug)]
+pub struct MoeOutcome {
+    pub trace: PathBuf,
+    pub rank_output: Vec<String>,
+    pub report_text: String,
+}
+
+/// One process per rank under softnic with the tracer preloaded, logs into `log_dir`.
+fn spawn_ranks(
+    opts: &DemoOptions,
+    softnic: &Path,
+    lib: &Path,
+    fabric: &Path,
+    log_dir: &Path,
+    workload: &Path,
+    args: impl Fn(u32) -> Vec<String>,
+) -> Result<Vec<(u32, Child)>, LaunchError> {
+    let mut children = Vec::new();
+    for r in 0..opts.ranks {
+        let mut c = Command::new(softnic);
+        c.arg("--node")
+            .arg((r + 1).to_string())
+            .arg("--fabric")
+            .arg(fabric)
+            .arg("--")
+            .arg(workload)
+            .args(args(r))
+            .env("LD_PRELOAD", artifacts::preload_value(lib, None))
+            .env("SIGMATRACE_DIR", log_dir)
+            .env("RANK", r.to_string())
+            .env("LOCAL_RANK", r.to_string())
+            .env("WORLD_SIZE", opts.ranks.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        match c.spawn() {
+            Ok(child) => children.push((r, child)),
+            Err(e) => {
+                for (_, mut other) in children {
+                    let _ = other.kill();
+                    let _ = other.wait();
+                }
+                return Err(LaunchError::Spawn(softnic.as_os_str().to_owned(), e));
+            }
+        }
+    }
+    Ok(children)
+}
+
+/// The GPU-initiated-style phase: a Mixture-of-Experts dispatch/combine all-to-all whose CPU
+/// threads post mlx5 WQEs straight into the send rings (IBGDA algorithm); SigmaTrace sees them
+/// only by watching queue memory. Its logs and trace go to `<out>/moe/`.
+fn moe_phase(opts: &DemoOptions, softnic: &Path, lib: &Path) -> Result<MoeOutcome, LaunchError> {
+    let workload = artifacts::locate("moe", "SIGMATRACE_DEMO_MOE")?;
+    let dir = opts.out_dir.join("moe");
+    clear_previous(&dir)?;
+    let scratch = dir.join(format!(".demo-{}", std::process::id()));
+    let fabric = scratch.join("fabric");
+    std::fs::create_dir_all(&fabric).map_err(|e| LaunchError::Io(fabric.clone(), e))?;
+    if !opts.quiet {
+        eprintln!(
+            "sigmatrace demo: the same {} nodes run a skewed Mixture-of-Experts all-to-all, posting mlx5 WQEs directly (GPU-initiated style), traced by watching the rings",
+            opts.ranks
+        );
+    }
+    let ranks = opts.ranks.to_string();
+    let rendezvous = scratch.join("rendezvous");
+    let args = |r: u32| -> Vec<String> {
+        vec![
+            "--rank".into(),
+            r.to_string(),
+            "--ranks".into(),
+            ranks.clone(),
+            "--rendezvous".into(),
+            rendezvous.display().to_string(),
+            "--out".into(),
+            scratch.join("truth").display().to_string(),
+        ]
+    };
+    let mut children = spawn_ranks(opts, softnic, lib, &fabric, &dir, &workload, args)?;
+    let rank_output = wait_all(&mut children, opts.timeout);
+    let _ = std::fs::remove_dir_all(&scratch);
+    let rank_output = rank_output?;
+    if !opts.quiet {
+        for line in rank_output.iter().flat_map(|o| o.lines().last()) {
+            eprintln!("  {line}");
+        }
+    }
+    let logs: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map_err(|e| LaunchError::Io(dir.clone(), e))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "sigmalog"))
+        .collect();
+    let trace = dir.join("moe.perfetto-trace");
+    let report = sigmatrace_convert::convert_with_report(
+        &logs,
+        &trace,
+        &sigmatrace_convert::ConvertOptions::default(),
+    )?;
+    // The skew section is what this phase is about.
+    let text = report.text();
+    let report_text = text
+        .split("\n== ")
+        .filter(|s| s.starts_with("Inter-node traffic skew"))
+        .map(|s| format!("== {s}"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    Ok(MoeOutcome {
+        trace,
+        rank_output,
+        report_text,
     })
 }

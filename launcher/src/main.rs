@@ -140,7 +140,9 @@ fn main() {
             match demo::demo(&opts) {
                 Ok(o) => {
                     println!("{}", o.report_text);
+                    println!("{}\n", o.moe.report_text);
                     println!("trace: {}", o.trace.display());
+                    println!("GPU-initiated-style MoE trace: {}", o.moe.trace.display());
                     println!("open it in https://ui.perfetto.dev (Open trace file), {} work requests from {} ranks", o.wr_events, o.logs.len());
                 }
                 Err(e) => {

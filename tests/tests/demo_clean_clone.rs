@@ -44,8 +44,15 @@ fn readme_demo_command_works_in_a_clean_clone() {
         stdout.contains(&trace.display().to_string()),
         "demo must print the trace path:\n{stdout}"
     );
-    // Four ranks, each verified its own all-reduce result.
+    // Four ranks, each verified its own all-reduce result; then four MoE ranks theirs.
     assert_eq!(stderr.matches("result verified").count(), 4, "{stderr}");
+    assert_eq!(stderr.matches("results verified").count(), 4, "{stderr}");
+    let moe = out_dir.join("moe/moe.perfetto-trace");
+    assert!(stdout.contains(&moe.display().to_string()), "{stdout}");
+    // The MoE phase posts WQEs directly into mlx5 rings: they reach the trace only through
+    // the tracer's ring watching.
+    assert!(stdout.contains("observed WQEs"), "{stdout}");
+    validate(&moe, &["tracks=4"]);
     let logs = std::fs::read_dir(&out_dir)
         .unwrap()
         .filter(|e| {
