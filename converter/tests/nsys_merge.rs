@@ -30,7 +30,7 @@ const R2_K0: u64 = 1_546_026_682;
 
 fn fixture(name: &str) -> PathBuf {
     let p = common::workspace()
-        .join("../shared/fixtures/nsys")
+        .join("fixtures/nsys")
         .join(name);
     assert!(p.is_file(), "nsys fixture {} is missing", p.display());
     p

@@ -1,6 +1,6 @@
 /*
  * cuda_app: a CUDA driver-API program for the interposer's CUDA tests. It runs against
- * whatever libcuda.so.1 the loader finds — in CI the TEST DOUBLE (tests/cuda-double), which
+ * whatever libcuda.so.1 the loader finds — in CI the TEST DOUBLE (testkit/cuda-double), which
  * allocates host memory and times kernels on a simulated stream clock.
  *
  * Built twice by build.rs:

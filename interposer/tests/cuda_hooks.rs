@@ -1,4 +1,4 @@
-//! CUDA driver entry points against the libcuda.so.1 TEST DOUBLE (tests/cuda-double: host
+//! CUDA driver entry points against the libcuda.so.1 TEST DOUBLE (testkit/cuda-double: host
 //! memory, launches recorded and timed on a simulated stream clock, never run). `cuda_app`
 //! gets the driver the CUDA runtime's way (dlopen, dlsym(cuGetProcAddress_v2), then
 //! cuGetProcAddress for everything, cuGetProcAddress itself included) and, built a second

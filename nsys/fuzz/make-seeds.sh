@@ -4,7 +4,7 @@
 # Needs the sqlite3 CLI (scripts/install-deps.sh installs it).
 set -euo pipefail
 cd "$(dirname "$0")"
-fixtures="${SIGMATRACE_NSYS_FIXTURES:-../../../shared/fixtures/nsys}"
+fixtures="${SIGMATRACE_NSYS_FIXTURES:-../../fixtures/nsys}"
 out=corpus/open_export
 mkdir -p "$out"
 rm -f "$out/seed-r1small.sqlite" "$out/seed-nvtx.sqlite"

@@ -3,18 +3,18 @@
 
 use std::path::{Path, PathBuf};
 
-/// A fixture from `shared/fixtures/nsys/` (beside the repository). Panics with a clear message
+/// A fixture from `fixtures/nsys/` (in the repository). Panics with a clear message
 /// when it is missing: these tests must never be skipped.
 pub fn fixture(name: &str) -> PathBuf {
     let dir = std::env::var_os("SIGMATRACE_NSYS_FIXTURES")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/nsys")
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/nsys")
         });
     let path = dir.join(name);
     assert!(
         path.is_file(),
-        "nsys fixture {} is missing: the repository expects shared/fixtures/nsys/ beside it \
+        "nsys fixture {} is missing: the repository ships fixtures/nsys/ \
          (or SIGMATRACE_NSYS_FIXTURES pointing at that folder)",
         path.display()
     );
