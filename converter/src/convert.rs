@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
+use crate::align::topology::Topology;
 use crate::align::{self, Alignment};
 use crate::chrome;
 use crate::emit::{self, Detail, NullSink};
@@ -24,7 +25,6 @@ use crate::perfetto::TraceSink;
 use crate::progress::Progress;
 use crate::scan;
 use crate::stats::{default_sections, ReportCtx, Section, SectionSet};
-use crate::topology::Topology;
 
 /// Output format.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -162,6 +162,7 @@ struct Loaded {
     phases: Vec<(String, f64)>,
     inputs: Vec<LogInput>,
     topo: Topology,
+    ud: crate::ud::UdStreams,
     alignment: Alignment,
     warnings: Vec<String>,
     input_bytes: u64,
@@ -262,8 +263,8 @@ fn load(paths: &[PathBuf], opts: &ConvertOptions) -> Result<Loaded, ConvertError
         .max()
         .unwrap_or(0)
         + 1;
-    topo.ud = crate::ud::build(&inputs, &topo, first_conn);
-    warnings.extend(topo.ud.warnings.iter().cloned());
+    let ud = crate::ud::build(&inputs, &topo, first_conn);
+    warnings.extend(ud.warnings.iter().cloned());
     for &(p, q) in &topo.ambiguous_qps {
         warnings.push(format!(
             "{} QP {q:#x}: connection ambiguous (several QPs match); not paired",
@@ -290,6 +291,7 @@ fn load(paths: &[PathBuf], opts: &ConvertOptions) -> Result<Loaded, ConvertError
         wr_events: scans.iter().map(|s| s.wr_events).sum(),
         inputs,
         topo,
+        ud,
         alignment,
         warnings,
     })
@@ -338,6 +340,7 @@ fn run(
         mut phases,
         inputs,
         topo,
+        ud,
         alignment,
         mut warnings,
         input_bytes,
@@ -479,7 +482,7 @@ fn run(
                     ),
                 };
             let mut obs = SectionSet(template.iter().map(|s| s.fresh(&topo)).collect());
-            let mut model = ProcessModel::new(&topo, p.index, &mopts, &uuids, sink.as_mut());
+            let mut model = ProcessModel::new(&topo, &ud, p.index, &mopts, &uuids, sink.as_mut());
             model.progress = Some(progress.counter());
             let tx = tx.clone();
             let mut flush = |b: Vec<u8>| {

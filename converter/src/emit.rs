@@ -4,8 +4,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::align::topology::{Process, Qp, Topology};
 use crate::perfetto::{CounterUnit, Extra, Name, TraceSink, TrackDef, TrackKind};
-use crate::topology::{Process, Qp, Topology};
 use crate::verbs;
 
 /// How much per-WR detail the trace carries (see README "Detail levels").

@@ -13,9 +13,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use sigmatrace_schemas::records::{mem_kind, string_ns, Record};
 
+use crate::align::topology::{Process, Topology};
 use crate::emit::{Detail, Lanes, NameCache};
 use crate::perfetto::{ArgValue, Extra, TraceSink, TrackDef};
-use crate::topology::{Process, Topology};
 
 /// What the GPU model needs from its process.
 pub struct Ctx<'a> {

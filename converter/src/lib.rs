@@ -2,14 +2,13 @@
 //! GPUs), aligns their clocks and writes one Perfetto trace (one track per QP and kernel stream,
 //! flows between ranks, counters) and traffic reports.
 //!
-//! Pipeline (one module each): tokenize ([`input`], [`scan`]) → align ([`clock`], [`align`]) →
-//! model ([`topology`], [`model`], [`gpu`]) → emit ([`emit`] onto the generic [`perfetto`] /
+//! Pipeline (one module each): tokenize ([`input`], [`scan`]) → align ([`align`], [`align::clock`]) →
+//! model ([`align::topology`], [`model`], [`gpu`]) → emit ([`emit`] onto the generic [`perfetto`] /
 //! [`chrome`] writers). Tests and tools call [`convert()`] and [`stats()`]; [`synth`] writes
 //! synthetic multi-rank log sets with known ground truth.
 
 pub mod align;
 pub mod chrome;
-pub mod clock;
 pub mod convert;
 pub mod emit;
 pub mod error;
@@ -24,7 +23,6 @@ pub mod scan;
 pub mod stats;
 pub mod stats_gpu;
 pub mod synth;
-pub mod topology;
 pub mod ud;
 pub mod verbs;
 

@@ -13,11 +13,11 @@ use std::sync::atomic::AtomicU64;
 
 use sigmatrace_schemas::records::{PostRecv, PostSend, Record, RecordKind, WorkCompletion};
 
+use crate::align::topology::{flow_id, Process, Qp, Topology};
 use crate::emit::{Detail, Lanes, NameCache, SampledCounter};
 use crate::gpu::GpuState;
 use crate::input::{LogInput, RecordIssue};
 use crate::perfetto::{ArgKey, ArgValue, Extra, TraceSink};
-use crate::topology::{flow_id, Process, Qp, Topology};
 use crate::verbs;
 
 /// What the model tells observers (stats sections).
@@ -123,6 +123,7 @@ struct Keys {
 /// Runs the model over one process's records.
 pub struct ProcessModel<'a> {
     topo: &'a Topology,
+    ud: &'a crate::ud::UdStreams,
     p: &'a Process,
     opts: &'a ModelOptions,
     uuids: &'a AtomicU64,
@@ -146,6 +147,7 @@ const THROUGHPUT_BUCKET: i64 = 100_000;
 impl<'a> ProcessModel<'a> {
     pub fn new(
         topo: &'a Topology,
+        ud: &'a crate::ud::UdStreams,
         pi: usize,
         opts: &'a ModelOptions,
         uuids: &'a AtomicU64,
@@ -164,6 +166,7 @@ impl<'a> ProcessModel<'a> {
         };
         ProcessModel {
             topo,
+            ud,
             p,
             opts,
             uuids,
@@ -173,7 +176,7 @@ impl<'a> ProcessModel<'a> {
             srq_lanes: HashMap::new(),
             gpu: GpuState::default(),
             qp_cache: Default::default(),
-            ud_k: vec![0; topo.ud.slots.get(pi).copied().unwrap_or(0)],
+            ud_k: vec![0; ud.slots.get(pi).copied().unwrap_or(0)],
             throughput: (i64::MIN, 0),
             totals: ProcessTotals::default(),
             last_t: 0,
@@ -323,7 +326,7 @@ impl<'a> ProcessModel<'a> {
                 self.totals.flows_out += 1;
             } else if q.qp_type == verbs::qp_type::UD {
                 let key = (ps.qpn, ps.rkey, ps.remote_addr);
-                if let Some(f) = self.topo.ud.next_send(self.p.index, key, &mut self.ud_k) {
+                if let Some(f) = self.ud.next_send(self.p.index, key, &mut self.ud_k) {
                     // No UD flows in a time window: the other end may lie outside it.
                     if drawn && self.opts.window.is_none() {
                         (flow[0], nflow) = (f, 1);
@@ -671,7 +674,7 @@ impl<'a> ProcessModel<'a> {
                 }
             } else if q.qp_type == verbs::qp_type::UD {
                 let key = (wc.qpn, wc.src_qp, wc.slid);
-                if let Some(f) = self.topo.ud.next_recv(self.p.index, key, &mut self.ud_k) {
+                if let Some(f) = self.ud.next_recv(self.p.index, key, &mut self.ud_k) {
                     if drawn && self.opts.window.is_none() {
                         (term[0], nterm) = (f, 1);
                         self.totals.flows_in += 1;

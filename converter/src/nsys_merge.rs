@@ -22,11 +22,11 @@ use sigmatrace_nsys::{
     Anchor, ClockMapping, GlobalId, HostClockSnapshot, NsysReport, NvtxEvent, NvtxKind, NvtxPayload,
 };
 
+use crate::align::topology::Topology;
 use crate::align::Alignment;
 use crate::error::ConvertError;
 use crate::input::LogInput;
 use crate::perfetto::{ArgKey, ArgValue, Extra, TraceSink, TrackDef, TrackKind};
-use crate::topology::Topology;
 
 /// `--nsys FILE` (repeatable) and `--nsys-offset NS`.
 #[derive(Clone, Debug, Default)]

@@ -10,9 +10,9 @@ use std::fmt::Write;
 
 use serde_json::{json, Value};
 
+use crate::align::topology::{Process, Topology};
 use crate::align::Alignment;
 use crate::model::{ModelEvent, Observer, ProcessTotals};
-use crate::topology::{Process, Topology};
 use crate::verbs;
 
 /// What sections can see when reporting.

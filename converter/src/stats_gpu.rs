@@ -24,9 +24,9 @@ use std::fmt::Write;
 use serde_json::{json, Value};
 use sigmatrace_schemas::records::Record;
 
+use crate::align::topology::{Process, Topology};
 use crate::model::ModelEvent;
 use crate::stats::{ReportCtx, Section};
-use crate::topology::{Process, Topology};
 use crate::verbs;
 
 /// mlx5 send opcodes this module classifies.

@@ -15,8 +15,8 @@
 use rayon::prelude::*;
 use sigmatrace_schemas::records::{AhCreate, PostSend, RecordKind, WorkCompletion};
 
+use crate::align::topology::Topology;
 use crate::input::LogInput;
-use crate::topology::Topology;
 use crate::verbs::{self, FastMap};
 
 /// Sending stream key: (QPN, destination QPN, AH handle).
@@ -243,7 +243,7 @@ impl UdStreams {
         let k = counters.get_mut(l.slot)?;
         let i = *k;
         *k += 1;
-        (i < l.flows).then(|| crate::topology::flow_id(l.conn, i))
+        (i < l.flows).then(|| crate::align::topology::flow_id(l.conn, i))
     }
 
     /// Flow id of the next datagram of process `p`'s send stream `key` (its counter in

@@ -29,9 +29,7 @@ const R1_K0: u64 = 1_453_545_934;
 const R2_K0: u64 = 1_546_026_682;
 
 fn fixture(name: &str) -> PathBuf {
-    let p = common::workspace()
-        .join("fixtures/nsys")
-        .join(name);
+    let p = common::workspace().join("fixtures/nsys").join(name);
     assert!(p.is_file(), "nsys fixture {} is missing", p.display());
     p
 }

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use sigmatrace_schemas::clock::TimestampSource;
 use sigmatrace_schemas::header::format_boot_id;
 
-use crate::clock::{GpuClocks, LinearMap, ProcessClock};
+use crate::align::clock::{GpuClocks, LinearMap, ProcessClock};
 use crate::input::LogInput;
 use crate::scan::{QpCounts, Scan};
 use crate::verbs;
@@ -130,8 +130,6 @@ pub struct Topology {
     pub ambiguous_qps: Vec<(usize, u32)>,
     /// Next free track uuid after the static tracks.
     pub next_uuid: u64,
-    /// Paired UD streams (set by [`crate::ud::build`] after the topology).
-    pub ud: crate::ud::UdStreams,
 }
 
 impl Topology {

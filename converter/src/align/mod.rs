@@ -1,6 +1,6 @@
 //! Align: cross-host clock correction from message causality.
 //!
-//! Every process's timestamps are first mapped to its host's REALTIME ([`crate::clock`]).
+//! Every process's timestamps are first mapped to its host's REALTIME ([`crate::align::clock`]).
 //! Hosts' wall clocks disagree, so each host h gets a linear correction
 //! `c_h(t) = o_h + ρ_h·τ(t)` (offset and drift; the reference host — that of the lowest rank —
 //! keeps 0). Causality bounds it: the k-th message-consuming send on a QP (post time x on host
@@ -19,13 +19,16 @@
 //! the estimates consistent; cyclic projection onto the constraint half-spaces (hull vertices,
 //! 1 ns margin) then removes every remaining violation when the constraints are feasible.
 
+pub mod clock;
+pub mod topology;
+
 use std::collections::{HashMap, VecDeque};
 
 use rayon::prelude::*;
 use sigmatrace_schemas::records::{PostSend, WorkCompletion};
 
+use crate::align::topology::Topology;
 use crate::input::LogInput;
-use crate::topology::Topology;
 use crate::verbs;
 
 /// Correction of one host.
@@ -90,7 +93,7 @@ pub fn verify(inputs: &[LogInput], topo: &Topology) -> (u64, u64) {
 pub struct Pair {
     pub sender: (usize, u32),
     pub receiver: usize,
-    /// Dense index of the sending QP ([`crate::topology::Qp::conn`], from 1).
+    /// Dense index of the sending QP ([`crate::align::topology::Qp::conn`], from 1).
     pub conn: u32,
     pub k: u64,
     pub x: i64,
@@ -247,7 +250,7 @@ pub fn join(inputs: &[LogInput], topo: &Topology, mut f: impl FnMut(&Pair)) {
     }
 }
 
-fn inputs_for<'a>(inputs: &'a [LogInput], p: &crate::topology::Process) -> &'a LogInput {
+fn inputs_for<'a>(inputs: &'a [LogInput], p: &crate::align::topology::Process) -> &'a LogInput {
     inputs
         .iter()
         .find(|i| i.path == p.path)
