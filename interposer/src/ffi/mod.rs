@@ -58,6 +58,17 @@ pub unsafe fn store_ptr<T>(field: *mut T, value: usize) {
     unsafe { (*(field as *const AtomicUsize)).store(value, Ordering::Release) }
 }
 
+/// Reinterprets a code address as a function pointer of type `F`.
+///
+/// # Safety
+/// `addr` must be a function whose prototype is `F`.
+#[inline(always)]
+pub unsafe fn as_fn<F: Copy>(addr: usize) -> F {
+    const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<usize>()) };
+    // SAFETY: F is pointer-sized (checked above) and the caller vouches for the prototype.
+    unsafe { std::mem::transmute_copy::<usize, F>(&addr) }
+}
+
 // The layouts the hooks rely on (verbs-abi.md, x86_64, rdma-core v44).
 #[cfg(target_arch = "x86_64")]
 const _: () = {

@@ -21,9 +21,10 @@
 
 use std::ffi::{c_char, c_int, c_long, c_void};
 
-use crate::config::cat;
-use crate::hooks::{control, ctx, guard, init, queues};
+use crate::hooks::{control, ctx};
+use crate::runtime::{guard, init, queues};
 use crate::sink;
+use crate::sink::cat;
 
 /// 1 while tracing is active.
 #[cfg_attr(not(test), no_mangle)]

@@ -9,12 +9,13 @@ use sigmatrace_schemas::{
     cq_event_kind, cq_variant, mr_variant, qp_variant, string_ns, RecordKind,
 };
 
-use crate::config::{cat, Diag};
 use crate::ffi::*;
-use crate::hooks::{cq_ex, ctx, mlx5, qp_ex, queues, Lib};
+use crate::hooks::{cq_ex, ctx, mlx5, qp_ex, Lib};
 use crate::record::control::{self as rc, AhInfo, CqInfo, MrInfo, QpInfo, QpModifyInfo};
 use crate::record::emit;
+use crate::runtime::queues;
 use crate::sink;
+use crate::sink::{cat, Diag};
 
 fn emit_if<R: sigmatrace_schemas::FixedRecord>(category: u32, rec: R) {
     if sink::tracing(category) {

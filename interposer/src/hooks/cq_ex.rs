@@ -8,12 +8,13 @@
 use std::ffi::c_int;
 use std::mem::offset_of;
 
-use crate::config::{cat, Diag};
 use crate::ffi::{self, *};
+use crate::hooks::as_fn;
 use crate::hooks::slots::{variants, Slots};
-use crate::hooks::{as_fn, guard};
 use crate::record::data::{self, Completion};
+use crate::runtime::guard;
 use crate::sink;
+use crate::sink::{cat, Diag};
 
 const START: usize = 0;
 const NEXT: usize = 1;

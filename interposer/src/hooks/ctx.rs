@@ -6,11 +6,12 @@
 use std::ffi::{c_int, c_void};
 use std::mem::offset_of;
 
-use crate::config::{cat, Diag};
 use crate::ffi::{self, *};
 use crate::hooks::slots::{variants, Slots, SLOTS};
-use crate::hooks::{as_fn, control, datapath, guard};
+use crate::hooks::{as_fn, control, datapath};
+use crate::runtime::guard;
 use crate::sink;
+use crate::sink::{cat, Diag};
 
 // Words of a context slot.
 const POST_SEND: usize = 0;

@@ -9,34 +9,17 @@
 //! (device poller, kernel timing) run with [`internal`] set, so they are neither recorded nor
 //! wrapped.
 
-use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 
 use sigmatrace_observe::discover::CudaMemEvent;
 use sigmatrace_schemas::launch_api;
 
-use crate::config::cat;
-use crate::hooks::{kernels, queues, table, Lib};
+use crate::hooks::{table, Lib};
 use crate::record::emit;
+use crate::runtime::internal::is_internal;
+use crate::runtime::{kernels, queues};
 use crate::sink;
-
-thread_local! {
-    static INTERNAL: Cell<u32> = const { Cell::new(0) };
-}
-
-/// Runs `f` as the interposer's own CUDA work: hooks reached from it record nothing and
-/// `cuGetProcAddress` hands out real addresses.
-pub fn internal<R>(f: impl FnOnce() -> R) -> R {
-    INTERNAL.with(|c| c.set(c.get() + 1));
-    let r = f();
-    INTERNAL.with(|c| c.set(c.get() - 1));
-    r
-}
-
-/// Whether this thread is inside [`internal`].
-pub fn is_internal() -> bool {
-    INTERNAL.try_with(|c| c.get() != 0).unwrap_or(true)
-}
+use crate::sink::cat;
 
 fn traced() -> bool {
     sink::tracing(cat::GPU) && !is_internal()
@@ -580,16 +563,5 @@ mod tests {
     fn unknown_names_are_never_wrapped() {
         assert_eq!(wrapper_for(b"cuGetExportTable", 12000, 0, 0x1234), None);
         assert_eq!(wrapper_for(b"cuCtxCreate", 12000, 0, 0x1234), None);
-    }
-
-    #[test]
-    fn internal_scopes_nest() {
-        assert!(!is_internal());
-        internal(|| {
-            assert!(is_internal());
-            internal(|| assert!(is_internal()));
-            assert!(is_internal());
-        });
-        assert!(!is_internal());
     }
 }

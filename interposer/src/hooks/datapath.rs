@@ -5,10 +5,10 @@ use std::ffi::c_int;
 
 use sigmatrace_schemas::{post_source, PostSend, WorkCompletion};
 
-use crate::config::cat;
 use crate::ffi::*;
 use crate::record::data::{self, Completion, SendWr};
 use crate::sink;
+use crate::sink::cat;
 
 /// Longest WR list walked (a corrupt, cyclic list must not hang the program).
 const MAX_WRS: usize = 1 << 16;

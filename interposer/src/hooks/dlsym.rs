@@ -14,7 +14,8 @@ use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::Ordering;
 
 use crate::ffi::dl::{self, REAL_DLSYM, REAL_DLVSYM};
-use crate::hooks::{guard, table};
+use crate::hooks::table;
+use crate::runtime::guard;
 use crate::sink;
 
 /// Decision for one lookup: 0 = forward to libc unchanged, 1 = return `*out`.
@@ -58,7 +59,7 @@ unsafe fn decide(
         unsafe { *out = std::ptr::null_mut() };
         return 1;
     }
-    if handle == libc::RTLD_NEXT || name.is_null() || !sink::tracing(crate::config::cat::ALL) {
+    if handle == libc::RTLD_NEXT || name.is_null() || !sink::tracing(crate::sink::cat::ALL) {
         return 0;
     }
     // SAFETY: name (and version if given) are NUL-terminated strings of the caller.

@@ -14,12 +14,12 @@ use sigmatrace_observe::mlx5::wqe::Transport;
 use sigmatrace_observe::QueueDesc;
 use sigmatrace_schemas::{cq_variant, qp_variant};
 
-use crate::config::{cat, Diag};
 use crate::ffi::*;
-use crate::hooks::queues::{self, Key};
 use crate::record::control::{self as rc, CqInfo, QpInfo, QpModifyInfo};
 use crate::record::emit;
+use crate::runtime::queues::{self, Key};
 use crate::sink;
+use crate::sink::{cat, Diag};
 
 /// The program's command buffer as a slice (empty when null).
 ///

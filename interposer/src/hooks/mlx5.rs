@@ -10,12 +10,12 @@ use std::mem::offset_of;
 
 use sigmatrace_schemas::post_source;
 
-use crate::config::Diag;
 use crate::ffi::{self, *};
 use crate::hooks::as_fn;
 use crate::hooks::qp_ex::{begin_from, set, stamp};
 use crate::hooks::slots::{variants, Slots, SLOTS};
 use crate::sink;
+use crate::sink::Diag;
 
 const DC_ADDR: usize = 0;
 const MR_INTERLEAVED: usize = 1;

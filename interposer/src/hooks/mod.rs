@@ -10,13 +10,8 @@ pub mod cuda;
 pub mod datapath;
 pub mod dlsym;
 pub mod dv;
-pub mod gpu;
-pub mod guard;
-pub mod init;
-pub mod kernels;
 pub mod mlx5;
 pub mod qp_ex;
-pub mod queues;
 pub mod slots;
 pub mod table;
 
@@ -244,13 +239,4 @@ fn set_errno(e: c_int) {
     unsafe { *libc::__errno_location() = e };
 }
 
-/// Reinterprets a code address as a function pointer of type `F`.
-///
-/// # Safety
-/// `addr` must be a function whose prototype is `F`.
-#[inline(always)]
-pub unsafe fn as_fn<F: Copy>(addr: usize) -> F {
-    const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<usize>()) };
-    // SAFETY: F is pointer-sized (checked above) and the caller vouches for the prototype.
-    unsafe { std::mem::transmute_copy::<usize, F>(&addr) }
-}
+pub use crate::ffi::as_fn;

@@ -10,12 +10,13 @@ use std::mem::offset_of;
 
 use sigmatrace_schemas::{post_source, PostSend};
 
-use crate::config::{cat, Diag};
 use crate::ffi::{self, *};
+use crate::hooks::as_fn;
 use crate::hooks::slots::{variants, Slots, SLOTS};
-use crate::hooks::{as_fn, guard};
 use crate::record::data::{self, SendWr};
+use crate::runtime::guard;
 use crate::sink;
+use crate::sink::{cat, Diag};
 
 const START: usize = 0;
 const COMPLETE: usize = 1;

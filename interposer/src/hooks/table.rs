@@ -14,7 +14,8 @@ use crate::ffi::*;
 use crate::hooks::control as c;
 use crate::hooks::cuda::{self as cu, CuLaunchConfig};
 use crate::hooks::dv;
-use crate::hooks::{guard, AltReals, Entry, Fallback, Lib};
+use crate::hooks::{AltReals, Entry, Fallback, Lib};
+use crate::runtime::guard;
 
 macro_rules! hook_table {
     ( $( $name:ident @ $lib:ident $ver:literal ( $($a:ident : $t:ty),* $(,)? ) -> $r:ty

@@ -15,132 +15,65 @@
 
 pub mod naming;
 pub mod spin;
+mod switches;
 mod thread;
 
+pub use switches::{
+    cat, current_timestamper, diag, diag_enabled, disable, is_disabled, mask, now, tracing,
+    ClockChoice, Diag,
+};
+
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use sigmatrace_schemas::clock::{clock_ns, rdtsc};
+use sigmatrace_schemas::clock::clock_ns;
 use sigmatrace_schemas::{
     ChunkWriter, FileHeader, FixedRecord, LogWriter, RecordKind, TimestampSource, Timestamper,
     WriteError, WriterOptions,
 };
 
-use crate::config::{ClockChoice, Config, Diag};
 use spin::SpinLock;
 
 // ---------------------------------------------------------------------------------------------
-// Process-wide switches
+// Settings
 
-/// Categories currently traced ([`crate::config::cat`] bits); 0 = forward everything untraced.
-static MASK: AtomicU32 = AtomicU32::new(0);
-/// Timestamp source: 0 before initialisation, else `TimestampSource as u8`.
-static CLOCK: AtomicU8 = AtomicU8::new(0);
-/// Diagnostics level (`Diag as u8`).
-static DIAG: AtomicU8 = AtomicU8::new(Diag::Error as u8);
-/// Set once tracing disabled itself (the stderr line is printed once).
-static DISABLED: AtomicBool = AtomicBool::new(false);
+/// What the sink needs to know to create and write the log (from the runtime's
+/// configuration).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogSettings {
+    /// Directory for the logs (created if missing).
+    pub output_dir: PathBuf,
+    /// Size cap of one process's log.
+    pub max_bytes: u64,
+    /// Per-thread chunk size.
+    pub chunk_size: u32,
+    /// The configured categories, written into the header (`trace_mask=`).
+    pub trace: u32,
+    /// The categories traced from the start (0 when tracing is disabled).
+    pub initial_mask: u32,
+    /// Diagnostics level.
+    pub diag: Diag,
+    /// Timestamp source.
+    pub clock: ClockChoice,
+    /// Clock-snapshot period.
+    pub snapshot_ms: u64,
+    /// Chunks the background preparer keeps ready (0 = no preparer).
+    pub prefault_chunks: u32,
+}
+
 /// Timestamp at or after which the next clock snapshot is due.
 static NEXT_SNAPSHOT: AtomicU64 = AtomicU64::new(0);
 /// Snapshot period in timestamp units (0 until the log exists).
 static PERIOD: AtomicU64 = AtomicU64::new(u64::MAX);
 /// Rate of the timestamp source in Hz, as written in the log header (0 until the log exists).
 static HZ: AtomicU64 = AtomicU64::new(0);
-static CONFIG: OnceLock<Config> = OnceLock::new();
+static SETTINGS: OnceLock<LogSettings> = OnceLock::new();
 
-/// Whether any of the `cat` bits is being traced.
-#[inline(always)]
-pub fn tracing(cat: u32) -> bool {
-    MASK.load(Ordering::Relaxed) & cat != 0
-}
-
-/// The categories being traced ([`crate::config::cat`] bits), for hooks that test several
-/// with one load.
-#[inline(always)]
-pub fn mask() -> u32 {
-    MASK.load(Ordering::Relaxed)
-}
-
-/// The current timestamp (TSC or CLOCK_MONOTONIC_RAW, as recorded in the header).
-#[inline(always)]
-pub fn now() -> u64 {
-    if CLOCK.load(Ordering::Relaxed) == TimestampSource::Tsc as u8 {
-        rdtsc()
-    } else {
-        now_monotonic()
-    }
-}
-
-/// [`now`] without an invariant TSC (out of line: keeps the TSC path straight).
-#[cold]
-#[inline(never)]
-fn now_monotonic() -> u64 {
-    clock_ns(libc::CLOCK_MONOTONIC_RAW)
-}
-
-/// Installs the configuration (first call wins) and turns tracing on as it says.
-pub fn configure(config: Config) {
-    let config = CONFIG.get_or_init(|| config);
-    DIAG.store(config.diag as u8, Ordering::Relaxed);
-    let ts = match config.clock {
-        ClockChoice::Auto => Timestamper::detect(),
-        ClockChoice::Tsc => Timestamper::with_source(TimestampSource::Tsc),
-        ClockChoice::MonotonicRaw => Timestamper::with_source(TimestampSource::MonotonicRaw),
-    };
-    CLOCK.store(ts.source() as u8, Ordering::Relaxed);
-    for w in &config.warnings {
-        diag(Diag::Info, w);
-    }
-    if !DISABLED.load(Ordering::Relaxed) {
-        MASK.store(config.initial_mask(), Ordering::Release);
-    }
-}
-
-/// The configuration, once [`configure`] ran.
-pub fn config() -> Option<&'static Config> {
-    CONFIG.get()
-}
-
-/// Stops tracing for good: prints one stderr line (at `Diag::Error`) and makes every hook
-/// forward untraced from now on.
-pub fn disable(reason: &str) {
-    MASK.store(0, Ordering::Release);
-    if !DISABLED.swap(true, Ordering::AcqRel) {
-        diag(
-            Diag::Error,
-            &format!("sigmatrace: tracing disabled: {reason}; calls continue untraced"),
-        );
-    }
-}
-
-/// Whether tracing disabled itself.
-pub fn is_disabled() -> bool {
-    DISABLED.load(Ordering::Relaxed)
-}
-
-/// Writes one line to stderr if the level is enabled (raw `write(2)`: no lock, fork-safe).
-pub fn diag(level: Diag, msg: &str) {
-    if (level as u8) > DIAG.load(Ordering::Relaxed) {
-        return;
-    }
-    let mut line = Vec::with_capacity(msg.len() + 1);
-    line.extend_from_slice(msg.as_bytes());
-    line.push(b'\n');
-    let mut rest: &[u8] = &line;
-    while !rest.is_empty() {
-        // SAFETY: writes initialised bytes of `rest` to fd 2; no memory is retained.
-        let n = unsafe { libc::write(2, rest.as_ptr().cast(), rest.len()) };
-        if n <= 0 {
-            break;
-        }
-        rest = &rest[n as usize..];
-    }
-}
-
-/// Whether messages of `level` are printed.
-pub fn diag_enabled(level: Diag) -> bool {
-    (level as u8) <= DIAG.load(Ordering::Relaxed)
+/// Installs the settings (first call wins) and turns tracing on as they say.
+pub fn configure(settings: LogSettings) {
+    let s = SETTINGS.get_or_init(|| settings);
+    switches::set(s.diag, s.clock, s.initial_mask);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -161,7 +94,7 @@ fn process() -> Option<&'static Process> {
         // SAFETY: PROCESS only ever holds leaked `Box<Process>`es, never freed.
         return Some(unsafe { &*p });
     }
-    if CREATE_FAILED.load(Ordering::Relaxed) || !tracing(crate::config::cat::ALL) {
+    if CREATE_FAILED.load(Ordering::Relaxed) || !tracing(cat::ALL) {
         return None;
     }
     let _g = CREATE_LOCK.lock();
@@ -170,7 +103,7 @@ fn process() -> Option<&'static Process> {
         // SAFETY: as above.
         return Some(unsafe { &*p });
     }
-    let config = config()?;
+    let config = SETTINGS.get()?;
     match create_log(config) {
         Ok(writer) => {
             diag(
@@ -325,7 +258,7 @@ pub enum CreateError {
     Names(PathBuf),
 }
 
-fn create_log(config: &Config) -> Result<LogWriter, CreateError> {
+fn create_log(config: &LogSettings) -> Result<LogWriter, CreateError> {
     let dir = &config.output_dir;
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -334,9 +267,8 @@ fn create_log(config: &Config) -> Result<LogWriter, CreateError> {
             dir: dir.clone(),
             source,
         })?;
-    let source = TimestampSource::from_u8(CLOCK.load(Ordering::Relaxed))
-        .unwrap_or(TimestampSource::MonotonicRaw);
-    let ts = Timestamper::with_source(source);
+    let ts = current_timestamper();
+    let source = ts.source();
     let hz = estimate_hz(ts);
     let start = ts.snapshot();
     let mut header = FileHeader::for_current_process(source, hz, start, config.chunk_size);
@@ -442,14 +374,6 @@ pub fn ticks_per_ns() -> Option<f64> {
     (hz != 0).then(|| hz as f64 / 1e9)
 }
 
-/// The timestamp source of the log's records.
-pub fn current_timestamper() -> Timestamper {
-    Timestamper::with_source(
-        TimestampSource::from_u8(CLOCK.load(Ordering::Relaxed))
-            .unwrap_or(TimestampSource::MonotonicRaw),
-    )
-}
-
 #[inline(always)]
 fn ts_of<R: FixedRecord>(rec: &R) -> u64 {
     let b = bytemuck::bytes_of(rec);
@@ -471,7 +395,7 @@ pub fn after_fork_in_child() {
 
 /// Exit handler: flush this thread's runs and write a final clock snapshot (if a log exists).
 pub fn at_exit() {
-    if !tracing(crate::config::cat::ALL) {
+    if !tracing(cat::ALL) {
         return;
     }
     with_existing_thread(|t| t.snapshot());

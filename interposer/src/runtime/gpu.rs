@@ -13,7 +13,6 @@
 //! be freed) waits until the kernel that watched it has stopped. The driver calls, including
 //! the context it makes current, happen on this thread only, never on the program's.
 
-use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -22,9 +21,10 @@ use sigmatrace_observe::device::ClockMap;
 use sigmatrace_observe::{Observation, QueueDesc};
 use sigmatrace_schemas::{string_ns, ChunkWriter, RecordKind};
 
-use crate::config::{cat, Diag};
-use crate::hooks::cuda::internal;
+use crate::runtime::internal::internal;
+use crate::runtime::singleton::{self, Singleton};
 use crate::sink;
+use crate::sink::{cat, Diag};
 
 /// Quiet time after a change before the kernel is (re)launched.
 const DEBOUNCE: Duration = Duration::from_millis(10);
@@ -52,43 +52,22 @@ struct Shared {
     cv: Condvar,
 }
 
-static STATE: AtomicPtr<Shared> = AtomicPtr::new(std::ptr::null_mut());
+static STATE: Singleton<Shared> = Singleton::new();
 
 fn shared() -> &'static Shared {
-    let p = STATE.load(Ordering::Acquire);
-    if !p.is_null() {
-        // SAFETY: leaked boxes only, never freed.
-        return unsafe { &*p };
-    }
-    let fresh = Box::into_raw(Box::new(Shared {
+    STATE.get_or_init(|| Shared {
         m: Mutex::new(Mgr::default()),
         cv: Condvar::new(),
-    }));
-    match STATE.compare_exchange(
-        std::ptr::null_mut(),
-        fresh,
-        Ordering::AcqRel,
-        Ordering::Acquire,
-    ) {
-        // SAFETY: just leaked.
-        Ok(_) => unsafe { &*fresh },
-        Err(cur) => {
-            // SAFETY: `fresh` was never shared; `cur` is a leaked box.
-            unsafe {
-                drop(Box::from_raw(fresh));
-                &*cur
-            }
-        }
-    }
+    })
 }
 
 fn lock() -> MutexGuard<'static, Mgr> {
-    shared().m.lock().unwrap_or_else(|p| p.into_inner())
+    singleton::lock(&shared().m)
 }
 
 /// Fork child: the parent's thread and kernel are not ours.
 pub fn after_fork_child() {
-    STATE.store(std::ptr::null_mut(), Ordering::Release);
+    STATE.forget_in_child();
 }
 
 /// The GPU-resident queues to watch now. Starts the manager thread when needed; never loads
@@ -271,7 +250,7 @@ fn run() {
 
 /// Exit: stop the kernel (bounded) and log the manager's counters.
 pub fn at_exit() {
-    if STATE.load(Ordering::Acquire).is_null() {
+    if STATE.get().is_none() {
         return;
     }
     let s = shared();

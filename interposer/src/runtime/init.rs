@@ -5,10 +5,10 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Once;
 
-use crate::config::Config;
 use crate::ffi::dl;
-use crate::hooks::guard;
-use crate::sink;
+use crate::runtime::config::{self, Config};
+use crate::runtime::{gpu, guard, kernels, queues};
+use crate::sink::{self, Diag};
 
 static DONE: AtomicBool = AtomicBool::new(false);
 static ONCE: Once = Once::new();
@@ -27,7 +27,11 @@ fn init_once() {
         dl::init();
         guard::install_panic_hook();
         let ok = guard::run("init", || {
-            sink::configure(Config::from_env());
+            let config = config::install(Config::from_env());
+            sink::configure(config.log_settings());
+            for w in &config.warnings {
+                sink::diag(Diag::Info, w);
+            }
             // SAFETY: registering plain extern "C" handlers without arguments.
             unsafe {
                 libc::pthread_atfork(None, None, Some(after_fork_child));
@@ -46,17 +50,17 @@ extern "C" fn after_fork_child() {
         sink::after_fork_in_child();
         // The parent's poller threads do not exist here: forget their state; the child starts
         // its own on its own first queue.
-        super::queues::after_fork_child();
-        super::gpu::after_fork_child();
-        super::kernels::after_fork_child();
+        queues::after_fork_child();
+        gpu::after_fork_child();
+        kernels::after_fork_child();
     });
 }
 
 extern "C" fn at_exit() {
     guard::run("exit", || {
-        super::gpu::at_exit();
-        super::kernels::at_exit();
-        super::queues::at_exit();
+        gpu::at_exit();
+        kernels::at_exit();
+        queues::at_exit();
         sink::at_exit();
     });
 }

@@ -47,7 +47,7 @@ pub fn run<R>(what: &'static str, f: impl FnOnce() -> R) -> Option<R> {
 #[inline]
 pub fn control<R>(what: &'static str, f: impl FnOnce() -> R) -> Option<R> {
     super::init::ensure();
-    if !sink::tracing(crate::config::cat::ALL) {
+    if !sink::tracing(sink::cat::ALL) {
         return None;
     }
     run(what, f)
@@ -68,7 +68,7 @@ fn panicked(what: &str) {
 #[inline(always)]
 fn inject(what: &str) {
     #[cfg(debug_assertions)]
-    if let Some(target) = sink::config().and_then(|c| c.debug_panic.as_deref()) {
+    if let Some(target) = super::config::get().and_then(|c| c.debug_panic.as_deref()) {
         if target == what || target == "any" {
             panic!("injected by SIGMATRACE_DEBUG_PANIC={target}");
         }

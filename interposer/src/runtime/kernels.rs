@@ -21,7 +21,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::{c_char, c_int, c_uint, CStr};
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -29,11 +29,12 @@ use sigmatrace_schemas::{
     string_ns, ChunkWriter, KernelExec, KernelLaunch, RecordHeader, RecordKind,
 };
 
-use crate::config::cat;
-use crate::ffi::dl;
-use crate::hooks::cuda::internal;
+use crate::ffi::{as_fn, dl};
 use crate::record::emit;
-use crate::sink;
+use crate::runtime::config;
+use crate::runtime::internal::internal;
+use crate::runtime::singleton::{self, Singleton};
+use crate::sink::{self, cat};
 
 /// A new reference event is recorded when the last one is older than this.
 pub const REFERENCE_PERIOD: Duration = Duration::from_secs(1);
@@ -79,7 +80,7 @@ fn fns() -> Option<&'static Fns> {
         macro_rules! f {
             ($n:literal, $t:ty) => {
                 // SAFETY: the driver's exported $n, whose C prototype is $t (CUDA 12 API).
-                unsafe { crate::hooks::as_fn::<$t>(get($n)?) }
+                unsafe { as_fn::<$t>(get($n)?) }
             };
         }
         Some(Fns {
@@ -93,7 +94,7 @@ fn fns() -> Option<&'static Fns> {
             event_query: f!(c"cuEventQuery", FnEventQuery),
             elapsed: f!(c"cuEventElapsedTime", FnElapsed),
             // SAFETY: cuFuncGetName(const char **, CUfunction), CUDA ≥ 12.3; optional.
-            func_get_name: get(c"cuFuncGetName").map(|p| unsafe { crate::hooks::as_fn(p) }),
+            func_get_name: get(c"cuFuncGetName").map(|p| unsafe { as_fn(p) }),
         })
     })
     .as_ref()
@@ -145,45 +146,24 @@ struct State {
     stopped: AtomicBool,
 }
 
-static STATE: AtomicPtr<State> = AtomicPtr::new(std::ptr::null_mut());
+static STATE: Singleton<State> = Singleton::new();
 static CORRELATION: AtomicU64 = AtomicU64::new(1);
 
 fn state() -> &'static State {
-    let p = STATE.load(Ordering::Acquire);
-    if !p.is_null() {
-        // SAFETY: leaked boxes only, never freed.
-        return unsafe { &*p };
-    }
-    let fresh = Box::into_raw(Box::new(State {
+    STATE.get_or_init(|| State {
         timing: Mutex::new(Timing::default()),
         stop: AtomicBool::new(false),
         stopped: AtomicBool::new(false),
-    }));
-    match STATE.compare_exchange(
-        std::ptr::null_mut(),
-        fresh,
-        Ordering::AcqRel,
-        Ordering::Acquire,
-    ) {
-        // SAFETY: just leaked.
-        Ok(_) => unsafe { &*fresh },
-        Err(cur) => {
-            // SAFETY: `fresh` was never shared; `cur` is a leaked box.
-            unsafe {
-                drop(Box::from_raw(fresh));
-                &*cur
-            }
-        }
-    }
+    })
 }
 
 fn lock() -> MutexGuard<'static, Timing> {
-    state().timing.lock().unwrap_or_else(|p| p.into_inner())
+    singleton::lock(&state().timing)
 }
 
 /// Fork child: the parent's state (and thread) is not ours.
 pub fn after_fork_child() {
-    STATE.store(std::ptr::null_mut(), Ordering::Release);
+    STATE.forget_in_child();
 }
 
 /// Launch geometry.
@@ -285,7 +265,7 @@ pub fn before(stream: u64, ptsz: bool) -> Launch {
         if unsafe { (f.ctx_get_current)(&mut l.ctx) } != 0 || l.ctx == 0 {
             return;
         }
-        let timing = sink::config().is_some_and(|c| c.observe.kernel_timing);
+        let timing = config::get().is_some_and(|c| c.observe.kernel_timing);
         let mut t = lock();
         if let std::collections::hash_map::Entry::Vacant(e) = t.ctxs.entry(l.ctx) {
             match Ctx::new(f) {
@@ -544,12 +524,9 @@ fn resolve(w: &mut Option<ChunkWriter>) -> usize {
 /// Exit: a final resolution pass (bounded wait for the thread), then the counters as a
 /// process attribute (`kernel_timing=resolved:…,unresolved:…,untimed:…,failed:…`).
 pub fn at_exit() {
-    let p = STATE.load(Ordering::Acquire);
-    if p.is_null() {
+    let Some(st) = STATE.get() else {
         return;
-    }
-    // SAFETY: leaked box, never freed.
-    let st = unsafe { &*p };
+    };
     let running = lock().thread;
     if running {
         st.stop.store(true, Ordering::Release);

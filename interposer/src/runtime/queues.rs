@@ -16,7 +16,6 @@
 //! as a process attribute (`host_poller=…`).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -26,9 +25,12 @@ use sigmatrace_observe::{
 };
 use sigmatrace_schemas::{mem_kind, string_ns, RecordKind};
 
-use crate::config::{cat, Diag};
 use crate::record::emit;
+use crate::runtime::config::{self, ObserveConfig};
+use crate::runtime::gpu;
+use crate::runtime::singleton::{self, Singleton};
 use crate::sink;
+use crate::sink::{cat, Diag};
 
 /// What a queue registration is keyed by: the object whose destruction releases it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -59,21 +61,12 @@ pub struct Inner {
     device: HashMap<Key, QueueDesc>,
 }
 
-struct State {
-    inner: Mutex<Inner>,
-}
+/// The state (leaked once, forgotten in a fork child).
+static STATE: Singleton<Mutex<Inner>> = Singleton::new();
 
-/// The state (a leaked box; replaced, never freed, in a fork child).
-static STATE: AtomicPtr<State> = AtomicPtr::new(std::ptr::null_mut());
-
-fn state() -> &'static State {
-    let p = STATE.load(Ordering::Acquire);
-    if !p.is_null() {
-        // SAFETY: STATE only holds leaked boxes, never freed.
-        return unsafe { &*p };
-    }
-    let fresh = Box::into_raw(Box::new(State {
-        inner: Mutex::new(Inner {
+fn state() -> &'static Mutex<Inner> {
+    STATE.get_or_init(|| {
+        Mutex::new(Inner {
             disc: Discovery::new(),
             cqns: HashMap::new(),
             umems: HashMap::new(),
@@ -83,35 +76,19 @@ fn state() -> &'static State {
             known: HashMap::new(),
             host: HashMap::new(),
             device: HashMap::new(),
-        }),
-    }));
-    match STATE.compare_exchange(
-        std::ptr::null_mut(),
-        fresh,
-        Ordering::AcqRel,
-        Ordering::Acquire,
-    ) {
-        // SAFETY: just leaked.
-        Ok(_) => unsafe { &*fresh },
-        Err(cur) => {
-            // SAFETY: `fresh` was never shared; `cur` is a leaked box.
-            unsafe {
-                drop(Box::from_raw(fresh));
-                &*cur
-            }
-        }
-    }
+        })
+    })
 }
 
 /// Locks the state (hooks run on the control path; the poll thread never takes this lock).
 pub fn lock() -> MutexGuard<'static, Inner> {
-    state().inner.lock().unwrap_or_else(|p| p.into_inner())
+    singleton::lock(state())
 }
 
 /// Fork child: forget the parent's state without touching it (its poller thread is gone,
 /// its mutex may be held by a thread that does not exist here).
 pub fn after_fork_child() {
-    STATE.store(std::ptr::null_mut(), Ordering::Release);
+    STATE.forget_in_child();
 }
 
 fn is_device_resident(q: &QueueDesc) -> bool {
@@ -141,7 +118,7 @@ pub fn discovered(inner: &mut Inner, key: Key, q: QueueDesc) {
     if sink::tracing(cat::OBSERVE) {
         emit(q.to_record(sink::now()));
     }
-    let Some(cfg) = sink::config().map(|c| c.observe.clone()) else {
+    let Some(cfg) = config::get().map(|c| c.observe.clone()) else {
         return;
     };
     if !sink::tracing(cat::OBSERVE) {
@@ -151,11 +128,11 @@ pub fn discovered(inner: &mut Inner, key: Key, q: QueueDesc) {
         register_host(inner, key, q, &cfg);
     } else if is_device_resident(&q) && cfg.device_poll {
         inner.device.insert(key, q);
-        super::gpu::set_queues(inner.device.values().copied().collect());
+        gpu::set_queues(inner.device.values().copied().collect());
     }
 }
 
-fn register_host(inner: &mut Inner, key: Key, q: QueueDesc, cfg: &crate::config::ObserveConfig) {
+fn register_host(inner: &mut Inner, key: Key, q: QueueDesc, cfg: &ObserveConfig) {
     if inner.poller.is_none() && !inner.poller_failed {
         let config = PollerConfig {
             spin_passes: cfg.spin_passes,
@@ -205,7 +182,7 @@ pub fn forget(inner: &mut Inner, key: Key) -> Option<QueueDesc> {
         }
     }
     if inner.device.remove(&key).is_some() {
-        super::gpu::set_queues_and_wait(inner.device.values().copied().collect());
+        gpu::set_queues_and_wait(inner.device.values().copied().collect());
     }
     inner.known.remove(&key)
 }
@@ -299,8 +276,7 @@ pub fn stats_attr(s: &PollerStats) -> String {
 
 /// Exit: stop the poller after a final pass over every queue and log its counters.
 pub fn at_exit() {
-    let p = STATE.load(Ordering::Acquire);
-    if p.is_null() {
+    if STATE.get().is_none() {
         return;
     }
     let poller = lock().poller.take();

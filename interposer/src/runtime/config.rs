@@ -1,64 +1,23 @@
-//! `SIGMATRACE_*` environment configuration, parsed once per process (see README.md).
+//! `SIGMATRACE_*` environment configuration, parsed once per process (see README.md), and
+//! kept for the process ([`install`], [`get`]). The categories, diagnostics levels and clock
+//! choices it parses into are the sink's switches ([`crate::sink::cat`], [`Diag`],
+//! [`ClockChoice`]); the sink gets its part as [`LogSettings`] ([`Config::log_settings`]).
 
 use std::path::PathBuf;
+use std::sync::OnceLock;
 
-/// What to trace: bits of [`Config::trace`].
-pub mod cat {
-    /// Object lifecycle and connection data (devices, PDs, MRs, CQs, SRQs, QPs, AHs).
-    pub const CONTROL: u32 = 1 << 0;
-    /// Posted send-queue work requests (`PostSend`, send-side `PostError`).
-    pub const SEND: u32 = 1 << 1;
-    /// Posted receive work requests (`PostRecv`, receive-side `PostError`).
-    pub const RECV: u32 = 1 << 2;
-    /// Work completions returned to the program.
-    pub const COMPLETIONS: u32 = 1 << 3;
-    /// Aggregated empty polls.
-    pub const EMPTY_POLLS: u32 = 1 << 4;
-    /// Completion-channel and asynchronous events.
-    pub const EVENTS: u32 = 1 << 5;
-    /// Queues the program writes itself: `QueueDiscovered`, and the host and device pollers
-    /// (`WqeObserved`, `CqeObserved`, `ObserveOverrun`, `GpuClockPair`).
-    pub const OBSERVE: u32 = 1 << 6;
-    /// CUDA: `GpuMemory`, kernel names, `KernelLaunch`, `KernelExec`.
-    pub const GPU: u32 = 1 << 7;
-    /// Everything.
-    pub const ALL: u32 = CONTROL | SEND | RECV | COMPLETIONS | EMPTY_POLLS | EVENTS | OBSERVE | GPU;
+use crate::sink::{cat, ClockChoice, Diag, LogSettings};
 
-    /// (name, bits) accepted by `SIGMATRACE_TRACE`.
-    pub const NAMES: &[(&str, u32)] = &[
-        ("all", ALL),
-        ("control", CONTROL),
-        ("send", SEND),
-        ("recv", RECV),
-        ("completions", COMPLETIONS),
-        ("empty_polls", EMPTY_POLLS),
-        ("events", EVENTS),
-        ("observe", OBSERVE),
-        ("gpu", GPU),
-        ("data", SEND | RECV | COMPLETIONS | EMPTY_POLLS),
-    ];
+static CONFIG: OnceLock<Config> = OnceLock::new();
+
+/// Keeps `config` for the process (the first call wins) and returns the kept one.
+pub fn install(config: Config) -> &'static Config {
+    CONFIG.get_or_init(|| config)
 }
 
-/// How much the interposer says on stderr.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Diag {
-    /// Nothing, not even when tracing disables itself.
-    Off = 0,
-    /// One line when tracing disables itself (default).
-    Error = 1,
-    /// Also the log path, size-cap and configuration warnings.
-    Info = 2,
-    /// Also per-object instrumentation details.
-    Debug = 3,
-}
-
-/// Timestamp source choice.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ClockChoice {
-    /// TSC when invariant, else CLOCK_MONOTONIC_RAW.
-    Auto,
-    Tsc,
-    MonotonicRaw,
+/// The process's configuration, once [`install`] ran.
+pub fn get() -> Option<&'static Config> {
+    CONFIG.get()
 }
 
 /// The parsed configuration.
@@ -301,6 +260,21 @@ impl Config {
         c.observe = ObserveConfig::parse(&get, &mut warnings);
         c.warnings = warnings;
         c
+    }
+
+    /// What the sink needs: where and how to write the log, what to trace, what to say.
+    pub fn log_settings(&self) -> LogSettings {
+        LogSettings {
+            output_dir: self.output_dir.clone(),
+            max_bytes: self.max_bytes,
+            chunk_size: self.chunk_size,
+            trace: self.trace,
+            initial_mask: self.initial_mask(),
+            diag: self.diag,
+            clock: self.clock,
+            snapshot_ms: self.snapshot_ms,
+            prefault_chunks: self.prefault_chunks,
+        }
     }
 
     /// The [`cat`] mask tracing starts with (0 when disabled).

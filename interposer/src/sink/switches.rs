@@ -1,0 +1,169 @@
+//! The process-wide switches every layer reads on its fast path: what is traced ([`cat`]
+//! bits in one atomic mask), the timestamp source, the diagnostics level, and whether tracing
+//! disabled itself. Plain atomics: reading them costs one load, setting them never blocks.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+
+use sigmatrace_schemas::clock::{clock_ns, rdtsc};
+use sigmatrace_schemas::{TimestampSource, Timestamper};
+
+/// What to trace: the bits of the mask [`tracing`] tests (`SIGMATRACE_TRACE`).
+pub mod cat {
+    /// Object lifecycle and connection data (devices, PDs, MRs, CQs, SRQs, QPs, AHs).
+    pub const CONTROL: u32 = 1 << 0;
+    /// Posted send-queue work requests (`PostSend`, send-side `PostError`).
+    pub const SEND: u32 = 1 << 1;
+    /// Posted receive work requests (`PostRecv`, receive-side `PostError`).
+    pub const RECV: u32 = 1 << 2;
+    /// Work completions returned to the program.
+    pub const COMPLETIONS: u32 = 1 << 3;
+    /// Aggregated empty polls.
+    pub const EMPTY_POLLS: u32 = 1 << 4;
+    /// Completion-channel and asynchronous events.
+    pub const EVENTS: u32 = 1 << 5;
+    /// Queues the program writes itself: `QueueDiscovered`, and the host and device pollers
+    /// (`WqeObserved`, `CqeObserved`, `ObserveOverrun`, `GpuClockPair`).
+    pub const OBSERVE: u32 = 1 << 6;
+    /// CUDA: `GpuMemory`, kernel names, `KernelLaunch`, `KernelExec`.
+    pub const GPU: u32 = 1 << 7;
+    /// Everything.
+    pub const ALL: u32 = CONTROL | SEND | RECV | COMPLETIONS | EMPTY_POLLS | EVENTS | OBSERVE | GPU;
+
+    /// (name, bits) accepted by `SIGMATRACE_TRACE`.
+    pub const NAMES: &[(&str, u32)] = &[
+        ("all", ALL),
+        ("control", CONTROL),
+        ("send", SEND),
+        ("recv", RECV),
+        ("completions", COMPLETIONS),
+        ("empty_polls", EMPTY_POLLS),
+        ("events", EVENTS),
+        ("observe", OBSERVE),
+        ("gpu", GPU),
+        ("data", SEND | RECV | COMPLETIONS | EMPTY_POLLS),
+    ];
+}
+
+/// How much the interposer says on stderr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Diag {
+    /// Nothing, not even when tracing disables itself.
+    Off = 0,
+    /// One line when tracing disables itself (default).
+    Error = 1,
+    /// Also the log path, size-cap and configuration warnings.
+    Info = 2,
+    /// Also per-object instrumentation details.
+    Debug = 3,
+}
+
+/// Timestamp source choice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClockChoice {
+    /// TSC when invariant, else CLOCK_MONOTONIC_RAW.
+    Auto,
+    Tsc,
+    MonotonicRaw,
+}
+
+/// Categories currently traced ([`cat`] bits); 0 = forward everything untraced.
+static MASK: AtomicU32 = AtomicU32::new(0);
+/// Timestamp source: 0 before initialisation, else `TimestampSource as u8`.
+static CLOCK: AtomicU8 = AtomicU8::new(0);
+/// Diagnostics level (`Diag as u8`).
+static DIAG: AtomicU8 = AtomicU8::new(Diag::Error as u8);
+/// Set once tracing disabled itself (the stderr line is printed once).
+static DISABLED: AtomicBool = AtomicBool::new(false);
+
+/// Whether any of the `cat` bits is being traced.
+#[inline(always)]
+pub fn tracing(cat: u32) -> bool {
+    MASK.load(Ordering::Relaxed) & cat != 0
+}
+
+/// The categories being traced ([`cat`] bits), for hooks that test several with one load.
+#[inline(always)]
+pub fn mask() -> u32 {
+    MASK.load(Ordering::Relaxed)
+}
+
+/// The current timestamp (TSC or CLOCK_MONOTONIC_RAW, as recorded in the header).
+#[inline(always)]
+pub fn now() -> u64 {
+    if CLOCK.load(Ordering::Relaxed) == TimestampSource::Tsc as u8 {
+        rdtsc()
+    } else {
+        now_monotonic()
+    }
+}
+
+/// [`now`] without an invariant TSC (out of line: keeps the TSC path straight).
+#[cold]
+#[inline(never)]
+fn now_monotonic() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC_RAW)
+}
+
+/// Sets the switches: diagnostics level, clock (resolving `Auto`), and — unless tracing
+/// already disabled itself — the traced categories.
+pub(super) fn set(diag_level: Diag, clock: ClockChoice, initial_mask: u32) {
+    DIAG.store(diag_level as u8, Ordering::Relaxed);
+    let ts = match clock {
+        ClockChoice::Auto => Timestamper::detect(),
+        ClockChoice::Tsc => Timestamper::with_source(TimestampSource::Tsc),
+        ClockChoice::MonotonicRaw => Timestamper::with_source(TimestampSource::MonotonicRaw),
+    };
+    CLOCK.store(ts.source() as u8, Ordering::Relaxed);
+    if !DISABLED.load(Ordering::Relaxed) {
+        MASK.store(initial_mask, Ordering::Release);
+    }
+}
+
+/// The timestamp source of the log's records.
+pub fn current_timestamper() -> Timestamper {
+    Timestamper::with_source(
+        TimestampSource::from_u8(CLOCK.load(Ordering::Relaxed))
+            .unwrap_or(TimestampSource::MonotonicRaw),
+    )
+}
+
+/// Stops tracing for good: prints one stderr line (at `Diag::Error`) and makes every hook
+/// forward untraced from now on.
+pub fn disable(reason: &str) {
+    MASK.store(0, Ordering::Release);
+    if !DISABLED.swap(true, Ordering::AcqRel) {
+        diag(
+            Diag::Error,
+            &format!("sigmatrace: tracing disabled: {reason}; calls continue untraced"),
+        );
+    }
+}
+
+/// Whether tracing disabled itself.
+pub fn is_disabled() -> bool {
+    DISABLED.load(Ordering::Relaxed)
+}
+
+/// Writes one line to stderr if the level is enabled (raw `write(2)`: no lock, fork-safe).
+pub fn diag(level: Diag, msg: &str) {
+    if !diag_enabled(level) {
+        return;
+    }
+    let mut line = Vec::with_capacity(msg.len() + 1);
+    line.extend_from_slice(msg.as_bytes());
+    line.push(b'\n');
+    let mut rest: &[u8] = &line;
+    while !rest.is_empty() {
+        // SAFETY: writes initialised bytes of `rest` to fd 2; no memory is retained.
+        let n = unsafe { libc::write(2, rest.as_ptr().cast(), rest.len()) };
+        if n <= 0 {
+            break;
+        }
+        rest = &rest[n as usize..];
+    }
+}
+
+/// Whether messages of `level` are printed.
+pub fn diag_enabled(level: Diag) -> bool {
+    (level as u8) <= DIAG.load(Ordering::Relaxed)
+}
