@@ -5,20 +5,10 @@
 
 #![allow(clippy::missing_safety_doc)]
 
-pub mod ctx;
-pub mod datapath;
-pub mod devx;
-pub mod dv;
-pub mod engine;
 pub mod ffi;
-pub mod layout;
-pub mod misc;
-pub mod mlx5dv;
-pub mod obj;
-pub mod objects;
-pub mod qp;
-pub mod responder;
-pub mod shm;
+pub mod mlx5;
+pub mod verbs;
+pub mod wire;
 
 // Versioned entry points generated from exports/ibverbs.txt.
 std::arch::global_asm!(include_str!(concat!(env!("OUT_DIR"), "/ibverbs.s")));

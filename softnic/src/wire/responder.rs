@@ -3,10 +3,11 @@
 //! and NAKs (RNR, remote access, invalid request, remote operation), and drops what UC/UD
 //! cannot deliver.
 
-use crate::engine::{before, check_local, check_remote, qp_error, scatter, sge_capacity};
 use crate::ffi::*;
-use crate::obj::*;
-use crate::shm::{kind, nak, pflag, PktHdr, Slot, PKT_MTU};
+use crate::wire::queues::{before, check_local, check_remote, qp_error, scatter, sge_capacity};
+use crate::wire::shm::{kind, nak, pflag, PktHdr, Slot, PKT_MTU};
+use crate::wire::state::*;
+use crate::wire::work::*;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Outcome of handling one request packet.

@@ -1,10 +1,11 @@
 //! Data path: ibv_context.ops entry points, ibv_cq_ex polling, ibv_qp_ex builder (ibv_wr_*).
 
-use crate::engine;
 use crate::ffi::*;
-use crate::obj::*;
-use crate::objects::{SnAh, SnCq, SnSrq};
-use crate::qp::{sn_qp, SnQp};
+use crate::verbs::objects::{SnAh, SnCq, SnSrq};
+use crate::verbs::qp::{sn_qp, SnQp};
+use crate::wire::state::*;
+use crate::wire::work::*;
+use crate::wire::{engine, queues};
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::Ordering;
 
@@ -77,7 +78,7 @@ fn enqueue(q: &QpInner, sq: &mut SendQueue, fill: impl FnOnce(&mut SendWqe) -> c
     if e != 0 {
         return e;
     }
-    if q.qp_type == IBV_QPT_UD && w.len as usize > crate::shm::PKT_MTU {
+    if q.qp_type == IBV_QPT_UD && w.len as usize > crate::wire::shm::PKT_MTU {
         w.status = IBV_WC_LOC_LEN_ERR;
         w.st = WQE_DONE;
     } else {
@@ -268,7 +269,7 @@ pub unsafe extern "C" fn op_post_recv(
         post_recv_common(&mut rq, q.max_recv_sge, wr, bad)
     };
     if q.state() == IBV_QPS_ERR {
-        engine::flush_rq(q);
+        queues::flush_rq(q);
     }
     ret
 }
@@ -487,7 +488,7 @@ pub fn fill_cq_ex_ops(c: &mut ibv_cq_ex) {
 
 // ---- ibv_qp_ex builder ---------------------------------------------------------------------
 
-unsafe fn wb<'a>(q: *mut ibv_qp_ex) -> (&'a SnQp, &'a mut crate::qp::WrBuild) {
+unsafe fn wb<'a>(q: *mut ibv_qp_ex) -> (&'a SnQp, &'a mut crate::verbs::qp::WrBuild) {
     let s = &*(q as *mut SnQp);
     (s, &mut *s.wr.get())
 }

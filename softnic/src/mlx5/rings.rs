@@ -10,7 +10,7 @@
 //! exposed QP come from its receive ring (`dbrec[0]` = head). All ring fields are big-endian.
 
 use crate::ffi::*;
-use crate::obj::*;
+use crate::wire::work::*;
 use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::sync::Mutex;
 

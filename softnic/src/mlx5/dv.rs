@@ -7,12 +7,13 @@
 //! compression, no DC, no signature/crypto offload. DV QPs are RC or UC; QPs, CQs, SRQs and
 //! PDs can be exposed; RWQ, DM and AH objects cannot (`EOPNOTSUPP`).
 
-use crate::ctx::{device, set_errno};
-use crate::dv::{DvCq, DvQp, DvSrq, Owned};
 use crate::ffi::*;
-use crate::obj::*;
-use crate::objects::{SnCq, SnPd};
-use crate::qp::sn_qp;
+use crate::mlx5::rings::{DvCq, DvQp, DvSrq, Owned};
+use crate::verbs::ctx::{device, set_errno};
+use crate::verbs::objects::{SnCq, SnPd};
+use crate::verbs::qp::sn_qp;
+use crate::wire::state::*;
+use crate::wire::work::*;
 use std::ffi::{c_int, c_void};
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -67,7 +68,7 @@ pub unsafe extern "C" fn sv_mlx5dv_open_device(
         set_errno(libc::EOPNOTSUPP);
         return null_mut();
     }
-    crate::ctx::sv_ibv_open_device(dev)
+    crate::verbs::ctx::sv_ibv_open_device(dev)
 }
 
 #[no_mangle]
@@ -98,7 +99,7 @@ pub unsafe extern "C" fn sv_mlx5dv_create_qp(
         // DC, create flags and mlx5 send ops are not simulated.
         return unsup_ptr();
     }
-    crate::qp::vctx_create_qp_ex(ctx, attr)
+    crate::verbs::qp::vctx_create_qp_ex(ctx, attr)
 }
 
 #[no_mangle]
@@ -116,7 +117,7 @@ pub unsafe extern "C" fn sv_mlx5dv_create_cq(
             return unsup_ptr();
         }
     }
-    crate::objects::vctx_create_cq_ex(ctx, attr)
+    crate::verbs::objects::vctx_create_cq_ex(ctx, attr)
 }
 
 /// Gives a verbs QP mlx5 rings (once) and describes them.
@@ -153,7 +154,7 @@ unsafe fn expose_qp(qp: *mut ibv_qp, out: &mut mlx5dv_qp) -> c_int {
             uar: uar.ptr,
             sq_seen: AtomicU32::new(0),
             rq_ci: AtomicU32::new(0),
-            rq_wrid: crate::dv::wrid_table(rq_cnt),
+            rq_wrid: crate::mlx5::rings::wrid_table(rq_cnt),
             _mem: vec![wq, db, uar],
         };
         {
@@ -238,7 +239,7 @@ unsafe fn expose_cq(cq: *mut ibv_cq, out: &mut mlx5dv_cq) -> c_int {
 
 /// Gives an SRQ an mlx5 SRQ ring (once) and describes it.
 unsafe fn expose_srq(srq: *mut ibv_srq, out: &mut mlx5dv_srq) -> c_int {
-    let s = &*(srq as *mut crate::objects::SnSrq);
+    let s = &*(srq as *mut crate::verbs::objects::SnSrq);
     let inner = &s.inner;
     if inner.dv.get().is_none() {
         if !inner

@@ -4,7 +4,8 @@
 #![allow(clippy::field_reassign_with_default)]
 
 use crate::ffi::*;
-use crate::obj::*;
+use crate::wire::state::*;
+use crate::wire::work::*;
 use std::ffi::{c_char, c_int, c_void};
 use std::mem::{offset_of, size_of};
 use std::sync::OnceLock;
@@ -107,9 +108,9 @@ pub unsafe extern "C" fn sv_ibv_open_device(dev: *mut ibv_device) -> *mut ibv_co
         return std::ptr::null_mut();
     }
     let g = global();
-    g.start_engine();
+    crate::wire::engine::start(g);
     if std::env::var_os("SOFTNIC_APP_SLICE").is_some() {
-        crate::engine::short_slice();
+        crate::wire::engine::short_slice();
     }
     let mut fds = [0 as c_int; 2];
     if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
@@ -121,12 +122,12 @@ pub unsafe extern "C" fn sv_ibv_open_device(dev: *mut ibv_device) -> *mut ibv_co
     c.async_wfd = fds[1];
     let v = &mut c.vctx;
     v.sz = size_of::<verbs_context>();
-    v.query_port = Some(crate::ctx::vctx_query_port);
-    v.query_device_ex = Some(crate::ctx::vctx_query_device_ex);
-    v.create_cq_ex = Some(crate::objects::vctx_create_cq_ex);
-    v.create_qp_ex = Some(crate::objects::vctx_create_qp_ex);
-    v.create_srq_ex = Some(crate::objects::vctx_create_srq_ex);
-    v.query_rt_values = Some(crate::ctx::vctx_query_rt_values);
+    v.query_port = Some(crate::verbs::ctx::vctx_query_port);
+    v.query_device_ex = Some(crate::verbs::ctx::vctx_query_device_ex);
+    v.create_cq_ex = Some(crate::verbs::objects::vctx_create_cq_ex);
+    v.create_qp_ex = Some(crate::verbs::objects::vctx_create_qp_ex);
+    v.create_srq_ex = Some(crate::verbs::objects::vctx_create_srq_ex);
+    v.query_rt_values = Some(crate::verbs::ctx::vctx_query_rt_values);
     v.ibv_destroy_flow = None;
     let ctx = &mut v.context;
     ctx.device = dev;
@@ -134,14 +135,14 @@ pub unsafe extern "C" fn sv_ibv_open_device(dev: *mut ibv_device) -> *mut ibv_co
     ctx.async_fd = fds[0];
     ctx.num_comp_vectors = 1;
     ctx.abi_compat = usize::MAX as *mut c_void;
-    ctx.ops.poll_cq = Some(crate::datapath::op_poll_cq);
-    ctx.ops.req_notify_cq = Some(crate::datapath::op_req_notify_cq);
-    ctx.ops.post_send = Some(crate::datapath::op_post_send);
-    ctx.ops.post_recv = Some(crate::datapath::op_post_recv);
-    ctx.ops.post_srq_recv = Some(crate::datapath::op_post_srq_recv);
-    ctx.ops.alloc_mw = Some(crate::objects::op_alloc_mw);
-    ctx.ops.dealloc_mw = Some(crate::objects::op_dealloc_mw);
-    ctx.ops.bind_mw = Some(crate::objects::op_bind_mw);
+    ctx.ops.poll_cq = Some(crate::verbs::datapath::op_poll_cq);
+    ctx.ops.req_notify_cq = Some(crate::verbs::datapath::op_req_notify_cq);
+    ctx.ops.post_send = Some(crate::verbs::datapath::op_post_send);
+    ctx.ops.post_recv = Some(crate::verbs::datapath::op_post_recv);
+    ctx.ops.post_srq_recv = Some(crate::verbs::datapath::op_post_srq_recv);
+    ctx.ops.alloc_mw = Some(crate::verbs::objects::op_alloc_mw);
+    ctx.ops.dealloc_mw = Some(crate::verbs::objects::op_dealloc_mw);
+    ctx.ops.bind_mw = Some(crate::verbs::objects::op_bind_mw);
     let raw = Box::into_raw(c);
     &mut (*raw).vctx.context
 }

@@ -1,11 +1,11 @@
-//! Generates libmlx5.so.1's versioned trampolines from ../exports/mlx5.txt.
+//! Generates libmlx5.so.1's versioned trampolines from ../../exports/mlx5.txt.
 
 use std::path::PathBuf;
 
 fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("manifest dir"));
-    let table_path = manifest.join("../exports/mlx5.txt");
+    let table_path = manifest.join("../../exports/mlx5.txt");
     println!("cargo:rerun-if-changed={}", table_path.display());
     let table = softnic_symver::Table::load(&table_path).expect("export table");
     let (_asm, map) = table.write(&out, "mlx5").expect("write symver files");

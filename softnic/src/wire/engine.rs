@@ -8,15 +8,12 @@
 //! deliver (no receive WQE, bad rkey, UD Q_Key mismatch).
 
 use crate::ffi::*;
-use crate::obj::*;
-use crate::shm::{kind, nak, pflag, PktHdr, PKT_MTU, SLEEPING};
+use crate::wire::queues::*;
+use crate::wire::shm::{kind, nak, pflag, PktHdr, PKT_MTU, SLEEPING};
+use crate::wire::state::*;
+use crate::wire::work::*;
 use std::sync::atomic::{fence, Ordering};
 use std::time::{Duration, Instant};
-
-#[inline]
-pub(crate) fn before(a: u32, b: u32) -> bool {
-    (a.wrapping_sub(b) as i32) < 0
-}
 
 /// RNR timer encoding (IB spec table) in microseconds.
 pub fn rnr_timer_us(code: u8) -> u64 {
@@ -26,187 +23,6 @@ pub fn rnr_timer_us(code: u8) -> u64 {
         327_680, 491_520,
     ];
     T[(code & 31) as usize]
-}
-
-/// Copies `dst.len()` bytes starting at message offset `off` out of the WQE's data.
-///
-/// # Safety
-/// SGE addresses must have been validated against registered memory.
-pub(crate) unsafe fn gather(w: &SendWqe, off: u32, dst: &mut [u8]) {
-    if w.is_inline() {
-        dst.copy_from_slice(&w.inline_buf[off as usize..off as usize + dst.len()]);
-        return;
-    }
-    let mut skip = off as usize;
-    let mut done = 0usize;
-    for s in &w.sge[..w.num_sge as usize] {
-        if done == dst.len() {
-            break;
-        }
-        let l = s.length as usize;
-        if skip >= l {
-            skip -= l;
-            continue;
-        }
-        let n = (l - skip).min(dst.len() - done);
-        std::ptr::copy_nonoverlapping(
-            (s.addr as usize + skip) as *const u8,
-            dst[done..].as_mut_ptr(),
-            n,
-        );
-        done += n;
-        skip = 0;
-    }
-}
-
-/// Copies `src` into a scatter list at byte offset `off`.
-///
-/// # Safety
-/// SGE addresses must have been validated against registered memory.
-pub(crate) unsafe fn scatter(sges: &[ibv_sge], off: usize, src: &[u8]) {
-    let mut skip = off;
-    let mut done = 0usize;
-    for s in sges {
-        if done == src.len() {
-            break;
-        }
-        let l = s.length as usize;
-        if skip >= l {
-            skip -= l;
-            continue;
-        }
-        let n = (l - skip).min(src.len() - done);
-        std::ptr::copy_nonoverlapping(src[done..].as_ptr(), (s.addr as usize + skip) as *mut u8, n);
-        done += n;
-        skip = 0;
-    }
-}
-
-/// Checks a local scatter/gather list (`write` requires IBV_ACCESS_LOCAL_WRITE) and rewrites
-/// each address from the MR's IOVA space to a host address.
-pub(crate) fn check_local(sges: &mut [ibv_sge], pd: u32, write: bool) -> bool {
-    let g = global();
-    sges.iter_mut()
-        .filter(|s| s.length > 0)
-        .all(|s| match g.mr(s.lkey) {
-            Some(m)
-                if m.pd == pd
-                    && m.contains(s.addr, s.length as u64)
-                    && (!write || m.access & IBV_ACCESS_LOCAL_WRITE != 0) =>
-            {
-                s.addr = m.host(s.addr);
-                true
-            }
-            _ => false,
-        })
-}
-
-/// Checks a remote access (rkey, range, MR and QP access flags); returns the host address.
-pub(crate) fn check_remote(qp: &QpInner, rkey: u32, addr: u64, len: u64, need: u32) -> Option<u64> {
-    if len == 0 && need != IBV_ACCESS_REMOTE_ATOMIC {
-        return Some(0);
-    }
-    global().mr(rkey).and_then(|m| {
-        (m.pd == qp.pd
-            && m.contains(addr, len)
-            && m.access & need != 0
-            && qp.access.load(Ordering::Relaxed) & need != 0)
-            .then(|| m.host(addr))
-    })
-}
-
-pub(crate) fn sge_capacity(r: &RecvWqe) -> u64 {
-    r.sge[..r.num_sge as usize]
-        .iter()
-        .map(|s| s.length as u64)
-        .sum()
-}
-
-fn send_wc_opcode(op: u32) -> u32 {
-    match op {
-        IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM => IBV_WC_RDMA_WRITE,
-        IBV_WR_RDMA_READ => IBV_WC_RDMA_READ,
-        IBV_WR_ATOMIC_CMP_AND_SWP => IBV_WC_COMP_SWAP,
-        IBV_WR_ATOMIC_FETCH_AND_ADD => IBV_WC_FETCH_ADD,
-        IBV_WR_BIND_MW => IBV_WC_BIND_MW,
-        IBV_WR_LOCAL_INV => IBV_WC_LOCAL_INV,
-        _ => IBV_WC_SEND,
-    }
-}
-
-/// Emits completions for finished WQEs at the head of the send queue, in order.
-pub fn complete_in_order(qp: &QpInner, sq: &mut SendQueue) {
-    let rc = qp.qp_type == IBV_QPT_RC;
-    while sq.head != sq.next {
-        let acked = sq.acked_msn;
-        let sig_all = qp.sq_sig_all;
-        let w = sq.at(sq.head);
-        let done = w.st == WQE_DONE
-            || (rc && w.st == WQE_SENT && !w.is_read_atomic() && before(w.msn, acked));
-        if !done {
-            break;
-        }
-        if sig_all || w.flags & IBV_SEND_SIGNALED != 0 || w.status != IBV_WC_SUCCESS {
-            let mut wc = wc_for(qp.qpn, w.wr_id, w.status, send_wc_opcode(w.opcode));
-            if w.status == IBV_WC_SUCCESS && w.is_read_atomic() {
-                wc.byte_len = w.len;
-            }
-            qp.send_cq
-                .push_op(wc, false, crate::dv::mlx5_opcode(w.opcode));
-        }
-        sq.head = sq.head.wrapping_add(1);
-    }
-}
-
-/// Moves the QP to the error state and flushes both queues (caller holds the SQ lock).
-pub fn qp_error(qp: &QpInner, sq: &mut SendQueue) {
-    qp.state.store(IBV_QPS_ERR, Ordering::Release);
-    // SAFETY: qp_ptr is the live ibv_qp that owns this QpInner.
-    unsafe { (*(qp.qp_ptr as *mut ibv_qp)).state = IBV_QPS_ERR };
-    complete_in_order(qp, sq);
-    flush_sq(qp, sq);
-    flush_rq(qp);
-}
-
-/// Completes every queued send WQE with IBV_WC_WR_FLUSH_ERR.
-pub fn flush_sq(qp: &QpInner, sq: &mut SendQueue) {
-    while sq.head != sq.tail {
-        let w = sq.at(sq.head);
-        let st = if w.st == WQE_DONE && w.status != IBV_WC_SUCCESS {
-            w.status
-        } else {
-            IBV_WC_WR_FLUSH_ERR
-        };
-        let wc = wc_for(qp.qpn, w.wr_id, st, send_wc_opcode(w.opcode));
-        qp.send_cq
-            .push_op(wc, false, crate::dv::mlx5_opcode(w.opcode));
-        sq.head = sq.head.wrapping_add(1);
-    }
-    sq.next = sq.head;
-    sq.rd_outstanding = 0;
-    qp.backlog.store(false, Ordering::Relaxed);
-}
-
-/// Completes every receive WQE of the QP's own receive queue with IBV_WC_WR_FLUSH_ERR.
-pub fn flush_rq(qp: &QpInner) {
-    if qp.srq.is_some() {
-        return;
-    }
-    if let Some(d) = qp.dv.get() {
-        // Receive WQEs in an exposed ring flush too (wqe_counter = their index).
-        while let Some(r) = d.take_recv() {
-            let wc = wc_for(qp.qpn, r.wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV);
-            qp.recv_cq.push_full(wc, false, 0, 0, r.idx as u16);
-        }
-        return;
-    }
-    let mut rq = qp.rq.lock().unwrap_or_else(|e| e.into_inner());
-    while let Some(r) = rq.q.pop_front() {
-        qp.recv_cq.push(
-            wc_for(qp.qpn, r.wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV),
-            false,
-        );
-    }
 }
 
 fn fill_req(h: &mut PktHdr, qp: &QpInner, w: &SendWqe, dst_qpn: u32, k: u8) {
@@ -256,7 +72,7 @@ pub fn tx_pump(qp: &QpInner, sq: &mut SendQueue) -> bool {
     let mut kicked: Option<std::sync::Arc<Peer>> = None;
     while sq.next != sq.tail {
         let idx = sq.next;
-        if sq.at(idx).opcode == crate::dv::WR_NOP || sq.at(idx).st == WQE_DONE {
+        if sq.at(idx).opcode == crate::mlx5::rings::WR_NOP || sq.at(idx).st == WQE_DONE {
             // mlx5 NOP (or a WQE that failed to parse): nothing goes on the wire.
             let failed = sq.at(idx).status != IBV_WC_SUCCESS;
             sq.at(idx).st = WQE_DONE;
@@ -570,11 +386,11 @@ pub fn progress_qp(qp: &QpInner) -> bool {
     }
     if qp.file.req().has_data() {
         if let Ok(mut r) = qp.resp.try_lock() {
-            did |= crate::responder::process_req(qp, &mut r);
+            did |= crate::wire::responder::process_req(qp, &mut r);
         }
     } else if let Ok(mut r) = qp.resp.try_lock() {
         if r.read.is_some() || r.ack_pending.is_some() {
-            did |= crate::responder::process_req(qp, &mut r);
+            did |= crate::wire::responder::process_req(qp, &mut r);
         }
     }
     if qp.file.resp().has_data() || qp.backlog.load(Ordering::Relaxed) {
@@ -586,6 +402,17 @@ pub fn progress_qp(qp: &QpInner) -> bool {
         }
     }
     did
+}
+
+/// Starts the process's progress thread (once).
+pub fn start(g: &'static Global) {
+    static STARTED: std::sync::Once = std::sync::Once::new();
+    STARTED.call_once(|| {
+        std::thread::Builder::new()
+            .name("softnic-engine".into())
+            .spawn(move || engine_thread(g))
+            .expect("spawn softnic engine");
+    });
 }
 
 /// The per-process progress thread: spins briefly after work, then sleeps on its futex word.
@@ -673,9 +500,9 @@ pub fn engine_thread(g: &'static Global) {
             } else {
                 500_000_000
             };
-            crate::shm::futex_wait(&word.state, SLEEPING, Some(t));
+            crate::wire::shm::futex_wait(&word.state, SLEEPING, Some(t));
         }
-        word.state.store(crate::shm::AWAKE, Ordering::SeqCst);
+        word.state.store(crate::wire::shm::AWAKE, Ordering::SeqCst);
         last_work = Instant::now();
     }
 }
@@ -722,7 +549,7 @@ pub fn short_slice() {
 }
 
 /// Takes the WQEs a program published in an exposed SQ (dbrec[1]) into the send queue.
-fn dv_fetch(d: &crate::dv::DvQp, sq: &mut SendQueue) -> bool {
+fn dv_fetch(d: &crate::mlx5::rings::DvQp, sq: &mut SendQueue) -> bool {
     let pi = d.sq_pi();
     let mut idx = d.sq_seen.load(Ordering::Relaxed);
     let mut bad = false;
@@ -731,14 +558,14 @@ fn dv_fetch(d: &crate::dv::DvQp, sq: &mut SendQueue) -> bool {
         let msn = sq.next_msn;
         let w = sq.at(tail);
         // SAFETY: the program published this WQE through the doorbell record.
-        let r = unsafe { crate::dv::parse_wqe(d, idx, w) };
+        let r = unsafe { crate::mlx5::rings::parse_wqe(d, idx, w) };
         let bbs = match r {
             Ok(bbs) => {
                 w.status = IBV_WC_SUCCESS;
                 w.st = WQE_QUEUED;
                 bbs
             }
-            Err((bbs, crate::dv::BadWqe(status))) => {
+            Err((bbs, crate::mlx5::rings::BadWqe(status))) => {
                 w.status = status;
                 w.st = WQE_DONE;
                 bad = true;
@@ -751,7 +578,7 @@ fn dv_fetch(d: &crate::dv::DvQp, sq: &mut SendQueue) -> bool {
         w.validated = false;
         // A NOP (or a WQE that failed to parse) never goes on the wire: it must not take a
         // message sequence number, or the responder would wait forever for the missing one.
-        if w.st != WQE_DONE && w.opcode != crate::dv::WR_NOP {
+        if w.st != WQE_DONE && w.opcode != crate::mlx5::rings::WR_NOP {
             sq.next_msn = msn.wrapping_add(1);
         }
         sq.tail = tail.wrapping_add(1);
@@ -766,7 +593,7 @@ fn peer_gone(p: &Peer) -> bool {
     if !p.alive() {
         return true;
     }
-    crate::shm::pid_gone(p.file.hdr().owner_pid.load(Ordering::Relaxed))
+    crate::wire::shm::pid_gone(p.file.hdr().owner_pid.load(Ordering::Relaxed))
 }
 
 /// An RC requester whose responder vanished (process exited, QP destroyed) can never be

@@ -1,18 +1,12 @@
-//! Process-wide state and the Rust side of every verbs object.
+//! Process-wide device state and the Rust side of every verbs object (QP, CQ, SRQ, channel
+//! internals, the MR table, mapped peers): what the engine and responder run on.
 
 use crate::ffi::*;
-use crate::shm::{self, ProcFile, QpFile};
+use crate::wire::shm::{self, ProcFile, QpFile};
+use crate::wire::work::*;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
-
-pub const MAX_SGE: usize = 16;
-pub const MAX_INLINE: usize = 256;
-/// Inline buffer per send WQE: mlx5 inline segments of direct-posted WQEs may exceed MAX_INLINE.
-pub const INLINE_BUF: usize = 1024;
-pub const MAX_WR: u32 = 16384;
-pub const MAX_CQE: u32 = 4 * 1024 * 1024;
-pub const MAX_RD_ATOMIC: u32 = 16;
 
 /// LID of simulated node N.
 pub fn node_lid(node: u32) -> u16 {
@@ -93,7 +87,6 @@ pub struct Global {
     pub next_id: AtomicU32,
     /// Set once some QP has mlx5 rings: the progress thread then polls doorbell records.
     pub has_dv: AtomicBool,
-    engine: std::sync::Once,
 }
 
 static GLOBAL: OnceLock<Global> = OnceLock::new();
@@ -137,21 +130,11 @@ pub fn global() -> &'static Global {
             procs: Mutex::new(HashMap::new()),
             next_id: AtomicU32::new(1),
             has_dv: AtomicBool::new(false),
-            engine: std::sync::Once::new(),
         }
     })
 }
 
 impl Global {
-    pub fn start_engine(&'static self) {
-        self.engine.call_once(|| {
-            std::thread::Builder::new()
-                .name("softnic-engine".into())
-                .spawn(|| crate::engine::engine_thread(global()))
-                .expect("spawn softnic engine");
-        });
-    }
-
     pub fn reg_mr(&self, iova: u64, addr: u64, len: u64, access: u32, pd: u32) -> u32 {
         let mut t = self.mrs.write().unwrap_or_else(|e| e.into_inner());
         let idx = t
@@ -235,29 +218,6 @@ impl Global {
     }
 }
 
-/// A completion as softnic stores it.
-#[derive(Clone, Copy)]
-pub struct Cqe {
-    pub wc: ibv_wc,
-    pub ts: u64,
-    /// mlx5 send opcode of a requester completion (for CQE64 rings).
-    pub op: u8,
-    /// SRQ number of a responder completion taken from an SRQ (0: none).
-    pub srqn: u32,
-    /// The CQE64's wqe_counter.
-    pub counter: u16,
-}
-
-pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid out pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// Completion channel: a pipe (pollable fd) and the queue of CQs that fired.
 pub struct ChannelInner {
     pub rfd: i32,
@@ -300,7 +260,7 @@ pub struct CqInner {
     pub qps: Mutex<Vec<Arc<QpInner>>>,
     pub ts_wanted: bool,
     /// The CQE64 ring, once exposed with mlx5dv_init_obj or created with devx.
-    pub dv: OnceLock<crate::dv::DvCq>,
+    pub dv: OnceLock<crate::mlx5::rings::DvCq>,
 }
 
 impl CqInner {
@@ -348,15 +308,6 @@ impl CqInner {
     }
 }
 
-#[derive(Clone, Copy)]
-pub struct RecvWqe {
-    pub wr_id: u64,
-    /// Index of the WQE in an mlx5 receive/SRQ ring (the CQE's wqe_counter).
-    pub idx: u32,
-    pub num_sge: u32,
-    pub sge: [ibv_sge; MAX_SGE],
-}
-
 pub struct RecvQueue {
     pub q: VecDeque<RecvWqe>,
     pub max: u32,
@@ -369,90 +320,7 @@ pub struct SrqInner {
     pub pd: u32,
     pub max_sge: u32,
     /// The mlx5 SRQ ring, once exposed with mlx5dv_init_obj.
-    pub dv: OnceLock<crate::dv::DvSrq>,
-}
-
-pub const WQE_QUEUED: u8 = 0;
-pub const WQE_SENT: u8 = 1;
-pub const WQE_DONE: u8 = 2;
-
-pub struct SendWqe {
-    pub wr_id: u64,
-    pub opcode: u32,
-    pub flags: u32,
-    pub num_sge: u32,
-    pub sge: [ibv_sge; MAX_SGE],
-    /// Inline payload; allocated (INLINE_BUF bytes) the first time the slot carries inline data.
-    pub inline_buf: Vec<u8>,
-    pub len: u32,
-    pub raddr: u64,
-    pub rkey: u32,
-    pub compare: u64,
-    pub swap: u64,
-    pub imm: u32,
-    pub ud_node: u32,
-    pub ud_qpn: u32,
-    pub ud_qkey: u32,
-    pub ud_global: bool,
-    pub ud_sl: u8,
-    pub msn: u32,
-    pub sent: u32,
-    pub resp_bytes: u32,
-    pub st: u8,
-    pub status: u32,
-    pub validated: bool,
-}
-
-impl SendWqe {
-    pub fn new() -> SendWqe {
-        SendWqe {
-            wr_id: 0,
-            opcode: 0,
-            flags: 0,
-            num_sge: 0,
-            sge: [ibv_sge::default(); MAX_SGE],
-            inline_buf: Vec::new(),
-            len: 0,
-            raddr: 0,
-            rkey: 0,
-            compare: 0,
-            swap: 0,
-            imm: 0,
-            ud_node: 0,
-            ud_qpn: 0,
-            ud_qkey: 0,
-            ud_global: false,
-            ud_sl: 0,
-            msn: 0,
-            sent: 0,
-            resp_bytes: 0,
-            st: WQE_QUEUED,
-            status: IBV_WC_SUCCESS,
-            validated: false,
-        }
-    }
-    pub fn is_read_atomic(&self) -> bool {
-        matches!(
-            self.opcode,
-            IBV_WR_RDMA_READ | IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD
-        )
-    }
-    /// The inline buffer, allocated on first use.
-    pub fn inline_mut(&mut self) -> &mut [u8] {
-        if self.inline_buf.is_empty() {
-            self.inline_buf = vec![0u8; INLINE_BUF];
-        }
-        &mut self.inline_buf
-    }
-    pub fn is_inline(&self) -> bool {
-        self.flags & IBV_SEND_INLINE != 0
-    }
-}
-
-impl Default for SendWqe {
-    fn default() -> Self {
-        Self::new()
-    }
+    pub dv: OnceLock<crate::mlx5::rings::DvSrq>,
 }
 
 /// Requester state (the send queue).
@@ -566,7 +434,7 @@ pub struct QpInner {
     pub backlog: AtomicBool,
     pub qp_ptr: usize,
     /// The mlx5 rings, once exposed with mlx5dv_init_obj or created with devx.
-    pub dv: OnceLock<crate::dv::DvQp>,
+    pub dv: OnceLock<crate::mlx5::rings::DvQp>,
 }
 
 impl QpInner {
@@ -599,16 +467,4 @@ impl QpInner {
     pub fn new_file(node: u32, qpn: u32, qp_type: u32) -> Result<QpFile, shm::ShmError> {
         QpFile::create(node, qpn, qp_type)
     }
-}
-
-/// A zeroed ibv_wc for this QP.
-pub fn wc_for(qpn: u32, wr_id: u64, status: u32, opcode: u32) -> ibv_wc {
-    let mut wc = ibv_wc {
-        wr_id,
-        status,
-        opcode,
-        ..Default::default()
-    };
-    wc.qp_num = qpn;
-    wc
 }

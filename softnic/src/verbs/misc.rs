@@ -1,8 +1,8 @@
 //! Helper verbs: strings, rates, sysfs, fork, unsupported/compat entry points.
 
-use crate::ctx::{set_errno, BOARD_ID, FW_VER, IBDEV_PATH};
 use crate::ffi::*;
-use crate::obj::*;
+use crate::verbs::ctx::{set_errno, BOARD_ID, FW_VER, IBDEV_PATH};
+use crate::wire::state::*;
 use std::ffi::{c_char, c_int, c_void, CStr};
 
 macro_rules! cstr_table {

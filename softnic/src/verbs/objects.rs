@@ -1,15 +1,16 @@
 //! Control-path objects: PD, MR, MW, completion channel, CQ, SRQ, AH.
 
-use crate::ctx::set_errno;
 use crate::ffi::*;
-use crate::obj::*;
+use crate::verbs::ctx::set_errno;
+use crate::wire::state::*;
+use crate::wire::work::*;
 use std::collections::VecDeque;
 use std::ffi::{c_int, c_void};
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-pub use crate::qp::{vctx_create_qp_ex, SnQp};
+pub use crate::verbs::qp::{vctx_create_qp_ex, SnQp};
 
 #[repr(C)]
 pub struct SnPd {
@@ -66,13 +67,13 @@ pub unsafe extern "C" fn sv_ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
         id,
     });
     let p = Box::into_raw(b) as *mut ibv_pd;
-    crate::devx::register_pd(id, p);
+    crate::verbs::by_number::register_pd(id, p);
     p
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn sv_ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
-    crate::devx::unregister_pd(pd_id(pd));
+    crate::verbs::by_number::unregister_pd(pd_id(pd));
     drop(Box::from_raw(pd as *mut SnPd));
     0
 }
@@ -349,10 +350,10 @@ pub(crate) unsafe fn create_cq(
     c.handle = new_id();
     c.cqe = cqe as c_int;
     c.comp_mask = 0;
-    crate::datapath::fill_cq_ex_ops(c);
+    crate::verbs::datapath::fill_cq_ex_ops(c);
     let cqn = c.handle;
     let p = Box::into_raw(b);
-    crate::devx::register_cq(cqn, p);
+    crate::verbs::by_number::register_cq(cqn, p as *mut ibv_cq);
     p
 }
 
@@ -405,7 +406,7 @@ pub unsafe extern "C" fn sv_ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     if !(*c).cq.channel.is_null() {
         (*(*c).cq.channel).refcnt -= 1;
     }
-    crate::devx::unregister_cq((*c).cq.handle);
+    crate::verbs::by_number::unregister_cq((*c).cq.handle);
     drop(Box::from_raw(c));
     0
 }

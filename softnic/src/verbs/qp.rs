@@ -1,10 +1,11 @@
 //! Queue pairs: creation, the state machine (ibv_modify_qp), query, destruction.
 
-use crate::ctx::set_errno;
-use crate::engine;
 use crate::ffi::*;
-use crate::obj::*;
-use crate::objects::{ah_node, pd_id, SnCq, SnSrq};
+use crate::verbs::ctx::set_errno;
+use crate::verbs::objects::{ah_node, pd_id, SnCq, SnSrq};
+use crate::wire::queues;
+use crate::wire::state::*;
+use crate::wire::work::*;
 use std::collections::VecDeque;
 use std::ffi::{c_int, c_void};
 use std::ptr::null_mut;
@@ -77,7 +78,7 @@ pub(crate) unsafe fn create_qp(
     let send_inner = (*(a.send_cq as *mut SnCq)).inner.clone();
     let recv_inner = (*(recv_cq as *mut SnCq)).inner.clone();
     let srq = (!a.srq.is_null()).then(|| (*(a.srq as *mut SnSrq)).inner.clone());
-    let qpn = match crate::shm::alloc_qpn(g.node) {
+    let qpn = match crate::wire::shm::alloc_qpn(g.node) {
         Ok(q) => q,
         Err(e) => {
             eprintln!("softnic: {e}");
@@ -163,7 +164,7 @@ pub(crate) unsafe fn create_qp(
         q.state = IBV_QPS_RESET;
         q.qp_type = a.qp_type;
     }
-    crate::datapath::fill_qp_ex_ops(&mut b.qpx);
+    crate::verbs::datapath::fill_qp_ex_ops(&mut b.qpx);
     {
         let mut at = b.attr.lock().unwrap_or_else(|e| e.into_inner());
         at.cap = a.cap;
@@ -482,7 +483,7 @@ unsafe fn apply_transition(s: &SnQp, at: &ibv_qp_attr, cur: u32, next: u32) {
         IBV_QPS_ERR => {
             let _r = q.resp.lock().unwrap_or_else(|e| e.into_inner());
             let mut sq = q.sq.lock().unwrap_or_else(|e| e.into_inner());
-            engine::qp_error(q, &mut sq);
+            queues::qp_error(q, &mut sq);
         }
         IBV_QPS_RTR if cur == IBV_QPS_INIT => {
             let mut r = q.resp.lock().unwrap_or_else(|e| e.into_inner());

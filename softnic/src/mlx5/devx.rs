@@ -4,12 +4,14 @@
 //! status/syndrome; a failed command returns NULL/errno EREMOTEIO with that output (as the
 //! kernel's devx does), a command too short to carry its opcode fails with EINVAL.
 
-use crate::ctx::set_errno;
-use crate::dv::{DvCq, DvQp, Owned};
 use crate::ffi::*;
-use crate::obj::*;
-use crate::objects::{SnCq, SnPd};
-use crate::qp::sn_qp;
+use crate::mlx5::rings::{DvCq, DvQp, Owned};
+use crate::verbs::by_number;
+use crate::verbs::ctx::set_errno;
+use crate::verbs::objects::SnPd;
+use crate::verbs::qp::sn_qp;
+use crate::wire::state::*;
+use crate::wire::work::*;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::ptr::null_mut;
@@ -49,8 +51,6 @@ pub mod synd {
 
 #[derive(Default)]
 struct Registry {
-    pds: HashMap<u32, usize>,
-    cqs: HashMap<u32, usize>,
     umems: HashMap<u32, (u64, u64)>,
     uars: HashMap<u32, usize>,
     next: u32,
@@ -61,19 +61,6 @@ fn reg() -> std::sync::MutexGuard<'static, Registry> {
     R.get_or_init(|| Mutex::new(Registry::default()))
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-}
-
-pub fn register_pd(pdn: u32, pd: *mut ibv_pd) {
-    reg().pds.insert(pdn, pd as usize);
-}
-pub fn unregister_pd(pdn: u32) {
-    reg().pds.remove(&pdn);
-}
-pub fn register_cq(cqn: u32, cq: *mut SnCq) {
-    reg().cqs.insert(cqn, cq as usize);
-}
-pub fn unregister_cq(cqn: u32) {
-    reg().cqs.remove(&cqn);
 }
 
 #[repr(C)]
@@ -163,7 +150,7 @@ unsafe fn create_cq_cmd(
     let buf = umem_range(umem, off, cnt as u64 * 64)?;
     let dbr = umem_range(dbr_umem, dbr_addr, 8)?;
     uar_ptr(uar_page)?;
-    let cq = crate::objects::create_cq(ctx, cnt.max(2) - 1, null_mut(), null_mut(), 0);
+    let cq = crate::verbs::objects::create_cq(ctx, cnt.max(2) - 1, null_mut(), null_mut(), 0);
     if cq.is_null() {
         return Err(CmdErr(STAT_BAD_PARAM, synd::BAD_SIZE));
     }
@@ -190,22 +177,12 @@ unsafe fn create_qp_cmd(
     if *i.add(25) != 0 {
         return Err(CmdErr(STAT_BAD_PARAM, synd::BAD_SERVICE_TYPE));
     }
-    let (pd, scq, rcq) = {
-        let r = reg();
-        let pd = *r
-            .pds
-            .get(&(be32(i, 28) & 0x00ff_ffff))
-            .ok_or(CmdErr(STAT_BAD_PARAM, synd::BAD_PD))?;
-        let scq = *r
-            .cqs
-            .get(&(be32(i, 148) & 0x00ff_ffff))
-            .ok_or(CmdErr(STAT_BAD_PARAM, synd::BAD_CQN))?;
-        let rcq = *r
-            .cqs
-            .get(&(be32(i, 180) & 0x00ff_ffff))
-            .ok_or(CmdErr(STAT_BAD_PARAM, synd::BAD_CQN))?;
-        (pd as *mut ibv_pd, scq as *mut ibv_cq, rcq as *mut ibv_cq)
-    };
+    let pd =
+        by_number::pd(be32(i, 28) & 0x00ff_ffff).ok_or(CmdErr(STAT_BAD_PARAM, synd::BAD_PD))?;
+    let scq =
+        by_number::cq(be32(i, 148) & 0x00ff_ffff).ok_or(CmdErr(STAT_BAD_PARAM, synd::BAD_CQN))?;
+    let rcq =
+        by_number::cq(be32(i, 180) & 0x00ff_ffff).ok_or(CmdErr(STAT_BAD_PARAM, synd::BAD_CQN))?;
     let w = be32(i, 32);
     let (log_rq, log_stride, log_sq) = ((w >> 19) & 0xf, (w >> 16) & 7, (w >> 11) & 0xf);
     let uar = uar_ptr(be32(i, 36) & 0x00ff_ffff)?;
@@ -240,7 +217,7 @@ unsafe fn create_qp_cmd(
         qp_type: IBV_QPT_RC,
         sq_sig_all: 0,
     };
-    let qp = crate::qp::create_qp(ctx, pd, &mut attr, false);
+    let qp = crate::verbs::qp::create_qp(ctx, pd, &mut attr, false);
     if qp.is_null() {
         return Err(CmdErr(STAT_BAD_PARAM, synd::BAD_SIZE));
     }
@@ -258,7 +235,7 @@ unsafe fn create_qp_cmd(
         uar,
         sq_seen: AtomicU32::new(0),
         rq_ci: AtomicU32::new(0),
-        rq_wrid: crate::dv::wrid_table(rq_cnt),
+        rq_wrid: crate::mlx5::rings::wrid_table(rq_cnt),
         _mem: Vec::new(),
     });
     global().has_dv.store(true, Ordering::Release);
@@ -380,7 +357,7 @@ unsafe fn modify_qp_cmd(qp: *mut ibv_qp, i: *const u8, inlen: usize) -> Result<(
         }
         _ => return Err(CmdErr(STAT_BAD_OP, synd::UNKNOWN_OPCODE)),
     };
-    if crate::qp::sv_ibv_modify_qp(qp, &mut a, mask as c_int) != 0 {
+    if crate::verbs::qp::sv_ibv_modify_qp(qp, &mut a, mask as c_int) != 0 {
         return Err(CmdErr(STAT_BAD_QP_STATE, synd::BAD_TRANSITION));
     }
     Ok(())
@@ -435,8 +412,8 @@ pub unsafe extern "C" fn sv_mlx5dv_devx_obj_destroy(obj: *mut c_void) -> c_int {
         return libc::EINVAL;
     }
     let r = match (*(obj as *mut DevxObj)).kind {
-        Obj::Qp(qp) => crate::qp::sv_ibv_destroy_qp(qp),
-        Obj::Cq(cq) => crate::objects::sv_ibv_destroy_cq(cq),
+        Obj::Qp(qp) => crate::verbs::qp::sv_ibv_destroy_qp(qp),
+        Obj::Cq(cq) => crate::verbs::objects::sv_ibv_destroy_cq(cq),
     };
     if r == 0 {
         drop(Box::from_raw(obj as *mut DevxObj));

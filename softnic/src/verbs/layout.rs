@@ -55,7 +55,7 @@ check!(size_of::<ibv_send_wr>(), 128);
 check!(size_of::<ibv_recv_wr>(), 32);
 check!(size_of::<ibv_sge>(), 16);
 // softnic's wrappers keep rdma-core's prefix layout.
-check!(offset_of!(crate::qp::SnQp, qpx), 0);
-check!(offset_of!(crate::qp::SnQp, comp_mask), 352);
-check!(offset_of!(crate::objects::SnCq, cq), 0);
-check!(offset_of!(crate::ctx::SnContext, vctx), 0);
+check!(offset_of!(crate::verbs::qp::SnQp, qpx), 0);
+check!(offset_of!(crate::verbs::qp::SnQp, comp_mask), 352);
+check!(offset_of!(crate::verbs::objects::SnCq, cq), 0);
+check!(offset_of!(crate::verbs::ctx::SnContext, vctx), 0);

@@ -1,0 +1,39 @@
+//! Build script: bindgen of Debian's <rdma/rdma_cma.h> (exact librdmacm layouts) and the
+//! versioned entry points of exports.txt.
+
+use std::path::PathBuf;
+
+fn main() {
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
+    let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("manifest dir"));
+
+    println!("cargo:rerun-if-changed=src/wrapper.h");
+    let bindings = bindgen::Builder::default()
+        .header(manifest.join("src/wrapper.h").display().to_string())
+        .allowlist_type("rdma_.*|ibv_.*|_ibv_.*|verbs_context")
+        .allowlist_var("RDMA_.*|RAI_.*|IBV_.*")
+        .default_enum_style(bindgen::EnumVariation::Consts)
+        .prepend_enum_name(false)
+        .derive_default(true)
+        .derive_debug(false)
+        .layout_tests(false)
+        .generate_comments(false)
+        .generate()
+        .expect("bindgen failed on rdma/rdma_cma.h (is librdmacm-dev installed?)");
+    bindings
+        .write_to_file(out.join("cma_bindings.rs"))
+        .expect("write bindings");
+
+    let table_path = manifest.join("exports.txt");
+    println!("cargo:rerun-if-changed={}", table_path.display());
+    let table = softnic_symver::Table::load(&table_path).expect("export table");
+    let (_asm, map) = table.write(&out, "rdmacm").expect("write symver files");
+    println!(
+        "cargo:rustc-cdylib-link-arg=-Wl,--version-script={}",
+        map.display()
+    );
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,librdmacm.so.1");
+    // ibv_* are called through the dynamic linker: whichever libibverbs.so.1 the process loads
+    // (softnic's under softnic-run) serves them.
+    println!("cargo:rustc-cdylib-link-arg=-Wl,--push-state,--no-as-needed,-l:libibverbs.so.1,--pop-state");
+}

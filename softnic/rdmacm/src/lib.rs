@@ -1,0 +1,9 @@
+//! softnic's `librdmacm.so.1`: the RDMA connection manager for programs running on softnic.
+//! See README.md (section "rdmacm") for the design.
+
+#![allow(clippy::missing_safety_doc)]
+
+pub mod ffi;
+
+// Versioned entry points generated from exports.txt.
+std::arch::global_asm!(include_str!(concat!(env!("OUT_DIR"), "/rdmacm.s")));

@@ -1,0 +1,194 @@
+//! Queue mechanics shared by the requester (engine) and the responder: checking local and
+//! remote access against registered memory, gathering and scattering payload, completing send
+//! WQEs in order, and moving a QP to the error state with both queues flushed.
+
+use crate::ffi::*;
+use crate::wire::state::*;
+use crate::wire::work::*;
+use std::sync::atomic::Ordering;
+
+#[inline]
+pub(crate) fn before(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
+}
+
+/// Copies `dst.len()` bytes starting at message offset `off` out of the WQE's data.
+///
+/// # Safety
+/// SGE addresses must have been validated against registered memory.
+pub(crate) unsafe fn gather(w: &SendWqe, off: u32, dst: &mut [u8]) {
+    if w.is_inline() {
+        dst.copy_from_slice(&w.inline_buf[off as usize..off as usize + dst.len()]);
+        return;
+    }
+    let mut skip = off as usize;
+    let mut done = 0usize;
+    for s in &w.sge[..w.num_sge as usize] {
+        if done == dst.len() {
+            break;
+        }
+        let l = s.length as usize;
+        if skip >= l {
+            skip -= l;
+            continue;
+        }
+        let n = (l - skip).min(dst.len() - done);
+        std::ptr::copy_nonoverlapping(
+            (s.addr as usize + skip) as *const u8,
+            dst[done..].as_mut_ptr(),
+            n,
+        );
+        done += n;
+        skip = 0;
+    }
+}
+
+/// Copies `src` into a scatter list at byte offset `off`.
+///
+/// # Safety
+/// SGE addresses must have been validated against registered memory.
+pub(crate) unsafe fn scatter(sges: &[ibv_sge], off: usize, src: &[u8]) {
+    let mut skip = off;
+    let mut done = 0usize;
+    for s in sges {
+        if done == src.len() {
+            break;
+        }
+        let l = s.length as usize;
+        if skip >= l {
+            skip -= l;
+            continue;
+        }
+        let n = (l - skip).min(src.len() - done);
+        std::ptr::copy_nonoverlapping(src[done..].as_ptr(), (s.addr as usize + skip) as *mut u8, n);
+        done += n;
+        skip = 0;
+    }
+}
+
+/// Checks a local scatter/gather list (`write` requires IBV_ACCESS_LOCAL_WRITE) and rewrites
+/// each address from the MR's IOVA space to a host address.
+pub(crate) fn check_local(sges: &mut [ibv_sge], pd: u32, write: bool) -> bool {
+    let g = global();
+    sges.iter_mut()
+        .filter(|s| s.length > 0)
+        .all(|s| match g.mr(s.lkey) {
+            Some(m)
+                if m.pd == pd
+                    && m.contains(s.addr, s.length as u64)
+                    && (!write || m.access & IBV_ACCESS_LOCAL_WRITE != 0) =>
+            {
+                s.addr = m.host(s.addr);
+                true
+            }
+            _ => false,
+        })
+}
+
+/// Checks a remote access (rkey, range, MR and QP access flags); returns the host address.
+pub(crate) fn check_remote(qp: &QpInner, rkey: u32, addr: u64, len: u64, need: u32) -> Option<u64> {
+    if len == 0 && need != IBV_ACCESS_REMOTE_ATOMIC {
+        return Some(0);
+    }
+    global().mr(rkey).and_then(|m| {
+        (m.pd == qp.pd
+            && m.contains(addr, len)
+            && m.access & need != 0
+            && qp.access.load(Ordering::Relaxed) & need != 0)
+            .then(|| m.host(addr))
+    })
+}
+
+pub(crate) fn sge_capacity(r: &RecvWqe) -> u64 {
+    r.sge[..r.num_sge as usize]
+        .iter()
+        .map(|s| s.length as u64)
+        .sum()
+}
+
+fn send_wc_opcode(op: u32) -> u32 {
+    match op {
+        IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM => IBV_WC_RDMA_WRITE,
+        IBV_WR_RDMA_READ => IBV_WC_RDMA_READ,
+        IBV_WR_ATOMIC_CMP_AND_SWP => IBV_WC_COMP_SWAP,
+        IBV_WR_ATOMIC_FETCH_AND_ADD => IBV_WC_FETCH_ADD,
+        IBV_WR_BIND_MW => IBV_WC_BIND_MW,
+        IBV_WR_LOCAL_INV => IBV_WC_LOCAL_INV,
+        _ => IBV_WC_SEND,
+    }
+}
+
+/// Emits completions for finished WQEs at the head of the send queue, in order.
+pub fn complete_in_order(qp: &QpInner, sq: &mut SendQueue) {
+    let rc = qp.qp_type == IBV_QPT_RC;
+    while sq.head != sq.next {
+        let acked = sq.acked_msn;
+        let sig_all = qp.sq_sig_all;
+        let w = sq.at(sq.head);
+        let done = w.st == WQE_DONE
+            || (rc && w.st == WQE_SENT && !w.is_read_atomic() && before(w.msn, acked));
+        if !done {
+            break;
+        }
+        if sig_all || w.flags & IBV_SEND_SIGNALED != 0 || w.status != IBV_WC_SUCCESS {
+            let mut wc = wc_for(qp.qpn, w.wr_id, w.status, send_wc_opcode(w.opcode));
+            if w.status == IBV_WC_SUCCESS && w.is_read_atomic() {
+                wc.byte_len = w.len;
+            }
+            qp.send_cq
+                .push_op(wc, false, crate::mlx5::rings::mlx5_opcode(w.opcode));
+        }
+        sq.head = sq.head.wrapping_add(1);
+    }
+}
+
+/// Moves the QP to the error state and flushes both queues (caller holds the SQ lock).
+pub fn qp_error(qp: &QpInner, sq: &mut SendQueue) {
+    qp.state.store(IBV_QPS_ERR, Ordering::Release);
+    // SAFETY: qp_ptr is the live ibv_qp that owns this QpInner.
+    unsafe { (*(qp.qp_ptr as *mut ibv_qp)).state = IBV_QPS_ERR };
+    complete_in_order(qp, sq);
+    flush_sq(qp, sq);
+    flush_rq(qp);
+}
+
+/// Completes every queued send WQE with IBV_WC_WR_FLUSH_ERR.
+pub fn flush_sq(qp: &QpInner, sq: &mut SendQueue) {
+    while sq.head != sq.tail {
+        let w = sq.at(sq.head);
+        let st = if w.st == WQE_DONE && w.status != IBV_WC_SUCCESS {
+            w.status
+        } else {
+            IBV_WC_WR_FLUSH_ERR
+        };
+        let wc = wc_for(qp.qpn, w.wr_id, st, send_wc_opcode(w.opcode));
+        qp.send_cq
+            .push_op(wc, false, crate::mlx5::rings::mlx5_opcode(w.opcode));
+        sq.head = sq.head.wrapping_add(1);
+    }
+    sq.next = sq.head;
+    sq.rd_outstanding = 0;
+    qp.backlog.store(false, Ordering::Relaxed);
+}
+
+/// Completes every receive WQE of the QP's own receive queue with IBV_WC_WR_FLUSH_ERR.
+pub fn flush_rq(qp: &QpInner) {
+    if qp.srq.is_some() {
+        return;
+    }
+    if let Some(d) = qp.dv.get() {
+        // Receive WQEs in an exposed ring flush too (wqe_counter = their index).
+        while let Some(r) = d.take_recv() {
+            let wc = wc_for(qp.qpn, r.wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV);
+            qp.recv_cq.push_full(wc, false, 0, 0, r.idx as u16);
+        }
+        return;
+    }
+    let mut rq = qp.rq.lock().unwrap_or_else(|e| e.into_inner());
+    while let Some(r) = rq.q.pop_front() {
+        qp.recv_cq.push(
+            wc_for(qp.qpn, r.wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV),
+            false,
+        );
+    }
+}
