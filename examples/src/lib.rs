@@ -8,6 +8,7 @@
 
 pub mod cluster;
 pub mod dv;
+pub mod kernels;
 pub mod mlx5;
 pub mod mlx5dv;
 pub mod poster;

@@ -11,8 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use sigmatrace_observe::mlx5::build::WqeBuilder;
-use sigmatrace_observe::mlx5::wqe::opcode;
+use sigmatrace_mlx5::wqe::{opcode, WqeBuilder};
 use sigmatrace_observe::sim::SimSendQueue;
 use sigmatrace_observe::{HostPoller, PollerConfig, PollerStats};
 use sigmatrace_schemas::{TimestampSource, Timestamper};

@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
-"""Regenerates observe/gpu/*.ptx from the .cu sources with NVRTC (the nvidia-cuda-nvrtc-cu12
-wheel; the nvidia-cuda-nvcc-cu12 wheel ships ptxas and libNVVM but no nvcc driver).
+"""Regenerates every committed PTX of the repository from its .cu source with NVRTC (the
+nvidia-cuda-nvrtc-cu12 wheel; the nvidia-cuda-nvcc-cu12 wheel ships ptxas and libNVVM but no
+nvcc driver): observe's device poller (observe/gpu) and the example workloads' kernels
+(examples/gpu). All include observe/gpu/ibgda.cuh.
 
 usage: gen-ptx.py [--check]   (--check: fail if a committed .ptx differs from a fresh build)
 """
 import ctypes, glob, os, sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCES = ["poller.cu", "bfs.cu", "moe.cu"]
+ROOT = os.path.dirname(os.path.dirname(HERE))
+# Paths from the repository root; each PTX is written next to its source.
+SOURCES = ["observe/gpu/poller.cu", "examples/gpu/bfs.cu", "examples/gpu/moe.cu"]
 ARCH = "compute_80"  # PTX for sm_80; forward compatible, ptxas assembles it for sm_90 too
 
 
@@ -20,8 +24,9 @@ def nvrtc():
     return ctypes.CDLL(libs[0])
 
 
-def compile_one(lib, name):
-    src = open(os.path.join(HERE, name), "rb").read()
+def compile_one(lib, path):
+    name = os.path.basename(path)
+    src = open(os.path.join(ROOT, path), "rb").read()
     header = open(os.path.join(HERE, "ibgda.cuh"), "rb").read()
     prog = ctypes.c_void_p()
     hdrs = (ctypes.c_char_p * 1)(header)
@@ -49,9 +54,9 @@ def main():
     check = "--check" in sys.argv
     lib = nvrtc()
     bad = []
-    for name in SOURCES:
-        ptx = compile_one(lib, name)
-        out = os.path.join(HERE, name[:-3] + ".ptx")
+    for path in SOURCES:
+        ptx = compile_one(lib, path)
+        out = os.path.join(ROOT, path[:-3] + ".ptx")
         if check:
             if not os.path.exists(out) or open(out).read() != ptx:
                 bad.append(out)

@@ -1,5 +1,5 @@
 // SigmaTrace GPU-side helpers: IBGDA-style posting of mlx5 send WQEs from GPU threads.
-// Written for SigmaTrace from the formats in shared/reference/mlx5-queues.md (no code copied).
+// Written for SigmaTrace from the formats in mlx5/README.md (no code copied).
 // Compiled with NVRTC (no host headers): only built-in types are used.
 #pragma once
 
@@ -118,7 +118,7 @@ __device__ u64 st_post_read8(const StQp &q, u64 laddr, u64 raddr, u32 rkey) {
     return idx;
 }
 
-// A completion queue the kernel polls directly (owner-bit rule of mlx5-queues.md §3).
+// A completion queue the kernel polls directly (owner-bit rule: mlx5/README.md, "Completion queue entries").
 struct StCq {
     u8 *cqe;      // CQE ring (64-byte CQEs)
     u32 *dbrec;   // CQ doorbell record ([0] = consumer index)

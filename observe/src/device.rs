@@ -15,19 +15,14 @@ use sigmatrace_schemas::{
 };
 
 use crate::mem::{AlignedBuf, QueueMemory};
-use crate::mlx5::wqe;
-use crate::mlx5::{cqe, MAX_WQE_BYTES, WQEBB};
 use crate::queue::QueueDesc;
 use crate::watcher::Observation;
+use sigmatrace_mlx5::{cqe, wqe, MAX_WQE_BYTES, WQEBB};
 
 /// The PTX shipped in `observe/gpu` (generated from the .cu sources; see `gpu/gen-ptx.py`).
 pub mod ptx {
     /// The device-side poller (`sigmatrace_device_poller`).
     pub const POLLER: &str = include_str!("../gpu/poller.ptx");
-    /// The BFS workload kernel (`sigmatrace_bfs`).
-    pub const BFS: &str = include_str!("../gpu/bfs.ptx");
-    /// The MoE workload kernels (`sigmatrace_moe_dispatch`, `sigmatrace_moe_combine`).
-    pub const MOE: &str = include_str!("../gpu/moe.ptx");
     /// Entry point of the poller kernel.
     pub const POLLER_ENTRY: &str = "sigmatrace_device_poller";
 }
@@ -509,7 +504,7 @@ pub fn cpu_reference_pass(
                     break;
                 }
                 let ctrl = wqe::Ctrl::parse(&slot);
-                let nbb = crate::mlx5::wqebbs_for_ds(ctrl.ds) as u32;
+                let nbb = sigmatrace_mlx5::wqebbs_for_ds(ctrl.ds) as u32;
                 if ctrl.ds == 0
                     || ctrl.wqe_index as u32 != nx
                     || nbb > (pi.wrapping_sub(nx) & 0xffff)

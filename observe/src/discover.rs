@@ -15,11 +15,11 @@ use std::collections::HashMap;
 
 use sigmatrace_schemas::{discovery, gpu_mem_op, mem_kind, GpuMemory, RecordHeader};
 
-use crate::mlx5::cqe::TsFormat;
-use crate::mlx5::prm::{self, Command, ModifyQpIn, PrmError};
-use crate::mlx5::wqe::Transport;
 use crate::queue::{CqDesc, QueueDesc, SendQueueDesc, UarDesc};
 use crate::umem::{MemRange, MemoryMap, Umem, UmemError, UmemRegistry};
+use sigmatrace_mlx5::cqe::TsFormat;
+use sigmatrace_mlx5::prm::{self, Command, ModifyQpIn, PrmError};
+use sigmatrace_mlx5::wqe::Transport;
 
 /// `CU_MEMHOSTREGISTER_IOMEMORY`: the registered range is a device's I/O (doorbell) page.
 pub const CU_MEMHOSTREGISTER_IOMEMORY: u32 = 0x04;

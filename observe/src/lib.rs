@@ -1,6 +1,5 @@
 //! SigmaTrace observation of GPU- and CPU-initiated RDMA that bypasses `ibv_post_send`.
 //!
-//! * [`mlx5`]: pure decoders for send WQEs, CQEs, doorbell records and PRM devx commands.
 //! * [`umem`]: devx umem registry and the CUDA memory map.
 //! * [`discover`]: the API the interposer's hooks call; turns `mlx5dv_init_obj`, devx and
 //!   CUDA calls into queue descriptions ([`queue`]).
@@ -15,12 +14,15 @@ pub mod cuda;
 pub mod device;
 pub mod discover;
 pub mod mem;
-pub mod mlx5;
 pub mod poller;
 pub mod queue;
 pub mod sim;
 pub mod umem;
 pub mod watcher;
+
+/// The mlx5 formats the queue descriptions and observations are expressed in (the
+/// `sigmatrace-mlx5` codec), re-exported so that users of this crate name them through it.
+pub use sigmatrace_mlx5 as mlx5;
 
 pub use discover::Discovery;
 pub use mem::{AlignedBuf, HostMemory, HostRegion, QueueMemory, SnapshotMemory};

@@ -2,9 +2,9 @@
 
 use sigmatrace_schemas::{discovery, mem_kind, queue_kind, QueueDiscovered, RecordHeader};
 
-use crate::mlx5::cqe::TsFormat;
-use crate::mlx5::wqe::Transport;
-use crate::mlx5::WQEBB;
+use sigmatrace_mlx5::cqe::TsFormat;
+use sigmatrace_mlx5::wqe::Transport;
+use sigmatrace_mlx5::WQEBB;
 
 /// A send ring.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

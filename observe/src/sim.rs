@@ -1,20 +1,20 @@
 //! Simulated queues in host memory, for tests, benchmarks and CPU stand-ins for GPU threads.
 //!
 //! [`SimSendQueue::post`] follows the IBGDA posting algorithm exactly (NVSHMEM
-//! `ibgda_post_send` and DOCA `doca_gpu_dev_verbs_submit`, `mlx5-queues.md` §6): build the
-//! WQE in its ring slots with relaxed stores, then release-store the big-endian PI into the
-//! doorbell record, then release-store the 8-byte doorbell word `{pi << 8, qpn << 8}` to the
-//! (simulated) BlueFlame register.
+//! `ibgda_post_send` and DOCA `doca_gpu_dev_verbs_submit`; the sequence is in the mlx5 crate's
+//! README): build the WQE in its ring slots with relaxed stores, then release-store the
+//! big-endian PI into the doorbell record, then release-store the 8-byte doorbell word
+//! `{pi << 8, qpn << 8}` to the (simulated) BlueFlame register.
 
 use std::sync::Arc;
 
 use sigmatrace_schemas::{discovery, mem_kind};
 
 use crate::mem::{AlignedBuf, HostMemory, HostRegion};
-use crate::mlx5::cqe::TsFormat;
-use crate::mlx5::wqe::Transport;
-use crate::mlx5::{build, wqebbs_for_ds, WQEBB};
 use crate::queue::{CqDesc, QueueDesc, SendQueueDesc};
+use sigmatrace_mlx5::cqe::TsFormat;
+use sigmatrace_mlx5::wqe::Transport;
+use sigmatrace_mlx5::{cqe, wqebbs_for_ds, WQEBB};
 
 /// A send ring, its doorbell record and a doorbell register, all in host memory.
 pub struct SimSendQueue {
@@ -132,7 +132,7 @@ impl SimCq {
         let ring = AlignedBuf::new(cqe_cnt as usize * 64);
         for i in 0..cqe_cnt as usize {
             let mut e = [0u8; 64];
-            e[63] = build::INVALID_CQE_OP_OWN;
+            e[63] = cqe::INVALID_OP_OWN;
             ring.write(i * 64, &e);
         }
         SimCq {
@@ -171,9 +171,9 @@ impl SimCq {
     }
 
     /// Writes the next CQE (owner bit for its index; body first, `op_own` last).
-    pub fn produce(&mut self, f: &build::CqeFields) -> u32 {
+    pub fn produce(&mut self, f: &cqe::CqeFields) -> u32 {
         let n = self.produced;
-        let e = build::cqe64(f, n, self.cqe_cnt);
+        let e = cqe::encode(f, n, self.cqe_cnt);
         let off = (n & (self.cqe_cnt - 1)) as usize * 64;
         self.ring.write(off, &e[..56]);
         let mut last = [0u8; 8];

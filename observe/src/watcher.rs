@@ -36,11 +36,11 @@ pub enum WatchError {
     #[error("bad queue geometry: {0}")]
     Geometry(String),
 }
-use crate::mlx5::cqe::{self, TsFormat};
-use crate::mlx5::dbr::{CQ_DBR_CI_OFFSET, QP_DBR_SQ_OFFSET};
-use crate::mlx5::wqe::{self, Wqe};
-use crate::mlx5::{wqebbs_for_ds, MAX_WQE_BYTES, WQEBB};
 use crate::queue::{CqDesc, SendQueueDesc};
+use sigmatrace_mlx5::cqe::{self, TsFormat};
+use sigmatrace_mlx5::dbr::{CQ_DBR_CI_OFFSET, QP_DBR_SQ_OFFSET};
+use sigmatrace_mlx5::wqe::{self, Wqe};
+use sigmatrace_mlx5::{wqebbs_for_ds, MAX_WQE_BYTES, WQEBB};
 
 /// One observation produced by a poll. (Large WQE variant kept inline on purpose: the poll
 /// path must not allocate per WQE; observations are consumed right away.)

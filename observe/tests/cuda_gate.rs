@@ -9,12 +9,11 @@
 use std::ffi::CString;
 use std::path::PathBuf;
 
+use sigmatrace_mlx5::wqe::{opcode, WqeBuilder};
 use sigmatrace_observe::cuda::{
     libcuda_loaded, CudaError, DevicePoller, DevicePollerConfig, Driver,
 };
 use sigmatrace_observe::device::{self, cpu_reference_pass, ClockMap, EventBuffer, Watch};
-use sigmatrace_observe::mlx5::build::WqeBuilder;
-use sigmatrace_observe::mlx5::wqe::opcode;
 use sigmatrace_observe::sim::SimSendQueue;
 use sigmatrace_observe::Observation;
 

@@ -2,11 +2,11 @@
 //! reference pass over simulated queues) are drained into records; losses counted exactly;
 //! GPU/host clock pairs map %globaltimer to the log clock.
 
+use sigmatrace_mlx5::cqe::CqeFields;
+use sigmatrace_mlx5::wqe::{self, opcode, Transport, WqeBuilder};
 use sigmatrace_observe::device::{
     self, cpu_reference_pass, ClockMap, DeviceDrain, EventBuffer, Watch,
 };
-use sigmatrace_observe::mlx5::build::{CqeFields, WqeBuilder};
-use sigmatrace_observe::mlx5::wqe::{self, opcode, Transport};
 use sigmatrace_observe::sim::{SimCq, SimSendQueue};
 use sigmatrace_observe::{AlignedBuf, Observation, QueueDesc};
 use sigmatrace_schemas::{observer, GpuClockPair, RecordHeader, TimestampSource, Timestamper};

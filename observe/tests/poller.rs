@@ -6,8 +6,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sigmatrace_observe::mlx5::build::WqeBuilder;
-use sigmatrace_observe::mlx5::wqe::opcode;
+use sigmatrace_mlx5::wqe::{opcode, WqeBuilder};
 use sigmatrace_observe::poller::ObservationSink;
 use sigmatrace_observe::sim::{SimCq, SimSendQueue};
 use sigmatrace_observe::{HostPoller, Observation, PollerConfig};
@@ -153,9 +152,7 @@ fn every_wqe_observed_exactly_once_with_identical_content() {
             .expect("observed a WQE nobody posted");
         let mut p = bytes.clone();
         p.resize(p.len().next_multiple_of(64), 0);
-        let d =
-            sigmatrace_observe::mlx5::wqe::decode(&p, sigmatrace_observe::mlx5::wqe::Transport::Rc)
-                .unwrap();
+        let d = sigmatrace_mlx5::wqe::decode(&p, sigmatrace_mlx5::wqe::Transport::Rc).unwrap();
         assert_eq!(
             (
                 r.opcode,
@@ -223,7 +220,7 @@ fn forced_overrun_counted_exactly_by_the_poller() {
     // CQ: 40 completions, all consumed by the program before the poller looks (one DBR
     // update at the end), so 40 − 16 = 24 are provably lost.
     for n in 0..40u32 {
-        cq.produce(&sigmatrace_observe::mlx5::build::CqeFields {
+        cq.produce(&sigmatrace_mlx5::cqe::CqeFields {
             wqe_counter: n as u16,
             qpn: 0x55,
             ..Default::default()

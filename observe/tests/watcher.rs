@@ -1,8 +1,8 @@
 //! Ring watchers on simulated host queues: wrap-around, multi-WQEBB WQEs, owner-bit phases,
 //! overruns counted exactly.
 
-use sigmatrace_observe::mlx5::build::{CqeFields, WqeBuilder};
-use sigmatrace_observe::mlx5::wqe::{self, opcode, Transport};
+use sigmatrace_mlx5::cqe::CqeFields;
+use sigmatrace_mlx5::wqe::{self, opcode, Transport, WqeBuilder};
 use sigmatrace_observe::sim::{SimCq, SimSendQueue};
 use sigmatrace_observe::{CqWatcher, Observation, SendWatcher};
 use sigmatrace_schemas::queue_kind;
@@ -54,7 +54,7 @@ fn send_ring_wraps_with_multi_wqebb_wqes() {
     }
     seen.extend(collect(&mut w, &q));
     // The last 8-byte doorbell rung is NVSHMEM's {pi << 8, qpn << 8}.
-    let db = sigmatrace_observe::mlx5::dbr::parse_doorbell(&q.doorbell_bytes());
+    let db = sigmatrace_mlx5::dbr::parse_doorbell(&q.doorbell_bytes());
     assert_eq!(
         (db.wqe_index, db.qpn, db.opcode, db.ds),
         (q.pi(), 0x42, 0, 0)

@@ -1,7 +1,7 @@
-//! CQE64 decoding, the owner-bit validity rule and CQE timestamp conversion
-//! (`mlx5-queues.md` §3 and §8).
+//! CQE64 decoding and encoding, the owner-bit validity rule and CQE timestamp conversion
+//! (README: "Completion queue entries" and "Clocks").
 
-use super::{be16, be32, be64};
+use crate::be;
 
 /// CQE opcodes (`op_own >> 4`).
 pub mod opcode {
@@ -59,26 +59,66 @@ impl Cqe {
 pub fn decode(b: &[u8]) -> Cqe {
     let op_own = b[63];
     let opcode = op_own >> 4;
-    let sop_qpn = be32(b, 56);
+    let sop_qpn = be::get32(b, 56);
     let err = opcode == self::opcode::REQ_ERR || opcode == self::opcode::RESP_ERR;
     Cqe {
         opcode,
         owner: op_own & 1,
         solicited: op_own & 2 != 0,
         format: (op_own >> 2) & 3,
-        wqe_counter: be16(b, 60),
-        byte_cnt: be32(b, 44),
+        wqe_counter: be::get16(b, 60),
+        byte_cnt: be::get32(b, 44),
         qpn: sop_qpn & 0x00ff_ffff,
         send_opcode: (sop_qpn >> 24) as u8,
-        timestamp: if err { 0 } else { be64(b, 48) },
+        timestamp: if err { 0 } else { be::get64(b, 48) },
         syndrome: if err { b[55] } else { 0 },
         vendor_syndrome: if err { b[54] } else { 0 },
-        imm_inval_pkey: be32(b, 36),
-        src_qp: be32(b, 24) & 0x00ff_ffff,
-        srqn_uidx: be32(b, 32),
+        imm_inval_pkey: be::get32(b, 36),
+        src_qp: be::get32(b, 24) & 0x00ff_ffff,
+        srqn_uidx: be::get32(b, 32),
         signature: b[62],
     }
 }
+
+/// Fields of a CQE to encode.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CqeFields {
+    pub opcode: u8,
+    pub wqe_counter: u16,
+    pub byte_cnt: u32,
+    pub qpn: u32,
+    pub send_opcode: u8,
+    pub timestamp: u64,
+    pub syndrome: u8,
+    pub vendor_syndrome: u8,
+    pub imm: u32,
+    pub src_qp: u32,
+}
+
+/// Encodes a 64-byte CQE (the inverse of [`decode`]) for free-running index `n` of a ring of `cqe_cnt` entries (the owner
+/// bit is set for that index).
+pub fn encode(f: &CqeFields, n: u32, cqe_cnt: u32) -> [u8; 64] {
+    let mut b = [0u8; 64];
+    be::put32(&mut b, 24, f.src_qp & 0x00ff_ffff);
+    be::put32(&mut b, 36, f.imm);
+    be::put32(&mut b, 44, f.byte_cnt);
+    be::put64(&mut b, 48, f.timestamp);
+    if f.opcode == opcode::REQ_ERR || f.opcode == opcode::RESP_ERR {
+        b[54] = f.vendor_syndrome;
+        b[55] = f.syndrome;
+    }
+    be::put32(
+        &mut b,
+        56,
+        (f.send_opcode as u32) << 24 | (f.qpn & 0x00ff_ffff),
+    );
+    be::put16(&mut b, 60, f.wqe_counter);
+    b[63] = f.opcode << 4 | expected_owner(n, cqe_cnt);
+    b
+}
+
+/// An empty CQE slot as hardware expects buffers to start: opcode INVALID, owner 0.
+pub const INVALID_OP_OWN: u8 = opcode::INVALID << 4;
 
 /// Offset of the 64-byte CQE inside a CQE slot of `cqe_size` bytes (libmlx5: the last 64).
 pub fn cqe64_offset(cqe_size: u32) -> usize {

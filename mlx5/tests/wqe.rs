@@ -1,9 +1,7 @@
-//! Send WQE decoding for every opcode and segment type of mlx5-queues.md §1.
+//! Send WQE decoding for every opcode and segment type of the README's "Send WQEs".
 
-use sigmatrace_observe::mlx5::build::WqeBuilder;
-use sigmatrace_observe::mlx5::wqe::{
-    self, flags, opcode, AddressVector, Segment, Transport, WqeError,
-};
+use sigmatrace_mlx5::wqe::WqeBuilder;
+use sigmatrace_mlx5::wqe::{self, flags, opcode, AddressVector, Segment, Transport, WqeError};
 
 #[test]
 fn hand_built_rdma_write_bytes() {
@@ -516,7 +514,7 @@ fn flags_and_errors() {
         .raddr(0, 0)
         .data(0, 0, 0)
         .finish();
-    let db = sigmatrace_observe::mlx5::dbr::parse_doorbell(&wq[..8]);
+    let db = sigmatrace_mlx5::dbr::parse_doorbell(&wq[..8]);
     assert_eq!(
         (db.wqe_index, db.opcode, db.qpn, db.ds),
         (0xbeef, opcode::RDMA_WRITE, 0x123456, 3)

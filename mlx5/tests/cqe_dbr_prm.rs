@@ -1,17 +1,11 @@
-//! CQE64, doorbell records, PRM devx commands, umem resolution and discovery.
+//! CQE64, doorbell records and PRM devx commands: hand-built bytes at the README's offsets,
+//! and every encoder decoded back to what it encoded.
 
-use sigmatrace_observe::discover::{
-    CudaMemEvent, Discovery, InitObjCq, InitObjQp, UarInfo, CU_MEMHOSTREGISTER_IOMEMORY,
+use sigmatrace_mlx5::cqe::{self, ClockInfo, CqeFields, TsFormat};
+use sigmatrace_mlx5::prm::{
+    self, AddressPath, CmdOut, Command, CreateCqIn, CreateQpIn, ModifyQpIn, RdmaParams,
 };
-use sigmatrace_observe::mlx5::build::{self, CqeFields};
-use sigmatrace_observe::mlx5::cqe::{self, ClockInfo, TsFormat};
-use sigmatrace_observe::mlx5::prm::{
-    self, AddressPath, Command, CreateCqIn, CreateQpIn, ModifyQpIn,
-};
-use sigmatrace_observe::mlx5::{dbr, wqe::Transport};
-use sigmatrace_observe::umem::{Umem, UmemError, UmemRegistry};
-use sigmatrace_observe::QueueDesc;
-use sigmatrace_schemas::{discovery, mem_kind};
+use sigmatrace_mlx5::{dbr, wqe::Transport};
 
 #[test]
 fn hand_built_cqe() {
@@ -66,7 +60,7 @@ fn hand_built_cqe() {
         imm: 0,
         src_qp: 0x1234,
     };
-    assert_eq!(build::cqe64(&f, 0, 4), b);
+    assert_eq!(cqe::encode(&f, 0, 4), b);
 }
 
 #[test]
@@ -74,11 +68,11 @@ fn owner_bit_phases() {
     let cnt = 4;
     // Fresh buffer: INVALID, owner 0 → never valid.
     for n in 0..8 {
-        assert!(!cqe::is_valid(build::INVALID_CQE_OP_OWN, n, cnt));
+        assert!(!cqe::is_valid(cqe::INVALID_OP_OWN, n, cnt));
     }
     // Lap 0 entries carry owner 0, lap 1 owner 1, lap 2 owner 0 again.
     for n in 0..12u32 {
-        let e = build::cqe64(&CqeFields::default(), n, cnt);
+        let e = cqe::encode(&CqeFields::default(), n, cnt);
         assert!(cqe::is_valid(e[63], n, cnt));
         assert!(
             !cqe::is_valid(e[63], n + cnt, cnt),
@@ -127,6 +121,20 @@ fn doorbell_records() {
     );
     let c = dbr::parse_cq(&[0xff, 0x00, 0x00, 0x10, 0x31, 0x00, 0x00, 0x10]);
     assert_eq!((c.ci, c.arm_sn, c.arm_cmd, c.arm_ci), (0x10, 3, 1, 0x10));
+    // Encoders are the inverses.
+    assert_eq!(dbr::parse_qp(&q.encode()), q);
+    assert_eq!(dbr::parse_cq(&c.encode()), c);
+    assert_eq!(dbr::sq_pi_from_raw(dbr::sq_pi_to_raw(0xbeef)), 0xbeef);
+    assert_eq!(
+        dbr::cq_ci_to_raw(0x0123_4567).to_ne_bytes(),
+        [0, 0x23, 0x45, 0x67]
+    );
+    // The NVSHMEM doorbell: {be32(pi << 8), be32(qpn << 8)}, opcode and ds zero.
+    let db = dbr::DoorbellWord::nvshmem(0x1234, 0xabcde);
+    let bytes = [0x00, 0x12, 0x34, 0x00, 0x0a, 0xbc, 0xde, 0x00];
+    assert_eq!(db.encode(), bytes);
+    assert_eq!(db.to_native_u64().to_ne_bytes(), bytes);
+    assert_eq!(dbr::parse_doorbell(&bytes), db);
 }
 
 fn qp_in() -> CreateQpIn {
@@ -171,8 +179,8 @@ fn cq_in() -> CreateCqIn {
 
 #[test]
 fn prm_create_qp_offsets() {
-    let b = build::create_qp_in(&qp_in());
-    // Spot-check the byte offsets of mlx5-queues.md §5 directly.
+    let b = qp_in().encode();
+    // Spot-check the byte offsets of the README directly.
     assert_eq!(&b[0..2], &[0x05, 0x00]);
     assert_eq!(b[25], 0x5);
     assert_eq!(
@@ -201,9 +209,7 @@ fn prm_create_qp_offsets() {
         ..qp_in()
     };
     assert_eq!(
-        prm::decode_create_qp(&build::create_qp_in(&regular))
-            .unwrap()
-            .rq_bytes(),
+        prm::decode_create_qp(&regular.encode()).unwrap().rq_bytes(),
         16 * 64
     );
     assert!(prm::decode_create_qp(&b[..200]).is_err());
@@ -211,7 +217,7 @@ fn prm_create_qp_offsets() {
 
 #[test]
 fn prm_create_cq_and_outputs() {
-    let b = build::create_cq_in(&cq_in());
+    let b = cq_in().encode();
     assert_eq!(&b[0..2], &[0x04, 0x00]);
     assert_eq!(
         u32::from_be_bytes(b[28..32].try_into().unwrap()) >> 24 & 0x1f,
@@ -222,13 +228,16 @@ fn prm_create_cq_and_outputs() {
     let d = prm::decode_create_cq(&b).unwrap();
     assert_eq!(d, cq_in());
     assert_eq!(d.cqe_cnt(), 256);
-    let d128 = prm::decode_create_cq(&build::create_cq_in(&CreateCqIn {
-        cqe_size: 128,
-        ..cq_in()
-    }))
+    let d128 = prm::decode_create_cq(
+        &CreateCqIn {
+            cqe_size: 128,
+            ..cq_in()
+        }
+        .encode(),
+    )
     .unwrap();
     assert_eq!(d128.cqe_size, 128);
-    let out = prm::decode_output(&build::cmd_out(0x1234)).unwrap();
+    let out = prm::decode_output(&CmdOut::ok(0x1234).encode()).unwrap();
     assert_eq!((out.status, out.number), (0, 0x1234));
     assert_eq!(prm::decode_output(&[0; 4]), None);
 }
@@ -236,6 +245,7 @@ fn prm_create_cq_and_outputs() {
 #[test]
 fn prm_modify_and_destroy() {
     let path = AddressPath {
+        ack_timeout: 14,
         grh: true,
         rlid: 0x55,
         src_addr_index: 1,
@@ -257,8 +267,26 @@ fn prm_modify_and_destroy() {
         path,
         next_send_psn: 0,
         next_rcv_psn: 0x333,
+        rdma: RdmaParams {
+            log_sra_max: 4,
+            retry_count: 7,
+            rnr_retry: 6,
+            log_rra_max: 3,
+            rre: true,
+            rwe: false,
+            rae: true,
+            min_rnr_nak: 12,
+        },
     };
-    let b = build::modify_qp_in(&m);
+    let b = m.encode();
+    let be32 = |at: usize| u32::from_be_bytes(b[at..at + 4].try_into().unwrap());
+    // qpc at 24: ads at qpc+24 (ack_timeout in dword 2 bits 31:27), retry settings at
+    // qpc+112, responder settings at qpc+144, min_rnr_nak and next_rcv_psn at qpc+148.
+    assert_eq!(be32(24 + 24 + 8) >> 27, 14);
+    assert_eq!(be32(24 + 112), (4 << 21) | (7 << 16) | (6 << 13));
+    assert_eq!(be32(24 + 144), (3 << 21) | (1 << 15) | (1 << 13));
+    assert_eq!(be32(24 + 148), (12 << 24) | 0x333);
+    assert_eq!(b.len(), prm::CMD_IN_LEN);
     assert_eq!(
         u32::from_be_bytes(b[8..12].try_into().unwrap()) & 0xffffff,
         0x111
@@ -274,7 +302,7 @@ fn prm_modify_and_destroy() {
         (prm::cmd::RTR2RTS_QP, 3),
         (prm::cmd::QP_2ERR, 6),
     ] {
-        let b = build::modify_qp_in(&ModifyQpIn { opcode: op, ..m });
+        let b = ModifyQpIn { opcode: op, ..m }.encode();
         let Command::ModifyQp(d) = prm::decode_command(&b).unwrap() else {
             panic!()
         };
@@ -299,173 +327,6 @@ fn prm_modify_and_destroy() {
     assert_eq!(prm::decode_command(&d).unwrap(), Command::Other(0x100));
 }
 
-#[test]
-fn umem_registry_resolves() {
-    let mut r = UmemRegistry::new();
-    r.register(Umem {
-        id: 5,
-        addr: 0x10000,
-        size: 0x1000,
-        dmabuf_fd: None,
-        handle: 0xa,
-    });
-    assert_eq!(r.resolve(5, 0x100, 8), Ok(0x10100));
-    assert_eq!(r.resolve(5, 0xff8, 8), Ok(0x10ff8));
-    assert!(matches!(
-        r.resolve(5, 0xffc, 8),
-        Err(UmemError::OutOfRange { .. })
-    ));
-    assert_eq!(r.resolve(6, 0, 8), Err(UmemError::Unknown(6)));
-    assert_eq!(r.deregister_handle(0xa).map(|u| u.id), Some(5));
-    assert!(r.is_empty());
-}
-
-#[test]
-fn discovery_devx_path() {
-    let mut d = Discovery::new();
-    // Rings in GPU memory (cuMemAlloc), DBR umem in GPU memory too.
-    d.on_cuda_mem(&CudaMemEvent::DeviceAlloc {
-        ptr: 0x7000_0000,
-        size: 0x10_0000,
-    });
-    d.on_devx_umem_reg(0xa1, 21, 0x7000_0000, 0x4_0000, None);
-    d.on_devx_umem_reg(0xa2, 22, 0x7008_0000, 0x1000, Some(9));
-    d.on_devx_umem_reg(0xa3, 23, 0x7009_0000, 0x4000, None);
-    let uar = d.on_alloc_uar(&UarInfo {
-        handle: 0xb0,
-        page_id: 0x77,
-        reg_addr: 0x5555_0800,
-        base_addr: 0x5555_0000,
-        mmap_off: 0,
-    });
-    assert!(matches!(uar, QueueDesc::Uar(u) if u.device_alias == 0));
-    d.on_cuda_mem(&CudaMemEvent::HostRegister {
-        ptr: 0x5555_0000,
-        size: 0x1000,
-        flags: CU_MEMHOSTREGISTER_IOMEMORY,
-    });
-    let changed = d.on_cuda_mem(&CudaMemEvent::DevicePointer {
-        host: 0x5555_0000,
-        device: 0x9000_0000,
-    });
-    assert!(matches!(changed[..], [QueueDesc::Uar(u)] if u.device_alias == 0x9000_0800));
-    let cq = d
-        .on_devx_obj_create(0xc1, &build::create_cq_in(&cq_in()), &build::cmd_out(0x401))
-        .unwrap()
-        .unwrap();
-    let QueueDesc::Cq(c) = cq else { panic!() };
-    assert_eq!(
-        (c.cqn, c.base, c.cqe_cnt, c.dbrec, c.memory, c.ci_valid),
-        (0x401, 0x7009_0000, 256, 0x7008_0080, mem_kind::GPU, false)
-    );
-    assert_eq!(c.doorbell, 0x5555_0800);
-    let qp = d
-        .on_devx_obj_create(0xc2, &build::create_qp_in(&qp_in()), &build::cmd_out(0x99))
-        .unwrap()
-        .unwrap();
-    let QueueDesc::Send(s) = qp else { panic!() };
-    assert_eq!(
-        (s.qpn, s.base, s.wqebbs, s.dbrec, s.cqn, s.transport),
-        (0x99, 0x7000_1000, 128, 0x7008_0040, 0x401, Transport::Dci)
-    );
-    assert_eq!((s.memory, s.discovery), (mem_kind::GPU, discovery::DEVX));
-    let rec = qp.to_record(1);
-    assert_eq!(
-        (rec.number, rec.depth, rec.stride, rec.hdr.aux),
-        (0x99, 128, 64, 1 | 1 << 8 | 2 << 16)
-    );
-    // A failed command (status != 0) discovers nothing; a short buffer is an error.
-    let mut bad = build::cmd_out(0x98);
-    bad[0] = 1;
-    assert_eq!(
-        d.on_devx_obj_create(0xc3, &build::create_qp_in(&qp_in()), &bad)
-            .unwrap(),
-        None
-    );
-    assert!(d
-        .on_devx_obj_create(0xc4, &[0x05, 0x00, 0, 0], &build::cmd_out(1))
-        .is_err());
-    // Connection from INIT2RTR survives RTR2RTS.
-    let m = ModifyQpIn {
-        opcode: prm::cmd::INIT2RTR_QP,
-        qpn: 0x99,
-        remote_qpn: 0x1aa,
-        mtu: 5,
-        ..Default::default()
-    };
-    let t = d
-        .on_devx_obj_modify(0xc2, &build::modify_qp_in(&m), &build::cmd_out(0))
-        .unwrap()
-        .unwrap();
-    assert_eq!((t.state, t.cmd.remote_qpn), (2, 0x1aa));
-    let m2 = ModifyQpIn {
-        opcode: prm::cmd::RTR2RTS_QP,
-        qpn: 0x99,
-        next_send_psn: 7,
-        ..Default::default()
-    };
-    let t = d
-        .on_devx_obj_modify(0xc2, &build::modify_qp_in(&m2), &build::cmd_out(0))
-        .unwrap()
-        .unwrap();
-    assert_eq!(
-        (t.state, t.cmd.remote_qpn, t.cmd.next_send_psn),
-        (3, 0x1aa, 7)
-    );
-    assert_eq!(d.on_devx_obj_destroy(0xc2), Some(qp));
-    assert!(d.send_queue(0x99).is_none());
-    assert_eq!(d.on_devx_obj_destroy(0xc1), Some(cq));
-    assert_eq!(d.on_devx_obj_destroy(0xc1), None);
-}
-
-#[test]
-fn discovery_init_obj_path_and_cuda_records() {
-    let mut d = Discovery::new();
-    d.on_cuda_mem(&CudaMemEvent::HostAlloc {
-        ptr: 0x10_0000,
-        size: 0x10000,
-        flags: 1,
-    });
-    let q = d
-        .on_init_obj_qp(&InitObjQp {
-            qpn: 7,
-            qp_type: 2,
-            dbrec: 0x20_0000,
-            sq_buf: 0x10_0000,
-            sq_wqe_cnt: 64,
-            sq_stride: 64,
-            bf_reg: 0x30_0800,
-            bf_size: 256,
-            send_cqn: 3,
-        })
-        .unwrap();
-    let QueueDesc::Send(s) = q else { panic!() };
-    assert_eq!(
-        (s.memory, s.dbr_memory, s.wqebbs, s.transport),
-        (mem_kind::HOST_PINNED, mem_kind::HOST, 64, Transport::Rc)
-    );
-    assert!(q.host_watchable());
-    let c = d
-        .on_init_obj_cq(&InitObjCq {
-            cqn: 3,
-            buf: 0x40_0000,
-            dbrec: 0x20_0040,
-            cqe_cnt: 128,
-            cqe_size: 64,
-            cq_uar: 0,
-        })
-        .unwrap();
-    assert!(matches!(c, QueueDesc::Cq(c) if c.ci_valid && c.memory == mem_kind::HOST));
-    let r = CudaMemEvent::DevicePointer {
-        host: 0x10_0000,
-        device: 0xd000,
-    }
-    .to_record(5, 0);
-    assert_eq!((r.hdr.aux, r.addr, r.alias), (6, 0x10_0000, 0xd000));
-    d.on_cuda_mem(&CudaMemEvent::DeviceFree { ptr: 0x10_0000 });
-    assert_eq!(d.memory().kind_of(0x10_0000), mem_kind::HOST);
-}
-
 /// `oi` (overrun ignore) is bit 0x0e of the cqc, i.e. bit 17 of its first big-endian dword
 /// (mlx5_ifc.h: status[4], reserved[2], dbr_umem_valid, apu_cq, cqe_sz[3], cc, reserved,
 /// scqe_break_moderation_en, oi, ...); cqe_sz sits at bits 23:21.
@@ -476,15 +337,7 @@ fn create_cq_oi_bit_is_bit_17_of_the_first_cqc_dword() {
     // log_cq_size = 6 so the command is otherwise well formed.
     cmd[16 + 12..16 + 16].copy_from_slice(&(6u32 << 24).to_be_bytes());
     cmd[16..20].copy_from_slice(&(1u32 << 17).to_be_bytes());
-    assert!(
-        sigmatrace_observe::mlx5::prm::decode_create_cq(&cmd)
-            .unwrap()
-            .oi
-    );
+    assert!(prm::decode_create_cq(&cmd).unwrap().oi);
     cmd[16..20].copy_from_slice(&(1u32 << 16).to_be_bytes());
-    assert!(
-        !sigmatrace_observe::mlx5::prm::decode_create_cq(&cmd)
-            .unwrap()
-            .oi
-    );
+    assert!(!prm::decode_create_cq(&cmd).unwrap().oi);
 }

@@ -1,8 +1,11 @@
 //! Send WQE decoding: ctrl segment plus the opcode-specific segments of
-//! `mlx5-queues.md` §1 (raddr, data, inline, atomic, masked atomic, UD/DC address vector,
+//! README "Send WQEs" (raddr, data, inline, atomic, masked atomic, UD/DC address vector,
 //! XRC, Ethernet, wait-enable, UMR, MMO).
 
-use super::{be16, be32, be64, wqebbs_for_ds, DS_BYTES};
+use crate::{be, wqebbs_for_ds, DS_BYTES};
+
+mod builder;
+pub use builder::WqeBuilder;
 
 /// mlx5 send opcodes (`mlx5dv.h`; WAIT and DUMP from DOCA / NVSHMEM).
 pub mod opcode {
@@ -153,8 +156,8 @@ pub struct Ctrl {
 impl Ctrl {
     /// Parses the first 16 bytes of `b` (caller guarantees `b.len() >= 16`).
     pub fn parse(b: &[u8]) -> Ctrl {
-        let w0 = be32(b, 0);
-        let w1 = be32(b, 4);
+        let w0 = be::get32(b, 0);
+        let w1 = be::get32(b, 4);
         Ctrl {
             opmod: (w0 >> 24) as u8,
             wqe_index: (w0 >> 8) as u16,
@@ -162,9 +165,9 @@ impl Ctrl {
             qpn: w1 >> 8,
             ds: (w1 & 0x3f) as u8,
             signature: b[8],
-            dci_stream_channel_id: be16(b, 9),
+            dci_stream_channel_id: be::get16(b, 9),
             fm_ce_se: b[11],
-            imm: be32(b, 12),
+            imm: be::get32(b, 12),
         }
     }
 
@@ -412,7 +415,7 @@ fn decode_body(w: &mut Wqe, c: &mut Cursor, transport: Transport) -> Result<(), 
             Transport::Xrc => {
                 let s = c.take(16)?;
                 w.push(Segment::Xrc {
-                    srqn: be32(s, 0) & 0x00ff_ffff,
+                    srqn: be::get32(s, 0) & 0x00ff_ffff,
                 });
             }
             _ => {}
@@ -426,7 +429,7 @@ fn decode_body(w: &mut Wqe, c: &mut Cursor, transport: Transport) -> Result<(), 
         ATOMIC_CS | ATOMIC_FA => {
             raddr(w, c)?;
             let s = c.take(16)?;
-            let (swap_add, compare) = (be64(s, 0), be64(s, 8));
+            let (swap_add, compare) = (be::get64(s, 0), be::get64(s, 8));
             if op == ATOMIC_CS {
                 w.swap = swap_add;
                 w.compare_add = compare;
@@ -451,8 +454,8 @@ fn decode_body(w: &mut Wqe, c: &mut Cursor, transport: Transport) -> Result<(), 
         WAIT => {
             let s = c.take(16)?;
             w.push(Segment::WaitEn {
-                pi: be32(s, 8),
-                obj_num: be32(s, 12),
+                pi: be::get32(s, 8),
+                obj_num: be::get32(s, 12),
             });
             Ok(())
         }
@@ -460,17 +463,17 @@ fn decode_body(w: &mut Wqe, c: &mut Cursor, transport: Transport) -> Result<(), 
             let s = c.take(48)?;
             w.push(Segment::UmrCtrl {
                 flags: s[0],
-                klm_octowords: be16(s, 4),
-                mkey_mask: be64(s, 8),
+                klm_octowords: be::get16(s, 4),
+                mkey_mask: be::get64(s, 8),
             });
             if c.remaining() >= 64 {
                 let m = c.take(64)?;
-                let (start_addr, len) = (be64(m, 16), be64(m, 24));
+                let (start_addr, len) = (be::get64(m, 16), be::get64(m, 24));
                 w.remote_addr = start_addr;
                 w.bytes = len;
                 w.push(Segment::MkeyContext {
                     access_flags: m[2],
-                    qpn_mkey: be32(m, 4),
+                    qpn_mkey: be::get32(m, 4),
                     start_addr,
                     len,
                 });
@@ -480,9 +483,9 @@ fn decode_body(w: &mut Wqe, c: &mut Cursor, transport: Transport) -> Result<(), 
         MMO => {
             let s = c.take(16)?;
             w.push(Segment::MmoMeta {
-                control: be32(s, 0),
-                lkey: be32(s, 4),
-                addr: be64(s, 8),
+                control: be::get32(s, 0),
+                lkey: be::get32(s, 4),
+                addr: be::get64(s, 8),
             });
             // Memcpy MMO: source then destination data segment; bytes = the source length.
             let before = w.nsegs;
@@ -504,13 +507,13 @@ fn decode_body(w: &mut Wqe, c: &mut Cursor, transport: Transport) -> Result<(), 
 
 fn decode_av(c: &mut Cursor) -> Result<AddressVector, WqeError> {
     let s = c.take(16)?;
-    let dqp_dct = be32(s, 8);
+    let dqp_dct = be::get32(s, 8);
     let mut av = AddressVector {
-        key: be64(s, 0),
+        key: be::get64(s, 0),
         dqpn: dqp_dct & 0x00ff_ffff,
         extended: dqp_dct & 0x8000_0000 != 0,
         stat_rate_sl: s[12],
-        rlid: be16(s, 14),
+        rlid: be::get16(s, 14),
         rgid: [0; 16],
     };
     if av.extended {
@@ -522,8 +525,8 @@ fn decode_av(c: &mut Cursor) -> Result<AddressVector, WqeError> {
 
 fn raddr(w: &mut Wqe, c: &mut Cursor) -> Result<(), WqeError> {
     let s = c.take(16)?;
-    w.remote_addr = be64(s, 0);
-    w.rkey = be32(s, 8);
+    w.remote_addr = be::get64(s, 0);
+    w.rkey = be::get32(s, 8);
     w.push(Segment::Raddr {
         addr: w.remote_addr,
         rkey: w.rkey,
@@ -544,8 +547,8 @@ fn masked_atomic(w: &mut Wqe, c: &mut Cursor) -> Result<(), WqeError> {
     let s = c.take(seg_len)?;
     let rd = |i: usize| -> u64 {
         match size {
-            4 => be32(s, i * 4) as u64,
-            8 => be64(s, i * 8),
+            4 => be::get32(s, i * 4) as u64,
+            8 => be::get64(s, i * 8),
             _ => 0,
         }
     };
@@ -574,8 +577,8 @@ fn masked_atomic(w: &mut Wqe, c: &mut Cursor) -> Result<(), WqeError> {
 
 fn eth_segment(w: &mut Wqe, c: &mut Cursor) -> Result<(), WqeError> {
     let s = c.take(16)?;
-    let mss = be16(s, 6);
-    let inline_hdr_sz = be16(s, 12);
+    let mss = be::get16(s, 6);
+    let inline_hdr_sz = be::get16(s, 12);
     // The first 2 header bytes sit in the segment; the rest follows, padded to 16 bytes.
     let extra = (inline_hdr_sz as usize)
         .saturating_sub(2)
@@ -588,7 +591,7 @@ fn eth_segment(w: &mut Wqe, c: &mut Cursor) -> Result<(), WqeError> {
 
 fn data_segments(w: &mut Wqe, c: &mut Cursor) -> Result<(), WqeError> {
     while c.remaining() >= DS_BYTES {
-        let first = be32(c.b, c.pos);
+        let first = be::get32(c.b, c.pos);
         if first & 0x8000_0000 != 0 {
             let len = first & 0x7fff_ffff;
             let total = (4 + len as usize).next_multiple_of(DS_BYTES);
@@ -597,7 +600,7 @@ fn data_segments(w: &mut Wqe, c: &mut Cursor) -> Result<(), WqeError> {
             w.push(Segment::Inline { byte_count: len });
         } else {
             let s = c.take(16)?;
-            let (byte_count, lkey, addr) = (be32(s, 0), be32(s, 4), be64(s, 8));
+            let (byte_count, lkey, addr) = (be::get32(s, 0), be::get32(s, 4), be::get64(s, 8));
             w.bytes += byte_count as u64;
             w.push(Segment::Data {
                 addr,
