@@ -1,5 +1,5 @@
 //! End-to-end conversion of synthetic multi-rank log sets, checked against ground truth and
-//! validated by shared/tools/validate_perfetto.py.
+//! validated by the repository's trace checker (sigmatrace-testkit).
 
 mod common;
 
