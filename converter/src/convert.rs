@@ -15,16 +15,17 @@ use rayon::prelude::*;
 
 use crate::align::topology::Topology;
 use crate::align::{self, Alignment};
-use crate::chrome;
-use crate::emit::{self, Detail, NullSink};
+use crate::emit::{self, Detail};
 use crate::error::ConvertError;
 use crate::input::{expand_inputs, LogInput};
 use crate::model::{ModelOptions, ProcessModel, ProcessTotals};
-use crate::perfetto::encode::{self, PerfettoSeq};
-use crate::perfetto::TraceSink;
 use crate::progress::Progress;
 use crate::scan;
 use crate::stats::{default_sections, ReportCtx, Section, SectionSet};
+use sigmatrace_timeline::chrome;
+use sigmatrace_timeline::perfetto::{self, PerfettoSeq};
+use sigmatrace_timeline::NullSink;
+use sigmatrace_timeline::TraceSink;
 
 /// Output format.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -391,7 +392,10 @@ fn run(
         match &json_tracks {
             Some((_, h)) => header.extend_from_slice(h),
             None => {
-                encode::frame_packet(&mut header, &encode::clock_snapshot_packet(t_start as u64));
+                perfetto::frame_packet(
+                    &mut header,
+                    &perfetto::clock_snapshot_packet(t_start as u64),
+                );
                 let mut meta = PerfettoSeq::new(u32::MAX - 1, false, 0);
                 let at = alignment_track(&topo, &alignment);
                 meta.track(&at);
@@ -490,7 +494,7 @@ fn run(
                     return;
                 }
                 let b = if compress && !fast {
-                    encode::compress_block(&b, level)
+                    perfetto::compress_block(&b, level)
                 } else {
                     b
                 };
@@ -526,7 +530,7 @@ fn run(
             .map(|(bytes, merged)| {
                 if !bytes.is_empty() {
                     let _ = tx.send(if compress {
-                        encode::compress_block(&bytes, level)
+                        perfetto::compress_block(&bytes, level)
                     } else {
                         bytes
                     });
@@ -607,9 +611,9 @@ fn host_alignment(h: &align::HostAlign) -> String {
 
 /// Adds the host's clock correction to every process track's labels (shown next to the
 /// process name in the UI).
-fn label_alignment(statics: &mut [crate::perfetto::TrackDef], topo: &Topology, a: &Alignment) {
+fn label_alignment(statics: &mut [sigmatrace_timeline::TrackDef], topo: &Topology, a: &Alignment) {
     for d in statics.iter_mut() {
-        if let crate::perfetto::TrackKind::Process { labels, .. } = &mut d.kind {
+        if let sigmatrace_timeline::TrackKind::Process { labels, .. } = &mut d.kind {
             let Some(p) = topo.procs.iter().find(|p| p.track == d.uuid) else {
                 continue;
             };
@@ -623,7 +627,7 @@ fn label_alignment(statics: &mut [crate::perfetto::TrackDef], topo: &Topology, a
 /// An instant at the trace start on the alignment track whose args list every host's offset,
 /// drift and uncertainty (visible when the event is selected).
 fn alignment_instant(seq: &mut PerfettoSeq, track: u64, t: u64, a: &Alignment) {
-    use crate::perfetto::{ArgValue, Extra};
+    use sigmatrace_timeline::{ArgValue, Extra};
     let name = seq.name("clock alignment");
     let texts: Vec<String> = a.hosts.iter().map(host_alignment).collect();
     let mut args = Vec::new();
@@ -649,7 +653,7 @@ fn alignment_instant(seq: &mut PerfettoSeq, track: u64, t: u64, a: &Alignment) {
 }
 
 /// A top-level track whose description carries the clock alignment (trace metadata).
-fn alignment_track(topo: &Topology, a: &Alignment) -> crate::perfetto::TrackDef {
+fn alignment_track(topo: &Topology, a: &Alignment) -> sigmatrace_timeline::TrackDef {
     let mut desc = format!(
         "{}. Reference host: {}.",
         a.method,
@@ -669,7 +673,7 @@ fn alignment_track(topo: &Topology, a: &Alignment) -> crate::perfetto::TrackDef 
         ));
     }
     let mut d =
-        crate::perfetto::TrackDef::slices(u64::MAX >> 1, None, "SigmaTrace clock alignment");
+        sigmatrace_timeline::TrackDef::slices(u64::MAX >> 1, None, "SigmaTrace clock alignment");
     d.description = Some(desc);
     d
 }

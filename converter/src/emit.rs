@@ -5,8 +5,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::align::topology::{Process, Qp, Topology};
-use crate::perfetto::{CounterUnit, Extra, Name, TraceSink, TrackDef, TrackKind};
 use crate::verbs;
+use sigmatrace_timeline::{CounterUnit, Name, TraceSink, TrackDef, TrackKind};
 
 /// How much per-WR detail the trace carries (see README "Detail levels").
 #[derive(
@@ -280,32 +280,5 @@ impl NameCache {
             .map
             .entry((5, id, 0, 0))
             .or_insert_with(|| sink.name(s))
-    }
-}
-
-/// Nothing: a sink for the stats-only pass.
-#[derive(Default)]
-pub struct NullSink {
-    names: u32,
-}
-
-impl TraceSink for NullSink {
-    fn name(&mut self, _: &str) -> Name {
-        self.names += 1;
-        Name(self.names)
-    }
-    fn arg_key(&mut self, _: &str) -> crate::perfetto::ArgKey {
-        crate::perfetto::ArgKey(0)
-    }
-    fn track(&mut self, _: &TrackDef) {}
-    fn begin(&mut self, _: u64, _: u64, _: Name, _: &Extra<'_>) {}
-    fn end(&mut self, _: u64, _: u64, _: &Extra<'_>) {}
-    fn instant(&mut self, _: u64, _: u64, _: Name, _: &Extra<'_>) {}
-    fn counter(&mut self, _: u64, _: u64, _: i64) {}
-    fn pending_bytes(&self) -> usize {
-        0
-    }
-    fn take(&mut self) -> Vec<u8> {
-        Vec::new()
     }
 }

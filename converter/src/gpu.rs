@@ -15,7 +15,7 @@ use sigmatrace_schemas::records::{mem_kind, string_ns, Record};
 
 use crate::align::topology::{Process, Topology};
 use crate::emit::{Detail, Lanes, NameCache};
-use crate::perfetto::{ArgValue, Extra, TraceSink, TrackDef};
+use sigmatrace_timeline::{ArgValue, Extra, TraceSink, TrackDef};
 
 /// What the GPU model needs from its process.
 pub struct Ctx<'a> {

@@ -3,12 +3,11 @@
 //! flows between ranks, counters) and traffic reports.
 //!
 //! Pipeline (one module each): tokenize ([`input`], [`scan`]) → align ([`align`], [`align::clock`]) →
-//! model ([`align::topology`], [`model`], [`gpu`]) → emit ([`emit`] onto the generic [`perfetto`] /
-//! [`chrome`] writers). Tests and tools call [`convert()`] and [`stats()`]; [`synth`] writes
+//! model ([`align::topology`], [`model`], [`gpu`]) → emit ([`emit`] onto the
+//! generic `sigmatrace-timeline` writers). Tests and tools call [`convert()`] and [`stats()`]; [`synth`] writes
 //! synthetic multi-rank log sets with known ground truth.
 
 pub mod align;
-pub mod chrome;
 pub mod convert;
 pub mod emit;
 pub mod error;
@@ -17,7 +16,6 @@ pub mod input;
 pub mod model;
 pub mod nsys_cli;
 pub mod nsys_merge;
-pub mod perfetto;
 pub mod progress;
 pub mod scan;
 pub mod stats;

@@ -17,8 +17,8 @@ use crate::align::topology::{flow_id, Process, Qp, Topology};
 use crate::emit::{Detail, Lanes, NameCache, SampledCounter};
 use crate::gpu::GpuState;
 use crate::input::{LogInput, RecordIssue};
-use crate::perfetto::{ArgKey, ArgValue, Extra, TraceSink};
 use crate::verbs;
+use sigmatrace_timeline::{ArgKey, ArgValue, Extra, TraceSink};
 
 /// What the model tells observers (stats sections).
 #[derive(Clone, Copy, Debug)]
@@ -450,7 +450,7 @@ impl<'a> ProcessModel<'a> {
                 let uuid = self
                     .uuids
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                sink.track(&crate::perfetto::TrackDef::slices(
+                sink.track(&sigmatrace_timeline::TrackDef::slices(
                     uuid,
                     Some(self.p.track),
                     format!("SRQ {srq:#x}"),
@@ -725,8 +725,8 @@ impl<'a> ProcessModel<'a> {
                                 .uuids
                                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                             let mut def =
-                                crate::perfetto::TrackDef::slices(uuid, Some(q.track), "recv");
-                            def.kind = crate::perfetto::TrackKind::Slices {
+                                sigmatrace_timeline::TrackDef::slices(uuid, Some(q.track), "recv");
+                            def.kind = sigmatrace_timeline::TrackKind::Slices {
                                 merge_key: Some("recv".into()),
                             };
                             sink.track(&def);

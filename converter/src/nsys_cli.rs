@@ -7,12 +7,12 @@ use std::sync::atomic::AtomicU64;
 
 use sigmatrace_nsys::NsysReport;
 
-use crate::chrome;
 use crate::convert::Format;
 use crate::error::ConvertError;
 use crate::nsys_merge::{self, NsysMerged, NsysOptions};
-use crate::perfetto::encode::{self, PerfettoSeq};
-use crate::perfetto::TraceSink;
+use sigmatrace_timeline::chrome;
+use sigmatrace_timeline::perfetto::{self, PerfettoSeq};
+use sigmatrace_timeline::TraceSink;
 
 /// `nsys-summary FILE [--json]`: what the export holds, as a table or JSON.
 pub fn summary(path: &Path, json: bool) -> Result<String, ConvertError> {
@@ -60,13 +60,13 @@ pub fn convert_only(
     let mut out = Vec::new();
     let merged = match format {
         Format::Perfetto => {
-            encode::frame_packet(&mut out, &encode::clock_snapshot_packet(t_start));
+            perfetto::frame_packet(&mut out, &perfetto::clock_snapshot_packet(t_start));
             let (bytes, merged) =
                 nsys_merge::emit_all(&reports, nsys.offset_ns, None, &uuids, |seq| {
                     Box::new(PerfettoSeq::new(seq, false, 0)) as Box<dyn TraceSink>
                 })?;
             if compress_level > 0 {
-                out.extend_from_slice(&encode::compress_block(&bytes, compress_level.min(9)));
+                out.extend_from_slice(&perfetto::compress_block(&bytes, compress_level.min(9)));
             } else {
                 out.extend_from_slice(&bytes);
             }

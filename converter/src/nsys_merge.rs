@@ -26,7 +26,7 @@ use crate::align::topology::Topology;
 use crate::align::Alignment;
 use crate::error::ConvertError;
 use crate::input::LogInput;
-use crate::perfetto::{ArgKey, ArgValue, Extra, TraceSink, TrackDef, TrackKind};
+use sigmatrace_timeline::{ArgKey, ArgValue, Extra, TraceSink, TrackDef, TrackKind};
 
 /// `--nsys FILE` (repeatable) and `--nsys-offset NS`.
 #[derive(Clone, Debug, Default)]

@@ -3,12 +3,12 @@
 
 mod common;
 
-use sigmatrace_convert::perfetto::proto;
 use sigmatrace_convert::{convert_with_report, ConvertOptions};
 use sigmatrace_schemas::clock::TimestampSource;
 use sigmatrace_schemas::header::{FileHeader, RankInfo};
 use sigmatrace_schemas::records::*;
 use sigmatrace_schemas::writer::{LogWriter, WriterOptions};
+use sigmatrace_timeline::proto;
 
 const RT0: u64 = 1_700_000_000_000_000_000;
 

@@ -12,7 +12,6 @@ use std::process::Command;
 use prost::Message;
 use sigmatrace_convert::nsys_cli;
 use sigmatrace_convert::nsys_merge::NsysOptions;
-use sigmatrace_convert::perfetto::proto::{self, Trace, TracePacket};
 use sigmatrace_convert::{ConvertError, ConvertOptions, Format};
 use sigmatrace_nsys::{Anchor, HostClock};
 use sigmatrace_schemas::clock::TimestampSource;
@@ -20,6 +19,7 @@ use sigmatrace_schemas::header::{FileHeader, RankInfo};
 use sigmatrace_schemas::records::*;
 use sigmatrace_schemas::writer::{LogWriter, WriterOptions};
 use sigmatrace_schemas::{FORMAT_MAJOR, FORMAT_MINOR};
+use sigmatrace_timeline::proto::{self, Trace, TracePacket};
 
 const R1_UTC: u64 = 1_769_308_002_162_486_533;
 const R1_SYS: u64 = 6_324_391_262_083;

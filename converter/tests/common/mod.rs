@@ -22,9 +22,9 @@ pub fn generate(sc: &Scenario) -> (tempfile::TempDir, Truth) {
 }
 
 /// Decodes a trace written by the converter (expanding compressed packet blocks).
-pub fn decode(trace: &Path) -> Vec<sigmatrace_convert::perfetto::proto::TracePacket> {
+pub fn decode(trace: &Path) -> Vec<sigmatrace_timeline::proto::TracePacket> {
     use prost::Message;
-    use sigmatrace_convert::perfetto::proto::Trace;
+    use sigmatrace_timeline::proto::Trace;
     let bytes = std::fs::read(trace).expect("trace");
     let mut out = Vec::new();
     for p in Trace::decode(&bytes[..]).expect("valid trace").packet {

@@ -1,13 +1,17 @@
-//! Trace output: a small generic timeline API ([`TraceSink`]) and its two encoders, Perfetto
-//! protobuf ([`encode::PerfettoSeq`]) and Chrome JSON ([`crate::chrome::ChromeSeq`]).
+//! `sigmatrace-timeline`: the trace sink. A small generic timeline API ([`TraceSink`]) and its
+//! two encoders, Perfetto protobuf ([`perfetto::PerfettoSeq`], with its packet framing and block
+//! compression: [`fastz`] structured deflate or zlib) and Chrome JSON ([`chrome::ChromeSeq`]).
 //!
-//! This module knows nothing about SigmaTrace: it deals in tracks (uuids), slices, instants,
+//! This crate knows nothing about SigmaTrace: it deals in tracks (uuids), slices, instants,
 //! counters, flows, interned names and clock snapshots. One sink instance is one writer
 //! *sequence*: its events must be fed in non-decreasing timestamp order (the Perfetto encoder
 //! writes incremental timestamps) unless it was created with absolute timestamps.
 
-pub mod encode;
+#![forbid(unsafe_code)]
+
+pub mod chrome;
 pub mod fastz;
+pub mod perfetto;
 pub mod proto;
 
 /// What kind of track a [`TrackDef`] declares.
@@ -119,4 +123,31 @@ pub trait TraceSink: Send {
     fn pending_bytes(&self) -> usize;
     /// Takes the encoded bytes (whole packets / events), ready to be appended to the output.
     fn take(&mut self) -> Vec<u8>;
+}
+
+/// Nothing: a sink that encodes nothing (for passes that only need the events' side effects).
+#[derive(Default)]
+pub struct NullSink {
+    names: u32,
+}
+
+impl TraceSink for NullSink {
+    fn name(&mut self, _: &str) -> Name {
+        self.names += 1;
+        Name(self.names)
+    }
+    fn arg_key(&mut self, _: &str) -> ArgKey {
+        ArgKey(0)
+    }
+    fn track(&mut self, _: &TrackDef) {}
+    fn begin(&mut self, _: u64, _: u64, _: Name, _: &Extra<'_>) {}
+    fn end(&mut self, _: u64, _: u64, _: &Extra<'_>) {}
+    fn instant(&mut self, _: u64, _: u64, _: Name, _: &Extra<'_>) {}
+    fn counter(&mut self, _: u64, _: u64, _: i64) {}
+    fn pending_bytes(&self) -> usize {
+        0
+    }
+    fn take(&mut self) -> Vec<u8> {
+        Vec::new()
+    }
 }

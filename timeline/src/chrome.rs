@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::fmt::Write;
 use std::sync::Arc;
 
-use crate::perfetto::{ArgKey, ArgValue, Extra, Name, TraceSink, TrackDef, TrackKind};
+use crate::{ArgKey, ArgValue, Extra, Name, TraceSink, TrackDef, TrackKind};
 
 /// Where a track's events go: (pid, tid, display name, is counter).
 #[derive(Clone, Debug)]

@@ -1,7 +1,7 @@
 //! Perfetto protobuf encoder for one packet sequence.
 //!
 //! Track descriptors, clock snapshots and interned data are encoded with the prost messages of
-//! [`super::proto`]. TrackEvent packets — the hot path, one or two per work request — are written
+//! [`crate::proto`]. TrackEvent packets — the hot path, one or two per work request — are written
 //! directly with the same field numbers (no allocation per event); a unit test checks that the
 //! bytes are identical to what prost produces for the equivalent message.
 //!
@@ -10,9 +10,9 @@
 
 use std::collections::HashMap;
 
-use super::fastz::FastZ;
-use super::proto::{self, TracePacket};
-use super::{ArgKey, ArgValue, CounterUnit, Extra, Name, TraceSink, TrackDef, TrackKind};
+use crate::fastz::FastZ;
+use crate::proto::{self, TracePacket};
+use crate::{ArgKey, ArgValue, CounterUnit, Extra, Name, TraceSink, TrackDef, TrackKind};
 
 /// Sequence-scoped clock used for incremental timestamps.
 pub const INCREMENTAL_CLOCK_ID: u32 = 64;

@@ -1,0 +1,109 @@
+//! Clock domains: the groups of processes that read one clock.
+//!
+//! All processes of one boot of one machine read the same CLOCK_MONOTONIC / CLOCK_REALTIME, so
+//! after each process's own TSC fit ([`crate::align::clock`]) their times are already on one
+//! time line: they form one clock domain and get no correction between them. That holds for
+//! several simulated nodes on one machine too (softnic's `node=` attribute): a node is a unit
+//! of traffic, not of clocks. Causality alignment ([`crate::align`]) corrects domains against
+//! each other only.
+//!
+//! Key of a domain: (boot id, hostname). A log without a boot id (zero) cannot prove that it
+//! shares a machine's clock, so its domain also carries its `node=` value. A process whose
+//! header has the debug attribute `clock_skew=<offset_ns>,<drift_ppb>` (the interposer's
+//! injected clock error, see schemas/FORMAT.md) reads a deliberately different clock: its domain
+//! is keyed by (boot id, hostname, node, clock_skew value).
+
+use std::collections::BTreeMap;
+
+use crate::align::topology::Topology;
+use crate::input::LogInput;
+
+/// Header attribute naming an injected clock error (`clock_skew=<offset_ns>,<drift_ppb>`).
+pub const CLOCK_SKEW_ATTR: &str = "clock_skew=";
+
+/// Identity of a clock domain (ordered, so domains can be numbered deterministically).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct DomainKey {
+    boot_id: [u8; 16],
+    hostname: String,
+    /// Set when the boot id is unknown or the clock is skewed on purpose.
+    node: Option<String>,
+    skew: Option<String>,
+}
+
+/// The clock domains of a run.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Domains {
+    /// Domain of each process (index into `names`).
+    pub of_proc: Vec<usize>,
+    /// Display name of each domain ("host1", "host1/node2 clock_skew=…").
+    pub names: Vec<String>,
+    /// Processes of each domain, ascending.
+    pub procs: Vec<Vec<usize>>,
+}
+
+impl Domains {
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+}
+
+/// Groups the processes of `topo` into clock domains, numbered in order of their first
+/// process (processes are sorted by rank, so domain 0 holds the lowest rank).
+pub fn clock_domains(inputs: &[LogInput], topo: &Topology) -> Domains {
+    let mut index: BTreeMap<DomainKey, usize> = BTreeMap::new();
+    let mut out = Domains::default();
+    for p in &topo.procs {
+        let h = inputs
+            .iter()
+            .find(|i| i.path == p.path)
+            .map(|i| i.file.header());
+        let key = match h {
+            Some(h) => {
+                let skew = h
+                    .attrs
+                    .iter()
+                    .find_map(|a| a.strip_prefix(CLOCK_SKEW_ATTR))
+                    .map(str::to_owned);
+                let node = (h.boot_id == [0; 16] || skew.is_some())
+                    .then(|| h.node().map(str::to_owned))
+                    .flatten();
+                DomainKey {
+                    boot_id: h.boot_id,
+                    hostname: h.hostname.clone(),
+                    node,
+                    skew,
+                }
+            }
+            None => DomainKey {
+                boot_id: [0; 16],
+                hostname: format!("{}#{}", p.hostname, p.index),
+                node: None,
+                skew: None,
+            },
+        };
+        let d = *index.entry(key.clone()).or_insert_with(|| {
+            let mut name = if key.hostname.is_empty() {
+                "unknown".to_string()
+            } else {
+                key.hostname.clone()
+            };
+            if let Some(n) = &key.node {
+                name.push_str(&format!("/node{n}"));
+            }
+            if let Some(s) = &key.skew {
+                name.push_str(&format!(" {CLOCK_SKEW_ATTR}{s}"));
+            }
+            out.names.push(name);
+            out.procs.push(Vec::new());
+            out.names.len() - 1
+        });
+        out.of_proc.push(d);
+        out.procs[d].push(p.index);
+    }
+    out
+}

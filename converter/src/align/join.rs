@@ -1,0 +1,196 @@
+//! Joining the two sides of every connection: the k-th message-consuming send on a QP is
+//! received as the k-th successful receive completion of the peer QP.
+//!
+//! All logs are read in lock-step epochs of output time (in parallel per process, rayon); the
+//! per-connection FIFOs hold only what the epoch and the clock skew leave unmatched. Within a
+//! process a connection's sends (or receives) keep their time order, ties in log order.
+
+use std::collections::VecDeque;
+
+use rayon::prelude::*;
+use sigmatrace_schemas::records::{PostSend, WorkCompletion};
+
+use crate::align::topology::Topology;
+use crate::input::LogInput;
+use crate::verbs;
+
+/// Re-joins all messages on the final clocks and counts causality violations.
+pub fn verify(inputs: &[LogInput], topo: &Topology) -> (u64, u64) {
+    let (mut n, mut bad) = (0u64, 0u64);
+    join(inputs, topo, |p| {
+        n += 1;
+        if p.y < p.x {
+            bad += 1;
+        }
+    });
+    (n, bad)
+}
+
+/// One matched message: sender (process, QPN), index k, send and receive output times.
+#[derive(Clone, Copy, Debug)]
+pub struct Pair {
+    pub sender: (usize, u32),
+    pub receiver: usize,
+    /// Dense index of the sending QP ([`crate::align::topology::Qp::conn`], from 1).
+    pub conn: u32,
+    pub k: u64,
+    pub x: i64,
+    pub y: i64,
+}
+
+#[derive(Default)]
+struct ConnQueues {
+    sends: VecDeque<i64>,
+    recvs: VecDeque<i64>,
+    k: u64,
+}
+
+/// Per process and QP index: the connection (sender QP's `conn`) its sends and its successful
+/// receives belong to (0: none).
+fn conn_keys(topo: &Topology) -> Vec<Vec<(u32, u32)>> {
+    topo.procs
+        .iter()
+        .map(|p| {
+            p.qps
+                .iter()
+                .map(|q| match q.peer {
+                    Some((pp, pq)) => (
+                        q.conn as u32,
+                        topo.procs[pp].qp(pq).map_or(0, |s| s.conn as u32),
+                    ),
+                    None => (0, 0),
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Joins sends with their receives over all processes, calling `f` for every matched pair.
+/// Times use each process's current `map` (uncorrected host time on the first run).
+pub fn join(inputs: &[LogInput], topo: &Topology, mut f: impl FnMut(&Pair)) {
+    use std::mem::offset_of;
+    let n = topo.procs.len();
+    if n == 0 {
+        return;
+    }
+    let total: u64 = topo.procs.iter().map(|p| p.wr_events).sum();
+    let (mut lo, mut hi) = (i64::MAX, i64::MIN);
+    for p in &topo.procs {
+        lo = lo.min(p.time(p.min_ts));
+        hi = hi.max(p.time(p.max_ts));
+    }
+    if lo > hi {
+        return;
+    }
+    let keys = conn_keys(topo);
+    // Sender (process, QPN) and receiver process of every connection.
+    let mut conns: Vec<((usize, u32), usize)> = vec![((0, 0), 0)];
+    for p in &topo.procs {
+        for q in &p.qps {
+            if q.conn != 0 {
+                let c = q.conn as usize;
+                if conns.len() <= c {
+                    conns.resize(c + 1, ((0, 0), 0));
+                }
+                conns[c] = ((p.index, q.qpn), q.peer.map_or(0, |x| x.0));
+            }
+        }
+    }
+    let epochs = (total / 2_000_000).clamp(1, 10_000) as i64;
+    let step = ((hi - lo) / epochs).max(1) + 1;
+    let mut cursors: Vec<_> = topo
+        .procs
+        .iter()
+        .map(|p| inputs_for(inputs, p).thread_cursors())
+        .collect();
+    let mut queues: Vec<ConnQueues> = (0..conns.len()).map(|_| ConnQueues::default()).collect();
+    let (k_send, k_wc) = (
+        sigmatrace_schemas::records::RecordKind::PostSend as u16,
+        sigmatrace_schemas::records::RecordKind::WorkCompletion as u16,
+    );
+    let mut end = lo;
+    while end <= hi + step {
+        end += step;
+        // Per process, its messages of this epoch: (connection, is send, time).
+        let batches: Vec<Vec<(u32, bool, i64)>> = cursors
+            .par_iter_mut()
+            .zip(topo.procs.par_iter())
+            .zip(keys.par_iter())
+            .map(|((threads, p), keys)| {
+                let mut out = Vec::new();
+                let mut issues = Vec::new();
+                let mut cache = crate::verbs::IndexCache::default();
+                let ts_end = p.map.inverse_ceil(end);
+                let mut runs = 0;
+                for cur in threads.iter_mut() {
+                    let before = out.len();
+                    while cur.head_ts().is_some_and(|ts| ts < ts_end) {
+                        let (ts, r) = cur.pop(&mut issues).expect("head");
+                        let b = r.bytes;
+                        let qpn_at =
+                            |at: usize| u32::from_ne_bytes(b[at..at + 4].try_into().expect("4"));
+                        let (qpn, send) = if r.kind == k_send {
+                            if !verbs::consumes_recv(b[offset_of!(PostSend, opcode)]) {
+                                continue;
+                            }
+                            (qpn_at(offset_of!(PostSend, qpn)), true)
+                        } else if r.kind == k_wc {
+                            let op = b[offset_of!(WorkCompletion, opcode)];
+                            if b[offset_of!(WorkCompletion, status)] != 0
+                                || (op != verbs::wc::RECV && op != verbs::wc::RECV_RDMA_WITH_IMM)
+                            {
+                                continue;
+                            }
+                            (qpn_at(offset_of!(WorkCompletion, qpn)), false)
+                        } else {
+                            continue;
+                        };
+                        let Some(qi) = cache.get(&p.qp_index, qpn) else {
+                            continue;
+                        };
+                        let c = if send { keys[qi].0 } else { keys[qi].1 };
+                        if c != 0 {
+                            out.push((c, send, p.time(ts)));
+                        }
+                    }
+                    runs += (out.len() > before) as usize;
+                }
+                if runs > 1 {
+                    out.sort_by_key(|e| e.2);
+                }
+                out
+            })
+            .collect();
+        for batch in batches {
+            for (c, is_send, t) in batch {
+                let cq = &mut queues[c as usize];
+                if is_send {
+                    cq.sends.push_back(t);
+                } else {
+                    cq.recvs.push_back(t);
+                }
+                while !cq.sends.is_empty() && !cq.recvs.is_empty() {
+                    let x = cq.sends.pop_front().expect("non-empty");
+                    let y = cq.recvs.pop_front().expect("non-empty");
+                    let (sender, receiver) = conns[c as usize];
+                    f(&Pair {
+                        sender,
+                        receiver,
+                        conn: c,
+                        k: cq.k,
+                        x,
+                        y,
+                    });
+                    cq.k += 1;
+                }
+            }
+        }
+    }
+}
+
+pub(crate) fn inputs_for<'a>(inputs: &'a [LogInput], p: &crate::align::topology::Process) -> &'a LogInput {
+    inputs
+        .iter()
+        .find(|i| i.path == p.path)
+        .expect("every process has its input")
+}
