@@ -279,11 +279,14 @@ fn load(paths: &[PathBuf], opts: &ConvertOptions) -> Result<Loaded, ConvertError
         alignment.verified = Some(align::verify(&inputs, &topo));
         lap("verify", &mut phases);
     }
-    if alignment.violations_after > 0 {
+    if alignment.inverted_after > 0 {
         warnings.push(format!(
-            "clock alignment: {} causality constraints could not be satisfied by a linear correction",
-            alignment.violations_after
+            "clock alignment: {} of {} message pairs still have their receive before their send",
+            alignment.inverted_after, alignment.pairs
         ));
+    }
+    if let Some(note) = &alignment.note {
+        warnings.push(format!("clock alignment: {note}"));
     }
     Ok(Loaded {
         phases,
@@ -639,8 +642,16 @@ fn alignment_instant(seq: &mut PerfettoSeq, track: u64, t: u64, a: &Alignment) {
     }
     let key = seq.arg_key("message pairs");
     args.push((key, ArgValue::U64(a.pairs)));
-    let key = seq.arg_key("violations after");
-    args.push((key, ArgValue::U64(a.violations_after)));
+    let key = seq.arg_key("receive before send, before alignment");
+    args.push((key, ArgValue::U64(a.inverted_before)));
+    let key = seq.arg_key("receive before send, after alignment");
+    args.push((key, ArgValue::U64(a.inverted_after)));
+    let key = seq.arg_key("dropped constraints");
+    args.push((key, ArgValue::U64(a.dropped_constraints)));
+    if let Some(note) = &a.note {
+        let key = seq.arg_key("note");
+        args.push((key, ArgValue::Str(note)));
+    }
     seq.instant(
         t,
         track,

@@ -115,8 +115,15 @@ impl Section for AlignmentSection {
         );
         let _ = writeln!(
             out,
-            "message pairs across hosts: {}; causality violations before {} after {}\n",
-            a.pairs, a.violations_before, a.violations_after
+            "message pairs: {} ({} across clock domains); receive before send: before alignment {}, after {}",
+            a.pairs, a.cross_domain_pairs, a.inverted_before, a.inverted_after
+        );
+        let _ = writeln!(
+            out,
+            "causality constraints: {}, dropped as contradictory: {}{}\n",
+            a.constraints,
+            a.dropped_constraints,
+            a.note.as_deref().map(|n| format!("; {n}")).unwrap_or_default()
         );
         if let Some((n, bad)) = a.verified {
             let _ = writeln!(out, "verified on the final clocks: {n} matched message pairs, {bad} receive before send\n");
@@ -128,7 +135,9 @@ impl Section for AlignmentSection {
         json!({
             "method": a.method, "reference_host": a.reference_host, "t0_ns": a.t0,
             "hosts": a.hosts, "links": a.links, "pairs": a.pairs,
-            "violations_before": a.violations_before, "violations_after": a.violations_after,
+            "domains": a.domains, "cross_domain_pairs": a.cross_domain_pairs,
+            "inverted_before": a.inverted_before, "inverted_after": a.inverted_after,
+            "constraints": a.constraints, "dropped_constraints": a.dropped_constraints, "note": a.note,
             "verified": a.verified.map(|(n, b)| json!({"pairs": n, "violations": b})),
             "skew": {"node_max_ns": s.0, "node_mean_ns": s.1, "link_max_ns": s.2, "link_mean_ns": s.3, "links": s.4},
         })
