@@ -15,11 +15,12 @@ use std::ffi::c_void;
 
 pub use crate::poster::{Poster, VerbsQp};
 
-use crate::mlx5::{self, CqRing, DirectError, DirectQp, SendRing};
+use crate::mlx5::{CqRing, DirectError, DirectQp, SendRing};
 use crate::mlx5dv::ffi as dv;
 use crate::prm;
 use crate::selfobs;
 use crate::verbs::{ffi::*, Device, PortAddress, VerbsError};
+use sigmatrace_mlx5::prm::{decode_output, CmdOut};
 use sigmatrace_observe::discover::{InitObjCq, InitObjQp, UarInfo};
 use sigmatrace_schemas::records::{QpModify, RecordHeader};
 
@@ -339,13 +340,14 @@ fn devx_cmd(
     call: &'static str,
     input: &[u8; prm::IN_LEN],
     f: impl FnOnce(*const c_void, *mut c_void) -> Result<(), QueueError>,
-) -> Result<(prm::Out, [u8; prm::OUT_LEN]), QueueError> {
+) -> Result<(CmdOut, [u8; prm::OUT_LEN]), QueueError> {
     let mut out = [0u8; prm::OUT_LEN];
     let r = f(
         input.as_ptr() as *const c_void,
         out.as_mut_ptr() as *mut c_void,
     );
-    let o = prm::decode_out(&out);
+    // A 16-byte output always decodes.
+    let o = decode_output(&out).unwrap_or_default();
     let opcode = u16::from_be_bytes([input[0], input[1]]);
     if o.status != 0 {
         return Err(QueueError::Command {
@@ -399,7 +401,7 @@ fn create_devx(dev: &Device, depth: u32) -> Result<NewQp, QueueError> {
         // Doorbell records: QP at dbr_off, CQ at dbr_off + 64 (separate cache lines).
         let mem = Pages::new(dbr_off + 128)?;
         for i in 0..cqe_cnt as usize {
-            *mem.ptr.add(cq_off + i * 64 + 63) = mlx5::cqe_op::INVALID << 4;
+            *mem.ptr.add(cq_off + i * 64 + 63) = sigmatrace_mlx5::cqe::INVALID_OP_OWN;
         }
         let umem =
             dv::mlx5dv_devx_umem_reg(ctx, mem.ptr as *mut c_void, mem.len, IBV_ACCESS_LOCAL_WRITE);

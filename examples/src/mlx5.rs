@@ -7,33 +7,22 @@
 //! fences again and rings the 8-byte doorbell `{be32(PI << 8), be32(QPN << 8)}` at the UAR /
 //! BlueFlame register, and finally lets the next slot go. Completions are read straight from
 //! the CQE64 ring by the owner-bit rule; the consumer index goes to the CQ doorbell record.
-//! Formats: `shared/reference/mlx5-queues.md` §1–3 (all queue fields big-endian).
+//! Every byte written or read goes through the `sigmatrace-mlx5` codec (WQEs, doorbell words
+//! and records, CQEs; layouts in `mlx5/README.md`); this module is the posting protocol and
+//! the workload's bookkeeping.
 
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// mlx5 send opcodes used here.
-pub mod op {
-    pub const NOP: u8 = 0x00;
-    pub const RDMA_WRITE: u8 = 0x08;
-    pub const RDMA_WRITE_IMM: u8 = 0x09;
-    pub const SEND: u8 = 0x0a;
-    pub const RDMA_READ: u8 = 0x10;
-    pub const ATOMIC_CS: u8 = 0x11;
-    pub const ATOMIC_FA: u8 = 0x12;
-}
+use sigmatrace_mlx5::cqe::{self, Cqe};
+use sigmatrace_mlx5::dbr::{self, DoorbellWord};
+use sigmatrace_mlx5::wqe::WqeBuilder;
 
 /// `fm_ce_se`: always generate a CQE.
-pub const CE_CQE_ALWAYS: u8 = 0x08;
-
-/// CQE opcodes (`op_own >> 4`).
-pub mod cqe_op {
-    pub const REQ: u8 = 0;
-    pub const REQ_ERR: u8 = 13;
-    pub const RESP_ERR: u8 = 14;
-    pub const INVALID: u8 = 15;
-}
+pub use sigmatrace_mlx5::wqe::flags::CQ_UPDATE as CE_CQE_ALWAYS;
+/// mlx5 send opcodes.
+pub use sigmatrace_mlx5::wqe::opcode as op;
 
 /// A local buffer reference (one data segment).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -131,54 +120,31 @@ impl WqeOp {
 
 /// Encodes `w` as one 64-byte WQEBB: ctrl, then raddr, atomic and data segments.
 pub fn encode(w: &WqeOp, wqe_index: u16, qpn: u32, fm_ce_se: u8) -> [u8; 64] {
-    let mut b = [0u8; 64];
-    let put32 =
-        |b: &mut [u8; 64], at: usize, v: u32| b[at..at + 4].copy_from_slice(&v.to_be_bytes());
-    let put64 =
-        |b: &mut [u8; 64], at: usize, v: u64| b[at..at + 8].copy_from_slice(&v.to_be_bytes());
-    put32(&mut b, 0, (wqe_index as u32) << 8 | w.opcode() as u32);
-    put32(&mut b, 4, qpn << 8 | w.ds() as u32);
-    b[11] = fm_ce_se;
-    let mut at = 16;
-    if !matches!(w, WqeOp::Nop) {
-        let (raddr, rkey) = w.remote();
-        put64(&mut b, at, raddr);
-        put32(&mut b, at + 8, rkey);
-        at += 16;
+    let mut b = WqeBuilder::new(w.opcode(), wqe_index, qpn).fm_ce_se(fm_ce_se);
+    let (raddr, rkey) = w.remote();
+    b = match *w {
+        WqeOp::Nop => b,
+        WqeOp::Write { .. } | WqeOp::Read { .. } => b.raddr(raddr, rkey),
+        WqeOp::FetchAdd { add, .. } => b.raddr(raddr, rkey).atomic(add, 0),
+        WqeOp::CompSwap { compare, swap, .. } => b.raddr(raddr, rkey).atomic(swap, compare),
+    };
+    if let WqeOp::Write { local, .. }
+    | WqeOp::Read { local, .. }
+    | WqeOp::FetchAdd { local, .. }
+    | WqeOp::CompSwap { local, .. } = *w
+    {
+        b = b.data(local.addr, local.lkey, local.len);
     }
-    match *w {
-        WqeOp::FetchAdd { add, .. } => {
-            put64(&mut b, at, add);
-            at += 16;
-        }
-        WqeOp::CompSwap { compare, swap, .. } => {
-            put64(&mut b, at, swap);
-            put64(&mut b, at + 8, compare);
-            at += 16;
-        }
-        _ => {}
-    }
-    match *w {
-        WqeOp::Write { local, .. }
-        | WqeOp::Read { local, .. }
-        | WqeOp::FetchAdd { local, .. }
-        | WqeOp::CompSwap { local, .. } => {
-            put32(&mut b, at, local.len);
-            put32(&mut b, at + 4, local.lkey);
-            put64(&mut b, at + 8, local.addr);
-        }
-        WqeOp::Nop => {}
-    }
-    b
+    let mut out = [0u8; 64];
+    let len = b.finish_into(&mut out);
+    debug_assert_eq!(len, w.ds() as usize * 16);
+    out
 }
 
 /// The 8-byte doorbell value NVSHMEM IBGDA writes: `{be32(pi << 8), be32(qpn << 8)}` in memory
 /// order, returned as the native u64 whose bytes are that sequence.
 pub fn doorbell_word(pi: u16, qpn: u32) -> u64 {
-    let mut b = [0u8; 8];
-    b[..4].copy_from_slice(&((pi as u32) << 8).to_be_bytes());
-    b[4..].copy_from_slice(&(qpn << 8).to_be_bytes());
-    u64::from_ne_bytes(b)
+    DoorbellWord::nvshmem(pi, qpn).to_native_u64()
 }
 
 /// A send ring as `mlx5dv_init_obj` or devx describes it.
@@ -203,18 +169,6 @@ pub struct CqRing {
     pub cqe_size: u32,
     /// The CQ doorbell record (2 × be32; `[0]` = consumer index).
     pub dbrec: *mut u32,
-}
-
-/// A decoded CQE64.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Cqe {
-    pub opcode: u8,
-    pub wqe_counter: u16,
-    pub qpn: u32,
-    pub send_opcode: u8,
-    pub byte_cnt: u32,
-    pub syndrome: u8,
-    pub vendor_syndrome: u8,
 }
 
 /// Direct-posting failures.
@@ -262,32 +216,20 @@ impl Default for Backoff {
     }
 }
 
-/// Reads the CQE at free-running index `n` if hardware has written it.
+/// Reads the CQE at free-running index `n` if hardware has written it (owner-bit rule).
 ///
 /// # Safety
 /// `cq` must describe live CQ memory.
 pub unsafe fn read_cqe(cq: &CqRing, n: u64) -> Option<Cqe> {
     let slot = (n & (cq.cqe_cnt as u64 - 1)) as usize;
-    let e = cq
-        .buf
-        .add(slot * cq.cqe_size as usize + cq.cqe_size as usize - 64);
-    let op_own = e.add(63).read_volatile();
-    let owner = (n & cq.cqe_cnt as u64 != 0) as u8;
-    if op_own >> 4 == cqe_op::INVALID || op_own & 1 != owner {
+    let size = cq.cqe_size as usize;
+    let e = cq.buf.add(slot * size + cqe::cqe64_offset(cq.cqe_size));
+    if !cqe::is_valid(e.add(63).read_volatile(), n as u32, cq.cqe_cnt) {
         return None;
     }
     fence(Ordering::Acquire);
-    let be32 = |at: usize| u32::from_be_bytes(std::ptr::read_volatile(e.add(at) as *const [u8; 4]));
-    let sop = be32(56);
-    Some(Cqe {
-        opcode: op_own >> 4,
-        wqe_counter: u16::from_be_bytes([e.add(60).read_volatile(), e.add(61).read_volatile()]),
-        qpn: sop & 0x00ff_ffff,
-        send_opcode: (sop >> 24) as u8,
-        byte_cnt: be32(44),
-        syndrome: e.add(55).read_volatile(),
-        vendor_syndrome: e.add(54).read_volatile(),
-    })
+    let bytes = std::ptr::read_volatile(e as *const [u8; 64]);
+    Some(cqe::decode(&bytes))
 }
 
 /// One WQE as the workload posted it (its own bookkeeping).
@@ -425,7 +367,8 @@ impl DirectQp {
         // SAFETY: dbrec points to the QP's 8-byte doorbell record; [1] is the send word. The
         // doorbell register stays mapped while the QP lives.
         unsafe {
-            AtomicU32::from_ptr(self.sq.dbrec.add(1)).store((pi as u32).to_be(), Ordering::Release);
+            AtomicU32::from_ptr(self.sq.dbrec.add(1))
+                .store(dbr::sq_pi_to_raw(pi), Ordering::Release);
             fence(Ordering::SeqCst);
             self.sq.bf.write_volatile(doorbell_word(pi, self.sq.qpn));
         }
@@ -453,9 +396,9 @@ impl DirectQp {
             // SAFETY: CQ doorbell record, word 0 = consumer index.
             unsafe {
                 AtomicU32::from_ptr(self.cq.dbrec)
-                    .store(((*ci & 0x00ff_ffff) as u32).to_be(), Ordering::Release)
+                    .store(dbr::cq_ci_to_raw(*ci as u32), Ordering::Release)
             };
-            if c.opcode == cqe_op::REQ_ERR || c.opcode == cqe_op::RESP_ERR {
+            if c.is_error() {
                 let e = DirectError::Cqe {
                     qpn: self.sq.qpn,
                     opcode: c.opcode,
@@ -584,7 +527,7 @@ mod tests {
         let mut bf = 0u64;
         let mut cqbuf = vec![0u8; 4 * 64];
         for e in cqbuf.chunks_mut(64) {
-            e[63] = cqe_op::INVALID << 4;
+            e[63] = cqe::opcode::INVALID << 4;
         }
         let mut cqdbr = [0u32; 2];
         let qp = DirectQp::new(
@@ -620,7 +563,7 @@ mod tests {
         // The "device" completes WQE 2: one CQE at index 0 with owner 0.
         cqbuf[60..62].copy_from_slice(&2u16.to_be_bytes());
         cqbuf[56..60].copy_from_slice(&(0x42u32 | (op::NOP as u32) << 24).to_be_bytes());
-        cqbuf[63] = cqe_op::REQ << 4;
+        cqbuf[63] = cqe::opcode::REQ << 4;
         qp.wait(2).unwrap();
         // SAFETY: as above.
         assert_eq!(
@@ -634,7 +577,7 @@ mod tests {
         // An error CQE fails the QP.
         let e = &mut cqbuf[64..128];
         e[55] = 0x04;
-        e[63] = cqe_op::REQ_ERR << 4;
+        e[63] = cqe::opcode::REQ_ERR << 4;
         assert!(matches!(
             qp.progress(),
             Err(DirectError::Cqe { syndrome: 4, .. })

@@ -1,53 +1,26 @@
-//! PRM command inputs for devx queue construction (CREATE_CQ, CREATE_QP, RST2INIT, INIT2RTR,
-//! RTR2RTS), written as NVSHMEM IBGDA and DOCA GPUNetIO write them. Layouts: the `mlx5_ifc.h`
-//! bit layouts summarised in `shared/reference/mlx5-queues.md` §5; all fields big-endian.
+//! The devx commands the workloads issue to build an RC send queue on a umem (CREATE_CQ,
+//! CREATE_QP, RST2INIT, INIT2RTR, RTR2RTS) with the settings NVSHMEM IBGDA and DOCA GPUNetIO
+//! choose. The byte layouts are the `sigmatrace-mlx5` codec's (`mlx5/README.md`, "PRM
+//! commands"); this module only picks the field values.
 
-/// Command opcodes.
-pub mod cmd {
-    pub const CREATE_CQ: u16 = 0x400;
-    pub const CREATE_QP: u16 = 0x500;
-    pub const RST2INIT_QP: u16 = 0x502;
-    pub const INIT2RTR_QP: u16 = 0x503;
-    pub const RTR2RTS_QP: u16 = 0x504;
-}
+use sigmatrace_mlx5::prm::{
+    self, AddressPath, CreateCqIn, CreateQpIn, ModifyQpIn, RdmaParams, CMD_IN_LEN, CMD_OUT_LEN,
+};
+
+pub use sigmatrace_mlx5::prm::cmd;
 
 /// Input length of every command built here (header, context, umem fields).
-pub const IN_LEN: usize = 272;
+pub const IN_LEN: usize = CMD_IN_LEN;
 /// Output length (status, syndrome, object number, reserved).
-pub const OUT_LEN: usize = 16;
-/// QP context offset in create/modify QP inputs.
-pub const QPC: usize = 24;
-/// CQ context offset in CREATE_CQ.
-pub const CQC: usize = 16;
+pub const OUT_LEN: usize = CMD_OUT_LEN;
 
 /// `qpc.st` for RC.
 pub const ST_RC: u8 = 0x0;
-/// `qpc.rq_type` zero-size RQ (no receive queue).
-pub const RQ_ZERO_SIZE: u32 = 3;
 /// MTU code 1024 bytes.
-pub const MTU_1024: u32 = 3;
+pub const MTU_1024: u8 = 3;
 
-fn set32(b: &mut [u8], at: usize, v: u32) {
-    b[at..at + 4].copy_from_slice(&v.to_be_bytes());
-}
-
-fn or32(b: &mut [u8], at: usize, v: u32) {
-    let cur = u32::from_be_bytes(b[at..at + 4].try_into().expect("4 bytes"));
-    set32(b, at, cur | v);
-}
-
-fn set64(b: &mut [u8], at: usize, v: u64) {
-    b[at..at + 8].copy_from_slice(&v.to_be_bytes());
-}
-
-fn header(op: u16) -> [u8; IN_LEN] {
-    let mut b = [0u8; IN_LEN];
-    b[0..2].copy_from_slice(&op.to_be_bytes());
-    b
-}
-
-/// CREATE_CQ on a umem: CQEs at `(cq_umem_id, cq_off)`, doorbell record at
-/// `(dbr_umem_id, dbr_off)`, 64-byte CQEs, `log_cq_size`, UAR page, EQ.
+/// CREATE_CQ on a umem: CQEs at `(cq_umem_id, cq_umem_offset)`, doorbell record at
+/// `(dbr_umem_id, dbr_offset)`, 64-byte CQEs, the consumer index kept (`oi` = 0).
 pub struct CreateCq {
     pub log_cq_size: u8,
     pub uar_page: u32,
@@ -60,26 +33,24 @@ pub struct CreateCq {
 
 impl CreateCq {
     pub fn encode(&self) -> [u8; IN_LEN] {
-        let mut b = header(cmd::CREATE_CQ);
-        let c = CQC;
-        // dbr_umem_valid (bit 25); cqe_sz = 0 (64 B); oi = 0 (the consumer index is kept).
-        set32(&mut b, c, 1 << 25);
-        set32(&mut b, c + 4, self.dbr_umem_id);
-        set32(
-            &mut b,
-            c + 12,
-            ((self.log_cq_size as u32 & 0x1f) << 24) | (self.uar_page & 0x00ff_ffff),
-        );
-        set32(&mut b, c + 20, self.c_eqn & 0xff);
-        set64(&mut b, c + 56, self.dbr_offset);
-        set64(&mut b, 80, self.cq_umem_offset);
-        set32(&mut b, 88, self.cq_umem_id);
-        set32(&mut b, 92, 0x8000_0000);
-        b
+        CreateCqIn {
+            cqe_size: 64,
+            dbr_umem_valid: true,
+            dbr_umem_id: self.dbr_umem_id,
+            log_cq_size: self.log_cq_size,
+            uar_page: self.uar_page,
+            c_eqn: self.c_eqn,
+            dbr_addr: self.dbr_offset,
+            cq_umem_offset: self.cq_umem_offset,
+            cq_umem_id: self.cq_umem_id,
+            cq_umem_valid: true,
+            ..Default::default()
+        }
+        .encode()
     }
 }
 
-/// CREATE_QP (RC, send queue only) on a umem.
+/// CREATE_QP (RC, send queue only: zero-size RQ, one CQ for both directions) on a umem.
 pub struct CreateQp {
     pub pd: u32,
     pub log_sq_size: u8,
@@ -93,38 +64,49 @@ pub struct CreateQp {
 
 impl CreateQp {
     pub fn encode(&self) -> [u8; IN_LEN] {
-        let mut b = header(cmd::CREATE_QP);
-        let q = QPC;
-        b[q + 1] = ST_RC;
-        set32(&mut b, q + 4, self.pd & 0x00ff_ffff);
-        // log_rq_size 0, log_rq_stride 0, no_sq 0, log_sq_size.
-        set32(&mut b, q + 8, (self.log_sq_size as u32 & 0xf) << 11);
-        set32(&mut b, q + 12, self.uar_page & 0x00ff_ffff);
-        set32(&mut b, q + 124, self.cqn & 0x00ff_ffff); // cqn_snd
-        set32(&mut b, q + 156, self.cqn & 0x00ff_ffff); // cqn_rcv
-        set64(&mut b, q + 160, self.dbr_offset); // dbr_addr
-        set32(&mut b, q + 172, RQ_ZERO_SIZE << 24); // rq_type
-        set32(&mut b, q + 208, 1 << 28); // dbr_umem_valid
-        set32(&mut b, 252, self.dbr_umem_id);
-        set64(&mut b, 256, self.wq_umem_offset);
-        set32(&mut b, 264, self.wq_umem_id);
-        set32(&mut b, 268, 0x8000_0000); // wq_umem_valid
-        b
+        CreateQpIn {
+            st: ST_RC,
+            pd: self.pd,
+            log_sq_size: self.log_sq_size,
+            uar_page: self.uar_page,
+            cqn_snd: self.cqn,
+            cqn_rcv: self.cqn,
+            rq_type: prm::rq_type::ZERO_SIZE,
+            dbr_addr: self.dbr_offset,
+            dbr_umem_valid: true,
+            dbr_umem_id: self.dbr_umem_id,
+            wq_umem_offset: self.wq_umem_offset,
+            wq_umem_id: self.wq_umem_id,
+            wq_umem_valid: true,
+            ..Default::default()
+        }
+        .encode()
     }
 }
 
-/// Remote access enabled on the responder side of a QP (`qpc.rre/rwe/rae`).
-pub const ACCESS_ALL: u32 = (1 << 15) | (1 << 14) | (1 << 13);
+/// Remote read, write and atomics enabled on the responder side.
+fn access_all() -> RdmaParams {
+    RdmaParams {
+        rre: true,
+        rwe: true,
+        rae: true,
+        ..Default::default()
+    }
+}
 
 /// RST2INIT: port, P_Key index 0, remote read/write/atomic enabled.
 pub fn rst2init(qpn: u32, port: u8) -> [u8; IN_LEN] {
-    let mut b = header(cmd::RST2INIT_QP);
-    set32(&mut b, 8, qpn & 0x00ff_ffff);
-    let a = QPC + 24;
-    // primary_address_path.vhca_port_num (ads dword 9, bits 23:16).
-    set32(&mut b, a + 36, (port as u32) << 16);
-    set32(&mut b, QPC + 144, ACCESS_ALL);
-    b
+    ModifyQpIn {
+        opcode: cmd::RST2INIT_QP,
+        qpn,
+        path: AddressPath {
+            vhca_port: port,
+            ..Default::default()
+        },
+        rdma: access_all(),
+        ..Default::default()
+    }
+    .encode()
 }
 
 /// The peer a QP is connected to in INIT2RTR.
@@ -136,56 +118,57 @@ pub struct RemotePath {
     pub gid: Option<[u8; 16]>,
 }
 
-/// INIT2RTR: MTU 1024, remote QPN and address path, receive PSN 0, 16 responder reads/atomics.
+/// INIT2RTR: MTU 1024, remote QPN and address path, receive PSN 0, 16 responder
+/// reads/atomics, RNR NAK timer code 12.
 pub fn init2rtr(qpn: u32, port: u8, remote: &RemotePath) -> [u8; IN_LEN] {
-    let mut b = header(cmd::INIT2RTR_QP);
-    set32(&mut b, 8, qpn & 0x00ff_ffff);
-    set32(&mut b, QPC + 8, MTU_1024 << 29);
-    set32(&mut b, QPC + 20, remote.qpn & 0x00ff_ffff);
-    let a = QPC + 24;
-    let mut d1 = remote.lid as u32;
-    if let Some(gid) = remote.gid {
-        d1 |= 1 << 23;
-        b[a + 16..a + 32].copy_from_slice(&gid);
-        set32(&mut b, a + 8, 1); // src_addr_index 0, hop_limit 1
+    ModifyQpIn {
+        opcode: cmd::INIT2RTR_QP,
+        qpn,
+        mtu: MTU_1024,
+        remote_qpn: remote.qpn,
+        path: AddressPath {
+            grh: remote.gid.is_some(),
+            rlid: remote.lid,
+            hop_limit: if remote.gid.is_some() { 1 } else { 0 },
+            rgid: remote.gid.unwrap_or_default(),
+            vhca_port: port,
+            ..Default::default()
+        },
+        rdma: RdmaParams {
+            log_rra_max: 4,
+            min_rnr_nak: 12,
+            ..access_all()
+        },
+        ..Default::default()
     }
-    set32(&mut b, a + 4, d1);
-    set32(&mut b, a + 36, (port as u32) << 16);
-    // log_rra_max = 4 (16 outstanding), access kept; min_rnr_nak 12, next_rcv_psn 0.
-    set32(&mut b, QPC + 144, (4 << 21) | ACCESS_ALL);
-    or32(&mut b, QPC + 148, 12 << 24);
-    b
+    .encode()
 }
 
 /// RTR2RTS: send PSN 0, 16 outstanding reads/atomics, retry 7, RNR retry 7, ack timeout 14.
 pub fn rtr2rts(qpn: u32) -> [u8; IN_LEN] {
-    let mut b = header(cmd::RTR2RTS_QP);
-    set32(&mut b, 8, qpn & 0x00ff_ffff);
-    set32(&mut b, QPC + 24 + 8, 14 << 27); // ads.ack_timeout
-    set32(&mut b, QPC + 112, (4 << 21) | (7 << 16) | (7 << 13));
-    set32(&mut b, QPC + 120, 0); // next_send_psn
-    b
-}
-
-/// A command output: status (0 = OK), syndrome and object number (qpn/cqn).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Out {
-    pub status: u8,
-    pub syndrome: u32,
-    pub number: u32,
-}
-
-pub fn decode_out(b: &[u8; OUT_LEN]) -> Out {
-    Out {
-        status: b[0],
-        syndrome: u32::from_be_bytes(b[4..8].try_into().expect("4 bytes")),
-        number: u32::from_be_bytes(b[8..12].try_into().expect("4 bytes")) & 0x00ff_ffff,
+    ModifyQpIn {
+        opcode: cmd::RTR2RTS_QP,
+        qpn,
+        path: AddressPath {
+            ack_timeout: 14,
+            ..Default::default()
+        },
+        rdma: RdmaParams {
+            log_sra_max: 4,
+            retry_count: 7,
+            rnr_retry: 7,
+            ..Default::default()
+        },
+        ..Default::default()
     }
+    .encode()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sigmatrace_mlx5::prm::{decode_command, Command, QPC};
+    use sigmatrace_mlx5::wqe::Transport;
 
     fn be32(b: &[u8], at: usize) -> u32 {
         u32::from_be_bytes(b[at..at + 4].try_into().unwrap())
@@ -264,5 +247,63 @@ mod tests {
         assert_eq!(be32(&b, QPC + 28) & 0xffff, 5, "rlid");
         assert_ne!(be32(&b, QPC + 28) & (1 << 23), 0, "grh");
         assert_eq!(&b[QPC + 40..QPC + 56], &gid);
+    }
+
+    /// The workload's commands, read back by the codec's decoders (what softnic and the
+    /// tracer see): an RC send-only QP, connected, with the responder and retry settings.
+    #[test]
+    fn commands_decode_to_the_workload_settings() {
+        let Command::CreateQp(q) = decode_command(
+            &CreateQp {
+                pd: 1,
+                log_sq_size: 6,
+                uar_page: 2,
+                cqn: 0x33,
+                wq_umem_id: 4,
+                wq_umem_offset: 0,
+                dbr_umem_id: 4,
+                dbr_offset: 0x1000,
+            }
+            .encode(),
+        )
+        .unwrap() else {
+            panic!("not CREATE_QP")
+        };
+        assert_eq!(q.transport(), Some(Transport::Rc));
+        assert_eq!((q.sq_wqebbs(), q.rq_bytes()), (64, 0));
+        assert_eq!(
+            (q.cqn_snd, q.cqn_rcv, q.dbr_location()),
+            (0x33, 0x33, (4, 0x1000))
+        );
+        let Command::ModifyQp(r) = decode_command(&rst2init(5, 1)).unwrap() else {
+            panic!("not a transition")
+        };
+        assert!(r.rdma.rre && r.rdma.rwe && r.rdma.rae && r.path.vhca_port == 1);
+        let remote = RemotePath {
+            qpn: 9,
+            lid: 3,
+            gid: None,
+        };
+        let Command::ModifyQp(m) = decode_command(&init2rtr(5, 1, &remote)).unwrap() else {
+            panic!("not a transition")
+        };
+        assert_eq!(
+            (m.remote_qpn, m.mtu, m.path.rlid, m.path.grh),
+            (9, MTU_1024, 3, false)
+        );
+        assert_eq!((m.rdma.log_rra_max, m.rdma.min_rnr_nak), (4, 12));
+        let Command::ModifyQp(t) = decode_command(&rtr2rts(5)).unwrap() else {
+            panic!("not a transition")
+        };
+        let r = t.rdma;
+        assert_eq!(
+            (
+                r.log_sra_max,
+                r.retry_count,
+                r.rnr_retry,
+                t.path.ack_timeout
+            ),
+            (4, 7, 7, 14)
+        );
     }
 }
