@@ -1,7 +1,16 @@
 //! Shared test helpers of the SigmaTrace workspace (a dev-dependency of the other crates):
 //! where the built artifacts are ([`artifacts`]), free ports and listening sockets ([`net`]),
-//! running programs traced or untraced and softnic pairs ([`process`]), and the repository's
-//! own Perfetto trace checker ([`trace`], also the `sigmatrace-trace-check` binary).
-#![forbid(unsafe_code)]
+//! running programs traced or untraced ([`process`]), and the repository's own Perfetto trace
+//! checker ([`trace`], also the `sigmatrace-trace-check` binary).
+//!
+//! `unsafe` is denied except in one function that signals a child's process group.
+#![deny(unsafe_code)]
 
+pub mod artifacts;
+pub mod net;
+pub mod process;
 pub mod trace;
+
+pub use artifacts::{artifact, build_dir, libsigmatrace, softnic_run, system_bin, workspace_root};
+pub use net::{free_port, listening};
+pub use process::{Cmd, Guarded, Out, Running};

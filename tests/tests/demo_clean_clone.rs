@@ -1,5 +1,5 @@
 //! Issue "sigmatrace run / demo": the README's demo command, run in a clean clone of the
-//! committed repository, produces a trace the independent validator accepts.
+//! committed repository, produces a trace the repository's trace checker accepts.
 
 use sigmatrace_integration::*;
 use std::process::Command;

@@ -1,19 +1,11 @@
 //! End to end on real programs: unmodified Debian verbs clients and our ring all-reduce run on
 //! softnic under `sigmatrace run`, their logs are converted, the trace passes the independent
-//! validator, and the stats agree with what the programs did.
+//! checker, and the stats agree with what the programs did.
 
 use sigmatrace_integration::*;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// `sigmatrace run --no-convert --softnic-node N -o OUT -- prog args` with a shared fabric.
 fn traced(node: u32, out: &Path, fabric: &Path, prog: &str, args: &[String]) -> Guarded {

@@ -1,36 +1,19 @@
-//! Helpers for the workload tests: artifact lookup, multi-rank runs under softnic-run with a
-//! timeout, ground-truth and bookkeeping readers.
+//! Helpers for the workload tests: multi-rank runs under softnic-run with a timeout,
+//! ground-truth and bookkeeping readers (artifact lookup from `sigmatrace-testkit`).
 
 #![allow(dead_code)]
+// Each test binary uses a subset of the re-exported helpers.
+#![allow(unused_imports)]
 
 pub mod observed;
 pub mod workloads;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sigmatrace_examples::cluster::Bookkeeping;
-
-/// `target/<profile>/` of the running test binary (`target/<profile>/deps/<test>`).
-pub fn build_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps")
-        .to_path_buf()
-}
-
-/// A built artifact of the workspace (`cargo build --workspace` runs before the tests in CI).
-pub fn artifact(name: &str) -> PathBuf {
-    let p = build_dir().join(name);
-    assert!(
-        p.exists(),
-        "{} missing: run `cargo build --workspace` first",
-        p.display()
-    );
-    p
-}
+pub use sigmatrace_testkit::{artifact, build_dir};
 
 /// Whether and how the run is traced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

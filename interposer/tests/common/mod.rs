@@ -1,12 +1,16 @@
-//! Helpers for the interposer's integration tests: locating libsigmatrace.so, the C test
-//! programs and softnic; running programs traced and untraced; reading logs back.
+//! Helpers for the interposer's integration tests: the C test programs, reading logs back,
+//! output shapes; artifact lookup, ports and running programs traced or untraced come from
+//! `sigmatrace-testkit`.
 
 #![allow(dead_code)]
+// Each test binary uses a subset of the re-exported helpers.
+#![allow(unused_imports)]
 
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+
+pub use sigmatrace_testkit::{
+    build_dir, free_port, libsigmatrace, listening, softnic_run, system_bin, Cmd, Out, Running,
+};
 
 use sigmatrace_schemas::{
     AhCreate, ClockSnapshot, CqCreate, CqEvent, CqeObserved, DeviceOpen, EmptyPolls, FileHeader,
@@ -14,26 +18,6 @@ use sigmatrace_schemas::{
     PostRecv, PostSend, QpCreate, QpDestroy, QpModify, QueueDiscovered, Record, WorkCompletion,
     WqeObserved,
 };
-
-/// `target/<profile>/` of the running test binary (`target/<profile>/deps/<test>`).
-pub fn build_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps")
-        .to_path_buf()
-}
-
-/// The interposer under test.
-pub fn libsigmatrace() -> PathBuf {
-    let p = build_dir().join("libsigmatrace.so");
-    assert!(
-        p.exists(),
-        "{} missing: run `cargo build --workspace` first",
-        p.display()
-    );
-    p
-}
 
 /// A C program compiled by build.rs.
 pub fn cprog(name: &str) -> PathBuf {
@@ -44,155 +28,6 @@ pub fn cprog(name: &str) -> PathBuf {
         p.display()
     );
     p
-}
-
-/// softnic's launcher (built by the workspace build).
-pub fn softnic_run() -> PathBuf {
-    let p = build_dir().join("softnic-run");
-    assert!(
-        p.exists(),
-        "{} missing: run `cargo build --workspace` first",
-        p.display()
-    );
-    for lib in [
-        "libsoftnic_verbs.so",
-        "libsoftnic_mlx5.so",
-        "libsoftnic_efa.so",
-    ] {
-        assert!(
-            build_dir().join(lib).exists(),
-            "{lib} missing: run `cargo build --workspace` first"
-        );
-    }
-    p
-}
-
-/// A Debian binary (ibverbs-utils, perftest).
-pub fn system_bin(name: &str) -> String {
-    let p = Path::new("/usr/bin").join(name);
-    assert!(
-        p.exists(),
-        "{} missing: run scripts/install-deps.sh",
-        p.display()
-    );
-    p.display().to_string()
-}
-
-/// Outcome of one process.
-#[derive(Debug, Clone)]
-pub struct Out {
-    pub code: Option<i32>,
-    pub stdout: String,
-    pub stderr: String,
-    pub timed_out: bool,
-}
-
-impl Out {
-    pub fn ok(&self) -> bool {
-        self.code == Some(0) && !self.timed_out
-    }
-}
-
-/// A command to run, traced (LD_PRELOAD=libsigmatrace.so, logs to `log_dir`) or not.
-pub struct Cmd {
-    pub argv: Vec<OsString>,
-    pub env: Vec<(String, String)>,
-    pub trace_to: Option<PathBuf>,
-}
-
-impl Cmd {
-    pub fn new<S: AsRef<std::ffi::OsStr>>(argv: &[S]) -> Cmd {
-        Cmd {
-            argv: argv.iter().map(|s| s.as_ref().to_owned()).collect(),
-            env: Vec::new(),
-            trace_to: None,
-        }
-    }
-
-    pub fn env(mut self, k: &str, v: &str) -> Cmd {
-        self.env.push((k.into(), v.into()));
-        self
-    }
-
-    /// Traced, logs into `dir`.
-    pub fn traced(mut self, dir: &Path) -> Cmd {
-        self.trace_to = Some(dir.to_owned());
-        self
-    }
-
-    fn command(&self) -> Command {
-        let mut c = Command::new(&self.argv[0]);
-        c.args(&self.argv[1..]);
-        for (k, _) in std::env::vars() {
-            if k.starts_with("SIGMATRACE_") || k == "LD_PRELOAD" {
-                c.env_remove(k);
-            }
-        }
-        if let Some(dir) = &self.trace_to {
-            c.env("LD_PRELOAD", libsigmatrace());
-            c.env("SIGMATRACE_DIR", dir);
-        }
-        for (k, v) in &self.env {
-            c.env(k, v);
-        }
-        c.stdin(Stdio::null());
-        c
-    }
-
-    /// Runs to completion (or `limit`).
-    pub fn run(&self, limit: Duration) -> Out {
-        self.spawn().wait(limit)
-    }
-
-    pub fn spawn(&self) -> Running {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let so = dir.path().join("stdout");
-        let se = dir.path().join("stderr");
-        let child = self
-            .command()
-            .stdout(std::fs::File::create(&so).expect("stdout file"))
-            .stderr(std::fs::File::create(&se).expect("stderr file"))
-            .spawn()
-            .expect("spawn");
-        Running {
-            child,
-            _dir: dir,
-            so,
-            se,
-        }
-    }
-}
-
-pub struct Running {
-    child: Child,
-    _dir: tempfile::TempDir,
-    so: PathBuf,
-    se: PathBuf,
-}
-
-impl Running {
-    pub fn wait(mut self, limit: Duration) -> Out {
-        let t0 = Instant::now();
-        let mut timed_out = false;
-        let status = loop {
-            if let Some(s) = self.child.try_wait().expect("try_wait") {
-                break Some(s);
-            }
-            if t0.elapsed() > limit {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                timed_out = true;
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        };
-        Out {
-            code: status.and_then(|s| s.code()),
-            stdout: std::fs::read_to_string(&self.so).unwrap_or_default(),
-            stderr: std::fs::read_to_string(&self.se).unwrap_or_default(),
-            timed_out,
-        }
-    }
 }
 
 /// The `.sigmalog` files of a directory, sorted by name.
@@ -518,25 +353,6 @@ pub fn shape(s: &str) -> Vec<String> {
             out.split_whitespace().collect::<Vec<_>>().join(" ")
         })
         .collect()
-}
-
-/// A free TCP port on localhost.
-pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
-}
-
-/// True when some socket listens on `port` (from /proc/net).
-pub fn listening(port: u16) -> bool {
-    let want = format!(":{port:04X}");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f).is_ok_and(|s| {
-            s.lines().skip(1).any(|l| {
-                let cols: Vec<&str> = l.split_whitespace().collect();
-                cols.len() > 3 && cols[1].ends_with(&want) && cols[3] == "0A"
-            })
-        })
-    })
 }
 
 /// A directory holding `libcuda.so.1` → the workspace's TEST DOUBLE

@@ -1,63 +1,20 @@
-//! Helpers for softnic's integration tests: locating build artifacts, free ports, per-test
-//! fabric directories, two-process runs under softnic-run with timeouts.
+//! Helpers for softnic's integration tests: per-test fabric directories, two-process runs
+//! under softnic-run with timeouts (artifact lookup and ports from `sigmatrace-testkit`).
 
 #![allow(dead_code)]
+// Each test binary uses a subset of the re-exported helpers.
+#![allow(unused_imports)]
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// `target/<profile>/` of the running test binary (`target/<profile>/deps/<test>`).
-pub fn build_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps")
-        .to_path_buf()
-}
-
-pub fn softnic_run() -> PathBuf {
-    let p = build_dir().join("softnic-run");
-    assert!(
-        p.exists(),
-        "{} missing: run `cargo build --workspace` first",
-        p.display()
-    );
-    for lib in [
-        "libsoftnic_verbs.so",
-        "libsoftnic_mlx5.so",
-        "libsoftnic_efa.so",
-    ] {
-        assert!(
-            build_dir().join(lib).exists(),
-            "{lib} missing: run `cargo build --workspace` first"
-        );
-    }
-    p
-}
+pub use sigmatrace_testkit::{build_dir, free_port, listening, softnic_run};
 
 /// The C test programs compiled by build.rs.
 pub fn cprog(name: &str) -> PathBuf {
     PathBuf::from(env!("SOFTNIC_CPROGS")).join(name)
-}
-
-pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
-}
-
-/// True when some socket listens on `port` (IPv4 or IPv6), read from /proc/net.
-pub fn listening(port: u16) -> bool {
-    let want = format!(":{port:04X}");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f).is_ok_and(|s| {
-            s.lines().skip(1).any(|l| {
-                let cols: Vec<&str> = l.split_whitespace().collect();
-                cols.len() > 3 && cols[1].ends_with(&want) && cols[3] == "0A"
-            })
-        })
-    })
 }
 
 pub struct Done {
