@@ -16,13 +16,13 @@ use std::ffi::c_void;
 pub use crate::poster::{Poster, VerbsQp};
 
 use crate::mlx5::{CqRing, DirectError, DirectQp, SendRing};
-use crate::mlx5dv::ffi as dv;
 use crate::prm;
 use crate::selfobs;
 use crate::verbs::{ffi::*, Device, PortAddress, VerbsError};
 use sigmatrace_mlx5::prm::{decode_output, CmdOut};
 use sigmatrace_observe::discover::{InitObjCq, InitObjQp, UarInfo};
 use sigmatrace_schemas::records::{QpModify, RecordHeader};
+use verbs_sys as dv;
 
 /// How queues are built and posted to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -10,7 +10,6 @@ pub mod cluster;
 pub mod dv;
 pub mod kernels;
 pub mod mlx5;
-pub mod mlx5dv;
 pub mod poster;
 pub mod prm;
 pub mod rendezvous;

@@ -7,16 +7,9 @@
 use std::ffi::CStr;
 use std::fmt;
 
-#[allow(
-    non_camel_case_types,
-    non_upper_case_globals,
-    non_snake_case,
-    dead_code,
-    clippy::all
-)]
-pub mod ffi {
-    include!(concat!(env!("OUT_DIR"), "/verbs.rs"));
-}
+/// The rdma-core bindings (`verbs-sys`: the installed `<infiniband/verbs.h>` and
+/// `<infiniband/mlx5dv.h>`).
+pub use verbs_sys as ffi;
 
 use ffi::*;
 
