@@ -9,7 +9,7 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 # Debian packages: build deps for ibverbs-sys (cmake, libclang, libnl), the real verbs clients
 # softnic runs (ibverbs-utils, perftest), valgrind for instruction counts, python venv for the
-# trace validator.
+# CUDA compile-check wheels.
 DEB_PKGS=(
   build-essential pkg-config cmake libclang-dev clang libnl-3-dev libnl-route-3-dev
   libibverbs-dev ibverbs-utils perftest rdma-core
@@ -35,14 +35,11 @@ if ! command -v cargo-fuzz >/dev/null 2>&1; then
   cargo install --locked cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz
 fi
 
-# Python virtual environment with the Perfetto trace validator's dependencies.
+# Python virtual environment for the CUDA compile-check wheels. (Traces are checked by the
+# repository's own checker, sigmatrace-testkit: no Python packages needed for that.)
 VENV=.venv
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
-fi
-if ! "$VENV/bin/python" -c 'import perfetto, google.protobuf' 2>/dev/null; then
-  echo "install-deps: installing perfetto + protobuf into $VENV"
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check perfetto protobuf
 fi
 # CUDA compile-check tools for observe/gpu (no GPU needed): ptxas and libNVVM from the nvcc
 # wheel, NVRTC to regenerate PTX from the .cu sources (observe/gpu/check-ptx.sh).
@@ -53,10 +50,6 @@ if ! "$VENV/bin/python" -c 'import nvidia.cuda_nvcc, nvidia.cuda_nvrtc' 2>/dev/n
 fi
 "$VENV/bin/python" -c 'import nvidia.cuda_nvcc, nvidia.cuda_nvrtc' || {
   echo "install-deps: FAILED to install the CUDA compile-check wheels into $VENV" >&2
-  exit 1
-}
-"$VENV/bin/python" -c 'import perfetto, google.protobuf' || {
-  echo "install-deps: FAILED to set up the Python validator environment ($VENV)" >&2
   exit 1
 }
 echo "install-deps: ok"

@@ -1,4 +1,4 @@
-//! Exact counts and names read from the real exports in shared/fixtures/nsys/.
+//! Exact counts and names read from the real exports in fixtures/nsys/.
 
 mod common;
 

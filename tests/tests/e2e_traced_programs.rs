@@ -87,6 +87,8 @@ fn rc_pingpong_pair_traced_converted_and_matched() {
     // Each side sends `iters` 4096-byte messages, each matched to the peer's receive (a flow).
     let v = validate(&trace, &[&format!("flows={}", 2 * iters), "slices=400"]);
     assert!(v["stats"]["flows"].as_u64().unwrap() >= 2 * iters, "{v:#}");
+    // One host clock: no receive may be drawn before the send it matches.
+    assert_eq!(v["stats"]["backward_flows"], 0, "{v:#}");
 
     let report =
         sigmatrace_convert::stats(std::slice::from_ref(&out), &Default::default()).unwrap();
@@ -148,10 +150,11 @@ fn ring_allreduce_four_nodes_traced_converted_and_matched() {
     convert(&out, &trace);
     // Per iteration each rank writes 2*(ranks-1) chunks to its right neighbour.
     let writes = ranks as u64 * iters * 2 * (ranks as u64 - 1);
-    validate(
+    let v = validate(
         &trace,
         &[&format!("flows={writes}"), &format!("slices={writes}")],
     );
+    assert_eq!(v["stats"]["backward_flows"], 0, "{v:#}");
     let report = sigmatrace_convert::stats(&[out], &Default::default()).unwrap();
     let j = report.json();
     let traffic = j
