@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::align::topology::{Process, Qp, Topology};
-use crate::verbs;
+use crate::read::verbs;
 use sigmatrace_timeline::{CounterUnit, Name, TraceSink, TrackDef, TrackKind};
 
 /// How much per-WR detail the trace carries (see README "Detail levels").
@@ -202,7 +202,7 @@ pub fn static_tracks(topo: &Topology) -> Vec<TrackDef> {
 /// Cache of interned WR names per (kind, opcode, size, flags).
 #[derive(Default)]
 pub struct NameCache {
-    map: crate::verbs::FastMap<(u8, u8, u32, u8), Name>,
+    map: crate::fastmap::FastMap<(u8, u8, u32, u8), Name>,
 }
 
 impl NameCache {

@@ -2,7 +2,7 @@
 //! GPUs), aligns their clocks and writes one Perfetto trace (one track per QP and kernel stream,
 //! flows between ranks, counters) and traffic reports.
 //!
-//! Pipeline (one module each): tokenize ([`input`], [`scan`]) → align ([`align`], [`align::clock`]) →
+//! Pipeline (one module each): read ([`read::input`], [`read::scan`]) → align ([`align`], [`align::clock`]) →
 //! model ([`align::topology`], [`model`], [`gpu`]) → emit ([`emit`] onto the
 //! generic `sigmatrace-timeline` writers). Tests and tools call [`convert()`] and [`stats()`]; [`synth`] writes
 //! synthetic multi-rank log sets with known ground truth.
@@ -11,18 +11,17 @@ pub mod align;
 pub mod convert;
 pub mod emit;
 pub mod error;
+pub mod fastmap;
 pub mod gpu;
-pub mod input;
 pub mod model;
 pub mod nsys_cli;
 pub mod nsys_merge;
 pub mod progress;
-pub mod scan;
+pub mod read;
 pub mod stats;
 pub mod stats_gpu;
 pub mod synth;
 pub mod ud;
-pub mod verbs;
 
 pub use convert::{convert, convert_with_report, stats, ConvertOptions, Format, Report, Summary};
 pub use emit::Detail;

@@ -11,13 +11,14 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::AtomicU64;
 
-use sigmatrace_schemas::records::{PostRecv, PostSend, Record, RecordKind, WorkCompletion};
+use sigmatrace_schemas::records::Record;
 
 use crate::align::topology::{flow_id, Process, Qp, Topology};
 use crate::emit::{Detail, Lanes, NameCache, SampledCounter};
 use crate::gpu::GpuState;
-use crate::input::{LogInput, RecordIssue};
-use crate::verbs;
+use crate::read::hot::Hot;
+use crate::read::input::{LogInput, RecordIssue};
+use crate::read::verbs;
 use sigmatrace_timeline::{ArgKey, ArgValue, Extra, TraceSink};
 
 /// What the model tells observers (stats sections).
@@ -132,7 +133,7 @@ pub struct ProcessModel<'a> {
     qps: Vec<QpState>,
     srq_lanes: HashMap<u64, (u64, Lanes, VecDeque<OpenRecv>)>,
     gpu: GpuState,
-    qp_cache: verbs::IndexCache,
+    qp_cache: crate::fastmap::IndexCache,
     /// Datagrams so far per UD stream ([`crate::ud`]).
     ud_k: Vec<u64>,
     throughput: (i64, i64),
@@ -218,12 +219,8 @@ impl<'a> ProcessModel<'a> {
         for (ts, r) in recs.by_ref() {
             let t = self.p.time(ts);
             self.last_t = self.last_t.max(t);
-            // The hot kinds are cast in place (the iterator checked their lengths).
-            match r.kind {
-                k if k == RecordKind::PostSend as u16 => {
-                    let Ok(ps) = bytemuck::try_from_bytes::<PostSend>(r.bytes) else {
-                        continue;
-                    };
+            match Hot::of(&r) {
+                Some(Hot::PostSend(ps)) => {
                     if ps.opcode == verbs::wr::ATOMIC_FETCH_AND_ADD
                         || ps.opcode == verbs::wr::ATOMIC_CMP_AND_SWP
                     {
@@ -231,19 +228,12 @@ impl<'a> ProcessModel<'a> {
                     }
                     self.post_send(sink, t, ps);
                 }
-                k if k == RecordKind::PostRecv as u16 => {
-                    let Ok(pr) = bytemuck::try_from_bytes::<PostRecv>(r.bytes) else {
-                        continue;
-                    };
+                Some(Hot::PostRecv(pr)) => {
                     self.post_recv(sink, t, pr.wr_id, pr.qpn, pr.srq, pr.bytes);
                 }
-                k if k == RecordKind::WorkCompletion as u16 => {
-                    let Ok(wc) = bytemuck::try_from_bytes::<WorkCompletion>(r.bytes) else {
-                        continue;
-                    };
-                    self.completion(sink, obs, t, wc);
-                }
-                _ => self.other(sink, gpu_sink, obs, t, &r),
+                Some(Hot::Completion(wc)) => self.completion(sink, obs, t, wc),
+                None if Hot::is_hot_kind(r.kind) => continue,
+                None => self.other(sink, gpu_sink, obs, t, &r),
             }
             n = n.wrapping_add(1);
             if n.is_multiple_of(1 << 16) {

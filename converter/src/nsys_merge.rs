@@ -25,7 +25,7 @@ use sigmatrace_nsys::{
 use crate::align::topology::Topology;
 use crate::align::Alignment;
 use crate::error::ConvertError;
-use crate::input::LogInput;
+use crate::read::input::LogInput;
 use sigmatrace_timeline::{ArgKey, ArgValue, Extra, TraceSink, TrackDef, TrackKind};
 
 /// `--nsys FILE` (repeatable) and `--nsys-offset NS`.

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use crate::align::topology::{Process, Topology};
 use crate::align::Alignment;
 use crate::model::{ModelEvent, Observer, ProcessTotals};
-use crate::verbs;
+use crate::read::verbs;
 
 /// What sections can see when reporting.
 pub struct ReportCtx<'a> {
@@ -384,7 +384,7 @@ impl QpRow {
 #[derive(Default)]
 pub struct QpTable {
     pub rows: Vec<QpRow>,
-    index: crate::verbs::FastMap<(usize, u32), usize>,
+    index: crate::fastmap::FastMap<(usize, u32), usize>,
     /// Last rows used: (process, qpn, row + 1).
     cache: [(usize, u32, usize); 8],
 }

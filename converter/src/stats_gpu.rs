@@ -26,8 +26,8 @@ use sigmatrace_schemas::records::Record;
 
 use crate::align::topology::{Process, Topology};
 use crate::model::ModelEvent;
+use crate::read::verbs;
 use crate::stats::{ReportCtx, Section};
-use crate::verbs;
 
 /// mlx5 send opcodes this module classifies.
 mod mlx5 {
@@ -370,7 +370,7 @@ pub fn nodes(topo: &Topology) -> (Vec<usize>, Vec<String>) {
 /// Inter-node (and inter-process) traffic matrix and skew.
 #[derive(Default)]
 pub struct TrafficSkew {
-    qps: crate::verbs::FastMap<(usize, u32), QpBytes>,
+    qps: crate::fastmap::FastMap<(usize, u32), QpBytes>,
 }
 
 impl TrafficSkew {

@@ -16,7 +16,7 @@ use sigmatrace_schemas::records::*;
 use sigmatrace_schemas::writer::{LogWriter, WriteError, WriterOptions};
 use sigmatrace_schemas::{FORMAT_MAJOR, FORMAT_MINOR};
 
-use crate::verbs;
+use crate::read::verbs;
 
 /// A node and its clock error: its clocks read `true + offset + drift·(true − start)`.
 #[derive(Clone, Debug)]
@@ -74,6 +74,15 @@ pub struct Scenario {
     pub global_routes: bool,
     /// Post every send WR with wr_id 0 (as perftest does) instead of its index.
     pub constant_wr_id: bool,
+    /// Extra one-way latency of every link's a→b direction (ns): asymmetric links.
+    pub asym_latency_ns: u64,
+    /// When > 0, a due clock snapshot is written as the interposer does: just before the
+    /// event that made it due, stamped this many ns after that event (so the log's timestamps
+    /// go backwards there).
+    pub snapshot_lead_ns: u64,
+    /// All hosts are simulated nodes of one machine (softnic): one boot id, one hostname
+    /// ("machine"), one REALTIME − MONOTONIC, attribute `node=<host index>`.
+    pub shared_machine: bool,
 }
 
 impl Scenario {
@@ -109,6 +118,9 @@ impl Scenario {
             fail: None,
             global_routes: true,
             constant_wr_id: false,
+            asym_latency_ns: 0,
+            snapshot_lead_ns: 0,
+            shared_machine: false,
         }
     }
 }
@@ -160,6 +172,8 @@ struct Dir {
     phase: u64,
     seed: u64,
     fail_at: Option<u64>,
+    /// Added to every one-way latency of this direction.
+    extra_ns: u64,
 }
 
 impl Dir {
@@ -252,7 +266,7 @@ impl Sim<'_> {
     }
     fn next_arrival(&self, d: &Dir, k: u64, prev: u64) -> u64 {
         let (lo, hi) = self.sc.latency_ns;
-        let ow = lo + mix(d.seed.wrapping_mul(31) ^ k) % (hi - lo).max(1);
+        let ow = lo + d.extra_ns + mix(d.seed.wrapping_mul(31) ^ k) % (hi - lo).max(1);
         (self.post_time(d, k) + ow).max(prev + 1)
     }
     /// Advances a stream to its next event of its kind; false when exhausted.
@@ -351,6 +365,7 @@ pub fn write(dir: &Path, sc: &Scenario) -> Result<Truth, WriteError> {
                 fail_at: sc
                     .fail
                     .and_then(|(fl, fd, k)| (fl == li && fd as usize == di).then_some(k)),
+                extra_ns: if di == 0 { sc.asym_latency_ns } else { 0 },
             });
         }
     }
@@ -370,7 +385,12 @@ pub fn write(dir: &Path, sc: &Scenario) -> Result<Truth, WriteError> {
         let clk = Clk {
             offset: h.offset_ns,
             drift: h.drift_ppm,
-            rt_minus_mono: 1_699_000_000_000_000_000 + host as i64 * 7_000_000_000,
+            rt_minus_mono: 1_699_000_000_000_000_000
+                + if sc.shared_machine {
+                    0
+                } else {
+                    host as i64 * 7_000_000_000
+                },
             tsc0: 1_000_000_000 + r as u64 * 12_345,
             hz: sc.tsc_hz as f64 * (1.0 + 3e-6),
         };
@@ -393,11 +413,23 @@ pub fn write(dir: &Path, sc: &Scenario) -> Result<Truth, WriteError> {
             },
             tsc_hz: sc.tsc_hz,
             start: clk.snapshot(T_START - 10_000_000),
-            boot_id: [host as u8 + 1; 16],
-            hostname: h.name.clone(),
+            boot_id: if sc.shared_machine {
+                [0x5a; 16]
+            } else {
+                [(host % 250) as u8 + 1; 16]
+            },
+            hostname: if sc.shared_machine {
+                "machine".into()
+            } else {
+                h.name.clone()
+            },
             cmdline: vec!["synthetic".into()],
             exe: "/usr/bin/synthetic".into(),
-            attrs: vec![],
+            attrs: if sc.shared_machine {
+                vec![format!("node={host}")]
+            } else {
+                vec![]
+            },
             dropped: 0,
             chunks_allocated: 0,
         };
@@ -542,7 +574,12 @@ pub fn write(dir: &Path, sc: &Scenario) -> Result<Truth, WriteError> {
         let mut recv_done = vec![0u64; sim.dirs.len()];
         while let Some(mut s) = heap.pop() {
             while next_snap <= s.t {
-                t0.append(&clk.snapshot(next_snap));
+                let at = if sc.snapshot_lead_ns > 0 {
+                    s.t + sc.snapshot_lead_ns
+                } else {
+                    next_snap
+                };
+                t0.append(&clk.snapshot(at));
                 truth.records += 1;
                 next_snap += sc.snapshot_every_ns;
             }

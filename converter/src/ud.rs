@@ -13,11 +13,13 @@
 //! This needs one extra pass, only over the processes that have UD QPs.
 
 use rayon::prelude::*;
-use sigmatrace_schemas::records::{AhCreate, PostSend, RecordKind, WorkCompletion};
+use sigmatrace_schemas::records::{AhCreate, RecordKind};
 
 use crate::align::topology::Topology;
-use crate::input::LogInput;
-use crate::verbs::{self, FastMap};
+use crate::fastmap::FastMap;
+use crate::read::hot::{is_received_message, Hot};
+use crate::read::input::LogInput;
+use crate::read::verbs;
 
 /// Sending stream key: (QPN, destination QPN, AH handle).
 pub type SendKey = (u32, u32, u64);
@@ -52,41 +54,29 @@ struct Counts {
 }
 
 fn count(input: &LogInput, ud_qps: &[u32]) -> Counts {
-    use std::mem::offset_of;
     let mut c = Counts::default();
     let mut issues = Vec::new();
     let is_ud = |q: u32| ud_qps.binary_search(&q).is_ok();
     for mut cur in input.thread_cursors() {
         while let Some((_, r)) = cur.pop(&mut issues) {
-            if r.kind == RecordKind::PostSend as u16 {
-                let Ok(ps) = bytemuck::try_from_bytes::<PostSend>(r.bytes) else {
-                    continue;
-                };
-                if is_ud(ps.qpn) && verbs::consumes_recv(ps.opcode) {
-                    *c.send.entry((ps.qpn, ps.rkey, ps.remote_addr)).or_default() += 1;
+            match Hot::of(&r) {
+                Some(Hot::PostSend(ps)) => {
+                    if is_ud(ps.qpn) && verbs::consumes_recv(ps.opcode) {
+                        *c.send.entry((ps.qpn, ps.rkey, ps.remote_addr)).or_default() += 1;
+                    }
                 }
-            } else if r.kind == RecordKind::WorkCompletion as u16 {
-                let b = r.bytes;
-                let qpn = u32::from_ne_bytes(
-                    b[offset_of!(WorkCompletion, qpn)..][..4]
-                        .try_into()
-                        .expect("4"),
-                );
-                if !is_ud(qpn) {
-                    continue;
+                Some(Hot::Completion(wc)) => {
+                    if is_ud(wc.qpn) && is_received_message(wc) {
+                        *c.recv.entry((wc.qpn, wc.src_qp, wc.slid)).or_default() += 1;
+                    }
                 }
-                let Ok(wc) = bytemuck::try_from_bytes::<WorkCompletion>(b) else {
-                    continue;
-                };
-                if wc.status == 0
-                    && (wc.opcode == verbs::wc::RECV || wc.opcode == verbs::wc::RECV_RDMA_WITH_IMM)
-                {
-                    *c.recv.entry((wc.qpn, wc.src_qp, wc.slid)).or_default() += 1;
+                Some(Hot::PostRecv(_)) => {}
+                None if r.kind == RecordKind::AhCreate as u16 => {
+                    if let Ok(ah) = bytemuck::try_from_bytes::<AhCreate>(r.bytes) {
+                        c.ah_dlid.insert(ah.ah, ah.dlid);
+                    }
                 }
-            } else if r.kind == RecordKind::AhCreate as u16 {
-                if let Ok(ah) = bytemuck::try_from_bytes::<AhCreate>(r.bytes) {
-                    c.ah_dlid.insert(ah.ah, ah.dlid);
-                }
+                None => {}
             }
         }
     }

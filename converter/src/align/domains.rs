@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 
 use crate::align::topology::Topology;
-use crate::input::LogInput;
+use crate::read::input::LogInput;
 
 /// Header attribute naming an injected clock error (`clock_skew=<offset_ns>,<drift_ppb>`).
 pub const CLOCK_SKEW_ATTR: &str = "clock_skew=";

@@ -11,8 +11,8 @@ use rayon::prelude::*;
 use sigmatrace_schemas::records::{PostSend, WorkCompletion};
 
 use crate::align::topology::Topology;
-use crate::input::LogInput;
-use crate::verbs;
+use crate::read::input::LogInput;
+use crate::read::verbs;
 
 /// Re-joins all messages on the final clocks and counts causality violations.
 pub fn verify(inputs: &[LogInput], topo: &Topology) -> (u64, u64) {
@@ -119,7 +119,7 @@ pub fn join(inputs: &[LogInput], topo: &Topology, mut f: impl FnMut(&Pair)) {
             .map(|((threads, p), keys)| {
                 let mut out = Vec::new();
                 let mut issues = Vec::new();
-                let mut cache = crate::verbs::IndexCache::default();
+                let mut cache = crate::fastmap::IndexCache::default();
                 let ts_end = p.map.inverse_ceil(end);
                 let mut runs = 0;
                 for cur in threads.iter_mut() {

@@ -31,7 +31,7 @@ use crate::align::domains::Domains;
 use crate::align::hull::IncHull;
 use crate::align::solve::Con;
 use crate::align::topology::Topology;
-use crate::input::LogInput;
+use crate::read::input::LogInput;
 
 /// Correction of one clock domain.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]

@@ -16,9 +16,9 @@ use sigmatrace_schemas::clock::TimestampSource;
 use sigmatrace_schemas::header::format_boot_id;
 
 use crate::align::clock::{GpuClocks, LinearMap, ProcessClock};
-use crate::input::LogInput;
-use crate::scan::{QpCounts, Scan};
-use crate::verbs;
+use crate::read::input::LogInput;
+use crate::read::scan::{QpCounts, Scan};
+use crate::read::verbs;
 
 /// A node (one boot of one machine).
 #[derive(Clone, Debug)]
@@ -83,7 +83,7 @@ pub struct Process {
     pub map: LinearMap,
     pub gpu: GpuClocks,
     pub qps: Vec<Qp>,
-    pub qp_index: crate::verbs::FastMap<u32, usize>,
+    pub qp_index: crate::fastmap::FastMap<u32, usize>,
     /// Device contexts: (context handle, name, guid).
     pub devices: Vec<(u64, String, u64)>,
     pub min_ts: u64,

@@ -1,8 +1,9 @@
 //! Tokenize: finding and opening logs, and iterating their records.
 //!
 //! Logs are memory-mapped ([`LogFile`]); nothing is copied. A process's records come from
-//! several per-thread chunk sequences, each time-ordered; [`MergedRecords`] merges them by
-//! timestamp (k-way) so a process is seen in time order with only one record per thread held.
+//! several per-thread chunk sequences in log order; a [`ThreadCursor`] sorts each by timestamp
+//! (stable, within a window of [`REORDER_WINDOW`] records; times are never changed) and
+//! [`MergedRecords`] merges the threads by timestamp (k-way).
 
 use std::path::{Path, PathBuf};
 
@@ -273,13 +274,24 @@ impl<'a> ChunkRecords<'a> {
     }
 }
 
-/// One writer thread's records in order (its chunks one after another).
+/// How far back in a thread's log a record's time may lie behind an earlier record's: a
+/// writer appends a due clock snapshot (a fresh, later time) before the record it is
+/// reserving, and flushes buffered records (earlier times) behind it. A cursor sorts a window
+/// of this many records (stable: equal times keep their log order); timestamps are never
+/// changed. See schemas/FORMAT.md, "Record order".
+pub const REORDER_WINDOW: usize = 8;
+
+/// One writer thread's records in time order (its chunks one after another, sorted within a
+/// window of [`REORDER_WINDOW`] records).
 pub struct ThreadCursor<'a> {
     input: &'a LogInput,
     chunks: &'a [ChunkInfo],
     next_chunk: usize,
     iter: Option<ChunkRecords<'a>>,
     head: Option<(u64, RawRecord<'a>)>,
+    /// Records read ahead, sorted by time (stable).
+    window: std::collections::VecDeque<(u64, RawRecord<'a>)>,
+    /// Timestamp of the record read last (for a record too short to carry one).
     last_ts: u64,
 }
 
@@ -291,6 +303,7 @@ impl<'a> ThreadCursor<'a> {
             next_chunk: 0,
             iter: None,
             head: None,
+            window: std::collections::VecDeque::with_capacity(REORDER_WINDOW),
             last_ts: 0,
         };
         c.advance(issues);
@@ -313,34 +326,43 @@ impl<'a> ThreadCursor<'a> {
 
     #[inline]
     fn advance(&mut self, issues: &mut Vec<RecordIssue>) {
-        if let Some(r) = self.iter.as_mut().and_then(|it| it.next(issues)) {
+        while self.window.len() < REORDER_WINDOW {
+            let Some(r) = self.next_record(issues) else {
+                break;
+            };
             let ts = record_ts(r.bytes).unwrap_or(self.last_ts);
-            // Within a thread records are time-ordered; keep the merge monotone even if a
-            // clock misbehaved.
-            let ts = ts.max(self.last_ts);
             self.last_ts = ts;
-            self.head = Some((ts, r));
-            return;
+            // Stable insertion: after every record with a time ≤ ts (usually at the end).
+            let mut at = self.window.len();
+            while at > 0 && self.window[at - 1].0 > ts {
+                at -= 1;
+            }
+            self.window.insert(at, (ts, r));
         }
-        self.next_chunk_head(issues);
+        self.head = self.window.pop_front();
+    }
+
+    /// The thread's next record in log order.
+    #[inline]
+    fn next_record(&mut self, issues: &mut Vec<RecordIssue>) -> Option<RawRecord<'a>> {
+        if let Some(r) = self.iter.as_mut().and_then(|it| it.next(issues)) {
+            return Some(r);
+        }
+        self.next_chunk_record(issues)
     }
 
     #[cold]
-    fn next_chunk_head(&mut self, issues: &mut Vec<RecordIssue>) {
-        self.head = None;
+    fn next_chunk_record(&mut self, issues: &mut Vec<RecordIssue>) -> Option<RawRecord<'a>> {
         loop {
             if let Some(r) = self.iter.as_mut().and_then(|it| it.next(issues)) {
-                let ts = record_ts(r.bytes).unwrap_or(self.last_ts).max(self.last_ts);
-                self.last_ts = ts;
-                self.head = Some((ts, r));
-                return;
+                return Some(r);
             }
             self.iter = None;
             if self.next_chunk > 0 {
                 release_chunk(self.input, &self.chunks[self.next_chunk - 1]);
             }
             if self.next_chunk >= self.chunks.len() {
-                return;
+                return None;
             }
             let c = &self.chunks[self.next_chunk];
             self.next_chunk += 1;

@@ -5,12 +5,12 @@
 
 use rayon::prelude::*;
 use sigmatrace_schemas::records::{
-    ClockSnapshot, DeviceOpen, GpuClockPair, PostRecv, PostSend, QpCreate, QpModify, Record,
-    RecordKind, WorkCompletion,
+    ClockSnapshot, DeviceOpen, GpuClockPair, QpCreate, QpModify, Record,
 };
 
-use crate::input::{record_ts, ChunkRecords, LogInput, RecordIssue};
-use crate::verbs;
+use crate::read::hot::{is_received_message, Hot};
+use crate::read::input::{record_ts, ChunkRecords, LogInput, RecordIssue};
+use crate::read::verbs;
 
 /// Per-QP counts needed before the emit pass (flow pairing).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -39,7 +39,7 @@ pub struct Scan {
     pub records: u64,
     /// PostSend, PostRecv, WorkCompletion, WqeObserved and CqeObserved records.
     pub wr_events: u64,
-    pub per_qp: crate::verbs::FastMap<u32, QpCounts>,
+    pub per_qp: crate::fastmap::FastMap<u32, QpCounts>,
     /// Events the writer reported as dropped (Dropped records + header counter).
     pub dropped: u64,
     /// Queue entries overwritten before the observer saw them.
@@ -103,7 +103,7 @@ impl Scan {
 struct QpTally {
     cache: [(u32, u32); 64],
     slots: Vec<(u32, QpCounts)>,
-    index: crate::verbs::FastMap<u32, u32>,
+    index: crate::fastmap::FastMap<u32, u32>,
 }
 
 impl Default for QpTally {
@@ -147,40 +147,29 @@ fn scan_chunk(input: &LogInput, chunk: &sigmatrace_schemas::reader::ChunkInfo) -
             min_ts = min_ts.min(ts);
             max_ts = max_ts.max(ts);
         }
-        // The hot kinds: a few fields at fixed offsets (lengths were checked by the iterator).
-        let field = |at: usize| u32::from_ne_bytes(r.bytes[at..at + 4].try_into().expect("4"));
-        use std::mem::offset_of;
-        match r.kind {
-            k if k == RecordKind::PostSend as u16 => {
+        match Hot::of(&r) {
+            Some(Hot::PostSend(ps)) => {
                 wr_events += 1;
-                let c = tally.get(field(offset_of!(PostSend, qpn)));
+                let c = tally.get(ps.qpn);
                 c.posts += 1;
-                c.consuming_sends +=
-                    verbs::consumes_recv(r.bytes[offset_of!(PostSend, opcode)]) as u64;
+                c.consuming_sends += verbs::consumes_recv(ps.opcode) as u64;
                 continue;
             }
-            k if k == RecordKind::PostRecv as u16 => {
+            Some(Hot::PostRecv(pr)) => {
                 wr_events += 1;
-                let qpn = field(offset_of!(PostRecv, qpn));
-                if qpn != 0 {
-                    tally.get(qpn).posts += 1;
+                if pr.qpn != 0 {
+                    tally.get(pr.qpn).posts += 1;
                 }
                 continue;
             }
-            k if k == RecordKind::WorkCompletion as u16 => {
+            Some(Hot::Completion(wc)) => {
                 wr_events += 1;
-                let c = tally.get(field(offset_of!(WorkCompletion, qpn)));
+                let c = tally.get(wc.qpn);
                 c.completions += 1;
-                let (status, opcode) = (
-                    r.bytes[offset_of!(WorkCompletion, status)],
-                    r.bytes[offset_of!(WorkCompletion, opcode)],
-                );
-                c.recv_ok += (status == 0
-                    && (opcode == verbs::wc::RECV || opcode == verbs::wc::RECV_RDMA_WITH_IMM))
-                    as u64;
+                c.recv_ok += is_received_message(wc) as u64;
                 continue;
             }
-            _ => {}
+            None => {}
         }
         let rec = match r.decode() {
             Ok(rec) => rec,
@@ -233,7 +222,7 @@ pub fn scan_all(inputs: &[LogInput]) -> Vec<Scan> {
             let inp = &inputs[i];
             let chunk = &inp.threads[tc >> 32].1[tc & 0xffff_ffff];
             let s = scan_chunk(inp, chunk);
-            crate::input::release_chunk(inp, chunk);
+            crate::read::input::release_chunk(inp, chunk);
             (i, s)
         })
         .collect();

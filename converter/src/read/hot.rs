@@ -1,0 +1,140 @@
+//! The one typed view of the hot record kinds (`PostSend`, `PostRecv`, `WorkCompletion`: one or
+//! two per work request, nearly all of a log's records).
+//!
+//! The view casts the record's bytes in place: no copy and no per-field decoding. Every pass that
+//! needs these records (the scan, UD stream pairing, the model) goes through [`Hot::of`], so the
+//! layout is read in one place: the schemas crate's `#[repr(C)]` structs. Records handed out by
+//! [`super::input::ChunkRecords`] already have the fixed length of their kind and, being 8-byte
+//! aligned inside a page-aligned mapping, the alignment of the struct, so the cast cannot fail
+//! for them; a record that does not fit its struct is treated as not hot.
+
+#![forbid(unsafe_code)]
+
+use sigmatrace_schemas::reader::RawRecord;
+use sigmatrace_schemas::records::{PostRecv, PostSend, RecordKind, WorkCompletion};
+
+use super::verbs;
+
+/// A hot record, viewed in place.
+#[derive(Clone, Copy, Debug)]
+pub enum Hot<'a> {
+    PostSend(&'a PostSend),
+    PostRecv(&'a PostRecv),
+    Completion(&'a WorkCompletion),
+}
+
+const POST_SEND: u16 = RecordKind::PostSend as u16;
+const POST_RECV: u16 = RecordKind::PostRecv as u16;
+const WORK_COMPLETION: u16 = RecordKind::WorkCompletion as u16;
+
+impl<'a> Hot<'a> {
+    /// The typed view of `r`, or `None` when it is not one of the hot kinds.
+    #[inline]
+    pub fn of(r: &RawRecord<'a>) -> Option<Hot<'a>> {
+        match r.kind {
+            POST_SEND => bytemuck::try_from_bytes(r.bytes).ok().map(Hot::PostSend),
+            POST_RECV => bytemuck::try_from_bytes(r.bytes).ok().map(Hot::PostRecv),
+            WORK_COMPLETION => bytemuck::try_from_bytes(r.bytes).ok().map(Hot::Completion),
+            _ => None,
+        }
+    }
+
+    /// Whether `kind` is one of the hot kinds.
+    #[inline]
+    pub fn is_hot_kind(kind: u16) -> bool {
+        matches!(kind, POST_SEND | POST_RECV | WORK_COMPLETION)
+    }
+}
+
+/// Whether a completion is a successful receive (a message that consumed a receive WR).
+#[inline]
+pub fn is_received_message(wc: &WorkCompletion) -> bool {
+    wc.status == 0 && (wc.opcode == verbs::wc::RECV || wc.opcode == verbs::wc::RECV_RDMA_WITH_IMM)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(kind: RecordKind, bytes: &[u8]) -> RawRecord<'_> {
+        RawRecord {
+            offset: 0,
+            kind: kind as u16,
+            bytes,
+        }
+    }
+
+    /// 8-byte aligned storage for a record.
+    fn aligned(bytes: &[u8]) -> Vec<u64> {
+        let mut v = vec![0u64; bytes.len().div_ceil(8)];
+        bytemuck::cast_slice_mut::<u64, u8>(&mut v)[..bytes.len()].copy_from_slice(bytes);
+        v
+    }
+
+    #[test]
+    fn views_each_hot_kind_with_its_fields() {
+        let ps = PostSend {
+            qpn: 0x1234,
+            opcode: verbs::wr::SEND,
+            wr_id: 77,
+            ..Default::default()
+        };
+        let buf = aligned(bytemuck::bytes_of(&ps));
+        let bytes = &bytemuck::cast_slice::<u64, u8>(&buf)[..std::mem::size_of::<PostSend>()];
+        match Hot::of(&raw(RecordKind::PostSend, bytes)) {
+            Some(Hot::PostSend(v)) => assert_eq!((v.qpn, v.opcode, v.wr_id), (0x1234, 2, 77)),
+            other => panic!("{other:?}"),
+        }
+        let wc = WorkCompletion {
+            qpn: 9,
+            status: 0,
+            opcode: verbs::wc::RECV,
+            ..Default::default()
+        };
+        let buf = aligned(bytemuck::bytes_of(&wc));
+        let bytes = &bytemuck::cast_slice::<u64, u8>(&buf)[..std::mem::size_of::<WorkCompletion>()];
+        match Hot::of(&raw(RecordKind::WorkCompletion, bytes)) {
+            Some(Hot::Completion(v)) => {
+                assert_eq!(v.qpn, 9);
+                assert!(is_received_message(v));
+            }
+            other => panic!("{other:?}"),
+        }
+        let pr = PostRecv {
+            qpn: 5,
+            ..Default::default()
+        };
+        let buf = aligned(bytemuck::bytes_of(&pr));
+        let bytes = &bytemuck::cast_slice::<u64, u8>(&buf)[..std::mem::size_of::<PostRecv>()];
+        assert!(matches!(
+            Hot::of(&raw(RecordKind::PostRecv, bytes)),
+            Some(Hot::PostRecv(v)) if v.qpn == 5
+        ));
+    }
+
+    #[test]
+    fn other_kinds_and_wrong_lengths_are_not_hot() {
+        let buf = aligned(&[0u8; 64]);
+        let bytes = bytemuck::cast_slice::<u64, u8>(&buf);
+        assert!(Hot::of(&raw(RecordKind::ClockSnapshot, bytes)).is_none());
+        assert!(!Hot::is_hot_kind(RecordKind::ClockSnapshot as u16));
+        assert!(Hot::is_hot_kind(RecordKind::PostSend as u16));
+        // One byte short of a PostSend.
+        let short = &bytes[..std::mem::size_of::<PostSend>().min(64) - 8];
+        assert!(Hot::of(&raw(RecordKind::PostSend, short)).is_none());
+    }
+
+    #[test]
+    fn failed_and_non_receive_completions_are_not_received_messages() {
+        let mut wc = WorkCompletion {
+            opcode: verbs::wc::RECV_RDMA_WITH_IMM,
+            ..Default::default()
+        };
+        assert!(is_received_message(&wc));
+        wc.status = 5;
+        assert!(!is_received_message(&wc));
+        wc.status = 0;
+        wc.opcode = verbs::wr::SEND;
+        assert!(!is_received_message(&wc));
+    }
+}
