@@ -12,7 +12,7 @@ use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::SocketAddr;
 
 /// An IPv4 socket address in host order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct V4 {
     pub ip: Ipv4Addr,
     pub port: u16,

@@ -33,6 +33,7 @@ const LIBS: &[(&[&str], &str)] = &[
     (&["libibverbs.so.1", "libibverbs.so"], "libsoftnic_verbs.so"),
     (&["libmlx5.so.1", "libmlx5.so"], "libsoftnic_mlx5.so"),
     (&["libefa.so.1", "libefa.so"], "libsoftnic_efa.so"),
+    (&["librdmacm.so.1", "librdmacm.so"], "libsoftnic_rdmacm.so"),
 ];
 
 /// Creates (or refreshes) `<build dir>/softnic-lib/` with soname symlinks.
