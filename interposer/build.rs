@@ -1,7 +1,6 @@
-//! Build script: bindgen of Debian's <infiniband/verbs.h> and <infiniband/mlx5dv.h> (the exact
-//! rdma-core layouts the hooks read and the pointers they swap), and the C test and benchmark
-//! programs in cprogs/ (linked against the system libibverbs; tests run them under LD_PRELOAD,
-//! on softnic or on the fake device they build themselves).
+//! Build script: the C test and benchmark programs in cprogs/ (linked against the system
+//! libibverbs; tests run them under LD_PRELOAD, on softnic or on the fake device they build
+//! themselves). The rdma-core layouts the hooks read come from the `verbs-sys` crate.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -9,26 +8,6 @@ use std::process::Command;
 fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("manifest dir"));
-
-    let header = manifest.join("src/ffi/verbs_wrapper.h");
-    println!("cargo:rerun-if-changed={}", header.display());
-    let bindings = bindgen::Builder::default()
-        .header(header.display().to_string())
-        .allowlist_type(
-            "ibv_.*|_ibv_.*|verbs_.*|mlx5dv_qp_ex|mlx5dv_obj|mlx5dv_devx_umem|mlx5dv_devx_umem_in|mlx5dv_devx_uar|mlx5dv_obj_type|mlx5dv_devx_umem_in_mask",
-        )
-        .allowlist_var("IBV_.*|MLX5DV_OBJ_.*|MLX5DV_UMEM_MASK_.*")
-        .default_enum_style(bindgen::EnumVariation::Consts)
-        .prepend_enum_name(false)
-        .derive_default(true)
-        .derive_debug(false)
-        .layout_tests(false)
-        .generate_comments(false)
-        .generate()
-        .expect("bindgen failed on infiniband/verbs.h (is libibverbs-dev installed?)");
-    bindings
-        .write_to_file(out.join("verbs_bindings.rs"))
-        .expect("write bindings");
 
     build_c_programs(&manifest.join("cprogs"), &out.join("cprogs"));
 }

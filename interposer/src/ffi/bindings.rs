@@ -1,10 +1,3 @@
-//! bindgen output for Debian's <infiniband/verbs.h> and <infiniband/mlx5dv.h> (see build.rs).
-#![allow(
-    non_camel_case_types,
-    non_upper_case_globals,
-    non_snake_case,
-    dead_code,
-    clippy::all,
-    clippy::pedantic
-)]
-include!(concat!(env!("OUT_DIR"), "/verbs_bindings.rs"));
+//! The rdma-core layouts the hooks read and the pointers they swap: the workspace's one set of
+//! bindings for the installed <infiniband/verbs.h> and <infiniband/mlx5dv.h> (`verbs-sys`).
+pub use verbs_sys::*;
