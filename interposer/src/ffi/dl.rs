@@ -79,6 +79,41 @@ pub fn resolve_next(name: &CStr, version: Option<&CStr>, soname: &CStr) -> usize
     found
 }
 
+/// A function of an already loaded library that the interposer calls itself (not a hook),
+/// found with [`resolve_next`] on first use and kept once found.
+pub struct NextFn {
+    name: &'static CStr,
+    version: Option<&'static CStr>,
+    soname: &'static CStr,
+    addr: AtomicUsize,
+}
+
+impl NextFn {
+    pub const fn new(
+        name: &'static CStr,
+        version: Option<&'static CStr>,
+        soname: &'static CStr,
+    ) -> NextFn {
+        NextFn {
+            name,
+            version,
+            soname,
+            addr: AtomicUsize::new(0),
+        }
+    }
+
+    /// The function's address, or 0 when it is not loaded (looked up again next time).
+    pub fn get(&self) -> usize {
+        let p = self.addr.load(Ordering::Acquire);
+        if p != 0 {
+            return p;
+        }
+        let found = resolve_next(self.name, self.version, self.soname);
+        self.addr.store(found, Ordering::Release);
+        found
+    }
+}
+
 /// # Safety
 /// As [`dlsym`].
 unsafe fn lookup_in(handle: *mut c_void, name: &CStr, version: Option<&CStr>) -> usize {

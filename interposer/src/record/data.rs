@@ -1,8 +1,16 @@
 //! Data-path records: posted work requests, completions, empty polls.
+//!
+//! The hot paths (one WR of `ibv_post_send`, the completions of `ibv_poll_cq`) write each
+//! record in place, into a slot reserved in the thread's chunk: the caller hands a closure
+//! that decodes the program's structure only once the slot is reserved, so nothing decoded
+//! has to survive a call and no intermediate record is copied.
 
-use sigmatrace_schemas::{PostError, PostRecv, PostSend, RecordHeader, WorkCompletion};
+use sigmatrace_schemas::{
+    post_source, FixedRecord, PostError, PostRecv, PostSend, RecordHeader, WorkCompletion,
+};
 
-use crate::sink::Thread;
+use super::ThreadState;
+use crate::sink::{self, Thread};
 
 /// A send work request as posted (decoded from `ibv_send_wr` or built by `ibv_wr_*`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -28,21 +36,113 @@ pub struct SendWr {
 /// The `PostSend` record of one WR.
 #[inline(always)]
 pub fn post_send(ts: u64, qpn: u32, source: u8, wr: &SendWr) -> PostSend {
-    PostSend {
-        hdr: RecordHeader::of::<PostSend>(wr.flags),
-        ts,
-        wr_id: wr.wr_id,
-        remote_addr: wr.remote_addr,
-        compare_add: wr.compare_add,
-        qpn,
-        bytes: wr.bytes,
-        rkey: wr.rkey,
-        imm: wr.imm,
-        num_sge: wr.num_sge,
-        opcode: wr.opcode,
-        source,
-        _pad: 0,
+    let mut r = PostSend {
+        hdr: RecordHeader::of::<PostSend>(0),
+        ..PostSend::default()
+    };
+    fill_post_send(&mut r, ts, qpn, source, wr);
+    r
+}
+
+/// Writes every field of `r` but the header's kind and length (set by the commit of a
+/// reserved slot, or by [`post_send`]).
+#[inline(always)]
+fn fill_post_send(r: &mut PostSend, ts: u64, qpn: u32, source: u8, wr: &SendWr) {
+    r.hdr.aux = wr.flags;
+    r.ts = ts;
+    r.wr_id = wr.wr_id;
+    r.qpn = qpn;
+    r.num_sge = wr.num_sge;
+    r.opcode = wr.opcode;
+    r.source = source;
+    r._pad = 0;
+    r.bytes = wr.bytes;
+    r.remote_addr = wr.remote_addr;
+    r.rkey = wr.rkey;
+    r.compare_add = wr.compare_add;
+    r.imm = wr.imm;
+}
+
+/// One WR of a post call the provider accepted, written straight into a reserved chunk slot
+/// (the hot path). `wr` decodes it — (QPN, WR) — and is called only once the slot is
+/// reserved.
+#[inline(always)]
+pub fn post_send_one(ts: u64, source: u8, wr: impl FnOnce() -> (u32, SendWr)) {
+    if let Some(mut t) = sink::enter() {
+        if let Some(mut r) = t.reserve::<PostSend>(ts) {
+            let (qpn, w) = wr();
+            fill_post_send(&mut r, ts, qpn, source, &w);
+            r.commit();
+        }
     }
+}
+
+/// A post call that failed: its error and the wr_id of `*bad_wr` (0 when it did not say).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PostFailure {
+    pub err: i32,
+    pub bad_wr_id: u64,
+}
+
+/// The send WRs of one post call on `object` (the QP numbered `qpn`) that the provider
+/// accepted, then its `PostError` if it failed.
+pub fn sends(
+    ts: u64,
+    qpn: u32,
+    object: u64,
+    source: u8,
+    wrs: impl Iterator<Item = SendWr>,
+    failed: Option<PostFailure>,
+) {
+    let error = failed.map(|f| post_error(ts, f.err, f.bad_wr_id, object, qpn, source));
+    posted(wrs.map(|w| post_send(ts, qpn, source, &w)), error);
+}
+
+/// A receive work request as posted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecvWr {
+    pub wr_id: u64,
+    pub num_sge: u16,
+    /// Sum of the SGE lengths.
+    pub bytes: u32,
+}
+
+/// The receive WRs of one post call on `object` (QP `qpn`, or SRQ `srq`) that the provider
+/// accepted, then its `PostError` if it failed.
+pub fn recvs(
+    ts: u64,
+    (qpn, srq, object): (u32, u64, u64),
+    source: u8,
+    wrs: impl Iterator<Item = RecvWr>,
+    failed: Option<PostFailure>,
+) {
+    let error = failed.map(|f| post_error(ts, f.err, f.bad_wr_id, object, qpn, source));
+    let records = wrs.map(|w| post_recv(ts, qpn, srq, source, w.wr_id, w.num_sge, w.bytes));
+    posted(records, error);
+}
+
+/// Writes the records of one post call (the list is decoded as it is written).
+fn posted<R: FixedRecord>(records: impl Iterator<Item = R>, error: Option<PostError>) {
+    sink::with_thread(|t| {
+        for r in records {
+            t.append(&r);
+        }
+        if let Some(e) = error {
+            t.append(&e);
+        }
+    });
+}
+
+/// `ibv_bind_mw` on `qp` (QP number `qpn`) returned `rc`: its `PostSend`, or a `PostError`.
+pub fn bind_mw(ts: u64, qp: u64, qpn: u32, wr: &SendWr, rc: i32) {
+    let source = post_source::POST_SEND;
+    sink::with_thread(|t| {
+        if rc == 0 {
+            t.append(&post_send(ts, qpn, source, wr));
+        } else {
+            t.append(&post_error(ts, rc, wr.wr_id, qp, qpn, source));
+        }
+    });
 }
 
 /// The `PostRecv` record of one receive WR (`srq` = 0 for QP receive queues).
@@ -128,59 +228,45 @@ pub fn completion(ts: u64, cq: u64, c: &Completion) -> WorkCompletion {
     }
 }
 
-impl Thread<'_> {
-    /// A poll of `cq` returned nothing.
-    #[inline(always)]
-    pub fn empty_poll(&mut self, cq: u64, ts: u64) {
-        let span = self.period();
-        if let Some(rec) = self.state.runs.empty(cq, ts, span) {
-            self.append(&rec);
+/// The completions a poll of `cq` returned, each written straight into a reserved chunk slot
+/// (the hot path); `entry(i)` decodes the `i`-th once its slot is reserved. Closes the CQ's
+/// empty-poll run first.
+#[inline(always)]
+pub fn completions(cq: u64, ts: u64, n: usize, mut entry: impl FnMut(usize) -> Completion) {
+    if let Some(mut t) = sink::enter() {
+        work_returned(&mut t, cq);
+        for i in 0..n {
+            if let Some(mut r) = t.reserve::<WorkCompletion>(ts) {
+                *r = completion(ts, cq, &entry(i));
+                r.commit();
+            }
         }
     }
+}
 
-    /// A poll of `cq` returned work: closes its empty run first.
-    #[inline(always)]
-    pub fn work_returned(&mut self, cq: u64) {
-        if let Some(rec) = self.state.runs.work(cq) {
-            self.append(&rec);
+/// One completion of an extended CQ (`start_poll`/`next_poll`).
+pub fn completion_ex(cq: u64, ts: u64, c: &Completion) {
+    sink::with_thread(|t| {
+        work_returned(t, cq);
+        t.append(&completion(ts, cq, c));
+    });
+}
+
+/// A poll of `cq` returned nothing (aggregated, see `empty`).
+#[inline(always)]
+pub fn empty_poll(cq: u64, ts: u64) {
+    if let Some(mut t) = sink::enter() {
+        let span = t.period();
+        if let Some(rec) = t.state::<ThreadState>().runs.empty(cq, ts, span) {
+            t.append(&rec);
         }
     }
+}
 
-    /// `wr_start` on `qp`.
-    pub fn wr_start(&mut self, qp: u64) {
-        self.state.builders.start(qp);
-    }
-
-    /// An `ibv_wr_*` opcode builder: a new WR in `qp`'s batch.
-    #[inline]
-    pub fn wr_begin(&mut self, qp: u64, rec: PostSend) {
-        let Thread { out, state, .. } = self;
-        state
-            .builders
-            .begin(qp, rec, &mut |r: &PostSend| out.append(r));
-    }
-
-    /// A setter of the WR being built on `qp`.
-    #[inline(always)]
-    pub fn wr_current(&mut self, qp: u64) -> Option<&mut PostSend> {
-        self.state.builders.current(qp)
-    }
-
-    /// `wr_complete` returned `rc`: writes the batch, or a `PostError` naming its first WR.
-    #[inline]
-    pub fn wr_complete(&mut self, qp: u64, qpn: u32, rc: i32, ts: u64, source: u8) {
-        let Thread { out, state, .. } = self;
-        let done = state
-            .builders
-            .complete(qp, rc == 0, &mut |r: &PostSend| out.append(r));
-        if rc != 0 {
-            let first = done.map(|d| d.first_wr_id).unwrap_or(0);
-            out.append(&post_error(ts, rc, first, qp, qpn, source));
-        }
-    }
-
-    /// `wr_abort` on `qp`.
-    pub fn wr_abort(&mut self, qp: u64) {
-        self.state.builders.abort(qp);
+/// A poll of `cq` returned work: closes its empty run first.
+#[inline(always)]
+fn work_returned(t: &mut Thread<'_>, cq: u64) {
+    if let Some(rec) = t.state::<ThreadState>().runs.work(cq) {
+        t.append(&rec);
     }
 }

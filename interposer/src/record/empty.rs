@@ -4,12 +4,14 @@
 //! `EmptyPolls` record when its CQ returns work, when it spans a whole snapshot period, when
 //! it is evicted by a fifth CQ, or when the thread writes a clock snapshot.
 
+use bytemuck::{Pod, Zeroable};
 use sigmatrace_schemas::{EmptyPolls, RecordHeader};
 
 /// Open runs per thread.
 pub const RUNS: usize = 4;
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+#[repr(C)]
 struct Run {
     cq: u64,
     first: u64,
@@ -36,14 +38,16 @@ impl Run {
     }
 }
 
-/// A thread's open runs.
-#[derive(Clone, Debug)]
+/// A thread's open runs (plain data: kept in the sink's per-thread scratch area).
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+#[repr(C)]
 pub struct Runs {
     runs: [Run; RUNS],
     /// Round-robin eviction cursor.
     next: u8,
     /// Runs open (lets a poll that returned work skip the search when there are none).
     open: u8,
+    _pad: [u8; 6],
 }
 
 impl Default for Runs {
@@ -58,6 +62,7 @@ impl Runs {
             runs: [Run::EMPTY; RUNS],
             next: 0,
             open: 0,
+            _pad: [0; 6],
         }
     }
 

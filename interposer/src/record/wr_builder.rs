@@ -12,7 +12,12 @@
 //! built at once; a batch longer than [`PENDING`] WRs is written as it goes (if such a batch
 //! then fails, its `PostError` follows the WRs already written).
 
+use bytemuck::{Pod, Zeroable};
 use sigmatrace_schemas::{PostSend, RecordHeader};
+
+use super::data::{post_error, post_send, SendWr};
+use super::ThreadState;
+use crate::sink;
 
 /// QPs whose batches one thread can build at the same time.
 pub const BUILDERS: usize = 2;
@@ -39,13 +44,15 @@ const ZERO: PostSend = PostSend {
     _pad: 0,
 };
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+#[repr(C)]
 struct Builder {
     /// The QP (its `ibv_qp_ex` address); 0 = free.
     qp: u64,
     /// Last use, for eviction.
     stamp: u32,
     n: u8,
+    _pad: [u8; 3],
     pending: [PostSend; PENDING],
 }
 
@@ -54,6 +61,7 @@ impl Builder {
         qp: 0,
         stamp: 0,
         n: 0,
+        _pad: [0; 3],
         pending: [ZERO; PENDING],
     };
 }
@@ -67,11 +75,13 @@ pub struct Completed {
     pub first_wr_id: u64,
 }
 
-/// One thread's batches in progress.
-#[derive(Clone, Debug)]
+/// One thread's batches in progress (plain data: kept in the sink's per-thread scratch area).
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+#[repr(C)]
 pub struct Builders {
     b: [Builder; BUILDERS],
     clock: u32,
+    _pad: u32,
 }
 
 impl Default for Builders {
@@ -85,6 +95,7 @@ impl Builders {
         Builders {
             b: [Builder::FREE; BUILDERS],
             clock: 0,
+            _pad: 0,
         }
     }
 
@@ -184,6 +195,61 @@ impl Builders {
             None => 0,
         }
     }
+}
+
+// --- the per-thread API the `ibv_wr_*` hooks call --------------------------------------------
+
+/// `wr_start` on `qp`.
+pub fn start(qp: u64) {
+    sink::with_thread(|t| t.state::<ThreadState>().builders.start(qp));
+}
+
+/// An opcode builder on `qp` (the QP numbered `qpn`): a new WR in its batch, stamped `ts`.
+pub fn begin(qp: u64, ts: u64, qpn: u32, source: u8, wr: &SendWr) {
+    let rec = post_send(ts, qpn, source, wr);
+    sink::with_thread(|t| {
+        let (out, st) = t.parts::<ThreadState>();
+        st.builders
+            .begin(qp, rec, &mut |r: &PostSend| out.append(r));
+    });
+}
+
+/// A setter of the WR being built on `qp`: the remote address, rkey (UD: remote QPN, DC: DCT
+/// number) and compare/add operand (UD: qkey, DC: DC key).
+pub fn set_address(qp: u64, remote_addr: u64, rkey: u32, compare_add: u64) {
+    sink::with_thread(|t| {
+        if let Some(r) = t.state::<ThreadState>().builders.current(qp) {
+            (r.remote_addr, r.rkey, r.compare_add) = (remote_addr, rkey, compare_add);
+        }
+    });
+}
+
+/// A setter of the WR being built on `qp`: its data (`bytes` in `num_sge` pieces).
+pub fn set_data(qp: u64, bytes: u32, num_sge: u16) {
+    sink::with_thread(|t| {
+        if let Some(r) = t.state::<ThreadState>().builders.current(qp) {
+            (r.bytes, r.num_sge) = (bytes, num_sge);
+        }
+    });
+}
+
+/// `wr_complete` returned `rc`: writes the batch, or a `PostError` naming its first WR.
+pub fn complete(qp: u64, qpn: u32, rc: i32, ts: u64, source: u8) {
+    sink::with_thread(|t| {
+        let (out, st) = t.parts::<ThreadState>();
+        let done = st
+            .builders
+            .complete(qp, rc == 0, &mut |r: &PostSend| out.append(r));
+        if rc != 0 {
+            let first = done.map(|d| d.first_wr_id).unwrap_or(0);
+            out.append(&post_error(ts, rc, first, qp, qpn, source));
+        }
+    });
+}
+
+/// `wr_abort` on `qp`.
+pub fn abort(qp: u64) {
+    sink::with_thread(|t| t.state::<ThreadState>().builders.abort(qp));
 }
 
 #[cfg(test)]

@@ -18,9 +18,10 @@ use std::time::{Duration, Instant};
 
 use sigmatrace_observe::cuda::{libcuda_loaded, DevicePoller, DevicePollerConfig, Driver};
 use sigmatrace_observe::device::ClockMap;
-use sigmatrace_observe::{Observation, QueueDesc};
-use sigmatrace_schemas::{string_ns, ChunkWriter, RecordKind};
+use sigmatrace_observe::QueueDesc;
+use sigmatrace_schemas::ChunkWriter;
 
+use crate::record;
 use crate::runtime::internal::internal;
 use crate::runtime::singleton::{self, Singleton};
 use crate::sink;
@@ -157,14 +158,9 @@ fn start_kernel(queues: &[QueueDesc]) -> Option<DevicePoller> {
 fn drain(dp: &mut DevicePoller, w: &mut Option<ChunkWriter>) -> usize {
     let traced = sink::tracing(cat::OBSERVE);
     dp.drain(&mut |o| {
-        let Some(w) = w.as_mut().filter(|_| traced) else {
-            return;
-        };
-        match &o {
-            Observation::Wqe(r, _) => w.append(r),
-            Observation::Cqe(r) => w.append(r),
-            Observation::Overrun(r) => w.append(r),
-        };
+        if let Some(w) = w.as_mut().filter(|_| traced) {
+            record::gpu::observation(w, &o);
+        }
     })
 }
 
@@ -213,8 +209,8 @@ fn run() {
             if last_clock.elapsed() >= CLOCK_PERIOD {
                 last_clock = Instant::now();
                 if let Some(pair) = d.sample_clock(&ts, CLOCK_SPINS) {
-                    if let Some(w) = w.as_mut().filter(|_| sink::tracing(cat::OBSERVE)) {
-                        w.append(&pair);
+                    if let Some(w) = w.as_mut() {
+                        record::gpu::clock_pair(w, &pair);
                     }
                 }
             }
@@ -272,12 +268,5 @@ pub fn at_exit() {
         m.launches, m.failures
     );
     drop(m);
-    sink::with_thread(|t| {
-        t.append_meta(
-            RecordKind::StringDef,
-            string_ns::PROCESS_ATTR,
-            0,
-            attr.as_bytes(),
-        )
-    });
+    record::process_attr(&attr);
 }

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Once;
 
 use crate::ffi::dl;
+use crate::record;
 use crate::runtime::config::{self, Config};
 use crate::runtime::{gpu, guard, kernels, queues};
 use crate::sink::{self, Diag};
@@ -61,7 +62,7 @@ extern "C" fn at_exit() {
         gpu::at_exit();
         kernels::at_exit();
         queues::at_exit();
-        sink::at_exit();
+        record::at_exit();
     });
 }
 

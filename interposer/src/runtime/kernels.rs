@@ -25,16 +25,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use sigmatrace_schemas::{
-    string_ns, ChunkWriter, KernelExec, KernelLaunch, RecordHeader, RecordKind,
-};
+use sigmatrace_schemas::ChunkWriter;
 
 use crate::ffi::{as_fn, dl};
-use crate::record::emit;
+use crate::record;
 use crate::runtime::config;
 use crate::runtime::internal::internal;
 use crate::runtime::singleton::{self, Singleton};
-use crate::sink::{self, cat};
+use crate::sink;
 
 /// A new reference event is recorded when the last one is older than this.
 pub const REFERENCE_PERIOD: Duration = Duration::from_secs(1);
@@ -306,17 +304,15 @@ pub fn after(l: Launch, api: u32, function: u64, d: Dims, ret: c_int) {
         }
         return;
     }
-    let b16 = |v: u32| v.min(u16::MAX as u32) as u16;
-    emit(KernelLaunch {
-        hdr: RecordHeader::of::<KernelLaunch>(api),
-        ts: sink::now(),
+    record::gpu::kernel_launch(&record::gpu::Launch {
+        api,
         correlation: l.correlation,
         function,
         stream: l.stream,
         grid: d.grid,
-        block: [b16(d.block[0]), b16(d.block[1]), b16(d.block[2])],
-        device: l.device as u16,
+        block: d.block,
         shared_mem: d.shared_mem,
+        device: l.device,
     });
     if !lock().names.contains(&function) {
         if let Some(get_name) = f.func_get_name {
@@ -378,9 +374,7 @@ pub fn name_function(function: u64, name: &[u8]) {
     if !lock().names.insert(function) {
         return;
     }
-    sink::with_thread(|t| {
-        t.append_meta(RecordKind::StringDef, string_ns::FUNCTION, function, name)
-    });
+    record::gpu::function_name(function, name);
 }
 
 fn start_thread() {
@@ -474,19 +468,8 @@ fn resolve(w: &mut Option<ChunkWriter>) -> usize {
                 continue;
             }
             let at = |ms: f32| (ref_ts as i64 + (ms as f64 * 1e6 * tpn) as i64).max(0) as u64;
-            let rec = KernelExec {
-                hdr: RecordHeader::of::<KernelExec>(sigmatrace_schemas::gpu_clock::HOST_TS),
-                ts: sink::now(),
-                correlation: p.correlation,
-                start: at(ms0),
-                end: at(ms1),
-                device: p.device,
-                _pad: 0,
-            };
-            if sink::tracing(cat::GPU) {
-                if let Some(w) = w.as_mut() {
-                    w.append(&rec);
-                }
+            if let Some(w) = w.as_mut() {
+                record::gpu::kernel_exec(w, p.correlation, at(ms0), at(ms1), p.device);
             }
         }
         if n > 0 {
@@ -544,12 +527,5 @@ pub fn at_exit() {
         t.resolved, t.pending_total, t.untimed, t.failed
     );
     drop(t);
-    sink::with_thread(|t| {
-        t.append_meta(
-            RecordKind::StringDef,
-            string_ns::PROCESS_ATTR,
-            0,
-            attr.as_bytes(),
-        )
-    });
+    record::process_attr(&attr);
 }

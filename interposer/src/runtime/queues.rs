@@ -23,9 +23,9 @@ use sigmatrace_observe::discover::{CudaMemEvent, Discovery};
 use sigmatrace_observe::{
     HostMemory, HostPoller, HostRegion, PollerConfig, PollerStats, QueueDesc, QueueHandle,
 };
-use sigmatrace_schemas::{mem_kind, string_ns, RecordKind};
+use sigmatrace_schemas::mem_kind;
 
-use crate::record::emit;
+use crate::record;
 use crate::runtime::config::{self, ObserveConfig};
 use crate::runtime::gpu;
 use crate::runtime::singleton::{self, Singleton};
@@ -115,9 +115,7 @@ pub fn discovered(inner: &mut Inner, key: Key, q: QueueDesc) {
     }
     forget(inner, key);
     inner.known.insert(key, q);
-    if sink::tracing(cat::OBSERVE) {
-        emit(q.to_record(sink::now()));
-    }
+    record::gpu::queue_discovered(&q);
     let Some(cfg) = config::get().map(|c| c.observe.clone()) else {
         return;
     };
@@ -286,14 +284,7 @@ pub fn at_exit() {
     let (_, stats) = poller.stop();
     let attr = stats_attr(&stats);
     sink::diag(Diag::Info, &format!("sigmatrace: {attr}"));
-    sink::with_thread(|t| {
-        t.append_meta(
-            RecordKind::StringDef,
-            string_ns::PROCESS_ATTR,
-            0,
-            attr.as_bytes(),
-        )
-    });
+    record::process_attr(&attr);
 }
 
 #[cfg(test)]

@@ -349,7 +349,7 @@ fn create_unique(
 // ---------------------------------------------------------------------------------------------
 // Per-thread writer (thread.rs holds the thread-local block)
 
-pub use thread::{enter, with_existing_thread, with_thread, Out, Thread};
+pub use thread::{enter, with_existing_thread, with_thread, Out, Thread, STATE_BYTES};
 
 /// A writer ran dry: disk full (disable tracing) or size cap reached (say so at info level).
 fn report_full() {
@@ -391,14 +391,6 @@ pub fn after_fork_in_child() {
     PERIOD.store(u64::MAX, Ordering::Relaxed);
     HZ.store(0, Ordering::Relaxed);
     thread::reset_in_child();
-}
-
-/// Exit handler: flush this thread's runs and write a final clock snapshot (if a log exists).
-pub fn at_exit() {
-    if !tracing(cat::ALL) {
-        return;
-    }
-    with_existing_thread(|t| t.snapshot());
 }
 
 #[cfg(test)]

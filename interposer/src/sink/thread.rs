@@ -1,4 +1,5 @@
-//! Per-thread state: the thread's chunk writer and recording state, in a thread-local block.
+//! Per-thread state: the thread's chunk writer and a scratch area for the recording layer's
+//! per-thread state, in a thread-local block.
 //!
 //! On x86_64 the block is a `.tbss` symbol reached with the initial-exec TLS model (one GOT
 //! load and an add of `%fs:0`, no `__tls_get_addr` call): libsigmatrace.so is loaded at
@@ -6,6 +7,11 @@
 //! later can fail with "cannot allocate memory in static TLS block"; preload it.) Other
 //! architectures use a `thread_local!`. The block starts zeroed, which is a valid, empty
 //! [`Local`]; it has no destructor, so it is usable until the thread's last instruction.
+//!
+//! The scratch area ([`Thread::state`]) is plain bytes the sink never interprets: the layer
+//! above keeps its per-thread state there (open empty-poll runs, `ibv_wr_*` batches) as any
+//! [`Pod`] type — all-zero at thread start, zeroed again in a fork child. `Pod` makes every
+//! byte pattern a valid value, so the view is sound whatever type reads it.
 
 use std::mem::MaybeUninit;
 use std::sync::atomic::Ordering;
@@ -15,7 +21,7 @@ use sigmatrace_schemas::{
 };
 
 use super::{now, process, Process, PERIOD, PROCESS};
-use crate::record::ThreadState;
+use bytemuck::Pod;
 
 /// `Local::gate` when the thread can record right away: it has a writer, is not inside the
 /// sink already, and has no refused records to report. Anything else takes `prepare`.
@@ -34,8 +40,15 @@ struct Local {
     /// Records refused while busy, reported as a `Dropped` record later.
     missed: u64,
     sink: Sink,
-    state: ThreadState,
+    state: StateArea,
 }
+
+/// Bytes of the per-thread scratch area.
+pub const STATE_BYTES: usize = 2560;
+
+/// The per-thread scratch area (64-byte aligned, all-zero at start).
+#[repr(C, align(64))]
+struct StateArea([u8; STATE_BYTES]);
 
 /// The part of the block records go through (one pointer for the hot and the cold paths).
 struct Sink {
@@ -110,12 +123,11 @@ impl Sink {
     }
 }
 
-/// A thread inside the sink: its writer and recording state. Leaving (drop) makes the thread
+/// A thread inside the sink: its writer and its scratch area. Leaving (drop) makes the thread
 /// ready for its next record. Not `Send`: it is this thread's block.
 pub struct Thread<'a> {
     pub out: Out<'a>,
-    /// Per-thread recording state (empty-poll runs, ibv_wr_* builders).
-    pub state: &'a mut ThreadState,
+    state: &'a mut StateArea,
     gate: &'a mut u8,
     _not_send: std::marker::PhantomData<*mut ()>,
 }
@@ -216,10 +228,10 @@ pub(super) fn reset_in_child() {
     l.gate = 0;
     l.missed = 0;
     l.sink.reported_full = false;
-    l.state = ThreadState::new();
+    l.state.0.fill(0);
 }
 
-impl Thread<'_> {
+impl<'a> Thread<'a> {
     /// Appends one record.
     #[inline(always)]
     pub fn append<R: FixedRecord>(&mut self, rec: &R) {
@@ -246,13 +258,22 @@ impl Thread<'_> {
         PERIOD.load(Ordering::Relaxed)
     }
 
-    /// Flushes this thread's empty-poll runs and writes a clock snapshot now.
-    pub fn snapshot(&mut self) {
-        for rec in self.state.runs.drain() {
-            self.out.append_raw(&rec);
-        }
-        self.out
-            .append_raw(&super::current_timestamper().snapshot());
+    /// The scratch area viewed as `S` (see the module documentation).
+    #[inline(always)]
+    pub fn state<S: Pod>(&mut self) -> &mut S {
+        self.parts().1
+    }
+
+    /// The writer and the scratch area viewed as `S`, borrowed together.
+    #[inline(always)]
+    pub fn parts<S: Pod>(&mut self) -> (&mut Out<'a>, &mut S) {
+        const { assert!(size_of::<S>() <= STATE_BYTES && align_of::<S>() <= 64) };
+        let p: *mut StateArea = self.state;
+        // SAFETY: the area is STATE_BYTES bytes, 64-byte aligned and initialised (zeroed at
+        // thread start); S fits and needs no more alignment (checked above); S is Pod, so any
+        // bytes are a valid S and any S written leaves valid bytes. `p` is this thread's
+        // exclusive area for as long as `self` is borrowed.
+        (&mut self.out, unsafe { &mut *p.cast::<S>() })
     }
 }
 
@@ -285,6 +306,11 @@ impl Out<'_> {
         }
     }
 
+    /// Writes a clock snapshot now.
+    pub fn snapshot_now(&mut self) {
+        self.append_raw(&super::current_timestamper().snapshot());
+    }
+
     #[inline(always)]
     fn snapshot_check(&mut self, ts: u64) {
         if ts >= super::NEXT_SNAPSHOT.load(Ordering::Relaxed) {
@@ -292,8 +318,10 @@ impl Out<'_> {
         }
     }
 
+    /// Appends one record without the periodic snapshot check (for records written right
+    /// before an explicit [`Out::snapshot_now`]).
     #[inline(always)]
-    fn append_raw<R: FixedRecord>(&mut self, rec: &R) {
+    pub fn append_raw<R: FixedRecord>(&mut self, rec: &R) {
         // SAFETY: an Out's writer is initialised.
         if !unsafe { self.s.writer() }.append(rec) {
             append_failed(self.s);
@@ -339,7 +367,6 @@ mod tests {
         // SAFETY: this test's own thread block, never used by anything else in this thread.
         let l = unsafe { &*local_ptr() };
         assert!(l.gate == 0 && !l.has_writer && l.missed == 0);
-        assert!(l.state.builders.is_idle());
-        assert_eq!(l.state.runs.open(), 0);
+        assert!(l.state.0.iter().all(|&b| b == 0));
     }
 }

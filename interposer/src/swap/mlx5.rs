@@ -10,12 +10,12 @@ use std::mem::offset_of;
 
 use sigmatrace_schemas::post_source;
 
+use super::qp_ex::{begin_from, set, stamp};
+use super::slots::{variants, Slots, SLOTS};
+use crate::decode::extended as dx;
 use crate::ffi::{self, *};
-use crate::hooks::as_fn;
-use crate::hooks::qp_ex::{begin_from, set, stamp};
-use crate::hooks::slots::{variants, Slots, SLOTS};
-use crate::sink;
-use crate::sink::Diag;
+use crate::record::wr_builder;
+use crate::sink::{self, Diag};
 
 const DC_ADDR: usize = 0;
 const MR_INTERLEAVED: usize = 1;
@@ -101,9 +101,8 @@ fn qpx_of<const S: usize>(mqp: Mqp) -> *mut ibv_qp_ex {
 unsafe extern "C" fn dc_addr<const S: usize>(mqp: Mqp, ah: *mut ibv_ah, dctn: u32, key: u64) {
     // SAFETY: forwarding the program's arguments to the provider.
     unsafe { orig::<DcAddrFn>(S, DC_ADDR)(mqp, ah, dctn, key) };
-    set(qpx_of::<S>(mqp), |r| {
-        (r.remote_addr, r.rkey, r.compare_add) = (ah as u64, dctn, key)
-    });
+    let qp = qpx_of::<S>(mqp) as u64;
+    set(|| wr_builder::set_address(qp, ah as u64, dctn, key));
 }
 
 unsafe extern "C" fn mr_interleaved<const S: usize>(
@@ -136,16 +135,8 @@ unsafe extern "C" fn mr_list<const S: usize>(
     let ts = stamp();
     // SAFETY: forwarding the program's arguments to the provider.
     unsafe { orig::<MrListFn>(S, MR_LIST)(mqp, mkey, access, n, sge) };
-    let total = (0..n as usize)
-        // SAFETY: the program passed n SGEs.
-        .map(|i| {
-            if sge.is_null() {
-                0
-            } else {
-                unsafe { (*sge.add(i)).length }
-            }
-        })
-        .fold(0u32, u32::wrapping_add);
+    // SAFETY: the program passed n SGEs (or null).
+    let total = unsafe { dx::sge_sum(sge, n as usize) };
     begin_from(
         qpx_of::<S>(mqp),
         ts,

@@ -1,24 +1,11 @@
-//! The C side: exported shims (generated from the one table in [`table`]), the pointers
-//! swapped on provider objects ([`ctx`], [`qp_ex`], [`cq_ex`], [`mlx5`]), `dlsym`/`dlvsym`
-//! ([`dlsym`]), process integration ([`init`]) and the public C API ([`api`]).
-
-pub mod api;
-pub mod control;
-pub mod cq_ex;
-pub mod ctx;
-pub mod cuda;
-pub mod datapath;
-pub mod dlsym;
-pub mod dv;
-pub mod mlx5;
-pub mod qp_ex;
-pub mod slots;
-pub mod table;
+//! A row of the hook table: an exported shim and where its real function is (resolved lazily,
+//! or adopted from a `dlsym`/`dlvsym`/`cuGetProcAddress` answer), with the alternative
+//! wrappers of CUDA entry points.
 
 use std::ffi::{c_int, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::ffi::dl;
+use crate::ffi::{as_fn, dl};
 
 /// The library a hooked symbol belongs to (where its real definition is looked up).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -238,5 +225,3 @@ fn set_errno(e: c_int) {
     // SAFETY: __errno_location returns this thread's errno slot.
     unsafe { *libc::__errno_location() = e };
 }
-
-pub use crate::ffi::as_fn;

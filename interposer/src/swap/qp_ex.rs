@@ -8,15 +8,15 @@
 use std::ffi::{c_int, c_void};
 use std::mem::offset_of;
 
-use sigmatrace_schemas::{post_source, PostSend};
+use sigmatrace_schemas::post_source;
 
+use super::slots::{variants, Slots, SLOTS};
+use crate::decode::extended as dx;
 use crate::ffi::{self, *};
-use crate::hooks::as_fn;
-use crate::hooks::slots::{variants, Slots, SLOTS};
-use crate::record::data::{self, SendWr};
+use crate::record::data::SendWr;
+use crate::record::wr_builder;
 use crate::runtime::guard;
-use crate::sink;
-use crate::sink::{cat, Diag};
+use crate::sink::{self, cat, Diag};
 
 const START: usize = 0;
 const COMPLETE: usize = 1;
@@ -122,8 +122,7 @@ fn orig<F: Copy>(s: usize, word: usize) -> F {
     unsafe { as_fn::<F>(WR.word(s, word)) }
 }
 
-/// Starts a WR of the batch: reads `wr_id`/`wr_flags` the program set, lets `fill` add the
-/// builder's arguments.
+/// Starts a WR of the batch (see `decode::extended::wr_begin`).
 #[inline(always)]
 fn begin(qp: Qp, ts: u64, opcode: u32, fill: impl FnOnce(&mut SendWr)) {
     begin_from(qp, ts, opcode, post_source::WR_API, fill)
@@ -135,34 +134,18 @@ pub(crate) fn begin_from(qp: Qp, ts: u64, opcode: u32, source: u8, fill: impl Fn
     if !sink::tracing(cat::SEND) {
         return;
     }
-    guard::run("ibv_wr builder", || {
-        // SAFETY: qp is the live QP the program passed to the builder.
-        let (wr_id, flags, qpn) = unsafe { ((*qp).wr_id, (*qp).wr_flags, (*qp).qp_base.qp_num) };
-        let mut w = SendWr {
-            wr_id,
-            flags,
-            opcode: opcode as u8,
-            ..SendWr::default()
-        };
-        fill(&mut w);
-        let rec = data::post_send(ts, qpn, source, &w);
-        sink::with_thread(|t| t.wr_begin(qp as u64, rec));
+    // SAFETY: qp is the live QP the program passed to the builder.
+    guard::run("ibv_wr builder", || unsafe {
+        dx::wr_begin(qp, ts, opcode, source, fill)
     });
 }
 
-/// Applies a setter to the WR being built.
+/// Applies a setter to the WR being built (when sends are traced).
 #[inline(always)]
-pub(crate) fn set(qp: Qp, f: impl FnOnce(&mut PostSend)) {
-    if !sink::tracing(cat::SEND) {
-        return;
+pub(crate) fn set(f: impl FnOnce()) {
+    if sink::tracing(cat::SEND) {
+        guard::run("ibv_wr setter", f);
     }
-    guard::run("ibv_wr setter", || {
-        sink::with_thread(|t| {
-            if let Some(r) = t.wr_current(qp as u64) {
-                f(r)
-            }
-        })
-    });
 }
 
 /// Timestamp for a builder call (0 when sends are not traced).
@@ -179,7 +162,7 @@ unsafe extern "C" fn wr_start<const S: usize>(qp: Qp) {
     // SAFETY: forwarding to the provider's builder with the program's arguments.
     unsafe { orig::<unsafe extern "C" fn(Qp)>(S, START)(qp) };
     if sink::tracing(cat::SEND) {
-        guard::run("wr_start", || sink::with_thread(|t| t.wr_start(qp as u64)));
+        guard::run("wr_start", || wr_builder::start(qp as u64));
     }
 }
 
@@ -189,9 +172,8 @@ unsafe extern "C" fn wr_complete<const S: usize>(qp: Qp) -> c_int {
     let rc = unsafe { orig::<unsafe extern "C" fn(Qp) -> c_int>(S, COMPLETE)(qp) };
     if sink::tracing(cat::SEND) {
         // SAFETY: qp is live (wr_complete does not destroy it).
-        let qpn = unsafe { (*qp).qp_base.qp_num };
-        guard::run("wr_complete", || {
-            sink::with_thread(|t| t.wr_complete(qp as u64, qpn, rc, ts, post_source::WR_API))
+        guard::run("wr_complete", || unsafe {
+            dx::wr_complete(qp, rc, ts, post_source::WR_API)
         });
     }
     rc
@@ -201,7 +183,7 @@ unsafe extern "C" fn wr_abort<const S: usize>(qp: Qp) {
     // SAFETY: as above.
     unsafe { orig::<unsafe extern "C" fn(Qp)>(S, ABORT)(qp) };
     if sink::tracing(cat::SEND) {
-        guard::run("wr_abort", || sink::with_thread(|t| t.wr_abort(qp as u64)));
+        guard::run("wr_abort", || wr_builder::abort(qp as u64));
     }
 }
 
@@ -247,11 +229,7 @@ unsafe extern "C" fn wr_bind_mw<const S: usize>(
         )
     };
     // SAFETY: info is the program's bind description (or null).
-    let (addr, len) = if info.is_null() {
-        (0, 0)
-    } else {
-        unsafe { ((*info).addr, (*info).length) }
-    };
+    let (addr, len) = unsafe { dx::bind_info(info) };
     begin(qp, ts, IBV_WR_BIND_MW, |w| {
         (w.rkey, w.remote_addr, w.bytes) = (rkey, addr, len.min(u32::MAX as u64) as u32)
     });
@@ -328,17 +306,13 @@ unsafe extern "C" fn wr_set_ud_addr<const S: usize>(qp: Qp, ah: *mut ibv_ah, rqp
     unsafe {
         orig::<unsafe extern "C" fn(Qp, *mut ibv_ah, u32, u32)>(S, SET_UD_ADDR)(qp, ah, rqpn, qkey)
     };
-    set(qp, |r| {
-        (r.remote_addr, r.rkey, r.compare_add) = (ah as u64, rqpn, qkey as u64)
-    });
+    set(|| wr_builder::set_address(qp as u64, ah as u64, rqpn, qkey as u64));
 }
 
 unsafe extern "C" fn wr_set_inline_data<const S: usize>(qp: Qp, addr: *mut c_void, len: usize) {
     // SAFETY: as above.
     unsafe { orig::<unsafe extern "C" fn(Qp, *mut c_void, usize)>(S, SET_INLINE)(qp, addr, len) };
-    set(qp, |r| {
-        (r.bytes, r.num_sge) = (len.min(u32::MAX as usize) as u32, 1)
-    });
+    set(|| wr_builder::set_data(qp as u64, len.min(u32::MAX as usize) as u32, 1));
 }
 
 unsafe extern "C" fn wr_set_inline_data_list<const S: usize>(
@@ -352,44 +326,26 @@ unsafe extern "C" fn wr_set_inline_data_list<const S: usize>(
             qp, n, bufs,
         )
     };
-    let total = (0..n.min(1024))
-        // SAFETY: the program passed n buffers.
-        .map(|i| {
-            if bufs.is_null() {
-                0
-            } else {
-                unsafe { (*bufs.add(i)).length }
-            }
-        })
-        .fold(0usize, usize::wrapping_add);
-    set(qp, |r| {
-        (r.bytes, r.num_sge) = (
-            total.min(u32::MAX as usize) as u32,
-            n.min(u16::MAX as usize) as u16,
-        )
+    set(|| {
+        // SAFETY: the program passed n buffers (or null).
+        let total = unsafe { dx::data_buf_sum(bufs, n.min(1024)) };
+        let (bytes, pieces) = (total.min(u32::MAX as usize), n.min(u16::MAX as usize));
+        wr_builder::set_data(qp as u64, bytes as u32, pieces as u16)
     });
 }
 
 unsafe extern "C" fn wr_set_sge<const S: usize>(qp: Qp, lkey: u32, addr: u64, len: u32) {
     // SAFETY: as above.
     unsafe { orig::<unsafe extern "C" fn(Qp, u32, u64, u32)>(S, SET_SGE)(qp, lkey, addr, len) };
-    set(qp, |r| (r.bytes, r.num_sge) = (len, 1));
+    set(|| wr_builder::set_data(qp as u64, len, 1));
 }
 
 unsafe extern "C" fn wr_set_sge_list<const S: usize>(qp: Qp, n: usize, sg: *const ibv_sge) {
     // SAFETY: as above.
     unsafe { orig::<unsafe extern "C" fn(Qp, usize, *const ibv_sge)>(S, SET_SGE_LIST)(qp, n, sg) };
-    let total = (0..n.min(1024))
-        // SAFETY: the program passed n SGEs.
-        .map(|i| {
-            if sg.is_null() {
-                0
-            } else {
-                unsafe { (*sg.add(i)).length }
-            }
-        })
-        .fold(0u32, u32::wrapping_add);
-    set(qp, |r| {
-        (r.bytes, r.num_sge) = (total, n.min(u16::MAX as usize) as u16)
+    set(|| {
+        // SAFETY: the program passed n SGEs (or null).
+        let total = unsafe { dx::sge_sum(sg, n.min(1024)) };
+        wr_builder::set_data(qp as u64, total, n.min(u16::MAX as usize) as u16)
     });
 }

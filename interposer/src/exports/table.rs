@@ -7,15 +7,20 @@
 //! interposer consults: any name in this table that a program looks up in a library handle
 //! is redirected to our shim. Adding a libmlx5 (`Mlx5 "MLX5_1.x"`) or libcuda (`Cuda ""`)
 //! function is one line here plus its handler.
+//!
+//! Handlers live below: `swap::objects` for calls that hand out objects whose pointers are
+//! swapped, `decode::*` for the others, `exports::proc_address` for `cuGetProcAddress`.
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
+use super::entry::{AltReals, Entry, Fallback, Lib};
+use super::proc_address as pa;
+use crate::decode::control as c;
+use crate::decode::cuda::{self as cu, CuLaunchConfig};
+use crate::decode::dv;
 use crate::ffi::*;
-use crate::hooks::control as c;
-use crate::hooks::cuda::{self as cu, CuLaunchConfig};
-use crate::hooks::dv;
-use crate::hooks::{AltReals, Entry, Fallback, Lib};
 use crate::runtime::guard;
+use crate::swap::objects as o;
 
 macro_rules! hook_table {
     ( $( $name:ident @ $lib:ident $ver:literal ( $($a:ident : $t:ty),* $(,)? ) -> $r:ty
@@ -91,11 +96,11 @@ macro_rules! hook_table {
 hook_table! {
     // libibverbs: devices
     ibv_get_device_list @ Ibverbs "IBVERBS_1.1" (num: *mut c_int) -> *mut *mut ibv_device => post c::ibv_get_device_list;
-    ibv_open_device @ Ibverbs "IBVERBS_1.1" (dev: *mut ibv_device) -> *mut ibv_context => post c::ibv_open_device;
-    ibv_import_device @ Ibverbs "IBVERBS_1.10" (fd: c_int) -> *mut ibv_context => post c::ibv_import_device;
+    ibv_open_device @ Ibverbs "IBVERBS_1.1" (dev: *mut ibv_device) -> *mut ibv_context => post o::ibv_open_device;
+    ibv_import_device @ Ibverbs "IBVERBS_1.10" (fd: c_int) -> *mut ibv_context => post o::ibv_import_device;
     ibv_close_device @ Ibverbs "IBVERBS_1.1" (ctx: *mut ibv_context) -> c_int => post c::ibv_close_device;
     // protection domains and memory regions
-    ibv_alloc_pd @ Ibverbs "IBVERBS_1.1" (ctx: *mut ibv_context) -> *mut ibv_pd => post c::ibv_alloc_pd;
+    ibv_alloc_pd @ Ibverbs "IBVERBS_1.1" (ctx: *mut ibv_context) -> *mut ibv_pd => post o::ibv_alloc_pd;
     ibv_dealloc_pd @ Ibverbs "IBVERBS_1.1" (pd: *mut ibv_pd) -> c_int => post c::ibv_dealloc_pd;
     ibv_reg_mr @ Ibverbs "IBVERBS_1.1" (pd: *mut ibv_pd, addr: *mut c_void, len: usize, access: c_int) -> *mut ibv_mr => post c::ibv_reg_mr;
     ibv_reg_mr_iova @ Ibverbs "IBVERBS_1.7" (pd: *mut ibv_pd, addr: *mut c_void, len: usize, iova: u64, access: c_int) -> *mut ibv_mr => post c::ibv_reg_mr_iova;
@@ -107,35 +112,35 @@ hook_table! {
     ibv_destroy_comp_channel @ Ibverbs "IBVERBS_1.0" (ch: *mut ibv_comp_channel) -> c_int => post c::ibv_destroy_comp_channel;
     ibv_get_cq_event @ Ibverbs "IBVERBS_1.1" (ch: *mut ibv_comp_channel, cq: *mut *mut ibv_cq, cq_ctx: *mut *mut c_void) -> c_int => post c::ibv_get_cq_event;
     ibv_ack_cq_events @ Ibverbs "IBVERBS_1.1" (cq: *mut ibv_cq, n: c_uint) -> () => post c::ibv_ack_cq_events;
-    ibv_create_cq @ Ibverbs "IBVERBS_1.1" (ctx: *mut ibv_context, cqe: c_int, cq_ctx: *mut c_void, ch: *mut ibv_comp_channel, vector: c_int) -> *mut ibv_cq => post c::ibv_create_cq;
+    ibv_create_cq @ Ibverbs "IBVERBS_1.1" (ctx: *mut ibv_context, cqe: c_int, cq_ctx: *mut c_void, ch: *mut ibv_comp_channel, vector: c_int) -> *mut ibv_cq => post o::ibv_create_cq;
     ibv_destroy_cq @ Ibverbs "IBVERBS_1.1" (cq: *mut ibv_cq) -> c_int => pre c::destroy_cq_pre, post c::ibv_destroy_cq;
     ibv_get_async_event @ Ibverbs "IBVERBS_1.1" (ctx: *mut ibv_context, ev: *mut ibv_async_event) -> c_int => post c::ibv_get_async_event;
     // SRQs, QPs, AHs
     ibv_create_srq @ Ibverbs "IBVERBS_1.1" (pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> *mut ibv_srq => post c::ibv_create_srq;
     ibv_destroy_srq @ Ibverbs "IBVERBS_1.1" (srq: *mut ibv_srq) -> c_int => post c::ibv_destroy_srq;
-    ibv_create_qp @ Ibverbs "IBVERBS_1.1" (pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp => post c::ibv_create_qp;
+    ibv_create_qp @ Ibverbs "IBVERBS_1.1" (pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> *mut ibv_qp => post o::ibv_create_qp;
     ibv_modify_qp @ Ibverbs "IBVERBS_1.1" (qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> c_int => post c::ibv_modify_qp;
     ibv_destroy_qp @ Ibverbs "IBVERBS_1.1" (qp: *mut ibv_qp) -> c_int => pre c::destroy_qp_pre, post c::ibv_destroy_qp;
-    ibv_qp_to_qp_ex @ Ibverbs "IBVERBS_1.6" (qp: *mut ibv_qp) -> *mut ibv_qp_ex => post c::ibv_qp_to_qp_ex;
+    ibv_qp_to_qp_ex @ Ibverbs "IBVERBS_1.6" (qp: *mut ibv_qp) -> *mut ibv_qp_ex => post o::ibv_qp_to_qp_ex;
     ibv_create_ah @ Ibverbs "IBVERBS_1.1" (pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah => post c::ibv_create_ah;
     ibv_destroy_ah @ Ibverbs "IBVERBS_1.1" (ah: *mut ibv_ah) -> c_int => post c::ibv_destroy_ah;
     // libmlx5
-    mlx5dv_create_qp @ Mlx5 "MLX5_1.3" (ctx: *mut ibv_context, attr: *mut ibv_qp_init_attr_ex, dv: *mut c_void) -> *mut ibv_qp => post c::mlx5dv_create_qp;
-    mlx5dv_create_cq @ Mlx5 "MLX5_1.1" (ctx: *mut ibv_context, attr: *mut ibv_cq_init_attr_ex, dv: *mut c_void) -> *mut ibv_cq_ex => post c::mlx5dv_create_cq;
-    mlx5dv_qp_ex_from_ibv_qp_ex @ Mlx5 "MLX5_1.10" (qp: *mut ibv_qp_ex) -> *mut mlx5dv_qp_ex => post c::mlx5dv_qp_ex_from_ibv_qp_ex;
+    mlx5dv_create_qp @ Mlx5 "MLX5_1.3" (ctx: *mut ibv_context, attr: *mut ibv_qp_init_attr_ex, dv: *mut c_void) -> *mut ibv_qp => post o::mlx5dv_create_qp;
+    mlx5dv_create_cq @ Mlx5 "MLX5_1.1" (ctx: *mut ibv_context, attr: *mut ibv_cq_init_attr_ex, dv: *mut c_void) -> *mut ibv_cq_ex => post o::mlx5dv_create_cq;
+    mlx5dv_qp_ex_from_ibv_qp_ex @ Mlx5 "MLX5_1.10" (qp: *mut ibv_qp_ex) -> *mut mlx5dv_qp_ex => post o::mlx5dv_qp_ex_from_ibv_qp_ex;
     // libmlx5: queue discovery (rings the program writes itself)
     mlx5dv_init_obj @ Mlx5 "MLX5_1.2" (obj: *mut mlx5dv_obj, obj_type: u64) -> c_int => post dv::mlx5dv_init_obj;
     mlx5dv_devx_umem_reg @ Mlx5 "MLX5_1.7" (ctx: *mut ibv_context, addr: *mut c_void, size: usize, access: u32) -> *mut mlx5dv_devx_umem => post dv::mlx5dv_devx_umem_reg;
     mlx5dv_devx_umem_reg_ex @ Mlx5 "MLX5_1.19" (ctx: *mut ibv_context, umem_in: *mut mlx5dv_devx_umem_in) -> *mut mlx5dv_devx_umem => post dv::mlx5dv_devx_umem_reg_ex;
     mlx5dv_devx_umem_dereg @ Mlx5 "MLX5_1.7" (umem: *mut mlx5dv_devx_umem) -> c_int => pre dv::umem_dereg_pre, post dv::mlx5dv_devx_umem_dereg;
-    mlx5dv_devx_obj_create @ Mlx5 "MLX5_1.7" (ctx: *mut ibv_context, cmd_in: *const c_void, inlen: usize, out: *mut c_void, outlen: usize) -> *mut c_void => post dv::mlx5dv_devx_obj_create;
+    mlx5dv_devx_obj_create @ Mlx5 "MLX5_1.7" (ctx: *mut ibv_context, cmd_in: *const c_void, inlen: usize, out: *mut c_void, outlen: usize) -> *mut c_void => post o::mlx5dv_devx_obj_create;
     mlx5dv_devx_obj_modify @ Mlx5 "MLX5_1.7" (obj: *mut c_void, cmd_in: *const c_void, inlen: usize, out: *mut c_void, outlen: usize) -> c_int => post dv::mlx5dv_devx_obj_modify;
     mlx5dv_devx_obj_destroy @ Mlx5 "MLX5_1.7" (obj: *mut c_void) -> c_int => pre dv::obj_destroy_pre, post dv::mlx5dv_devx_obj_destroy;
     mlx5dv_devx_alloc_uar @ Mlx5 "MLX5_1.7" (ctx: *mut ibv_context, flags: u32) -> *mut mlx5dv_devx_uar => post dv::mlx5dv_devx_alloc_uar;
     // CUDA driver: entry points fetched with cuGetProcAddress (the runtime's way) are wrapped
     // too; cuGetExportTable is deliberately absent (forwarded untouched).
-    cuGetProcAddress @ Cuda "" (symbol: *const c_char, pfn: *mut *mut c_void, ver: c_int, flags: u64) -> c_int => post cu::cu_get_proc_address;
-    cuGetProcAddress_v2 @ Cuda "" (symbol: *const c_char, pfn: *mut *mut c_void, ver: c_int, flags: u64, status: *mut c_int) -> c_int => post cu::cu_get_proc_address_v2;
+    cuGetProcAddress @ Cuda "" (symbol: *const c_char, pfn: *mut *mut c_void, ver: c_int, flags: u64) -> c_int => post pa::cu_get_proc_address;
+    cuGetProcAddress_v2 @ Cuda "" (symbol: *const c_char, pfn: *mut *mut c_void, ver: c_int, flags: u64, status: *mut c_int) -> c_int => post pa::cu_get_proc_address_v2;
     cuMemAlloc_v2 @ Cuda "" (dptr: *mut u64, size: usize) -> c_int => post cu::cu_mem_alloc;
     cuMemFree_v2 @ Cuda "" (dptr: u64) -> c_int => pre cu::cu_mem_free_pre, post cu::cu_mem_free;
     cuMemHostAlloc @ Cuda "" (pp: *mut *mut c_void, size: usize, flags: c_uint) -> c_int => post cu::cu_mem_host_alloc;
@@ -222,7 +227,7 @@ mod tests {
         assert!(e.is_wrapper(wb) && e.is_wrapper(e.shim()));
         assert_eq!(e.wrap(b), Some(wb), "same address, same wrapper");
         assert_eq!(e.wrap(wb), Some(wb), "a wrapper is never wrapped again");
-        for k in 0..crate::hooks::ALT_WRAPPERS - 1 {
+        for k in 0..crate::exports::entry::ALT_WRAPPERS - 1 {
             assert!(e.wrap(0x3000 + k).is_some());
         }
         assert_eq!(

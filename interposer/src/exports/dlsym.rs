@@ -13,8 +13,8 @@
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::Ordering;
 
+use super::table;
 use crate::ffi::dl::{self, REAL_DLSYM, REAL_DLVSYM};
-use crate::hooks::table;
 use crate::runtime::guard;
 use crate::sink;
 

@@ -21,10 +21,10 @@
 
 use std::ffi::{c_char, c_int, c_long, c_void};
 
-use crate::hooks::{control, ctx};
 use crate::runtime::{guard, init, queues};
 use crate::sink;
 use crate::sink::cat;
+use crate::swap::{ctx, objects};
 
 /// 1 while tracing is active.
 #[cfg_attr(not(test), no_mangle)]
@@ -45,7 +45,7 @@ pub unsafe extern "C" fn sigmatrace_instrument_context(ctx: *mut c_void) -> c_in
     }
     // SAFETY: per contract.
     let r = guard::run("sigmatrace_instrument_context", || unsafe {
-        control::adopt_context(ctx.cast())
+        objects::adopt_context(ctx.cast())
     });
     match r {
         Some(ctx::Instrumented::Now | ctx::Instrumented::Already) => 0,

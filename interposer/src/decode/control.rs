@@ -1,64 +1,25 @@
-//! Handlers of the exported control path (and of the `verbs_context` extension calls): decode
-//! arguments and results into records, instrument new contexts, QPs and CQs. Each runs after
-//! the real call (some also before it, to read an object about to be destroyed), inside a
-//! guard.
+//! Control-path handlers: read the arguments and results of the calls that create, change
+//! and destroy verbs objects (and the completion-channel and asynchronous events) into plain
+//! values, and hand them to `record::control`. Each runs after the real call (a few also
+//! before it, to read an object about to be destroyed), inside a guard. Calls that also need
+//! pointers swapped go through `swap::objects` first.
 
 use std::ffi::{c_int, c_uint, c_void, CStr};
 
-use sigmatrace_schemas::{
-    cq_event_kind, cq_variant, mr_variant, qp_variant, string_ns, RecordKind,
-};
+use sigmatrace_schemas::{cq_event_kind, cq_variant, mr_variant, qp_variant};
 
+use crate::ffi::dl::NextFn;
 use crate::ffi::*;
-use crate::hooks::{cq_ex, ctx, mlx5, qp_ex, Lib};
 use crate::record::control::{self as rc, AhInfo, CqInfo, MrInfo, QpInfo, QpModifyInfo};
-use crate::record::emit;
+use crate::record::{self, emit, emit_if};
 use crate::runtime::queues;
-use crate::sink;
-use crate::sink::{cat, Diag};
-
-fn emit_if<R: sigmatrace_schemas::FixedRecord>(category: u32, rec: R) {
-    if sink::tracing(category) {
-        emit(rec);
-    }
-}
-
-/// Instruments a context handed over through the C API and records its `DeviceOpen`.
-///
-/// # Safety
-/// `ctx` null or live.
-pub unsafe fn adopt_context(ctx: *mut ibv_context) -> ctx::Instrumented {
-    // SAFETY: per caller.
-    let r = unsafe { ctx::instrument(ctx) };
-    if r == ctx::Instrumented::Now {
-        // SAFETY: ctx is live. Its device may not be libibverbs' (a program-made context):
-        // never ask libibverbs about it.
-        unsafe { device_opened(ctx, false) };
-    }
-    r
-}
-
-/// Instruments `ctx` if no hook saw it opened; reports contexts discovered that way.
-///
-/// # Safety
-/// `ctx` null or live.
-pub(crate) unsafe fn discover(ctx: *mut ibv_context) {
-    // SAFETY: per caller.
-    if unsafe { ctx::instrument(ctx) } == ctx::Instrumented::Now {
-        sink::diag(
-            Diag::Debug,
-            "sigmatrace: instrumented a context first seen on an object",
-        );
-        // SAFETY: ctx is live.
-        unsafe { device_opened(ctx, true) };
-    }
-}
+use crate::sink::{self, cat};
 
 /// Writes `DeviceOpen` for a context (`query_guid`: the device is libibverbs' own).
 ///
 /// # Safety
 /// `ctx` live.
-unsafe fn device_opened(ctx: *mut ibv_context, query_guid: bool) {
+pub unsafe fn device_opened(ctx: *mut ibv_context, query_guid: bool) {
     // SAFETY: live context; device is set by libibverbs before the context is returned.
     let dev = unsafe { (*ctx).device };
     let (name, guid) = if dev.is_null() {
@@ -76,16 +37,16 @@ unsafe fn device_opened(ctx: *mut ibv_context, query_guid: bool) {
 
 /// The node GUID through the real `ibv_get_device_guid` (a sysfs read on real hardware).
 fn device_guid(dev: *mut ibv_device) -> u64 {
-    static GUID: super::Entry = super::Entry::new(
-        "ibv_get_device_guid\0",
-        "IBVERBS_1.1\0",
-        Lib::Ibverbs,
-        std::ptr::null(),
+    static GUID: NextFn = NextFn::new(
+        c"ibv_get_device_guid",
+        Some(c"IBVERBS_1.1"),
+        c"libibverbs.so.1",
     );
-    match GUID.real::<unsafe extern "C" fn(*mut ibv_device) -> u64>() {
-        // SAFETY: dev is a live device; the function only reads it. The GUID is big-endian.
-        Some(f) => u64::from_be(unsafe { f(dev) }),
-        None => 0,
+    match GUID.get() {
+        0 => 0,
+        // SAFETY: the real ibv_get_device_guid(struct ibv_device *) -> __be64; dev is a live
+        // device, which it only reads. The GUID is big-endian.
+        f => u64::from_be(unsafe { as_fn::<unsafe extern "C" fn(*mut ibv_device) -> u64>(f)(dev) }),
     }
 }
 
@@ -113,38 +74,7 @@ pub unsafe fn ibv_get_device_list(_num: *mut c_int, list: *mut *mut ibv_device) 
         let name = unsafe { CStr::from_ptr((*d).name.as_ptr()) };
         names.push_str(&name.to_string_lossy());
     }
-    sink::with_thread(|t| {
-        t.append_meta(
-            RecordKind::StringDef,
-            string_ns::PROCESS_ATTR,
-            0,
-            names.as_bytes(),
-        )
-    });
-}
-
-/// `ibv_open_device`.
-///
-/// # Safety
-/// `ctx` null or the new context.
-pub unsafe fn ibv_open_device(_dev: *mut ibv_device, ctx: *mut ibv_context) {
-    if ctx.is_null() {
-        return;
-    }
-    // SAFETY: new live context.
-    unsafe {
-        ctx::instrument(ctx);
-        device_opened(ctx, true);
-    }
-}
-
-/// `ibv_import_device`.
-///
-/// # Safety
-/// As [`ibv_open_device`].
-pub unsafe fn ibv_import_device(_fd: c_int, ctx: *mut ibv_context) {
-    // SAFETY: per caller.
-    unsafe { ibv_open_device(std::ptr::null_mut(), ctx) }
+    record::process_attr(&names);
 }
 
 /// `ibv_close_device`.
@@ -154,16 +84,8 @@ pub fn ibv_close_device(ctx: *mut ibv_context, ret: c_int) {
 
 // --- PDs and MRs -------------------------------------------------------------------------------
 
-/// `ibv_alloc_pd`.
-///
-/// # Safety
-/// `pd` null or the new PD.
-pub unsafe fn ibv_alloc_pd(ctx: *mut ibv_context, pd: *mut ibv_pd) {
-    if pd.is_null() {
-        return;
-    }
-    // SAFETY: ctx is the program's live context.
-    unsafe { discover(ctx) };
+/// `ibv_alloc_pd` returned `pd` (non-null).
+pub fn pd_allocated(ctx: *mut ibv_context, pd: *mut ibv_pd) {
     emit_if(
         cat::CONTROL,
         rc::pd_alloc(sink::now(), pd as u64, ctx as u64),
@@ -373,23 +295,16 @@ pub unsafe fn ibv_get_async_event(ctx: *mut ibv_context, ev: *mut ibv_async_even
 
 // --- CQs and SRQs -----------------------------------------------------------------------------
 
-/// `ibv_create_cq`.
+/// `ibv_create_cq` returned `cq`.
 ///
 /// # Safety
-/// `cq` null or the new CQ.
-pub unsafe fn ibv_create_cq(
+/// `cq` the new CQ (live).
+pub unsafe fn cq_created(
     ctx: *mut ibv_context,
-    _cqe: c_int,
-    _c: *mut c_void,
     ch: *mut ibv_comp_channel,
     vector: c_int,
     cq: *mut ibv_cq,
 ) {
-    if cq.is_null() {
-        return;
-    }
-    // SAFETY: ctx live (program's); cq live (new).
-    unsafe { discover(ctx) };
     let info = CqInfo {
         cq: cq as u64,
         context: ctx as u64,
@@ -403,24 +318,27 @@ pub unsafe fn ibv_create_cq(
     emit_if(cat::CONTROL, rc::cq_create(sink::now(), &info));
 }
 
-/// An extended CQ was created (`ibv_create_cq_ex`, `mlx5dv_create_cq`): record and swap its
-/// poll pointers.
+/// The `wc_flags` an extended CQ is created with.
 ///
 /// # Safety
-/// `attr` the program's attributes, `cq` null or the new CQ.
-pub unsafe fn cq_created_ex(
+/// `attr` the program's attributes (non-null).
+pub unsafe fn cq_ex_wc_flags(attr: *const ibv_cq_init_attr_ex) -> u64 {
+    // SAFETY: per caller.
+    unsafe { (*attr).wc_flags }
+}
+
+/// An extended CQ was created (`ibv_create_cq_ex`, `mlx5dv_create_cq`).
+///
+/// # Safety
+/// `attr` the program's attributes, `cq` the new CQ (both non-null).
+pub unsafe fn cq_ex_created(
     ctx: *mut ibv_context,
     attr: *mut ibv_cq_init_attr_ex,
     cq: *mut ibv_cq_ex,
     variant: u32,
 ) {
-    if cq.is_null() || attr.is_null() {
-        return;
-    }
     // SAFETY: the program's attributes and the provider's new CQ.
     let (a, cqe) = unsafe { (&*attr, (*cq).cqe) };
-    // SAFETY: cq is live.
-    unsafe { cq_ex::instrument(cq, a.wc_flags) };
     let info = CqInfo {
         cq: cq as u64,
         context: ctx as u64,
@@ -521,46 +439,44 @@ unsafe fn qp_info(qp: *mut ibv_qp, cap: ibv_qp_cap, variant: u32) -> QpInfo {
     }
 }
 
-/// `ibv_create_qp`.
+/// The context of a live QP.
 ///
 /// # Safety
-/// `attr` the program's attributes (caps updated by the provider), `qp` null or the new QP.
-pub unsafe fn ibv_create_qp(_pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr, qp: *mut ibv_qp) {
-    if qp.is_null() || attr.is_null() {
-        return;
-    }
-    // SAFETY: live objects.
-    unsafe {
-        discover((*qp).context);
-        let info = qp_info(qp, (*attr).cap, qp_variant::CREATE_QP);
-        emit_if(cat::CONTROL, rc::qp_create(sink::now(), &info));
-    }
+/// `qp` live.
+pub unsafe fn qp_context(qp: *mut ibv_qp) -> *mut ibv_context {
+    // SAFETY: per caller.
+    unsafe { (*qp).context }
 }
 
-/// An extended QP was created (`ibv_create_qp_ex`, `mlx5dv_create_qp`): record it and, if it
-/// has the `ibv_wr_*` API, swap its builders.
+/// `ibv_create_qp` returned `qp`.
 ///
 /// # Safety
-/// `attr` the program's attributes, `qp` null or the new QP.
-pub unsafe fn qp_created_ex(
-    _ctx: *mut ibv_context,
-    attr: *mut ibv_qp_init_attr_ex,
-    qp: *mut ibv_qp,
-    variant: u32,
-) {
-    if qp.is_null() || attr.is_null() {
-        return;
-    }
-    // SAFETY: live objects; with SEND_OPS_FLAGS the QP is embedded in an ibv_qp_ex at
-    // offset 0 (qp_base is its first member), as ibv_qp_to_qp_ex returns.
-    unsafe {
-        let a = &*attr;
-        if a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0 && a.send_ops_flags != 0 {
-            qp_ex::instrument(qp.cast());
-        }
-        let info = qp_info(qp, a.cap, variant);
-        emit_if(cat::CONTROL, rc::qp_create(sink::now(), &info));
-    }
+/// `attr` the program's attributes (caps updated by the provider), `qp` the new QP (both
+/// non-null).
+pub unsafe fn qp_created(_pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr, qp: *mut ibv_qp) {
+    // SAFETY: live objects.
+    let info = unsafe { qp_info(qp, (*attr).cap, qp_variant::CREATE_QP) };
+    emit_if(cat::CONTROL, rc::qp_create(sink::now(), &info));
+}
+
+/// Whether an extended QP is created with the `ibv_wr_*` API (`SEND_OPS_FLAGS`).
+///
+/// # Safety
+/// `attr` the program's attributes (non-null).
+pub unsafe fn qp_ex_has_send_ops(attr: *const ibv_qp_init_attr_ex) -> bool {
+    // SAFETY: per caller.
+    let a = unsafe { &*attr };
+    a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0 && a.send_ops_flags != 0
+}
+
+/// An extended QP was created (`ibv_create_qp_ex`, `mlx5dv_create_qp`).
+///
+/// # Safety
+/// `attr` the program's attributes, `qp` the new QP (both non-null).
+pub unsafe fn qp_ex_created(attr: *mut ibv_qp_init_attr_ex, qp: *mut ibv_qp, variant: u32) {
+    // SAFETY: live objects.
+    let info = unsafe { qp_info(qp, (*attr).cap, variant) };
+    emit_if(cat::CONTROL, rc::qp_create(sink::now(), &info));
 }
 
 /// `ibv_open_qp` (XRC): recorded as a `QpCreate` of the extended kind.
@@ -574,15 +490,6 @@ pub unsafe fn qp_opened(_ctx: *mut ibv_context, qp: *mut ibv_qp) {
     // SAFETY: live QP.
     let info = unsafe { qp_info(qp, ibv_qp_cap::default(), qp_variant::CREATE_QP_EX) };
     emit_if(cat::CONTROL, rc::qp_create(sink::now(), &info));
-}
-
-/// `ibv_qp_to_qp_ex`: the program is about to use the `ibv_wr_*` API.
-///
-/// # Safety
-/// `qpx` null or the returned extended QP.
-pub unsafe fn ibv_qp_to_qp_ex(_qp: *mut ibv_qp, qpx: *mut ibv_qp_ex) {
-    // SAFETY: per caller.
-    unsafe { qp_ex::instrument(qpx) };
 }
 
 /// `ibv_modify_qp`: the state change and connection data.
@@ -701,52 +608,4 @@ pub unsafe fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr, ah: *mut ib
 /// `ibv_destroy_ah`.
 pub fn ibv_destroy_ah(ah: *mut ibv_ah, ret: c_int) {
     emit_if(cat::CONTROL, rc::ah_destroy(sink::now(), ah as u64, ret));
-}
-
-// --- libmlx5 ------------------------------------------------------------------------------------
-
-/// `mlx5dv_create_qp`.
-///
-/// # Safety
-/// As [`qp_created_ex`].
-pub unsafe fn mlx5dv_create_qp(
-    ctx: *mut ibv_context,
-    attr: *mut ibv_qp_init_attr_ex,
-    _dv: *mut c_void,
-    qp: *mut ibv_qp,
-) {
-    // SAFETY: per caller.
-    unsafe {
-        discover(ctx);
-        qp_created_ex(ctx, attr, qp, qp_variant::MLX5DV_CREATE_QP);
-    }
-}
-
-/// `mlx5dv_create_cq`.
-///
-/// # Safety
-/// As [`cq_created_ex`].
-pub unsafe fn mlx5dv_create_cq(
-    ctx: *mut ibv_context,
-    attr: *mut ibv_cq_init_attr_ex,
-    _dv: *mut c_void,
-    cq: *mut ibv_cq_ex,
-) {
-    // SAFETY: per caller.
-    unsafe {
-        discover(ctx);
-        cq_created_ex(ctx, attr, cq, cq_variant::MLX5DV_CREATE_CQ);
-    }
-}
-
-/// `mlx5dv_qp_ex_from_ibv_qp_ex`: swap the mlx5 builders of that QP.
-///
-/// # Safety
-/// `qpx` the program's extended QP, `mqp` null or its mlx5 view.
-pub unsafe fn mlx5dv_qp_ex_from_ibv_qp_ex(qpx: *mut ibv_qp_ex, mqp: *mut mlx5dv_qp_ex) {
-    // SAFETY: per caller.
-    unsafe {
-        qp_ex::instrument(qpx);
-        mlx5::instrument(qpx, mqp);
-    }
 }

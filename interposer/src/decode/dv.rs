@@ -1,7 +1,7 @@
 //! Handlers of the libmlx5 calls that reveal rings the program writes itself:
 //! `mlx5dv_init_obj` (verbs-created QPs and CQs), the devx umem, object and UAR calls (rings
 //! in the program's own memory, created with raw PRM commands). Each decodes what the call
-//! returned, hands it to the discovery state ([`super::queues`]) and writes the control
+//! returned, hands it to the discovery state (`runtime::queues`) and writes the control
 //! records a devx object has no other source for (`QpCreate`/`CqCreate`/`QpModify`/
 //! `QpDestroy`/`CqDestroy` with the devx variant). Destroy and dereg hooks stop watching the
 //! memory *before* the real call frees it.
@@ -16,7 +16,7 @@ use sigmatrace_schemas::{cq_variant, qp_variant};
 
 use crate::ffi::*;
 use crate::record::control::{self as rc, CqInfo, QpInfo, QpModifyInfo};
-use crate::record::emit;
+use crate::record::{self, emit};
 use crate::runtime::queues::{self, Key};
 use crate::sink;
 use crate::sink::{cat, Diag};
@@ -161,16 +161,18 @@ fn ibv_qp_type(t: Option<Transport>) -> u32 {
 /// `mlx5dv_devx_obj_create`: CREATE_QP / CREATE_CQ become `QpCreate` / `CqCreate` (devx
 /// variant) and, with their umems resolved, discovered queues.
 ///
+/// `understood` runs once the command is decoded, before any record (the caller instruments
+/// the context there).
+///
 /// # Safety
-/// `cmd_in`/`out` the program's command buffers (`inlen`/`outlen` bytes), `obj` null or the
-/// new object.
+/// `cmd_in`/`out` the program's command buffers (with their lengths), `obj` null or the new
+/// object.
 pub unsafe fn mlx5dv_devx_obj_create(
     ctx: *mut ibv_context,
-    cmd_in: *const c_void,
-    inlen: usize,
-    out: *mut c_void,
-    outlen: usize,
+    (cmd_in, inlen): (*const c_void, usize),
+    (out, outlen): (*mut c_void, usize),
     obj: *mut c_void,
+    understood: impl FnOnce(),
 ) {
     if obj.is_null() {
         return;
@@ -180,8 +182,7 @@ pub unsafe fn mlx5dv_devx_obj_create(
     let (Ok(cmd), Some(res)) = (prm::decode_command(input), prm::decode_output(output)) else {
         return;
     };
-    // SAFETY: ctx is the program's live context.
-    unsafe { super::control::discover(ctx) };
+    understood();
     let ts = sink::now();
     match cmd {
         Command::CreateQp(q) if sink::tracing(cat::CONTROL) => {
@@ -339,7 +340,5 @@ pub unsafe fn mlx5dv_devx_alloc_uar(
         mmap_off: u.mmap_off as u64,
     };
     let q = queues::lock().disc.on_alloc_uar(&info);
-    if sink::tracing(cat::OBSERVE) {
-        emit(q.to_record(sink::now()));
-    }
+    record::gpu::queue_discovered(&q);
 }

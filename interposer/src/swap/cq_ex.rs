@@ -8,13 +8,11 @@
 use std::ffi::c_int;
 use std::mem::offset_of;
 
+use super::slots::{variants, Slots};
+use crate::decode::extended::{self as dx, CqExReaders};
 use crate::ffi::{self, *};
-use crate::hooks::as_fn;
-use crate::hooks::slots::{variants, Slots};
-use crate::record::data::{self, Completion};
 use crate::runtime::guard;
-use crate::sink;
-use crate::sink::{cat, Diag};
+use crate::sink::{self, cat, Diag};
 
 const START: usize = 0;
 const NEXT: usize = 1;
@@ -145,58 +143,27 @@ unsafe extern "C" fn next_poll<const S: usize>(cq: Cq) -> c_int {
     rc
 }
 
-/// Calls reader `w` of slot `S` if the CQ provides it.
-///
-/// # Safety
-/// `cq` must have a current entry (after a successful start/next_poll).
+/// The getters of slot `S` (those its CQs were created to provide; 0 for the others).
 #[inline(always)]
-unsafe fn read<const S: usize, T: Default>(cq: Cq, w: usize) -> T {
-    let f = CQX.word(S, w);
-    if f == 0 {
-        return T::default();
+fn readers<const S: usize>() -> CqExReaders {
+    let w = |i| CQX.word(S, i);
+    CqExReaders {
+        opcode: w(OPCODE),
+        vendor_err: w(VENDOR_ERR),
+        byte_len: w(BYTE_LEN),
+        imm: w(IMM),
+        qp_num: w(QP_NUM),
+        src_qp: w(SRC_QP),
+        wc_flags: w(WC_FLAGS),
+        slid: w(SLID),
+        completion_ts: w(COMPLETION_TS),
     }
-    // SAFETY: word w holds the provider's reader with prototype fn(cq) -> T (READERS).
-    unsafe { as_fn::<unsafe extern "C" fn(Cq) -> T>(f)(cq) }
 }
 
 /// # Safety
 /// `cq` live; `rc` what start/next_poll returned.
 unsafe fn polled<const S: usize>(cq: Cq, rc: c_int) {
-    let ts = sink::now();
-    let id = cq as u64;
-    if rc == libc::ENOENT {
-        if sink::tracing(cat::EMPTY_POLLS) {
-            sink::with_thread(|t| t.empty_poll(id, ts));
-        }
-        return;
-    }
-    if rc != 0 || !sink::tracing(cat::COMPLETIONS) {
-        return;
-    }
-    // SAFETY: rc == 0: the CQ has a current entry; status and wr_id are fields.
-    let c = unsafe {
-        let wc_flags: u32 = read::<S, u32>(cq, WC_FLAGS);
-        let imm = if wc_flags & IBV_WC_WITH_IMM != 0 {
-            u32::from_be(read::<S, u32>(cq, IMM))
-        } else {
-            0
-        };
-        Completion {
-            wr_id: (*cq).wr_id,
-            status: (*cq).status as u8,
-            opcode: read::<S, u32>(cq, OPCODE) as u8,
-            vendor_err: read::<S, u32>(cq, VENDOR_ERR),
-            byte_len: read::<S, u32>(cq, BYTE_LEN),
-            imm,
-            qpn: read::<S, u32>(cq, QP_NUM),
-            src_qp: read::<S, u32>(cq, SRC_QP),
-            wc_flags,
-            slid: read::<S, u32>(cq, SLID) as u16,
-            hw_ts: read::<S, u64>(cq, COMPLETION_TS),
-        }
-    };
-    sink::with_thread(|t| {
-        t.work_returned(id);
-        t.append(&data::completion(ts, id, &c));
-    });
+    // SAFETY: per caller; slot S's reader words are the provider's getters of this CQ kind
+    // (READERS), prototype fn(cq) -> value.
+    unsafe { dx::cq_ex_polled(cq, rc, &readers::<S>()) }
 }

@@ -1,17 +1,18 @@
 //! Context instrumentation: the data path is `static inline` in verbs.h and jumps through
 //! `ctx->ops` and the `verbs_context` extension pointers, so the hooks replace those pointers
 //! on every context (after `ibv_open_device`/`ibv_import_device`, or when a context is first
-//! seen on a PD/CQ/QP), keeping the originals in a slot ([`super::slots`]).
+//! seen on a PD/CQ/QP), keeping the originals in a slot ([`super::slots`]). The hooks forward
+//! to the provider exactly once, then hand the call to `decode` inside the panic guard.
 
 use std::ffi::{c_int, c_void};
 use std::mem::offset_of;
 
+use super::objects;
+use super::slots::{variants, Slots, SLOTS};
+use crate::decode::{control, datapath};
 use crate::ffi::{self, *};
-use crate::hooks::slots::{variants, Slots, SLOTS};
-use crate::hooks::{as_fn, control, datapath};
 use crate::runtime::guard;
-use crate::sink;
-use crate::sink::{cat, Diag};
+use crate::sink::{self, cat, Diag};
 
 // Words of a context slot.
 const POST_SEND: usize = 0;
@@ -328,7 +329,7 @@ unsafe extern "C" fn create_qp_ex<const S: usize>(
     let qp = unsafe { real(ctx, attr) };
     // SAFETY: attr is the program's, qp the provider's new QP (or null).
     guard::control("create_qp_ex", || unsafe {
-        control::qp_created_ex(ctx, attr, qp, 1)
+        objects::qp_created_ex(ctx, attr, qp, 1)
     });
     qp
 }
@@ -342,7 +343,7 @@ unsafe extern "C" fn create_cq_ex<const S: usize>(
     let cq = unsafe { real(ctx, attr) };
     // SAFETY: attr is the program's, cq the provider's new CQ (or null).
     guard::control("create_cq_ex", || unsafe {
-        control::cq_created_ex(ctx, attr, cq, 1)
+        objects::cq_created_ex(ctx, attr, cq, 1)
     });
     cq
 }

@@ -1,21 +1,18 @@
-//! Handlers of the CUDA driver entry points in the hook table, however the program got them:
-//! by symbol, through `dlsym`, or — the CUDA runtime's way — through `cuGetProcAddress[_v2]`,
-//! whose results are replaced by our wrappers ([`wrapper_for`]). Memory calls become
-//! `GpuMemory` records and feed the memory map that says where each discovered ring lives;
-//! kernel launches go to [`super::kernels`].
+//! Handlers of the CUDA driver's memory and launch entry points in the hook table (however
+//! the program got them: by symbol, `dlsym`, or `cuGetProcAddress`, see
+//! `exports::proc_address`): they read the call's arguments and out-pointers. Memory calls
+//! become `GpuMemory` records and feed the memory map that says where each discovered ring
+//! lives (`runtime::queues`); launches go to kernel timing (`runtime::kernels`).
 //!
-//! libcuda is never loaded by the interposer: every real function is resolved from the
-//! already loaded library (`RTLD_NEXT`, then `RTLD_NOLOAD`). The interposer's own driver calls
-//! (device poller, kernel timing) run with [`internal`] set, so they are neither recorded nor
-//! wrapped.
+//! The interposer's own driver calls (device poller, kernel timing) run *internal*
+//! (`runtime::internal`): these handlers then record nothing.
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 
 use sigmatrace_observe::discover::CudaMemEvent;
 use sigmatrace_schemas::launch_api;
 
-use crate::hooks::{table, Lib};
-use crate::record::emit;
+use crate::record;
 use crate::runtime::internal::is_internal;
 use crate::runtime::{kernels, queues};
 use crate::sink;
@@ -25,120 +22,6 @@ fn traced() -> bool {
     sink::tracing(cat::GPU) && !is_internal()
 }
 
-// --- cuGetProcAddress ------------------------------------------------------------------------
-
-/// `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM`.
-pub const PER_THREAD_DEFAULT_STREAM: u64 = 1 << 1;
-
-/// Whether table name `entry` is a variant of the base name `base` the runtime asks for.
-pub fn is_variant(entry: &[u8], base: &[u8]) -> bool {
-    if entry == base {
-        return true;
-    }
-    let Some(rest) = entry.strip_prefix(base).and_then(|r| r.strip_prefix(b"_")) else {
-        return false;
-    };
-    matches!(
-        rest,
-        b"v2" | b"v3" | b"ptsz" | b"ptds" | b"v2_ptsz" | b"v2_ptds"
-    )
-}
-
-/// The exported name of the implementation the driver hands out for `base` at CUDA version
-/// `ver` with `flags` (the versioned `_v2` ABIs, the per-thread-default-stream variants).
-pub fn variant_name(base: &str, ver: i32, flags: u64) -> String {
-    let ptsz = flags & PER_THREAD_DEFAULT_STREAM != 0;
-    match base {
-        "cuGetProcAddress" if ver >= 12000 => "cuGetProcAddress_v2".into(),
-        "cuMemAlloc" | "cuMemFree" | "cuMemHostGetDevicePointer" if ver >= 3020 => {
-            format!("{base}_v2")
-        }
-        "cuMemHostRegister" if ver >= 6050 => format!("{base}_v2"),
-        "cuLaunchKernel" | "cuLaunchKernelEx" | "cuLaunchCooperativeKernel" if ptsz => {
-            format!("{base}_ptsz")
-        }
-        _ => base.into(),
-    }
-}
-
-/// The address to hand the program instead of `p`, the driver's answer for `name`: our shim
-/// when `p` is the real function of a table entry of that name, else an alternative wrapper of
-/// the variant the driver gives for (`ver`, `flags`); `None` to leave `p` alone (not hooked,
-/// or no wrapper free).
-pub fn wrapper_for(name: &[u8], ver: i32, flags: u64, p: usize) -> Option<usize> {
-    let base = std::str::from_utf8(name).ok()?;
-    let exact =
-        table::find(variant_name(base, ver, flags).as_bytes(), None).filter(|e| e.lib == Lib::Cuda);
-    if let Some(e) = exact {
-        if e.is_wrapper(p) || e.real::<usize>() == Some(p) {
-            return Some(if e.is_wrapper(p) { p } else { e.shim() });
-        }
-    }
-    for e in table::ENTRIES
-        .iter()
-        .filter(|e| e.lib == Lib::Cuda && is_variant(e.name().to_bytes(), name))
-    {
-        if e.is_wrapper(p) {
-            return Some(p);
-        }
-        if e.real::<usize>() == Some(p) {
-            return Some(e.shim());
-        }
-    }
-    exact?.wrap(p)
-}
-
-/// # Safety
-/// `symbol` NUL-terminated or null, `pfn` the program's out pointer.
-unsafe fn wrap_proc(
-    symbol: *const c_char,
-    pfn: *mut *mut c_void,
-    ver: c_int,
-    flags: u64,
-    ret: c_int,
-) {
-    if ret != 0 || symbol.is_null() || pfn.is_null() || is_internal() {
-        return;
-    }
-    // SAFETY: out pointer written by the successful real call; name from the program.
-    let (p, name) = unsafe { (*pfn as usize, CStr::from_ptr(symbol)) };
-    if let Some(w) = wrapper_for(name.to_bytes(), ver, flags, p) {
-        // SAFETY: the program's out pointer; `w` has the prototype of the driver's answer.
-        unsafe { *pfn = w as *mut c_void };
-    }
-}
-
-/// `cuGetProcAddress` (CUDA 11.3–12.x signature).
-///
-/// # Safety
-/// As [`wrap_proc`].
-pub unsafe fn cu_get_proc_address(
-    symbol: *const c_char,
-    pfn: *mut *mut c_void,
-    ver: c_int,
-    flags: u64,
-    ret: c_int,
-) {
-    // SAFETY: per caller.
-    unsafe { wrap_proc(symbol, pfn, ver, flags, ret) }
-}
-
-/// `cuGetProcAddress_v2` (adds the symbol-status out parameter).
-///
-/// # Safety
-/// As [`wrap_proc`].
-pub unsafe fn cu_get_proc_address_v2(
-    symbol: *const c_char,
-    pfn: *mut *mut c_void,
-    ver: c_int,
-    flags: u64,
-    _status: *mut c_int,
-    ret: c_int,
-) {
-    // SAFETY: per caller.
-    unsafe { wrap_proc(symbol, pfn, ver, flags, ret) }
-}
-
 // --- memory ------------------------------------------------------------------------------------
 
 fn memory(e: CudaMemEvent, ret: c_int) {
@@ -146,7 +29,7 @@ fn memory(e: CudaMemEvent, ret: c_int) {
         queues::cuda_mem(&e);
     }
     if traced() {
-        emit(e.to_record(sink::now(), ret));
+        record::gpu::gpu_memory(&e, ret);
     }
 }
 
@@ -521,47 +404,5 @@ pub fn coop(
             shared_mem: shm,
         };
         kernels::after(st, launch_api::CU_LAUNCH_COOPERATIVE_KERNEL, f, dims, ret);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn variants_follow_the_drivers_versioning() {
-        assert_eq!(variant_name("cuMemAlloc", 12000, 0), "cuMemAlloc_v2");
-        assert_eq!(variant_name("cuMemAlloc", 3000, 0), "cuMemAlloc");
-        assert_eq!(
-            variant_name("cuMemHostRegister", 11000, 0),
-            "cuMemHostRegister_v2"
-        );
-        assert_eq!(
-            variant_name("cuGetProcAddress", 12000, 0),
-            "cuGetProcAddress_v2"
-        );
-        assert_eq!(
-            variant_name("cuGetProcAddress", 11030, 0),
-            "cuGetProcAddress"
-        );
-        assert_eq!(
-            variant_name("cuLaunchKernel", 12000, PER_THREAD_DEFAULT_STREAM),
-            "cuLaunchKernel_ptsz"
-        );
-        assert_eq!(variant_name("cuLaunchKernel", 12000, 0), "cuLaunchKernel");
-        assert_eq!(
-            variant_name("cuModuleGetFunction", 12000, 2),
-            "cuModuleGetFunction"
-        );
-        assert!(is_variant(b"cuLaunchKernel_ptsz", b"cuLaunchKernel"));
-        assert!(!is_variant(b"cuLaunchKernelEx", b"cuLaunchKernel"));
-        assert!(!is_variant(b"cuLaunchKernelEx_ptsz", b"cuLaunchKernel"));
-        assert!(is_variant(b"cuMemAlloc_v2", b"cuMemAlloc"));
-    }
-
-    #[test]
-    fn unknown_names_are_never_wrapped() {
-        assert_eq!(wrapper_for(b"cuGetExportTable", 12000, 0, 0x1234), None);
-        assert_eq!(wrapper_for(b"cuCtxCreate", 12000, 0, 0x1234), None);
     }
 }

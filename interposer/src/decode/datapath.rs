@@ -1,0 +1,471 @@
+//! The data path's reads: the program's work-request lists and the provider's completions,
+//! decoded into `record::data` values. Runs after the provider call returned, on the caller's
+//! thread, inside a guard.
+//!
+//! Every post call is read the same way ([`accepted`]): the WRs the provider accepted — all
+//! of them when it returned 0, those before `*bad_wr` when it failed, none when it failed
+//! without saying where — then the failure. The hot cases (one WR with one SGE, the entries
+//! of one poll) are decoded straight into a reserved chunk slot.
+
+use std::ffi::c_int;
+
+use sigmatrace_schemas::post_source;
+
+use crate::ffi::*;
+use crate::record::data::{self, Completion, PostFailure, RecvWr, SendWr};
+use crate::sink::{self, cat};
+
+/// Longest WR list walked (a corrupt, cyclic list must not hang the program).
+const MAX_WRS: usize = 1 << 16;
+/// Most SGEs summed per WR.
+const MAX_SGE: usize = 1 << 10;
+
+/// A node of a work-request list (`ibv_send_wr`, `ibv_recv_wr`, `ibv_ops_wr`).
+trait WrNode {
+    fn wr_id(&self) -> u64;
+    fn next(&self) -> *mut Self;
+}
+
+macro_rules! wr_node {
+    ($($t:ty),*) => { $(
+        impl WrNode for $t {
+            fn wr_id(&self) -> u64 {
+                self.wr_id
+            }
+            fn next(&self) -> *mut Self {
+                self.next
+            }
+        }
+    )* };
+}
+wr_node!(ibv_send_wr, ibv_recv_wr, ibv_ops_wr);
+
+/// The accepted prefix of a WR list: its nodes, up to (not including) `stop`, at most
+/// [`MAX_WRS`].
+struct Accepted<'a, T> {
+    at: *mut T,
+    stop: *mut T,
+    left: usize,
+    _list: std::marker::PhantomData<&'a T>,
+}
+
+impl<'a, T: WrNode> Iterator for Accepted<'a, T> {
+    type Item = &'a T;
+
+    fn next(&mut self) -> Option<&'a T> {
+        if self.at.is_null() || self.at == self.stop || self.left == 0 {
+            return None;
+        }
+        // SAFETY: `at` is a node of the program's list, valid for 'a (see `accepted`).
+        let node = unsafe { &*self.at };
+        self.at = node.next();
+        self.left -= 1;
+        Some(node)
+    }
+}
+
+/// What a post call that returned `rc` says about its list `wr`: the nodes the provider
+/// accepted, and the failure (with the wr_id of `*bad`, 0 when the provider did not set it).
+///
+/// # Safety
+/// `wr` the program's list, valid for 'a; `bad` null or its out-pointer, set by the provider
+/// on failure.
+unsafe fn accepted<'a, T: WrNode>(
+    wr: *mut T,
+    bad: *mut *mut T,
+    rc: c_int,
+) -> (Accepted<'a, T>, Option<PostFailure>) {
+    // SAFETY: bad is the program's out-pointer; on failure the provider set it.
+    let stop = if rc != 0 && !bad.is_null() {
+        unsafe { *bad }
+    } else {
+        std::ptr::null_mut()
+    };
+    // On failure without a bad_wr nothing is known to be accepted.
+    let at = if rc != 0 && stop.is_null() {
+        std::ptr::null_mut()
+    } else {
+        wr
+    };
+    let failed = (rc != 0).then(|| PostFailure {
+        err: rc,
+        // SAFETY: stop is null or a node of the program's list.
+        bad_wr_id: if stop.is_null() {
+            0
+        } else {
+            unsafe { (*stop).wr_id() }
+        },
+    });
+    let list = Accepted {
+        at,
+        stop,
+        left: MAX_WRS,
+        _list: std::marker::PhantomData,
+    };
+    (list, failed)
+}
+
+/// Sum of the lengths of `n` SGEs.
+///
+/// # Safety
+/// `sg` must point to `n` readable SGEs (or be null).
+#[inline(always)]
+unsafe fn sge_bytes(sg: *const ibv_sge, n: c_int) -> u32 {
+    if n == 1 {
+        // SAFETY: one SGE (the common case); the provider already read it.
+        return unsafe { (*sg).length };
+    }
+    // SAFETY: per caller.
+    unsafe { sge_bytes_list(sg, n) }
+}
+
+/// # Safety
+/// As [`sge_bytes`].
+#[inline(never)]
+unsafe fn sge_bytes_list(sg: *const ibv_sge, n: c_int) -> u32 {
+    if sg.is_null() || n <= 0 {
+        return 0;
+    }
+    let n = (n as usize).min(MAX_SGE);
+    let mut total = 0u32;
+    for i in 0..n {
+        // SAFETY: i < n SGEs the program passed.
+        total = total.wrapping_add(unsafe { (*sg.add(i)).length });
+    }
+    total
+}
+
+const fn bits(ops: &[u32]) -> u32 {
+    let mut m = 0;
+    let mut i = 0;
+    while i < ops.len() {
+        m |= 1 << ops[i];
+        i += 1;
+    }
+    m
+}
+/// Opcodes carrying immediate data (big-endian).
+const IMM_OPS: u32 = bits(&[IBV_WR_SEND_WITH_IMM, IBV_WR_RDMA_WRITE_WITH_IMM]);
+/// Opcodes carrying an rkey to invalidate.
+const INV_OPS: u32 = bits(&[IBV_WR_SEND_WITH_INV, IBV_WR_LOCAL_INV]);
+
+/// A send WR's operands: (remote address, rkey, compare/add, immediate).
+type Operands = (u64, u32, u64, u32);
+
+/// Decodes one send WR whose operands are `ops` ([`send_operands`]) and SGE sum `bytes`.
+#[inline(always)]
+fn send_wr(w: &ibv_send_wr, ops: Operands, bytes: u32) -> SendWr {
+    let (remote_addr, rkey, compare_add, imm) = ops;
+    SendWr {
+        wr_id: w.wr_id,
+        opcode: w.opcode as u8,
+        flags: w.send_flags,
+        num_sge: w.num_sge as u16,
+        bytes,
+        remote_addr,
+        rkey,
+        compare_add,
+        imm,
+    }
+}
+
+/// The operands of one send WR. `ud`: the QP is UD (the `wr.ud` arm is valid).
+#[inline(always)]
+fn send_operands(w: &ibv_send_wr, ud: bool) -> Operands {
+    let op = w.opcode;
+    // The message-rate opcodes inline (compares, no jump table); the others out of line.
+    if ud {
+        ud_operands(w)
+    } else if op == IBV_WR_RDMA_WRITE {
+        // SAFETY: the `rdma` arm is the one an RDMA write fills (as the provider reads it).
+        unsafe { (w.wr.rdma.remote_addr, w.wr.rdma.rkey, 0, 0) }
+    } else if op == IBV_WR_SEND {
+        (0, 0, 0, 0)
+    } else {
+        operands(w)
+    }
+}
+
+/// [`send_operands`] of the other opcodes on a connected QP.
+#[inline(never)]
+fn operands(w: &ibv_send_wr) -> Operands {
+    // SAFETY: each union arm is read only for the opcodes whose arm it is (as the provider
+    // reads it).
+    unsafe {
+        match w.opcode {
+            IBV_WR_RDMA_WRITE | IBV_WR_RDMA_READ => (w.wr.rdma.remote_addr, w.wr.rdma.rkey, 0, 0),
+            IBV_WR_RDMA_WRITE_WITH_IMM => (
+                w.wr.rdma.remote_addr,
+                w.wr.rdma.rkey,
+                0,
+                u32::from_be(w.__bindgen_anon_1.imm_data),
+            ),
+            IBV_WR_SEND_WITH_IMM => (0, 0, 0, u32::from_be(w.__bindgen_anon_1.imm_data)),
+            IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => (
+                w.wr.atomic.remote_addr,
+                w.wr.atomic.rkey,
+                w.wr.atomic.compare_add,
+                0,
+            ),
+            IBV_WR_SEND_WITH_INV | IBV_WR_LOCAL_INV => {
+                (0, 0, 0, w.__bindgen_anon_1.invalidate_rkey)
+            }
+            _ => (0, 0, 0, 0),
+        }
+    }
+}
+
+/// [`send_operands`] of a WR on a UD QP: the `wr.ud` arm (AH, remote QPN, qkey).
+#[inline(always)]
+fn ud_operands(w: &ibv_send_wr) -> Operands {
+    let op = w.opcode;
+    let bit = if op < 32 { 1u32 << op } else { 0 };
+    // SAFETY: the QP is UD, so the program filled the `ud` arm; the immediate / invalidate
+    // arm is read only for the opcodes that carry it.
+    unsafe {
+        let imm = if bit & IMM_OPS != 0 {
+            u32::from_be(w.__bindgen_anon_1.imm_data)
+        } else if bit & INV_OPS != 0 {
+            w.__bindgen_anon_1.invalidate_rkey
+        } else {
+            0
+        };
+        (
+            w.wr.ud.ah as u64,
+            w.wr.ud.remote_qpn,
+            w.wr.ud.remote_qkey as u64,
+            imm,
+        )
+    }
+}
+
+/// Records the WRs of an `ibv_post_send` the provider accepted (it returned 0).
+///
+/// # Safety
+/// `qp` live, `wr` the program's list (still valid).
+#[inline(always)]
+pub unsafe fn sends_ok(qp: *mut ibv_qp, wr: *mut ibv_send_wr, ts: u64) {
+    // SAFETY: wr is the program's list.
+    if wr.is_null() || unsafe { !(*wr).next.is_null() || (*wr).num_sge != 1 } {
+        // SAFETY: per caller.
+        return unsafe { sends_list(qp, wr, std::ptr::null_mut(), 0, ts) };
+    }
+    // One WR with one SGE: the common case, decoded straight from the program's WR into a
+    // reserved chunk slot (no intermediate record, no copy, no call).
+    data::post_send_one(ts, post_source::POST_SEND, || {
+        // SAFETY: qp is a live QP of an instrumented context; wr the program's single WR,
+        // whose one SGE the provider already read. The operands first: the other fields are
+        // read after the out-of-line cases, so none of them lives across a call.
+        unsafe {
+            let w = &*wr;
+            let ops = send_operands(w, (*qp).qp_type == IBV_QPT_UD);
+            ((*qp).qp_num, send_wr(w, ops, (*w.sg_list).length))
+        }
+    });
+}
+
+/// The WRs of an `ibv_post_send` that returned `rc` (see [`accepted`]). Chains and failures.
+///
+/// # Safety
+/// `qp` live, `wr` the program's list (still valid), `bad` the program's out-pointer (or null
+/// when `rc` is 0).
+#[inline(never)]
+pub unsafe fn sends_list(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad: *mut *mut ibv_send_wr,
+    rc: c_int,
+    ts: u64,
+) {
+    // SAFETY: qp is live (caller).
+    let (qpn, ud) = unsafe { ((*qp).qp_num, (*qp).qp_type == IBV_QPT_UD) };
+    // SAFETY: per caller.
+    let (list, failed) = unsafe { accepted(wr, bad, rc) };
+    let wrs = list.map(|w| {
+        // SAFETY: w's SGE list is the program's, valid for the call.
+        let bytes = unsafe { sge_bytes(w.sg_list, w.num_sge) };
+        send_wr(w, send_operands(w, ud), bytes)
+    });
+    data::sends(ts, qpn, qp as u64, post_source::POST_SEND, wrs, failed);
+}
+
+/// A receive WR.
+///
+/// # Safety
+/// `w.sg_list` must hold `w.num_sge` readable SGEs (the program's list, valid for the call).
+unsafe fn recv_wr(w: &ibv_recv_wr) -> RecvWr {
+    RecvWr {
+        wr_id: w.wr_id,
+        num_sge: w.num_sge.clamp(0, u16::MAX as c_int) as u16,
+        // SAFETY: per caller.
+        bytes: unsafe { sge_bytes(w.sg_list, w.num_sge) },
+    }
+}
+
+/// The WRs of a receive post that returned `rc` on (`qpn`, `srq`, `object`).
+///
+/// # Safety
+/// `wr` the program's list, `bad` its out-pointer.
+unsafe fn recvs(
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+    rc: c_int,
+    target: (u32, u64, u64),
+    source: u8,
+) {
+    let ts = sink::now();
+    // SAFETY: per caller.
+    let (list, failed) = unsafe { accepted(wr, bad, rc) };
+    // SAFETY: every node of the accepted list is the program's, with its SGE list.
+    let wrs = list.map(|w| unsafe { recv_wr(w) });
+    data::recvs(ts, target, source, wrs, failed);
+}
+
+/// `ibv_post_recv`.
+///
+/// # Safety
+/// As [`recvs`]; `qp` live.
+pub unsafe fn recvs_qp(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+    rc: c_int,
+) {
+    // SAFETY: live QP; list per caller.
+    unsafe {
+        let target = ((*qp).qp_num, 0, qp as u64);
+        recvs(wr, bad, rc, target, post_source::POST_RECV)
+    }
+}
+
+/// `ibv_post_srq_recv`.
+///
+/// # Safety
+/// As [`recvs`].
+pub unsafe fn recvs_srq(
+    srq: *mut ibv_srq,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+    rc: c_int,
+) {
+    let target = (0, srq as u64, srq as u64);
+    // SAFETY: per caller.
+    unsafe { recvs(wr, bad, rc, target, post_source::POST_SRQ_RECV) }
+}
+
+/// `ibv_post_wq_recv`.
+///
+/// # Safety
+/// As [`recvs`]; `wq` live.
+pub unsafe fn recvs_wq(
+    wq: *mut ibv_wq,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+    rc: c_int,
+) {
+    // SAFETY: live WQ; list per caller.
+    unsafe {
+        let target = ((*wq).wq_num, 0, wq as u64);
+        recvs(wr, bad, rc, target, post_source::WQ_RECV)
+    }
+}
+
+/// `ibv_post_srq_ops`: each `IBV_WR_TAG_ADD` posts a tagged receive buffer (recorded as a
+/// `PostRecv` of the SRQ); tag removals and syncs are not recorded.
+///
+/// # Safety
+/// `op` the program's list, `bad` its out-pointer.
+pub unsafe fn srq_ops(
+    srq: *mut ibv_srq,
+    op: *mut ibv_ops_wr,
+    bad: *mut *mut ibv_ops_wr,
+    rc: c_int,
+) {
+    let ts = sink::now();
+    // SAFETY: per caller.
+    let (list, failed) = unsafe { accepted(op, bad, rc) };
+    let adds = list.filter(|w| w.opcode == IBV_WR_TAG_ADD).map(|w| {
+        let add = &w.tm.add;
+        RecvWr {
+            wr_id: w.wr_id,
+            num_sge: add.num_sge.clamp(0, u16::MAX as c_int) as u16,
+            // SAFETY: tm.add is valid for TAG_ADD; its SGE list is the program's.
+            bytes: unsafe { sge_bytes(add.sg_list, add.num_sge as c_int) },
+        }
+    });
+    let target = (0, srq as u64, srq as u64);
+    data::recvs(ts, target, post_source::POST_SRQ_RECV, adds, failed);
+}
+
+/// `ibv_bind_mw` through `ops.bind_mw`: one `PostSend` with opcode `IBV_WR_BIND_MW`.
+///
+/// # Safety
+/// `qp`, `mw` live; `bind` the program's bind description.
+pub unsafe fn bind(qp: *mut ibv_qp, mw: *mut ibv_mw, bind: *mut ibv_mw_bind, rc: c_int, ts: u64) {
+    if bind.is_null() {
+        return;
+    }
+    // SAFETY: live objects (caller).
+    let (qpn, d) = unsafe {
+        let b = &*bind;
+        let d = SendWr {
+            wr_id: b.wr_id,
+            opcode: IBV_WR_BIND_MW as u8,
+            flags: b.send_flags,
+            bytes: b.bind_info.length.min(u32::MAX as u64) as u32,
+            remote_addr: b.bind_info.addr,
+            rkey: if mw.is_null() { 0 } else { (*mw).rkey },
+            ..SendWr::default()
+        };
+        ((*qp).qp_num, d)
+    };
+    data::bind_mw(ts, qp as u64, qpn, &d, rc);
+}
+
+/// Records what `ibv_poll_cq` returned: one `WorkCompletion` per entry, or an empty poll.
+/// `mask`: the traced categories as the hook read them.
+///
+/// # Safety
+/// `wc` must hold `rc` completions written by the provider.
+#[inline(always)]
+pub unsafe fn polled(cq: *mut ibv_cq, wc: *const ibv_wc, rc: c_int, mask: u32) {
+    let ts = sink::now();
+    let cq_id = cq as u64;
+    if rc > 0 {
+        if mask & cat::COMPLETIONS == 0 {
+            return;
+        }
+        // SAFETY: i < rc entries the provider filled.
+        data::completions(cq_id, ts, rc as usize, |i| {
+            decode_wc(unsafe { &*wc.add(i) })
+        });
+    } else if rc == 0 && mask & cat::EMPTY_POLLS != 0 {
+        data::empty_poll(cq_id, ts);
+    }
+}
+
+#[inline(always)]
+fn decode_wc(w: &ibv_wc) -> Completion {
+    let imm = if w.wc_flags & IBV_WC_WITH_IMM != 0 {
+        // SAFETY: IBV_WC_WITH_IMM says the imm_data arm is valid.
+        u32::from_be(unsafe { w.__bindgen_anon_1.imm_data })
+    } else if w.wc_flags & IBV_WC_WITH_INV != 0 {
+        // SAFETY: IBV_WC_WITH_INV says the invalidated_rkey arm is valid.
+        unsafe { w.__bindgen_anon_1.invalidated_rkey }
+    } else {
+        0
+    };
+    Completion {
+        wr_id: w.wr_id,
+        status: w.status as u8,
+        opcode: w.opcode as u8,
+        vendor_err: w.vendor_err,
+        byte_len: w.byte_len,
+        imm,
+        qpn: w.qp_num,
+        src_qp: w.src_qp,
+        wc_flags: w.wc_flags,
+        slid: w.slid,
+        hw_ts: 0,
+    }
+}
