@@ -470,6 +470,35 @@ fn ud_and_dc_address_vectors() {
 }
 
 #[test]
+fn atomic_class_is_the_four_atomic_opcodes() {
+    let atomics: Vec<u8> = opcode::ALL
+        .into_iter()
+        .filter(|&op| opcode::is_atomic(op))
+        .collect();
+    assert_eq!(
+        atomics,
+        [
+            opcode::ATOMIC_CS,
+            opcode::ATOMIC_FA,
+            opcode::ATOMIC_MASKED_CS,
+            opcode::ATOMIC_MASKED_FA
+        ]
+    );
+    assert_eq!(
+        atomics
+            .iter()
+            .map(|&op| wqe::opcode_name(op))
+            .collect::<Vec<_>>(),
+        [
+            "ATOMIC_CS",
+            "ATOMIC_FA",
+            "ATOMIC_MASKED_CS",
+            "ATOMIC_MASKED_FA"
+        ]
+    );
+}
+
+#[test]
 fn flags_and_errors() {
     let w = dec(
         &WqeBuilder::new(opcode::SEND, 0, 1)

@@ -47,6 +47,14 @@ pub mod opcode {
         UMR,
         MMO,
     ];
+
+    /// Whether `op` is an RDMA atomic: compare-and-swap or fetch-and-add, plain or masked.
+    pub fn is_atomic(op: u8) -> bool {
+        matches!(
+            op,
+            ATOMIC_CS | ATOMIC_FA | ATOMIC_MASKED_CS | ATOMIC_MASKED_FA
+        )
+    }
 }
 
 /// Name of an mlx5 send opcode ("UNKNOWN" otherwise).
