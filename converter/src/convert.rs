@@ -15,13 +15,13 @@ use rayon::prelude::*;
 
 use crate::align::topology::Topology;
 use crate::align::{self, Alignment};
-use crate::emit::{self, Detail};
 use crate::error::ConvertError;
-use crate::read::input::{expand_inputs, LogInput};
+use crate::model::emit::{self, Detail};
 use crate::model::{ModelOptions, ProcessModel, ProcessTotals};
 use crate::progress::Progress;
+use crate::read::input::{expand_inputs, LogInput};
 use crate::read::scan;
-use crate::stats::{default_sections, ReportCtx, Section, SectionSet};
+use crate::report::{default_sections, ReportCtx, Section, SectionSet};
 use sigmatrace_timeline::chrome;
 use sigmatrace_timeline::perfetto::{self, PerfettoSeq};
 use sigmatrace_timeline::NullSink;
@@ -59,7 +59,7 @@ pub struct ConvertOptions {
     /// Skip logs that cannot be read at all (with a warning) instead of failing.
     pub skip_unreadable: bool,
     /// Nsight Systems exports to merge (`--nsys`, `--nsys-offset`).
-    pub nsys: crate::nsys_merge::NsysOptions,
+    pub nsys: crate::import::nsys::NsysOptions,
     /// Re-check every matched message pair on the final clocks (one more pass).
     pub verify_alignment: bool,
 }
@@ -98,7 +98,7 @@ pub struct Summary {
     /// Non-fatal problems (damaged or truncated logs, unmatched QPs, ...).
     pub warnings: Vec<String>,
     /// Merged Nsight Systems exports.
-    pub nsys: Vec<crate::nsys_merge::NsysMerged>,
+    pub nsys: Vec<crate::import::nsys::NsysMerged>,
     pub elapsed_s: f64,
     /// Wall time of each pipeline phase (seconds).
     pub phases: Vec<(String, f64)>,
@@ -163,7 +163,7 @@ struct Loaded {
     phases: Vec<(String, f64)>,
     inputs: Vec<LogInput>,
     topo: Topology,
-    ud: crate::ud::UdStreams,
+    ud: crate::model::ud::UdStreams,
     alignment: Alignment,
     warnings: Vec<String>,
     input_bytes: u64,
@@ -264,7 +264,7 @@ fn load(paths: &[PathBuf], opts: &ConvertOptions) -> Result<Loaded, ConvertError
         .max()
         .unwrap_or(0)
         + 1;
-    let ud = crate::ud::build(&inputs, &topo, first_conn);
+    let ud = crate::model::ud::build(&inputs, &topo, first_conn);
     warnings.extend(ud.warnings.iter().cloned());
     for &(p, q) in &topo.ambiguous_qps {
         warnings.push(format!(
@@ -339,7 +339,7 @@ fn run(
     opts: &ConvertOptions,
 ) -> Result<Report, ConvertError> {
     let started = Instant::now();
-    let nsys_reports = crate::nsys_merge::load(&opts.nsys)?;
+    let nsys_reports = crate::import::nsys::load(&opts.nsys)?;
     let Loaded {
         mut phases,
         inputs,
@@ -513,12 +513,12 @@ fn run(
         .collect();
     let nsys = match output {
         Some(_) if !nsys_reports.is_empty() => {
-            let ctx = crate::nsys_merge::SigmaContext {
+            let ctx = crate::import::nsys::SigmaContext {
                 topo: &topo,
                 inputs: &inputs,
                 alignment: &alignment,
             };
-            crate::nsys_merge::emit_all(
+            crate::import::nsys::emit_all(
                 &nsys_reports,
                 opts.nsys.offset_ns,
                 Some(ctx),

@@ -9,20 +9,15 @@
 
 pub mod align;
 pub mod convert;
-pub mod emit;
 pub mod error;
 pub mod fastmap;
-pub mod gpu;
+pub mod import;
 pub mod model;
-pub mod nsys_cli;
-pub mod nsys_merge;
 pub mod progress;
 pub mod read;
-pub mod stats;
-pub mod stats_gpu;
+pub mod report;
 pub mod synth;
-pub mod ud;
 
 pub use convert::{convert, convert_with_report, stats, ConvertOptions, Format, Report, Summary};
-pub use emit::Detail;
 pub use error::ConvertError;
+pub use model::emit::Detail;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use sigmatrace_convert::stats::{heatmap_svg, Traffic};
+use sigmatrace_convert::report::{heatmap_svg, Traffic};
 use sigmatrace_convert::{ConvertError, ConvertOptions, Detail, Format};
 
 #[derive(Parser)]
@@ -191,21 +191,21 @@ fn run(cli: Cli) -> Result<(), ConvertError> {
         Some(Cmd::NsysSummary(a)) => {
             print!(
                 "{}",
-                sigmatrace_convert::nsys_cli::summary(&a.file, a.json)?
+                sigmatrace_convert::import::nsys::cli::summary(&a.file, a.json)?
             );
             Ok(())
         }
         None => {
             let a = cli.convert;
-            let nsys = sigmatrace_convert::nsys_merge::NsysOptions {
+            let nsys = sigmatrace_convert::import::nsys::NsysOptions {
                 files: a.nsys.clone(),
                 offset_ns: a.nsys_offset,
             };
             if a.common.inputs.is_empty() && !nsys.files.is_empty() {
-                let merged = sigmatrace_convert::nsys_cli::convert_only(
+                let merged = sigmatrace_convert::import::nsys::cli::convert_only(
                     &nsys, &a.output, a.format, a.compress,
                 )?;
-                for line in sigmatrace_convert::nsys_cli::report_lines(&merged) {
+                for line in sigmatrace_convert::import::nsys::cli::report_lines(&merged) {
                     eprintln!("{line}");
                 }
                 eprintln!(
@@ -226,7 +226,7 @@ fn run(cli: Cli) -> Result<(), ConvertError> {
             for w in &s.warnings {
                 eprintln!("warning: {w}");
             }
-            for line in sigmatrace_convert::nsys_cli::report_lines(&s.nsys) {
+            for line in sigmatrace_convert::import::nsys::cli::report_lines(&s.nsys) {
                 eprintln!("{line}");
             }
             if a.stats {

@@ -3,7 +3,7 @@
 
 mod common;
 
-use sigmatrace_convert::stats::{QpTable, Traffic};
+use sigmatrace_convert::report::{QpTable, Traffic};
 use sigmatrace_convert::synth::{Pattern, Scenario};
 use sigmatrace_convert::{convert_with_report, ConvertOptions, Detail, Format};
 

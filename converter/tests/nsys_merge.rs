@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use prost::Message;
-use sigmatrace_convert::nsys_cli;
-use sigmatrace_convert::nsys_merge::NsysOptions;
+use sigmatrace_convert::import::nsys::cli as nsys_cli;
+use sigmatrace_convert::import::nsys::NsysOptions;
 use sigmatrace_convert::{ConvertError, ConvertOptions, Format};
 use sigmatrace_nsys::{Anchor, HostClock};
 use sigmatrace_schemas::clock::TimestampSource;
@@ -251,7 +251,7 @@ fn convert_only(
     files: &[&str],
     offset: Option<i64>,
     out: &Path,
-) -> Vec<sigmatrace_convert::nsys_merge::NsysMerged> {
+) -> Vec<sigmatrace_convert::import::nsys::NsysMerged> {
     let opts = NsysOptions {
         files: files.iter().map(|f| fixture(f)).collect(),
         offset_ns: offset,

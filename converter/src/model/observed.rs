@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use sigmatrace_schemas::records::{mem_kind, string_ns, Record};
 
 use crate::align::topology::{Process, Topology};
-use crate::emit::{Detail, Lanes, NameCache};
+use crate::model::emit::{Detail, Lanes, NameCache};
 use sigmatrace_timeline::{ArgValue, Extra, TraceSink, TrackDef};
 
 /// What the GPU model needs from its process.

@@ -9,7 +9,7 @@ use sigmatrace_nsys::NsysReport;
 
 use crate::convert::Format;
 use crate::error::ConvertError;
-use crate::nsys_merge::{self, NsysMerged, NsysOptions};
+use crate::import::nsys::{self as nsys_merge, NsysMerged, NsysOptions};
 use sigmatrace_timeline::chrome;
 use sigmatrace_timeline::perfetto::{self, PerfettoSeq};
 use sigmatrace_timeline::TraceSink;

@@ -14,6 +14,8 @@
 //! possible) and then the same per-host correction as the host's SigmaTrace events. The
 //! applied mapping is written into the trace (an "Nsight Systems import" track description).
 
+pub mod cli;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -5,6 +5,8 @@
 //! end. To add a report (e.g. barrier arrival spread), implement [`Section`] and add it to
 //! [`default_sections`]; text, JSON and the CLI pick it up.
 
+pub mod direct;
+
 use std::any::Any;
 use std::fmt::Write;
 
@@ -49,8 +51,8 @@ pub fn default_sections() -> Vec<Box<dyn Section>> {
         Box::new(AlignmentSection),
         Box::new(Traffic::default()),
         Box::new(QpTable::default()),
-        Box::new(crate::stats_gpu::Barriers::default()),
-        Box::new(crate::stats_gpu::TrafficSkew::default()),
+        Box::new(crate::report::direct::Barriers::default()),
+        Box::new(crate::report::direct::TrafficSkew::default()),
     ]
 }
 
@@ -123,7 +125,10 @@ impl Section for AlignmentSection {
             "causality constraints: {}, dropped as contradictory: {}{}\n",
             a.constraints,
             a.dropped_constraints,
-            a.note.as_deref().map(|n| format!("; {n}")).unwrap_or_default()
+            a.note
+                .as_deref()
+                .map(|n| format!("; {n}"))
+                .unwrap_or_default()
         );
         if let Some((n, bad)) = a.verified {
             let _ = writeln!(out, "verified on the final clocks: {n} matched message pairs, {bad} receive before send\n");

@@ -8,14 +8,18 @@
 //! state is needed while emitting. One-sided ops are also drawn on the target QP, marked
 //! inferred. Memory is bounded by the open WRs and lanes, not by the trace length.
 
+pub mod emit;
+pub mod observed;
+pub mod ud;
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::AtomicU64;
 
 use sigmatrace_schemas::records::Record;
 
 use crate::align::topology::{flow_id, Process, Qp, Topology};
-use crate::emit::{Detail, Lanes, NameCache, SampledCounter};
-use crate::gpu::GpuState;
+use crate::model::emit::{Detail, Lanes, NameCache, SampledCounter};
+use crate::model::observed::GpuState;
 use crate::read::hot::Hot;
 use crate::read::input::{LogInput, RecordIssue};
 use crate::read::verbs;
@@ -124,7 +128,7 @@ struct Keys {
 /// Runs the model over one process's records.
 pub struct ProcessModel<'a> {
     topo: &'a Topology,
-    ud: &'a crate::ud::UdStreams,
+    ud: &'a crate::model::ud::UdStreams,
     p: &'a Process,
     opts: &'a ModelOptions,
     uuids: &'a AtomicU64,
@@ -134,7 +138,7 @@ pub struct ProcessModel<'a> {
     srq_lanes: HashMap<u64, (u64, Lanes, VecDeque<OpenRecv>)>,
     gpu: GpuState,
     qp_cache: crate::fastmap::IndexCache,
-    /// Datagrams so far per UD stream ([`crate::ud`]).
+    /// Datagrams so far per UD stream ([`crate::model::ud`]).
     ud_k: Vec<u64>,
     throughput: (i64, i64),
     pub totals: ProcessTotals,
@@ -148,7 +152,7 @@ const THROUGHPUT_BUCKET: i64 = 100_000;
 impl<'a> ProcessModel<'a> {
     pub fn new(
         topo: &'a Topology,
-        ud: &'a crate::ud::UdStreams,
+        ud: &'a crate::model::ud::UdStreams,
         pi: usize,
         opts: &'a ModelOptions,
         uuids: &'a AtomicU64,
@@ -282,7 +286,7 @@ impl<'a> ProcessModel<'a> {
                 | Record::KernelExec(_)
                 | Record::StringDef(_)
         ) {
-            let ctx = crate::gpu::Ctx {
+            let ctx = crate::model::observed::Ctx {
                 topo: self.topo,
                 p: self.p,
                 uuids: self.uuids,
