@@ -188,7 +188,10 @@ pub fn join(inputs: &[LogInput], topo: &Topology, mut f: impl FnMut(&Pair)) {
     }
 }
 
-pub(crate) fn inputs_for<'a>(inputs: &'a [LogInput], p: &crate::align::topology::Process) -> &'a LogInput {
+pub(crate) fn inputs_for<'a>(
+    inputs: &'a [LogInput],
+    p: &crate::align::topology::Process,
+) -> &'a LogInput {
     inputs
         .iter()
         .find(|i| i.path == p.path)

@@ -119,14 +119,16 @@ fn apply(topo: &mut Topology, dom: &Domains, rt: &[i64], corr: &[(f64, f64)], t0
     }
 }
 
+/// Per directed domain pair: message pairs and the lower hull of (x − t0, y − x).
+type PairHulls = BTreeMap<(usize, usize), (u64, Vec<(i64, i64)>)>;
+
 /// Everything the join of the uncorrected clocks yields.
 #[derive(Default)]
 struct Joined {
     pairs: u64,
     cross: u64,
     inverted: u64,
-    /// Per directed domain pair: message pairs and the lower hull of (x − t0, y − x).
-    hulls: BTreeMap<(usize, usize), (u64, Vec<(i64, i64)>)>,
+    hulls: PairHulls,
 }
 
 fn join_hulls(inputs: &[LogInput], topo: &Topology, dom: &Domains, t0: i64) -> Joined {

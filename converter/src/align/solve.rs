@@ -9,8 +9,8 @@
 //! 1. Drifts: one LP maximises the smallest slack of all constraints (a point deep inside the
 //!    feasible set, the midline of every two-sided band that binds), with a small penalty on
 //!    |r| so that drifts nothing pins stay 0. If no solution has every slack ≥ 0, an elastic LP
-//!    minimises the total violation; the constraints it violates are dropped (and reported) and
-//!    the drift LP is solved again.
+//!    minimises the total violation; the constraints it violates are dropped, those the others
+//!    do not contradict are put back one by one, and the drift LP is solved again.
 //! 2. Offsets at those drifts: the constraints are difference constraints `o_a − o_b ≤ w`, so
 //!    the largest and the smallest feasible offset of every domain are shortest paths
 //!    (Bellman-Ford, fixed edge order). Both extreme vectors are feasible, so their average is
@@ -35,6 +35,8 @@ const VIOLATED_US: f64 = 1e-6;
 /// Cap on the smallest slack the drift LP maximises (µs): keeps the LP bounded when no
 /// constraint pair closes a band.
 const MARGIN_CAP_US: f64 = 1e6;
+/// Most dropped constraints [`restore`] tries to put back (one LP each).
+const MAX_RESTORE: usize = 64;
 /// Penalty per µs of drift in the drift LP (µs of slack).
 const DRIFT_PENALTY: f64 = 1e-3;
 
@@ -148,7 +150,9 @@ fn drift_lp(
     }
     match p.solve() {
         Ok(s) => {
-            let s = s.into_solution().map_err(|_| SolveError::Lp("interrupted".into()))?;
+            let s = s
+                .into_solution()
+                .map_err(|_| SolveError::Lp("interrupted".into()))?;
             Ok(Some(
                 v.r.iter()
                     .map(|r| r.map_or(0.0, |r| s.var_value(r)))
@@ -162,12 +166,7 @@ fn drift_lp(
 
 /// Elastic LP: the constraints (indices into `cons`) that a least-total-violation solution
 /// violates.
-fn violated(
-    n: usize,
-    reference: usize,
-    half: f64,
-    cons: &[Con],
-) -> Result<Vec<usize>, SolveError> {
+fn violated(n: usize, reference: usize, half: f64, cons: &[Con]) -> Result<Vec<usize>, SolveError> {
     let mut p = Problem::new(OptimizationDirection::Minimize);
     let v = add_domain_vars(&mut p, n, reference, MAX_DRIFT * half * US);
     let mut slack = Vec::with_capacity(cons.len());
@@ -179,7 +178,9 @@ fn violated(
         slack.push(s);
     }
     let s = p.solve().map_err(lp_err)?;
-    let s = s.into_solution().map_err(|_| SolveError::Lp("interrupted".into()))?;
+    let s = s
+        .into_solution()
+        .map_err(|_| SolveError::Lp("interrupted".into()))?;
     Ok(slack
         .iter()
         .enumerate()
@@ -217,7 +218,11 @@ fn shortest(
             }
         }
         if !changed {
-            return Some(dist.into_iter().map(|d| d.is_finite().then_some(d)).collect());
+            return Some(
+                dist.into_iter()
+                    .map(|d| d.is_finite().then_some(d))
+                    .collect(),
+            );
         }
         if round == n {
             return None;
@@ -232,14 +237,17 @@ fn pair_range(reference: usize, half: f64, a: usize, b: usize, cons: &[&Con]) ->
     let extreme = |dir| -> Result<Option<f64>, ()> {
         let mut p = Problem::new(dir);
         let w = p.add_var(1.0, (f64::NEG_INFINITY, f64::INFINITY));
-        let r = |p: &mut Problem, k: usize| {
-            (k != reference).then(|| p.add_var(0.0, (-box_us, box_us)))
-        };
+        let r =
+            |p: &mut Problem, k: usize| (k != reference).then(|| p.add_var(0.0, (-box_us, box_us)));
         let (ra, rb) = (r(&mut p, a), r(&mut p, b));
         for c in cons {
             let (tx, ty) = (c.x as f64 / half, (c.x + c.d) as f64 / half);
             // c.a = a: w + r_a τx − r_b τy ≤ d; c.a = b: −w + r_b τx − r_a τy ≤ d.
-            let (sign, rs, rr) = if c.a == a { (1.0, ra, rb) } else { (-1.0, rb, ra) };
+            let (sign, rs, rr) = if c.a == a {
+                (1.0, ra, rb)
+            } else {
+                (-1.0, rb, ra)
+            };
             let mut e = vec![(w, sign)];
             e.extend(rs.map(|v| (v, tx)));
             e.extend(rr.map(|v| (v, -ty)));
@@ -274,7 +282,13 @@ pub fn solve(n: usize, reference: usize, half: f64, cons: &[Con]) -> Result<Solv
     let r_us = match drift_lp(n, reference, half, &all)? {
         Some(r) => r,
         None => {
-            dropped = violated(n, reference, half, cons)?;
+            dropped = restore(
+                n,
+                reference,
+                half,
+                cons,
+                violated(n, reference, half, cons)?,
+            )?;
             let kept: Vec<&Con> = keep(cons, &dropped);
             drift_lp(n, reference, half, &kept)?
                 .ok_or(SolveError::StillInfeasible(dropped.len()))?
@@ -312,7 +326,10 @@ pub fn solve(n: usize, reference: usize, half: f64, cons: &[Con]) -> Result<Solv
     // Uncertainty: per pair ranges over all drifts, combined along paths.
     let mut by_pair: BTreeMap<(usize, usize), Vec<&Con>> = BTreeMap::new();
     for c in &kept {
-        by_pair.entry((c.a.min(c.b), c.a.max(c.b))).or_default().push(c);
+        by_pair
+            .entry((c.a.min(c.b), c.a.max(c.b)))
+            .or_default()
+            .push(c);
     }
     let mut pairs = BTreeMap::new();
     let mut outer: Vec<(usize, usize, f64)> = Vec::new();
@@ -335,6 +352,35 @@ pub fn solve(n: usize, reference: usize, half: f64, cons: &[Con]) -> Result<Solv
         dropped,
         pairs,
     })
+}
+
+/// Puts dropped constraints back one at a time (in order) where the set stays feasible, so
+/// that no constraint is dropped that the others do not contradict (the elastic LP minimises
+/// the total violation, which can spread over more constraints than necessary).
+fn restore(
+    n: usize,
+    reference: usize,
+    half: f64,
+    cons: &[Con],
+    mut dropped: Vec<usize>,
+) -> Result<Vec<usize>, SolveError> {
+    if dropped.len() > MAX_RESTORE {
+        return Ok(dropped);
+    }
+    let mut i = 0;
+    while i < dropped.len() {
+        let trial: Vec<usize> = dropped
+            .iter()
+            .copied()
+            .filter(|&d| d != dropped[i])
+            .collect();
+        if drift_lp(n, reference, half, &keep(cons, &trial))?.is_some() {
+            dropped = trial;
+        } else {
+            i += 1;
+        }
+    }
+    Ok(dropped)
 }
 
 fn keep<'a>(cons: &'a [Con], dropped: &[usize]) -> Vec<&'a Con> {
