@@ -1,5 +1,7 @@
-//! Foreign layouts and loader access. Everything that touches provider or loader memory by
-//! raw pointer lives here or in `hooks/`.
+//! Foreign layouts and loader access: the rdma-core bindings, the layout checks the hooks rely
+//! on, atomic access to swappable function-pointer fields, the real `dlsym`/`dlvsym` and the
+//! lookup of real functions. Used by the C-facing layers (`exports`, `swap`, `decode`,
+//! `runtime`); never by `record` or `sink`.
 
 pub mod bindings;
 pub mod dl;
