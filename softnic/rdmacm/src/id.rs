@@ -12,13 +12,20 @@ pub fn ret(r: CmResult<()>) -> i32 {
     match r {
         Ok(()) => 0,
         Err(e) => {
+            if std::env::var_os("SOFTNIC_CM_DEBUG").is_some() {
+                eprintln!("softnic librdmacm: call failed: {e}");
+            }
             set_errno(e.errno());
             -1
         }
     }
 }
 
+#[track_caller]
 pub fn einval<T>() -> CmResult<T> {
+    if std::env::var_os("SOFTNIC_CM_DEBUG").is_some() {
+        eprintln!("softnic librdmacm: EINVAL at {}", std::panic::Location::caller());
+    }
     Err(CmError::Errno(libc::EINVAL))
 }
 

@@ -79,12 +79,14 @@ fn create_qp(
     let qp = unsafe { ibv_create_qp(pd, attr) };
     if qp.is_null() {
         let e = errno();
+        crate::state::debug(format_args!("ibv_create_qp failed: errno {e} (type {}, send {}/{} recv {}/{} inline {}, cqs {:?} {:?})", attr.qp_type, attr.cap.max_send_wr, attr.cap.max_send_sge, attr.cap.max_recv_wr, attr.cap.max_recv_sge, attr.cap.max_inline_data, attr.send_cq, attr.recv_cq));
         destroy_cqs(cm, key);
         return Err(CmError::Errno(e));
     }
     let ud = attr.qp_type == IBV_QPT_UD;
     let rc = qp_init(qp, ud);
     if rc != 0 {
+        crate::state::debug(format_args!("moving the new QP to INIT failed: {rc}"));
         // SAFETY: qp was just created and is not published.
         unsafe { ibv_destroy_qp(qp) };
         destroy_cqs(cm, key);
@@ -253,6 +255,11 @@ pub extern "C" fn sv_rdma_destroy_srq(id: *mut rdma_cm_id) {
 }
 
 fn create_ep(res: &rdma_addrinfo, pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> CmResult<usize> {
+    // SAFETY: a non-null attr is the application's init attributes; librdmacm sets its QP
+    // type from the addrinfo.
+    if let Some(a) = unsafe { attr.as_mut() } {
+        a.qp_type = res.ai_qp_type as u32;
+    }
     let key = crate::id::new_id(
         &mut lock(),
         None,

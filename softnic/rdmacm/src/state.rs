@@ -301,3 +301,10 @@ fn receive_loop(ep: RawFd) {
         }
     }
 }
+
+/// Prints a diagnostic when SOFTNIC_CM_DEBUG is set.
+pub fn debug(args: std::fmt::Arguments<'_>) {
+    if std::env::var_os("SOFTNIC_CM_DEBUG").is_some() {
+        eprintln!("softnic librdmacm: {args}");
+    }
+}
