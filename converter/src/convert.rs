@@ -16,7 +16,7 @@ use rayon::prelude::*;
 use crate::align::topology::Topology;
 use crate::align::{self, Alignment};
 use crate::error::ConvertError;
-use crate::model::emit::{self, Detail};
+use crate::model::emit::{self, Detail, Format};
 use crate::model::{ModelOptions, ProcessModel, ProcessTotals};
 use crate::progress::Progress;
 use crate::read::input::{expand_inputs, LogInput};
@@ -26,16 +26,6 @@ use sigmatrace_timeline::chrome;
 use sigmatrace_timeline::perfetto::{self, PerfettoSeq};
 use sigmatrace_timeline::NullSink;
 use sigmatrace_timeline::TraceSink;
-
-/// Output format.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-pub enum Format {
-    /// Perfetto protobuf trace (open in ui.perfetto.dev).
-    #[default]
-    Perfetto,
-    /// Chrome JSON trace event format.
-    ChromeJson,
-}
 
 /// Options of [`convert`] and [`stats`].
 #[derive(Clone, Debug)]

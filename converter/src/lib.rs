@@ -18,6 +18,6 @@ pub mod read;
 pub mod report;
 pub mod synth;
 
-pub use convert::{convert, convert_with_report, stats, ConvertOptions, Format, Report, Summary};
+pub use convert::{convert, convert_with_report, stats, ConvertOptions, Report, Summary};
 pub use error::ConvertError;
-pub use model::emit::Detail;
+pub use model::emit::{Detail, Format};

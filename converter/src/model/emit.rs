@@ -8,6 +8,16 @@ use crate::align::topology::{Process, Qp, Topology};
 use crate::read::verbs;
 use sigmatrace_timeline::{CounterUnit, Name, TraceSink, TrackDef, TrackKind};
 
+/// Output format.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+pub enum Format {
+    /// Perfetto protobuf trace (open in ui.perfetto.dev).
+    #[default]
+    Perfetto,
+    /// Chrome JSON trace event format.
+    ChromeJson,
+}
+
 /// How much per-WR detail the trace carries (see README "Detail levels").
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum, serde::Serialize,

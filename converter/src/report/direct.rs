@@ -27,7 +27,7 @@ use sigmatrace_schemas::records::Record;
 use crate::align::topology::{Process, Topology};
 use crate::model::ModelEvent;
 use crate::read::verbs;
-use crate::report::{ReportCtx, Section};
+use crate::report::section::{ReportCtx, Section};
 
 /// mlx5 send opcodes this module classifies.
 mod mlx5 {

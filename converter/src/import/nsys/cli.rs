@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicU64;
 
 use sigmatrace_nsys::NsysReport;
 
-use crate::convert::Format;
+use crate::model::emit::Format;
 use crate::error::ConvertError;
 use crate::import::nsys::{self as nsys_merge, NsysMerged, NsysOptions};
 use sigmatrace_timeline::chrome;

@@ -1,0 +1,120 @@
+//! The clock alignment section: each host's (clock domain's) correction, the causality counts
+//! and the inter-node skew.
+
+use std::any::Any;
+use std::fmt::Write;
+
+use serde_json::{json, Value};
+
+use crate::align::topology::Topology;
+use crate::align::Alignment;
+
+use crate::report::section::{ReportCtx, Section};
+
+/// Clock alignment and inter-node skew.
+pub struct AlignmentSection;
+
+impl Section for AlignmentSection {
+    fn key(&self) -> &'static str {
+        "alignment"
+    }
+    fn fresh(&self, _: &Topology) -> Box<dyn Section> {
+        Box::new(AlignmentSection)
+    }
+    fn merge(&mut self, _: Box<dyn Section>) {}
+    fn text(&self, ctx: &ReportCtx<'_>, out: &mut String) {
+        let a = ctx.alignment;
+        let _ = writeln!(out, "== Clock alignment ({})", a.method);
+        let _ = writeln!(
+            out,
+            "{:<24} {:>14} {:>12} {:>16}",
+            "host", "offset ns", "drift ppm", "uncertainty ns"
+        );
+        for (i, h) in a.hosts.iter().enumerate() {
+            let unc = h
+                .uncertainty_ns
+                .map(|u| format!("±{u:.0}"))
+                .unwrap_or_else(|| "unbounded".into());
+            let mark = if i == a.reference_host {
+                " (reference)"
+            } else {
+                ""
+            };
+            let _ = writeln!(
+                out,
+                "{:<24} {:>14.0} {:>12.3} {:>16}{mark}",
+                h.host, h.offset_ns, h.drift_ppm, unc
+            );
+        }
+        let s = skew_summary(a);
+        let _ = writeln!(
+            out,
+            "inter-node skew: nodes max {:.0} ns mean {:.0} ns; links max {:.0} ns mean {:.0} ns ({} links)",
+            s.0, s.1, s.2, s.3, s.4
+        );
+        let _ = writeln!(
+            out,
+            "message pairs: {} ({} across clock domains); receive before send: before alignment {}, after {}",
+            a.pairs, a.cross_domain_pairs, a.inverted_before, a.inverted_after
+        );
+        let _ = writeln!(
+            out,
+            "causality constraints: {}, dropped as contradictory: {}{}\n",
+            a.constraints,
+            a.dropped_constraints,
+            a.note
+                .as_deref()
+                .map(|n| format!("; {n}"))
+                .unwrap_or_default()
+        );
+        if let Some((n, bad)) = a.verified {
+            let _ = writeln!(out, "verified on the final clocks: {n} matched message pairs, {bad} receive before send\n");
+        }
+    }
+    fn json(&self, ctx: &ReportCtx<'_>) -> Value {
+        let a = ctx.alignment;
+        let s = skew_summary(a);
+        json!({
+            "method": a.method, "reference_host": a.reference_host, "t0_ns": a.t0,
+            "hosts": a.hosts, "links": a.links, "pairs": a.pairs,
+            "domains": a.domains, "cross_domain_pairs": a.cross_domain_pairs,
+            "inverted_before": a.inverted_before, "inverted_after": a.inverted_after,
+            "constraints": a.constraints, "dropped_constraints": a.dropped_constraints, "note": a.note,
+            "verified": a.verified.map(|(n, b)| json!({"pairs": n, "violations": b})),
+            "skew": {"node_max_ns": s.0, "node_mean_ns": s.1, "link_max_ns": s.2, "link_mean_ns": s.3, "links": s.4},
+        })
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// (node max |offset|, node mean, link max |skew|, link mean, links).
+fn skew_summary(a: &Alignment) -> (f64, f64, f64, f64, usize) {
+    let offs: Vec<f64> = a.hosts.iter().map(|h| h.offset_ns.abs()).collect();
+    let links: Vec<f64> = a
+        .links
+        .iter()
+        .filter_map(|l| l.skew_ns.map(f64::abs))
+        .collect();
+    let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+    let mean = |v: &[f64]| {
+        if v.is_empty() {
+            0.0
+        } else {
+            v.iter().sum::<f64>() / v.len() as f64
+        }
+    };
+    (
+        max(&offs),
+        mean(&offs),
+        max(&links),
+        mean(&links),
+        links.len(),
+    )
+}
+
+// ---------------------------------------------------------------------------------------------

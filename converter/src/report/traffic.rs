@@ -1,0 +1,443 @@
+//! Traffic sections: rank × rank and node × node matrices, the per-QP table (counts, bytes,
+//! latency quantiles, errors) and the SVG heatmap.
+
+use std::any::Any;
+use std::fmt::Write;
+
+use serde_json::{json, Value};
+
+use crate::align::topology::{Process, Topology};
+use crate::model::ModelEvent;
+use crate::read::verbs;
+
+use crate::report::section::{ReportCtx, Section};
+
+/// Rank × rank and node × node traffic (bytes and operations, successful WRs).
+#[derive(Default)]
+pub struct Traffic {
+    n: usize,
+    /// [src][dst] bytes moved src → dst (READ counts towards the initiator).
+    pub bytes: Vec<u64>,
+    /// [initiator][target] operations.
+    pub ops: Vec<u64>,
+}
+
+impl Traffic {
+    fn add(&mut self, a: usize, b: usize, bytes: u64) {
+        self.bytes[a * self.n + b] += bytes;
+    }
+    /// Node × node aggregation of a process matrix.
+    pub fn by_node(&self, topo: &Topology, m: &[u64]) -> Vec<u64> {
+        let h = topo.hosts.len();
+        let mut out = vec![0; h * h];
+        for i in 0..self.n {
+            for j in 0..self.n {
+                out[topo.procs[i].host * h + topo.procs[j].host] += m[i * self.n + j];
+            }
+        }
+        out
+    }
+}
+
+impl Section for Traffic {
+    fn key(&self) -> &'static str {
+        "traffic"
+    }
+    fn fresh(&self, topo: &Topology) -> Box<dyn Section> {
+        let n = topo.procs.len();
+        Box::new(Traffic {
+            n,
+            bytes: vec![0; n * n],
+            ops: vec![0; n * n],
+        })
+    }
+    fn observe(&mut self, p: &Process, ev: &ModelEvent<'_>) {
+        if let ModelEvent::WrDone {
+            qp,
+            opcode,
+            bytes,
+            status: 0,
+            ..
+        } = *ev
+        {
+            if let Some((pp, _)) = qp.peer {
+                self.ops[p.index * self.n + pp] += 1;
+                match opcode {
+                    verbs::wr::RDMA_READ => self.add(pp, p.index, bytes as u64),
+                    verbs::wr::ATOMIC_CMP_AND_SWP | verbs::wr::ATOMIC_FETCH_AND_ADD => {
+                        self.add(p.index, pp, 8);
+                        self.add(pp, p.index, 8);
+                    }
+                    _ => self.add(p.index, pp, bytes as u64),
+                }
+            }
+        }
+    }
+    fn merge(&mut self, other: Box<dyn Section>) {
+        if let Ok(o) = other.into_any().downcast::<Traffic>() {
+            if self.n == 0 {
+                *self = *o;
+                return;
+            }
+            for (a, b) in self.bytes.iter_mut().zip(&o.bytes) {
+                *a += b;
+            }
+            for (a, b) in self.ops.iter_mut().zip(&o.ops) {
+                *a += b;
+            }
+        }
+    }
+    fn text(&self, ctx: &ReportCtx<'_>, out: &mut String) {
+        let labels: Vec<String> = ctx.topo.procs.iter().map(|p| p.label()).collect();
+        matrix_text(
+            out,
+            "Traffic rank × rank (bytes, row = source)",
+            &labels,
+            &self.bytes,
+            self.n,
+        );
+        matrix_text(
+            out,
+            "Operations rank × rank (row = initiator)",
+            &labels,
+            &self.ops,
+            self.n,
+        );
+        let hl: Vec<String> = ctx.topo.hosts.iter().map(|h| h.name.clone()).collect();
+        let h = hl.len();
+        matrix_text(
+            out,
+            "Traffic node × node (bytes)",
+            &hl,
+            &self.by_node(ctx.topo, &self.bytes),
+            h,
+        );
+        matrix_text(
+            out,
+            "Operations node × node",
+            &hl,
+            &self.by_node(ctx.topo, &self.ops),
+            h,
+        );
+    }
+    fn json(&self, ctx: &ReportCtx<'_>) -> Value {
+        let rows = |m: &[u64], n: usize| -> Vec<Vec<u64>> {
+            (0..n).map(|i| m[i * n..(i + 1) * n].to_vec()).collect()
+        };
+        let h = ctx.topo.hosts.len();
+        json!({
+            "ranks": ctx.topo.procs.iter().map(|p| p.label()).collect::<Vec<_>>(),
+            "nodes": ctx.topo.hosts.iter().map(|h| h.name.clone()).collect::<Vec<_>>(),
+            "rank_bytes": rows(&self.bytes, self.n), "rank_ops": rows(&self.ops, self.n),
+            "node_bytes": rows(&self.by_node(ctx.topo, &self.bytes), h),
+            "node_ops": rows(&self.by_node(ctx.topo, &self.ops), h),
+        })
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+fn matrix_text(out: &mut String, title: &str, labels: &[String], m: &[u64], n: usize) {
+    let _ = writeln!(out, "== {title}");
+    let w = labels.iter().map(|l| l.len()).max().unwrap_or(4).max(12);
+    let _ = write!(out, "{:<w$}", "");
+    for l in labels {
+        let _ = write!(out, " {l:>w$}");
+    }
+    out.push('\n');
+    for i in 0..n {
+        let _ = write!(out, "{:<w$}", labels[i]);
+        for j in 0..n {
+            let _ = write!(out, " {:>w$}", m[i * n + j]);
+        }
+        out.push('\n');
+    }
+    out.push('\n');
+}
+
+// ---------------------------------------------------------------------------------------------
+
+const BUCKETS: usize = 1024;
+
+fn bucket(v: u64) -> usize {
+    if v < 32 {
+        v as usize
+    } else {
+        let e = 63 - v.leading_zeros() as u64;
+        ((e - 4) * 16 + ((v >> (e - 4)) & 15) + 16) as usize
+    }
+}
+
+fn bucket_value(b: usize) -> u64 {
+    if b < 32 {
+        b as u64
+    } else {
+        let e = (b as u64 - 16) / 16 + 4;
+        let m = (b as u64 - 16) % 16;
+        let lo = (16 + m) << (e - 4);
+        lo + (1u64 << (e - 4)) / 2
+    }
+}
+
+/// Per-QP operation counts, bytes, latency (post → completion) quantiles and errors.
+#[derive(Clone, Default)]
+pub struct QpRow {
+    pub proc_: usize,
+    pub qpn: u32,
+    pub ops: u64,
+    pub bytes: u64,
+    pub errors: u64,
+    pub recvs: u64,
+    pub max_ns: u64,
+    hist: Vec<u64>,
+}
+
+impl QpRow {
+    /// Latency quantile (bucket precision ≈ 6 %).
+    pub fn quantile(&self, q: f64) -> u64 {
+        let total: u64 = self.hist.iter().sum();
+        if total == 0 {
+            return 0;
+        }
+        let want = ((total as f64) * q).ceil().max(1.0) as u64;
+        let mut acc = 0;
+        for (b, &c) in self.hist.iter().enumerate() {
+            acc += c;
+            if acc >= want {
+                return bucket_value(b).min(self.max_ns);
+            }
+        }
+        self.max_ns
+    }
+}
+
+/// Per-QP table.
+#[derive(Default)]
+pub struct QpTable {
+    pub rows: Vec<QpRow>,
+    index: crate::fastmap::FastMap<(usize, u32), usize>,
+    /// Last rows used: (process, qpn, row + 1).
+    cache: [(usize, u32, usize); 8],
+}
+
+impl QpTable {
+    #[inline]
+    fn row(&mut self, p: usize, qpn: u32) -> &mut QpRow {
+        let slot = qpn as usize & 7;
+        let c = self.cache[slot];
+        if c.2 != 0 && c.0 == p && c.1 == qpn {
+            return &mut self.rows[c.2 - 1];
+        }
+        let i = self.row_slow(p, qpn);
+        self.cache[slot] = (p, qpn, i + 1);
+        &mut self.rows[i]
+    }
+
+    fn row_slow(&mut self, p: usize, qpn: u32) -> usize {
+        let rows = &mut self.rows;
+        let i = *self.index.entry((p, qpn)).or_insert_with(|| {
+            rows.push(QpRow {
+                proc_: p,
+                qpn,
+                hist: vec![0; BUCKETS],
+                ..Default::default()
+            });
+            rows.len() - 1
+        });
+        i
+    }
+}
+
+impl Section for QpTable {
+    fn key(&self) -> &'static str {
+        "qps"
+    }
+    fn fresh(&self, _: &Topology) -> Box<dyn Section> {
+        Box::new(QpTable::default())
+    }
+    fn observe(&mut self, p: &Process, ev: &ModelEvent<'_>) {
+        match *ev {
+            ModelEvent::WrDone {
+                qp,
+                bytes,
+                post,
+                done,
+                status,
+                ..
+            } => {
+                let r = self.row(p.index, qp.qpn);
+                r.ops += 1;
+                if status != 0 {
+                    r.errors += 1;
+                } else {
+                    r.bytes += bytes as u64;
+                }
+                let lat = (done - post).max(0) as u64;
+                r.max_ns = r.max_ns.max(lat);
+                r.hist[bucket(lat)] += 1;
+            }
+            ModelEvent::RecvDone { qp, status, .. } => {
+                let r = self.row(p.index, qp.qpn);
+                r.recvs += 1;
+                if status != 0 {
+                    r.errors += 1;
+                }
+            }
+        }
+    }
+    fn merge(&mut self, other: Box<dyn Section>) {
+        if let Ok(o) = other.into_any().downcast::<QpTable>() {
+            self.rows.extend(o.rows);
+            self.rows.sort_by_key(|r| (r.proc_, r.qpn));
+            self.index = self
+                .rows
+                .iter()
+                .enumerate()
+                .map(|(i, r)| ((r.proc_, r.qpn), i))
+                .collect();
+            self.cache = Default::default();
+        }
+    }
+    fn text(&self, ctx: &ReportCtx<'_>, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "== Queue pairs (send-queue WR latency post → completion)"
+        );
+        let _ = writeln!(
+            out,
+            "{:<12} {:>10} {:<24} {:>10} {:>14} {:>9} {:>10} {:>10} {:>10} {:>7}",
+            "rank", "QP", "peer", "ops", "bytes", "recvs", "p50 ns", "p99 ns", "max ns", "errors"
+        );
+        for r in &self.rows {
+            let p = &ctx.topo.procs[r.proc_];
+            let peer = p
+                .qp(r.qpn)
+                .and_then(|q| q.peer)
+                .map(|(pp, pq)| format!("{} QP {pq:#x}", ctx.topo.procs[pp].label()))
+                .unwrap_or_else(|| "-".into());
+            let _ = writeln!(
+                out,
+                "{:<12} {:>10} {:<24} {:>10} {:>14} {:>9} {:>10} {:>10} {:>10} {:>7}",
+                p.label(),
+                format!("{:#x}", r.qpn),
+                peer,
+                r.ops,
+                r.bytes,
+                r.recvs,
+                r.quantile(0.5),
+                r.quantile(0.99),
+                r.max_ns,
+                r.errors
+            );
+        }
+        out.push('\n');
+    }
+    fn json(&self, ctx: &ReportCtx<'_>) -> Value {
+        Value::Array(
+            self.rows
+                .iter()
+                .map(|r| {
+                    let p = &ctx.topo.procs[r.proc_];
+                    json!({
+                        "rank": p.rank, "process": p.label(), "qpn": r.qpn,
+                        "peer": p.qp(r.qpn).and_then(|q| q.peer).map(|(pp, pq)| json!({"process": ctx.topo.procs[pp].label(), "rank": ctx.topo.procs[pp].rank, "qpn": pq})),
+                        "ops": r.ops, "bytes": r.bytes, "recvs": r.recvs, "errors": r.errors,
+                        "latency_ns": {"p50": r.quantile(0.5), "p99": r.quantile(0.99), "max": r.max_ns},
+                    })
+                })
+                .collect(),
+        )
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// SVG heatmap of a square matrix (log colour scale).
+pub fn heatmap_svg(title: &str, labels: &[String], m: &[u64]) -> String {
+    let n = labels.len().max(1);
+    let cell = (640 / n).clamp(4, 48);
+    let margin = 120;
+    let size = margin + cell * n + 20;
+    let max = m.iter().copied().max().unwrap_or(0).max(1) as f64;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{size}\" height=\"{}\" font-family=\"sans-serif\" font-size=\"10\">",
+        size + 20
+    );
+    let _ = writeln!(
+        s,
+        "<text x=\"10\" y=\"16\" font-size=\"14\">{}</text>",
+        xml(title)
+    );
+    for i in 0..labels.len() {
+        for j in 0..labels.len() {
+            let v = m[i * labels.len() + j];
+            let f = if v == 0 {
+                0.0
+            } else {
+                ((v as f64).ln_1p() / max.ln_1p()).clamp(0.0, 1.0)
+            };
+            let (r, g, b) = (255.0 - 200.0 * f, 255.0 - 150.0 * f, 255.0 - 30.0 * f);
+            let _ = writeln!(
+                s,
+                "<rect x=\"{}\" y=\"{}\" width=\"{cell}\" height=\"{cell}\" fill=\"rgb({:.0},{:.0},{:.0})\" stroke=\"#ddd\"><title>{} → {}: {v}</title></rect>",
+                margin + j * cell,
+                margin + i * cell,
+                r,
+                g,
+                b,
+                xml(&labels[i]),
+                xml(&labels[j])
+            );
+        }
+        if cell >= 8 {
+            let _ = writeln!(
+                s,
+                "<text x=\"4\" y=\"{}\">{}</text>",
+                margin + i * cell + cell / 2 + 3,
+                xml(&labels[i])
+            );
+            let _ = writeln!(
+                s,
+                "<text transform=\"translate({},{}) rotate(-60)\">{}</text>",
+                margin + i * cell + cell / 2,
+                margin - 4,
+                xml(&labels[i])
+            );
+        }
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+fn xml(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_monotone_and_close() {
+        let mut last = 0;
+        for v in [0u64, 1, 31, 32, 33, 100, 1000, 12345, 1 << 40] {
+            let b = bucket(v);
+            assert!(b >= last && b < BUCKETS);
+            last = b;
+            let r = bucket_value(b) as f64;
+            assert!((r - v as f64).abs() <= v as f64 * 0.07 + 1.0, "{v} → {r}");
+        }
+    }
+}
