@@ -8,9 +8,7 @@ use std::path::{Path, PathBuf};
 pub fn fixture(name: &str) -> PathBuf {
     let dir = std::env::var_os("SIGMATRACE_NSYS_FIXTURES")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/nsys")
-        });
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/nsys"));
     let path = dir.join(name);
     assert!(
         path.is_file(),
