@@ -24,7 +24,10 @@ pub fn ret(r: CmResult<()>) -> i32 {
 #[track_caller]
 pub fn einval<T>() -> CmResult<T> {
     if std::env::var_os("SOFTNIC_CM_DEBUG").is_some() {
-        eprintln!("softnic librdmacm: EINVAL at {}", std::panic::Location::caller());
+        eprintln!(
+            "softnic librdmacm: EINVAL at {}",
+            std::panic::Location::caller()
+        );
     }
     Err(CmError::Errno(libc::EINVAL))
 }

@@ -1,0 +1,325 @@
+//! rdmacm-utils clients and `ib_write_bw -R`, unmodified, on softnic's librdmacm: server on
+//! simulated node 1 (127.0.1.1), client on node 2, each pair run untraced and traced
+//! (LD_PRELOAD=libsigmatrace.so). Both runs must exit 0 with the same output shape (digits
+//! masked), and each traced process must leave one readable log whose work requests are the
+//! ones the program's protocol posts.
+
+use sigmatrace_schemas::{LogFile, Record};
+use sigmatrace_testkit::{free_port, softnic_run, system_bin, Cmd, Out};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const LIMIT: Duration = Duration::from_secs(120);
+const PS_TCP: &str = "106";
+const PS_UDP: &str = "111";
+const WR_RDMA_WRITE: u8 = 0;
+const WR_SEND: u8 = 2;
+const WR_SEND_WITH_IMM: u8 = 3;
+const WR_RDMA_READ: u8 = 4;
+
+/// Whether a socket named `...:<ps>:127.0.1.1:<port>` (a bound softnic CM id) exists.
+fn cm_listening(ps: &str, port: u16) -> bool {
+    let suffix = format!(":{ps}:127.0.1.1:{port}");
+    std::fs::read_to_string("/proc/net/unix")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.contains("@softnic-cm:") && l.trim_end().ends_with(&suffix))
+}
+
+struct Pair {
+    server: Out,
+    client: Out,
+}
+
+/// Runs server and client under softnic-run on a fresh fabric, traced into `logs` if given.
+fn run_pair(server: &[String], client: &[String], ready: (&str, u16), logs: Option<&Path>) -> Pair {
+    let dir = tempfile::tempdir().unwrap();
+    let fabric = dir.path().join("fabric").display().to_string();
+    let run = softnic_run().display().to_string();
+    let mk = |node: &str, prog: &[String], sub: &str| {
+        let mut v = vec![run.clone(), "--node".into(), node.into(), "--fabric".into()];
+        v.extend([fabric.clone(), "--".into(), system_bin(&prog[0])]);
+        v.extend(prog[1..].iter().cloned());
+        let c = Cmd::new(&v);
+        match logs {
+            Some(l) => c.traced(&l.join(sub)),
+            None => c,
+        }
+    };
+    let s = mk("1", server, "server").spawn();
+    let t0 = Instant::now();
+    while !cm_listening(ready.0, ready.1) && t0.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let c = mk("2", client, "client").spawn();
+    let client = c.wait(LIMIT);
+    let server = s.wait(LIMIT);
+    Pair { server, client }
+}
+
+/// Output with every number replaced by `#` (timings, PSNs, QPNs vary between runs).
+fn shape(s: &str) -> Vec<String> {
+    s.lines()
+        .filter(|l| !l.contains("CPU Frequency") && !l.contains("Conflicting CPU frequency"))
+        .map(|l| {
+            let mut out = String::new();
+            let mut prev_alnum = false;
+            let mut in_num = false;
+            for ch in l.chars() {
+                if in_num && (ch.is_ascii_hexdigit() || ch == 'x' || ch == '.') {
+                    continue;
+                }
+                in_num = false;
+                if ch.is_ascii_digit() && !prev_alnum {
+                    out.push('#');
+                    in_num = true;
+                } else {
+                    out.push(ch);
+                }
+                prev_alnum = ch.is_ascii_alphanumeric();
+            }
+            out.split_whitespace().collect::<Vec<_>>().join(" ")
+        })
+        .collect()
+}
+
+/// What one traced process logged: (opcode, bytes) of each posted send, and record counts.
+#[derive(Debug, Default)]
+struct Logged {
+    sends: Vec<(u8, u32)>,
+    recvs: usize,
+    completions: usize,
+    qps: usize,
+    modifies: usize,
+}
+
+/// Decodes the single log a traced process wrote into `dir` (every record must decode).
+fn read_log(dir: &Path) -> Logged {
+    let mut logs: Vec<_> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "sigmalog"))
+        .collect();
+    assert_eq!(logs.len(), 1, "one log in {}: {logs:?}", dir.display());
+    let path = logs.pop().unwrap();
+    let log = LogFile::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(
+        log.salvage().is_clean(),
+        "{} not closed cleanly",
+        path.display()
+    );
+    let mut l = Logged::default();
+    for c in log.chunks() {
+        for raw in log.records(c) {
+            let raw = raw.unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            match raw
+                .decode()
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            {
+                Record::PostSend(r) => l.sends.push((r.opcode, r.bytes)),
+                Record::PostRecv(_) => l.recvs += 1,
+                Record::WorkCompletion(_) => l.completions += 1,
+                Record::QpCreate(_) => l.qps += 1,
+                Record::QpModify(_) => l.modifies += 1,
+                _ => {}
+            }
+        }
+    }
+    l
+}
+
+/// Untraced, then traced: both succeed with the same output shape; returns the two logs.
+fn traced_like_untraced(
+    server: &[&str],
+    client: &[&str],
+    ready: (&str, u16),
+) -> (Logged, Logged, Pair) {
+    let own = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let (server, client) = (own(server), own(client));
+    let plain = run_pair(&server, &client, ready, None);
+    assert!(
+        plain.server.ok() && plain.client.ok(),
+        "{server:?} / {client:?} untraced:\n{:#?}\n{:#?}",
+        plain.server,
+        plain.client
+    );
+    let logs = tempfile::tempdir().unwrap();
+    let traced = run_pair(&server, &client, ready, Some(logs.path()));
+    assert!(
+        traced.server.ok() && traced.client.ok(),
+        "{server:?} / {client:?} traced:\n{:#?}\n{:#?}",
+        traced.server,
+        traced.client
+    );
+    for (p, t, who) in [
+        (&plain.server, &traced.server, "server"),
+        (&plain.client, &traced.client, "client"),
+    ] {
+        assert_eq!(shape(&p.stdout), shape(&t.stdout), "{who} stdout");
+        assert_eq!(shape(&p.stderr), shape(&t.stderr), "{who} stderr");
+    }
+    let s = read_log(&logs.path().join("server"));
+    let c = read_log(&logs.path().join("client"));
+    (s, c, plain)
+}
+
+fn count(sends: &[(u8, u32)], opcode: u8, bytes: u32) -> usize {
+    sends.iter().filter(|s| **s == (opcode, bytes)).count()
+}
+
+#[test]
+fn rping() {
+    let port = free_port();
+    let p = port.to_string();
+    let n = 20;
+    let c = n.to_string();
+    let (s, cl, plain) = traced_like_untraced(
+        &["rping", "-s", "-a", "127.0.1.1", "-p", &p, "-C", &c],
+        &["rping", "-c", "-a", "127.0.1.1", "-p", &p, "-C", &c, "-v"],
+        (PS_TCP, port),
+    );
+    // The client prints each of its n ping buffers, as the server received them.
+    let pings: Vec<_> = plain
+        .client
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("ping data: rdma-ping-"))
+        .collect();
+    assert_eq!(pings.len(), n, "{}", plain.client.stdout);
+    assert!(
+        plain.server.stderr.contains("DISCONNECT EVENT"),
+        "{}",
+        plain.server.stderr
+    );
+    // Per iteration: the client SENDs its source and then its sink buffer advertisement (16
+    // bytes each); the server RDMA READs the ping (64 bytes by default), SENDs "go ahead",
+    // RDMA WRITEs the ping back and SENDs "done".
+    assert_eq!(cl.sends.len(), 2 * n, "{:?}", cl.sends);
+    assert_eq!(count(&cl.sends, WR_SEND, 16), 2 * n);
+    assert_eq!(count(&s.sends, WR_RDMA_READ, 64), n, "{:?}", s.sends);
+    assert_eq!(count(&s.sends, WR_RDMA_WRITE, 64), n);
+    assert_eq!(count(&s.sends, WR_SEND, 16), 2 * n);
+    assert_eq!((s.qps, cl.qps), (1, 1));
+    // INIT, RTR, RTS (librdmacm) and ERR (rdma_disconnect) on each side.
+    assert_eq!((s.modifies, cl.modifies), (4, 4));
+}
+
+#[test]
+fn ucmatose() {
+    let port = free_port();
+    let p = port.to_string();
+    let (s, c, plain) = traced_like_untraced(
+        &[
+            "ucmatose",
+            "-b",
+            "127.0.1.1",
+            "-p",
+            &p,
+            "-C",
+            "15",
+            "-S",
+            "200",
+        ],
+        &[
+            "ucmatose",
+            "-s",
+            "127.0.1.1",
+            "-p",
+            &p,
+            "-C",
+            "15",
+            "-S",
+            "200",
+        ],
+        (PS_TCP, port),
+    );
+    assert!(
+        plain.server.stdout.contains("disconnected"),
+        "{}",
+        plain.server.stdout
+    );
+    assert!(plain.client.stdout.contains("return status 0"));
+    // Each side sends its 15 messages of 200 bytes (server first, client replies).
+    assert_eq!(count(&s.sends, WR_SEND, 200), 15, "{:?}", s.sends);
+    assert_eq!(count(&c.sends, WR_SEND, 200), 15, "{:?}", c.sends);
+    assert_eq!((s.sends.len(), c.sends.len()), (15, 15));
+}
+
+#[test]
+fn udaddy() {
+    let (s, c, plain) = traced_like_untraced(
+        &["udaddy", "-b", "127.0.1.1", "-C", "12", "-S", "100"],
+        &["udaddy", "-s", "127.0.1.1", "-C", "12", "-S", "100"],
+        (PS_UDP, 7174),
+    );
+    assert!(plain.client.stdout.contains("return status 0"));
+    // UD datagrams carrying the sender's QPN as immediate data: the client sends 12 of 100
+    // bytes, the server replies to each through an AH made from the completion.
+    assert_eq!(count(&c.sends, WR_SEND_WITH_IMM, 100), 12, "{:?}", c.sends);
+    assert_eq!(count(&s.sends, WR_SEND_WITH_IMM, 100), 12, "{:?}", s.sends);
+    assert_eq!((s.sends.len(), c.sends.len()), (12, 12));
+}
+
+#[test]
+fn rdma_server_client() {
+    let port = free_port();
+    let p = port.to_string();
+    let (s, c, plain) = traced_like_untraced(
+        &["rdma_server", "-s", "127.0.1.1", "-p", &p],
+        &["rdma_client", "-s", "127.0.1.1", "-p", &p],
+        (PS_TCP, port),
+    );
+    assert!(
+        plain.server.stdout.contains("rdma_server: end 0"),
+        "{}",
+        plain.server.stdout
+    );
+    assert!(
+        plain.client.stdout.contains("rdma_client: end 0"),
+        "{}",
+        plain.client.stdout
+    );
+    // One 16-byte message each way (rdma_post_send through rdma_verbs.h).
+    assert_eq!(c.sends, vec![(WR_SEND, 16)]);
+    assert_eq!(s.sends, vec![(WR_SEND, 16)]);
+    assert_eq!((s.recvs, c.recvs), (1, 1));
+}
+
+#[test]
+fn ib_write_bw_rdma_cm() {
+    let port = free_port();
+    let p = port.to_string();
+    let n = 200;
+    let iters = n.to_string();
+    let (s, c, plain) = traced_like_untraced(
+        &["ib_write_bw", "-R", "-n", &iters, "-p", &p],
+        &["ib_write_bw", "-R", "-n", &iters, "-p", &p, "127.0.1.1"],
+        (PS_TCP, port),
+    );
+    assert!(
+        plain.client.stdout.contains("Data ex. method : rdma_cm"),
+        "{}",
+        plain.client.stdout
+    );
+    let row = plain
+        .client
+        .stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("65536"))
+        .unwrap_or_else(|| panic!("no result row:\n{}", plain.client.stdout));
+    let cols: Vec<f64> = row
+        .split_whitespace()
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    assert_eq!(cols[1], n as f64, "{row}");
+    assert!(cols[3] > 0.0, "{row}");
+    // The client writes n messages of 64 KiB; the server only receives.
+    assert_eq!(
+        count(&c.sends, WR_RDMA_WRITE, 65536),
+        n,
+        "{:?}",
+        c.sends.len()
+    );
+    assert_eq!(count(&s.sends, WR_RDMA_WRITE, 65536), 0);
+    assert!(s.qps >= 1 && c.qps >= 1);
+}
