@@ -21,7 +21,7 @@ const LAYERS: &[&[&str]] = &[
     &["model"],
     &["report"],
     &["import"],
-    &["convert"],
+    &["pipeline"],
     &["synth"],
     &["lib"],
 ];
