@@ -201,7 +201,7 @@ impl PerfettoSeq {
         }
     }
 
-    /// Compresses the packets while they are written ([`super::fastz`]): [`TraceSink::take`]
+    /// Compresses the packets while they are written ([`crate::fastz`]): [`TraceSink::take`]
     /// then returns one framed `compressed_packets` packet per call.
     pub fn compressed(mut self) -> Self {
         self.z = Some(Box::new(FastZ::new()));
