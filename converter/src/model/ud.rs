@@ -60,17 +60,13 @@ fn count(input: &LogInput, ud_qps: &[u32]) -> Counts {
     for mut cur in input.thread_cursors() {
         while let Some((_, r)) = cur.pop(&mut issues) {
             match Hot::of(&r) {
-                Some(Hot::PostSend(ps)) => {
-                    if is_ud(ps.qpn) && verbs::consumes_recv(ps.opcode) {
-                        *c.send.entry((ps.qpn, ps.rkey, ps.remote_addr)).or_default() += 1;
-                    }
+                Some(Hot::PostSend(ps)) if is_ud(ps.qpn) && verbs::consumes_recv(ps.opcode) => {
+                    *c.send.entry((ps.qpn, ps.rkey, ps.remote_addr)).or_default() += 1;
                 }
-                Some(Hot::Completion(wc)) => {
-                    if is_ud(wc.qpn) && is_received_message(wc) {
-                        *c.recv.entry((wc.qpn, wc.src_qp, wc.slid)).or_default() += 1;
-                    }
+                Some(Hot::Completion(wc)) if is_ud(wc.qpn) && is_received_message(wc) => {
+                    *c.recv.entry((wc.qpn, wc.src_qp, wc.slid)).or_default() += 1;
                 }
-                Some(Hot::PostRecv(_)) => {}
+                Some(_) => {}
                 None if r.kind == RecordKind::AhCreate as u16 => {
                     if let Ok(ah) = bytemuck::try_from_bytes::<AhCreate>(r.bytes) {
                         c.ah_dlid.insert(ah.ah, ah.dlid);
