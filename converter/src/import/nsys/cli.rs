@@ -7,9 +7,9 @@ use std::sync::atomic::AtomicU64;
 
 use sigmatrace_nsys::NsysReport;
 
-use crate::model::emit::Format;
 use crate::error::ConvertError;
 use crate::import::nsys::{self as nsys_merge, NsysMerged, NsysOptions};
+use crate::model::emit::Format;
 use sigmatrace_timeline::chrome;
 use sigmatrace_timeline::perfetto::{self, PerfettoSeq};
 use sigmatrace_timeline::TraceSink;
