@@ -37,6 +37,11 @@ fn main() {
         map.display()
     );
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libibverbs.so.1");
+    println!("cargo:rerun-if-changed=src/verbs/varargs.c");
+    cc::Build::new()
+        .file(manifest.join("src/verbs/varargs.c"))
+        .warnings(true)
+        .compile("softnic_varargs");
 
     // 3. C programs (tests and benchmark), linked against the system libibverbs; at run time
     //    softnic-run makes them load softnic instead.

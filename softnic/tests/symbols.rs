@@ -124,6 +124,68 @@ fn objdump_shows_versions_sonames_and_no_real_libibverbs() {
     assert!(p.contains("SONAME               libefa.so.1"), "{p}");
 }
 
+/// `(version, name)` of every defined dynamic symbol in `objdump -T` output; hidden (compat)
+/// versions keep their parentheses. Unversioned (`Base`) symbols — softnic's own `sv_*`
+/// targets — are left out: they are in no rdma-core namespace.
+fn defined_versioned(dynsym: &str) -> std::collections::BTreeSet<(String, String)> {
+    dynsym
+        .lines()
+        .filter(|l| l.contains(" g ") && !l.contains("*UND*"))
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() >= 7).then(|| (f[f.len() - 2].to_string(), f[f.len() - 1].to_string()))
+        })
+        // Base: unversioned; name == version: a version node's own marker (absolute symbol some
+        // linkers emit), not an entry point.
+        .filter(|(v, n)| v != "Base" && v != n)
+        .collect()
+}
+
+fn objdump_path(path: &std::path::Path) -> String {
+    let out = Command::new("objdump")
+        .arg("-T")
+        .arg(path)
+        .output()
+        .expect("objdump (binutils) must be installed");
+    assert!(out.status.success(), "objdump -T {}", path.display());
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The installed rdma-core library `name` (Debian multiarch or plain lib directories).
+fn installed(name: &str) -> std::path::PathBuf {
+    ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib"]
+        .iter()
+        .map(|d| std::path::Path::new(d).join(name))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| {
+            panic!("{name} not installed (scripts/install-deps.sh installs rdma-core)")
+        })
+}
+
+#[test]
+fn exports_equal_the_installed_rdma_core_libraries() {
+    let _ = softnic_run();
+    for (real, ours) in [
+        ("libibverbs.so.1", "libsoftnic_verbs.so"),
+        ("libmlx5.so.1", "libsoftnic_mlx5.so"),
+        ("libefa.so.1", "libsoftnic_efa.so"),
+    ] {
+        let want = defined_versioned(&objdump_path(&installed(real)));
+        let have = defined_versioned(&objdump(&["-T"], ours));
+        assert!(
+            want.len() >= 6,
+            "{real}: only {} versioned symbols",
+            want.len()
+        );
+        let missing: Vec<_> = want.difference(&have).collect();
+        let extra: Vec<_> = have.difference(&want).collect();
+        assert!(
+            missing.is_empty() && extra.is_empty(),
+            "{ours} vs installed {real}: missing {missing:?}, not in the real library {extra:?}"
+        );
+    }
+}
+
 #[test]
 fn softnic_run_keeps_ld_preload_and_sets_environment() {
     let out = Command::new(softnic_run())

@@ -5,14 +5,20 @@
 //! softnic-run --print-lib-dir
 //! ```
 //!
-//! Puts a directory holding `libibverbs.so.1`, `libmlx5.so.1`, `libefa.so.1` (symlinks to the
-//! built softnic libraries) first on LD_LIBRARY_PATH, sets SOFTNIC_NODE / SOFTNIC_FABRIC when
-//! given, keeps every other variable (LD_PRELOAD included) and execs CMD.
+//! Puts a directory holding `libibverbs.so.1`, `libmlx5.so.1`, `libefa.so.1`, `librdmacm.so.1`
+//! (symlinks to the built softnic libraries) first on LD_LIBRARY_PATH, sets SOFTNIC_NODE /
+//! SOFTNIC_FABRIC when given, sets SYSFS_PATH to a generated sysfs tree of the node's device
+//! and shows it at /sys/class/infiniband{,_verbs} in a private mount namespace where the
+//! kernel allows it (one message on stderr where it does not), keeps every other variable
+//! (LD_PRELOAD included) and execs CMD.
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
+
+#[path = "softnic-run/sysfs.rs"]
+mod sysfs;
 
 #[derive(Debug, thiserror::Error)]
 enum RunError {
@@ -26,6 +32,8 @@ enum RunError {
     Io(PathBuf, std::io::Error),
     #[error("exec {0:?}: {1}")]
     Exec(OsString, std::io::Error),
+    #[error("{0}")]
+    Sysfs(#[from] sysfs::SysfsError),
 }
 
 /// (soname links, built file name)
@@ -80,6 +88,10 @@ fn run() -> Result<(), RunError> {
             Some("--fabric") => fabric = Some(args.next().ok_or(RunError::Usage)?),
             Some("--lib-dir") => build_dir = Some(args.next().ok_or(RunError::Usage)?.into()),
             Some("--print-lib-dir") => print = true,
+            Some("--write-sysfs") => {
+                let dir = PathBuf::from(args.next().ok_or(RunError::Usage)?);
+                return Ok(sysfs::write_tree(&dir)?);
+            }
             Some("--") => {
                 cmd.extend(args.by_ref());
                 break;
@@ -114,6 +126,14 @@ fn run() -> Result<(), RunError> {
     }
     let mut c = Command::new(&cmd[0]);
     c.args(&cmd[1..]).env("LD_LIBRARY_PATH", ld);
+    let node_num = node
+        .clone()
+        .or_else(|| std::env::var("SOFTNIC_NODE").ok())
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .filter(|n| *n < 0xfffe)
+        // softnic's default node: this process keeps its pid across exec.
+        .unwrap_or(1000 + std::process::id() % 60000);
+    show_sysfs(&mut c, &build_dir, &dir, node_num);
     if let Some(n) = node {
         c.env("SOFTNIC_NODE", n);
     }
@@ -121,6 +141,26 @@ fn run() -> Result<(), RunError> {
         c.env("SOFTNIC_FABRIC", f);
     }
     Err(RunError::Exec(cmd[0].clone(), c.exec()))
+}
+
+/// SYSFS_PATH and the /sys/class view (see sysfs.rs); failures are reported once and the
+/// program still runs.
+fn show_sysfs(c: &mut Command, build_dir: &Path, lib_dir: &Path, node: u32) {
+    let tree = match sysfs::tree(build_dir, lib_dir, node) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("softnic-run: no sysfs view of softnic's device: {e}");
+            return;
+        }
+    };
+    c.env("SYSFS_PATH", &tree);
+    if let Err(e) = sysfs::private_view(&tree) {
+        eprintln!(
+            "softnic-run: /sys/class/infiniband not shown ({e}; needs root or CAP_SYS_ADMIN); \
+             softnic's sysfs tree is at SYSFS_PATH={}",
+            tree.display()
+        );
+    }
 }
 
 fn main() -> ExitCode {

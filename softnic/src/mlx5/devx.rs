@@ -391,6 +391,32 @@ pub unsafe extern "C" fn sv_mlx5dv_devx_obj_modify(
     }
 }
 
+/// `mlx5dv_devx_qp_modify`: the QP transition commands of `obj_modify`, on a verbs QP.
+#[no_mangle]
+pub unsafe extern "C" fn sv_mlx5dv_devx_qp_modify(
+    qp: *mut ibv_qp,
+    inp: *const c_void,
+    inlen: usize,
+    out: *mut c_void,
+    outlen: usize,
+) -> c_int {
+    if qp.is_null() || inp.is_null() || out.is_null() || inlen < 8 || outlen < 16 {
+        return libc::EINVAL;
+    }
+    match modify_qp_cmd(qp, inp as *const u8, inlen) {
+        Ok(()) => {
+            set_out(out as *mut u8, outlen, STAT_OK, 0, 0);
+            0
+        }
+        Err(CmdErr(st, sy)) => {
+            set_out(out as *mut u8, outlen, st, sy, 0);
+            libc::EREMOTEIO
+        }
+    }
+}
+
+/// `mlx5dv_devx_obj_query` (also the queries of verbs objects, `mlx5dv_devx_{qp,cq,srq,wq,
+/// ind_tbl}_query`, and the modify commands of non-QP verbs objects): PRM status BAD_OP.
 #[no_mangle]
 pub unsafe extern "C" fn sv_mlx5dv_devx_obj_query(
     obj: *mut c_void,

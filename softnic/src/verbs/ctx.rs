@@ -280,17 +280,26 @@ pub unsafe extern "C" fn vctx_query_port(
 
 #[no_mangle]
 pub unsafe extern "C" fn sv_ibv_query_port(
-    ctx: *mut ibv_context,
+    _ctx: *mut ibv_context,
     port: u8,
     attr: *mut _compat_ibv_port_attr,
 ) -> c_int {
-    vctx_query_port(
-        ctx,
-        port,
-        attr as *mut ibv_port_attr,
-        size_of::<_compat_ibv_port_attr>(),
-    )
+    // `struct _compat_ibv_port_attr` is only declared in the public header (bindgen makes it
+    // empty); rdma-core defines it as ibv_port_attr up to and including `flags` (48 bytes).
+    if port != 1 {
+        return libc::EINVAL;
+    }
+    let p = port_attr();
+    std::ptr::copy_nonoverlapping(
+        &p as *const _ as *const u8,
+        attr as *mut u8,
+        COMPAT_PORT_ATTR_SIZE,
+    );
+    0
 }
+
+/// `sizeof(struct _compat_ibv_port_attr)`: the bytes of `ibv_port_attr` through `flags`.
+pub const COMPAT_PORT_ATTR_SIZE: usize = std::mem::offset_of!(ibv_port_attr, flags) + 1;
 
 #[no_mangle]
 pub unsafe extern "C" fn sv_ibv_query_gid(

@@ -59,3 +59,9 @@ check!(offset_of!(crate::verbs::qp::SnQp, qpx), 0);
 check!(offset_of!(crate::verbs::qp::SnQp, comp_mask), 352);
 check!(offset_of!(crate::verbs::objects::SnCq, cq), 0);
 check!(offset_of!(crate::verbs::ctx::SnContext, vctx), 0);
+
+// The IBVERBS_1.1 ibv_query_port fills `struct _compat_ibv_port_attr`: ibv_port_attr up to
+// `flags` (offset 47), 48 bytes.
+check!(offset_of!(ibv_port_attr, flags), 47);
+check!(crate::verbs::ctx::COMPAT_PORT_ATTR_SIZE, 48);
+check!(offset_of!(ibv_port_attr, port_cap_flags2), 48);

@@ -145,9 +145,24 @@ pub extern "C" fn sv_mbps_to_ibv_rate(mbps: c_int) -> u32 {
         .map_or(IBV_RATE_MAX, |r| r.0)
 }
 
+/// `ibv_get_sysfs_path`: `$SYSFS_PATH` without trailing slashes, else `/sys` (read once, as
+/// rdma-core does).
 #[no_mangle]
 pub extern "C" fn sv_ibv_get_sysfs_path() -> *const c_char {
-    c"/sys".as_ptr()
+    static PATH: std::sync::OnceLock<std::ffi::CString> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        let p = std::env::var_os("SYSFS_PATH")
+            .map(|v| {
+                use std::os::unix::ffi::OsStrExt;
+                let b = v.as_bytes();
+                let end = b.iter().rposition(|&c| c != b'/').map_or(0, |i| i + 1);
+                b[..end].to_vec()
+            })
+            .filter(|b| !b.is_empty() && !b.contains(&0))
+            .unwrap_or_else(|| b"/sys".to_vec());
+        std::ffi::CString::new(p).expect("no NUL")
+    })
+    .as_ptr()
 }
 
 /// The sysfs attributes softnic's device presents (relative to its ibdev path).

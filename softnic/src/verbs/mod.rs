@@ -3,7 +3,8 @@
 //!
 //! `ctx` (devices, contexts, queries, async events) → `objects` (PD, MR, MW, channels, CQ,
 //! SRQ, AH) → `qp` (QP creation and state machine) → `datapath` (the per-object `ops` pointers:
-//! post, poll, `ibv_wr_*`, `ibv_cq_ex`); `misc` holds helper and unsupported entry points;
+//! post, poll, `ibv_wr_*`, `ibv_cq_ex`); `misc` holds helper entry points; `unsupported` the not-supported results and the
+//! provider interface (with `varargs.c` for its two variadic functions);
 //! `layout` checks the bindgen'd layouts at compile time; `by_number` finds PDs and CQs by
 //! the numbers PRM commands use. All of it runs on `crate::wire`.
 
@@ -14,3 +15,4 @@ pub mod layout;
 pub mod misc;
 pub mod objects;
 pub mod qp;
+pub mod unsupported;

@@ -6,7 +6,11 @@
 //! node IBVERBS_1.1 IBVERBS_1.0      # version node, optional parent
 //! sym  IBVERBS_1.1 @@ ibv_open_device sv_ibv_open_device
 //! sym  IBVERBS_1.0 @  ibv_open_device sv_compat_ptr
+//! data IBVERBS_PRIVATE_34 @@ verbs_allow_disassociate_destroy 1
 //! ```
+//!
+//! A `data` line exports a zero-initialised object of the given size in bytes (for the few
+//! exported variables) instead of a trampoline.
 //!
 //! `@@` is the default version of a name, `@` a hidden (compat) version. For each `sym` line the
 //! generator emits an x86_64 trampoline `jmp target@PLT` and a `.symver` directive naming it
@@ -34,7 +38,10 @@ pub struct Sym {
     pub version: String,
     pub default: bool,
     pub name: String,
-    pub target: String,
+    /// The `sv_*` function the trampoline jumps to; `None` for a data object.
+    pub target: Option<String>,
+    /// Size in bytes of a data object (0 for functions).
+    pub size: usize,
 }
 
 /// A parsed table: version nodes (name, parent) in order, and symbols.
@@ -62,7 +69,7 @@ impl Table {
                 "node" if f.len() == 2 || f.len() == 3 => t
                     .nodes
                     .push((f[1].to_string(), f.get(2).map(|s| s.to_string()))),
-                "sym" if f.len() == 5 => {
+                "sym" | "data" if f.len() == 5 => {
                     let default = match f[2] {
                         "@@" => true,
                         "@" => false,
@@ -71,11 +78,18 @@ impl Table {
                     if !t.nodes.iter().any(|(n, _)| n == f[1]) {
                         return Err(err("unknown version node"));
                     }
+                    let (target, size) = if f[0] == "sym" {
+                        (Some(f[4].to_string()), 0)
+                    } else {
+                        let n = f[4].parse::<usize>().map_err(|_| err("bad data size"))?;
+                        (None, n)
+                    };
                     t.syms.push(Sym {
                         version: f[1].to_string(),
                         default,
                         name: f[3].to_string(),
-                        target: f[4].to_string(),
+                        target,
+                        size,
                     });
                 }
                 _ => return Err(err("malformed line")),
@@ -118,7 +132,8 @@ impl Table {
         s
     }
 
-    /// Assembly text (for `global_asm!`) with one trampoline per symbol.
+    /// Assembly text (for `global_asm!`) with one trampoline per function and one object per
+    /// data export.
     pub fn asm(&self) -> String {
         let mut s = String::from(".text\n");
         for sym in &self.syms {
@@ -128,11 +143,22 @@ impl Table {
                 sym.version.replace(['.', '-'], "_")
             );
             let at = if sym.default { "@@" } else { "@" };
+            let Some(target) = &sym.target else {
+                writeln!(s, ".data\n.globl {tramp}\n.type {tramp},@object").unwrap();
+                writeln!(
+                    s,
+                    ".size {tramp}, {}\n{tramp}:\n    .zero {}",
+                    sym.size, sym.size
+                )
+                .unwrap();
+                writeln!(s, ".symver {tramp}, {}{at}{}\n.text", sym.name, sym.version).unwrap();
+                continue;
+            };
             writeln!(s, ".globl {tramp}").unwrap();
             writeln!(s, ".type {tramp},@function").unwrap();
             writeln!(s, ".p2align 4").unwrap();
             writeln!(s, "{tramp}:").unwrap();
-            writeln!(s, "    jmp {}@PLT", sym.target).unwrap();
+            writeln!(s, "    jmp {target}@PLT").unwrap();
             writeln!(s, ".size {tramp}, .-{tramp}").unwrap();
             writeln!(s, ".symver {tramp}, {}{at}{}", sym.name, sym.version).unwrap();
         }
@@ -173,6 +199,17 @@ mod tests {
         assert!(asm.contains(".symver f__A_1_1__tramp, f@@A_1.1"));
         assert!(asm.contains(".symver f__A_1_0__tramp, f@A_1.0"));
         assert!(asm.contains("jmp sv_old@PLT"));
+    }
+
+    #[test]
+    fn data_lines_become_sized_objects() {
+        let t = Table::parse("node P\ndata P @@ flag 1\n").unwrap();
+        assert_eq!(t.syms[0].target, None);
+        let asm = t.asm();
+        assert!(asm.contains(".type flag__P__tramp,@object"), "{asm}");
+        assert!(asm.contains(".zero 1"), "{asm}");
+        assert!(asm.contains(".symver flag__P__tramp, flag@@P"), "{asm}");
+        assert!(Table::parse("node P\ndata P @@ flag x\n").is_err());
     }
 
     #[test]
