@@ -3,18 +3,18 @@
 
 #![allow(clippy::missing_safety_doc)]
 
-pub mod addr;
-pub mod conn;
-pub mod event;
-pub mod ffi;
-pub mod id;
-pub mod misc;
-pub mod proto;
-pub mod qp;
-pub mod rsocket;
-pub mod state;
-pub mod verbs;
-pub mod wire;
+mod addr;
+mod conn;
+mod event;
+mod ffi;
+mod id;
+mod misc;
+mod proto;
+mod qp;
+mod rsocket;
+mod state;
+mod verbs;
+mod wire;
 
 // Versioned entry points generated from exports.txt.
 std::arch::global_asm!(include_str!(concat!(env!("OUT_DIR"), "/rdmacm.s")));

@@ -75,7 +75,8 @@ pub struct Pending {
 
 /// Library-side state of one event channel.
 pub struct ChanState {
-    pub boxed: Box<rdma_event_channel>,
+    /// The C object handed to the application (its address is the channel's key).
+    pub _boxed: Box<rdma_event_channel>,
     pub read: OwnedFd,
     pub write: OwnedFd,
     pub queue: VecDeque<Pending>,
@@ -194,7 +195,7 @@ impl Cm {
         self.chans.insert(
             key,
             ChanState {
-                boxed,
+                _boxed: boxed,
                 read,
                 write,
                 queue: VecDeque::new(),
@@ -285,17 +286,14 @@ fn receive_loop(ep: RawFd) {
             let key = ev.u64 as usize;
             let mut cm = lock();
             let mut buf = [0u8; 2048];
-            loop {
-                let Some(sock) = cm.ids.get(&key).and_then(|s| s.sock.as_ref()) else {
-                    break;
-                };
-                match sock.recv_from(&mut buf) {
-                    Ok((len, from)) => {
-                        if let Some(m) = Msg::decode(&buf[..len]) {
-                            crate::proto::on_message(&mut cm, key, m, from);
-                        }
-                    }
-                    Err(_) => break,
+            while let Some(Ok((len, from))) = cm
+                .ids
+                .get(&key)
+                .and_then(|s| s.sock.as_ref())
+                .map(|sock| sock.recv_from(&mut buf))
+            {
+                if let Some(m) = Msg::decode(&buf[..len]) {
+                    crate::proto::on_message(&mut cm, key, m, from);
                 }
             }
         }
