@@ -1,6 +1,8 @@
 //! The data path's reads: the program's work-request lists and the provider's completions,
 //! decoded into `record::data` values. Runs after the provider call returned, on the caller's
-//! thread, inside a guard.
+//! thread, inside a guard. Timestamps: a post carries the time read *before* the provider call
+//! (its message cannot be received earlier); a completion the time read after the poll
+//! returned it (it cannot have been seen earlier).
 //!
 //! Every post call is read the same way ([`accepted`]): the WRs the provider accepted — all
 //! of them when it returned 0, those before `*bad_wr` when it failed, none when it failed
@@ -312,8 +314,8 @@ unsafe fn recvs(
     rc: c_int,
     target: (u32, u64, u64),
     source: u8,
+    ts: u64,
 ) {
-    let ts = sink::now();
     // SAFETY: per caller.
     let (list, failed) = unsafe { accepted(wr, bad, rc) };
     // SAFETY: every node of the accepted list is the program's, with its SGE list.
@@ -321,7 +323,7 @@ unsafe fn recvs(
     data::recvs(ts, target, source, wrs, failed);
 }
 
-/// `ibv_post_recv`.
+/// `ibv_post_recv` (called at `ts`, before the provider).
 ///
 /// # Safety
 /// As [`recvs`]; `qp` live.
@@ -330,11 +332,12 @@ pub unsafe fn recvs_qp(
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
     rc: c_int,
+    ts: u64,
 ) {
     // SAFETY: live QP; list per caller.
     unsafe {
         let target = ((*qp).qp_num, 0, qp as u64);
-        recvs(wr, bad, rc, target, post_source::POST_RECV)
+        recvs(wr, bad, rc, target, post_source::POST_RECV, ts)
     }
 }
 
@@ -347,10 +350,11 @@ pub unsafe fn recvs_srq(
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
     rc: c_int,
+    ts: u64,
 ) {
     let target = (0, srq as u64, srq as u64);
     // SAFETY: per caller.
-    unsafe { recvs(wr, bad, rc, target, post_source::POST_SRQ_RECV) }
+    unsafe { recvs(wr, bad, rc, target, post_source::POST_SRQ_RECV, ts) }
 }
 
 /// `ibv_post_wq_recv`.
@@ -362,11 +366,12 @@ pub unsafe fn recvs_wq(
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
     rc: c_int,
+    ts: u64,
 ) {
     // SAFETY: live WQ; list per caller.
     unsafe {
         let target = ((*wq).wq_num, 0, wq as u64);
-        recvs(wr, bad, rc, target, post_source::WQ_RECV)
+        recvs(wr, bad, rc, target, post_source::WQ_RECV, ts)
     }
 }
 
@@ -380,8 +385,8 @@ pub unsafe fn srq_ops(
     op: *mut ibv_ops_wr,
     bad: *mut *mut ibv_ops_wr,
     rc: c_int,
+    ts: u64,
 ) {
-    let ts = sink::now();
     // SAFETY: per caller.
     let (list, failed) = unsafe { accepted(op, bad, rc) };
     let adds = list.filter(|w| w.opcode == IBV_WR_TAG_ADD).map(|w| {

@@ -69,7 +69,11 @@ fn fill_post_send(r: &mut PostSend, ts: u64, qpn: u32, source: u8, wr: &SendWr) 
 #[inline(always)]
 pub fn post_send_one(ts: u64, source: u8, wr: impl FnOnce() -> (u32, SendWr)) {
     if let Some(mut t) = sink::enter() {
-        if let Some(mut r) = t.reserve::<PostSend>(ts) {
+        if t.snapshot_due(ts) {
+            // Rare: `append` writes the record, then the due snapshot (taken later).
+            let (qpn, w) = wr();
+            t.append(&post_send(ts, qpn, source, &w));
+        } else if let Some(mut r) = t.reserve::<PostSend>() {
             let (qpn, w) = wr();
             fill_post_send(&mut r, ts, qpn, source, &w);
             r.commit();
@@ -236,11 +240,13 @@ pub fn completions(cq: u64, ts: u64, n: usize, mut entry: impl FnMut(usize) -> C
     if let Some(mut t) = sink::enter() {
         work_returned(&mut t, cq);
         for i in 0..n {
-            if let Some(mut r) = t.reserve::<WorkCompletion>(ts) {
+            if let Some(mut r) = t.reserve::<WorkCompletion>() {
                 *r = completion(ts, cq, &entry(i));
                 r.commit();
             }
         }
+        // A due snapshot follows the completions (taken now, after their time).
+        t.snapshot_check(ts);
     }
 }
 

@@ -238,10 +238,23 @@ impl<'a> Thread<'a> {
         self.out.append(rec);
     }
 
-    /// Reserves a slot for one record with timestamp `ts` ([`Out::reserve`]).
+    /// Reserves a slot for one record ([`Out::reserve`]; the caller checks the snapshot
+    /// after the commit).
     #[inline(always)]
-    pub fn reserve<R: FixedRecord>(&mut self, ts: u64) -> Option<Reserved<'_, R>> {
-        self.out.reserve(ts)
+    pub fn reserve<R: FixedRecord>(&mut self) -> Option<Reserved<'_, R>> {
+        self.out.reserve()
+    }
+
+    /// [`Out::snapshot_check`].
+    #[inline(always)]
+    pub fn snapshot_check(&mut self, ts: u64) {
+        self.out.snapshot_check(ts);
+    }
+
+    /// [`Out::snapshot_due`].
+    #[inline(always)]
+    pub fn snapshot_due(&self, ts: u64) -> bool {
+        Out::snapshot_due(ts)
     }
 
     /// Appends a metadata record (StringDef, Annotation, ThreadName).
@@ -279,19 +292,23 @@ impl<'a> Thread<'a> {
 
 impl Out<'_> {
     /// Appends one record. Its `ts` (offset 8, every hot record has one) also drives the
-    /// periodic clock snapshots: the first thread to pass the due time writes one.
+    /// periodic clock snapshots: the first thread to pass the due time writes one, *after*
+    /// the record (a snapshot is taken now, later than the record's event: written before
+    /// it, it would put a later time ahead of an earlier one in the thread's append order).
     #[inline(always)]
     pub fn append<R: FixedRecord>(&mut self, rec: &R) {
-        self.snapshot_check(super::ts_of(rec));
+        let ts = super::ts_of(rec);
         self.append_raw(rec);
+        self.snapshot_check(ts);
     }
 
-    /// Reserves a slot for one record whose timestamp is `ts`, to be filled in place and
-    /// committed ([`Reserved::commit`]); the hot paths' alternative to [`Out::append`]
-    /// (same clock-snapshot and full-log handling, no copy of the record).
+    /// Reserves a slot for one record, to be filled in place and committed
+    /// ([`Reserved::commit`]); the hot paths' alternative to [`Out::append`] (no copy of the
+    /// record). It writes no clock snapshot: the caller either runs [`Out::snapshot_check`]
+    /// after the commit, or first asks [`Out::snapshot_due`] and, when one is due, appends
+    /// the record instead (`append` writes the snapshot after the record).
     #[inline(always)]
-    pub fn reserve<R: FixedRecord>(&mut self, ts: u64) -> Option<Reserved<'_, R>> {
-        self.snapshot_check(ts);
+    pub fn reserve<R: FixedRecord>(&mut self) -> Option<Reserved<'_, R>> {
         let s: *mut Sink = self.s;
         // SAFETY: an Out's writer is initialised; `s` is our exclusive `Sink`. Through the raw
         // pointer because the borrow checker keeps a conditionally returned borrow alive in
@@ -311,8 +328,16 @@ impl Out<'_> {
         self.append_raw(&super::current_timestamper().snapshot());
     }
 
+    /// Whether the periodic clock snapshot is due at `ts`.
     #[inline(always)]
-    fn snapshot_check(&mut self, ts: u64) {
+    pub fn snapshot_due(ts: u64) -> bool {
+        ts >= super::NEXT_SNAPSHOT.load(Ordering::Relaxed)
+    }
+
+    /// Writes the periodic clock snapshot if it is due at `ts` (the timestamp of the record
+    /// just written).
+    #[inline(always)]
+    pub fn snapshot_check(&mut self, ts: u64) {
         if ts >= super::NEXT_SNAPSHOT.load(Ordering::Relaxed) {
             snapshot_due(self.s, ts);
         }

@@ -249,14 +249,19 @@ unsafe extern "C" fn post_recv<const S: usize>(
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
     let real: PostRecvFn = orig(S, POST_RECV);
-    // SAFETY: forwarding the program's own arguments to the provider.
-    let rc = unsafe { real(qp, wr, bad) };
-    if sink::tracing(cat::RECV) {
-        // SAFETY: as in post_send.
-        guard::run("post_recv", || unsafe {
-            datapath::recvs_qp(qp, wr, bad, rc)
-        });
+    if !sink::tracing(cat::RECV) {
+        // SAFETY: forwarding the program's own arguments to the provider.
+        return unsafe { real(qp, wr, bad) };
     }
+    // The post's time is taken before the provider sees it (a message can arrive into the
+    // buffer as soon as the provider returns).
+    let ts = sink::now();
+    // SAFETY: as above.
+    let rc = unsafe { real(qp, wr, bad) };
+    // SAFETY: as in post_send.
+    guard::run("post_recv", || unsafe {
+        datapath::recvs_qp(qp, wr, bad, rc, ts)
+    });
     rc
 }
 
@@ -266,14 +271,17 @@ unsafe extern "C" fn post_srq_recv<const S: usize>(
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
     let real: PostSrqRecvFn = orig(S, POST_SRQ_RECV);
-    // SAFETY: forwarding the program's own arguments to the provider.
-    let rc = unsafe { real(srq, wr, bad) };
-    if sink::tracing(cat::RECV) {
-        // SAFETY: as in post_send.
-        guard::run("post_srq_recv", || unsafe {
-            datapath::recvs_srq(srq, wr, bad, rc)
-        });
+    if !sink::tracing(cat::RECV) {
+        // SAFETY: forwarding the program's own arguments to the provider.
+        return unsafe { real(srq, wr, bad) };
     }
+    let ts = sink::now();
+    // SAFETY: as above.
+    let rc = unsafe { real(srq, wr, bad) };
+    // SAFETY: as in post_send.
+    guard::run("post_srq_recv", || unsafe {
+        datapath::recvs_srq(srq, wr, bad, rc, ts)
+    });
     rc
 }
 
@@ -368,14 +376,17 @@ unsafe extern "C" fn post_srq_ops<const S: usize>(
     bad: *mut *mut ibv_ops_wr,
 ) -> c_int {
     let real: PostSrqOpsFn = orig(S, POST_SRQ_OPS);
-    // SAFETY: forwarding the program's own arguments to the provider.
-    let rc = unsafe { real(srq, op, bad) };
-    if sink::tracing(cat::RECV) {
-        // SAFETY: the op list is the program's and still valid.
-        guard::run("post_srq_ops", || unsafe {
-            datapath::srq_ops(srq, op, bad, rc)
-        });
+    if !sink::tracing(cat::RECV) {
+        // SAFETY: forwarding the program's own arguments to the provider.
+        return unsafe { real(srq, op, bad) };
     }
+    let ts = sink::now();
+    // SAFETY: as above.
+    let rc = unsafe { real(srq, op, bad) };
+    // SAFETY: the op list is the program's and still valid.
+    guard::run("post_srq_ops", || unsafe {
+        datapath::srq_ops(srq, op, bad, rc, ts)
+    });
     rc
 }
 
@@ -432,12 +443,17 @@ unsafe extern "C" fn wq_recv<const S: usize>(
 ) -> c_int {
     // SAFETY: slot S word 0 is the provider's post_recv of this WQ kind.
     let real: WqRecvFn = unsafe { as_fn(WQ.word(S, 0)) };
-    // SAFETY: forwarding the program's own arguments to the provider.
-    let rc = unsafe { real(wq, wr, bad) };
-    if sink::tracing(cat::RECV) {
-        // SAFETY: as in post_send.
-        guard::run("wq_recv", || unsafe { datapath::recvs_wq(wq, wr, bad, rc) });
+    if !sink::tracing(cat::RECV) {
+        // SAFETY: forwarding the program's own arguments to the provider.
+        return unsafe { real(wq, wr, bad) };
     }
+    let ts = sink::now();
+    // SAFETY: as above.
+    let rc = unsafe { real(wq, wr, bad) };
+    // SAFETY: as in post_send.
+    guard::run("wq_recv", || unsafe {
+        datapath::recvs_wq(wq, wr, bad, rc, ts)
+    });
     rc
 }
 
