@@ -185,3 +185,55 @@ fn cli_exit_codes_and_messages() {
     );
     assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
 }
+
+/// `--ranks` with a range selects those ranks (it used to panic inside clap), and nonsense
+/// option values are usage errors (exit 2) that name the option, before any log is read.
+#[test]
+fn cli_rank_ranges_and_nonsense_options() {
+    let exe = env!("CARGO_BIN_EXE_sigmatrace-convert");
+    let (dir, _truth) = common::generate(&Scenario::ring(2, 2, Pattern::SendRecv, 50));
+    let out = dir.path().join("r.perfetto-trace");
+    let run = |extra: &[&str]| {
+        Command::new(exe)
+            .arg(dir.path())
+            .arg("-o")
+            .arg(&out)
+            .arg("-q")
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    for (sel, procs) in [("0-7", 4), ("1-2", 2), ("0,3", 2), ("3", 1)] {
+        let r = run(&["--ranks", sel]);
+        let e = String::from_utf8_lossy(&r.stderr);
+        assert!(r.status.success(), "--ranks {sel}: {e}");
+        assert!(
+            e.contains(&format!(": {procs} processes on ")),
+            "--ranks {sel}: {e}"
+        );
+    }
+    let r = Command::new(exe)
+        .args(["stats", "--json", "--ranks", "0-1"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    assert_eq!(v["summary"]["processes"], 2);
+    for (bad, says) in [
+        (&["--from", "nan"][..], "--from"),
+        (&["--to", "inf"], "--to"),
+        (&["--from=-1"], "--from"),
+        (&["--compress", "10"], "--compress"),
+        (&["--ranks", "5-2"], "empty range"),
+        (&["--ranks", "0-99999999"], "more than"),
+        (&["--ranks", "x"], "--ranks"),
+        (&["--hosts", ","], "--hosts"),
+        (&["--from", "2", "--to", "1"], "must be after"),
+    ] {
+        let r = run(bad);
+        let e = String::from_utf8_lossy(&r.stderr);
+        assert_eq!(r.status.code(), Some(2), "{bad:?}: {e}");
+        assert!(e.contains(says), "{bad:?}: {e}");
+    }
+}

@@ -30,7 +30,8 @@ fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
-/// The library's source files (not `main.rs` / `bin/`: they use the library from outside).
+/// The library's source files (not `main.rs`, `cli/` or `bin/`: the binaries use the library
+/// from outside).
 fn files(dir: &Path, out: &mut Vec<PathBuf>) {
     let mut entries: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
@@ -39,7 +40,7 @@ fn files(dir: &Path, out: &mut Vec<PathBuf>) {
     entries.sort();
     for p in entries {
         if p.is_dir() {
-            if p.file_name().is_some_and(|n| n == "bin") {
+            if p.file_name().is_some_and(|n| n == "bin" || n == "cli") {
                 continue;
             }
             files(&p, out);
