@@ -127,26 +127,27 @@ pub fn qp_type_name(t: u8) -> &'static str {
     }
 }
 
-/// Name of an mlx5 WQE opcode.
+/// Short display name of an mlx5 WQE opcode (the values are `sigmatrace-mlx5`'s).
 pub fn mlx5_name(op: u8) -> &'static str {
+    use sigmatrace_mlx5::wqe::opcode::*;
     match op {
-        0x00 => "NOP",
-        0x01 => "SEND_INVAL",
-        0x08 => "WRITE",
-        0x09 => "WRITE_IMM",
-        0x0a => "SEND",
-        0x0b => "SEND_IMM",
-        0x0e => "TSO",
-        0x0f => "WAIT",
-        0x10 => "READ",
-        0x11 => "CAS",
-        0x12 => "FAA",
-        0x14 => "MASKED_CS",
-        0x15 => "MASKED_FA",
-        0x1b => "LOCAL_INV",
-        0x23 => "DUMP",
-        0x25 => "UMR",
-        0x2f => "MMO",
+        NOP => "NOP",
+        SEND_INVAL => "SEND_INVAL",
+        RDMA_WRITE => "WRITE",
+        RDMA_WRITE_IMM => "WRITE_IMM",
+        SEND => "SEND",
+        SEND_IMM => "SEND_IMM",
+        TSO => "TSO",
+        WAIT => "WAIT",
+        RDMA_READ => "READ",
+        ATOMIC_CS => "CAS",
+        ATOMIC_FA => "FAA",
+        ATOMIC_MASKED_CS => "MASKED_CS",
+        ATOMIC_MASKED_FA => "MASKED_FA",
+        LOCAL_INVAL => "LOCAL_INV",
+        DUMP => "DUMP",
+        UMR => "UMR",
+        MMO => "MMO",
         _ => "WQE?",
     }
 }

@@ -28,27 +28,7 @@ use crate::align::topology::{Process, Topology};
 use crate::model::ModelEvent;
 use crate::read::verbs;
 use crate::report::section::{ReportCtx, Section};
-
-/// mlx5 send opcodes this module classifies.
-mod mlx5 {
-    pub const SEND_INVAL: u8 = 0x01;
-    pub const RDMA_WRITE: u8 = 0x08;
-    pub const RDMA_WRITE_IMM: u8 = 0x09;
-    pub const SEND: u8 = 0x0a;
-    pub const SEND_IMM: u8 = 0x0b;
-    pub const RDMA_READ: u8 = 0x10;
-    pub const ATOMIC_CS: u8 = 0x11;
-    pub const ATOMIC_FA: u8 = 0x12;
-    pub const MASKED_CS: u8 = 0x14;
-    pub const MASKED_FA: u8 = 0x15;
-}
-
-fn is_mlx5_atomic(op: u8) -> bool {
-    matches!(
-        op,
-        mlx5::ATOMIC_CS | mlx5::ATOMIC_FA | mlx5::MASKED_CS | mlx5::MASKED_FA
-    )
-}
+use sigmatrace_mlx5::wqe::opcode as mlx5;
 
 fn is_verbs_atomic(op: u8) -> bool {
     op == verbs::wr::ATOMIC_CMP_AND_SWP || op == verbs::wr::ATOMIC_FETCH_AND_ADD
@@ -156,7 +136,7 @@ impl Section for Barriers {
     }
     fn record(&mut self, p: &Process, t: i64, rec: &Record<'_>) {
         let (qpn, raddr, rkey, observed) = match *rec {
-            Record::WqeObserved(w) if is_mlx5_atomic(w.opcode) => {
+            Record::WqeObserved(w) if mlx5::is_atomic(w.opcode) => {
                 (w.qpn, w.remote_addr, w.rkey, true)
             }
             Record::PostSend(ps) if is_verbs_atomic(ps.opcode) => {
@@ -478,7 +458,7 @@ impl Section for TrafficSkew {
                 w.bytes as u64,
                 w.opcode == mlx5::RDMA_READ,
                 write,
-                is_mlx5_atomic(w.opcode),
+                mlx5::is_atomic(w.opcode),
             );
         }
     }
