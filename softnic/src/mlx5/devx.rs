@@ -150,7 +150,7 @@ unsafe fn create_cq_cmd(
     let buf = umem_range(umem, off, cnt as u64 * 64)?;
     let dbr = umem_range(dbr_umem, dbr_addr, 8)?;
     uar_ptr(uar_page)?;
-    let cq = crate::verbs::objects::create_cq(ctx, cnt.max(2) - 1, null_mut(), null_mut(), 0);
+    let cq = crate::verbs::objects::create_cq(ctx, cnt.max(2) - 1, null_mut(), null_mut(), 0, 0);
     if cq.is_null() {
         return Err(CmdErr(STAT_BAD_PARAM, synd::BAD_SIZE));
     }

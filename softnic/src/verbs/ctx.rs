@@ -16,6 +16,8 @@ use std::sync::OnceLock;
 pub struct SnContext {
     pub vctx: verbs_context,
     pub async_wfd: c_int,
+    /// Asynchronous events not yet taken by ibv_get_async_event (one pipe byte each).
+    pub events: std::sync::Mutex<std::collections::VecDeque<crate::verbs::async_events::Event>>,
 }
 
 /// The SnContext around an ibv_context.
@@ -28,8 +30,10 @@ pub unsafe fn sn_ctx(ctx: *mut ibv_context) -> *mut SnContext {
 
 pub const DEV_NAME: &str = "softnic0";
 pub const IBDEV_PATH: &str = "/sys/class/infiniband/softnic0";
-pub const VENDOR_ID: u32 = 0x5346; // "SF": not a vendor perftest special-cases
-pub const VENDOR_PART_ID: u32 = 0x0001;
+/// Mellanox/NVIDIA (0x02c9) ConnectX-6 (4123): the identity libraries keying on vendor and part
+/// ids (NCCL, UCX, perftest) accept as an mlx5 device, which softnic emulates.
+pub const VENDOR_ID: u32 = 0x02c9;
+pub const VENDOR_PART_ID: u32 = 4123;
 pub const FW_VER: &str = "1.0.0";
 pub const BOARD_ID: &str = "SOFTNIC_0001";
 
@@ -116,10 +120,13 @@ pub unsafe extern "C" fn sv_ibv_open_device(dev: *mut ibv_device) -> *mut ibv_co
     if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
         return std::ptr::null_mut();
     }
-    // SAFETY (zeroed): verbs_context is plain C data (pointers, ints, a pthread mutex whose
-    // all-zero state is PTHREAD_MUTEX_INITIALIZER on glibc).
-    let mut c: Box<SnContext> = Box::new(std::mem::zeroed());
-    c.async_wfd = fds[1];
+    let mut c: Box<SnContext> = Box::new(SnContext {
+        // SAFETY (zeroed): verbs_context is plain C data (pointers, ints, a pthread mutex whose
+        // all-zero state is PTHREAD_MUTEX_INITIALIZER on glibc).
+        vctx: std::mem::zeroed(),
+        async_wfd: fds[1],
+        events: Default::default(),
+    });
     let v = &mut c.vctx;
     v.sz = size_of::<verbs_context>();
     v.query_port = Some(crate::verbs::ctx::vctx_query_port);
@@ -144,6 +151,7 @@ pub unsafe extern "C" fn sv_ibv_open_device(dev: *mut ibv_device) -> *mut ibv_co
     ctx.ops.dealloc_mw = Some(crate::verbs::objects::op_dealloc_mw);
     ctx.ops.bind_mw = Some(crate::verbs::objects::op_bind_mw);
     let raw = Box::into_raw(c);
+    crate::verbs::async_events::opened(&mut *raw);
     &mut (*raw).vctx.context
 }
 
@@ -402,23 +410,3 @@ pub unsafe extern "C" fn sv_ibv_get_pkey_index(
         -1
     }
 }
-
-#[no_mangle]
-pub unsafe extern "C" fn sv_ibv_get_async_event(
-    ctx: *mut ibv_context,
-    event: *mut ibv_async_event,
-) -> c_int {
-    // softnic reports no asynchronous events: block (or EAGAIN on a non-blocking fd) like a
-    // device on which nothing asynchronous happens.
-    let mut b = 0u8;
-    let n = libc::read((*ctx).async_fd, &mut b as *mut u8 as *mut c_void, 1);
-    if n == 1 {
-        std::ptr::write_bytes(event, 0, 1);
-        (*event).event_type = IBV_EVENT_DEVICE_FATAL;
-        return 0;
-    }
-    -1
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn sv_ibv_ack_async_event(_event: *mut ibv_async_event) {}

@@ -1,7 +1,7 @@
 //! Helper verbs: strings, rates, sysfs, fork, unsupported/compat entry points.
 
 use crate::ffi::*;
-use crate::verbs::ctx::{set_errno, BOARD_ID, FW_VER, IBDEV_PATH};
+use crate::verbs::ctx::{set_errno, BOARD_ID, FW_VER, IBDEV_PATH, VENDOR_ID, VENDOR_PART_ID};
 use crate::wire::state::*;
 use std::ffi::{c_char, c_int, c_void, CStr};
 
@@ -180,7 +180,9 @@ fn sysfs_attr(file: &str) -> Option<String> {
         "node_guid" | "sys_image_guid" => guid_str,
         "board_id" => BOARD_ID.into(),
         "fw_ver" => FW_VER.into(),
-        "hca_type" => "softnic".into(),
+        "hca_type" => format!("MT{VENDOR_PART_ID}"),
+        "device/device" => format!("0x{VENDOR_PART_ID:04x}"),
+        "device/vendor" => format!("0x{VENDOR_ID:04x}"),
         "hw_rev" => "1".into(),
         "node_type" => "1: CA".into(),
         "node_desc" => format!("softnic node {}", g.node),

@@ -1,13 +1,14 @@
 //! The libibverbs entry points (`sv_ibv_*`, reached through the versioned trampolines of
 //! `exports/ibverbs.txt`) and the C-side objects rdma-core programs see.
 //!
-//! `ctx` (devices, contexts, queries, async events) → `objects` (PD, MR, MW, channels, CQ,
+//! `ctx` (devices, contexts, queries), `async_events` → `objects` (PD, MR, MW, channels, CQ,
 //! SRQ, AH) → `qp` (QP creation and state machine) → `datapath` (the per-object `ops` pointers:
 //! post, poll, `ibv_wr_*`, `ibv_cq_ex`); `misc` holds helper entry points; `unsupported` the not-supported results and the
 //! provider interface (with `varargs.c` for its two variadic functions);
 //! `layout` checks the bindgen'd layouts at compile time; `by_number` finds PDs and CQs by
 //! the numbers PRM commands use. All of it runs on `crate::wire`.
 
+pub mod async_events;
 pub mod by_number;
 pub mod ctx;
 pub mod datapath;

@@ -305,10 +305,18 @@ pub(crate) unsafe fn create_cq(
     cqe: u32,
     cq_context: *mut c_void,
     channel: *mut ibv_comp_channel,
+    comp_vector: u32,
     wc_flags: u64,
 ) -> *mut SnCq {
-    if cqe == 0 || cqe > MAX_CQE || wc_flags & !WC_FLAGS_SUPPORTED != 0 {
+    // As mlx5 checks: a completion vector the context does not have is EINVAL; completion
+    // fields the device cannot report (CVLAN, flow tag, TM info) are EOPNOTSUPP, so callers
+    // probing features can tell "unsupported" from "wrong".
+    if cqe == 0 || cqe > MAX_CQE || comp_vector >= (*ctx).num_comp_vectors as u32 {
         set_errno(libc::EINVAL);
+        return null_mut();
+    }
+    if wc_flags & !WC_FLAGS_SUPPORTED != 0 {
+        set_errno(libc::EOPNOTSUPP);
         return null_mut();
     }
     let ch = if channel.is_null() {
@@ -363,13 +371,13 @@ pub unsafe extern "C" fn sv_ibv_create_cq(
     cqe: c_int,
     cq_context: *mut c_void,
     channel: *mut ibv_comp_channel,
-    _comp_vector: c_int,
+    comp_vector: c_int,
 ) -> *mut ibv_cq {
-    if cqe <= 0 {
+    if cqe <= 0 || comp_vector < 0 {
         set_errno(libc::EINVAL);
         return null_mut();
     }
-    create_cq(ctx, cqe as u32, cq_context, channel, 0) as *mut ibv_cq
+    create_cq(ctx, cqe as u32, cq_context, channel, comp_vector as u32, 0) as *mut ibv_cq
 }
 
 pub unsafe extern "C" fn vctx_create_cq_ex(
@@ -381,7 +389,14 @@ pub unsafe extern "C" fn vctx_create_cq_ex(
         set_errno(libc::EOPNOTSUPP);
         return null_mut();
     }
-    create_cq(ctx, a.cqe, a.cq_context, a.channel, a.wc_flags) as *mut ibv_cq_ex
+    create_cq(
+        ctx,
+        a.cqe,
+        a.cq_context,
+        a.channel,
+        a.comp_vector,
+        a.wc_flags,
+    ) as *mut ibv_cq_ex
 }
 
 #[no_mangle]
@@ -429,6 +444,7 @@ unsafe fn create_srq(
         srqn: new_id(),
         pd: pd_id(pd),
         max_sge: attr.max_sge,
+        srq_ptr: AtomicUsize::new(0),
         dv: OnceLock::new(),
     });
     let b = Box::new(SnSrq {
@@ -445,7 +461,10 @@ unsafe fn create_srq(
         inner,
         attr: *attr,
     });
-    Box::into_raw(b) as *mut ibv_srq
+    let p = Box::into_raw(b);
+    let made = &*p;
+    made.inner.srq_ptr.store(p as usize, Ordering::Relaxed);
+    p as *mut ibv_srq
 }
 
 #[no_mangle]

@@ -144,7 +144,11 @@ pub fn complete_in_order(qp: &QpInner, sq: &mut SendQueue) {
 
 /// Moves the QP to the error state and flushes both queues (caller holds the SQ lock).
 pub fn qp_error(qp: &QpInner, sq: &mut SendQueue) {
-    qp.state.store(IBV_QPS_ERR, Ordering::Release);
+    let was = qp.state.swap(IBV_QPS_ERR, Ordering::AcqRel);
+    if was != IBV_QPS_ERR && qp.srq.is_some() {
+        // A QP on an SRQ that enters ERR takes no further receive WQEs.
+        raise_async(IBV_EVENT_QP_LAST_WQE_REACHED, AsyncObj::Qp(qp.qp_ptr));
+    }
     // SAFETY: qp_ptr is the live ibv_qp that owns this QpInner.
     unsafe { (*(qp.qp_ptr as *mut ibv_qp)).state = IBV_QPS_ERR };
     complete_in_order(qp, sq);

@@ -100,6 +100,15 @@ fn responder_fatal(qp: &QpInner, r: &mut Responder, h: &PktHdr, code: u8) -> Ste
         return Step::Blocked;
     }
     r.cur = None;
+    // The responder QP's error is an affiliated asynchronous event, as hardware raises it.
+    let event = match code {
+        nak::REM_ACCESS => IBV_EVENT_QP_ACCESS_ERR,
+        nak::INV_REQ => IBV_EVENT_QP_REQ_ERR,
+        _ => IBV_EVENT_QP_FATAL,
+    };
+    if qp.state.load(Ordering::Acquire) != IBV_QPS_ERR {
+        raise_async(event, AsyncObj::Qp(qp.qp_ptr));
+    }
     let mut sq = qp.sq.lock().unwrap_or_else(|e| e.into_inner());
     qp_error(qp, &mut sq);
     Step::Consumed

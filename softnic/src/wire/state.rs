@@ -315,7 +315,10 @@ pub struct RecvQueue {
 
 pub struct SrqInner {
     pub rq: Mutex<RecvQueue>,
+    /// Armed SRQ limit (0: disarmed): fewer posted WQEs than this raises SRQ_LIMIT_REACHED once.
     pub limit: AtomicU32,
+    /// The ibv_srq this belongs to (the element of its asynchronous events).
+    pub srq_ptr: AtomicUsize,
     pub srqn: u32,
     pub pd: u32,
     pub max_sge: u32,
@@ -451,7 +454,17 @@ impl QpInner {
             if let Some(d) = s.dv.get() {
                 return d.take_recv();
             }
-            return s.rq.lock().unwrap_or_else(|e| e.into_inner()).q.pop_front();
+            let mut rq = s.rq.lock().unwrap_or_else(|e| e.into_inner());
+            let w = rq.q.pop_front();
+            let limit = s.limit.load(Ordering::Relaxed);
+            if w.is_some() && limit > 0 && (rq.q.len() as u32) < limit {
+                s.limit.store(0, Ordering::Relaxed);
+                raise_async(
+                    IBV_EVENT_SRQ_LIMIT_REACHED,
+                    AsyncObj::Srq(s.srq_ptr.load(Ordering::Relaxed)),
+                );
+            }
+            return w;
         }
         match self.dv.get() {
             Some(d) => d.take_recv(),
@@ -466,5 +479,26 @@ impl QpInner {
 
     pub fn new_file(node: u32, qpn: u32, qp_type: u32) -> Result<QpFile, shm::ShmError> {
         QpFile::create(node, qpn, qp_type)
+    }
+}
+
+/// The object an asynchronous event is about (its `ibv_qp`/`ibv_srq` address).
+#[derive(Clone, Copy, Debug)]
+pub enum AsyncObj {
+    Qp(usize),
+    Srq(usize),
+}
+
+static ASYNC_SINK: OnceLock<fn(u32, AsyncObj)> = OnceLock::new();
+
+/// Installs the function that delivers asynchronous events (the verbs layer owns contexts).
+pub fn set_async_sink(f: fn(u32, AsyncObj)) {
+    let _ = ASYNC_SINK.set(f);
+}
+
+/// Raises an affiliated asynchronous event (`IBV_EVENT_*`) on `obj`.
+pub fn raise_async(event: u32, obj: AsyncObj) {
+    if let Some(f) = ASYNC_SINK.get() {
+        f(event, obj);
     }
 }

@@ -1,0 +1,191 @@
+/* Hardware semantics and the compat ABI in one process (two loopback QPs where a peer is
+ * needed). Modes: compat, cq, async, qp_event, srq_limit, rereg. Prints "OK <mode>". */
+#include "sn_common.h"
+#include <dlfcn.h>
+#include <fcntl.h>
+
+/* Two RC QPs of one context connected to each other. */
+struct pair {
+	struct sn s;
+	struct ibv_qp *a, *b;
+};
+
+static void pair_init(struct pair *p, struct ibv_srq *srq)
+{
+	sn_init(&p->s, 1 << 16, ALL_ACCESS);
+	p->a = make_qp(&p->s, IBV_QPT_RC, NULL, 1);
+	p->b = make_qp(&p->s, IBV_QPT_RC, srq, 1);
+	struct peer_info i = { .lid = p->s.port.lid, .psn = 0 };
+	qp_init(p->a, 0);
+	qp_init(p->b, 0);
+	qp_rtr_rts(p->a, &i, p->b->qp_num, 0, 7, 1);
+	qp_rtr_rts(p->b, &i, p->a->qp_num, 0, 7, 1);
+}
+
+static struct ibv_wc write_to(struct pair *p, uint64_t raddr, uint32_t rkey)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)p->s.buf, .length = 64, .lkey = p->s.mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = 7, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+				  .send_flags = IBV_SEND_SIGNALED }, *bad;
+	wr.wr.rdma.remote_addr = raddr;
+	wr.wr.rdma.rkey = rkey;
+	CHECK(ibv_post_send(p->a, &wr, &bad) == 0, "post write");
+	return poll1(p->s.cq);
+}
+
+/* Waits up to 5 s for the next async event (through a non-blocking poll of async_fd). */
+static struct ibv_async_event next_event(struct ibv_context *c)
+{
+	struct pollfd pfd = { .fd = c->async_fd, .events = POLLIN };
+	CHECK(poll(&pfd, 1, 5000) == 1, "no async event within 5 s");
+	struct ibv_async_event e;
+	CHECK(ibv_get_async_event(c, &e) == 0, "get async event");
+	ibv_ack_async_event(&e);
+	return e;
+}
+
+static void mode_cq(void)
+{
+	struct ibv_context *c = open_dev();
+	CHECK(c->num_comp_vectors >= 1, "comp vectors");
+	errno = 0;
+	CHECK(!ibv_create_cq(c, 16, NULL, NULL, c->num_comp_vectors), "comp_vector == num accepted");
+	CHECK(errno == EINVAL, "comp_vector: errno %d", errno);
+	struct ibv_cq *ok = ibv_create_cq(c, 16, NULL, NULL, c->num_comp_vectors - 1);
+	CHECK(ok, "last comp vector");
+	ibv_destroy_cq(ok);
+	uint64_t bad[] = { IBV_WC_EX_WITH_CVLAN, IBV_WC_EX_WITH_FLOW_TAG, IBV_WC_EX_WITH_TM_INFO };
+	for (int i = 0; i < 3; i++) {
+		struct ibv_cq_init_attr_ex a = { .cqe = 16, .wc_flags = IBV_WC_EX_WITH_BYTE_LEN | bad[i] };
+		errno = 0;
+		CHECK(!ibv_create_cq_ex(c, &a), "wc_flags %llx accepted", (unsigned long long)bad[i]);
+		CHECK(errno == EOPNOTSUPP, "wc_flags %llx: errno %d", (unsigned long long)bad[i], errno);
+	}
+	struct ibv_cq_init_attr_ex a = { .cqe = 16, .comp_vector = 5, .wc_flags = IBV_WC_EX_WITH_BYTE_LEN };
+	errno = 0;
+	CHECK(!ibv_create_cq_ex(c, &a) && errno == EINVAL, "cq_ex comp_vector: errno %d", errno);
+	ibv_close_device(c);
+}
+
+static void mode_async(void)
+{
+	struct ibv_context *c = open_dev();
+	struct ibv_async_event e = next_event(c);
+	CHECK(e.event_type == IBV_EVENT_PORT_ACTIVE && e.element.port_num == 1, "first event %d port %d",
+	      e.event_type, e.element.port_num);
+	struct pollfd pfd = { .fd = c->async_fd, .events = POLLIN };
+	CHECK(poll(&pfd, 1, 100) == 0, "a second event without cause");
+	struct ibv_device_attr d;
+	CHECK(ibv_query_device(c, &d) == 0, "query device");
+	CHECK(d.vendor_id == 0x02c9 && d.vendor_part_id == 4123, "identity %x/%u", d.vendor_id, d.vendor_part_id);
+	struct ibv_port_attr pa;
+	CHECK(ibv_query_port(c, 1, &pa) == 0, "query port");
+	CHECK(pa.link_layer == IBV_LINK_LAYER_INFINIBAND && pa.state == IBV_PORT_ACTIVE, "port");
+	ibv_close_device(c);
+}
+
+static void mode_qp_event(void)
+{
+	struct pair p;
+	pair_init(&p, NULL);
+	CHECK(next_event(p.s.ctx).event_type == IBV_EVENT_PORT_ACTIVE, "port active first");
+	struct ibv_wc wc = write_to(&p, (uintptr_t)p.s.buf, p.s.mr->rkey + 1);
+	CHECK(wc.status == IBV_WC_REM_ACCESS_ERR, "bad rkey: %s", ibv_wc_status_str(wc.status));
+	struct ibv_async_event e = next_event(p.s.ctx);
+	CHECK(e.event_type == IBV_EVENT_QP_ACCESS_ERR && e.element.qp == p.b, "event %s qp %p (b %p)",
+	      ibv_event_type_str(e.event_type), (void *)e.element.qp, (void *)p.b);
+	CHECK(p.b->events_completed == 1, "ack counted on the QP");
+}
+
+static void mode_srq_limit(void)
+{
+	struct sn tmp;
+	(void)tmp;
+	struct pair p;
+	sn_init(&p.s, 1 << 16, ALL_ACCESS);
+	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 64, .max_sge = 1 } };
+	struct ibv_srq *srq = ibv_create_srq(p.s.pd, &sa);
+	CHECK(srq, "srq");
+	p.a = make_qp(&p.s, IBV_QPT_RC, NULL, 1);
+	p.b = make_qp(&p.s, IBV_QPT_RC, srq, 1);
+	struct peer_info i = { .lid = p.s.port.lid };
+	qp_init(p.a, 0);
+	qp_init(p.b, 0);
+	qp_rtr_rts(p.a, &i, p.b->qp_num, 0, 7, 1);
+	qp_rtr_rts(p.b, &i, p.a->qp_num, 0, 7, 1);
+	CHECK(next_event(p.s.ctx).event_type == IBV_EVENT_PORT_ACTIVE, "port active first");
+	for (int k = 0; k < 4; k++)
+		post_recv(NULL, srq, 100 + k, p.s.buf + 4096 + 256 * k, 256, p.s.mr->lkey);
+	struct ibv_srq_attr lim = { .srq_limit = 3 };
+	CHECK(ibv_modify_srq(srq, &lim, IBV_SRQ_LIMIT) == 0, "arm limit");
+	for (int k = 0; k < 2; k++) {
+		struct ibv_sge sge = { .addr = (uintptr_t)p.s.buf, .length = 8, .lkey = p.s.mr->lkey };
+		struct ibv_send_wr wr = { .wr_id = k, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+					  .send_flags = IBV_SEND_SIGNALED }, *bad;
+		CHECK(ibv_post_send(p.a, &wr, &bad) == 0, "send");
+		struct ibv_wc w1 = poll1(p.s.cq), w2 = poll1(p.s.cq);
+		CHECK(w1.status == IBV_WC_SUCCESS && w2.status == IBV_WC_SUCCESS, "send/recv");
+		if (k == 0) {
+			/* 3 left, not fewer than the limit: no event yet. */
+			struct pollfd pfd = { .fd = p.s.ctx->async_fd, .events = POLLIN };
+			CHECK(poll(&pfd, 1, 100) == 0, "limit event too early");
+		}
+	}
+	struct ibv_async_event e = next_event(p.s.ctx);
+	CHECK(e.event_type == IBV_EVENT_SRQ_LIMIT_REACHED && e.element.srq == srq, "event %s",
+	      ibv_event_type_str(e.event_type));
+	CHECK(ibv_query_srq(srq, &lim) == 0 && lim.srq_limit == 0, "limit disarmed: %u", lim.srq_limit);
+	/* A QP on an SRQ entering ERR: last WQE reached. */
+	struct ibv_qp_attr ea = { .qp_state = IBV_QPS_ERR };
+	CHECK(ibv_modify_qp(p.b, &ea, IBV_QP_STATE) == 0, "to ERR");
+	e = next_event(p.s.ctx);
+	CHECK(e.event_type == IBV_EVENT_QP_LAST_WQE_REACHED && e.element.qp == p.b, "event %s",
+	      ibv_event_type_str(e.event_type));
+}
+
+static void mode_rereg(void)
+{
+	struct pair p;
+	pair_init(&p, NULL);
+	/* Target MR registered by B's side, then moved to another PD / address. */
+	char *t1 = aligned_alloc(4096, 8192), *t2 = aligned_alloc(4096, 8192);
+	struct ibv_mr *mr = ibv_reg_mr(p.s.pd, t1, 8192, ALL_ACCESS);
+	CHECK(mr, "reg");
+	struct ibv_wc wc = write_to(&p, (uintptr_t)t1, mr->rkey);
+	CHECK(wc.status == IBV_WC_SUCCESS, "write before rereg: %s", ibv_wc_status_str(wc.status));
+	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, t2, 8192, 0) == 0, "rereg addr");
+	wc = write_to(&p, (uintptr_t)t1, mr->rkey);
+	CHECK(wc.status == IBV_WC_REM_ACCESS_ERR, "old address after rereg: %s", ibv_wc_status_str(wc.status));
+
+	struct pair q;
+	pair_init(&q, NULL);
+	struct ibv_pd *pd2 = ibv_alloc_pd(q.s.ctx);
+	struct ibv_mr *mr2 = ibv_reg_mr(q.s.pd, t1, 8192, ALL_ACCESS);
+	CHECK(ibv_rereg_mr(mr2, IBV_REREG_MR_CHANGE_PD, pd2, NULL, 0, 0) == 0, "rereg pd");
+	wc = write_to(&q, (uintptr_t)t1, mr2->rkey);
+	CHECK(wc.status == IBV_WC_REM_ACCESS_ERR, "other PD after rereg: %s", ibv_wc_status_str(wc.status));
+}
+
+#include "compat_calls.h"
+
+int main(int argc, char **argv)
+{
+	CHECK(argc == 2, "usage: hw_test MODE");
+	const char *m = argv[1];
+	if (!strcmp(m, "cq"))
+		mode_cq();
+	else if (!strcmp(m, "async"))
+		mode_async();
+	else if (!strcmp(m, "qp_event"))
+		mode_qp_event();
+	else if (!strcmp(m, "srq_limit"))
+		mode_srq_limit();
+	else if (!strcmp(m, "rereg"))
+		mode_rereg();
+	else if (!strcmp(m, "compat"))
+		mode_compat();
+	else
+		FAIL("unknown mode %s", m);
+	printf("OK %s\n", m);
+	return 0;
+}
