@@ -7,8 +7,10 @@
  * as the interposer would after ibv_open_device. Needs no device and no softnic; the
  * interposer's integration tests assert the log it leaves against the scenario below.
  *
- * usage: fake_verbs basic | threads N K | fork K | exec K | post K | killed K | dlsym
- * Prints the provider's own counters; identical traced and untraced.
+ * usage: fake_verbs basic | threads N K | fork K | exec K | post K | killed K | dlsym | clock K MS
+ * Prints the provider's own counters; identical traced and untraced (except `clock`, which
+ * also prints CLOCK_MONOTONIC_RAW read right before and right after each of its K posts, MS ms
+ * apart: the untraced clock the debug clock skew is measured against).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -22,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define FAIL_ID 0xdeadull
@@ -466,6 +469,33 @@ static void post_n(struct ibv_context *ctx, struct ibv_qp *qp, long n)
 	}
 }
 
+static uint64_t raw_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC_RAW, &t);
+	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+static void clock_probe(long n, long ms)
+{
+	struct ibv_context *ctx = new_ctx();
+	struct ibv_qp *qp = &new_qp(ctx, IBV_QPT_RC, new_cq(ctx))->qp;
+	char buf[64];
+	struct ibv_sge s = { (uintptr_t)buf, 64, 1 };
+	struct ibv_wc wc[16];
+	for (long i = 0; i < n; i++) {
+		struct ibv_send_wr w = { .wr_id = (uint64_t)i, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_SEND,
+					 .send_flags = IBV_SEND_SIGNALED },
+				   *bad;
+		uint64_t before = raw_ns();
+		check(ibv_post_send(qp, &w, &bad) == 0, "post");
+		uint64_t after = raw_ns();
+		check(ibv_poll_cq(qp->send_cq, 16, wc) == 1, "poll");
+		printf("post %ld %llu %llu\n", i, (unsigned long long)before, (unsigned long long)after);
+		usleep((useconds_t)ms * 1000);
+	}
+}
+
 static void post_fresh(long n)
 {
 	struct ibv_context *ctx = new_ctx();
@@ -550,8 +580,10 @@ int main(int argc, char **argv)
 		raise(SIGKILL);
 	} else if (!strcmp(mode, "dlsym")) {
 		dlsym_check();
+	} else if (!strcmp(mode, "clock")) {
+		clock_probe(a, b);
 	} else {
-		fprintf(stderr, "usage: fake_verbs basic | threads N K | fork K | exec K | post K | killed K | dlsym\n");
+		fprintf(stderr, "usage: fake_verbs basic | threads N K | fork K | exec K | post K | killed K | dlsym | clock K MS\n");
 		return 2;
 	}
 	printf("provider: sends=%ld recvs=%ld srq_recvs=%ld polls=%ld completions=%ld\n", prov.sends, prov.recvs,

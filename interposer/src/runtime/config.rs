@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use crate::sink::{cat, ClockChoice, Diag, LogSettings};
+use crate::sink::{cat, ClockChoice, ClockSkew, Diag, LogSettings};
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
 
@@ -44,6 +44,9 @@ pub struct Config {
     pub prefault_chunks: u32,
     /// `SIGMATRACE_DEBUG_PANIC` (debug builds only): hook name to panic in, or "any".
     pub debug_panic: Option<String>,
+    /// `SIGMATRACE_DEBUG_CLOCK_SKEW=<offset_ns>,<drift_ppb>`: a clock error added to every
+    /// timestamp and clock reading the log records (testing alignment on real runs).
+    pub clock_skew: Option<ClockSkew>,
     /// Queue pollers and CUDA kernel timing.
     pub observe: ObserveConfig,
     /// Values that could not be parsed (reported at `Diag::Info`).
@@ -74,6 +77,7 @@ impl Default for Config {
             snapshot_ms: DEFAULT_SNAPSHOT_MS,
             prefault_chunks: DEFAULT_PREFAULT_CHUNKS,
             debug_panic: None,
+            clock_skew: None,
             observe: ObserveConfig::default(),
             warnings: Vec::new(),
         }
@@ -257,6 +261,16 @@ impl Config {
         if let Some(v) = get("SIGMATRACE_DEBUG_PANIC").filter(|v| !v.is_empty()) {
             c.debug_panic = Some(v);
         }
+        if let Some(v) = get("SIGMATRACE_DEBUG_CLOCK_SKEW").filter(|v| !v.trim().is_empty()) {
+            match ClockSkew::parse(&v) {
+                Some(k) => c.clock_skew = Some(k),
+                None => warnings.push(warn(
+                    "SIGMATRACE_DEBUG_CLOCK_SKEW",
+                    &v,
+                    "expected <offset_ns>,<drift_ppb> (|offset| <= 1000 s, |drift| <= 1e6 ppb)",
+                )),
+            }
+        }
         c.observe = ObserveConfig::parse(&get, &mut warnings);
         c.warnings = warnings;
         c
@@ -274,6 +288,7 @@ impl Config {
             clock: self.clock,
             snapshot_ms: self.snapshot_ms,
             prefault_chunks: self.prefault_chunks,
+            clock_skew: self.clock_skew,
         }
     }
 
@@ -350,6 +365,15 @@ mod tests {
     }
 
     #[test]
+    fn a_malformed_clock_skew_is_ignored_with_a_warning() {
+        for bad in ["5", "1,2,3", "x,1", "2000000000000,0", "0,2000000"] {
+            let c = cfg(&[("SIGMATRACE_DEBUG_CLOCK_SKEW", bad)]);
+            assert_eq!(c.clock_skew, None, "{bad}");
+            assert_eq!(c.warnings.len(), 1, "{bad}");
+        }
+    }
+
+    #[test]
     fn defaults_without_variables() {
         let c = cfg(&[]);
         assert_eq!(c, Config::default());
@@ -377,6 +401,7 @@ mod tests {
             ("SIGMATRACE_POLL_CPU", "1"),
             ("SIGMATRACE_DEVICE_POLL", "off"),
             ("SIGMATRACE_KERNEL_TIMING", "off"),
+            ("SIGMATRACE_DEBUG_CLOCK_SKEW", "-2000000, 50000"),
         ]);
         assert_eq!(c.output_dir, PathBuf::from("/tmp/x"));
         assert_eq!(c.max_bytes, 256 << 20);
@@ -387,6 +412,13 @@ mod tests {
         assert_eq!(c.snapshot_ms, 250);
         assert_eq!(c.debug_panic.as_deref(), Some("post_send"));
         assert_eq!(c.prefault_chunks, 0);
+        assert_eq!(
+            c.clock_skew,
+            Some(ClockSkew {
+                offset_ns: -2_000_000,
+                drift_ppb: 50_000
+            })
+        );
         assert_eq!(
             c.observe,
             ObserveConfig {

@@ -14,13 +14,15 @@
 //! not committed (the reader never sees it).
 
 pub mod naming;
+mod skew;
 pub mod spin;
 mod switches;
 mod thread;
 
+pub use skew::ClockSkew;
 pub use switches::{
-    cat, current_timestamper, diag, diag_enabled, disable, is_disabled, mask, now, tracing,
-    ClockChoice, Diag,
+    cat, current_timestamper, diag, diag_enabled, disable, is_disabled, mask, now, snapshot,
+    tracing, ClockChoice, Diag,
 };
 
 use std::path::{Path, PathBuf};
@@ -60,6 +62,8 @@ pub struct LogSettings {
     pub snapshot_ms: u64,
     /// Chunks the background preparer keeps ready (0 = no preparer).
     pub prefault_chunks: u32,
+    /// `SIGMATRACE_DEBUG_CLOCK_SKEW`: the clock error to inject.
+    pub clock_skew: Option<ClockSkew>,
 }
 
 /// Timestamp at or after which the next clock snapshot is due.
@@ -73,7 +77,7 @@ static SETTINGS: OnceLock<LogSettings> = OnceLock::new();
 /// Installs the settings (first call wins) and turns tracing on as they say.
 pub fn configure(settings: LogSettings) {
     let s = SETTINGS.get_or_init(|| settings);
-    switches::set(s.diag, s.clock, s.initial_mask);
+    switches::set(s.diag, s.clock, s.clock_skew, s.initial_mask);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -270,12 +274,18 @@ fn create_log(config: &LogSettings) -> Result<LogWriter, CreateError> {
     let ts = current_timestamper();
     let source = ts.source();
     let hz = estimate_hz(ts);
-    let start = ts.snapshot();
+    let start = snapshot();
     let mut header = FileHeader::for_current_process(source, hz, start, config.chunk_size);
     header
         .attrs
         .push(format!("sigmatrace_version={}", env!("CARGO_PKG_VERSION")));
     header.attrs.push(format!("trace_mask={:#x}", config.trace));
+    if let Some((k, origin)) = skew::active() {
+        header
+            .attrs
+            .push(format!("clock_skew={},{}", k.offset_ns, k.drift_ppb));
+        header.attrs.push(format!("clock_skew_origin={origin}"));
+    }
     let options = WriterOptions {
         chunk_size: config.chunk_size,
         max_bytes: config.max_bytes,

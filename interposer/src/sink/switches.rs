@@ -68,8 +68,11 @@ pub enum ClockChoice {
 
 /// Categories currently traced ([`cat`] bits); 0 = forward everything untraced.
 static MASK: AtomicU32 = AtomicU32::new(0);
-/// Timestamp source: 0 before initialisation, else `TimestampSource as u8`.
+/// Timestamp source: 0 before initialisation, else `TimestampSource as u8`, | [`SKEWED`] while
+/// the debug clock skew is active (so the hot path's TSC test fails and [`now_other`] runs).
 static CLOCK: AtomicU8 = AtomicU8::new(0);
+/// Bit of `CLOCK`: timestamps go through [`super::skew`].
+const SKEWED: u8 = 0x80;
 /// Diagnostics level (`Diag as u8`).
 static DIAG: AtomicU8 = AtomicU8::new(Diag::Error as u8);
 /// Set once tracing disabled itself (the stderr line is printed once).
@@ -93,38 +96,60 @@ pub fn now() -> u64 {
     if CLOCK.load(Ordering::Relaxed) == TimestampSource::Tsc as u8 {
         rdtsc()
     } else {
-        now_monotonic()
+        now_other()
     }
 }
 
-/// [`now`] without an invariant TSC (out of line: keeps the TSC path straight).
+/// [`now`] without an invariant TSC, or with the debug clock skew (out of line: keeps the TSC
+/// path straight).
 #[cold]
 #[inline(never)]
-fn now_monotonic() -> u64 {
-    clock_ns(libc::CLOCK_MONOTONIC_RAW)
+fn now_other() -> u64 {
+    if CLOCK.load(Ordering::Relaxed) & SKEWED != 0 {
+        super::skew::now()
+    } else {
+        clock_ns(libc::CLOCK_MONOTONIC_RAW)
+    }
 }
 
-/// Sets the switches: diagnostics level, clock (resolving `Auto`), and — unless tracing
-/// already disabled itself — the traced categories.
-pub(super) fn set(diag_level: Diag, clock: ClockChoice, initial_mask: u32) {
+/// Sets the switches: diagnostics level, clock (resolving `Auto`; skewed when `skew` is
+/// given), and — unless tracing already disabled itself — the traced categories.
+pub(super) fn set(
+    diag_level: Diag,
+    clock: ClockChoice,
+    skew: Option<super::ClockSkew>,
+    initial_mask: u32,
+) {
     DIAG.store(diag_level as u8, Ordering::Relaxed);
     let ts = match clock {
         ClockChoice::Auto => Timestamper::detect(),
         ClockChoice::Tsc => Timestamper::with_source(TimestampSource::Tsc),
         ClockChoice::MonotonicRaw => Timestamper::with_source(TimestampSource::MonotonicRaw),
     };
-    CLOCK.store(ts.source() as u8, Ordering::Relaxed);
+    let mut c = ts.source() as u8;
+    if let Some(k) = skew {
+        super::skew::activate(k, ts.source());
+        c |= SKEWED;
+    }
+    CLOCK.store(c, Ordering::Relaxed);
     if !DISABLED.load(Ordering::Relaxed) {
         MASK.store(initial_mask, Ordering::Release);
     }
 }
 
-/// The timestamp source of the log's records.
+/// The timestamp source of the log's records (unskewed: for readings that go through
+/// [`snapshot`], or that components outside the sink take themselves).
 pub fn current_timestamper() -> Timestamper {
     Timestamper::with_source(
-        TimestampSource::from_u8(CLOCK.load(Ordering::Relaxed))
+        TimestampSource::from_u8(CLOCK.load(Ordering::Relaxed) & !SKEWED)
             .unwrap_or(TimestampSource::MonotonicRaw),
     )
+}
+
+/// A clock snapshot of the log's timestamp source (skewed like [`now`] when the debug skew
+/// is active).
+pub fn snapshot() -> sigmatrace_schemas::ClockSnapshot {
+    super::skew::snapshot(current_timestamper().snapshot())
 }
 
 /// Stops tracing for good: prints one stderr line (at `Diag::Error`) and makes every hook

@@ -325,7 +325,7 @@ impl Out<'_> {
 
     /// Writes a clock snapshot now.
     pub fn snapshot_now(&mut self) {
-        self.append_raw(&super::current_timestamper().snapshot());
+        self.append_raw(&super::snapshot());
     }
 
     /// Whether the periodic clock snapshot is due at `ts`.
@@ -367,7 +367,7 @@ fn snapshot_due(s: &mut Sink, ts: u64) {
             .compare_exchange(due, next, Ordering::Relaxed, Ordering::Relaxed)
             .is_ok()
         // SAFETY: the Out this Sink came from has an initialised writer.
-        && !unsafe { s.writer() }.append(&super::current_timestamper().snapshot())
+        && !unsafe { s.writer() }.append(&super::snapshot())
     {
         append_failed(s);
     }
