@@ -7,10 +7,12 @@
  * as the interposer would after ibv_open_device. Needs no device and no softnic; the
  * interposer's integration tests assert the log it leaves against the scenario below.
  *
- * usage: fake_verbs basic | threads N K | fork K | exec K | post K | killed K | dlsym | clock K MS
+ * usage: fake_verbs basic | threads N K | fork K | exec K | post K | killed K | dlsym | clock K MS | cqx N
  * Prints the provider's own counters; identical traced and untraced (except `clock`, which
  * also prints CLOCK_MONOTONIC_RAW read right before and right after each of its K posts, MS ms
- * apart: the untraced clock the debug clock skew is measured against).
+ * apart: the untraced clock the debug clock skew is measured against). `cqx N`: N extended CQs,
+ * each with its own set of wc_flags (never IBV_WC_EX_WITH_QP_NUM) and one QP; one signaled
+ * send per QP, polled with ibv_start_poll; prints "cq <i> qpn <qpn> wr_id <id>".
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -496,6 +498,40 @@ static void clock_probe(long n, long ms)
 	}
 }
 
+static void cq_ex_many(long n)
+{
+	/* wc_flags bits other than QP_NUM, spread over i: every CQ asks for a different set. */
+	static const uint64_t bits[] = { IBV_WC_EX_WITH_BYTE_LEN, IBV_WC_EX_WITH_IMM, IBV_WC_EX_WITH_SRC_QP,
+					 IBV_WC_EX_WITH_SLID, IBV_WC_EX_WITH_SL, IBV_WC_EX_WITH_DLID_PATH_BITS,
+					 IBV_WC_EX_WITH_CVLAN };
+	struct ibv_context *ctx = new_ctx();
+	char buf[64];
+	struct ibv_sge s = { (uintptr_t)buf, 64, 1 };
+	for (long i = 0; i < n; i++) {
+		uint64_t flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+		for (unsigned b = 0; b < sizeof(bits) / sizeof(bits[0]); b++)
+			if (i & (1l << b))
+				flags |= bits[b];
+		struct ibv_cq_init_attr_ex ca = { .cqe = 16, .wc_flags = flags };
+		struct ibv_cq_ex *cqx = ibv_create_cq_ex(ctx, &ca);
+		check(cqx != NULL, "create_cq_ex");
+		struct ibv_qp_init_attr_ex qa = { .send_cq = ibv_cq_ex_to_cq(cqx), .recv_cq = ibv_cq_ex_to_cq(cqx),
+						  .cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
+						  .qp_type = IBV_QPT_RC,
+						  .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS,
+						  .pd = (struct ibv_pd *)0x1 };
+		struct ibv_qp *qp = ibv_create_qp_ex(ctx, &qa);
+		check(qp != NULL, "create_qp_ex");
+		struct ibv_send_wr w = { .wr_id = 100 + (uint64_t)i, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_SEND,
+					 .send_flags = IBV_SEND_SIGNALED },
+				   *bad;
+		check(ibv_post_send(qp, &w, &bad) == 0, "post");
+		check(ibv_start_poll(cqx, &(struct ibv_poll_cq_attr){ 0 }) == 0, "start_poll");
+		printf("cq %ld qpn %u wr_id %llu\n", i, qp->qp_num, (unsigned long long)cqx->wr_id);
+		ibv_end_poll(cqx);
+	}
+}
+
 static void post_fresh(long n)
 {
 	struct ibv_context *ctx = new_ctx();
@@ -582,8 +618,10 @@ int main(int argc, char **argv)
 		dlsym_check();
 	} else if (!strcmp(mode, "clock")) {
 		clock_probe(a, b);
+	} else if (!strcmp(mode, "cqx")) {
+		cq_ex_many(a);
 	} else {
-		fprintf(stderr, "usage: fake_verbs basic | threads N K | fork K | exec K | post K | killed K | dlsym | clock K MS\n");
+		fprintf(stderr, "usage: fake_verbs basic | threads N K | fork K | exec K | post K | killed K | dlsym | clock K MS | cqx N\n");
 		return 2;
 	}
 	printf("provider: sends=%ld recvs=%ld srq_recvs=%ld polls=%ld completions=%ld\n", prov.sends, prov.recvs,

@@ -428,3 +428,61 @@ fn rtld_next_and_versioned_lookups_keep_their_meaning() {
     let out = both(&["dlsym"], dir.path());
     assert!(out.stdout.contains("dlvsym 1.1"), "{out:?}");
 }
+
+/// `cqx N`: the CQ lines the program printed: (QPN, wr_id) per CQ.
+fn cq_lines(stdout: &str) -> Vec<(u32, u64)> {
+    tagged(stdout, "cq")
+        .iter()
+        .map(|f| (num(&f[2]) as u32, num(&f[4])))
+        .collect()
+}
+
+#[test]
+fn extended_cqs_beyond_eight_tables_are_traced_and_completions_without_qp_num_find_their_qp() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = both(&["cqx", "12"], dir.path());
+    assert!(out.stderr.is_empty(), "{}", out.stderr);
+    let printed = cq_lines(&out.stdout);
+    assert_eq!(printed.len(), 12);
+    let t = only_log(dir.path());
+    let cqs = t.cqs();
+    assert_eq!(cqs.len(), 12);
+    let flags: std::collections::BTreeSet<u64> = cqs.iter().map(|c| c.wc_flags).collect();
+    assert_eq!(flags.len(), 12, "twelve distinct wc_flags sets");
+    assert!(
+        cqs.iter().all(|c| c.wc_flags & 4 == 0),
+        "no IBV_WC_EX_WITH_QP_NUM"
+    );
+    let wcs = t.wcs();
+    let got: Vec<(u32, u64)> = wcs.iter().map(|w| (w.qpn, w.wr_id)).collect();
+    assert_eq!(got, printed, "every completion recorded, on its own QP");
+    // Each completion belongs to the CQ its QP was created with.
+    let qps = t.qps();
+    for (w, c) in wcs.iter().zip(&cqs) {
+        assert_eq!(w.cq, c.cq);
+        assert!(qps.iter().any(|q| q.qpn == w.qpn));
+        let attr = format!("qpn={:#x},send_cq={:#x},recv_cq={:#x}", w.qpn, c.cq, c.cq);
+        assert!(
+            t.defs(sigmatrace_schemas::string_ns::PROCESS_ATTR)
+                .iter()
+                .any(|(_, s)| s.starts_with("qp_cq=") && s.contains(&attr)),
+            "qp_cq attribute for {attr}"
+        );
+    }
+}
+
+#[test]
+fn extended_cq_tables_beyond_the_limit_are_reported_at_the_default_level() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = Cmd::new(&fake(&["cqx", "70"])).run(LIMIT);
+    let traced = Cmd::new(&fake(&["cqx", "70"]))
+        .traced(dir.path())
+        .run(LIMIT);
+    assert!(plain.ok() && traced.ok(), "{traced:?}");
+    assert_eq!(plain.stdout, traced.stdout);
+    let lines: Vec<&str> = traced.stderr.lines().collect();
+    assert_eq!(lines.len(), 6, "one line per untraced CQ: {lines:?}");
+    assert!(lines.iter().all(|l| l.contains("more than 64 distinct")));
+    let t = only_log(dir.path());
+    assert_eq!(t.wcs().len(), 64, "the first 64 CQs are traced");
+}

@@ -12,7 +12,7 @@ use crate::ffi::dl::NextFn;
 use crate::ffi::*;
 use crate::record::control::{self as rc, AhInfo, CqInfo, MrInfo, QpInfo, QpModifyInfo};
 use crate::record::{self, emit, emit_if};
-use crate::runtime::queues;
+use crate::runtime::{cq_owners, queues};
 use crate::sink::{self, cat};
 
 /// Writes `DeviceOpen` for a context (`query_guid`: the device is libibverbs' own).
@@ -33,6 +33,53 @@ pub unsafe fn device_opened(ctx: *mut ibv_context, query_guid: bool) {
         cat::CONTROL,
         rc::device_open(sink::now(), ctx as u64, guid, &name),
     );
+    if query_guid && sink::tracing(cat::CONTROL) {
+        // SAFETY: a live context of libibverbs' own device.
+        unsafe { port_addresses(ctx) };
+    }
+}
+
+/// Ports queried per context, and GID-table entries per port.
+const MAX_PORTS: u8 = 4;
+const MAX_GIDS: c_int = 16;
+
+/// Records the context's own port addresses (`port_addr=` attributes): LID and the non-zero
+/// GIDs among the first [`MAX_GIDS`] entries, through the real `ibv_query_port` and
+/// `ibv_query_gid` (control path, once per context).
+///
+/// # Safety
+/// `ctx` a live context of a libibverbs device.
+unsafe fn port_addresses(ctx: *mut ibv_context) {
+    static PORT: NextFn = NextFn::new(c"ibv_query_port", Some(c"IBVERBS_1.1"), c"libibverbs.so.1");
+    static GID: NextFn = NextFn::new(c"ibv_query_gid", Some(c"IBVERBS_1.1"), c"libibverbs.so.1");
+    let (qp, qg) = (PORT.get(), GID.get());
+    if qp == 0 {
+        return;
+    }
+    type QueryPort = unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr) -> c_int;
+    type QueryGid = unsafe extern "C" fn(*mut ibv_context, u8, c_int, *mut ibv_gid) -> c_int;
+    for port in 1..=MAX_PORTS {
+        let mut pa = ibv_port_attr::default();
+        // SAFETY: the real ibv_query_port(ctx, port, attr) with the full-size attribute
+        // struct (it writes at most that); ctx is live.
+        if unsafe { as_fn::<QueryPort>(qp)(ctx, port, &mut pa) } != 0 {
+            break;
+        }
+        let mut gids = Vec::new();
+        if qg != 0 {
+            for i in 0..pa.gid_tbl_len.min(MAX_GIDS) {
+                let mut g = ibv_gid::default();
+                // SAFETY: the real ibv_query_gid(ctx, port, index, gid) writes one GID.
+                let ok = unsafe { as_fn::<QueryGid>(qg)(ctx, port, i, &mut g) } == 0;
+                // SAFETY: ibv_gid is a 16-byte union; `raw` is always a valid view.
+                let raw = unsafe { g.raw };
+                if ok && raw != [0; 16] {
+                    gids.push((i as u32, raw));
+                }
+            }
+        }
+        rc::port_addr(ctx as u64, port, pa.lid, &gids);
+    }
 }
 
 /// The node GUID through the real `ibv_get_device_guid` (a sysfs read on real hardware).
@@ -315,6 +362,7 @@ pub unsafe fn cq_created(
         wc_flags: 0,
         variant: cq_variant::CREATE_CQ,
     };
+    cq_owners::cq_created(cq as usize);
     emit_if(cat::CONTROL, rc::cq_create(sink::now(), &info));
 }
 
@@ -348,6 +396,7 @@ pub unsafe fn cq_ex_created(
         wc_flags: a.wc_flags,
         variant,
     };
+    cq_owners::cq_created(cq as usize);
     emit_if(cat::CONTROL, rc::cq_create(sink::now(), &info));
 }
 
@@ -417,13 +466,25 @@ pub fn ibv_destroy_srq(srq: *mut ibv_srq, ret: c_int) {
 
 // --- QPs ----------------------------------------------------------------------------------------
 
-/// The `QpCreate` fields of a new QP.
+/// The `QpCreate` fields of a new QP; also notes which CQs it completes into
+/// ([`cq_owners`], and a `qp_cq=` process attribute for the converter).
 ///
 /// # Safety
 /// `qp` live.
 unsafe fn qp_info(qp: *mut ibv_qp, cap: ibv_qp_cap, variant: u32) -> QpInfo {
     // SAFETY: live QP.
     let q = unsafe { &*qp };
+    let (send_cq, recv_cq) = (q.send_cq as usize, q.recv_cq as usize);
+    cq_owners::qp_created(qp as usize, q.qp_num, send_cq, recv_cq);
+    if sink::tracing(cat::CONTROL) {
+        rc::qp_cqs(
+            qp as u64,
+            q.qp_num,
+            send_cq as u64,
+            recv_cq as u64,
+            q.srq as u64,
+        );
+    }
     QpInfo {
         qp: qp as u64,
         context: q.context as u64,
@@ -565,6 +626,9 @@ pub unsafe fn destroy_qp_pre(qp: *mut ibv_qp) -> u32 {
 
 /// `ibv_destroy_qp`.
 pub fn ibv_destroy_qp(qpn: u32, qp: *mut ibv_qp, ret: c_int) {
+    if ret == 0 {
+        cq_owners::qp_destroyed(qp as usize);
+    }
     emit_if(
         cat::CONTROL,
         rc::qp_destroy(sink::now(), qp as u64, qpn, ret),

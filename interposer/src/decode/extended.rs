@@ -8,6 +8,7 @@ use std::ffi::c_int;
 use crate::ffi::*;
 use crate::record::data::{self, Completion, SendWr};
 use crate::record::wr_builder;
+use crate::runtime::cq_owners;
 use crate::sink::{self, cat};
 
 /// An opcode builder was called on `qp` at `ts`: a new WR of its batch, with the `wr_id` and
@@ -142,7 +143,12 @@ pub unsafe fn cq_ex_polled(cq: *mut ibv_cq_ex, rc: c_int, r: &CqExReaders) {
             vendor_err: read(cq, r.vendor_err),
             byte_len: read(cq, r.byte_len),
             imm,
-            qpn: read(cq, r.qp_num),
+            // Without IBV_WC_EX_WITH_QP_NUM: the CQ's QP when it serves exactly one.
+            qpn: if r.qp_num != 0 {
+                read(cq, r.qp_num)
+            } else {
+                cq_owners::sole_qpn(id as usize).unwrap_or(0)
+            },
             src_qp: read(cq, r.src_qp),
             wc_flags,
             slid: read::<u32>(cq, r.slid) as u16,

@@ -153,6 +153,30 @@ pub struct QpInfo {
     pub max_inline: u32,
 }
 
+/// Which CQs (and SRQ) a new QP completes into: the process attribute
+/// `qp_cq=qp=0x…,qpn=0x…,send_cq=0x…,recv_cq=0x…,srq=0x…` (handles as in the records), so a
+/// reader can attribute completions that do not carry their QP number.
+pub fn qp_cqs(qp: u64, qpn: u32, send_cq: u64, recv_cq: u64, srq: u64) {
+    super::process_attr(&format!(
+        "qp_cq=qp={qp:#x},qpn={qpn:#x},send_cq={send_cq:#x},recv_cq={recv_cq:#x},srq={srq:#x}"
+    ));
+}
+
+/// A context's own address on one of its ports: the process attribute
+/// `port_addr=context=0x…,port=N,lid=0x…[,gid<index>=<32 hex digits>]…` (the non-zero GIDs
+/// of the first entries of its GID table), so readers can tell which peer a QP's destination
+/// (LID, or GID with a GRH) names even when QP numbers repeat across nodes.
+pub fn port_addr(context: u64, port: u8, lid: u16, gids: &[(u32, [u8; 16])]) {
+    let mut s = format!("port_addr=context={context:#x},port={port},lid={lid:#x}");
+    for (i, g) in gids {
+        s.push_str(&format!(",gid{i}="));
+        for b in g {
+            s.push_str(&format!("{b:02x}"));
+        }
+    }
+    super::process_attr(&s);
+}
+
 /// `QpCreate`: aux = qp_type | variant << 8.
 pub fn qp_create(ts: u64, q: &QpInfo) -> QpCreate {
     QpCreate {

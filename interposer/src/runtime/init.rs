@@ -8,7 +8,7 @@ use std::sync::Once;
 use crate::ffi::dl;
 use crate::record;
 use crate::runtime::config::{self, Config};
-use crate::runtime::{gpu, guard, kernels, queues};
+use crate::runtime::{cq_owners, gpu, guard, kernels, queues};
 use crate::sink::{self, Diag};
 
 static DONE: AtomicBool = AtomicBool::new(false);
@@ -54,6 +54,7 @@ extern "C" fn after_fork_child() {
         queues::after_fork_child();
         gpu::after_fork_child();
         kernels::after_fork_child();
+        cq_owners::reset_in_child();
     });
 }
 

@@ -5,6 +5,7 @@
 //! - [`init`]: the constructor (or the first hook), `fork` and exit handlers.
 //! - [`guard`]: every hook body runs inside it; a panic disables tracing, never the program.
 //! - [`singleton`]: the one leak-once, fork-forgotten holder the background components use.
+//! - [`cq_owners`]: which QPs complete into which CQ (completions without a QP number).
 //! - [`queues`] (ring discovery and the host poller), [`gpu`] (the device-side poller),
 //!   [`kernels`] (kernel launch timing), and [`internal`] (their own CUDA calls stay
 //!   untraced).
@@ -13,6 +14,7 @@
 //! `record` and `sink` below and never calls back up.
 
 pub mod config;
+pub mod cq_owners;
 pub mod gpu;
 pub mod guard;
 pub mod init;

@@ -8,7 +8,7 @@
 use std::ffi::c_int;
 use std::mem::offset_of;
 
-use super::slots::{variants, Slots};
+use super::slots::{variants64, Slots, CQ_EX_SLOTS};
 use crate::decode::extended::{self as dx, CqExReaders};
 use crate::ffi::{self, *};
 use crate::runtime::guard;
@@ -29,7 +29,7 @@ const COMPLETION_TS: usize = 10;
 const REQUESTED: usize = 11;
 const WORDS: usize = 12;
 
-static CQX: Slots<WORDS> = Slots::new();
+static CQX: Slots<WORDS, CQ_EX_SLOTS> = Slots::new();
 
 type Cq = *mut ibv_cq_ex;
 type StartFn = unsafe extern "C" fn(Cq, *mut ibv_poll_cq_attr) -> c_int;
@@ -83,8 +83,8 @@ pub unsafe fn instrument(cq: Cq, wc_flags: u64) -> bool {
         return false;
     }
     let _g = LOCK.lock();
-    let starts = variants!(start_poll as StartFn).map(|f| f as usize);
-    let nexts = variants!(next_poll as NextFn).map(|f| f as usize);
+    let starts = variants64!(start_poll as StartFn).map(|f| f as usize);
+    let nexts = variants64!(next_poll as NextFn).map(|f| f as usize);
     let field = |off: usize| (cq as *mut u8).wrapping_add(off) as *mut usize;
     let mut words = [0usize; WORDS];
     // SAFETY: start_poll / next_poll / read_* are pointer-sized fields of the live CQ.
@@ -106,8 +106,11 @@ pub unsafe fn instrument(cq: Cq, wc_flags: u64) -> bool {
     words[REQUESTED] = wc_flags as usize;
     let Some(s) = CQX.claim(&words) else {
         sink::diag(
-            Diag::Info,
-            "sigmatrace: too many distinct ibv_cq_ex tables; a CQ stays untraced",
+            Diag::Error,
+            &format!(
+                "sigmatrace: more than {CQ_EX_SLOTS} distinct extended-CQ function sets \
+                 (provider CQ kinds × requested wc_flags); CQ {cq:p} stays untraced"
+            ),
         );
         return false;
     };

@@ -175,7 +175,7 @@ pub unsafe fn instrument(ctx: *mut ibv_context) -> Instrumented {
     }
     let Some(slot) = CTX.claim(&orig) else {
         sink::diag(
-            Diag::Info,
+            Diag::Error,
             "sigmatrace: too many distinct provider tables; a context stays untraced",
         );
         return Instrumented::No;

@@ -76,7 +76,7 @@ pub unsafe fn instrument(qpx: *mut ibv_qp_ex, mqp: Mqp) -> bool {
     }
     words[QPX_DELTA] = (qpx as usize).wrapping_sub(mqp as usize);
     let Some(s) = MQP.claim(&words) else {
-        sink::diag(Diag::Info, "sigmatrace: too many distinct mlx5dv_qp_ex tables; a QP's mlx5dv_wr_* calls stay untraced");
+        sink::diag(Diag::Error, "sigmatrace: too many distinct mlx5dv_qp_ex tables; a QP's mlx5dv_wr_* calls stay untraced");
         return false;
     };
     for (w, off, hooks) in &fields {

@@ -102,7 +102,7 @@ pub unsafe fn instrument(qp: Qp) -> bool {
     }
     let Some(slot) = WR.claim(&orig) else {
         sink::diag(
-            Diag::Info,
+            Diag::Error,
             "sigmatrace: too many distinct ibv_qp_ex tables; a QP's ibv_wr_* calls stay untraced",
         );
         return false;

@@ -5,8 +5,9 @@
 //! slot, and each slot has its own copy of every hook, monomorphised over the slot index
 //! (`post_send::<S>`): the hook finds its original with one load at a constant address — no
 //! lookup, no lock — and objects need no per-object registry. [`SLOTS`] sets per kind are
-//! plenty; an object whose set does not fit stays uninstrumented (and is reported at
-//! `SIGMATRACE_DIAG=info`), it is never broken.
+//! plenty for contexts, QPs and WQs ([`CQ_EX_SLOTS`] for extended CQs); an object whose set
+//! does not fit stays uninstrumented and is reported on stderr at the default diagnostics
+//! level — it is never broken.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -14,6 +15,10 @@ use crate::sink::spin::SpinLock;
 
 /// Distinct function sets per object kind.
 pub const SLOTS: usize = 8;
+
+/// Distinct extended-CQ sets: one per provider CQ flavour *and* set of requested `wc_flags`
+/// (the getters a CQ may be read through depend on them), so many more than [`SLOTS`].
+pub const CQ_EX_SLOTS: usize = 64;
 
 /// `[f::<0> as T, …, f::<7> as T]`: the per-slot copies of a hook.
 macro_rules! variants {
@@ -32,25 +37,98 @@ macro_rules! variants {
 }
 pub(crate) use variants;
 
-/// [`SLOTS`] slots of `W` words (original function addresses, or other identity words).
-pub struct Slots<const W: usize> {
+/// [`variants`] for [`CQ_EX_SLOTS`] slots.
+macro_rules! variants64 {
+    ($f:ident as $t:ty) => {
+        [
+            $f::<0> as $t,
+            $f::<1> as $t,
+            $f::<2> as $t,
+            $f::<3> as $t,
+            $f::<4> as $t,
+            $f::<5> as $t,
+            $f::<6> as $t,
+            $f::<7> as $t,
+            $f::<8> as $t,
+            $f::<9> as $t,
+            $f::<10> as $t,
+            $f::<11> as $t,
+            $f::<12> as $t,
+            $f::<13> as $t,
+            $f::<14> as $t,
+            $f::<15> as $t,
+            $f::<16> as $t,
+            $f::<17> as $t,
+            $f::<18> as $t,
+            $f::<19> as $t,
+            $f::<20> as $t,
+            $f::<21> as $t,
+            $f::<22> as $t,
+            $f::<23> as $t,
+            $f::<24> as $t,
+            $f::<25> as $t,
+            $f::<26> as $t,
+            $f::<27> as $t,
+            $f::<28> as $t,
+            $f::<29> as $t,
+            $f::<30> as $t,
+            $f::<31> as $t,
+            $f::<32> as $t,
+            $f::<33> as $t,
+            $f::<34> as $t,
+            $f::<35> as $t,
+            $f::<36> as $t,
+            $f::<37> as $t,
+            $f::<38> as $t,
+            $f::<39> as $t,
+            $f::<40> as $t,
+            $f::<41> as $t,
+            $f::<42> as $t,
+            $f::<43> as $t,
+            $f::<44> as $t,
+            $f::<45> as $t,
+            $f::<46> as $t,
+            $f::<47> as $t,
+            $f::<48> as $t,
+            $f::<49> as $t,
+            $f::<50> as $t,
+            $f::<51> as $t,
+            $f::<52> as $t,
+            $f::<53> as $t,
+            $f::<54> as $t,
+            $f::<55> as $t,
+            $f::<56> as $t,
+            $f::<57> as $t,
+            $f::<58> as $t,
+            $f::<59> as $t,
+            $f::<60> as $t,
+            $f::<61> as $t,
+            $f::<62> as $t,
+            $f::<63> as $t,
+        ]
+    };
+}
+pub(crate) use variants64;
+
+/// `N` slots of `W` words (original function addresses, or other identity words).
+pub struct Slots<const W: usize, const N: usize = SLOTS> {
     lock: SpinLock,
     used: AtomicUsize,
-    words: [[AtomicUsize; W]; SLOTS],
+    words: [[AtomicUsize; W]; N],
 }
 
-impl<const W: usize> Default for Slots<W> {
+impl<const W: usize, const N: usize> Default for Slots<W, N> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<const W: usize> Slots<W> {
+impl<const W: usize, const N: usize> Slots<W, N> {
     pub const fn new() -> Self {
         Slots {
             lock: SpinLock::new(),
             used: AtomicUsize::new(0),
-            words: [const { [const { AtomicUsize::new(0) }; W] }; SLOTS],
+            words: [const { [const { AtomicUsize::new(0) }; W] }; N],
         }
     }
 
@@ -61,7 +139,7 @@ impl<const W: usize> Slots<W> {
         if let Some(s) = (0..used).find(|&s| (0..W).all(|i| self.word(s, i) == words[i])) {
             return Some(s);
         }
-        if used == SLOTS {
+        if used == N {
             return None;
         }
         for (slot, w) in self.words[used].iter().zip(words) {
