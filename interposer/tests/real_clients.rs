@@ -155,6 +155,18 @@ fn check_connection(server: &Side, client: &Side) {
             local.iter().map(|a| a.1).collect::<Vec<_>>(),
             "QpCreate QPNs = printed QPNs"
         );
+        // The context's own port address, as queried through the provider, is the LID the
+        // program printed for itself (what the peer addresses it with).
+        let ctx = t.devices()[0].context;
+        let port = t
+            .defs(sigmatrace_schemas::string_ns::PROCESS_ATTR)
+            .into_iter()
+            .find_map(|(_, a)| {
+                a.strip_prefix(&format!("port_addr=context={ctx:#x},port=1,lid="))
+                    .map(|l| num(l.split(',').next().unwrap()) as u32)
+            })
+            .expect("port_addr attribute of port 1");
+        assert!(local.iter().all(|a| a.0 == port), "own LID {port:#x}");
         let rtr: BTreeMap<u32, (u32, u16)> = t
             .modifies()
             .iter()
@@ -285,12 +297,9 @@ fn replay(t: &Trace, p: &Pingpong, client: bool) -> (usize, usize) {
                 }
                 other => panic!("unexpected wr_id {other}"),
             }
-            // A CQ created without IBV_WC_EX_WITH_QP_NUM (rc_pingpong -t) reports no QPN.
-            let qpn = if w.qpn == 0 && qpns.len() == 1 {
-                qpns[0]
-            } else {
-                w.qpn
-            };
+            // Every completion on its QP, also from a CQ created without
+            // IBV_WC_EX_WITH_QP_NUM (rc_pingpong -t: the interposer names the CQ's one QP).
+            let qpn = w.qpn;
             let pend = pending
                 .get_mut(&qpn)
                 .unwrap_or_else(|| panic!("completion of unknown QP {w:?}"));
@@ -392,6 +401,13 @@ fn ibv_rc_pingpong_timestamps() {
         assert!(
             t.wcs().iter().all(|w| w.hw_ts != 0 && w.cq == cq.cq),
             "device timestamps via ibv_cq_ex"
+        );
+        let qpn = t.qps()[0].qpn;
+        let wcs = t.wcs();
+        assert_eq!(wcs.len(), 600, "300 sends and 300 receives completed");
+        assert!(
+            wcs.iter().all(|w| w.qpn == qpn),
+            "every completion on QP {qpn:#x}, none on QP 0 (the CQ has no QP_NUM)"
         );
     }
 }
