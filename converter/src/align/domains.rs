@@ -10,8 +10,9 @@
 //! Key of a domain: (boot id, hostname). A log without a boot id (zero) cannot prove that it
 //! shares a machine's clock, so its domain also carries its `node=` value. A process whose
 //! header has the debug attribute `clock_skew=<offset_ns>,<drift_ppb>` (the interposer's
-//! injected clock error, see schemas/FORMAT.md) reads a deliberately different clock: its domain
-//! is keyed by (boot id, hostname, node, clock_skew value).
+//! injected clock error, see schemas/FORMAT.md) reads a deliberately different clock: it is a
+//! domain of its own (the error grows from the process's own origin, so two processes with the
+//! same attribute still disagree).
 
 use std::collections::BTreeMap;
 
@@ -28,7 +29,8 @@ struct DomainKey {
     hostname: String,
     /// Set when the boot id is unknown or the clock is skewed on purpose.
     node: Option<String>,
-    skew: Option<String>,
+    /// The injected clock error and the process it belongs to.
+    skew: Option<(String, usize)>,
 }
 
 /// The clock domains of a run.
@@ -76,7 +78,7 @@ pub fn clock_domains(inputs: &[LogInput], topo: &Topology) -> Domains {
                     boot_id: h.boot_id,
                     hostname: h.hostname.clone(),
                     node,
-                    skew,
+                    skew: skew.map(|s| (s, p.index)),
                 }
             }
             None => DomainKey {
@@ -95,8 +97,8 @@ pub fn clock_domains(inputs: &[LogInput], topo: &Topology) -> Domains {
             if let Some(n) = &key.node {
                 name.push_str(&format!("/node{n}"));
             }
-            if let Some(s) = &key.skew {
-                name.push_str(&format!(" {CLOCK_SKEW_ATTR}{s}"));
+            if let Some((s, _)) = &key.skew {
+                name.push_str(&format!(" {} {CLOCK_SKEW_ATTR}{s}", p.label()));
             }
             out.names.push(name);
             out.procs.push(Vec::new());

@@ -27,23 +27,26 @@ impl Section for AlignmentSection {
         let _ = writeln!(out, "== Clock alignment ({})", a.method);
         let _ = writeln!(
             out,
-            "{:<24} {:>14} {:>12} {:>16}",
-            "host", "offset ns", "drift ppm", "uncertainty ns"
+            "{:<24} {:>7} {:>14} {:>12} {:>16}",
+            "host", "domain", "offset ns", "drift ppm", "uncertainty ns"
         );
         for (i, h) in a.hosts.iter().enumerate() {
             let unc = h
                 .uncertainty_ns
                 .map(|u| format!("±{u:.0}"))
                 .unwrap_or_else(|| "unbounded".into());
+            // Hosts of the reference's clock domain read its clock: no correction, exactly.
             let mark = if i == a.reference_host {
                 " (reference)"
+            } else if h.domain == a.reference_domain {
+                " (reference clock)"
             } else {
                 ""
             };
             let _ = writeln!(
                 out,
-                "{:<24} {:>14.0} {:>12.3} {:>16}{mark}",
-                h.host, h.offset_ns, h.drift_ppm, unc
+                "{:<24} {:>7} {:>14.0} {:>12.3} {:>16}{mark}",
+                h.host, h.domain, h.offset_ns, h.drift_ppm, unc
             );
         }
         let s = skew_summary(a);
@@ -67,6 +70,19 @@ impl Section for AlignmentSection {
                 .map(|n| format!("; {n}"))
                 .unwrap_or_default()
         );
+        for l in a.links.iter().filter(|l| l.dropped_ab + l.dropped_ba > 0) {
+            let name = |d: usize| a.domains.get(d).map_or("-", |d| d.name.as_str());
+            let _ = writeln!(
+                out,
+                "dropped messages {} → {}: {}, {} → {}: {}",
+                name(l.a),
+                name(l.b),
+                l.dropped_ab,
+                name(l.b),
+                name(l.a),
+                l.dropped_ba
+            );
+        }
         if let Some((n, bad)) = a.verified {
             let _ = writeln!(out, "verified on the final clocks: {n} matched message pairs, {bad} receive before send\n");
         }
