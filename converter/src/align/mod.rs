@@ -210,6 +210,8 @@ pub fn align(inputs: &[LogInput], topo: &mut Topology, use_causality: bool) -> A
         (out.pairs, out.cross_domain_pairs) = (j.pairs, j.cross);
         (out.inverted_before, out.inverted_after) = (j.inverted, j.inverted);
         correct(inputs, topo, &dom, &rt, &j, half, &mut out);
+    } else {
+        out.note = Some("causality alignment off: message pairs not joined or counted".into());
     }
     out.hosts = topo
         .hosts
