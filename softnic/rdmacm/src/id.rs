@@ -138,6 +138,7 @@ pub fn new_id(
             path: Box::default(),
             ep_pd: ptr::null_mut(),
             ep_attr: None,
+            early: Vec::new(),
             own_cqs: false,
         },
     );
@@ -228,6 +229,7 @@ pub fn resolve_addr(cm: &mut Cm, key: usize, src: Option<V4>, dst: V4) -> CmResu
         // softnic's fabric is this machine: only loopback addresses name its nodes.
         return Err(CmError::Errno(libc::EADDRNOTAVAIL));
     }
+    reject_early(cm, key);
     let bound = cm.id(key)?.bound;
     if !bound {
         let src = src.unwrap_or(V4 {
@@ -282,7 +284,32 @@ pub fn listen(cm: &mut Cm, key: usize) -> CmResult<()> {
         return einval();
     }
     st.conn = Conn::Listening;
+    let (chan, early) = (st.chan, std::mem::take(&mut st.early));
+    for (m, from) in early {
+        cm.push(
+            chan,
+            crate::state::Pending {
+                id: 0,
+                listen: key,
+                event: RDMA_CM_EVENT_CONNECT_REQUEST,
+                status: 0,
+                msg: Some(m),
+                peer: Some(from),
+            },
+        );
+    }
     Ok(())
+}
+
+/// Rejects the requests that reached id `key` before it listened.
+pub fn reject_early(cm: &mut Cm, key: usize) {
+    let early = match cm.ids.get_mut(&key) {
+        Some(st) => std::mem::take(&mut st.early),
+        None => return,
+    };
+    for (m, from) in early {
+        let _ = crate::proto::send(cm, key, &from, &crate::proto::no_listener(&m));
+    }
 }
 
 /// Destroys an id: tells a connected peer (DREQ) or a requester (REJ), frees everything.
@@ -307,6 +334,7 @@ pub fn destroy(cm: &mut Cm, key: usize) -> CmResult<()> {
     if let Some(m) = notify {
         let _ = crate::proto::send_peer(cm, key, &m);
     }
+    reject_early(cm, key);
     cm.unwatch(key);
     cm.ids.remove(&key);
     if !ev.is_null() {

@@ -45,7 +45,9 @@ pub fn on_message(cm: &mut Cm, key: usize, m: Msg, from: SocketAddr) {
     };
     match m.kind {
         Kind::Req | Kind::SidrReq => {
-            if conn == Conn::Listening && m.ps == ps {
+            if m.ps != ps {
+                let _ = send(cm, key, &from, &no_listener(&m));
+            } else if conn == Conn::Listening {
                 cm.push(
                     chan,
                     Pending {
@@ -54,14 +56,12 @@ pub fn on_message(cm: &mut Cm, key: usize, m: Msg, from: SocketAddr) {
                         ..pending(RDMA_CM_EVENT_CONNECT_REQUEST, 0, Some(m))
                     },
                 );
+            } else if conn == Conn::Idle {
+                // Bound, not listening yet (rdma_bind_addr then rdma_listen): held until it
+                // listens, as a retried REQ would find it.
+                cm.ids.get_mut(&key).expect("checked").early.push((m, from));
             } else {
-                let mut r = Msg::new(if m.kind == Kind::Req {
-                    Kind::Rej
-                } else {
-                    Kind::SidrRep
-                });
-                r.status = REJ_INVALID_SERVICE_ID;
-                let _ = send(cm, key, &from, &r);
+                let _ = send(cm, key, &from, &no_listener(&m));
             }
         }
         Kind::Rep if conn == Conn::Connecting => {
@@ -100,6 +100,18 @@ pub fn on_message(cm: &mut Cm, key: usize, m: Msg, from: SocketAddr) {
         }
         _ => {}
     }
+}
+
+/// The answer to a request no listener takes: REJ (invalid service ID) or a SIDR REP with
+/// that status.
+pub fn no_listener(req: &Msg) -> Msg {
+    let mut r = Msg::new(if req.kind == Kind::Req {
+        Kind::Rej
+    } else {
+        Kind::SidrRep
+    });
+    r.status = REJ_INVALID_SERVICE_ID;
+    r
 }
 
 /// Reports DISCONNECTED on id `key` once per connection.

@@ -42,11 +42,42 @@ fn cq_pair(ctx: *mut ibv_context, n: u32) -> CmResult<(*mut ibv_comp_channel, *m
     Ok((ch, cq))
 }
 
+/// Creates the id's QP from extended attributes (the PD already chosen): plain
+/// `ibv_create_qp` when nothing beyond the PD is asked for, else the context's
+/// `create_qp_ex` operation, as the inline `ibv_create_qp_ex` does.
+fn create_qp_verbs(ctx: *mut ibv_context, ax: &mut ibv_qp_init_attr_ex) -> *mut ibv_qp {
+    if ax.comp_mask & !IBV_QP_INIT_ATTR_PD == 0 {
+        let mut a = ibv_qp_init_attr {
+            qp_context: ax.qp_context,
+            send_cq: ax.send_cq,
+            recv_cq: ax.recv_cq,
+            srq: ax.srq,
+            cap: ax.cap,
+            qp_type: ax.qp_type,
+            sq_sig_all: ax.sq_sig_all,
+        };
+        // SAFETY: ax.pd is live; a is a valid init attribute struct.
+        let qp = unsafe { ibv_create_qp(ax.pd, &mut a) };
+        ax.cap = a.cap;
+        return qp;
+    }
+    match crate::verbs::ctx_op(ctx, std::mem::offset_of!(verbs_context, create_qp_ex))
+        .and_then(|v| v.create_qp_ex)
+    {
+        // SAFETY: the provider's create_qp_ex of this context, with the caller's attributes.
+        Some(f) => unsafe { f(ctx, ax) },
+        None => {
+            crate::state::set_errno(libc::EOPNOTSUPP);
+            ptr::null_mut()
+        }
+    }
+}
+
 fn create_qp(
     cm: &mut Cm,
     key: usize,
     pd: *mut ibv_pd,
-    attr: &mut ibv_qp_init_attr,
+    ax: &mut ibv_qp_init_attr_ex,
 ) -> CmResult<()> {
     let pd = check_pd(cm, key, pd)?;
     let st = cm.id(key)?;
@@ -54,35 +85,37 @@ fn create_qp(
         return einval();
     }
     let ctx = st.cid.verbs;
-    if attr.send_cq.is_null() && st.cid.send_cq.is_null() {
-        let (ch, cq) = cq_pair(ctx, attr.cap.max_send_wr)?;
+    if ax.send_cq.is_null() && st.cid.send_cq.is_null() {
+        let (ch, cq) = cq_pair(ctx, ax.cap.max_send_wr)?;
         st.cid.send_cq_channel = ch;
         st.cid.send_cq = cq;
         st.own_cqs = true;
     }
-    if attr.recv_cq.is_null() && st.cid.recv_cq.is_null() {
-        let (ch, cq) = cq_pair(ctx, attr.cap.max_recv_wr)?;
+    if ax.recv_cq.is_null() && st.cid.recv_cq.is_null() {
+        let (ch, cq) = cq_pair(ctx, ax.cap.max_recv_wr)?;
         st.cid.recv_cq_channel = ch;
         st.cid.recv_cq = cq;
         st.own_cqs = true;
     }
-    if attr.send_cq.is_null() {
-        attr.send_cq = st.cid.send_cq;
+    if ax.send_cq.is_null() {
+        ax.send_cq = st.cid.send_cq;
     }
-    if attr.recv_cq.is_null() {
-        attr.recv_cq = st.cid.recv_cq;
+    if ax.recv_cq.is_null() {
+        ax.recv_cq = st.cid.recv_cq;
     }
-    if attr.srq.is_null() {
-        attr.srq = st.cid.srq;
+    if ax.srq.is_null() {
+        ax.srq = st.cid.srq;
     }
-    // SAFETY: pd is live; attr is a valid init attribute struct.
-    let qp = unsafe { ibv_create_qp(pd, attr) };
+    ax.pd = pd;
+    ax.comp_mask |= IBV_QP_INIT_ATTR_PD;
+    let qp = create_qp_verbs(ctx, ax);
     if qp.is_null() {
         let e = errno();
-        crate::state::debug(format_args!("ibv_create_qp failed: errno {e} (type {}, send {}/{} recv {}/{} inline {}, cqs {:?} {:?})", attr.qp_type, attr.cap.max_send_wr, attr.cap.max_send_sge, attr.cap.max_recv_wr, attr.cap.max_recv_sge, attr.cap.max_inline_data, attr.send_cq, attr.recv_cq));
+        crate::state::debug(format_args!("creating the QP failed: errno {e}"));
         destroy_cqs(cm, key);
         return Err(CmError::Errno(e));
     }
+    let attr = ax;
     let ud = attr.qp_type == IBV_QPT_UD;
     let rc = qp_init(qp, ud);
     if rc != 0 {
@@ -140,6 +173,37 @@ fn destroy_qp(cm: &mut Cm, key: usize) -> CmResult<()> {
     Ok(())
 }
 
+/// Extended attributes equivalent to `a` (with the PD).
+fn to_ex(a: &ibv_qp_init_attr) -> ibv_qp_init_attr_ex {
+    ibv_qp_init_attr_ex {
+        qp_context: a.qp_context,
+        send_cq: a.send_cq,
+        recv_cq: a.recv_cq,
+        srq: a.srq,
+        cap: a.cap,
+        qp_type: a.qp_type,
+        sq_sig_all: a.sq_sig_all,
+        ..Default::default()
+    }
+}
+
+/// Creates the id's QP from plain attributes, writing back CQs and capabilities as
+/// librdmacm does.
+fn create_qp_plain(
+    cm: &mut Cm,
+    key: usize,
+    pd: *mut ibv_pd,
+    a: &mut ibv_qp_init_attr,
+) -> CmResult<()> {
+    let mut ax = to_ex(a);
+    create_qp(cm, key, pd, &mut ax)?;
+    a.send_cq = ax.send_cq;
+    a.recv_cq = ax.recv_cq;
+    a.srq = ax.srq;
+    a.cap = ax.cap;
+    Ok(())
+}
+
 #[no_mangle]
 pub extern "C" fn sv_rdma_create_qp(
     id: *mut rdma_cm_id,
@@ -150,7 +214,7 @@ pub extern "C" fn sv_rdma_create_qp(
     let Some(attr) = (unsafe { attr.as_mut() }) else {
         return ret(einval());
     };
-    ret(create_qp(&mut lock(), id as usize, pd, attr))
+    ret(create_qp_plain(&mut lock(), id as usize, pd, attr))
 }
 
 #[no_mangle]
@@ -159,30 +223,12 @@ pub extern "C" fn sv_rdma_create_qp_ex(id: *mut rdma_cm_id, ax: *mut ibv_qp_init
     let Some(ax) = (unsafe { ax.as_mut() }) else {
         return ret(einval());
     };
-    if ax.comp_mask & !IBV_QP_INIT_ATTR_PD != 0 {
-        return ret(Err(CmError::Errno(libc::EOPNOTSUPP)));
-    }
-    let mut a = ibv_qp_init_attr {
-        qp_context: ax.qp_context,
-        send_cq: ax.send_cq,
-        recv_cq: ax.recv_cq,
-        srq: ax.srq,
-        cap: ax.cap,
-        qp_type: ax.qp_type,
-        sq_sig_all: ax.sq_sig_all,
-    };
     let pd = if ax.comp_mask & IBV_QP_INIT_ATTR_PD != 0 {
         ax.pd
     } else {
         ptr::null_mut()
     };
-    let r = create_qp(&mut lock(), id as usize, pd, &mut a);
-    if r.is_ok() {
-        ax.send_cq = a.send_cq;
-        ax.recv_cq = a.recv_cq;
-        ax.cap = a.cap;
-    }
-    ret(r)
+    ret(create_qp(&mut lock(), id as usize, pd, ax))
 }
 
 #[no_mangle]
@@ -290,7 +336,7 @@ fn create_ep(res: &rdma_addrinfo, pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) 
         complete_sync(key, RDMA_CM_EVENT_ROUTE_RESOLVED)?;
         // SAFETY: a non-null attr is the application's init attributes.
         if let Some(a) = unsafe { attr.as_mut() } {
-            create_qp(&mut lock(), key, pd, a)?;
+            create_qp_plain(&mut lock(), key, pd, a)?;
         }
         Ok(())
     })();
@@ -366,7 +412,7 @@ fn get_request(listen: usize) -> CmResult<usize> {
     };
     cm.id(child)?.cid.event = ev;
     if let Some(mut a) = attr {
-        if let Err(e) = create_qp(&mut cm, child, pd, &mut a) {
+        if let Err(e) = create_qp_plain(&mut cm, child, pd, &mut a) {
             let _ = crate::id::destroy(&mut cm, child);
             return Err(e);
         }

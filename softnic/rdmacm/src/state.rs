@@ -59,6 +59,9 @@ pub struct IdState {
     /// rdma_create_ep on a passive id: what rdma_get_request creates for each new id.
     pub ep_pd: *mut ibv_pd,
     pub ep_attr: Option<Box<ibv_qp_init_attr>>,
+    /// Requests that reached this bound id before rdma_listen (answered at listen, or
+    /// rejected when the id is used otherwise or destroyed).
+    pub early: Vec<(Msg, SocketAddr)>,
     /// rdma_create_qp created the CQs and completion channels (destroyed with the QP).
     pub own_cqs: bool,
 }

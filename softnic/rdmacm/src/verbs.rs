@@ -2,7 +2,6 @@
 //! as librdmacm does), its port facts, and the QP state transitions the CM drives.
 
 use crate::ffi::*;
-use std::ptr;
 
 /// The opened device and the port facts CM messages carry.
 pub struct Dev {
@@ -74,6 +73,21 @@ impl Dev {
     }
 }
 
+/// The context's `verbs_context` when it has the operation at `op_offset` (rdma-core's
+/// `verbs_get_ctx_op`).
+pub fn ctx_op<'a>(ctx: *mut ibv_context, op_offset: usize) -> Option<&'a verbs_context> {
+    let off = std::mem::offset_of!(verbs_context, context);
+    // SAFETY: ctx is an open context; when abi_compat is UINTPTR_MAX it is the `context`
+    // member of a verbs_context whose `sz` says which operations exist.
+    let v = unsafe {
+        if (*ctx).abi_compat as usize != usize::MAX {
+            return None;
+        }
+        &*((ctx as *mut u8).sub(off) as *const verbs_context)
+    };
+    (v.sz >= std::mem::size_of::<verbs_context>() - op_offset).then_some(v)
+}
+
 /// `ibv_query_port` as the inline of `<infiniband/verbs.h>` does it: through the context's
 /// `query_port` operation (the exported compat symbol is the fallback for old providers).
 pub fn query_port(ctx: *mut ibv_context, port: u8) -> Result<ibv_port_attr, DevError> {
@@ -81,22 +95,11 @@ pub fn query_port(ctx: *mut ibv_context, port: u8) -> Result<ibv_port_attr, DevE
         fn ibv_query_port(ctx: *mut ibv_context, port: u8, attr: *mut ibv_port_attr) -> i32;
     }
     let mut attr = ibv_port_attr::default();
-    let off = std::mem::offset_of!(verbs_context, context);
-    // SAFETY: ctx is an open context; when abi_compat is UINTPTR_MAX it is the `context` member
-    // of a verbs_context whose `sz` says which operations exist (rdma-core's verbs_get_ctx_op).
+    let op =
+        ctx_op(ctx, std::mem::offset_of!(verbs_context, query_port)).and_then(|v| v.query_port);
+    // SAFETY: ctx is open; attr is a valid out struct of the size passed.
     let rc = unsafe {
-        let vctx = if (*ctx).abi_compat as usize == usize::MAX {
-            (ctx as *mut u8).sub(off) as *mut verbs_context
-        } else {
-            ptr::null_mut()
-        };
-        let need =
-            std::mem::size_of::<verbs_context>() - std::mem::offset_of!(verbs_context, query_port);
-        match vctx
-            .as_ref()
-            .filter(|v| v.sz >= need)
-            .and_then(|v| v.query_port)
-        {
+        match op {
             Some(f) => f(ctx, port, &mut attr, std::mem::size_of::<ibv_port_attr>()),
             None => ibv_query_port(ctx, port, &mut attr),
         }

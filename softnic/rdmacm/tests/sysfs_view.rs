@@ -1,6 +1,7 @@
 //! softnic-run's sysfs view: a program reading /sys/class/infiniband (or, where the kernel
-//! refuses a private mount namespace, $SYSFS_PATH/class/infiniband) sees softnic's device,
-//! its port ACTIVE, and the same LID/GUID/GID the verbs report (ibv_devinfo -v).
+//! refuses a private mount namespace, $SYSFS_PATH/class/infiniband) sees softnic's device
+//! with its port ACTIVE, and every value agrees with what the verbs report on the same node
+//! (`ibv_devinfo -v`).
 
 use sigmatrace_testkit::{softnic_run, system_bin, Cmd, Out};
 use std::time::Duration;
@@ -22,7 +23,7 @@ fn on_node(node: &str, argv: &[&str]) -> Out {
 }
 
 /// `name: value` from ibv_devinfo output.
-fn devinfo_field(out: &str, name: &str) -> String {
+fn devinfo(out: &str, name: &str) -> String {
     out.lines()
         .find_map(|l| l.trim().strip_prefix(&format!("{name}:")))
         .unwrap_or_else(|| panic!("no {name} in:\n{out}"))
@@ -30,78 +31,74 @@ fn devinfo_field(out: &str, name: &str) -> String {
         .to_string()
 }
 
-#[test]
-fn program_sees_the_device_in_sys_class_infiniband() {
-    let script = r#"
-        root=/sys
-        [ -d /sys/class/infiniband ] || root=$SYSFS_PATH
+/// Reads the device's files under `root` (`/sys` or `$SYSFS_PATH`) on `node`.
+fn read_view(node: &str, root: &str) -> (Out, Vec<String>) {
+    let script = format!(
+        r#"
+        root={root}
         d=$root/class/infiniband
-        ls $d
-        cat $d/softnic0/ports/1/state $d/softnic0/ports/1/lid $d/softnic0/ports/1/link_layer
-        cat $d/softnic0/ports/1/gids/0 $d/softnic0/node_guid $d/softnic0/node_type
-        cat $d/softnic0/device/vendor $d/softnic0/device/device
+        dev=$(ls $d)
+        echo $dev
+        cd $d/$dev
+        cat ports/1/state ports/1/lid ports/1/link_layer ports/1/phys_state ports/1/gids/0
+        cat node_guid fw_ver device/vendor device/device
         cat $root/class/infiniband_verbs/uverbs0/ibdev $root/class/infiniband_verbs/abi_version
         [ -d /sys/class/net ] && echo net-visible
-    "#;
-    let out = on_node("3", &["sh", "-c", script]);
-    assert!(out.ok(), "{out:#?}");
-    let lines: Vec<&str> = out.stdout.lines().collect();
-    assert_eq!(
-        lines,
-        [
-            "softnic0",
-            "4: ACTIVE",
-            "0x4",
-            "InfiniBand",
-            "fe80:0000:0000:0000:5346:4e00:0000:0003",
-            "5346:4e00:0000:0003",
-            "1: CA",
-            "0x5346",
-            "0x0001",
-            "softnic0",
-            "6",
-            "net-visible"
-        ],
-        "{out:#?}"
+        "#
     );
-    // Running as root here: the private mount namespace must work (no fallback message);
-    // elsewhere exactly one message explains the fallback.
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        assert!(!out.stderr.contains(NOT_SHOWN), "{}", out.stderr);
-    } else {
-        assert_eq!(out.stderr.matches(NOT_SHOWN).count(), 1, "{}", out.stderr);
-    }
-    // The view is private: this test's own /sys has no softnic device.
-    assert!(!std::path::Path::new("/sys/class/infiniband/softnic0").exists());
+    let out = on_node(node, &["sh", "-c", &script]);
+    assert!(out.ok(), "{out:#?}");
+    let lines = out.stdout.lines().map(str::to_string).collect();
+    (out, lines)
+}
+
+fn check_against_verbs(node: &str, v: &[String]) {
+    let info = on_node(node, &[&system_bin("ibv_devinfo"), "-v"]);
+    assert!(info.ok(), "{info:#?}");
+    let i = |k: &str| devinfo(&info.stdout, k);
+    let hex = |s: &str| u32::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
+    assert_eq!(v.len(), 13, "{v:?}");
+    assert_eq!(v[0], i("hca_id"));
+    assert_eq!(
+        (v[1].as_str(), i("state")),
+        ("4: ACTIVE", "PORT_ACTIVE (4)".into())
+    );
+    assert_eq!(hex(&v[2]).to_string(), i("port_lid"));
+    assert_eq!(v[3], i("link_layer"));
+    assert_eq!(v[4], "5: LinkUp");
+    assert_eq!(v[5], i("GID[  0]"));
+    assert_eq!(v[6], i("node_guid"));
+    assert_eq!(v[7], i("fw_ver"));
+    assert_eq!(hex(&v[8]), hex(&i("vendor_id")));
+    assert_eq!(hex(&v[9]).to_string(), i("vendor_part_id"));
+    assert_eq!(v[10], v[0], "uverbs0/ibdev names the device");
+    assert_eq!(v[11], "6");
+    assert_eq!(
+        v[12], "net-visible",
+        "other /sys/class entries stay visible"
+    );
 }
 
 #[test]
-fn sysfs_agrees_with_the_verbs() {
+fn program_sees_the_device_in_sys_class_infiniband() {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    // As root (as here and in CI) the private mount namespace must work; elsewhere exactly
+    // one message explains the fallback and the tree is read through SYSFS_PATH.
+    let (out, lines) = read_view("3", if root { "/sys" } else { "$SYSFS_PATH" });
+    let messages = out.stderr.matches(NOT_SHOWN).count();
+    assert_eq!(messages, usize::from(!root), "{}", out.stderr);
+    check_against_verbs("3", &lines);
+    // The view is private to the program: this test's own /sys is unchanged.
+    assert!(!std::path::Path::new("/sys/class/infiniband")
+        .join(&lines[0])
+        .exists());
+}
+
+#[test]
+fn sysfs_path_names_the_same_tree() {
     for node in ["5", "260"] {
-        let info = on_node(node, &[&system_bin("ibv_devinfo"), "-v"]);
-        assert!(info.ok(), "{info:#?}");
-        let sys = on_node(
-            node,
-            &[
-                "sh",
-                "-c",
-                "cd $SYSFS_PATH/class/infiniband/softnic0 && cat node_guid ports/1/lid fw_ver",
-            ],
-        );
-        assert!(sys.ok(), "{sys:#?}");
-        let got: Vec<&str> = sys.stdout.lines().collect();
-        let lid = u32::from_str_radix(got[1].trim_start_matches("0x"), 16).unwrap();
-        assert_eq!(
-            got[0],
-            devinfo_field(&info.stdout, "node_guid"),
-            "node {node}"
-        );
-        assert_eq!(
-            lid.to_string(),
-            devinfo_field(&info.stdout, "port_lid"),
-            "node {node}"
-        );
-        assert_eq!(got[2], devinfo_field(&info.stdout, "fw_ver"), "node {node}");
+        let (_, lines) = read_view(node, "$SYSFS_PATH");
+        check_against_verbs(node, &lines);
     }
 }
