@@ -49,7 +49,8 @@ pub struct Config {
     pub clock_skew: Option<ClockSkew>,
     /// Queue pollers and CUDA kernel timing.
     pub observe: ObserveConfig,
-    /// Values that could not be parsed (reported at `Diag::Info`).
+    /// Settings that could not be used, one line each naming the variable, the bad value
+    /// and the value used instead (printed at the default level, `Diag::Error`).
     pub warnings: Vec<String>,
 }
 
@@ -125,42 +126,47 @@ impl ObserveConfig {
             if let Some(v) = get(var) {
                 match parse_bool(&v) {
                     Some(b) => *dst = b,
-                    None => warnings.push(format!("{var}={v:?} ignored: expected 1/0/true/false")),
+                    None => warnings.push(invalid(
+                        var,
+                        &v,
+                        "expected 1/0/true/false",
+                        if *dst { "1" } else { "0" },
+                    )),
                 }
             }
         };
         flag("SIGMATRACE_POLL", &mut o.host_poll);
         flag("SIGMATRACE_DEVICE_POLL", &mut o.device_poll);
-        let mut number = |var: &str, range: std::ops::RangeInclusive<u64>| -> Option<u64> {
-            let v = get(var)?;
-            match v.trim().parse::<u64>() {
-                Ok(n) if range.contains(&n) => Some(n),
-                _ => {
-                    warnings.push(format!(
-                        "{var}={v:?} ignored: expected {}..{}",
-                        range.start(),
-                        range.end()
-                    ));
-                    None
+        let mut number =
+            |var: &str, range: std::ops::RangeInclusive<u64>, used: &str| -> Option<u64> {
+                let v = get(var)?;
+                match v.trim().parse::<u64>() {
+                    Ok(n) if range.contains(&n) => Some(n),
+                    _ => {
+                        let expected = format!("expected {}..{}", range.start(), range.end());
+                        warnings.push(invalid(var, &v, &expected, used));
+                        None
+                    }
                 }
-            }
-        };
-        if let Some(n) = number("SIGMATRACE_POLL_SPIN", 0..=10_000_000) {
+            };
+        if let Some(n) = number("SIGMATRACE_POLL_SPIN", 0..=10_000_000, "2000") {
             o.spin_passes = n as u32;
         }
-        if let Some(n) = number("SIGMATRACE_POLL_MIN_SLEEP_US", 1..=1_000_000) {
+        if let Some(n) = number("SIGMATRACE_POLL_MIN_SLEEP_US", 1..=1_000_000, "50") {
             o.min_sleep_us = n;
         }
-        if let Some(n) = number("SIGMATRACE_POLL_MAX_SLEEP_US", 1..=10_000_000) {
+        if let Some(n) = number("SIGMATRACE_POLL_MAX_SLEEP_US", 1..=10_000_000, "1000") {
             o.max_sleep_us = n;
         }
-        if let Some(n) = number("SIGMATRACE_POLL_CPU", 0..=4095) {
+        if let Some(n) = number("SIGMATRACE_POLL_CPU", 0..=4095, "no pinning") {
             o.poll_cpu = Some(n as u32);
         }
         if o.max_sleep_us < o.min_sleep_us {
-            warnings.push(format!(
-                "SIGMATRACE_POLL_MAX_SLEEP_US raised to the minimum sleep ({} us)",
-                o.min_sleep_us
+            warnings.push(invalid(
+                "SIGMATRACE_POLL_MAX_SLEEP_US",
+                &o.max_sleep_us.to_string(),
+                "below the minimum sleep",
+                &o.min_sleep_us.to_string(),
             ));
             o.max_sleep_us = o.min_sleep_us;
         }
@@ -168,8 +174,11 @@ impl ObserveConfig {
             match v.trim().to_ascii_lowercase().as_str() {
                 "events" | "1" | "on" => o.kernel_timing = true,
                 "off" | "0" | "none" => o.kernel_timing = false,
-                _ => warnings.push(format!(
-                    "SIGMATRACE_KERNEL_TIMING={v:?} ignored: expected events/off"
+                _ => warnings.push(invalid(
+                    "SIGMATRACE_KERNEL_TIMING",
+                    &v,
+                    "expected events/off",
+                    "events",
                 )),
             }
         }
@@ -186,12 +195,14 @@ impl Config {
     /// Parses with an explicit lookup (testable).
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Config {
         let mut c = Config::default();
-        let warn = |var: &str, v: &str, why: &str| format!("{var}={v:?} ignored: {why}");
         let mut warnings = Vec::new();
+        let mut warn = |var: &str, v: &str, expected: &str, used: &str| {
+            warnings.push(invalid(var, v, expected, used))
+        };
         if let Some(v) = get("SIGMATRACE_DISABLE") {
             match parse_bool(&v) {
                 Some(b) => c.disabled = b,
-                None => warnings.push(warn("SIGMATRACE_DISABLE", &v, "expected 1/0/true/false")),
+                None => warn("SIGMATRACE_DISABLE", &v, "expected 1/0/true/false", "0"),
             }
         }
         if let Some(v) = get("SIGMATRACE_DIR").filter(|v| !v.is_empty()) {
@@ -200,7 +211,12 @@ impl Config {
         if let Some(v) = get("SIGMATRACE_MAX_BYTES") {
             match parse_size(&v) {
                 Some(n) if n >= 64 << 10 => c.max_bytes = n,
-                _ => warnings.push(warn("SIGMATRACE_MAX_BYTES", &v, "expected a size >= 64K")),
+                _ => warn(
+                    "SIGMATRACE_MAX_BYTES",
+                    &v,
+                    "expected a size >= 64K",
+                    &format_size(DEFAULT_MAX_BYTES),
+                ),
             }
         }
         if let Some(v) = get("SIGMATRACE_CHUNK_BYTES") {
@@ -208,21 +224,23 @@ impl Config {
                 Some(n) if n.is_power_of_two() && (16 << 10..=64 << 20).contains(&n) => {
                     c.chunk_size = n as u32
                 }
-                _ => warnings.push(warn(
+                _ => warn(
                     "SIGMATRACE_CHUNK_BYTES",
                     &v,
                     "expected a power of two between 16K and 64M",
-                )),
+                    &format_size(DEFAULT_CHUNK as u64),
+                ),
             }
         }
         if let Some(v) = get("SIGMATRACE_TRACE") {
             match parse_trace(&v) {
                 Ok(bits) => c.trace = bits,
-                Err(bad) => warnings.push(warn(
+                Err(bad) => warn(
                     "SIGMATRACE_TRACE",
                     &v,
                     &format!("unknown category {bad:?}"),
-                )),
+                    "all",
+                ),
             }
         }
         if let Some(v) = get("SIGMATRACE_DIAG") {
@@ -231,7 +249,12 @@ impl Config {
                 "error" | "1" => c.diag = Diag::Error,
                 "info" | "2" => c.diag = Diag::Info,
                 "debug" | "3" => c.diag = Diag::Debug,
-                _ => warnings.push(warn("SIGMATRACE_DIAG", &v, "expected off/error/info/debug")),
+                _ => warn(
+                    "SIGMATRACE_DIAG",
+                    &v,
+                    "expected off/error/info/debug",
+                    "error",
+                ),
             }
         }
         if let Some(v) = get("SIGMATRACE_CLOCK") {
@@ -239,23 +262,34 @@ impl Config {
                 "auto" => c.clock = ClockChoice::Auto,
                 "tsc" => c.clock = ClockChoice::Tsc,
                 "monotonic_raw" | "monotonic" => c.clock = ClockChoice::MonotonicRaw,
-                _ => warnings.push(warn(
+                _ => warn(
                     "SIGMATRACE_CLOCK",
                     &v,
                     "expected auto/tsc/monotonic_raw",
-                )),
+                    "auto",
+                ),
             }
         }
         if let Some(v) = get("SIGMATRACE_SNAPSHOT_MS") {
             match v.trim().parse::<u64>() {
                 Ok(ms) if (1..=60_000).contains(&ms) => c.snapshot_ms = ms,
-                _ => warnings.push(warn("SIGMATRACE_SNAPSHOT_MS", &v, "expected 1..60000")),
+                _ => warn(
+                    "SIGMATRACE_SNAPSHOT_MS",
+                    &v,
+                    "expected 1..60000",
+                    &DEFAULT_SNAPSHOT_MS.to_string(),
+                ),
             }
         }
         if let Some(v) = get("SIGMATRACE_PREFAULT_CHUNKS") {
             match v.trim().parse::<u32>() {
                 Ok(n) if n <= 1024 => c.prefault_chunks = n,
-                _ => warnings.push(warn("SIGMATRACE_PREFAULT_CHUNKS", &v, "expected 0..1024")),
+                _ => warn(
+                    "SIGMATRACE_PREFAULT_CHUNKS",
+                    &v,
+                    "expected 0..1024",
+                    &DEFAULT_PREFAULT_CHUNKS.to_string(),
+                ),
             }
         }
         if let Some(v) = get("SIGMATRACE_DEBUG_PANIC").filter(|v| !v.is_empty()) {
@@ -264,11 +298,12 @@ impl Config {
         if let Some(v) = get("SIGMATRACE_DEBUG_CLOCK_SKEW").filter(|v| !v.trim().is_empty()) {
             match ClockSkew::parse(&v) {
                 Some(k) => c.clock_skew = Some(k),
-                None => warnings.push(warn(
+                None => warn(
                     "SIGMATRACE_DEBUG_CLOCK_SKEW",
                     &v,
                     "expected <offset_ns>,<drift_ppb> (|offset| <= 1000 s, |drift| <= 1e6 ppb)",
-                )),
+                    "no skew",
+                ),
             }
         }
         c.observe = ObserveConfig::parse(&get, &mut warnings);
@@ -300,6 +335,22 @@ impl Config {
             self.trace
         }
     }
+}
+
+/// The one stderr line for a setting that cannot be used: the variable, its bad value, what
+/// was expected and the value used instead.
+fn invalid(var: &str, value: &str, expected: &str, used: &str) -> String {
+    format!("sigmatrace: {var}={value:?} is invalid ({expected}); using {used}")
+}
+
+/// A byte count as [`parse_size`] reads it back: the largest binary suffix that divides it.
+pub fn format_size(n: u64) -> String {
+    for (shift, suffix) in [(40, 'T'), (30, 'G'), (20, 'M'), (10, 'K')] {
+        if n != 0 && n.is_multiple_of(1u64 << shift) {
+            return format!("{}{suffix}", n >> shift);
+        }
+    }
+    n.to_string()
 }
 
 /// 1/0, true/false, yes/no, on/off.
@@ -461,6 +512,47 @@ mod tests {
         assert_eq!(c.observe, ObserveConfig::default());
         assert_eq!(c.warnings.len(), 8, "{:?}", c.warnings);
         assert!(c.warnings.iter().any(|w| w.contains("bogus")));
+    }
+
+    #[test]
+    fn each_bad_value_names_the_variable_the_value_and_what_is_used_instead() {
+        let cases = [
+            ("SIGMATRACE_MAX_BYTES", "abc", "using 4G"),
+            ("SIGMATRACE_CHUNK_BYTES", "3", "using 1M"),
+            ("SIGMATRACE_TRACE", "bogus", "using all"),
+            ("SIGMATRACE_DIAG", "bogus", "using error"),
+            ("SIGMATRACE_CLOCK", "sundial", "using auto"),
+            ("SIGMATRACE_SNAPSHOT_MS", "0", "using 100"),
+            ("SIGMATRACE_PREFAULT_CHUNKS", "many", "using 4"),
+            ("SIGMATRACE_DISABLE", "maybe", "using 0"),
+            ("SIGMATRACE_POLL", "sometimes", "using 1"),
+            ("SIGMATRACE_POLL_SPIN", "-1", "using 2000"),
+            ("SIGMATRACE_KERNEL_TIMING", "cupti", "using events"),
+        ];
+        for (var, value, used) in cases {
+            let c = cfg(&[(var, value)]);
+            assert_eq!(c.warnings.len(), 1, "{var}: {:?}", c.warnings);
+            let line = &c.warnings[0];
+            assert!(
+                line.starts_with(&format!("sigmatrace: {var}=\"{value}\" is invalid (")),
+                "{line}"
+            );
+            assert!(line.ends_with(&format!("); {used}")), "{line}");
+            assert!(!line.contains('\n'), "{line}");
+        }
+        let c = cfg(&[
+            ("SIGMATRACE_POLL_MIN_SLEEP_US", "500"),
+            ("SIGMATRACE_POLL_MAX_SLEEP_US", "100"),
+        ]);
+        assert_eq!(c.observe.max_sleep_us, 500);
+        assert_eq!(
+            c.warnings,
+            vec!["sigmatrace: SIGMATRACE_POLL_MAX_SLEEP_US=\"100\" is invalid (below the minimum sleep); using 500"]
+        );
+        assert_eq!(format_size(DEFAULT_MAX_BYTES), "4G");
+        assert_eq!(format_size(3 << 20), "3M");
+        assert_eq!(format_size(1000), "1000");
+        assert_eq!(parse_size(&format_size(1536 << 10)), Some(1536 << 10));
     }
 
     #[test]

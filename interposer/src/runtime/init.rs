@@ -31,7 +31,7 @@ fn init_once() {
             let config = config::install(Config::from_env());
             sink::configure(config.log_settings());
             for w in &config.warnings {
-                sink::diag(Diag::Info, w);
+                sink::diag(Diag::Error, w);
             }
             // SAFETY: registering plain extern "C" handlers without arguments.
             unsafe {
