@@ -4,58 +4,18 @@
 //! masked), and each traced process must leave one readable log whose work requests are the
 //! ones the program's protocol posts.
 
+mod common;
+use common::{run_pair, Pair};
 use sigmatrace_schemas::{LogFile, Record};
-use sigmatrace_testkit::{free_port, softnic_run, system_bin, Cmd, Out};
+use sigmatrace_testkit::{free_port, system_bin};
 use std::path::Path;
-use std::time::{Duration, Instant};
 
-const LIMIT: Duration = Duration::from_secs(120);
 const PS_TCP: &str = "106";
 const PS_UDP: &str = "111";
 const WR_RDMA_WRITE: u8 = 0;
 const WR_SEND: u8 = 2;
 const WR_SEND_WITH_IMM: u8 = 3;
 const WR_RDMA_READ: u8 = 4;
-
-/// Whether a socket named `...:<ps>:127.0.1.1:<port>` (a bound softnic CM id) exists.
-fn cm_listening(ps: &str, port: u16) -> bool {
-    let suffix = format!(":{ps}:127.0.1.1:{port}");
-    std::fs::read_to_string("/proc/net/unix")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.contains("@softnic-cm:") && l.trim_end().ends_with(&suffix))
-}
-
-struct Pair {
-    server: Out,
-    client: Out,
-}
-
-/// Runs server and client under softnic-run on a fresh fabric, traced into `logs` if given.
-fn run_pair(server: &[String], client: &[String], ready: (&str, u16), logs: Option<&Path>) -> Pair {
-    let dir = tempfile::tempdir().unwrap();
-    let fabric = dir.path().join("fabric").display().to_string();
-    let run = softnic_run().display().to_string();
-    let mk = |node: &str, prog: &[String], sub: &str| {
-        let mut v = vec![run.clone(), "--node".into(), node.into(), "--fabric".into()];
-        v.extend([fabric.clone(), "--".into(), system_bin(&prog[0])]);
-        v.extend(prog[1..].iter().cloned());
-        let c = Cmd::new(&v);
-        match logs {
-            Some(l) => c.traced(&l.join(sub)),
-            None => c,
-        }
-    };
-    let s = mk("1", server, "server").spawn();
-    let t0 = Instant::now();
-    while !cm_listening(ready.0, ready.1) && t0.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let c = mk("2", client, "client").spawn();
-    let client = c.wait(LIMIT);
-    let server = s.wait(LIMIT);
-    Pair { server, client }
-}
 
 /// Lines whose presence depends on thread timing inside the program itself: rping's CM
 /// thread prints the client's DISCONNECT event only if it runs before the main thread exits.
@@ -139,7 +99,11 @@ fn traced_like_untraced(
     client: &[&str],
     ready: (&str, u16),
 ) -> (Logged, Logged, Pair) {
-    let own = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let own = |v: &[&str]| {
+        let mut o: Vec<String> = v.iter().map(|s| s.to_string()).collect();
+        o[0] = system_bin(v[0]);
+        o
+    };
     let (server, client) = (own(server), own(client));
     let plain = run_pair(&server, &client, ready, None);
     assert!(

@@ -1,0 +1,168 @@
+/* Connection-manager semantics on softnic's librdmacm, without QPs on the ids:
+ *   server ADDR PORT: listens; rejects the first request (private data "nope"), migrates the
+ *     second request's id to a new channel and accepts it (private data "welcome"); waits
+ *     for ESTABLISHED and DISCONNECTED on the new channel.
+ *   client ADDR PORT: connects to PORT+1 (nobody there: REJECTED, status 8), to PORT
+ *     (REJECTED, status 28, the server's private data), and again (CONNECT_RESPONSE with
+ *     the server's private data, rdma_establish, rdma_disconnect, DISCONNECTED).
+ * The listener's channel fd is non-blocking and waited on with poll(). Prints "ok: ..." per
+ * checked step; exits 0 only if every check held. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <rdma/rdma_cma.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHECK(c, ...) do { if (!(c)) { fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+    fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); exit(1); } } while (0)
+
+static struct rdma_cm_event *next(struct rdma_event_channel *ch, enum rdma_cm_event_type want)
+{
+	struct rdma_cm_event *ev;
+	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+	for (;;) {
+		int r = rdma_get_cm_event(ch, &ev);
+		if (r == 0)
+			break;
+		CHECK(errno == EAGAIN, "rdma_get_cm_event: %s", strerror(errno));
+		CHECK(poll(&p, 1, 20000) == 1, "no event within 20 s (want %s)", rdma_event_str(want));
+	}
+	CHECK(ev->event == want, "got %s (status %d), want %s", rdma_event_str(ev->event),
+	      ev->status, rdma_event_str(want));
+	return ev;
+}
+
+static void addr_of(struct sockaddr_in *a, const char *ip, int port)
+{
+	memset(a, 0, sizeof(*a));
+	a->sin_family = AF_INET;
+	a->sin_port = htons(port);
+	CHECK(inet_pton(AF_INET, ip, &a->sin_addr) == 1, "bad address %s", ip);
+}
+
+static void server(const char *ip, int port)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel(), *ch2;
+	struct rdma_cm_id *listen;
+	struct rdma_cm_event *ev;
+	struct rdma_conn_param p = { 0 };
+	struct sockaddr_in a;
+	CHECK(ch, "channel");
+	fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK);
+	CHECK(rdma_create_id(ch, &listen, NULL, RDMA_PS_TCP) == 0, "create_id");
+	addr_of(&a, ip, port);
+	CHECK(rdma_bind_addr(listen, (struct sockaddr *)&a) == 0, "bind: %s", strerror(errno));
+	CHECK(rdma_bind_addr(listen, (struct sockaddr *)&a) == -1 && errno == EINVAL, "rebind");
+	CHECK(rdma_listen(listen, 4) == 0, "listen");
+	CHECK(ntohs(rdma_get_src_port(listen)) == port, "src port");
+	printf("ok: listening\n");
+	fflush(stdout);
+
+	ev = next(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
+	CHECK(ev->listen_id == listen && ev->id != listen, "request ids");
+	CHECK(ev->param.conn.private_data_len == 56, "REQ private length %d", ev->param.conn.private_data_len);
+	CHECK(!strcmp(ev->param.conn.private_data, "hello-1"), "REQ private data");
+	CHECK(ev->param.conn.responder_resources == 3 && ev->param.conn.initiator_depth == 2,
+	      "swapped depths %d %d", ev->param.conn.responder_resources, ev->param.conn.initiator_depth);
+	CHECK(rdma_reject(ev->id, "nope", 5) == 0, "reject");
+	CHECK(rdma_destroy_id(ev->id) == 0, "destroy rejected id");
+	rdma_ack_cm_event(ev);
+	printf("ok: first request rejected\n");
+
+	ev = next(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
+	struct rdma_cm_id *id = ev->id;
+	CHECK(!strcmp(ev->param.conn.private_data, "hello-2"), "second REQ private data");
+	CHECK(id->context == NULL && id->verbs != NULL && id->port_num == 1, "new id fields");
+	struct sockaddr_in *peer = (struct sockaddr_in *)rdma_get_peer_addr(id);
+	CHECK(peer->sin_addr.s_addr != 0 && peer->sin_port != 0, "peer address");
+	rdma_ack_cm_event(ev);
+	ch2 = rdma_create_event_channel();
+	CHECK(rdma_migrate_id(id, ch2) == 0 && id->channel == ch2, "migrate");
+	p.private_data = "welcome";
+	p.private_data_len = 8;
+	p.responder_resources = 1;
+	p.initiator_depth = 1;
+	CHECK(rdma_accept(id, &p) == 0, "accept: %s", strerror(errno));
+	rdma_ack_cm_event(next(ch2, RDMA_CM_EVENT_ESTABLISHED));
+	printf("ok: established on the migrated channel\n");
+	rdma_ack_cm_event(next(ch2, RDMA_CM_EVENT_DISCONNECTED));
+	printf("ok: disconnected\n");
+	CHECK(rdma_get_cm_event(ch, &ev) == -1 && errno == EAGAIN, "listener channel drained");
+	rdma_destroy_id(id);
+	rdma_destroy_id(listen);
+	rdma_destroy_event_channel(ch2);
+	rdma_destroy_event_channel(ch);
+}
+
+static struct rdma_cm_event *connect_to(struct rdma_event_channel *ch, struct rdma_cm_id **id,
+					const char *ip, int port, const char *private)
+{
+	struct sockaddr_in a;
+	struct rdma_conn_param p = { 0 };
+	CHECK(rdma_create_id(ch, id, (void *)0x1234, RDMA_PS_TCP) == 0, "create_id");
+	addr_of(&a, ip, port);
+	CHECK(rdma_resolve_addr(*id, NULL, (struct sockaddr *)&a, 2000) == 0, "resolve_addr");
+	rdma_ack_cm_event(next(ch, RDMA_CM_EVENT_ADDR_RESOLVED));
+	CHECK(rdma_resolve_route(*id, 2000) == 0, "resolve_route");
+	rdma_ack_cm_event(next(ch, RDMA_CM_EVENT_ROUTE_RESOLVED));
+	p.private_data = private;
+	p.private_data_len = strlen(private) + 1;
+	p.responder_resources = 2;
+	p.initiator_depth = 3;
+	p.retry_count = 7;
+	p.rnr_retry_count = 7;
+	p.qp_num = 0x4242;
+	CHECK(rdma_connect(*id, &p) == 0, "connect: %s", strerror(errno));
+	struct rdma_cm_event *ev;
+	CHECK(rdma_get_cm_event(ch, &ev) == 0, "get event");
+	return ev;
+}
+
+static void client(const char *ip, int port)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *id;
+	struct rdma_cm_event *ev = connect_to(ch, &id, ip, port + 1, "nobody");
+	CHECK(ev->event == RDMA_CM_EVENT_REJECTED && ev->status == 8, "no listener: %s %d",
+	      rdma_event_str(ev->event), ev->status);
+	rdma_ack_cm_event(ev);
+	rdma_destroy_id(id);
+	printf("ok: no listener\n");
+
+	ev = connect_to(ch, &id, ip, port, "hello-1");
+	CHECK(ev->event == RDMA_CM_EVENT_REJECTED && ev->status == 28, "reject: %s %d",
+	      rdma_event_str(ev->event), ev->status);
+	CHECK(ev->id == id && id->context == (void *)0x1234, "event id");
+	CHECK(ev->param.conn.private_data_len == 148 && !strcmp(ev->param.conn.private_data, "nope"),
+	      "REJ private data");
+	rdma_ack_cm_event(ev);
+	rdma_destroy_id(id);
+	printf("ok: rejected with private data\n");
+
+	ev = connect_to(ch, &id, ip, port, "hello-2");
+	CHECK(ev->event == RDMA_CM_EVENT_CONNECT_RESPONSE, "got %s", rdma_event_str(ev->event));
+	CHECK(ev->param.conn.private_data_len == 196 && !strcmp(ev->param.conn.private_data, "welcome"),
+	      "REP private data");
+	rdma_ack_cm_event(ev);
+	CHECK(rdma_establish(id) == 0, "establish");
+	printf("ok: connect response, established\n");
+	CHECK(rdma_disconnect(id) == 0, "disconnect");
+	rdma_ack_cm_event(next(ch, RDMA_CM_EVENT_DISCONNECTED));
+	printf("ok: disconnected\n");
+	rdma_destroy_id(id);
+	rdma_destroy_event_channel(ch);
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	CHECK(argc == 4, "usage: cm_test server|client ADDR PORT");
+	if (!strcmp(argv[1], "server"))
+		server(argv[2], atoi(argv[3]));
+	else
+		client(argv[2], atoi(argv[3]));
+	return 0;
+}

@@ -1,0 +1,40 @@
+//! CM semantics without QPs (`cprogs/cm_test.c`), untraced and traced: REJECTED with status 8
+//! when nobody listens, rdma_reject with private data (status 28, 148-byte REJ data), the
+//! private data and swapped depths of a CONNECT_REQUEST (56-byte REQ data), rdma_migrate_id
+//! before rdma_accept (ESTABLISHED arrives on the new channel), CONNECT_RESPONSE + rdma_establish
+//! on an id without a QP, DISCONNECTED on both sides, a non-blocking channel fd polled.
+
+mod common;
+use common::run_pair;
+use sigmatrace_testkit::free_port;
+
+fn cm_test() -> String {
+    format!("{}/cm_test", env!("RDMACM_CPROGS"))
+}
+
+#[test]
+fn reject_private_data_migrate_establish_disconnect() {
+    let port = free_port();
+    let p = port.to_string();
+    let server = vec![cm_test(), "server".into(), "127.0.1.1".into(), p.clone()];
+    let client = vec![cm_test(), "client".into(), "127.0.1.1".into(), p];
+    let logs = tempfile::tempdir().unwrap();
+    let plain = run_pair(&server, &client, ("106", port), None);
+    let traced = run_pair(&server, &client, ("106", port), Some(logs.path()));
+    for run in [&plain, &traced] {
+        assert!(
+            run.server.ok() && run.client.ok(),
+            "{:#?}\n{:#?}",
+            run.server,
+            run.client
+        );
+        assert_eq!(
+            run.server.stdout,
+            "ok: listening\nok: first request rejected\nok: established on the migrated channel\nok: disconnected\n"
+        );
+        assert_eq!(
+            run.client.stdout,
+            "ok: no listener\nok: rejected with private data\nok: connect response, established\nok: disconnected\n"
+        );
+    }
+}
