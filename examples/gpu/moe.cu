@@ -1,61 +1,196 @@
-// SigmaTrace workload (real-GPU variant): Mixture-of-Experts dispatch/combine all-to-all with
-// expert-popularity skew. Each rank routes its tokens to top-k experts (chosen by the host
-// with a Zipf-like popularity, passed in `expert_of`), RDMA-writes each token's hidden vector
-// to the expert owner's receive buffer (dispatch), the owner applies its expert, and writes
-// the result back (combine). WQEs are posted IBGDA-style into rings passed by the host.
+// SigmaTrace workload (real-GPU variant of `moe`): Mixture-of-Experts dispatch / combine
+// all-to-all with expert-popularity skew, one persistent block per rank whose threads post
+// their own RDMA WRITEs IBGDA-style (ibgda.cuh) into softnic's send rings. The algorithm, the
+// WQEs and the ground truth are those of the CPU-thread mode in examples/src/bin/moe.rs; the
+// host computes the routing (every (token, expert) pair per destination, in slot order).
+//
+// Per iteration: fill the token vectors; dispatch = one RDMA WRITE per remote pair into the
+// expert rank's slot (thread t posts pairs j ≡ t mod T, every signal_every-th of its own and
+// its last one signalled), then an 8-byte flag WRITE per peer; the expert rank applies each
+// expert and writes the results back (combine), then a flag; every result is checked.
 #include "ibgda.cuh"
 
-struct MoeArgs {
-    u32 rank, nranks;
-    u32 ntokens, topk;
-    u32 experts_per_rank;
-    u32 hidden_bytes;          // bytes per token vector
-    const u32 *expert_of;      // [ntokens * topk] global expert ids
-    const u8 *tokens;          // [ntokens][hidden_bytes] (registered, lkey)
-    u8 *recv;                  // receive slots (registered)
-    u64 recv_raddr[64];        // peer p's receive area for tokens from this rank
-    u32 recv_rkey[64];
-    u64 combine_raddr[64];     // peer p's combine area for results destined to it
-    u32 combine_rkey[64];
-    const u32 *recv_count;     // [nranks] tokens received from each peer (after dispatch)
-    StQp qp[64];
-    StCq cq[64];
-    u64 *bytes_to_rank;        // [nranks] ground truth: bytes dispatched to each rank
+struct MoePeer {                // 48 bytes
+    u64 recv;
+    u64 combine;
+    u64 flags;
+    u32 recv_rkey, combine_rkey, flags_rkey, pad;
+    u64 pad2;
 };
 
-extern "C" __global__ void sigmatrace_moe_dispatch(MoeArgs a) {
-    // One warp per (token, k) pair; lane 0 posts.
-    u32 pairs = a.ntokens * a.topk;
-    u32 warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
-    u32 nwarps = gridDim.x * blockDim.x / 32;
-    for (u32 p = warp; p < pairs; p += nwarps) {
-        if ((threadIdx.x & 31) != 0) continue;
-        u32 t = p / a.topk;
-        u32 e = a.expert_of[p];
-        u32 dst = e / a.experts_per_rank;
-        u64 laddr = (u64)(a.tokens + (u64)t * a.hidden_bytes);
-        u64 raddr = a.recv_raddr[dst] + (u64)p * a.hidden_bytes;
-        atomicAdd((unsigned long long *)&a.bytes_to_rank[dst], (unsigned long long)a.hidden_bytes);
-        if (dst == a.rank) continue;
-        bool signal = (p % 16) == 15 || p + nwarps >= pairs;
-        u64 i = st_post_write(a.qp[dst], laddr, raddr, a.recv_rkey[dst], a.hidden_bytes, signal);
-        if (signal) st_wait_cqe(a.cq[dst], i);
+struct MoeArgs {
+    u32 rank, nranks, ntokens, words;     // words: hidden bytes / 8
+    u32 iters, max_slots, signal_every, pad;
+    u32 tokens_lkey, results_lkey, flag_src_lkey, pad2;
+    u64 *tokens;                // [ntokens * words], host-mapped, registered (RDMA source)
+    u64 *recv;                  // [nranks * max_slots * words] (RDMA target)
+    u64 *results;               // same shape (RDMA source)
+    u64 *combine;               // same shape (RDMA target)
+    u64 *flags;                 // [2 * nranks]: dispatch flags, then combine flags (RDMA target)
+    u64 *flag_src;              // [1] (RDMA source)
+    const MoePeer *peers;       // [nranks]
+    const StQp *qps;            // [nranks] (qps[rank] unused)
+    const u32 *send_ptr;        // [nranks + 1]: pairs this rank sends to each destination
+    const u32 *send_token;      // token of each pair, in slot order
+    const u32 *send_expert;     // expert of each pair
+    const u32 *recv_ptr;        // [nranks + 1]: pairs each source sends to this rank
+    const u32 *recv_expert;     // expert of each received pair, in slot order
+    u32 *status;                // [4]: iterations done, error (0 ok), detail, detail
+};
+
+__device__ u64 moe_token_word(u32 src, u32 token, u32 i, u32 iter) {
+    u64 x = (u64)src << 48 ^ (u64)token << 24 ^ (u64)i << 4 ^ (u64)iter;
+    x = (x ^ (x >> 31)) * 0x9e3779b97f4a7c15ull;
+    return x ^ (x >> 29);
+}
+
+__device__ u64 moe_expert(u32 e, u64 w) {
+    u32 r = e % 63 + 1;
+    return ((w << r) | (w >> (64 - r))) ^ ((u64)e + 1) * 0xd6e8feb86659fd93ull;
+}
+
+__device__ void moe_error(const MoeArgs &a, u32 code, u32 d1, u32 d2) {
+    if (atomicCAS(&a.status[1], 0u, code) == 0u) {
+        a.status[2] = d1;
+        a.status[3] = d2;
     }
 }
 
-extern "C" __global__ void sigmatrace_moe_combine(MoeArgs a) {
-    // Apply the "expert" (scale bytes) to every received token and write it back.
-    for (u32 src = 0; src < a.nranks; src++) {
-        u32 n = a.recv_count[src];
-        for (u32 j = blockIdx.x; j < n; j += gridDim.x) {
-            u8 *slot = a.recv + ((u64)src * a.ntokens * a.topk + j) * a.hidden_bytes;
-            for (u32 b = threadIdx.x; b < a.hidden_bytes; b += blockDim.x) slot[b] = (u8)(slot[b] * 2 + 1);
-            __syncthreads();
-            if (threadIdx.x == 0 && src != a.rank) {
-                u64 i = st_post_write(a.qp[src], (u64)slot, a.combine_raddr[src] + (u64)j * a.hidden_bytes,
-                                      a.combine_rkey[src], a.hidden_bytes, true);
-                st_wait_cqe(a.cq[src], i);
+__device__ u64 moe_slot(const MoeArgs &a, u32 src, u32 j) {
+    return ((u64)src * a.max_slots + j) * a.words;
+}
+
+// Thread t's share of `count` writes to `dst`: pairs j ≡ t (mod T); write j comes from
+// `src + (off(j)) * 8` (lkey) to `raddr + slot(me, j) * 8`. Selectively signalled; waits for
+// the last.
+__device__ void moe_post_share(const MoeArgs &a, u32 dst, u32 count, bool dispatch, u64 raddr, u32 rkey) {
+    u32 t = threadIdx.x, T = blockDim.x;
+    u32 mine = count > t ? (count - t + T - 1) / T : 0;
+    u64 last = ~0ull;
+    u32 k = 0;
+    for (u32 j = t; j < count; j += T, k++) {
+        StWr wr;
+        wr.opcode = ST_OP_RDMA_WRITE;
+        if (dispatch) {
+            wr.laddr = (u64)(a.tokens + (u64)a.send_token[a.send_ptr[dst] + j] * a.words);
+            wr.lkey = a.tokens_lkey;
+        } else {
+            wr.laddr = (u64)(a.results + moe_slot(a, dst, j));
+            wr.lkey = a.results_lkey;
+        }
+        wr.len = a.words * 8;
+        wr.raddr = raddr + moe_slot(a, a.rank, j) * 8;
+        wr.rkey = rkey;
+        wr.add = 0;
+        bool signal = (k + 1) % a.signal_every == 0 || k + 1 == mine;
+        last = st_post(a.qps[dst], wr, signal);
+        if (last == ~0ull) {
+            moe_error(a, 1, dst, st_load_u32(&a.qps[dst].st->failed));
+            return;
+        }
+    }
+    if (last != ~0ull) {
+        u32 f = st_wait(a.qps[dst], last);
+        if (f) moe_error(a, 2, dst, f);
+    }
+}
+
+// Thread 0: writes `value` into slot `base + rank` of every peer's flags, waits for all.
+__device__ void moe_send_flags(const MoeArgs &a, u32 base, u64 value) {
+    st_store_u64(a.flag_src, value);
+    __threadfence_system();
+    u64 posted[64];
+    for (u32 d = 0; d < a.nranks; d++) {
+        if (d == a.rank) continue;
+        StWr wr;
+        wr.opcode = ST_OP_RDMA_WRITE;
+        wr.laddr = (u64)a.flag_src;
+        wr.lkey = a.flag_src_lkey;
+        wr.len = 8;
+        wr.raddr = a.peers[d].flags + (u64)(base + a.rank) * 8;
+        wr.rkey = a.peers[d].flags_rkey;
+        wr.add = 0;
+        posted[d] = st_post(a.qps[d], wr, true);
+    }
+    for (u32 d = 0; d < a.nranks; d++) {
+        if (d == a.rank) continue;
+        u32 f = posted[d] == ~0ull ? 1 : st_wait(a.qps[d], posted[d]);
+        if (f) moe_error(a, 3, d, f);
+    }
+}
+
+__device__ void moe_wait_flags(const MoeArgs &a, u32 base, u64 value) {
+    u64 start = st_globaltimer();
+    for (u32 s = 0; s < a.nranks; s++) {
+        if (s == a.rank) continue;
+        while (st_load_u64(&a.flags[base + s]) < value) {
+            if (st_expired(start)) {
+                moe_error(a, 4, s, (u32)value);
+                return;
+            }
+            st_relax();
+        }
+    }
+}
+
+__device__ void moe_check(const MoeArgs &a, u32 iter) {
+    for (u32 d = 0; d < a.nranks; d++) {
+        if (d == a.rank) continue;
+        u32 n = a.send_ptr[d + 1] - a.send_ptr[d];
+        for (u32 j = threadIdx.x; j < n; j += blockDim.x) {
+            u32 tok = a.send_token[a.send_ptr[d] + j], e = a.send_expert[a.send_ptr[d] + j];
+            u64 o = moe_slot(a, d, j);
+            for (u32 i = 0; i < a.words; i++) {
+                if (st_load_u64(&a.combine[o + i]) != moe_expert(e, moe_token_word(a.rank, tok, i, iter)))
+                    moe_error(a, 5, tok, e);
             }
         }
     }
 }
+
+extern "C" __global__ void sigmatrace_moe(MoeArgs a) {
+    u32 me = a.rank, n = a.nranks;
+    for (u32 iter = 0; iter < a.iters; iter++) {
+        for (u32 tok = threadIdx.x; tok < a.ntokens; tok += blockDim.x)
+            for (u32 i = 0; i < a.words; i++) a.tokens[(u64)tok * a.words + i] = moe_token_word(me, tok, i, iter);
+        __threadfence_system();
+        __syncthreads();
+        for (u32 d = 0; d < n && !*(volatile u32 *)&a.status[1]; d++) {
+            if (d == me) continue;
+            moe_post_share(a, d, a.send_ptr[d + 1] - a.send_ptr[d], true, a.peers[d].recv, a.peers[d].recv_rkey);
+        }
+        __syncthreads();
+        u64 v = 2ull * iter + 1;
+        if (threadIdx.x == 0 && !a.status[1]) {
+            moe_send_flags(a, 0, v);
+            moe_wait_flags(a, 0, v);
+        }
+        __syncthreads();
+        for (u32 s = 0; s < n && !*(volatile u32 *)&a.status[1]; s++) {
+            if (s == me) continue;
+            u32 cnt = a.recv_ptr[s + 1] - a.recv_ptr[s];
+            for (u32 j = threadIdx.x; j < cnt; j += blockDim.x) {
+                u32 e = a.recv_expert[a.recv_ptr[s] + j];
+                u64 o = moe_slot(a, s, j);
+                for (u32 i = 0; i < a.words; i++) a.results[o + i] = moe_expert(e, st_load_u64(&a.recv[o + i]));
+            }
+            __threadfence_system();
+            moe_post_share(a, s, cnt, false, a.peers[s].combine, a.peers[s].combine_rkey);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0 && !a.status[1]) {
+            moe_send_flags(a, n, v + 1);
+            moe_wait_flags(a, n, v + 1);
+        }
+        __syncthreads();
+        moe_check(a, iter);
+        __syncthreads();
+        if (*(volatile u32 *)&a.status[1]) break;
+        if (threadIdx.x == 0) a.status[0] = iter + 1;
+    }
+    __threadfence_system();
+}
+
+#ifdef ST_HOST
+ST_HOST_ENTRY(sigmatrace_moe, sigmatrace_moe(*(MoeArgs *)p[0]), sizeof(MoeArgs))
+#endif

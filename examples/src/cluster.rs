@@ -87,6 +87,8 @@ pub struct Cluster {
     pub links: Vec<Option<Arc<Link>>>,
     /// The loopback pair's target side (never posted to; kept alive).
     _loop_target: Option<Poster>,
+    /// `--gpu`: the WQEs each QP's GPU kernel recorded (by QPN), instead of the posters' logs.
+    gpu_posted: std::sync::OnceLock<std::collections::HashMap<u32, Vec<PostedWqe>>>,
 }
 
 // SAFETY: the verbs context and PD are thread-safe objects (libibverbs serialises what needs
@@ -143,6 +145,7 @@ impl Cluster {
             dev,
             links: Vec::new(),
             _loop_target: None,
+            gpu_posted: std::sync::OnceLock::new(),
         };
         let all: Vec<Hello> = c.exchange("hello", &hello)?;
         let mut links = Vec::new();
@@ -220,12 +223,25 @@ impl Cluster {
         std::env::var("SOFTNIC_NODE").unwrap_or_else(|_| format!("lid{}", self.dev.addr.lid))
     }
 
+    /// The WQEs posted on `l`: its poster's log, or what the GPU kernel recorded (`--gpu`).
+    pub fn posted(&self, l: &Link) -> Vec<PostedWqe> {
+        match self.gpu_posted.get() {
+            Some(m) => m.get(&l.qpn()).cloned().unwrap_or_default(),
+            None => l.poster.posted(),
+        }
+    }
+
+    /// `--gpu`: the kernels posted, and recorded, these WQEs (by QPN); set once.
+    pub fn set_gpu_posted(&self, m: std::collections::HashMap<u32, Vec<PostedWqe>>) {
+        let _ = self.gpu_posted.set(m);
+    }
+
     /// Writes the WQE bookkeeping of every QP of this rank to `path`.
     pub fn write_bookkeeping(&self, path: &Path, workload: &str) -> Result<u64, ClusterError> {
         let mut qps = Vec::new();
         let mut total = 0u64;
         for l in self.links.iter().flatten() {
-            let wqes: Vec<PostedWqe> = l.poster.posted();
+            let wqes: Vec<PostedWqe> = self.posted(l);
             total += wqes.len() as u64;
             qps.push(QpBook {
                 qpn: l.qpn(),
@@ -243,6 +259,7 @@ impl Cluster {
             node: self.node_label(),
             pid: std::process::id(),
             mode: self.mode,
+            gpu: self.gpu_posted.get().is_some(),
             total,
             qps,
         };
@@ -271,6 +288,9 @@ pub struct Bookkeeping {
     pub node: String,
     pub pid: u32,
     pub mode: Mode,
+    /// Posted by GPU kernels (`--gpu`) rather than CPU threads.
+    #[serde(default)]
+    pub gpu: bool,
     pub total: u64,
     pub qps: Vec<QpBook>,
 }

@@ -8,6 +8,7 @@
 
 pub mod cluster;
 pub mod dv;
+pub mod gpu;
 pub mod kernels;
 pub mod mlx5;
 pub mod poster;

@@ -298,6 +298,11 @@ impl DirectQp {
         self.sq.wqe_cnt
     }
 
+    /// The rings this QP posts to (for a GPU kernel that posts instead of this struct).
+    pub fn rings(&self) -> (SendRing, CqRing) {
+        (self.sq, self.cq)
+    }
+
     fn check_failed(&self) -> Result<(), DirectError> {
         if self.failed_flag.load(Ordering::Acquire) == 0 {
             return Ok(());

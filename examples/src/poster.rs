@@ -220,6 +220,14 @@ impl Poster {
         }
     }
 
+    /// The direct-posting QP (None for verbs).
+    pub fn direct(&self) -> Option<&DirectQp> {
+        match self {
+            Poster::Direct(q) => Some(q),
+            Poster::Verbs(_) => None,
+        }
+    }
+
     /// Posts one WQE (thread-safe); returns its index.
     pub fn post(&self, w: &WqeOp, signaled: bool) -> Result<u64, QueueError> {
         match self {

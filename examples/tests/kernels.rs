@@ -7,8 +7,9 @@ use sigmatrace_examples::kernels;
 #[test]
 fn embedded_ptx_has_the_workload_kernels() {
     assert!(kernels::BFS_PTX.contains(&format!(".entry {}", kernels::BFS_ENTRY)));
-    for e in kernels::MOE_ENTRIES {
-        assert!(kernels::MOE_PTX.contains(&format!(".entry {e}")), "{e}");
+    assert!(kernels::MOE_PTX.contains(&format!(".entry {}", kernels::MOE_ENTRY)));
+    for e in kernels::SMOKE_ENTRIES {
+        assert!(kernels::SMOKE_PTX.contains(&format!(".entry {e}")), "{e}");
     }
     // Both post WQEs IBGDA-style: a system-scope fence orders the WQE and DBR stores before
     // the doorbell store.

@@ -11,7 +11,7 @@ import ctypes, glob, os, sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 # Paths from the repository root; each PTX is written next to its source.
-SOURCES = ["observe/gpu/poller.cu", "examples/gpu/bfs.cu", "examples/gpu/moe.cu"]
+SOURCES = ["observe/gpu/poller.cu", "examples/gpu/bfs.cu", "examples/gpu/moe.cu", "examples/gpu/smoke.cu"]
 ARCH = "compute_80"  # PTX for sm_80; forward compatible, ptxas assembles it for sm_90 too
 
 

@@ -190,3 +190,11 @@ extern "C" __global__ void sigmatrace_device_poller(StWatch *watch, u32 nwatch, 
     }
     if (threadIdx.x == 0) *(volatile u32 *)&h->running = 2;
 }
+
+#ifdef ST_HOST
+// Host entry for the libcuda TEST DOUBLE (examples/gpu/host_shim.h).
+ST_HOST_ENTRY(sigmatrace_device_poller,
+              sigmatrace_device_poller(*(StWatch **)p[0], *(u32 *)p[1], *(StRingHeader **)p[2], *(StEvent **)p[3],
+                                       *(u64 *)p[4]),
+              sizeof(StWatch *), sizeof(u32), sizeof(StRingHeader *), sizeof(StEvent *), sizeof(u64))
+#endif

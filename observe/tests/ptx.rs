@@ -18,11 +18,12 @@ fn ptx_assembles_for_sm80_and_sm90_and_is_up_to_date() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "check-ptx.sh failed:\n{text}");
-    assert!(text.contains("6 assemblies ok"), "{text}");
+    assert!(text.contains("8 assemblies ok"), "{text}");
     for f in [
         "observe/gpu/poller.ptx",
         "examples/gpu/bfs.ptx",
         "examples/gpu/moe.ptx",
+        "examples/gpu/smoke.ptx",
     ] {
         assert!(text.contains(f), "{f} not assembled: {text}");
     }

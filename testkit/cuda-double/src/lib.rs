@@ -7,7 +7,9 @@
 //! handles, and launches are recorded (never executed) and return success. Kernels, events and
 //! stream synchronisation follow a simulated clock ([`timing`]: each launch occupies its stream
 //! for `SIGMATRACE_CUDA_DOUBLE_KERNEL_NS`, default 1 ms), so event timing of kernels can be
-//! tested. `sigmatrace_cuda_double_*` functions let tests inspect what was called.
+//! tested. `sigmatrace_cuda_double_*` functions let tests inspect what was called. Kernels with
+//! a registered host build run on host threads, and host registration follows the driver's
+//! page rules ([`exec`]); device queries and the remaining copies are in [`device`].
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
@@ -15,11 +17,13 @@ use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::Mutex;
 
+mod device;
+mod exec;
 mod timing;
 
 pub type CUresult = c_int;
-const SUCCESS: CUresult = 0;
-const INVALID_VALUE: CUresult = 1;
+pub(crate) const SUCCESS: CUresult = 0;
+pub(crate) const INVALID_VALUE: CUresult = 1;
 const NOT_INITIALIZED: CUresult = 3;
 const INVALID_HANDLE: CUresult = 400;
 const NOT_FOUND: CUresult = 500;
@@ -64,7 +68,7 @@ fn with<R>(f: impl FnOnce(&mut State) -> R) -> R {
     f(g.get_or_insert_with(State::default))
 }
 
-fn count(name: &str) {
+pub(crate) fn count(name: &str) {
     with(|s| *s.calls.entry(name.to_string()).or_default() += 1);
 }
 
@@ -78,7 +82,7 @@ fn initialised() -> bool {
 ///
 /// # Safety
 /// `out` is null or valid for writing a `T`.
-unsafe fn put<T>(out: *mut T, value: impl FnOnce() -> T) -> CUresult {
+pub(crate) unsafe fn put<T>(out: *mut T, value: impl FnOnce() -> T) -> CUresult {
     if out.is_null() {
         return INVALID_VALUE;
     }
@@ -264,14 +268,14 @@ pub extern "C" fn cuMemHostRegister_v2(p: u64, size: usize, _flags: c_uint) -> C
     if p == 0 || size == 0 {
         INVALID_VALUE
     } else {
-        SUCCESS
+        exec::register(p, size as u64)
     }
 }
 
 #[no_mangle]
-pub extern "C" fn cuMemHostUnregister(_p: u64) -> CUresult {
+pub extern "C" fn cuMemHostUnregister(p: u64) -> CUresult {
     count("cuMemHostUnregister");
-    SUCCESS
+    exec::unregister(p)
 }
 
 #[no_mangle]
@@ -281,6 +285,10 @@ pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(
     _flags: c_uint,
 ) -> CUresult {
     count("cuMemHostGetDevicePointer_v2");
+    let pinned = with(|s| s.allocs.iter().any(|(&a, &n)| a <= p && p < a + n as u64));
+    if !pinned && !exec::is_registered(p) {
+        return INVALID_VALUE;
+    }
     // The "device" alias of host memory is the host address.
     // SAFETY: `dptr` is the caller's out pointer: null (refused by `put`) or writable.
     unsafe { put(dptr, || p) }
@@ -383,7 +391,7 @@ pub extern "C" fn cuStreamDestroy_v2(_s: u64) -> CUresult {
 pub extern "C" fn cuStreamSynchronize(s: u64) -> CUresult {
     count("cuStreamSynchronize");
     timing::sleep_until(with(|st| st.timing.stream_end(s)));
-    SUCCESS
+    exec::sync_stream(s)
 }
 
 unsafe fn record_launch(
@@ -395,9 +403,9 @@ unsafe fn record_launch(
     stream: u64,
     params: *mut *mut c_void,
 ) -> CUresult {
-    if f == 0 || !with(|s| s.functions.contains_key(&f)) {
+    let Some(name) = with(|s| s.functions.get(&f).cloned()) else {
         return INVALID_VALUE;
-    }
+    };
     let first = if params.is_null() {
         0
     } else {
@@ -427,7 +435,8 @@ unsafe fn record_launch(
             first_param: first,
         })
     });
-    SUCCESS
+    // SAFETY: `params` is the caller's kernelParams (see exec::launch).
+    unsafe { exec::launch(&name, params, grid, block, stream) }.unwrap_or(SUCCESS)
 }
 
 #[no_mangle]
@@ -513,7 +522,7 @@ pub unsafe extern "C" fn cuCtxGetDevice(dev: *mut c_int) -> CUresult {
 pub extern "C" fn cuCtxSynchronize() -> CUresult {
     count("cuCtxSynchronize");
     timing::sleep_until(with(|s| s.timing.all_end()));
-    SUCCESS
+    exec::sync_all()
 }
 
 #[no_mangle]
@@ -629,6 +638,8 @@ fn lookup(name: &str, cuda_version: c_int) -> Option<*const c_void> {
             "cuMemHostRegister" => "cuMemHostRegister_v2",
             "cuMemHostGetDevicePointer" => "cuMemHostGetDevicePointer_v2",
             "cuMemcpyDtoH" => "cuMemcpyDtoH_v2",
+            "cuMemcpyHtoD" => "cuMemcpyHtoD_v2",
+            "cuDeviceTotalMem" => "cuDeviceTotalMem_v2",
             "cuStreamDestroy" => "cuStreamDestroy_v2",
             "cuEventDestroy" => "cuEventDestroy_v2",
             "cuGetProcAddress" if cuda_version >= 12000 => "cuGetProcAddress_v2",
@@ -651,6 +662,11 @@ fn lookup(name: &str, cuda_version: c_int) -> Option<*const c_void> {
         "cuMemHostUnregister" => cuMemHostUnregister as *const c_void,
         "cuMemHostGetDevicePointer_v2" => cuMemHostGetDevicePointer_v2 as *const c_void,
         "cuMemcpyDtoH_v2" => cuMemcpyDtoH_v2 as *const c_void,
+        "cuMemcpyHtoD_v2" => device::cuMemcpyHtoD_v2 as *const c_void,
+        "cuDeviceGetName" => device::cuDeviceGetName as *const c_void,
+        "cuDeviceGetAttribute" => device::cuDeviceGetAttribute as *const c_void,
+        "cuDeviceTotalMem_v2" => device::cuDeviceTotalMem_v2 as *const c_void,
+        "cuModuleUnload" => device::cuModuleUnload as *const c_void,
         "cuModuleLoadData" => cuModuleLoadData as *const c_void,
         "cuModuleGetFunction" => cuModuleGetFunction as *const c_void,
         "cuFuncGetName" => cuFuncGetName as *const c_void,

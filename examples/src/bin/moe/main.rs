@@ -7,7 +7,11 @@
 //! moe --rank R --ranks N --rendezvous DIR --out DIR [--mode initobj|devx|verbs]
 //!     [--threads T] [--tokens T] [--topk K] [--experts-per-rank E] [--hidden BYTES]
 //!     [--zipf S | --expert-weights W0,W1,...] [--iters I] [--signal-every K] [--depth Q] [--self-observe DIR]
+//!     [--gpu]
 //! ```
+//!
+//! `--gpu`: the workers are a real kernel (`gpu/moe.cu`, one block of `--threads` threads)
+//! posting into the same rings (mapped into the GPU); see `gpu.rs`.
 //!
 //! Experts `0 .. N·E` live on rank `e / E`; expert e's popularity is `1/(e+1)^S` (Zipf) or the
 //! given weight, normalised. Routing is deterministic and exact: every rank sends expert e
@@ -38,6 +42,8 @@ use sigmatrace_examples::selfobs;
 use sigmatrace_examples::skew::{self, Skew};
 use sigmatrace_examples::workload::{finish_self_observation, num, FirstError, Res};
 
+mod gpu;
+
 const WORKLOAD: &str = "moe";
 
 struct Args {
@@ -57,6 +63,7 @@ struct Args {
     signal_every: u32,
     depth: u32,
     self_observe: Option<PathBuf>,
+    gpu: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -77,6 +84,7 @@ fn parse_args() -> Result<Args, String> {
         signal_every: 8,
         depth: 256,
         self_observe: None,
+        gpu: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -97,6 +105,7 @@ fn parse_args() -> Result<Args, String> {
             "--signal-every" => a.signal_every = num(&k, v()?)?,
             "--depth" => a.depth = num(&k, v()?)?,
             "--self-observe" => a.self_observe = Some(PathBuf::from(v()?)),
+            "--gpu" => a.gpu = true,
             "--expert-weights" => {
                 a.weights = Some(
                     v()?.split(',')
@@ -109,7 +118,7 @@ fn parse_args() -> Result<Args, String> {
                 )
             }
             "-h" | "--help" => {
-                println!("usage: moe --rank R --ranks N --rendezvous DIR --out DIR [--mode initobj|devx|verbs] [--threads T] [--tokens T] [--topk K] [--experts-per-rank E] [--hidden BYTES] [--zipf S | --expert-weights W0,..] [--iters I] [--signal-every K] [--depth Q] [--self-observe DIR]");
+                println!("usage: moe --rank R --ranks N --rendezvous DIR --out DIR [--mode initobj|devx|verbs] [--threads T] [--tokens T] [--topk K] [--experts-per-rank E] [--hidden BYTES] [--zipf S | --expert-weights W0,..] [--iters I] [--signal-every K] [--depth Q] [--self-observe DIR] [--gpu]");
                 std::process::exit(0);
             }
             other => return Err(format!("unknown argument {other}")),
@@ -138,6 +147,9 @@ fn parse_args() -> Result<Args, String> {
     a.signal_every = a.signal_every.max(1);
     if a.self_observe.is_some() && a.mode == Mode::Verbs {
         return Err("--self-observe watches mlx5 rings: use --mode initobj or devx".into());
+    }
+    if a.gpu && a.mode == Mode::Verbs {
+        return Err("--gpu posts into mlx5 rings: use --mode initobj or devx".into());
     }
     Ok(a)
 }
@@ -524,13 +536,17 @@ fn run(a: &Args) -> Res<()> {
     let r = Rank { peers, ..r };
     let started_ns = realtime_ns();
     let started = Instant::now();
-    let sync = Barrier::new(a.threads);
-    std::thread::scope(|s| {
-        for t in 0..a.threads {
-            let (r, sync) = (&r, &sync);
-            s.spawn(move || r.worker(t, sync));
-        }
-    });
+    if a.gpu {
+        gpu::run(&r)?;
+    } else {
+        let sync = Barrier::new(a.threads);
+        std::thread::scope(|s| {
+            for t in 0..a.threads {
+                let (r, sync) = (&r, &sync);
+                s.spawn(move || r.worker(t, sync));
+            }
+        });
+    }
     if let Some(e) = r.error.take() {
         return Err(e.into());
     }
@@ -542,7 +558,7 @@ fn run(a: &Args) -> Res<()> {
     // Bytes this rank's WRITEs moved to each peer, from its own bookkeeping.
     let mut sent = vec![0u64; n];
     for l in c.links.iter().flatten() {
-        for w in l.poster.posted() {
+        for w in c.posted(l) {
             if w.opcode == op::RDMA_WRITE {
                 sent[l.peer_rank as usize] += w.bytes as u64;
             }
@@ -585,10 +601,11 @@ fn run(a: &Args) -> Res<()> {
         );
     }
     println!(
-        "moe rank {}/{} ({}): {} iterations of {} tokens × top-{} dispatched and combined, results verified; {} WQEs posted; {:.1} ms",
+        "moe rank {}/{} ({}{}): {} iterations of {} tokens × top-{} dispatched and combined, results verified; {} WQEs posted; {:.1} ms",
         a.rank,
         a.ranks,
         a.mode.name(),
+        if a.gpu { ", gpu" } else { "" },
         a.iters,
         a.tokens,
         a.topk,

@@ -5,8 +5,11 @@
 //! ```text
 //! bfs --rank R --ranks N --rendezvous DIR --out DIR [--mode initobj|devx|verbs]
 //!     [--threads T] [--vertices V] [--degree D] [--span S] [--seed X]
-//!     [--delays-us D0,D1,...] [--rotate] [--depth Q] [--self-observe DIR]
+//!     [--delays-us D0,D1,...] [--rotate] [--depth Q] [--self-observe DIR] [--gpu]
 //! ```
+//!
+//! `--gpu`: the persistent "kernel" is a real one (`gpu/bfs.cu`, one block of `--threads`
+//! threads) posting into the same rings (mapped into the GPU); see `gpu.rs`.
 //!
 //! Graph: V vertices (multiple of N); vertex u has D edges to `u + 1 + rand % S` (mod V) and,
 //! with probability 1/512 each, a long-range edge instead; undirected. Rank r owns the vertices
@@ -44,6 +47,8 @@ use sigmatrace_examples::mlx5::{Backoff, WqeOp};
 use sigmatrace_examples::selfobs;
 use sigmatrace_examples::workload::{finish_self_observation, num, FirstError, Res};
 
+mod gpu;
+
 const UNVISITED: u32 = u32::MAX;
 
 const WORKLOAD: &str = "bfs";
@@ -63,6 +68,7 @@ struct Args {
     rotate: bool,
     depth: u32,
     self_observe: Option<PathBuf>,
+    gpu: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -81,6 +87,7 @@ fn parse_args() -> Result<Args, String> {
         rotate: false,
         depth: 256,
         self_observe: None,
+        gpu: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -99,6 +106,7 @@ fn parse_args() -> Result<Args, String> {
             "--depth" => a.depth = num(&k, v()?)?,
             "--self-observe" => a.self_observe = Some(PathBuf::from(v()?)),
             "--rotate" => a.rotate = true,
+            "--gpu" => a.gpu = true,
             "--delays-us" => {
                 a.delays_us = v()?
                     .split(',')
@@ -106,7 +114,7 @@ fn parse_args() -> Result<Args, String> {
                     .collect::<Result<_, _>>()?
             }
             "-h" | "--help" => {
-                println!("usage: bfs --rank R --ranks N --rendezvous DIR --out DIR [--mode initobj|devx|verbs] [--threads T] [--vertices V] [--degree D] [--span S] [--seed X] [--delays-us D0,D1,..] [--rotate] [--depth Q] [--self-observe DIR]");
+                println!("usage: bfs --rank R --ranks N --rendezvous DIR --out DIR [--mode initobj|devx|verbs] [--threads T] [--vertices V] [--degree D] [--span S] [--seed X] [--delays-us D0,D1,..] [--rotate] [--depth Q] [--self-observe DIR] [--gpu]");
                 std::process::exit(0);
             }
             other => return Err(format!("unknown argument {other}")),
@@ -126,6 +134,9 @@ fn parse_args() -> Result<Args, String> {
     }
     if a.delays_us.is_empty() {
         a.delays_us = vec![0];
+    }
+    if a.gpu && a.mode == Mode::Verbs {
+        return Err("--gpu posts into mlx5 rings: use --mode initobj or devx".into());
     }
     if a.self_observe.is_some() && a.mode == Mode::Verbs {
         return Err("--self-observe watches mlx5 rings: use --mode initobj or devx".into());
@@ -167,6 +178,13 @@ fn serial_bfs(adj: &[Vec<u32>]) -> Vec<u32> {
         }
     }
     level
+}
+
+/// This rank's configured delay before barrier round `epoch` (µs).
+fn delay_us(a: &Args, epoch: u32) -> u64 {
+    let d = &a.delays_us;
+    let k = (a.rank as u64 + if a.rotate { epoch as u64 - 1 } else { 0 }) as usize;
+    d[k % d.len()]
 }
 
 #[derive(Clone, Copy, Serialize, Deserialize)]
@@ -285,9 +303,7 @@ impl Rank<'_> {
     /// The RDMA-atomic barrier (worker 0 only). Returns the number of ranks that were active.
     fn barrier(&self, epoch: u32, active: bool) -> Res<u64> {
         let n = self.a.ranks as u64;
-        let d = &self.a.delays_us;
-        let k = (self.a.rank as u64 + if self.a.rotate { epoch as u64 - 1 } else { 0 }) as usize;
-        let delay = d[k % d.len()];
+        let delay = delay_us(self.a, epoch);
         if delay > 0 {
             std::thread::sleep(Duration::from_micros(delay));
         }
@@ -472,19 +488,25 @@ fn run(a: &Args) -> Res<()> {
         r.frontier[0].store(1, Ordering::Relaxed);
     }
     let started = Instant::now();
-    let sync = Barrier::new(a.threads);
-    let levels = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..a.threads)
-            .map(|t| {
-                let (r, sync) = (&r, &sync);
-                s.spawn(move || r.worker(t, sync))
-            })
-            .collect();
-        hs.into_iter()
-            .map(|h| h.join().unwrap_or(0))
-            .max()
-            .unwrap_or(0)
-    });
+    let levels = if a.gpu {
+        let (levels, arrivals) = gpu::run(&r)?;
+        *r.arrivals.lock().unwrap_or_else(|e| e.into_inner()) = arrivals;
+        levels
+    } else {
+        let sync = Barrier::new(a.threads);
+        std::thread::scope(|s| {
+            let hs: Vec<_> = (0..a.threads)
+                .map(|t| {
+                    let (r, sync) = (&r, &sync);
+                    s.spawn(move || r.worker(t, sync))
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().unwrap_or(0))
+                .max()
+                .unwrap_or(0)
+        })
+    };
     if let Some(e) = r.error.take() {
         return Err(e.into());
     }
@@ -546,10 +568,11 @@ fn run(a: &Args) -> Res<()> {
         write_json(&a.out.join("bfs-truth.json"), &truth)?;
     }
     println!(
-        "bfs rank {}/{} ({}): {} levels, {} local vertices reached, levels verified against serial BFS; {} WQEs posted; {:.1} ms",
+        "bfs rank {}/{} ({}{}): {} levels, {} local vertices reached, levels verified against serial BFS; {} WQEs posted; {:.1} ms",
         a.rank,
         a.ranks,
         a.mode.name(),
+        if a.gpu { ", gpu" } else { "" },
         levels,
         reached,
         total,

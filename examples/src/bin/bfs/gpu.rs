@@ -1,0 +1,199 @@
+//! `bfs --gpu`: the persistent kernel `sigmatrace_bfs` (`gpu/bfs.cu`, one block of `--threads`
+//! threads) runs the same levels, WQEs and barrier as the CPU worker threads, posting into
+//! this rank's QPs mapped into the GPU. The host prepares the graph and buffers, takes
+//! `%globaltimer` pairs before and after the kernel, and turns the kernel's arrival stamps
+//! into the same `Arrival`s (CLOCK_REALTIME) the CPU mode records.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Instant;
+
+use sigmatrace_examples::gpu::clock::ClockFit;
+use sigmatrace_examples::gpu::qp::{check_outcomes, GpuQps};
+use sigmatrace_examples::gpu::{host, GpuReport, GpuRun, LOG_CAP};
+use sigmatrace_examples::kernels;
+use sigmatrace_examples::workload::Res;
+
+use super::{delay_us, Arrival, Rank};
+
+/// Barrier rounds the kernel can stamp.
+const MAX_ROUNDS: u32 = 4096;
+
+/// `BfsPeer` in gpu/bfs.cu.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct BfsPeer {
+    inbox: u64,
+    release: u64,
+    inbox_rkey: u32,
+    release_rkey: u32,
+    pad: u64,
+}
+
+/// `BfsArgs` in gpu/bfs.cu (176 bytes; checked against the host build's size).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct BfsArgs {
+    rank: u32,
+    nranks: u32,
+    nlocal: u32,
+    words: u32,
+    max_rounds: u32,
+    ndelays: u32,
+    rotate: u32,
+    outbox_lkey: u32,
+    scratch_lkey: u32,
+    pad: u32,
+    counter: u64,
+    counter_rkey: u32,
+    pad2: u32,
+    delays_ns: u64,
+    adj_ptr: u64,
+    adj: u64,
+    level: u64,
+    frontier: u64,
+    stage: u64,
+    outbox: u64,
+    inbox: u64,
+    scratch: u64,
+    release: u64,
+    peers: u64,
+    qps: u64,
+    arrival_ns: u64,
+    arrival_last: u64,
+    status: u64,
+}
+
+fn range<T>(v: &[T]) -> (u64, u64) {
+    (v.as_ptr() as u64, std::mem::size_of_val(v) as u64)
+}
+
+/// Runs the kernel; returns (levels, arrivals).
+pub fn run(r: &Rank) -> Res<(u32, Vec<Arrival>)> {
+    let a = r.a;
+    let gr = GpuRun::open()?;
+    let g = &gr.gpu;
+    let before = gr.clock_pairs(16)?;
+    let arrival_ns: Vec<AtomicU64> = (0..MAX_ROUNDS).map(|_| AtomicU64::new(0)).collect();
+    let arrival_last: Vec<AtomicU32> = (0..MAX_ROUNDS).map(|_| AtomicU32::new(0)).collect();
+    let status: Vec<AtomicU32> = (0..4).map(|_| AtomicU32::new(0)).collect();
+    let host = [
+        range(r.outbox.as_slice()),
+        range(r.inbox.as_slice()),
+        range(r.scratch.as_slice()),
+        range(r.release.as_slice()),
+        range(&r.level),
+        range(&arrival_ns),
+        range(&arrival_last),
+        range(&status),
+    ];
+    // SAFETY: the regions, levels and result arrays outlive `map` (dropped at the end).
+    let map = unsafe { gr.map(r.c, &host)? };
+    let qps = GpuQps::build(g, &map, r.c, LOG_CAP)?;
+    let mut adj_ptr = vec![0u32];
+    let mut adj = Vec::new();
+    for n in &r.adj {
+        adj.extend_from_slice(n);
+        adj_ptr.push(adj.len() as u32);
+    }
+    let delays: Vec<u64> = a.delays_us.iter().map(|d| d * 1000).collect();
+    let frontier: Vec<u64> = r
+        .frontier
+        .iter()
+        .map(|f| f.load(Ordering::Relaxed))
+        .collect();
+    let peers: Vec<BfsPeer> = r
+        .peers
+        .iter()
+        .map(|m| BfsPeer {
+            inbox: m.inbox.addr,
+            release: m.release.addr,
+            inbox_rkey: m.inbox.rkey,
+            release_rkey: m.release.rkey,
+            pad: 0,
+        })
+        .collect();
+    let d = |p: u64| map.dev(p);
+    let args = BfsArgs {
+        rank: a.rank,
+        nranks: a.ranks,
+        nlocal: r.nlocal,
+        words: r.words as u32,
+        max_rounds: MAX_ROUNDS,
+        ndelays: delays.len() as u32,
+        rotate: a.rotate as u32,
+        outbox_lkey: r.outbox.lkey(),
+        scratch_lkey: r.scratch.lkey(),
+        pad: 0,
+        counter: r.peers[0].counter.addr,
+        counter_rkey: r.peers[0].counter.rkey,
+        pad2: 0,
+        delays_ns: g.upload(&delays)?.ptr,
+        adj_ptr: g.upload(&adj_ptr)?.ptr,
+        adj: g.upload(&adj)?.ptr,
+        level: d(r.level.as_ptr() as u64)?,
+        frontier: g.upload(&frontier)?.ptr,
+        stage: g.alloc(a.ranks as usize * r.words * 8)?.ptr,
+        outbox: d(r.outbox.addr())?,
+        inbox: d(r.inbox.addr())?,
+        scratch: d(r.scratch.addr())?,
+        release: d(r.release.addr())?,
+        peers: g.upload(&peers)?.ptr,
+        qps: qps.array.ptr,
+        arrival_ns: d(arrival_ns.as_ptr() as u64)?,
+        arrival_last: d(arrival_last.as_ptr() as u64)?,
+        status: d(status.as_ptr() as u64)?,
+    };
+    if gr.test_double && host::param_size(kernels::BFS_ENTRY) != Some(size_of::<BfsArgs>() as u64) {
+        return Err("BfsArgs layout differs from gpu/bfs.cu (host build size)".into());
+    }
+    let module = g.module(kernels::BFS_PTX)?;
+    let f = g.function(&module, kernels::BFS_ENTRY)?;
+    let stream = g.stream()?;
+    let t0 = Instant::now();
+    g.launch(f, 1, a.threads as u32, &stream, &args)?;
+    g.sync(&stream)?;
+    let kernel_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let after = gr.clock_pairs(16)?;
+    let outcomes = qps.read_back(g)?;
+    let st: Vec<u32> = status.iter().map(|s| s.load(Ordering::Acquire)).collect();
+    if st[1] != 0 {
+        return Err(format!(
+            "bfs kernel failed: code {} detail {:#x} (round {})",
+            st[1], st[2], st[3]
+        )
+        .into());
+    }
+    let posted = check_outcomes(&outcomes)?;
+    let wqes = posted.values().map(|v| v.len() as u64).sum();
+    r.c.set_gpu_posted(posted);
+    let all: Vec<_> = before.iter().chain(&after).copied().collect();
+    let fit = ClockFit::fit(&all).ok_or("no clock fit")?;
+    let prediction = ClockFit::fit(&before).map(|f| f.error_on(&after));
+    let rounds = st[3].min(MAX_ROUNDS);
+    let arrivals = (0..rounds)
+        .map(|e| Arrival {
+            epoch: e + 1,
+            t_ns: fit.to_host(arrival_ns[e as usize].load(Ordering::Acquire)),
+            last: arrival_last[e as usize].load(Ordering::Acquire) != 0,
+            delay_us: delay_us(a, e + 1),
+        })
+        .collect();
+    let report = GpuReport {
+        rank: a.rank,
+        device: g.name.clone(),
+        compute_capability: g.cc,
+        driver_version: g.driver_version,
+        test_double: gr.test_double,
+        kernel: kernels::BFS_ENTRY.into(),
+        block: a.threads as u32,
+        kernel_ms,
+        registered_bytes: map.bytes(),
+        wqes,
+        clock: Some(fit),
+        clock_prediction_error_ns: prediction,
+    };
+    drop(map);
+    std::fs::create_dir_all(&a.out)?;
+    sigmatrace_examples::cluster::write_json(&a.out.join(format!("gpu.{}.json", a.rank)), &report)?;
+    Ok((st[0], arrivals))
+}

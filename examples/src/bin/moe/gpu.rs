@@ -1,0 +1,189 @@
+//! `moe --gpu`: the persistent kernel `sigmatrace_moe` (`gpu/moe.cu`, one block of
+//! `--threads` threads) runs every iteration — token fill, dispatch WRITEs, flags, expert
+//! transform, combine WRITEs, flags, check — posting into this rank's QPs mapped into the
+//! GPU. The host passes the routing (pairs per destination and per source, in slot order)
+//! and reads back each QP's bookkeeping.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Instant;
+
+use sigmatrace_examples::gpu::clock::ClockFit;
+use sigmatrace_examples::gpu::qp::{check_outcomes, GpuQps};
+use sigmatrace_examples::gpu::{host, GpuReport, GpuRun, LOG_CAP};
+use sigmatrace_examples::kernels;
+use sigmatrace_examples::workload::Res;
+
+use super::{pairs_to, Rank};
+
+/// `MoePeer` in gpu/moe.cu.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct MoePeer {
+    recv: u64,
+    combine: u64,
+    flags: u64,
+    recv_rkey: u32,
+    combine_rkey: u32,
+    flags_rkey: u32,
+    pad: u32,
+    pad2: u64,
+}
+
+/// `MoeArgs` in gpu/moe.cu (checked against the host build's size).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct MoeArgs {
+    rank: u32,
+    nranks: u32,
+    ntokens: u32,
+    words: u32,
+    iters: u32,
+    max_slots: u32,
+    signal_every: u32,
+    pad: u32,
+    tokens_lkey: u32,
+    results_lkey: u32,
+    flag_src_lkey: u32,
+    pad2: u32,
+    tokens: u64,
+    recv: u64,
+    results: u64,
+    combine: u64,
+    flags: u64,
+    flag_src: u64,
+    peers: u64,
+    qps: u64,
+    send_ptr: u64,
+    send_token: u64,
+    send_expert: u64,
+    recv_ptr: u64,
+    recv_expert: u64,
+    status: u64,
+}
+
+fn range<T>(v: &[T]) -> (u64, u64) {
+    (v.as_ptr() as u64, std::mem::size_of_val(v) as u64)
+}
+
+/// Runs the kernel over every iteration.
+pub fn run(r: &Rank) -> Res<()> {
+    let a = r.a;
+    let me = a.rank;
+    let gr = GpuRun::open()?;
+    let g = &gr.gpu;
+    let before = gr.clock_pairs(16)?;
+    let status: Vec<AtomicU32> = (0..4).map(|_| AtomicU32::new(0)).collect();
+    let host = [
+        range(r.tokens.as_slice()),
+        range(r.recv.as_slice()),
+        range(r.results.as_slice()),
+        range(r.combine.as_slice()),
+        range(r.flags.as_slice()),
+        range(r.flag_src.as_slice()),
+        range(&status),
+    ];
+    // SAFETY: the regions and the status words outlive `map` (dropped at the end).
+    let map = unsafe { gr.map(r.c, &host)? };
+    let qps = GpuQps::build(g, &map, r.c, LOG_CAP)?;
+    let (mut send_ptr, mut send_token, mut send_expert) = (vec![0u32], Vec::new(), Vec::new());
+    let (mut recv_ptr, mut recv_expert) = (vec![0u32], Vec::new());
+    for p in 0..a.ranks {
+        if p != me {
+            for (tok, e) in pairs_to(a, &r.routes[me as usize], p) {
+                send_token.push(tok);
+                send_expert.push(e);
+            }
+            recv_expert.extend(pairs_to(a, &r.routes[p as usize], me).iter().map(|x| x.1));
+        }
+        send_ptr.push(send_token.len() as u32);
+        recv_ptr.push(recv_expert.len() as u32);
+    }
+    let peers: Vec<MoePeer> = r
+        .peers
+        .iter()
+        .map(|m| MoePeer {
+            recv: m.recv.addr,
+            combine: m.combine.addr,
+            flags: m.flags.addr,
+            recv_rkey: m.recv.rkey,
+            combine_rkey: m.combine.rkey,
+            flags_rkey: m.flags.rkey,
+            pad: 0,
+            pad2: 0,
+        })
+        .collect();
+    let d = |p: u64| map.dev(p);
+    let args = MoeArgs {
+        rank: me,
+        nranks: a.ranks,
+        ntokens: a.tokens,
+        words: r.words as u32,
+        iters: a.iters,
+        max_slots: r.max_slots as u32,
+        signal_every: a.signal_every,
+        pad: 0,
+        tokens_lkey: r.tokens.lkey(),
+        results_lkey: r.results.lkey(),
+        flag_src_lkey: r.flag_src.lkey(),
+        pad2: 0,
+        tokens: d(r.tokens.addr())?,
+        recv: d(r.recv.addr())?,
+        results: d(r.results.addr())?,
+        combine: d(r.combine.addr())?,
+        flags: d(r.flags.addr())?,
+        flag_src: d(r.flag_src.addr())?,
+        peers: g.upload(&peers)?.ptr,
+        qps: qps.array.ptr,
+        send_ptr: g.upload(&send_ptr)?.ptr,
+        send_token: g.upload(&send_token)?.ptr,
+        send_expert: g.upload(&send_expert)?.ptr,
+        recv_ptr: g.upload(&recv_ptr)?.ptr,
+        recv_expert: g.upload(&recv_expert)?.ptr,
+        status: d(status.as_ptr() as u64)?,
+    };
+    if gr.test_double && host::param_size(kernels::MOE_ENTRY) != Some(size_of::<MoeArgs>() as u64) {
+        return Err("MoeArgs layout differs from gpu/moe.cu (host build size)".into());
+    }
+    let module = g.module(kernels::MOE_PTX)?;
+    let f = g.function(&module, kernels::MOE_ENTRY)?;
+    let stream = g.stream()?;
+    let t0 = Instant::now();
+    g.launch(f, 1, a.threads as u32, &stream, &args)?;
+    g.sync(&stream)?;
+    let kernel_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let after = gr.clock_pairs(16)?;
+    let outcomes = qps.read_back(g)?;
+    let st: Vec<u32> = status.iter().map(|s| s.load(Ordering::Acquire)).collect();
+    if st[1] != 0 {
+        return Err(format!(
+            "moe kernel failed: code {} details {} {:#x} after {} iterations",
+            st[1], st[2], st[3], st[0]
+        )
+        .into());
+    }
+    if st[0] != a.iters {
+        return Err(format!("moe kernel ran {} of {} iterations", st[0], a.iters).into());
+    }
+    let posted = check_outcomes(&outcomes)?;
+    let wqes = posted.values().map(|v| v.len() as u64).sum();
+    r.c.set_gpu_posted(posted);
+    let all: Vec<_> = before.iter().chain(&after).copied().collect();
+    let report = GpuReport {
+        rank: me,
+        device: g.name.clone(),
+        compute_capability: g.cc,
+        driver_version: g.driver_version,
+        test_double: gr.test_double,
+        kernel: kernels::MOE_ENTRY.into(),
+        block: a.threads as u32,
+        kernel_ms,
+        registered_bytes: map.bytes(),
+        wqes,
+        clock: ClockFit::fit(&all),
+        clock_prediction_error_ns: ClockFit::fit(&before).map(|f| f.error_on(&after)),
+    };
+    drop(map);
+    std::fs::create_dir_all(&a.out)?;
+    sigmatrace_examples::cluster::write_json(&a.out.join(format!("gpu.{}.json", me)), &report)?;
+    Ok(())
+}
