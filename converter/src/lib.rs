@@ -6,8 +6,8 @@
 //! topology, cross-domain alignment) → [`model`] (pass 2: tracks, slices, flows onto the
 //! `sigmatrace-timeline` sinks) → [`report`] (sections fed by the same pass); [`import`] merges
 //! Nsight Systems exports. Each layer uses only those before it (`tests/layers.rs`). Tests and
-//! tools call [`convert()`] and [`stats()`]; [`synth`] writes synthetic multi-rank log sets with
-//! known ground truth.
+//! tools call [`convert()`] and [`stats()`] (synthetic log sets with known ground truth come from
+//! the `sigmatrace-synth` crate).
 
 pub mod align;
 pub mod error;
@@ -18,7 +18,6 @@ pub mod pipeline;
 pub mod progress;
 pub mod read;
 pub mod report;
-pub mod synth;
 
 pub use error::ConvertError;
 pub use model::emit::{Detail, Format};

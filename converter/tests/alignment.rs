@@ -7,8 +7,8 @@ mod common;
 
 use sigmatrace_convert::align::solve::{self, Con};
 use sigmatrace_convert::align::Alignment;
-use sigmatrace_convert::synth::{Pattern, Scenario, Truth, T_START};
 use sigmatrace_convert::{stats, ConvertOptions};
+use sigmatrace_synth::{Pattern, Scenario, Truth, T_START};
 
 /// Clock error of a synthetic host at true time t (as synth applies it).
 fn err(offset: i64, ppm: f64, t: u64) -> f64 {

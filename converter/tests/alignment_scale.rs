@@ -6,8 +6,8 @@
 
 mod common;
 
-use sigmatrace_convert::synth::{LinkSpec, Pattern, Scenario, T_START};
 use sigmatrace_convert::{stats, ConvertOptions};
+use sigmatrace_synth::{LinkSpec, Pattern, Scenario, T_START};
 
 const HOSTS: usize = 128;
 const PER_HOST: usize = 8;

@@ -4,8 +4,8 @@
 mod common;
 
 use sigmatrace_convert::report::{QpTable, Traffic};
-use sigmatrace_convert::synth::{Pattern, Scenario};
 use sigmatrace_convert::{convert_with_report, ConvertOptions, Detail, Format};
+use sigmatrace_synth::{Pattern, Scenario};
 
 fn opts(detail: Detail) -> ConvertOptions {
     ConvertOptions {
@@ -123,7 +123,7 @@ fn mixed_ops_failure_and_chrome_json() {
 /// decides; with LID-only routes the converter must refuse to guess.
 #[test]
 fn identical_qpns_on_several_nodes() {
-    use sigmatrace_convert::synth::LinkSpec;
+    use sigmatrace_synth::LinkSpec;
     let mut sc = Scenario::ring(4, 1, Pattern::SendRecv, 50);
     sc.links = vec![
         LinkSpec {
@@ -227,4 +227,51 @@ fn reused_wr_ids_with_selective_signalling() {
         );
     }
     common::validate(&out, &["slices=1"]);
+}
+
+/// The benchmark's record mix: many QPs of unsignaled RDMA WRITEs with selective signalling
+/// and SEND/RECV ping-pongs, on hosts with clock errors — counts, flows and matrices exact.
+#[test]
+fn bulk_writes_and_ping_pongs_are_exact() {
+    use sigmatrace_synth::LinkSpec;
+    let mut sc = Scenario::ring(2, 2, Pattern::SendRecv, 1);
+    let link = |a, b, pattern| LinkSpec {
+        a,
+        b,
+        pattern,
+        messages: 300,
+        bytes: 4096,
+    };
+    sc.links = vec![
+        link(0, 2, Pattern::Bulk { signal_every: 100 }),
+        link(1, 3, Pattern::Bulk { signal_every: 100 }),
+        link(0, 3, Pattern::Bulk { signal_every: 100 }),
+        link(0, 3, Pattern::PingPong),
+        link(1, 2, Pattern::PingPong),
+    ];
+    sc.interval_ns = 8_000;
+    sc.hosts[1].offset_ns = 40_000;
+    sc.hosts[1].drift_ppm = 5.0;
+    let (dir, truth) = common::generate(&sc);
+    let out = dir.path().join("out.perfetto-trace");
+    let rep = convert_with_report(&[dir.path().to_owned()], &out, &opts(Detail::Normal)).unwrap();
+    let s = &rep.summary;
+    assert_eq!(s.records, truth.records);
+    assert_eq!(s.wr_events, truth.wr_events);
+    assert_eq!(s.totals.wr_completed, truth.send_wrs);
+    assert_eq!(s.totals.recv_completed, truth.recv_completions);
+    assert_eq!(truth.flows, 2 * 2 * 300, "ping-pongs in both directions");
+    assert_eq!(s.totals.flows_out, truth.flows);
+    assert_eq!(s.totals.flows_in, truth.flows);
+    assert_eq!(s.totals.orphan_completions, 0);
+    assert_eq!(s.totals.incomplete_wrs, 0);
+    let t = rep.section::<Traffic>().unwrap();
+    for i in 0..4 {
+        for j in 0..4 {
+            assert_eq!(t.bytes[i * 4 + j], truth.bytes[i][j], "bytes {i}->{j}");
+            assert_eq!(t.ops[i * 4 + j], truth.ops[i][j], "ops {i}->{j}");
+        }
+    }
+    let v = common::validate(&out, &["slices=1", "flows=1"]);
+    assert_eq!(v["stats"]["flows"], truth.flows);
 }

@@ -5,10 +5,10 @@ mod common;
 
 use std::process::Command;
 
-use sigmatrace_convert::synth::{Pattern, Scenario};
 use sigmatrace_convert::{convert_with_report, ConvertError, ConvertOptions};
+use sigmatrace_synth::{Pattern, Scenario};
 
-fn small() -> (tempfile::TempDir, sigmatrace_convert::synth::Truth) {
+fn small() -> (tempfile::TempDir, sigmatrace_synth::Truth) {
     let mut sc = Scenario::ring(2, 1, Pattern::SendRecv, 2000);
     sc.chunk_size = 1 << 14;
     common::generate(&sc)

@@ -22,7 +22,6 @@ const LAYERS: &[&[&str]] = &[
     &["report"],
     &["import"],
     &["pipeline"],
-    &["synth"],
     &["lib"],
 ];
 

@@ -3,8 +3,8 @@
 
 mod common;
 
-use sigmatrace_convert::synth::{Pattern, Scenario};
 use sigmatrace_convert::{convert, ConvertOptions};
+use sigmatrace_synth::{Pattern, Scenario};
 
 #[test]
 fn ud_datagrams_get_flows_to_their_receives() {

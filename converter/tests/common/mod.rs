@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use sigmatrace_convert::synth::{self, Scenario, Truth};
+use sigmatrace_synth::{self as synth, Scenario, Truth};
 
 /// Workspace root (converter/..).
 pub fn workspace() -> PathBuf {
