@@ -15,20 +15,20 @@
 //! applied mapping is written into the trace (an "Nsight Systems import" track description).
 
 pub mod cli;
+mod tracks;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use sigmatrace_nsys::{
-    Anchor, ClockMapping, GlobalId, HostClockSnapshot, NsysReport, NvtxEvent, NvtxKind, NvtxPayload,
-};
+use sigmatrace_nsys::{Anchor, ClockMapping, GlobalId, HostClockSnapshot, NsysReport};
 
 use crate::align::topology::Topology;
 use crate::align::Alignment;
 use crate::error::ConvertError;
 use crate::read::input::LogInput;
-use sigmatrace_timeline::{ArgKey, ArgValue, Extra, TraceSink, TrackDef, TrackKind};
+use sigmatrace_timeline::{TraceSink, TrackDef, TrackKind};
+use tracks::{dims, emit_logical, nvtx_item, Arg, Item, Logical, TimeMap};
 
 /// `--nsys FILE` (repeatable) and `--nsys-offset NS`.
 #[derive(Clone, Debug, Default)]
@@ -100,31 +100,6 @@ fn same_host(a: &str, b: &str) -> bool {
     a == b || (!a.is_empty() && short(a) == short(b))
 }
 
-/// Maps export times of one report to output times.
-struct TimeMap {
-    mapping: ClockMapping,
-    /// (offset ns, rate, t0) of the matched SigmaTrace host.
-    correction: Option<(f64, f64, i64)>,
-}
-
-impl TimeMap {
-    /// Integer ns throughout: epoch-ns values do not fit an f64 mantissa; only the (small)
-    /// correction is computed in floating point.
-    fn out(&self, t: i64) -> u64 {
-        let u = self.mapping.to_realtime(t);
-        let v = u.saturating_add(self.correction_at(u));
-        v.max(0) as u64
-    }
-
-    /// The host correction at realtime `u` (ns), 0 without a matched host.
-    fn correction_at(&self, u: i64) -> i64 {
-        match self.correction {
-            Some((o, r, t0)) => (o + r * u.saturating_sub(t0) as f64).round() as i64,
-            None => 0,
-        }
-    }
-}
-
 /// Chooses the mapping of a report: the SigmaTrace host with the same name (if any), its clock
 /// snapshot (from the log of the same pid if there is one) and its correction.
 fn time_map(
@@ -178,161 +153,6 @@ fn time_map(
     ))
 }
 
-/// One slice or instant to place on a logical track.
-struct Item {
-    start: u64,
-    /// None: an instant.
-    end: Option<u64>,
-    name: String,
-    args: Vec<(&'static str, Arg)>,
-    flow: Option<u64>,
-    /// Whether the flow ends here (last GPU activity of a correlation).
-    terminates: bool,
-}
-
-/// Owned argument values.
-enum Arg {
-    U(u64),
-    I(i64),
-    S(String),
-}
-
-/// A logical track: name, merge key, items; placed under `parent`.
-struct Logical {
-    parent: u64,
-    name: String,
-    description: Option<String>,
-    items: Vec<Item>,
-}
-
-/// Emits one logical track: lanes (stack discipline: a lane takes an item that is disjoint
-/// from or nested in its open slices), events in timestamp order per lane.
-fn emit_logical(sink: &mut dyn TraceSink, uuids: &AtomicU64, key: &str, mut t: Logical) -> usize {
-    t.items.sort_by(|a, b| {
-        (a.start, std::cmp::Reverse(a.end.unwrap_or(a.start)))
-            .cmp(&(b.start, std::cmp::Reverse(b.end.unwrap_or(b.start))))
-    });
-    let mut lanes: Vec<(u64, Vec<u64>)> = Vec::new();
-    let mut keys: HashMap<&'static str, ArgKey> = HashMap::new();
-    let mut slices = 0;
-    let new_lane = |sink: &mut dyn TraceSink, lanes: &mut Vec<(u64, Vec<u64>)>| {
-        let uuid = uuids.fetch_add(1, Ordering::Relaxed);
-        let mut def = TrackDef::slices(uuid, Some(t.parent), t.name.clone());
-        def.description = t.description.clone();
-        def.kind = TrackKind::Slices {
-            merge_key: Some(key.to_string()),
-        };
-        sink.track(&def);
-        lanes.push((uuid, Vec::new()));
-        lanes.len() - 1
-    };
-    for item in &t.items {
-        for (uuid, stack) in lanes.iter_mut() {
-            while stack.last().is_some_and(|&e| e <= item.start) {
-                let e = stack.pop().unwrap_or(item.start);
-                sink.end(e, *uuid, &Extra::NONE);
-            }
-        }
-        let end = item.end.unwrap_or(item.start);
-        let lane = match lanes
-            .iter()
-            .position(|(_, s)| s.last().is_none_or(|&open_end| open_end >= end))
-        {
-            Some(l) => l,
-            None => new_lane(sink, &mut lanes),
-        };
-        let uuid = lanes[lane].0;
-        let name = sink.name(&item.name);
-        let arg_pairs: Vec<(ArgKey, ArgValue<'_>)> = item
-            .args
-            .iter()
-            .map(|(k, v)| {
-                let key = *keys.entry(k).or_insert_with(|| sink.arg_key(k));
-                let val = match v {
-                    Arg::U(x) => ArgValue::U64(*x),
-                    Arg::I(x) => ArgValue::I64(*x),
-                    Arg::S(s) => ArgValue::Str(s),
-                };
-                (key, val)
-            })
-            .collect();
-        let flow = item.flow.map(|f| [f]);
-        let flows: &[u64] = match (&flow, item.terminates) {
-            (Some(f), false) => f,
-            _ => &[],
-        };
-        let terminating: &[u64] = match (&flow, item.terminates) {
-            (Some(f), true) => f,
-            _ => &[],
-        };
-        let extra = Extra {
-            args: &arg_pairs,
-            flows,
-            terminating,
-        };
-        match item.end {
-            Some(_) => {
-                sink.begin(item.start, uuid, name, &extra);
-                lanes[lane].1.push(end);
-                slices += 1;
-            }
-            None => sink.instant(item.start, uuid, name, &extra),
-        }
-    }
-    for (uuid, stack) in lanes.iter_mut() {
-        while let Some(e) = stack.pop() {
-            sink.end(e, *uuid, &Extra::NONE);
-        }
-    }
-    slices
-}
-
-fn dims(d: [i64; 3]) -> String {
-    format!("{}×{}×{}", d[0], d[1], d[2])
-}
-
-fn nvtx_item(e: &NvtxEvent, tm: &TimeMap) -> Item {
-    let mut args: Vec<(&'static str, Arg)> = Vec::new();
-    if let Some(c) = &e.category_name {
-        args.push(("category", Arg::S(c.clone())));
-    } else if let Some(c) = e.category {
-        args.push(("category", Arg::I(c)));
-    }
-    if let Some(c) = e.color {
-        args.push(("color", Arg::S(format!("ARGB {c:#010x}"))));
-    }
-    if let Some(d) = &e.domain {
-        args.push(("domain", Arg::S(d.clone())));
-    }
-    if let Some(r) = e.range_id {
-        args.push(("range_id", Arg::I(r)));
-    }
-    match &e.payload {
-        Some(NvtxPayload::U64(v)) => args.push(("payload", Arg::U(*v))),
-        Some(NvtxPayload::I64(v)) => args.push(("payload", Arg::I(*v))),
-        Some(NvtxPayload::U32(v)) => args.push(("payload", Arg::U(u64::from(*v)))),
-        Some(NvtxPayload::I32(v)) => args.push(("payload", Arg::I(i64::from(*v)))),
-        Some(NvtxPayload::F64(v)) | Some(NvtxPayload::F32(v)) => {
-            args.push(("payload", Arg::S(v.to_string())))
-        }
-        Some(NvtxPayload::Json(s)) => args.push(("payload", Arg::S(s.clone()))),
-        Some(NvtxPayload::Binary(n)) => args.push(("payload_bytes", Arg::U(*n as u64))),
-        None => {}
-    }
-    let ranged = e.kind != NvtxKind::Mark;
-    if ranged && e.end.is_none() {
-        args.push(("unterminated", Arg::S("range never ended".into())));
-    }
-    Item {
-        start: tm.out(e.start),
-        end: e.end.filter(|_| ranged).map(|x| tm.out(x)),
-        name: e.text.clone().unwrap_or_else(|| "(unnamed NVTX)".into()),
-        args,
-        flow: None,
-        terminates: false,
-    }
-}
-
 /// Emits one report onto `sink`. `uuids` hands out track uuids (shared with the converter).
 pub fn emit_report(
     sink: &mut dyn TraceSink,
@@ -343,16 +163,45 @@ pub fn emit_report(
     ctx: Option<SigmaContext<'_>>,
 ) -> Result<NsysMerged, ConvertError> {
     let (tm, host) = time_map(report, offset, ctx)?;
-    let file = report.path.file_name().map_or_else(
-        || report.path.display().to_string(),
-        |f| f.to_string_lossy().into_owned(),
-    );
-    let hostname = report.host.hostname.clone();
-    let host_label = hostname.clone().unwrap_or_else(|| "unknown host".into());
+    let file = file_name(&report.path);
+    let gpu_corr = gpu_correlations(report, &tm);
+    let mut e = ReportEmitter {
+        sink,
+        uuids,
+        report_index,
+        report,
+        tm,
+        gpu_corr,
+        process_track: BTreeMap::new(),
+        gpu_groups: BTreeMap::new(),
+        logical: BTreeMap::new(),
+    };
+    let (matched_pids, own_pids) = e.process_tracks(ctx, host, &file);
+    e.kernels();
+    e.memcpys();
+    e.memsets();
+    e.syncs();
+    let flows = e.api_calls();
+    e.nvtx();
+    let tm = e.finish(&file);
+    let sigmatrace_host = match (ctx, host) {
+        (Some(c), Some(h)) => Some(c.topo.hosts[h].name.clone()),
+        _ => None,
+    };
+    Ok(merged_summary(
+        report,
+        tm,
+        sigmatrace_host,
+        (matched_pids, own_pids),
+        flows,
+        &file,
+    ))
+}
 
-    // Correlations: API call → GPU activities, for flows.
+/// Correlation id → sorted output start times of its GPU activities, for the correlations of
+/// API calls on a known thread (only events that get a track take part).
+fn gpu_correlations(report: &NsysReport, tm: &TimeMap) -> BTreeMap<i64, Vec<u64>> {
     let mut gpu_corr: BTreeMap<i64, Vec<u64>> = BTreeMap::new();
-    // Only events that get a track (a process) take part.
     let starts = report
         .kernels
         .iter()
@@ -384,82 +233,118 @@ pub fn emit_report(
         v.sort_unstable();
         api_corr.contains(c)
     });
-    // A GPU item's flow: (id, terminates) — the last activity of a correlation ends the flow.
-    let gpu_flow = |corr: Option<i64>, start: i64| -> (Option<u64>, bool) {
-        match corr.and_then(|c| gpu_corr.get(&c).map(|v| (c, v))) {
+    gpu_corr
+}
+
+/// One report's emission: process tracks, GPU groups and the logical tracks being collected.
+struct ReportEmitter<'a> {
+    sink: &'a mut dyn TraceSink,
+    uuids: &'a AtomicU64,
+    report_index: usize,
+    report: &'a NsysReport,
+    tm: TimeMap,
+    gpu_corr: BTreeMap<i64, Vec<u64>>,
+    process_track: BTreeMap<GlobalId, u64>,
+    /// "CUDA HW GPU" group tracks per (process, device).
+    gpu_groups: BTreeMap<(GlobalId, i64), u64>,
+    logical: BTreeMap<String, Logical>,
+}
+
+impl ReportEmitter<'_> {
+    /// A GPU item's flow: (id, terminates) — the last activity of a correlation ends the flow.
+    fn gpu_flow(&self, corr: Option<i64>, start: i64) -> (Option<u64>, bool) {
+        match corr.and_then(|c| self.gpu_corr.get(&c).map(|v| (c, v))) {
             Some((c, v)) => (
-                Some(flow_id(report_index, c)),
-                v.last() == Some(&tm.out(start)),
+                Some(flow_id(self.report_index, c)),
+                v.last() == Some(&self.tm.out(start)),
             ),
             None => (None, false),
         }
-    };
-
-    // Process tracks.
-    let mut process_track: BTreeMap<GlobalId, u64> = BTreeMap::new();
-    let (mut matched_pids, mut own_pids) = (Vec::new(), Vec::new());
-    for (gpid, p) in &report.processes {
-        let sigma = match (ctx, host) {
-            (Some(c), Some(h)) => c.topo.procs.iter().find(|q| q.host == h && q.pid == p.pid),
-            _ => None,
-        };
-        let uuid = match sigma {
-            Some(q) => {
-                matched_pids.push(p.pid);
-                q.track
-            }
-            None => {
-                own_pids.push(p.pid);
-                let uuid = uuids.fetch_add(1, Ordering::Relaxed);
-                let exe = p.name.as_deref().unwrap_or("process");
-                let base = exe.rsplit('/').next().unwrap_or(exe);
-                sink.track(&TrackDef {
-                    uuid,
-                    parent: None,
-                    name: format!("{base} pid {} (Nsight Systems)", p.pid),
-                    description: Some(format!("from {}", report.path.display())),
-                    order: None,
-                    explicit_child_order: false,
-                    kind: TrackKind::Process {
-                        // Synthetic pid: real pids of different hosts collide.
-                        pid: 200_000 + (report_index as i32) * 1000 + own_pids.len() as i32,
-                        labels: vec![format!("host {host_label}"), format!("nsys {file}")],
-                    },
-                });
-                uuid
-            }
-        };
-        process_track.insert(*gpid, uuid);
     }
-    let parent_of =
-        |g: Option<GlobalId>| g.and_then(|g| process_track.get(&g.global_pid()).copied());
 
-    let mut logical: BTreeMap<String, Logical> = BTreeMap::new();
-    let group = |sink: &mut dyn TraceSink, parent: u64, name: String| -> u64 {
-        let uuid = uuids.fetch_add(1, Ordering::Relaxed);
-        sink.track(&TrackDef::slices(uuid, Some(parent), name));
-        uuid
-    };
-    // GPU groups per (process, device).
-    let mut gpu_groups: BTreeMap<(GlobalId, i64), u64> = BTreeMap::new();
-    let mut gpu_parent = |sink: &mut dyn TraceSink, g: Option<GlobalId>, dev: i64| -> Option<u64> {
-        let g = g?.global_pid();
-        let proc_track = *process_track.get(&g)?;
-        Some(*gpu_groups.entry((g, dev)).or_insert_with(|| {
-            let name = report
-                .devices
-                .iter()
-                .find(|d| d.id == dev)
-                .and_then(|d| d.name.clone());
-            let label = match name {
-                Some(n) => format!("CUDA HW GPU {dev}: {n}"),
-                None => format!("CUDA HW GPU {dev}"),
+    /// A track per process: the SigmaTrace process track when the host and pid match a log,
+    /// else one of its own. Returns the matched and the own pids.
+    fn process_tracks(
+        &mut self,
+        ctx: Option<SigmaContext<'_>>,
+        host: Option<usize>,
+        file: &str,
+    ) -> (Vec<u32>, Vec<u32>) {
+        let report = self.report;
+        let host_label = report
+            .host
+            .hostname
+            .clone()
+            .unwrap_or_else(|| "unknown host".into());
+        let (mut matched_pids, mut own_pids) = (Vec::new(), Vec::new());
+        for (gpid, p) in &report.processes {
+            let sigma = match (ctx, host) {
+                (Some(c), Some(h)) => c.topo.procs.iter().find(|q| q.host == h && q.pid == p.pid),
+                _ => None,
             };
-            group(sink, proc_track, label)
-        }))
-    };
-    let mut push = |key: String, parent: u64, name: String, item: Item| {
-        logical
+            let uuid = match sigma {
+                Some(q) => {
+                    matched_pids.push(p.pid);
+                    q.track
+                }
+                None => {
+                    own_pids.push(p.pid);
+                    let uuid = self.uuids.fetch_add(1, Ordering::Relaxed);
+                    let exe = p.name.as_deref().unwrap_or("process");
+                    let base = exe.rsplit('/').next().unwrap_or(exe);
+                    self.sink.track(&TrackDef {
+                        uuid,
+                        parent: None,
+                        name: format!("{base} pid {} (Nsight Systems)", p.pid),
+                        description: Some(format!("from {}", report.path.display())),
+                        order: None,
+                        explicit_child_order: false,
+                        kind: TrackKind::Process {
+                            // Synthetic pid: real pids of different hosts collide.
+                            pid: 200_000
+                                + (self.report_index as i32) * 1000
+                                + own_pids.len() as i32,
+                            labels: vec![format!("host {host_label}"), format!("nsys {file}")],
+                        },
+                    });
+                    uuid
+                }
+            };
+            self.process_track.insert(*gpid, uuid);
+        }
+        (matched_pids, own_pids)
+    }
+
+    fn parent_of(&self, g: Option<GlobalId>) -> Option<u64> {
+        g.and_then(|g| self.process_track.get(&g.global_pid()).copied())
+    }
+
+    /// The "CUDA HW GPU n" group of a process's device, created on first use.
+    fn gpu_parent(&mut self, g: Option<GlobalId>, dev: i64) -> Option<u64> {
+        let g = g?.global_pid();
+        let proc_track = *self.process_track.get(&g)?;
+        if let Some(&uuid) = self.gpu_groups.get(&(g, dev)) {
+            return Some(uuid);
+        }
+        let name = self
+            .report
+            .devices
+            .iter()
+            .find(|d| d.id == dev)
+            .and_then(|d| d.name.clone());
+        let label = match name {
+            Some(n) => format!("CUDA HW GPU {dev}: {n}"),
+            None => format!("CUDA HW GPU {dev}"),
+        };
+        let uuid = self.uuids.fetch_add(1, Ordering::Relaxed);
+        self.sink
+            .track(&TrackDef::slices(uuid, Some(proc_track), label));
+        self.gpu_groups.insert((g, dev), uuid);
+        Some(uuid)
+    }
+
+    fn push(&mut self, key: String, parent: u64, name: String, item: Item) {
+        self.logical
             .entry(key)
             .or_insert_with(|| Logical {
                 parent,
@@ -469,229 +354,246 @@ pub fn emit_report(
             })
             .items
             .push(item);
-    };
+    }
 
-    let mut flows = 0;
-    for k in &report.kernels {
-        let Some(parent) = gpu_parent(sink, k.global_pid, k.device_id) else {
-            continue;
-        };
-        let (flow, terminates) = gpu_flow(k.correlation_id, k.start);
-        let mut args = vec![
-            ("grid", Arg::S(dims(k.grid))),
-            ("block", Arg::S(dims(k.block))),
-            ("stream", Arg::I(k.stream_id)),
-            ("device", Arg::I(k.device_id)),
-        ];
-        if let Some(c) = k.correlation_id {
-            args.push(("correlation_id", Arg::I(c)));
-        }
-        if let Some(d) = &k.demangled_name {
-            args.push(("demangled", Arg::S(d.clone())));
-        }
-        if let Some(r) = k.registers_per_thread {
-            args.push(("registers_per_thread", Arg::I(r)));
-        }
-        if let (Some(s), Some(d)) = (k.static_shared_memory, k.dynamic_shared_memory) {
-            args.push(("shared_memory_bytes", Arg::I(s.saturating_add(d))));
-        }
-        let key = format!(
-            "nsys{report_index} gpu{} {} stream {}",
-            k.global_pid.map_or(0, |g| g.0),
-            k.device_id,
-            k.stream_id
-        );
-        push(
-            key,
-            parent,
-            format!("Stream {}", k.stream_id),
-            Item {
-                start: tm.out(k.start),
-                end: Some(tm.out(k.end)),
+    /// Key of the logical track of a GPU stream.
+    fn stream_key(&self, g: Option<GlobalId>, dev: i64, stream: i64) -> String {
+        format!(
+            "nsys{} gpu{} {dev} stream {stream}",
+            self.report_index,
+            g.map_or(0, |g| g.0),
+        )
+    }
+
+    /// Places a GPU activity on its stream track.
+    fn push_stream(&mut self, parent: u64, g: Option<GlobalId>, dev: i64, stream: i64, item: Item) {
+        let key = self.stream_key(g, dev, stream);
+        self.push(key, parent, format!("Stream {stream}"), item);
+    }
+
+    fn kernels(&mut self) {
+        for k in &self.report.kernels {
+            let Some(parent) = self.gpu_parent(k.global_pid, k.device_id) else {
+                continue;
+            };
+            let (flow, terminates) = self.gpu_flow(k.correlation_id, k.start);
+            let mut args = vec![
+                ("grid", Arg::S(dims(k.grid))),
+                ("block", Arg::S(dims(k.block))),
+                ("stream", Arg::I(k.stream_id)),
+                ("device", Arg::I(k.device_id)),
+            ];
+            if let Some(c) = k.correlation_id {
+                args.push(("correlation_id", Arg::I(c)));
+            }
+            if let Some(d) = &k.demangled_name {
+                args.push(("demangled", Arg::S(d.clone())));
+            }
+            if let Some(r) = k.registers_per_thread {
+                args.push(("registers_per_thread", Arg::I(r)));
+            }
+            if let (Some(s), Some(d)) = (k.static_shared_memory, k.dynamic_shared_memory) {
+                args.push(("shared_memory_bytes", Arg::I(s.saturating_add(d))));
+            }
+            let item = Item {
+                start: self.tm.out(k.start),
+                end: Some(self.tm.out(k.end)),
                 name: k.name.clone(),
                 args,
                 flow,
                 terminates,
-            },
-        );
+            };
+            self.push_stream(parent, k.global_pid, k.device_id, k.stream_id, item);
+        }
     }
-    for m in &report.memcpys {
-        let Some(parent) = gpu_parent(sink, m.global_pid, m.device_id) else {
-            continue;
-        };
-        let (flow, terminates) = gpu_flow(m.correlation_id, m.start);
-        let mut args = vec![
-            ("bytes", Arg::I(m.bytes)),
-            ("kind", Arg::S(m.kind.clone())),
-            ("stream", Arg::I(m.stream_id)),
-        ];
-        if let (Some(s), Some(d)) = (&m.src_kind, &m.dst_kind) {
-            args.push(("memory", Arg::S(format!("{s} → {d}"))));
-        }
-        let dur = m.end.saturating_sub(m.start);
-        if dur > 0 {
-            args.push((
-                "throughput_MBps",
-                Arg::S(format!("{:.1}", m.bytes as f64 * 1e3 / dur as f64)),
-            ));
-        }
-        if let Some(c) = m.correlation_id {
-            args.push(("correlation_id", Arg::I(c)));
-        }
-        let key = format!(
-            "nsys{report_index} gpu{} {} stream {}",
-            m.global_pid.map_or(0, |g| g.0),
-            m.device_id,
-            m.stream_id
-        );
-        push(
-            key,
-            parent,
-            format!("Stream {}", m.stream_id),
-            Item {
-                start: tm.out(m.start),
-                end: Some(tm.out(m.end)),
+
+    fn memcpys(&mut self) {
+        for m in &self.report.memcpys {
+            let Some(parent) = self.gpu_parent(m.global_pid, m.device_id) else {
+                continue;
+            };
+            let (flow, terminates) = self.gpu_flow(m.correlation_id, m.start);
+            let mut args = vec![
+                ("bytes", Arg::I(m.bytes)),
+                ("kind", Arg::S(m.kind.clone())),
+                ("stream", Arg::I(m.stream_id)),
+            ];
+            if let (Some(s), Some(d)) = (&m.src_kind, &m.dst_kind) {
+                args.push(("memory", Arg::S(format!("{s} → {d}"))));
+            }
+            let dur = m.end.saturating_sub(m.start);
+            if dur > 0 {
+                args.push((
+                    "throughput_MBps",
+                    Arg::S(format!("{:.1}", m.bytes as f64 * 1e3 / dur as f64)),
+                ));
+            }
+            if let Some(c) = m.correlation_id {
+                args.push(("correlation_id", Arg::I(c)));
+            }
+            let item = Item {
+                start: self.tm.out(m.start),
+                end: Some(self.tm.out(m.end)),
                 name: format!("Memcpy {}", m.kind),
                 args,
                 flow,
                 terminates,
-            },
-        );
+            };
+            self.push_stream(parent, m.global_pid, m.device_id, m.stream_id, item);
+        }
     }
-    for m in &report.memsets {
-        let Some(parent) = gpu_parent(sink, m.global_pid, m.device_id) else {
-            continue;
-        };
-        let (flow, terminates) = gpu_flow(m.correlation_id, m.start);
-        let mut args = vec![("bytes", Arg::I(m.bytes)), ("stream", Arg::I(m.stream_id))];
-        if let Some(v) = m.value {
-            args.push(("value", Arg::I(v)));
-        }
-        if let Some(k) = &m.mem_kind {
-            args.push(("memory", Arg::S(k.clone())));
-        }
-        let key = format!(
-            "nsys{report_index} gpu{} {} stream {}",
-            m.global_pid.map_or(0, |g| g.0),
-            m.device_id,
-            m.stream_id
-        );
-        push(
-            key,
-            parent,
-            format!("Stream {}", m.stream_id),
-            Item {
-                start: tm.out(m.start),
-                end: Some(tm.out(m.end)),
+
+    fn memsets(&mut self) {
+        for m in &self.report.memsets {
+            let Some(parent) = self.gpu_parent(m.global_pid, m.device_id) else {
+                continue;
+            };
+            let (flow, terminates) = self.gpu_flow(m.correlation_id, m.start);
+            let mut args = vec![("bytes", Arg::I(m.bytes)), ("stream", Arg::I(m.stream_id))];
+            if let Some(v) = m.value {
+                args.push(("value", Arg::I(v)));
+            }
+            if let Some(k) = &m.mem_kind {
+                args.push(("memory", Arg::S(k.clone())));
+            }
+            let item = Item {
+                start: self.tm.out(m.start),
+                end: Some(self.tm.out(m.end)),
                 name: "Memset".into(),
                 args,
                 flow,
                 terminates,
-            },
-        );
-    }
-    for s in &report.syncs {
-        let Some(parent) = gpu_parent(sink, s.global_pid, s.device_id) else {
-            continue;
-        };
-        let (key, name) = match s.stream_id {
-            Some(st) => (
-                format!(
-                    "nsys{report_index} gpu{} {} stream {st}",
-                    s.global_pid.map_or(0, |g| g.0),
-                    s.device_id
-                ),
-                format!("Stream {st}"),
-            ),
-            None => (
-                format!(
-                    "nsys{report_index} gpu{} {} sync",
-                    s.global_pid.map_or(0, |g| g.0),
-                    s.device_id
-                ),
-                "Synchronization".to_string(),
-            ),
-        };
-        let mut args = Vec::new();
-        if let Some(c) = s.correlation_id {
-            args.push(("correlation_id", Arg::I(c)));
+            };
+            self.push_stream(parent, m.global_pid, m.device_id, m.stream_id, item);
         }
-        push(
-            key,
-            parent,
-            name,
-            Item {
-                start: tm.out(s.start),
-                end: Some(tm.out(s.end)),
+    }
+
+    /// Stream syncs on their stream's track, device-wide ones on a "Synchronization" track.
+    fn syncs(&mut self) {
+        for s in &self.report.syncs {
+            let Some(parent) = self.gpu_parent(s.global_pid, s.device_id) else {
+                continue;
+            };
+            let (key, name) = match s.stream_id {
+                Some(st) => (
+                    self.stream_key(s.global_pid, s.device_id, st),
+                    format!("Stream {st}"),
+                ),
+                None => (
+                    format!(
+                        "nsys{} gpu{} {} sync",
+                        self.report_index,
+                        s.global_pid.map_or(0, |g| g.0),
+                        s.device_id
+                    ),
+                    "Synchronization".to_string(),
+                ),
+            };
+            let mut args = Vec::new();
+            if let Some(c) = s.correlation_id {
+                args.push(("correlation_id", Arg::I(c)));
+            }
+            let item = Item {
+                start: self.tm.out(s.start),
+                end: Some(self.tm.out(s.end)),
                 name: s.kind.clone(),
                 args,
                 flow: None,
                 terminates: false,
-            },
-        );
+            };
+            self.push(key, parent, name, item);
+        }
     }
-    let thread_label = |g: GlobalId| match report.thread_name(g) {
-        Some(n) => format!("{n} tid {}", g.tid()),
-        None => format!("tid {}", g.tid()),
-    };
-    for c in &report.api_calls {
-        let Some(parent) = parent_of(c.global_tid) else {
-            continue;
-        };
-        let g = c.global_tid.unwrap_or(GlobalId(0));
-        let flow = c
-            .correlation_id
-            .filter(|x| gpu_corr.contains_key(x))
-            .map(|x| flow_id(report_index, x));
-        flows += usize::from(flow.is_some());
-        let mut args = vec![
-            ("api", Arg::S(c.raw_name.clone())),
-            ("class", Arg::S(c.class.label().into())),
-        ];
-        if let Some(r) = c.return_value {
-            args.push(("return_value", Arg::I(r)));
+
+    fn thread_label(&self, g: GlobalId) -> String {
+        match self.report.thread_name(g) {
+            Some(n) => format!("{n} tid {}", g.tid()),
+            None => format!("tid {}", g.tid()),
         }
-        if let Some(x) = c.correlation_id {
-            args.push(("correlation_id", Arg::I(x)));
-        }
-        push(
-            format!("nsys{report_index} api {}", g.0),
-            parent,
-            format!("CUDA API {}", thread_label(g)),
-            Item {
-                start: tm.out(c.start),
-                end: Some(tm.out(c.end)),
+    }
+
+    /// CUDA API calls per thread, each starting the flow to the GPU work it launched. Returns
+    /// the number of flows.
+    fn api_calls(&mut self) -> usize {
+        let mut flows = 0;
+        for c in &self.report.api_calls {
+            let Some(parent) = self.parent_of(c.global_tid) else {
+                continue;
+            };
+            let g = c.global_tid.unwrap_or(GlobalId(0));
+            let flow = c
+                .correlation_id
+                .filter(|x| self.gpu_corr.contains_key(x))
+                .map(|x| flow_id(self.report_index, x));
+            flows += usize::from(flow.is_some());
+            let mut args = vec![
+                ("api", Arg::S(c.raw_name.clone())),
+                ("class", Arg::S(c.class.label().into())),
+            ];
+            if let Some(r) = c.return_value {
+                args.push(("return_value", Arg::I(r)));
+            }
+            if let Some(x) = c.correlation_id {
+                args.push(("correlation_id", Arg::I(x)));
+            }
+            let item = Item {
+                start: self.tm.out(c.start),
+                end: Some(self.tm.out(c.end)),
                 name: c.name.clone(),
                 args,
                 flow,
                 terminates: false,
-            },
-        );
-    }
-    for e in &report.nvtx {
-        let Some(parent) = parent_of(e.global_tid) else {
-            continue;
-        };
-        let g = e.global_tid.unwrap_or(GlobalId(0));
-        push(
-            format!("nsys{report_index} nvtx {}", g.0),
-            parent,
-            format!("NVTX {}", thread_label(g)),
-            nvtx_item(e, &tm),
-        );
-    }
-    for (key, mut l) in logical {
-        l.description = Some(format!("Nsight Systems {file}"));
-        emit_logical(sink, uuids, &key, l);
+            };
+            let name = format!("CUDA API {}", self.thread_label(g));
+            self.push(
+                format!("nsys{} api {}", self.report_index, g.0),
+                parent,
+                name,
+                item,
+            );
+        }
+        flows
     }
 
+    fn nvtx(&mut self) {
+        for e in &self.report.nvtx {
+            let Some(parent) = self.parent_of(e.global_tid) else {
+                continue;
+            };
+            let g = e.global_tid.unwrap_or(GlobalId(0));
+            let name = format!("NVTX {}", self.thread_label(g));
+            let item = nvtx_item(e, &self.tm);
+            self.push(
+                format!("nsys{} nvtx {}", self.report_index, g.0),
+                parent,
+                name,
+                item,
+            );
+        }
+    }
+
+    /// Emits the collected logical tracks; returns the time map.
+    fn finish(self, file: &str) -> TimeMap {
+        for (key, mut l) in self.logical {
+            l.description = Some(format!("Nsight Systems {file}"));
+            emit_logical(self.sink, self.uuids, &key, l);
+        }
+        self.tm
+    }
+}
+
+/// What was merged from one report, with the one-line description of its time mapping.
+fn merged_summary(
+    report: &NsysReport,
+    tm: TimeMap,
+    sigmatrace_host: Option<String>,
+    (matched_pids, own_pids): (Vec<u32>, Vec<u32>),
+    flows: usize,
+    file: &str,
+) -> NsysMerged {
     let correction = tm
         .correction
         .map(|_| tm.correction_at(tm.mapping.to_realtime(0)) as f64);
-    let sigmatrace_host = match (ctx, host) {
-        (Some(c), Some(h)) => Some(c.topo.hosts[h].name.clone()),
-        _ => None,
-    };
     let mut description = format!("{file}: {}", tm.mapping.describe());
     match (&sigmatrace_host, correction) {
         (Some(h), Some(c)) => {
@@ -706,9 +608,9 @@ pub fn emit_report(
             description.push_str(" (systemClockNs matched no host clock within 10 ms)");
         }
     }
-    Ok(NsysMerged {
+    NsysMerged {
         file: report.path.display().to_string(),
-        hostname,
+        hostname: report.host.hostname.clone(),
         mapping: tm.mapping,
         sigmatrace_host,
         host_correction_ns: correction,
@@ -722,7 +624,7 @@ pub fn emit_report(
         nvtx: report.nvtx.len(),
         flows,
         description,
-    })
+    }
 }
 
 /// Emits every report, each on its own sequence, plus a top-level metadata track whose
