@@ -161,15 +161,14 @@ struct Loaded {
     wr_events: u64,
 }
 
-fn load(paths: &[PathBuf], opts: &ConvertOptions) -> Result<Loaded, ConvertError> {
-    let mut clock = Instant::now();
-    let mut phases = Vec::new();
-    let mut lap = |name: &str, phases: &mut Vec<(String, f64)>| {
-        phases.push((name.to_string(), clock.elapsed().as_secs_f64()));
-        clock = Instant::now();
-    };
+/// Opens the logs (in parallel), keeps those the rank and host filters select and warns about
+/// salvaged damage and newer minor versions.
+fn open_inputs(
+    paths: &[PathBuf],
+    opts: &ConvertOptions,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<LogInput>, ConvertError> {
     let files = expand_inputs(paths)?;
-    let mut warnings = Vec::new();
     let opened: Vec<Result<LogInput, ConvertError>> =
         files.par_iter().map(|p| LogInput::open(p)).collect();
     let mut inputs = Vec::new();
@@ -219,10 +218,12 @@ fn load(paths: &[PathBuf], opts: &ConvertOptions) -> Result<Loaded, ConvertError
             ));
         }
     }
-    lap("open", &mut phases);
-    let scans = scan::scan_all(&inputs);
-    lap("scan", &mut phases);
-    for (i, s) in inputs.iter().zip(&scans) {
+    Ok(inputs)
+}
+
+/// Warnings of the scan: damaged records, overwritten queue entries, dropped events.
+fn scan_warnings(inputs: &[LogInput], scans: &[scan::Scan], warnings: &mut Vec<String>) {
+    for (i, s) in inputs.iter().zip(scans) {
         for issue in &s.issues {
             warnings.push(format!(
                 "{}: offset {}: {} (rest of the chunk skipped)",
@@ -246,6 +247,21 @@ fn load(paths: &[PathBuf], opts: &ConvertOptions) -> Result<Loaded, ConvertError
             ));
         }
     }
+}
+
+fn load(paths: &[PathBuf], opts: &ConvertOptions) -> Result<Loaded, ConvertError> {
+    let mut clock = Instant::now();
+    let mut phases = Vec::new();
+    let mut lap = |name: &str, phases: &mut Vec<(String, f64)>| {
+        phases.push((name.to_string(), clock.elapsed().as_secs_f64()));
+        clock = Instant::now();
+    };
+    let mut warnings = Vec::new();
+    let inputs = open_inputs(paths, opts, &mut warnings)?;
+    lap("open", &mut phases);
+    let scans = scan::scan_all(&inputs);
+    lap("scan", &mut phases);
+    scan_warnings(&inputs, &scans, &mut warnings);
     let mut topo = Topology::build(&inputs, &scans);
     let first_conn = topo
         .procs
@@ -342,6 +358,90 @@ fn run(
         wr_events,
     } = load(paths, opts)?;
     let model_started = Instant::now();
+    let (t_start, mopts) = model_options(opts, &inputs, &topo);
+    let mut statics = emit::static_tracks(&topo);
+    label_alignment(&mut statics, &topo, &alignment);
+    let uuids = AtomicU64::new(topo.next_uuid);
+    let progress = Progress::start(opts.progress && output.is_some(), records);
+    let (tx, rx) = sync_channel::<Vec<u8>>(2 * rayon::current_num_threads() + 2);
+    let other = serde_json::json!({"sigmatrace_alignment": &alignment});
+    let json_tracks = (opts.format == Format::ChromeJson).then(|| chrome::header(&statics, &other));
+    let writer = output.map(|path| {
+        let header = match &json_tracks {
+            Some((_, h)) => h.clone(),
+            None => perfetto_header(&statics, &topo, &alignment, t_start),
+        };
+        spawn_writer(path.to_owned(), header, rx, json_tracks.is_some())
+    });
+    let pass = ModelPass {
+        topo: &topo,
+        ud: &ud,
+        inputs: &inputs,
+        mopts: &mopts,
+        uuids: &uuids,
+        progress: &progress,
+        json_tracks: json_tracks.as_ref().map(|(t, _)| t),
+        output: output.is_some(),
+        blocks: Blocks::of(opts),
+        t_start: t_start as u64,
+    };
+    let template = default_sections();
+    let results: Vec<ProcResult> = topo
+        .procs
+        .par_iter()
+        .map(|p| pass.process(p.index, &template, tx.clone()))
+        .collect();
+    let nsys = match output {
+        Some(_) if !nsys_reports.is_empty() => {
+            let ctx = crate::import::nsys::SigmaContext {
+                topo: &topo,
+                inputs: &inputs,
+                alignment: &alignment,
+            };
+            pass.emit_nsys(&nsys_reports, opts.nsys.offset_ns, ctx, &tx)
+        }
+        _ => Ok(Vec::new()),
+    };
+    drop(tx);
+    progress.finish();
+    let output_bytes = match writer {
+        Some(h) => h
+            .join()
+            .map_err(|_| ConvertError::Options("writer thread panicked".into()))??,
+        None => 0,
+    };
+    phases.push(("model+emit".into(), model_started.elapsed().as_secs_f64()));
+    let (totals, sections) = merge_results(results, template, &topo, &mut warnings);
+    let summary = Summary {
+        inputs: inputs.len(),
+        processes: topo.procs.len(),
+        hosts: topo.hosts.len(),
+        input_bytes,
+        records,
+        wr_events,
+        output_bytes,
+        totals,
+        alignment,
+        warnings,
+        nsys: nsys?,
+        elapsed_s: started.elapsed().as_secs_f64(),
+        phases,
+    };
+    Ok(Report {
+        summary,
+        topology: topo,
+        sections,
+    })
+}
+
+/// The trace start (earliest event, output ns) and the model's options: the `--from/--to`
+/// window in output ns and, with a window, the message ranges whose both ends fall inside it
+/// (one extra join pass), so that flows are drawn only when both ends are.
+fn model_options(
+    opts: &ConvertOptions,
+    inputs: &[LogInput],
+    topo: &Topology,
+) -> (i64, ModelOptions) {
     let t_start = topo
         .procs
         .iter()
@@ -357,7 +457,7 @@ fn run(
     });
     let flow_ranges = window.map(|(a, b)| {
         let mut m = std::collections::HashMap::new();
-        align::join(&inputs, &topo, |pr| {
+        align::join(inputs, topo, |pr| {
             if pr.x >= a && pr.x < b && pr.y >= a && pr.y < b {
                 let e = m.entry(pr.sender).or_insert((pr.k, pr.k + 1));
                 e.0 = e.0.min(pr.k);
@@ -372,180 +472,241 @@ fn run(
         flow_ranges,
         block_bytes: 1 << 20,
     };
-    let mut statics = emit::static_tracks(&topo);
-    label_alignment(&mut statics, &topo, &alignment);
-    let uuids = AtomicU64::new(topo.next_uuid);
-    let progress = Progress::start(opts.progress && output.is_some(), records);
-    let (tx, rx) = sync_channel::<Vec<u8>>(2 * rayon::current_num_threads() + 2);
-    let other = serde_json::json!({"sigmatrace_alignment": &alignment});
-    let json_tracks = (opts.format == Format::ChromeJson).then(|| chrome::header(&statics, &other));
-    let writer = output.map(|path| {
-        let path = path.to_owned();
-        let mut header = Vec::new();
-        match &json_tracks {
-            Some((_, h)) => header.extend_from_slice(h),
-            None => {
-                perfetto::frame_packet(
-                    &mut header,
-                    &perfetto::clock_snapshot_packet(t_start as u64),
-                );
-                let mut meta = PerfettoSeq::new(u32::MAX - 1, false, 0);
-                let at = alignment_track(&topo, &alignment);
-                meta.track(&at);
-                for d in &statics {
-                    meta.track(d);
+    (t_start, mopts)
+}
+
+/// The start of a Perfetto trace: the clock snapshot, then the metadata sequence with the
+/// alignment track, the static tracks and the alignment instant.
+fn perfetto_header(
+    statics: &[sigmatrace_timeline::TrackDef],
+    topo: &Topology,
+    alignment: &Alignment,
+    t_start: i64,
+) -> Vec<u8> {
+    let mut header = Vec::new();
+    perfetto::frame_packet(
+        &mut header,
+        &perfetto::clock_snapshot_packet(t_start as u64),
+    );
+    let mut meta = PerfettoSeq::new(u32::MAX - 1, false, 0);
+    let at = alignment_track(topo, alignment);
+    meta.track(&at);
+    for d in statics {
+        meta.track(d);
+    }
+    alignment_instant(&mut meta, at.uuid, t_start as u64, alignment);
+    header.extend_from_slice(&meta.take());
+    header
+}
+
+/// The writer thread: `header`, every block from `rx` in arrival order, the Chrome JSON
+/// footer. Returns the bytes written.
+fn spawn_writer(
+    path: PathBuf,
+    header: Vec<u8>,
+    rx: std::sync::mpsc::Receiver<Vec<u8>>,
+    json: bool,
+) -> std::thread::JoinHandle<Result<u64, ConvertError>> {
+    std::thread::spawn(move || -> Result<u64, ConvertError> {
+        let werr = |source| ConvertError::Output {
+            path: path.clone(),
+            source,
+        };
+        // Regular files are written under a temporary name and renamed when complete, so a
+        // failed conversion never leaves a truncated trace behind; devices and pipes are
+        // written directly.
+        let special = std::fs::metadata(&path).is_ok_and(|m| !m.is_file());
+        let tmp = if special {
+            path.clone()
+        } else {
+            let mut t = path.clone().into_os_string();
+            t.push(".partial");
+            PathBuf::from(t)
+        };
+        let write = || -> Result<u64, ConvertError> {
+            let f = std::fs::File::create(&tmp).map_err(werr)?;
+            // Blocks (~0.3 MiB) are larger than the buffer and go straight to the file.
+            let mut w = std::io::BufWriter::with_capacity(1 << 16, f);
+            let mut n = header.len() as u64;
+            w.write_all(&header).map_err(werr)?;
+            for block in rx {
+                n += block.len() as u64;
+                w.write_all(&block).map_err(werr)?;
+            }
+            if json {
+                w.write_all(chrome::FOOTER).map_err(werr)?;
+                n += chrome::FOOTER.len() as u64;
+            }
+            w.flush().map_err(werr)?;
+            Ok(n)
+        };
+        let r = write();
+        if !special {
+            match &r {
+                Ok(_) => std::fs::rename(&tmp, &path).map_err(werr)?,
+                Err(_) => {
+                    let _ = std::fs::remove_file(&tmp);
                 }
-                alignment_instant(&mut meta, at.uuid, t_start as u64, &alignment);
-                header.extend_from_slice(&meta.take());
             }
         }
-        let json = json_tracks.is_some();
-        std::thread::spawn(move || -> Result<u64, ConvertError> {
-            let werr = |source| ConvertError::Output {
-                path: path.clone(),
-                source,
-            };
-            // Regular files are written under a temporary name and renamed when complete, so a
-            // failed conversion never leaves a truncated trace behind; devices and pipes are
-            // written directly.
-            let special = std::fs::metadata(&path).is_ok_and(|m| !m.is_file());
-            let tmp = if special {
-                path.clone()
+        r
+    })
+}
+
+/// How output blocks are compressed.
+#[derive(Clone, Copy)]
+struct Blocks {
+    compress: bool,
+    level: u32,
+    /// The sinks compress while encoding (structured deflate).
+    fast: bool,
+}
+
+impl Blocks {
+    fn of(opts: &ConvertOptions) -> Blocks {
+        let compress = opts.compress_level > 0 && opts.format == Format::Perfetto;
+        let level = opts.compress_level.min(9);
+        // Level 1: the sinks compress while encoding (structured deflate, `perfetto::fastz`),
+        // except at full detail, whose per-WR args (ids, addresses) repeat at distances the
+        // one-candidate matcher does not see: zlib compresses those smaller. Higher levels: zlib
+        // over each finished block.
+        let fast = compress && level == 1 && opts.detail != Detail::Full;
+        Blocks {
+            compress,
+            level,
+            fast,
+        }
+    }
+
+    /// A finished block as it goes to the writer (zlib unless the sink compressed already).
+    fn finish(&self, b: Vec<u8>) -> Vec<u8> {
+        if self.compress && !self.fast {
+            perfetto::compress_block(&b, self.level)
+        } else {
+            b
+        }
+    }
+}
+
+/// One process's model pass result: totals, its report sections, warnings.
+type ProcResult = (ProcessTotals, Vec<Box<dyn Section>>, Vec<String>);
+
+/// What every process's model pass shares.
+struct ModelPass<'a> {
+    topo: &'a Topology,
+    ud: &'a crate::model::ud::UdStreams,
+    inputs: &'a [LogInput],
+    mopts: &'a ModelOptions,
+    uuids: &'a AtomicU64,
+    progress: &'a Progress,
+    json_tracks: Option<&'a chrome::JsonTracks>,
+    /// Whether a trace is written (else the sinks discard everything).
+    output: bool,
+    blocks: Blocks,
+    t_start: u64,
+}
+
+impl ModelPass<'_> {
+    /// The process's two sinks: its packet sequence, and the one of its observed WQEs and
+    /// GPU kernels.
+    fn sinks(&self, seq: u32, gpu_seq: u32) -> (Box<dyn TraceSink>, Box<dyn TraceSink>) {
+        match (self.json_tracks, self.output) {
+            (_, false) => (Box::new(NullSink::default()), Box::new(NullSink::default())),
+            (Some(tracks), _) => (
+                Box::new(chrome::ChromeSeq::new(tracks.clone())),
+                Box::new(chrome::ChromeSeq::new(tracks.clone())),
+            ),
+            (None, _) if self.blocks.fast => (
+                Box::new(PerfettoSeq::new(seq, true, self.t_start).compressed()),
+                Box::new(PerfettoSeq::new(gpu_seq, false, 0).compressed()),
+            ),
+            (None, _) => (
+                Box::new(PerfettoSeq::new(seq, true, self.t_start)),
+                Box::new(PerfettoSeq::new(gpu_seq, false, 0)),
+            ),
+        }
+    }
+
+    /// Models process `index`, sending its blocks to `tx`.
+    fn process(
+        &self,
+        index: usize,
+        template: &[Box<dyn Section>],
+        tx: std::sync::mpsc::SyncSender<Vec<u8>>,
+    ) -> ProcResult {
+        let p = &self.topo.procs[index];
+        let input = self
+            .inputs
+            .iter()
+            .find(|i| i.path == p.path)
+            .expect("input of process");
+        let (mut sink, mut gsink) = self.sinks(p.seq, p.gpu_seq);
+        let mut obs = SectionSet(template.iter().map(|s| s.fresh(self.topo)).collect());
+        let mut model = ProcessModel::new(
+            self.topo,
+            self.ud,
+            p.index,
+            self.mopts,
+            self.uuids,
+            sink.as_mut(),
+        );
+        model.progress = Some(self.progress.counter());
+        let mut flush = |b: Vec<u8>| {
+            if b.is_empty() || !self.output {
+                return;
+            }
+            let _ = tx.send(self.blocks.finish(b));
+        };
+        let issues = model.run(input, sink.as_mut(), gsink.as_mut(), &mut obs, &mut flush);
+        let warn = issues
+            .into_iter()
+            .map(|i| format!("{}: offset {}: {}", p.path.display(), i.offset, i.what))
+            .collect();
+        (model.totals, obs.0, warn)
+    }
+
+    /// Merges the Nsight Systems exports into the trace (their own sequences).
+    fn emit_nsys(
+        &self,
+        reports: &[sigmatrace_nsys::NsysReport],
+        offset: Option<i64>,
+        ctx: crate::import::nsys::SigmaContext<'_>,
+        tx: &std::sync::mpsc::SyncSender<Vec<u8>>,
+    ) -> Result<Vec<crate::import::nsys::NsysMerged>, ConvertError> {
+        let (bytes, merged) = crate::import::nsys::emit_all(
+            reports,
+            offset,
+            Some(ctx),
+            self.uuids,
+            |seq| match self.json_tracks {
+                Some(tracks) => {
+                    Box::new(chrome::ChromeSeq::new(tracks.clone())) as Box<dyn TraceSink>
+                }
+                None => Box::new(PerfettoSeq::new(seq, false, 0)),
+            },
+        )?;
+        if !bytes.is_empty() {
+            let _ = tx.send(if self.blocks.compress {
+                perfetto::compress_block(&bytes, self.blocks.level)
             } else {
-                let mut t = path.clone().into_os_string();
-                t.push(".partial");
-                PathBuf::from(t)
-            };
-            let write = || -> Result<u64, ConvertError> {
-                let f = std::fs::File::create(&tmp).map_err(werr)?;
-                // Blocks (~0.3 MiB) are larger than the buffer and go straight to the file.
-                let mut w = std::io::BufWriter::with_capacity(1 << 16, f);
-                let mut n = header.len() as u64;
-                w.write_all(&header).map_err(werr)?;
-                for block in rx {
-                    n += block.len() as u64;
-                    w.write_all(&block).map_err(werr)?;
-                }
-                if json {
-                    w.write_all(chrome::FOOTER).map_err(werr)?;
-                    n += chrome::FOOTER.len() as u64;
-                }
-                w.flush().map_err(werr)?;
-                Ok(n)
-            };
-            let r = write();
-            if !special {
-                match &r {
-                    Ok(_) => std::fs::rename(&tmp, &path).map_err(werr)?,
-                    Err(_) => {
-                        let _ = std::fs::remove_file(&tmp);
-                    }
-                }
-            }
-            r
-        })
-    });
-    let compress = opts.compress_level > 0 && opts.format == Format::Perfetto;
-    let level = opts.compress_level.min(9);
-    // Level 1: the sinks compress while encoding (structured deflate, `perfetto::fastz`),
-    // except at full detail, whose per-WR args (ids, addresses) repeat at distances the
-    // one-candidate matcher does not see: zlib compresses those smaller. Higher levels: zlib
-    // over each finished block.
-    let fast = compress && level == 1 && opts.detail != Detail::Full;
-    let template = default_sections();
-    type ProcResult = (ProcessTotals, Vec<Box<dyn Section>>, Vec<String>);
-    let results: Vec<ProcResult> = topo
-        .procs
-        .par_iter()
-        .map(|p| {
-            let input = inputs
-                .iter()
-                .find(|i| i.path == p.path)
-                .expect("input of process");
-            let (mut sink, mut gsink): (Box<dyn TraceSink>, Box<dyn TraceSink>) =
-                match (&json_tracks, output) {
-                    (_, None) => (Box::new(NullSink::default()), Box::new(NullSink::default())),
-                    (Some((tracks, _)), _) => (
-                        Box::new(chrome::ChromeSeq::new(tracks.clone())),
-                        Box::new(chrome::ChromeSeq::new(tracks.clone())),
-                    ),
-                    (None, _) if fast => (
-                        Box::new(PerfettoSeq::new(p.seq, true, t_start as u64).compressed()),
-                        Box::new(PerfettoSeq::new(p.gpu_seq, false, 0).compressed()),
-                    ),
-                    (None, _) => (
-                        Box::new(PerfettoSeq::new(p.seq, true, t_start as u64)),
-                        Box::new(PerfettoSeq::new(p.gpu_seq, false, 0)),
-                    ),
-                };
-            let mut obs = SectionSet(template.iter().map(|s| s.fresh(&topo)).collect());
-            let mut model = ProcessModel::new(&topo, &ud, p.index, &mopts, &uuids, sink.as_mut());
-            model.progress = Some(progress.counter());
-            let tx = tx.clone();
-            let mut flush = |b: Vec<u8>| {
-                if b.is_empty() || output.is_none() {
-                    return;
-                }
-                let b = if compress && !fast {
-                    perfetto::compress_block(&b, level)
-                } else {
-                    b
-                };
-                let _ = tx.send(b);
-            };
-            let issues = model.run(input, sink.as_mut(), gsink.as_mut(), &mut obs, &mut flush);
-            let warn = issues
-                .into_iter()
-                .map(|i| format!("{}: offset {}: {}", p.path.display(), i.offset, i.what))
-                .collect();
-            (model.totals, obs.0, warn)
-        })
-        .collect();
-    let nsys = match output {
-        Some(_) if !nsys_reports.is_empty() => {
-            let ctx = crate::import::nsys::SigmaContext {
-                topo: &topo,
-                inputs: &inputs,
-                alignment: &alignment,
-            };
-            crate::import::nsys::emit_all(
-                &nsys_reports,
-                opts.nsys.offset_ns,
-                Some(ctx),
-                &uuids,
-                |seq| match &json_tracks {
-                    Some((tracks, _)) => {
-                        Box::new(chrome::ChromeSeq::new(tracks.clone())) as Box<dyn TraceSink>
-                    }
-                    None => Box::new(PerfettoSeq::new(seq, false, 0)),
-                },
-            )
-            .map(|(bytes, merged)| {
-                if !bytes.is_empty() {
-                    let _ = tx.send(if compress {
-                        perfetto::compress_block(&bytes, level)
-                    } else {
-                        bytes
-                    });
-                }
-                merged
-            })
+                bytes
+            });
         }
-        _ => Ok(Vec::new()),
-    };
-    drop(tx);
-    progress.finish();
-    let output_bytes = match writer {
-        Some(h) => h
-            .join()
-            .map_err(|_| ConvertError::Options("writer thread panicked".into()))??,
-        None => 0,
-    };
-    phases.push(("model+emit".into(), model_started.elapsed().as_secs_f64()));
+        Ok(merged)
+    }
+}
+
+/// Sums the processes' totals, merges their report sections (in process order) and adds
+/// their warnings (each once).
+fn merge_results(
+    results: Vec<ProcResult>,
+    mut sections: Vec<Box<dyn Section>>,
+    topo: &Topology,
+    warnings: &mut Vec<String>,
+) -> (ProcessTotals, Vec<Box<dyn Section>>) {
     let mut totals = ProcessTotals::default();
-    let mut sections = template;
     for s in sections.iter_mut() {
-        *s = s.fresh(&topo);
+        *s = s.fresh(topo);
     }
     for (t, secs, w) in results {
         totals.wr_completed += t.wr_completed;
@@ -567,26 +728,7 @@ fn run(
             }
         }
     }
-    let summary = Summary {
-        inputs: inputs.len(),
-        processes: topo.procs.len(),
-        hosts: topo.hosts.len(),
-        input_bytes,
-        records,
-        wr_events,
-        output_bytes,
-        totals,
-        alignment,
-        warnings,
-        nsys: nsys?,
-        elapsed_s: started.elapsed().as_secs_f64(),
-        phases,
-    };
-    Ok(Report {
-        summary,
-        topology: topo,
-        sections,
-    })
+    (totals, sections)
 }
 
 /// One host's correction as text: "offset +12.3 µs, drift 0.10 ppm, ±0.4 µs".
