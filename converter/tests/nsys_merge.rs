@@ -1,4 +1,4 @@
-//! `--nsys`: Nsight Systems exports (the real fixtures in shared/fixtures/nsys/ and synthetic
+//! `--nsys`: Nsight Systems exports (the real fixtures in fixtures/nsys/ and synthetic
 //! NVTX exports) merged into the Perfetto output, alone and with a SigmaTrace log set. Traces
 //! are checked with validate_perfetto.py and by decoding them here.
 

@@ -1,6 +1,6 @@
 /* ibgda.c, devx construction path (NVSHMEM IBGDA / DOCA GPUNetIO style): the program owns the
  * ring memory, registers it as umems, allocates a UAR and creates the CQ and QP with raw PRM
- * commands (byte offsets: shared/reference/mlx5-queues.md §5), then drives the QP through
+ * commands (byte offsets: mlx5/README.md, PRM commands), then drives the QP through
  * RST2INIT / INIT2RTR / RTR2RTS with devx modify commands. With `gpu`, the ring memory comes
  * from cuMemAlloc of the libcuda.so.1 found on the loader path (dlopen + cuGetProcAddress,
  * the CUDA-runtime way) and the UAR page is registered with cuMemHostRegister(IOMEMORY) and

@@ -1,6 +1,6 @@
 //! Nsight Systems "serialized GlobalId" values (`globalTid`, `globalPid`, `globalVid`).
 //!
-//! Layout (shared/reference/nsight-export.md §5, checked against the fixtures):
+//! Layout (Nsight's documented global-id packing, checked against the fixtures in fixtures/nsys):
 //! bits 0–23 = tid, bits 24–47 = pid, bits 48 and up = VM/host id. A `globalPid` has tid 0.
 //! Example from report1: `globalTid` 281761330250412 = 2^48 + 17068·2^24 + 17068
 //! → VM 1, pid 17068, tid 17068.

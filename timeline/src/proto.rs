@@ -1,5 +1,5 @@
 //! Hand-written subset of the Perfetto trace protos (proto2), with the exact field numbers of
-//! upstream `protos/perfetto/trace/**` (see `shared/reference/perfetto-format.md`). Optional
+//! upstream `protos/perfetto/trace/**` (the field numbers are listed in `testkit/README.md`). Optional
 //! scalars are `Option<T>`, enums are `Option<i32>`. Only what `sigmatrace-convert` writes is
 //! declared; the hot path (`crate::perfetto`) writes the same fields by hand and a unit test checks
 //! that it is byte-identical to these messages.
