@@ -5,6 +5,8 @@
  *   client ADDR PORT: connects to PORT+1 (nobody there: REJECTED, status 8), to PORT
  *     (REJECTED, status 28, the server's private data), and again (CONNECT_RESPONSE with
  *     the server's private data, rdma_establish, rdma_disconnect, DISCONNECTED).
+ *   server-vanish / client-vanish ADDR PORT: the client exits right after establishing,
+ *     without disconnecting; the server must see DISCONNECTED.
  * The listener's channel fd is non-blocking and waited on with poll(). Prints "ok: ..." per
  * checked step; exits 0 only if every check held. */
 #include <arpa/inet.h>
@@ -15,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define CHECK(c, ...) do { if (!(c)) { fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
     fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); exit(1); } } while (0)
@@ -156,12 +159,50 @@ static void client(const char *ip, int port)
 	rdma_destroy_event_channel(ch);
 }
 
+static void server_vanish(const char *ip, int port)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *listen;
+	struct sockaddr_in a;
+	CHECK(rdma_create_id(ch, &listen, NULL, RDMA_PS_TCP) == 0, "create_id");
+	addr_of(&a, ip, port);
+	CHECK(rdma_bind_addr(listen, (struct sockaddr *)&a) == 0, "bind: %s", strerror(errno));
+	CHECK(rdma_listen(listen, 1) == 0, "listen");
+	struct rdma_cm_event *ev = next(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
+	struct rdma_cm_id *id = ev->id;
+	rdma_ack_cm_event(ev);
+	CHECK(rdma_accept(id, NULL) == 0, "accept");
+	rdma_ack_cm_event(next(ch, RDMA_CM_EVENT_ESTABLISHED));
+	rdma_ack_cm_event(next(ch, RDMA_CM_EVENT_DISCONNECTED));
+	printf("ok: peer exit reported as DISCONNECTED\n");
+	rdma_destroy_id(id);
+	rdma_destroy_id(listen);
+	rdma_destroy_event_channel(ch);
+}
+
+static void client_vanish(const char *ip, int port)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *id;
+	struct rdma_cm_event *ev = connect_to(ch, &id, ip, port, "bye");
+	CHECK(ev->event == RDMA_CM_EVENT_CONNECT_RESPONSE, "got %s", rdma_event_str(ev->event));
+	rdma_ack_cm_event(ev);
+	CHECK(rdma_establish(id) == 0, "establish");
+	printf("ok: established, exiting without disconnect\n");
+	fflush(stdout);
+	_exit(0);
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	CHECK(argc == 4, "usage: cm_test server|client ADDR PORT");
 	if (!strcmp(argv[1], "server"))
 		server(argv[2], atoi(argv[3]));
+	else if (!strcmp(argv[1], "server-vanish"))
+		server_vanish(argv[2], atoi(argv[3]));
+	else if (!strcmp(argv[1], "client-vanish"))
+		client_vanish(argv[2], atoi(argv[3]));
 	else
 		client(argv[2], atoi(argv[3]));
 	return 0;

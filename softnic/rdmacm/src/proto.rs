@@ -29,6 +29,33 @@ pub fn send_peer(cm: &Cm, key: usize, m: &Msg) -> std::io::Result<()> {
     send(cm, key, &to, m)
 }
 
+/// A process that exits closes its ids' sockets, as the kernel destroys a dead process's CM
+/// ids: a connected id whose peer socket is gone reports DISCONNECTED (its peer can no longer
+/// answer a DREQ). Probed with an empty datagram, which receivers ignore.
+pub fn check_peers(cm: &mut Cm) {
+    let gone: Vec<usize> = cm
+        .ids
+        .iter()
+        .filter(|(_, st)| {
+            matches!(st.conn, Conn::Connected | Conn::Accepting | Conn::Responded)
+                && !st.disc_reported
+        })
+        .filter_map(|(k, st)| {
+            let (sock, peer) = (st.sock.as_ref()?, st.peer.as_ref()?);
+            match sock.send_to_addr(&[], peer) {
+                Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => Some(*k),
+                _ => None,
+            }
+        })
+        .collect();
+    for key in gone {
+        if let Some(st) = cm.ids.get_mut(&key) {
+            st.conn = Conn::Connected;
+        }
+        report_disconnect(cm, key);
+    }
+}
+
 /// Handles one message that arrived at id `key`'s socket (receiving thread, lock held).
 pub fn on_message(cm: &mut Cm, key: usize, m: Msg, from: SocketAddr) {
     let Some(st) = cm.ids.get(&key) else {

@@ -274,11 +274,19 @@ fn receiver() -> RawFd {
     })
 }
 
+/// How often connected peers are checked for having gone away (ms).
+const PEER_CHECK_MS: i32 = 200;
+
 fn receive_loop(ep: RawFd) {
     let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 16];
+    let mut last_check = std::time::Instant::now();
     loop {
+        if last_check.elapsed().as_millis() >= PEER_CHECK_MS as u128 {
+            last_check = std::time::Instant::now();
+            crate::proto::check_peers(&mut lock());
+        }
         // SAFETY: evs is a valid array of 16 events.
-        let n = unsafe { libc::epoll_wait(ep, evs.as_mut_ptr(), 16, -1) };
+        let n = unsafe { libc::epoll_wait(ep, evs.as_mut_ptr(), 16, PEER_CHECK_MS) };
         if n < 0 {
             if errno() == libc::EINTR {
                 continue;

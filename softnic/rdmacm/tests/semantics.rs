@@ -38,3 +38,31 @@ fn reject_private_data_migrate_establish_disconnect() {
         );
     }
 }
+
+#[test]
+fn peer_exit_without_disconnect_is_reported() {
+    let port = free_port();
+    let p = port.to_string();
+    let server = vec![
+        cm_test(),
+        "server-vanish".into(),
+        "127.0.1.1".into(),
+        p.clone(),
+    ];
+    let client = vec![cm_test(), "client-vanish".into(), "127.0.1.1".into(), p];
+    let run = run_pair(&server, &client, ("106", port), None);
+    assert!(
+        run.server.ok() && run.client.ok(),
+        "{:#?}\n{:#?}",
+        run.server,
+        run.client
+    );
+    assert_eq!(
+        run.client.stdout,
+        "ok: established, exiting without disconnect\n"
+    );
+    assert_eq!(
+        run.server.stdout,
+        "ok: peer exit reported as DISCONNECTED\n"
+    );
+}
