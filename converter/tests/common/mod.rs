@@ -12,6 +12,7 @@ pub fn workspace() -> PathBuf {
 
 /// Checks a trace with the repository's own checker (`sigmatrace-testkit`); panics with its
 /// report unless it is valid and every `KEY=N` minimum holds. Returns the report as JSON.
+#[allow(unused_imports)]
 pub use sigmatrace_testkit::trace::validate;
 
 /// Writes a scenario into a fresh temp dir.
