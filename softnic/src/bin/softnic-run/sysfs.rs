@@ -9,8 +9,6 @@
 //! attributes, `ibv_query_gid` for `gids/0` and `ibv_query_device` for the device ids.
 //! Trees are cached per node and library build under `softnic-lib/sysfs/`.
 
-#![allow(unsafe_code)]
-
 use std::ffi::{c_char, c_int, c_void, CStr, CString, OsString};
 use std::path::{Path, PathBuf};
 use std::process::Command;
