@@ -1,59 +1,14 @@
-//! Traffic-skew metrics of a square byte matrix `m[src][dst]` (diagonal ignored).
-//!
-//! The same definitions are implemented by `sigmatrace-convert stats` (section "skew"), so a
-//! workload's ground truth and the tracer's report can be compared directly:
-//!
-//! * link skew = max / mean over the ordered pairs `i ≠ j` of `m[i][j]`;
-//! * node skew (in) = max / mean over nodes j of the bytes j receives, `Σ_{i≠j} m[i][j]`;
-//! * node skew (out) = the same over the bytes each node sends.
-//!
-//! A skew is 0 when the mean is 0.
+//! Traffic-skew metrics of a square byte matrix `m[src][dst]` (diagonal ignored), as defined
+//! once in `sigmatrace_schemas::skew` — the definition `sigmatrace-convert stats` (section
+//! "skew") uses too, so a workload's ground truth and the tracer's report compare directly:
+//! link skew = max/mean over the pairs `i ≠ j`; node skew in/out = max/mean of the bytes each
+//! node receives/sends; 0 when the mean is 0.
 
-/// Skew of one matrix.
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Skew {
-    pub link: f64,
-    pub node_in: f64,
-    pub node_out: f64,
-    pub link_max: f64,
-    pub link_mean: f64,
-    pub total: f64,
-}
-
-fn ratio(v: &[f64]) -> (f64, f64, f64) {
-    let max = v.iter().copied().fold(0.0, f64::max);
-    let mean = if v.is_empty() {
-        0.0
-    } else {
-        v.iter().sum::<f64>() / v.len() as f64
-    };
-    (if mean > 0.0 { max / mean } else { 0.0 }, max, mean)
-}
+pub use sigmatrace_schemas::skew::Skew;
 
 /// Computes the skews of `m` (rows = source).
 pub fn skew(m: &[Vec<f64>]) -> Skew {
-    let n = m.len();
-    let mut links = Vec::new();
-    let mut inn = vec![0.0; n];
-    let mut out = vec![0.0; n];
-    for i in 0..n {
-        for j in 0..n {
-            if i != j {
-                links.push(m[i][j]);
-                inn[j] += m[i][j];
-                out[i] += m[i][j];
-            }
-        }
-    }
-    let (link, link_max, link_mean) = ratio(&links);
-    Skew {
-        link,
-        node_in: ratio(&inn).0,
-        node_out: ratio(&out).0,
-        link_max,
-        link_mean,
-        total: links.iter().sum(),
-    }
+    sigmatrace_schemas::skew::skew(m.len(), |i, j| m[i][j])
 }
 
 #[cfg(test)]

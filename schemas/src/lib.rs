@@ -10,6 +10,7 @@ pub mod clock;
 pub mod header;
 pub mod reader;
 pub mod records;
+pub mod skew;
 pub mod writer;
 
 pub use chunk::{ChunkHeader, CHUNK_HEADER_SIZE};

@@ -273,51 +273,12 @@ struct QpBytes {
     posted: [u64; 4],
 }
 
-/// Max/mean skews of a square matrix (diagonal ignored); see the module comment.
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
-pub struct Skew {
-    pub link: f64,
-    pub node_in: f64,
-    pub node_out: f64,
-    pub link_max: f64,
-    pub link_mean: f64,
-    pub total: f64,
-}
+pub use sigmatrace_schemas::skew::Skew;
 
-fn ratio(v: &[f64]) -> (f64, f64, f64) {
-    let max = v.iter().copied().fold(0.0, f64::max);
-    let mean = if v.is_empty() {
-        0.0
-    } else {
-        v.iter().sum::<f64>() / v.len() as f64
-    };
-    (if mean > 0.0 { max / mean } else { 0.0 }, max, mean)
-}
-
-/// Skews of `m` (n × n, row = source).
+/// Skews of `m` (n × n, row = source), as `sigmatrace_schemas::skew` defines them (the
+/// workloads' ground truth uses the same definition).
 pub fn skew(m: &[u64], n: usize) -> Skew {
-    let mut links = Vec::new();
-    let mut inn = vec![0.0; n];
-    let mut out = vec![0.0; n];
-    for i in 0..n {
-        for j in 0..n {
-            if i != j {
-                let v = m[i * n + j] as f64;
-                links.push(v);
-                inn[j] += v;
-                out[i] += v;
-            }
-        }
-    }
-    let (link, link_max, link_mean) = ratio(&links);
-    Skew {
-        link,
-        node_in: ratio(&inn).0,
-        node_out: ratio(&out).0,
-        link_max,
-        link_mean,
-        total: links.iter().sum(),
-    }
+    sigmatrace_schemas::skew::skew(n, |i, j| m[i * n + j] as f64)
 }
 
 /// The node of every process and the node labels.
