@@ -17,6 +17,7 @@ use crate::align::topology::Topology;
 use crate::align::{self, Alignment};
 use crate::error::ConvertError;
 use crate::model::emit::{self, Detail, Format};
+use crate::model::order::{Block, BlockOrder};
 use crate::model::{ModelOptions, ProcessModel, ProcessTotals};
 use crate::progress::Progress;
 use crate::read::input::{expand_inputs, LogInput};
@@ -361,9 +362,8 @@ fn run(
     let (t_start, mopts) = model_options(opts, &inputs, &topo);
     let mut statics = emit::static_tracks(&topo);
     label_alignment(&mut statics, &topo, &alignment);
-    let uuids = AtomicU64::new(topo.next_uuid);
     let progress = Progress::start(opts.progress && output.is_some(), records);
-    let (tx, rx) = sync_channel::<Vec<u8>>(2 * rayon::current_num_threads() + 2);
+    let (tx, rx) = sync_channel::<Block>(2 * rayon::current_num_threads() + 2);
     let other = serde_json::json!({"sigmatrace_alignment": &alignment});
     let json_tracks = (opts.format == Format::ChromeJson).then(|| chrome::header(&statics, &other));
     let writer = output.map(|path| {
@@ -371,14 +371,19 @@ fn run(
             Some((_, h)) => h.clone(),
             None => perfetto_header(&statics, &topo, &alignment, t_start),
         };
-        spawn_writer(path.to_owned(), header, rx, json_tracks.is_some())
+        spawn_writer(
+            path.to_owned(),
+            header,
+            rx,
+            json_tracks.is_some(),
+            topo.procs.len(),
+        )
     });
     let pass = ModelPass {
         topo: &topo,
         ud: &ud,
         inputs: &inputs,
         mopts: &mopts,
-        uuids: &uuids,
         progress: &progress,
         json_tracks: json_tracks.as_ref().map(|(t, _)| t),
         output: output.is_some(),
@@ -386,11 +391,9 @@ fn run(
         t_start: t_start as u64,
     };
     let template = default_sections();
-    let results: Vec<ProcResult> = topo
-        .procs
-        .par_iter()
-        .map(|p| pass.process(p.index, &template, tx.clone()))
-        .collect();
+    let results: Vec<ProcResult> = crate::model::order::map_in_order(&topo.procs, |p| {
+        pass.process(p.index, &template, tx.clone())
+    });
     let nsys = match output {
         Some(_) if !nsys_reports.is_empty() => {
             let ctx = crate::import::nsys::SigmaContext {
@@ -499,13 +502,15 @@ fn perfetto_header(
     header
 }
 
-/// The writer thread: `header`, every block from `rx` in arrival order, the Chrome JSON
+/// The writer thread: `header`, every block from `rx` in process order
+/// ([`crate::model::order`]: the same bytes whatever the number of workers), the Chrome JSON
 /// footer. Returns the bytes written.
 fn spawn_writer(
     path: PathBuf,
     header: Vec<u8>,
-    rx: std::sync::mpsc::Receiver<Vec<u8>>,
+    rx: std::sync::mpsc::Receiver<Block>,
     json: bool,
+    processes: usize,
 ) -> std::thread::JoinHandle<Result<u64, ConvertError>> {
     std::thread::spawn(move || -> Result<u64, ConvertError> {
         let werr = |source| ConvertError::Output {
@@ -529,9 +534,11 @@ fn spawn_writer(
             let mut w = std::io::BufWriter::with_capacity(1 << 16, f);
             let mut n = header.len() as u64;
             w.write_all(&header).map_err(werr)?;
-            for block in rx {
-                n += block.len() as u64;
-                w.write_all(&block).map_err(werr)?;
+            let mut spill = tmp.clone().into_os_string();
+            spill.push(".spill");
+            let mut order = BlockOrder::new(processes, Path::new(&spill));
+            for msg in rx {
+                n += order.push(msg, &mut w).map_err(werr)?;
             }
             if json {
                 w.write_all(chrome::FOOTER).map_err(werr)?;
@@ -597,7 +604,6 @@ struct ModelPass<'a> {
     ud: &'a crate::model::ud::UdStreams,
     inputs: &'a [LogInput],
     mopts: &'a ModelOptions,
-    uuids: &'a AtomicU64,
     progress: &'a Progress,
     json_tracks: Option<&'a chrome::JsonTracks>,
     /// Whether a trace is written (else the sinks discard everything).
@@ -632,7 +638,7 @@ impl ModelPass<'_> {
         &self,
         index: usize,
         template: &[Box<dyn Section>],
-        tx: std::sync::mpsc::SyncSender<Vec<u8>>,
+        tx: std::sync::mpsc::SyncSender<Block>,
     ) -> ProcResult {
         let p = &self.topo.procs[index];
         let input = self
@@ -642,12 +648,14 @@ impl ModelPass<'_> {
             .expect("input of process");
         let (mut sink, mut gsink) = self.sinks(p.seq, p.gpu_seq);
         let mut obs = SectionSet(template.iter().map(|s| s.fresh(self.topo)).collect());
+        // Track uuids from the process's own range: the same whatever the worker order.
+        let uuids = AtomicU64::new(self.topo.dynamic_uuids(index));
         let mut model = ProcessModel::new(
             self.topo,
             self.ud,
             p.index,
             self.mopts,
-            self.uuids,
+            &uuids,
             sink.as_mut(),
         );
         model.progress = Some(self.progress.counter());
@@ -655,9 +663,10 @@ impl ModelPass<'_> {
             if b.is_empty() || !self.output {
                 return;
             }
-            let _ = tx.send(self.blocks.finish(b));
+            let _ = tx.send(Block::Data(index, self.blocks.finish(b)));
         };
         let issues = model.run(input, sink.as_mut(), gsink.as_mut(), &mut obs, &mut flush);
+        let _ = tx.send(Block::Done(index));
         let warn = issues
             .into_iter()
             .map(|i| format!("{}: offset {}: {}", p.path.display(), i.offset, i.what))
@@ -671,26 +680,28 @@ impl ModelPass<'_> {
         reports: &[sigmatrace_nsys::NsysReport],
         offset: Option<i64>,
         ctx: crate::import::nsys::SigmaContext<'_>,
-        tx: &std::sync::mpsc::SyncSender<Vec<u8>>,
+        tx: &std::sync::mpsc::SyncSender<Block>,
     ) -> Result<Vec<crate::import::nsys::NsysMerged>, ConvertError> {
-        let (bytes, merged) = crate::import::nsys::emit_all(
-            reports,
-            offset,
-            Some(ctx),
-            self.uuids,
-            |seq| match self.json_tracks {
-                Some(tracks) => {
-                    Box::new(chrome::ChromeSeq::new(tracks.clone())) as Box<dyn TraceSink>
+        let after = self.topo.procs.len();
+        let uuids = AtomicU64::new(self.topo.dynamic_uuids(after));
+        let (bytes, merged) =
+            crate::import::nsys::emit_all(reports, offset, Some(ctx), &uuids, |seq| {
+                match self.json_tracks {
+                    Some(tracks) => {
+                        Box::new(chrome::ChromeSeq::new(tracks.clone())) as Box<dyn TraceSink>
+                    }
+                    None => Box::new(PerfettoSeq::new(seq, false, 0)),
                 }
-                None => Box::new(PerfettoSeq::new(seq, false, 0)),
-            },
-        )?;
+            })?;
         if !bytes.is_empty() {
-            let _ = tx.send(if self.blocks.compress {
-                perfetto::compress_block(&bytes, self.blocks.level)
-            } else {
-                bytes
-            });
+            let _ = tx.send(Block::Data(
+                after,
+                if self.blocks.compress {
+                    perfetto::compress_block(&bytes, self.blocks.level)
+                } else {
+                    bytes
+                },
+            ));
         }
         Ok(merged)
     }

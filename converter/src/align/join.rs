@@ -51,13 +51,9 @@ fn conn_keys(topo: &Topology) -> Vec<Vec<(u32, u32)>> {
     topo.procs
         .iter()
         .map(|p| {
-            p.qps
-                .iter()
-                .map(|q| match q.peer {
-                    Some((pp, pq)) => (
-                        q.conn as u32,
-                        topo.procs[pp].qp(pq).map_or(0, |s| s.conn as u32),
-                    ),
+            (0..p.qps.len())
+                .map(|qi| match topo.peer_of(p.index, qi) {
+                    Some(peer) => (p.qps[qi].conn as u32, peer.conn as u32),
                     None => (0, 0),
                 })
                 .collect()
@@ -129,11 +125,12 @@ pub fn join(inputs: &[LogInput], topo: &Topology, mut f: impl FnMut(&Pair)) {
                         let b = r.bytes;
                         let qpn_at =
                             |at: usize| u32::from_ne_bytes(b[at..at + 4].try_into().expect("4"));
-                        let (qpn, send) = if r.kind == k_send {
+                        let (qi, send) = if r.kind == k_send {
                             if !verbs::consumes_recv(b[offset_of!(PostSend, opcode)]) {
                                 continue;
                             }
-                            (qpn_at(offset_of!(PostSend, qpn)), true)
+                            let qpn = qpn_at(offset_of!(PostSend, qpn));
+                            (p.qp_at(&mut cache, qpn, ts), true)
                         } else if r.kind == k_wc {
                             let op = b[offset_of!(WorkCompletion, opcode)];
                             if b[offset_of!(WorkCompletion, status)] != 0
@@ -141,11 +138,12 @@ pub fn join(inputs: &[LogInput], topo: &Topology, mut f: impl FnMut(&Pair)) {
                             {
                                 continue;
                             }
-                            (qpn_at(offset_of!(WorkCompletion, qpn)), false)
+                            let qpn = qpn_at(offset_of!(WorkCompletion, qpn));
+                            (p.completion_qp(&mut cache, qpn, ts, r.offset), false)
                         } else {
                             continue;
                         };
-                        let Some(qi) = cache.get(&p.qp_index, qpn) else {
+                        let Some(qi) = qi else {
                             continue;
                         };
                         let c = if send { keys[qi].0 } else { keys[qi].1 };

@@ -17,6 +17,7 @@
 //! event of the domain's processes alike.
 
 pub mod clock;
+pub mod cq;
 pub mod domains;
 pub mod hull;
 pub mod join;

@@ -8,8 +8,16 @@
 //! are unambiguous teach. Resolution iterates: unique candidates are paired and their port
 //! addresses learned; candidates whose learned addresses contradict the recorded destination
 //! are dropped; until nothing changes. What stays ambiguous is left unpaired (and reported).
+//!
+//! Logs that record each context's own port addresses (process attributes `port_addr=`) need
+//! no learning: a candidate pairs only when each side's destination names the other side's
+//! own port (its LID, or with a GRH one of its GIDs), so identical QPNs on every node, LID-only
+//! addressing and peers reached both with and without a GRH resolve directly.
+//!
+//! A QPN created again after `ibv_destroy_qp` is a new QP entry (a new generation, see
+//! [`crate::align::cq`]); `qp_cq=` attributes give each QP's CQs and SRQ.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
 use sigmatrace_schemas::clock::TimestampSource;
@@ -43,6 +51,15 @@ pub struct Qp {
     pub dest_addr: (u16, [u8; 16]),
     /// The matched remote QP: (process index, QPN).
     pub peer: Option<(usize, u32)>,
+    /// Index of the matched remote QP in its process's `qps` (valid when `peer` is set).
+    pub peer_index: usize,
+    /// CQ handles of the send and receive queue (from `qp_cq=`; 0 = unknown).
+    pub send_cq: u64,
+    pub recv_cq: u64,
+    /// Log timestamp of the QP's creation (0 = unknown).
+    pub created: u64,
+    /// The next QP created with the same QPN: (its creation timestamp, index).
+    pub next_gen: Option<(u64, usize)>,
     pub counts: QpCounts,
     /// Messages of this QP's send queue that have a matching receive on the peer.
     pub flows_out: u64,
@@ -86,6 +103,10 @@ pub struct Process {
     pub qp_index: crate::fastmap::FastMap<u32, usize>,
     /// Device contexts: (context handle, name, guid).
     pub devices: Vec<(u64, String, u64)>,
+    /// The contexts' own port addresses (`port_addr=` attributes).
+    pub ports: Vec<PortAddr>,
+    /// Completions without a QPN attributed to a QP: (record file offset, QP index), sorted.
+    pub attributed: Vec<(u64, u32)>,
     pub min_ts: u64,
     pub max_ts: u64,
     pub records: u64,
@@ -108,9 +129,66 @@ impl Process {
         }
     }
 
-    /// The QP with this number.
+    /// The (first) QP with this number.
     pub fn qp(&self, qpn: u32) -> Option<&Qp> {
         self.qp_index.get(&qpn).map(|&i| &self.qps[i])
+    }
+
+    /// The generation of QP `i`'s number in use at log time `ts`.
+    #[inline]
+    pub fn resolve(&self, mut i: usize, ts: u64) -> usize {
+        while let Some((t0, j)) = self.qps[i].next_gen {
+            if ts < t0 {
+                break;
+            }
+            i = j;
+        }
+        i
+    }
+
+    /// Whether QP `i` exists at log time `ts` (created, not yet replaced by a new generation).
+    pub fn live_at(&self, i: usize, ts: u64) -> bool {
+        let q = &self.qps[i];
+        q.created <= ts && q.next_gen.is_none_or(|(t0, _)| ts < t0)
+    }
+
+    /// The QP (index) a record with QPN `qpn` at log time `ts` belongs to.
+    #[inline]
+    pub fn qp_at(
+        &self,
+        cache: &mut crate::fastmap::IndexCache,
+        qpn: u32,
+        ts: u64,
+    ) -> Option<usize> {
+        let i = cache.get(&self.qp_index, qpn)?;
+        Some(self.resolve(i, ts))
+    }
+
+    /// The QP of a completion: its QPN, or for QPN 0 the attribution of the record at file
+    /// offset `offset` ([`crate::align::cq`]).
+    #[inline]
+    pub fn completion_qp(
+        &self,
+        cache: &mut crate::fastmap::IndexCache,
+        qpn: u32,
+        ts: u64,
+        offset: u64,
+    ) -> Option<usize> {
+        if qpn == 0 {
+            let i = self
+                .attributed
+                .binary_search_by_key(&offset, |a| a.0)
+                .ok()?;
+            return Some(self.attributed[i].1 as usize);
+        }
+        self.qp_at(cache, qpn, ts)
+    }
+
+    /// The own address of the port QP `q` uses, when the log recorded it.
+    pub fn own_addr(&self, q: &Qp) -> Option<&PortAddr> {
+        self.ports
+            .iter()
+            .find(|a| a.context == q.context && a.port == q.port.max(1))
     }
 
     /// Output time of a log timestamp.
@@ -202,6 +280,8 @@ impl Topology {
                     .iter()
                     .map(|d| (d.context, d.name_str().to_string(), d.guid))
                     .collect(),
+                ports: Vec::new(),
+                attributed: Vec::new(),
                 min_ts: s.min_ts,
                 max_ts: s.max_ts,
                 records: s.records,
@@ -212,40 +292,24 @@ impl Topology {
                 seq: 0,
                 gpu_seq: 0,
             };
-            for q in &s.qp_creates {
-                let qp = p.qp_entry(q.qpn);
-                qp.qp_type = (q.hdr.aux & 0xff) as u8;
-                qp.handle = q.qp;
-                qp.context = q.context;
-                qp.srq = q.srq;
+            p.ports = port_addrs(&s.strings);
+            build_qps(&mut p, s);
+            let qpn0 = s.per_qp.get(&0).map_or(0, |c| c.completions);
+            if crate::align::cq::needs_recount(&p, qpn0) {
+                crate::align::cq::recount(inp, &mut p);
             }
-            for m in &s.qp_modifies {
-                let qp = p.qp_entry(m.qpn);
-                let mask = m.hdr.aux;
-                if mask & verbs::QP_PORT != 0 && m.port != 0 {
-                    qp.port = m.port;
-                }
-                if (mask & verbs::QP_DEST_QPN != 0)
-                    || (m.new_state == verbs::QPS_RTR && m.dest_qpn != 0)
-                {
-                    qp.dest_qpn = Some(m.dest_qpn);
-                }
-                if (mask & verbs::QP_AV != 0) || m.new_state == verbs::QPS_RTR {
-                    qp.dest_addr = (m.dlid, if m.is_global != 0 { m.dgid } else { [0; 16] });
-                }
-            }
-            for (&qpn, c) in &s.per_qp {
-                if p.qp_index.contains_key(&qpn) || c.posts > 0 || c.completions > 0 {
-                    p.qp_entry(qpn).counts = *c;
-                }
-            }
-            p.qps.sort_by_key(|q| q.qpn);
-            p.qp_index = p.qps.iter().enumerate().map(|(i, q)| (q.qpn, i)).collect();
             topo.procs.push(p);
         }
         topo.match_connections();
         topo.assign_ids();
         topo
+    }
+
+    /// First track uuid of the tracks process `i` creates while it is modelled (lanes, SRQs,
+    /// observed queues): each process has its own range, so ids do not depend on which worker
+    /// ran first; `i` = the number of processes gives the range after them (Nsight Systems).
+    pub fn dynamic_uuids(&self, i: usize) -> u64 {
+        self.next_uuid.max(1) + ((i as u64 + 1) << 36)
     }
 
     /// Sets every process's output map from its clock fit plus a per-host correction
@@ -295,9 +359,44 @@ impl Topology {
         near(iface) || near(iface ^ 0x0200_0000_0000_0000)
     }
 
+    /// Host time span (ns) in which QP `qi` of process `p` exists: creation to the next
+    /// generation's creation (unknown ends: the log's first and last record).
+    fn lifetime(&self, p: usize, qi: usize) -> (i64, i64) {
+        let pr = &self.procs[p];
+        let m = pr.clock.to_realtime(self.hosts[pr.host].realtime_offset);
+        let q = &pr.qps[qi];
+        let a = if q.created == 0 { pr.min_ts } else { q.created };
+        let b = q.next_gen.map_or(pr.max_ts, |(t, _)| t);
+        (m.map(a), m.map(b))
+    }
+
+    /// Whether QPs `a` and `b` can be each other's peer: each destination names the other's
+    /// own port where the logs recorded it, and (for QPNs created more than once) their
+    /// lifetimes overlap.
+    fn addresses_fit(&self, a: (usize, usize), b: (usize, usize)) -> bool {
+        let (qa, qb) = (&self.procs[a.0].qps[a.1], &self.procs[b.0].qps[b.1]);
+        let names = |dest, p: usize, q: &Qp| {
+            self.procs[p]
+                .own_addr(q)
+                .is_none_or(|own| own.named_by(dest))
+        };
+        if !names(qa.dest_addr, b.0, qb) || !names(qb.dest_addr, a.0, qa) {
+            return false;
+        }
+        let reused = |p: usize, q: &Qp| {
+            let first = self.procs[p].qp_index[&q.qpn];
+            self.procs[p].qps[first].next_gen.is_some()
+        };
+        if reused(a.0, qa) || reused(b.0, qb) {
+            let (la, lb) = (self.lifetime(a.0, a.1), self.lifetime(b.0, b.1));
+            return la.0 < lb.1 && lb.0 < la.1;
+        }
+        true
+    }
+
     fn match_connections(&mut self) {
         // Candidate index: qpn → QPs with that number.
-        let mut by_qpn: HashMap<u32, Vec<(usize, usize)>> = HashMap::new();
+        let mut by_qpn: BTreeMap<u32, Vec<(usize, usize)>> = BTreeMap::new();
         for (p, proc_) in self.procs.iter().enumerate() {
             for (qi, q) in proc_.qps.iter().enumerate() {
                 by_qpn.entry(q.qpn).or_default().push((p, qi));
@@ -320,6 +419,7 @@ impl Topology {
                             .filter(|&(p2, q2)| {
                                 (p2, q2) != (p, qi)
                                     && self.procs[p2].qps[q2].dest_qpn == Some(q.qpn)
+                                    && self.addresses_fit((p, qi), (p2, q2))
                             })
                             .collect()
                     })
@@ -327,8 +427,19 @@ impl Topology {
                 cands.push(((p, qi), c));
             }
         }
-        let mut learned: HashMap<(usize, String, u8), Addr> = HashMap::new();
-        let mut resolved: HashMap<(usize, usize), (usize, usize)> = HashMap::new();
+        // Two addresses of one port agree unless both LIDs (or, without LIDs, both GIDs) are
+        // known and differ: a peer reached once with a GRH and once LID-only is one port.
+        let agree = |x: &Addr, y: &Addr| {
+            if x.0 != 0 && y.0 != 0 {
+                x.0 == y.0
+            } else if x.1 != [0; 16] && y.1 != [0; 16] {
+                x.1 == y.1
+            } else {
+                true
+            }
+        };
+        let mut learned: BTreeMap<(usize, String, u8), Vec<Addr>> = BTreeMap::new();
+        let mut resolved: BTreeMap<(usize, usize), (usize, usize)> = BTreeMap::new();
         loop {
             let mut progress = false;
             for (a, cs) in cands.iter_mut() {
@@ -358,16 +469,23 @@ impl Topology {
                     }
                     let qb = &self.procs[b.0].qps[b.1];
                     let kb = self.port_key(b.0, qb);
-                    let ok_b = learned.get(&kb).is_none_or(|addr| *addr == qa.dest_addr);
-                    let ok_a = learned.get(&ka).is_none_or(|addr| *addr == qb.dest_addr);
-                    ok_a && ok_b
+                    let fits = |k, addr: &Addr| {
+                        learned
+                            .get(&k)
+                            .is_none_or(|v| v.iter().all(|l| agree(l, addr)))
+                    };
+                    fits(kb, &qa.dest_addr) && fits(ka.clone(), &qb.dest_addr)
                 });
                 if cs.len() == 1 {
                     let b = cs[0];
                     let qb = &self.procs[b.0].qps[b.1];
                     let kb = self.port_key(b.0, qb);
-                    learned.entry(kb).or_insert(qa.dest_addr);
-                    learned.entry(ka).or_insert(qb.dest_addr);
+                    for (k, addr) in [(kb, qa.dest_addr), (ka, qb.dest_addr)] {
+                        let v = learned.entry(k).or_default();
+                        if !v.contains(&addr) {
+                            v.push(addr);
+                        }
+                    }
                     resolved.insert(*a, b);
                     resolved.insert(b, *a);
                     progress = true;
@@ -382,7 +500,9 @@ impl Topology {
             match resolved.get(a) {
                 Some(&b) => {
                     let bqpn = self.procs[b.0].qps[b.1].qpn;
-                    self.procs[a.0].qps[a.1].peer = Some((b.0, bqpn));
+                    let q = &mut self.procs[a.0].qps[a.1];
+                    q.peer = Some((b.0, bqpn));
+                    q.peer_index = b.1;
                 }
                 None if cs.is_empty() => self.unmatched_qps.push((a.0, qpn)),
                 None => self.ambiguous_qps.push((a.0, qpn)),
@@ -391,18 +511,20 @@ impl Topology {
         // Flow counts need both sides.
         for p in 0..self.procs.len() {
             for qi in 0..self.procs[p].qps.len() {
-                if let Some((pp, pq)) = self.procs[p].qps[qi].peer {
-                    let peer_recv = self.procs[pp].qp(pq).map(|q| q.counts.recv_ok).unwrap_or(0);
-                    let peer_send = self.procs[pp]
-                        .qp(pq)
-                        .map(|q| q.counts.consuming_sends)
-                        .unwrap_or(0);
+                if let Some(peer) = self.peer_of(p, qi) {
+                    let (peer_recv, peer_send) = (peer.counts.recv_ok, peer.counts.consuming_sends);
                     let q = &mut self.procs[p].qps[qi];
                     q.flows_out = q.counts.consuming_sends.min(peer_recv);
                     q.flows_in = q.counts.recv_ok.min(peer_send);
                 }
             }
         }
+    }
+
+    /// The matched peer QP of QP `qi` of process `p`.
+    pub fn peer_of(&self, p: usize, qi: usize) -> Option<&Qp> {
+        let q = &self.procs[p].qps[qi];
+        q.peer.map(|(pp, _)| &self.procs[pp].qps[q.peer_index])
     }
 
     fn assign_ids(&mut self) {
@@ -432,8 +554,7 @@ impl Topology {
         self.next_uuid = uuid;
         for p in 0..self.procs.len() {
             for qi in 0..self.procs[p].qps.len() {
-                if let Some((pp, pq)) = self.procs[p].qps[qi].peer {
-                    let (c, t) = self.procs[pp].qp(pq).map_or((0, 0), |s| (s.conn, s.track));
+                if let Some((c, t)) = self.peer_of(p, qi).map(|s| (s.conn, s.track)) {
                     let q = &mut self.procs[p].qps[qi];
                     (q.peer_conn, q.peer_track) = (c, t);
                 }
@@ -442,17 +563,184 @@ impl Topology {
     }
 }
 
-impl Process {
-    fn qp_entry(&mut self, qpn: u32) -> &mut Qp {
-        let i = *self.qp_index.entry(qpn).or_insert_with(|| {
-            self.qps.push(Qp {
+/// A context's own address on one port (process attribute `port_addr=`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PortAddr {
+    pub context: u64,
+    pub port: u8,
+    pub lid: u16,
+    /// The non-zero GIDs of the first GID-table entries.
+    pub gids: Vec<[u8; 16]>,
+}
+
+impl PortAddr {
+    /// Whether a destination (DLID, DGID; DGID zero without a GRH) names this port.
+    pub fn named_by(&self, dest: (u16, [u8; 16])) -> bool {
+        (dest.1 != [0; 16] && self.gids.contains(&dest.1)) || (dest.0 != 0 && dest.0 == self.lid)
+    }
+}
+
+fn hex_u64(v: &str) -> Option<u64> {
+    u64::from_str_radix(v.trim_start_matches("0x"), 16).ok()
+}
+
+/// `key=value` fields of a process attribute's value.
+fn fields(v: &str) -> impl Iterator<Item = (&str, &str)> {
+    v.split(',').filter_map(|f| f.split_once('='))
+}
+
+fn process_attrs<'s>(
+    strings: &'s [(u32, u64, String)],
+    key: &'s str,
+) -> impl Iterator<Item = &'s str> {
+    strings
+        .iter()
+        .filter(|s| s.0 == sigmatrace_schemas::records::string_ns::PROCESS_ATTR)
+        .filter_map(move |s| s.2.strip_prefix(key)?.strip_prefix('='))
+}
+
+/// The `port_addr=` attributes of a log.
+fn port_addrs(strings: &[(u32, u64, String)]) -> Vec<PortAddr> {
+    let mut out: Vec<PortAddr> = Vec::new();
+    for v in process_attrs(strings, "port_addr") {
+        let mut a = PortAddr::default();
+        for (k, x) in fields(v) {
+            match k {
+                "context" => a.context = hex_u64(x).unwrap_or(0),
+                "port" => a.port = x.parse().unwrap_or(0),
+                "lid" => a.lid = hex_u64(x).unwrap_or(0) as u16,
+                g if g.starts_with("gid") && x.len() == 32 => {
+                    let mut gid = [0u8; 16];
+                    for (i, b) in gid.iter_mut().enumerate() {
+                        *b = u8::from_str_radix(&x[2 * i..2 * i + 2], 16).unwrap_or(0);
+                    }
+                    a.gids.push(gid);
+                }
+                _ => {}
+            }
+        }
+        if !out.contains(&a) {
+            out.push(a);
+        }
+    }
+    out
+}
+
+/// The `qp_cq=` attributes of a log: (qp handle, qpn, send cq, recv cq, srq), in log order.
+fn qp_cqs(strings: &[(u32, u64, String)]) -> Vec<(u64, u32, u64, u64, u64)> {
+    process_attrs(strings, "qp_cq")
+        .map(|v| {
+            let mut e = (0, 0, 0, 0, 0);
+            for (k, x) in fields(v) {
+                let n = hex_u64(x).unwrap_or(0);
+                match k {
+                    "qp" => e.0 = n,
+                    "qpn" => e.1 = n as u32,
+                    "send_cq" => e.2 = n,
+                    "recv_cq" => e.3 = n,
+                    "srq" => e.4 = n,
+                    _ => {}
+                }
+            }
+            e
+        })
+        .collect()
+}
+
+/// The QPs of a process from its scan: one entry per creation (a QPN created again after a
+/// destroy is a new generation), plus QPs seen only in WRs or modifies; connection data from
+/// the modifies of each generation's lifetime; CQs from `qp_cq=`; counts from the scan.
+fn build_qps(p: &mut Process, s: &Scan) {
+    for q in &s.qp_creates {
+        p.qps.push(Qp {
+            qpn: q.qpn,
+            qp_type: (q.hdr.aux & 0xff) as u8,
+            handle: q.qp,
+            context: q.context,
+            srq: q.srq,
+            created: q.ts,
+            ..Default::default()
+        });
+    }
+    let mut extra: Vec<u32> = s.qp_modifies.iter().map(|m| m.qpn).collect();
+    extra.extend(
+        s.per_qp
+            .iter()
+            .filter(|(&n, c)| n != 0 && (c.posts > 0 || c.completions > 0))
+            .map(|(&n, _)| n),
+    );
+    extra.sort_unstable();
+    extra.dedup();
+    for qpn in extra {
+        if !p.qps.iter().any(|q| q.qpn == qpn) {
+            p.qps.push(Qp {
                 qpn,
                 qp_type: verbs::qp_type::RC,
                 ..Default::default()
             });
-            self.qps.len() - 1
-        });
-        &mut self.qps[i]
+        }
+    }
+    p.qps.sort_by_key(|q| (q.qpn, q.created));
+    p.qp_index = Default::default();
+    for i in 0..p.qps.len() {
+        let qpn = p.qps[i].qpn;
+        p.qp_index.entry(qpn).or_insert(i);
+        if i + 1 < p.qps.len() && p.qps[i + 1].qpn == qpn {
+            p.qps[i].next_gen = Some((p.qps[i + 1].created, i + 1));
+        }
+    }
+    let mut cache = crate::fastmap::IndexCache::default();
+    for m in &s.qp_modifies {
+        let Some(i) = p.qp_at(&mut cache, m.qpn, m.ts) else {
+            continue;
+        };
+        let qp = &mut p.qps[i];
+        let mask = m.hdr.aux;
+        if mask & verbs::QP_PORT != 0 && m.port != 0 {
+            qp.port = m.port;
+        }
+        if (mask & verbs::QP_DEST_QPN != 0) || (m.new_state == verbs::QPS_RTR && m.dest_qpn != 0) {
+            qp.dest_qpn = Some(m.dest_qpn);
+        }
+        if (mask & verbs::QP_AV != 0) || m.new_state == verbs::QPS_RTR {
+            qp.dest_addr = (m.dlid, if m.is_global != 0 { m.dgid } else { [0; 16] });
+        }
+    }
+    // The k-th `qp_cq=` of a QPN belongs to its k-th generation.
+    let mut seen: BTreeMap<u32, usize> = BTreeMap::new();
+    for (handle, qpn, send_cq, recv_cq, srq) in qp_cqs(&s.strings) {
+        let k = seen.entry(qpn).or_insert(0);
+        let Some(mut i) = p.qp_index.get(&qpn).copied() else {
+            continue;
+        };
+        for _ in 0..*k {
+            match p.qps[i].next_gen {
+                Some((_, j)) => i = j,
+                None => break,
+            }
+        }
+        *k += 1;
+        let q = &mut p.qps[i];
+        if q.handle == 0 || q.handle == handle {
+            (q.send_cq, q.recv_cq) = (send_cq, recv_cq);
+            if q.srq == 0 {
+                q.srq = srq;
+            }
+        }
+    }
+    // A QPN of one generation takes the scan's counts; reused QPNs are counted per generation
+    // by `cq::recount`.
+    let reused: Vec<bool> = p
+        .qps
+        .iter()
+        .map(|q| p.qps[p.qp_index[&q.qpn]].next_gen.is_some())
+        .collect();
+    for (q, reused) in p.qps.iter_mut().zip(reused) {
+        if !reused {
+            if let Some(c) = s.per_qp.get(&q.qpn) {
+                q.counts = *c;
+            }
+        }
     }
 }
 

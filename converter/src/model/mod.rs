@@ -10,9 +10,10 @@
 
 pub mod emit;
 pub mod observed;
+pub mod order;
 pub mod ud;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::AtomicU64;
 
 use sigmatrace_schemas::records::Record;
@@ -135,7 +136,7 @@ pub struct ProcessModel<'a> {
     names: NameCache,
     keys: Keys,
     qps: Vec<QpState>,
-    srq_lanes: HashMap<u64, (u64, Lanes, VecDeque<OpenRecv>)>,
+    srq_lanes: BTreeMap<u64, (u64, Lanes, VecDeque<OpenRecv>)>,
     gpu: GpuState,
     qp_cache: crate::fastmap::IndexCache,
     /// Datagrams so far per UD stream ([`crate::model::ud`]).
@@ -178,7 +179,7 @@ impl<'a> ProcessModel<'a> {
             names: NameCache::default(),
             keys,
             qps: p.qps.iter().map(|_| QpState::default()).collect(),
-            srq_lanes: HashMap::new(),
+            srq_lanes: BTreeMap::new(),
             gpu: GpuState::default(),
             qp_cache: Default::default(),
             ud_k: vec![0; ud.slots.get(pi).copied().unwrap_or(0)],
@@ -230,12 +231,17 @@ impl<'a> ProcessModel<'a> {
                     {
                         obs.record(self.p, t, &Record::PostSend(ps));
                     }
-                    self.post_send(sink, t, ps);
+                    self.post_send(sink, t, ts, ps);
                 }
                 Some(Hot::PostRecv(pr)) => {
-                    self.post_recv(sink, t, pr.wr_id, pr.qpn, pr.srq, pr.bytes);
+                    self.post_recv(sink, t, ts, pr);
                 }
-                Some(Hot::Completion(wc)) => self.completion(sink, obs, t, wc),
+                Some(Hot::Completion(wc)) => {
+                    let qi = self
+                        .p
+                        .completion_qp(&mut self.qp_cache, wc.qpn, ts, r.offset);
+                    self.completion(sink, obs, t, qi, wc)
+                }
                 None if Hot::is_hot_kind(r.kind) => continue,
                 None => self.other(sink, gpu_sink, obs, t, &r),
             }
@@ -302,9 +308,10 @@ impl<'a> ProcessModel<'a> {
         &mut self,
         sink: &mut dyn TraceSink,
         t: i64,
+        ts: u64,
         ps: &sigmatrace_schemas::records::PostSend,
     ) {
-        let Some(qi) = self.qp_cache.get(&self.p.qp_index, ps.qpn) else {
+        let Some(qi) = self.p.qp_at(&mut self.qp_cache, ps.qpn, ts) else {
             return;
         };
         let q = &self.p.qps[qi];
@@ -429,11 +436,10 @@ impl<'a> ProcessModel<'a> {
         &mut self,
         sink: &mut dyn TraceSink,
         t: i64,
-        wr_id: u64,
-        qpn: u32,
-        srq: u64,
-        bytes: u32,
+        ts: u64,
+        pr: &sigmatrace_schemas::records::PostRecv,
     ) {
+        let (wr_id, qpn, srq, bytes) = (pr.wr_id, pr.qpn, pr.srq, pr.bytes);
         let drawn = self.drawn(t) && self.opts.detail >= Detail::Normal;
         if qpn == 0 && srq != 0 {
             let entry = self
@@ -469,7 +475,7 @@ impl<'a> ProcessModel<'a> {
             });
             return;
         }
-        let Some(qi) = self.qp_cache.get(&self.p.qp_index, qpn) else {
+        let Some(qi) = self.p.qp_at(&mut self.qp_cache, qpn, ts) else {
             return;
         };
         let q = &self.p.qps[qi];
@@ -495,9 +501,10 @@ impl<'a> ProcessModel<'a> {
         sink: &mut dyn TraceSink,
         obs: &mut dyn Observer,
         t: i64,
+        qi: Option<usize>,
         wc: &sigmatrace_schemas::records::WorkCompletion,
     ) {
-        let Some(qi) = self.qp_cache.get(&self.p.qp_index, wc.qpn) else {
+        let Some(qi) = qi else {
             self.totals.orphan_completions += 1;
             return;
         };
@@ -667,7 +674,7 @@ impl<'a> ProcessModel<'a> {
                     self.totals.flows_in += 1;
                 }
             } else if q.qp_type == verbs::qp_type::UD {
-                let key = (wc.qpn, wc.src_qp, wc.slid);
+                let key = (q.qpn, wc.src_qp, wc.slid);
                 if let Some(f) = self.ud.next_recv(self.p.index, key, &mut self.ud_k) {
                     if drawn && self.opts.window.is_none() {
                         (term[0], nterm) = (f, 1);

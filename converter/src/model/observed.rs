@@ -37,7 +37,7 @@ struct ObservedQp {
 #[derive(Default)]
 pub struct GpuState {
     gpu_root: Option<u64>,
-    qps: HashMap<u32, ObservedQp>,
+    qps: std::collections::BTreeMap<u32, ObservedQp>,
     launches: HashMap<u64, (u64, u64, u16)>,
     kernel_names: HashMap<u64, String>,
     devices: HashMap<u32, u64>,

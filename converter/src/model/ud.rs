@@ -5,7 +5,8 @@
 //! receive completion names the source: `src_qp` and `slid`. So traffic forms streams — per
 //! sending (process, QP, destination QPN, AH) and per receiving (process, QP, source QPN, SLID) —
 //! and a send stream pairs with the receive stream whose QPNs point at each other. QPNs repeat
-//! across nodes; candidates are narrowed by LIDs learned from unambiguous pairs (an AH's DLID
+//! across nodes; candidates are narrowed by each port's own LID (`port_addr=`) where the logs
+//! recorded it, else by LIDs learned from unambiguous pairs (an AH's DLID
 //! is the receiver host's LID, a completion's SLID the sender host's). A pair is drawn with
 //! flows (k-th datagram → k-th receive, UD keeps order on a path) only when both counts agree:
 //! a dropped datagram would shift every later flow, so such a stream gets none (and a warning).
@@ -77,6 +78,12 @@ fn count(input: &LogInput, ud_qps: &[u32]) -> Counts {
         }
     }
     c
+}
+
+/// The own LID of the port QP `qpn` of process `p` uses, when its log recorded it.
+fn own_lid(topo: &Topology, p: usize, qpn: u32) -> Option<u16> {
+    let proc_ = &topo.procs[p];
+    proc_.qp(qpn).and_then(|q| proc_.own_addr(q)).map(|a| a.lid)
 }
 
 /// Counts and pairs the UD streams; flow connection ids start at `first_conn`.
@@ -152,7 +159,12 @@ pub fn build(inputs: &[LogInput], topo: &Topology, first_conn: u64) -> UdStreams
                         .copied()
                         .filter(|&(p2, rk)| {
                             let h2 = topo.procs[p2].host;
-                            !taken.contains_key(&(p2, rk))
+                            // Own port LIDs (`port_addr=`) where recorded: the AH's DLID is
+                            // the receiver's, the completion's SLID the sender's.
+                            let fits = own_lid(topo, p2, rk.0)
+                                .is_none_or(|l| dlid.is_none_or(|d| d == l))
+                                && own_lid(topo, p, sk.0).is_none_or(|l| l == rk.2);
+                            fits && !taken.contains_key(&(p2, rk))
                                 && lid.get(&h2).is_none_or(|&l| dlid.is_none_or(|d| d == l))
                                 && lid.get(&hp).is_none_or(|&l| l == rk.2)
                         })
