@@ -68,6 +68,19 @@ pub fn run_ranks(
     tracing: Tracing,
     limit: Duration,
 ) -> Run {
+    run_ranks_env(workload, mode, ranks, args, tracing, limit, &[])
+}
+
+/// [`run_ranks`] with extra environment variables for every rank.
+pub fn run_ranks_env(
+    workload: &str,
+    mode: &str,
+    ranks: u32,
+    args: &[&str],
+    tracing: Tracing,
+    limit: Duration,
+    env: &[(&str, &str)],
+) -> Run {
     let dir = tempfile::tempdir().expect("tempdir");
     let logs = dir.path().join("logs");
     let preload = (tracing == Tracing::Interposer).then(|| artifact("libsigmatrace.so"));
@@ -94,6 +107,7 @@ pub fn run_ranks(
             .args(args)
             .env("RANK", r.to_string())
             .env("WORLD_SIZE", ranks.to_string())
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(f.try_clone().expect("dup"))
             .stderr(f);

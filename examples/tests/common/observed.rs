@@ -34,6 +34,10 @@ pub struct ProcLog {
     pub wqebbs_lost: u64,
     /// CQEs reported lost (CQ `ObserveOverrun`s).
     pub cqes_lost: u64,
+    /// Kernel launches the interposer's hooked driver entry points recorded, and how many of
+    /// them have an execution span (`KernelExec`).
+    pub kernel_launches: u64,
+    pub kernel_execs: u64,
 }
 
 /// Every `.sigmalog` under `dir`, by header rank.
@@ -68,6 +72,8 @@ pub fn read_logs(dir: &Path) -> BTreeMap<u32, ProcLog> {
                         p.wqebbs_lost += o.lost;
                     }
                     Ok(Record::ObserveOverrun(o)) => p.cqes_lost += o.lost,
+                    Ok(Record::KernelLaunch(_)) => p.kernel_launches += 1,
+                    Ok(Record::KernelExec(_)) => p.kernel_execs += 1,
                     _ => {}
                 }
             }
