@@ -36,13 +36,13 @@ pub fn skew(n: usize, m: impl Fn(usize, usize) -> f64) -> Skew {
     let mut links = Vec::with_capacity(n * n.saturating_sub(1));
     let mut inn = vec![0.0; n];
     let mut out = vec![0.0; n];
-    for i in 0..n {
-        for j in 0..n {
+    for (i, sent) in out.iter_mut().enumerate() {
+        for (j, received) in inn.iter_mut().enumerate() {
             if i != j {
                 let v = m(i, j);
                 links.push(v);
-                inn[j] += v;
-                out[i] += v;
+                *received += v;
+                *sent += v;
             }
         }
     }
