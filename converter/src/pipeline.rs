@@ -613,9 +613,9 @@ struct ModelPass<'a> {
 }
 
 impl ModelPass<'_> {
-    /// The process's two sinks: its packet sequence, and the one of its observed WQEs and
-    /// GPU kernels.
-    fn sinks(&self, seq: u32, gpu_seq: u32) -> (Box<dyn TraceSink>, Box<dyn TraceSink>) {
+    /// The process's two sinks: its packet sequence (verbs WRs, observed WQEs, counters) and
+    /// that of its GPU kernels (absolute timestamps: executions arrive after they end).
+    fn sinks(&self, seq: u32, kernel_seq: u32) -> (Box<dyn TraceSink>, Box<dyn TraceSink>) {
         match (self.json_tracks, self.output) {
             (_, false) => (Box::new(NullSink::default()), Box::new(NullSink::default())),
             (Some(tracks), _) => (
@@ -624,11 +624,11 @@ impl ModelPass<'_> {
             ),
             (None, _) if self.blocks.fast => (
                 Box::new(PerfettoSeq::new(seq, true, self.t_start).compressed()),
-                Box::new(PerfettoSeq::new(gpu_seq, false, 0).compressed()),
+                Box::new(PerfettoSeq::new(kernel_seq, false, 0).compressed()),
             ),
             (None, _) => (
                 Box::new(PerfettoSeq::new(seq, true, self.t_start)),
-                Box::new(PerfettoSeq::new(gpu_seq, false, 0)),
+                Box::new(PerfettoSeq::new(kernel_seq, false, 0)),
             ),
         }
     }
@@ -646,7 +646,7 @@ impl ModelPass<'_> {
             .iter()
             .find(|i| i.path == p.path)
             .expect("input of process");
-        let (mut sink, mut gsink) = self.sinks(p.seq, p.gpu_seq);
+        let (mut sink, mut kernel_sink) = self.sinks(p.seq, p.gpu_seq);
         let mut obs = SectionSet(template.iter().map(|s| s.fresh(self.topo)).collect());
         // Track uuids from the process's own range: the same whatever the worker order.
         let uuids = AtomicU64::new(self.topo.dynamic_uuids(index));
@@ -665,7 +665,13 @@ impl ModelPass<'_> {
             }
             let _ = tx.send(Block::Data(index, self.blocks.finish(b)));
         };
-        let issues = model.run(input, sink.as_mut(), gsink.as_mut(), &mut obs, &mut flush);
+        let issues = model.run(
+            input,
+            sink.as_mut(),
+            kernel_sink.as_mut(),
+            &mut obs,
+            &mut flush,
+        );
         let _ = tx.send(Block::Done(index));
         let warn = issues
             .into_iter()

@@ -20,7 +20,7 @@ use sigmatrace_schemas::records::Record;
 
 use crate::align::topology::{flow_id, Process, Qp, Topology};
 use crate::model::emit::{Detail, Lanes, NameCache, SampledCounter};
-use crate::model::observed::GpuState;
+use crate::model::observed::ObservedState;
 use crate::read::hot::Hot;
 use crate::read::input::{LogInput, RecordIssue};
 use crate::read::verbs;
@@ -51,7 +51,7 @@ pub enum ModelEvent<'a> {
 pub trait Observer {
     fn observe(&mut self, p: &Process, ev: &ModelEvent<'_>);
     /// Raw records for report sections that need more than model events, at output time `t`:
-    /// `WqeObserved`, `ObserveOverrun` and atomic `PostSend`s (see `stats_gpu`).
+    /// `WqeObserved`, `ObserveOverrun` and atomic `PostSend`s (see `report::direct`).
     fn record(&mut self, _p: &Process, _t: i64, _rec: &Record<'_>) {}
 }
 
@@ -137,7 +137,7 @@ pub struct ProcessModel<'a> {
     keys: Keys,
     qps: Vec<QpState>,
     srq_lanes: BTreeMap<u64, (u64, Lanes, VecDeque<OpenRecv>)>,
-    gpu: GpuState,
+    observed: ObservedState,
     qp_cache: crate::fastmap::IndexCache,
     /// Datagrams so far per UD stream ([`crate::model::ud`]).
     ud_k: Vec<u64>,
@@ -180,7 +180,7 @@ impl<'a> ProcessModel<'a> {
             keys,
             qps: p.qps.iter().map(|_| QpState::default()).collect(),
             srq_lanes: BTreeMap::new(),
-            gpu: GpuState::default(),
+            observed: ObservedState::default(),
             qp_cache: Default::default(),
             ud_k: vec![0; ud.slots.get(pi).copied().unwrap_or(0)],
             throughput: (i64::MIN, 0),
@@ -215,7 +215,7 @@ impl<'a> ProcessModel<'a> {
         &mut self,
         input: &LogInput,
         sink: &mut dyn TraceSink,
-        gpu_sink: &mut dyn TraceSink,
+        kernel_sink: &mut dyn TraceSink,
         obs: &mut dyn Observer,
         flush: &mut dyn FnMut(Vec<u8>),
     ) -> Vec<RecordIssue> {
@@ -243,7 +243,7 @@ impl<'a> ProcessModel<'a> {
                     self.completion(sink, obs, t, qi, wc)
                 }
                 None if Hot::is_hot_kind(r.kind) => continue,
-                None => self.other(sink, gpu_sink, obs, t, &r),
+                None => self.other(sink, kernel_sink, obs, t, &r),
             }
             n = n.wrapping_add(1);
             if n.is_multiple_of(1 << 16) {
@@ -255,8 +255,8 @@ impl<'a> ProcessModel<'a> {
                 if sink.pending_bytes() >= self.opts.block_bytes {
                     flush(sink.take());
                 }
-                if gpu_sink.pending_bytes() >= self.opts.block_bytes {
-                    flush(gpu_sink.take());
+                if kernel_sink.pending_bytes() >= self.opts.block_bytes {
+                    flush(kernel_sink.take());
                 }
             }
         }
@@ -265,9 +265,9 @@ impl<'a> ProcessModel<'a> {
         }
         let issues = std::mem::take(&mut recs.issues);
         self.finish(sink);
-        self.totals.slices += self.gpu.slices;
+        self.totals.slices += self.observed.slices;
         flush(sink.take());
-        flush(gpu_sink.take());
+        flush(kernel_sink.take());
         issues
     }
 
@@ -275,7 +275,7 @@ impl<'a> ProcessModel<'a> {
     fn other(
         &mut self,
         sink: &mut dyn TraceSink,
-        gpu_sink: &mut dyn TraceSink,
+        kernel_sink: &mut dyn TraceSink,
         obs: &mut dyn Observer,
         t: i64,
         r: &sigmatrace_schemas::reader::RawRecord<'_>,
@@ -299,8 +299,8 @@ impl<'a> ProcessModel<'a> {
                 detail: self.opts.detail,
                 window: self.opts.window,
             };
-            self.gpu
-                .record(&ctx, sink, gpu_sink, &mut self.names, t, &rec);
+            self.observed
+                .record(&ctx, sink, kernel_sink, &mut self.names, t, &rec);
         }
     }
 
@@ -800,6 +800,6 @@ impl<'a> ProcessModel<'a> {
                 }
             }
         }
-        self.gpu.finish(sink, t);
+        self.observed.finish(sink, t);
     }
 }

@@ -17,7 +17,7 @@ use crate::align::topology::{Process, Topology};
 use crate::model::emit::{Detail, Lanes, NameCache};
 use sigmatrace_timeline::{ArgValue, Extra, TraceSink, TrackDef};
 
-/// What the GPU model needs from its process.
+/// What the model of observed records needs from its process.
 pub struct Ctx<'a> {
     pub topo: &'a Topology,
     pub p: &'a Process,
@@ -33,10 +33,11 @@ struct ObservedQp {
     open: VecDeque<(u16, Option<u32>)>,
 }
 
-/// GPU model state of one process (bounded by open WQEs and in-flight kernels).
+/// One process's observed WQEs/CQEs (queue memory) and GPU kernels, bounded by the open WQEs
+/// and the kernels in flight.
 #[derive(Default)]
-pub struct GpuState {
-    gpu_root: Option<u64>,
+pub struct ObservedState {
+    gpu_queues_track: Option<u64>,
     qps: std::collections::BTreeMap<u32, ObservedQp>,
     launches: HashMap<u64, (u64, u64, u16)>,
     kernel_names: HashMap<u64, String>,
@@ -49,13 +50,13 @@ fn new_uuid(u: &AtomicU64) -> u64 {
     u.fetch_add(1, Ordering::Relaxed)
 }
 
-impl GpuState {
+impl ObservedState {
     /// Handles one GPU-related record at output time `t`.
     pub fn record(
         &mut self,
         ctx: &Ctx<'_>,
         sink: &mut dyn TraceSink,
-        gpu_sink: &mut dyn TraceSink,
+        kernel_sink: &mut dyn TraceSink,
         names: &mut NameCache,
         t: i64,
         rec: &Record<'_>,
@@ -68,7 +69,7 @@ impl GpuState {
             Record::WqeObserved(w) => {
                 let on_gpu = w.memory == mem_kind::GPU;
                 let parent = if on_gpu {
-                    *self.gpu_root.get_or_insert_with(|| {
+                    *self.gpu_queues_track.get_or_insert_with(|| {
                         let u = new_uuid(ctx.uuids);
                         sink.track(&TrackDef::slices(
                             u,
@@ -161,7 +162,7 @@ impl GpuState {
                 let dev = dev as u32;
                 let dev_track = *self.devices.entry(dev).or_insert_with(|| {
                     let u = new_uuid(ctx.uuids);
-                    gpu_sink.track(&TrackDef::slices(
+                    kernel_sink.track(&TrackDef::slices(
                         u,
                         Some(ctx.p.track),
                         format!("GPU {dev}"),
@@ -170,7 +171,7 @@ impl GpuState {
                 });
                 let st = self.streams.entry((dev, stream)).or_insert_with(|| {
                     let u = new_uuid(ctx.uuids);
-                    gpu_sink.track(&TrackDef::slices(
+                    kernel_sink.track(&TrackDef::slices(
                         u,
                         Some(dev_track),
                         format!("stream {stream:#x}"),
@@ -187,9 +188,9 @@ impl GpuState {
                     .get(&func)
                     .cloned()
                     .unwrap_or_else(|| format!("kernel {func:#x}"));
-                let name = gpu_sink.name(&fname);
-                gpu_sink.begin(s as u64, st.0, name, &Extra::NONE);
-                gpu_sink.end(e as u64, st.0, &Extra::NONE);
+                let name = kernel_sink.name(&fname);
+                kernel_sink.begin(s as u64, st.0, name, &Extra::NONE);
+                kernel_sink.end(e as u64, st.0, &Extra::NONE);
                 self.slices += 1;
             }
             _ => {}
