@@ -8,7 +8,7 @@ use common::*;
 
 use std::time::Duration;
 
-use sigmatrace_schemas::{cq_event_kind, cq_variant, post_source, qp_variant};
+use sigmatrace_schemas::{cq_event_kind, cq_variant, post_source, qp_variant, RecordKind};
 
 const LIMIT: Duration = Duration::from_secs(60);
 const FAIL_ID: u64 = 0xdead;
@@ -372,7 +372,10 @@ fn the_size_cap_stops_recording_and_counts_every_drop() {
     assert!(out.ok() && out.stderr.is_empty(), "{out:?}");
     let t = only_log(dir.path());
     assert!(t.clean);
-    let written = t.order.len() as u64;
+    // The one loss marker (a count-0 Dropped record) is not an event of the program.
+    let markers = t.count(|r| matches!(r, Rec::Other(k) if k == "Dropped"));
+    assert_eq!(markers, 1);
+    let written = t.order.len() as u64 - markers as u64;
     let dropped = t.header.as_ref().unwrap().dropped;
     assert!(dropped > 0 && written < 4000);
     // DeviceOpen + 2000 PostSend + 2000 WorkCompletion + the exit snapshot.
@@ -381,6 +384,15 @@ fn the_size_cap_stops_recording_and_counts_every_drop() {
         4002,
         "written {written} + dropped {dropped}"
     );
+    // Per kind, exactly.
+    let losses = sigmatrace_schemas::LogFile::open(&t.path).unwrap().losses();
+    let kind = |k: RecordKind| losses.of(k as u16);
+    assert_eq!(t.sends().len() as u64 + kind(RecordKind::PostSend), 2000);
+    assert_eq!(
+        t.wcs().len() as u64 + kind(RecordKind::WorkCompletion),
+        2000
+    );
+    assert!(losses.first_ts.is_some());
     let ids: Vec<u64> = t.sends().iter().map(|s| s.wr_id).collect();
     assert_eq!(
         ids,

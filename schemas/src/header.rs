@@ -16,6 +16,12 @@ pub const DROPPED_OFFSET: usize = 120;
 pub const CHUNKS_OFFSET: usize = 128;
 /// Offset of the tag-length-value string area.
 pub const STRINGS_OFFSET: usize = std::mem::size_of::<RawHeader>();
+/// Offset of the loss table (format 1.1, header flag [`FLAG_LOSS_TABLE`]): [`LOSS_SLOTS`]
+/// live u64 counters at the end of the header page; the string area ends before it.
+pub const LOSS_TABLE_OFFSET: usize = HEADER_SIZE - LOSS_SLOTS * 8;
+/// Slots of the loss table: slot 0 = timestamp of the first lost event (0 = none), slot k
+/// (1 ≤ k < [`LOSS_SLOTS`]) = events of record kind k that were dropped.
+pub const LOSS_SLOTS: usize = 64;
 
 /// Fixed part of the header, exactly as stored.
 #[repr(C)]
@@ -49,6 +55,55 @@ const _: () = assert!(std::mem::offset_of!(RawHeader, chunks_allocated) == CHUNK
 
 /// Header flag: the command line string was truncated to fit the header page.
 pub const FLAG_CMDLINE_TRUNCATED: u16 = 1;
+/// Header flag: the page ends with the loss table at [`LOSS_TABLE_OFFSET`] (format ≥ 1.1).
+pub const FLAG_LOSS_TABLE: u16 = 2;
+
+/// What the writer could not record, from the header's live counters: the total and, for
+/// logs with a loss table, the count per record kind and when the first loss happened.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Losses {
+    /// Events dropped in all (header offset 120).
+    pub total: u64,
+    /// Timestamp (the log's timestamp source) of the first dropped event, if any was dropped
+    /// and the log has a loss table.
+    pub first_ts: Option<u64>,
+    /// (record kind id, events dropped), ascending kind, non-zero counts only; empty without
+    /// a loss table. Kinds with ids ≥ [`LOSS_SLOTS`] are counted in `total` only.
+    pub by_kind: Vec<(u16, u64)>,
+}
+
+impl Losses {
+    /// Reads the counters of a header page (`page` at least [`HEADER_SIZE`] bytes).
+    pub fn from_page(page: &[u8]) -> Losses {
+        let word = |off: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&page[off..off + 8]);
+            u64::from_ne_bytes(b)
+        };
+        let flags = u16::from_ne_bytes([page[26], page[27]]);
+        let mut l = Losses {
+            total: word(DROPPED_OFFSET),
+            ..Default::default()
+        };
+        if flags & FLAG_LOSS_TABLE != 0 {
+            let first = word(LOSS_TABLE_OFFSET);
+            l.first_ts = (first != 0).then_some(first);
+            l.by_kind = (1..LOSS_SLOTS)
+                .map(|k| (k as u16, word(LOSS_TABLE_OFFSET + k * 8)))
+                .filter(|&(_, n)| n != 0)
+                .collect();
+        }
+        l
+    }
+
+    /// Events of kind `kind` dropped (0 when the log has no loss table).
+    pub fn of(&self, kind: u16) -> u64 {
+        self.by_kind
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map_or(0, |(_, n)| *n)
+    }
+}
 
 /// Tags of the string area.
 pub mod tag {
@@ -244,8 +299,9 @@ impl FileHeader {
         let mut page = vec![0u8; HEADER_SIZE];
         page[..STRINGS_OFFSET].copy_from_slice(bytemuck::bytes_of(&raw));
         let mut pos = STRINGS_OFFSET;
-        // Keep room for the END tag.
-        let limit = HEADER_SIZE - 4;
+        // Keep room for the END tag; the loss table (zero) follows the strings.
+        flags |= FLAG_LOSS_TABLE;
+        let limit = LOSS_TABLE_OFFSET - 4;
         let mut put = |tag: u16, bytes: &[u8], page: &mut Vec<u8>| -> bool {
             let room = limit.saturating_sub(pos + 4);
             let n = bytes.len().min(room).min(u16::MAX as usize);

@@ -15,7 +15,7 @@ pub mod writer;
 
 pub use chunk::{ChunkHeader, CHUNK_HEADER_SIZE};
 pub use clock::{TimestampSource, Timestamper};
-pub use header::{FileHeader, RankInfo, HEADER_SIZE};
+pub use header::{FileHeader, Losses, RankInfo, HEADER_SIZE};
 pub use reader::{
     ChunkInfo, ChunkIssue, LogFile, LogView, RawRecord, ReadError, RecordError, SalvageReport,
 };
@@ -27,4 +27,4 @@ pub const MAGIC: [u8; 8] = *b"SIGMATRC";
 /// Format major version: readers reject files with a larger major.
 pub const FORMAT_MAJOR: u16 = 1;
 /// Format minor version: additions only (new record kinds, new header tags).
-pub const FORMAT_MINOR: u16 = 0;
+pub const FORMAT_MINOR: u16 = 1;

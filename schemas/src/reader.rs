@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use crate::chunk::{ChunkHeader, CHUNK_HEADER_SIZE, CHUNK_MAGIC};
 use crate::clock::TimestampSource;
 use crate::header::{
-    tag, FileHeader, RankInfo, RawHeader, ENDIAN_MARKER, HEADER_SIZE, STRINGS_OFFSET,
+    tag, FileHeader, Losses, RankInfo, RawHeader, ENDIAN_MARKER, HEADER_SIZE, STRINGS_OFFSET,
 };
 use crate::records::{ClockSnapshot, DecodeError, Record, RecordHeader, RecordKind};
 use crate::writer::{MAX_CHUNK_SIZE, MIN_CHUNK_SIZE};
@@ -207,6 +207,12 @@ impl<'a> LogView<'a> {
     /// The readable chunks, in file order.
     pub fn chunks(&self) -> &[ChunkInfo] {
         &self.chunks
+    }
+
+    /// What the writer could not record: the header's dropped counter and, in logs of format
+    /// ≥ 1.1, the count per record kind and the time of the first loss.
+    pub fn losses(&self) -> Losses {
+        Losses::from_page(&self.bytes[..HEADER_SIZE])
     }
 
     /// What salvage found.

@@ -11,13 +11,22 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use memmap2::{MmapOptions, MmapRaw};
 
 use crate::chunk::{ChunkHeader, CHUNK_HEADER_SIZE, CHUNK_MAGIC, COMMIT_OFFSET};
-use crate::header::{FileHeader, CHUNKS_OFFSET, DROPPED_OFFSET, HEADER_SIZE};
-use crate::records::{FixedRecord, MetaHeader, RecordHeader, RecordKind, MAX_META_PAYLOAD};
+use crate::clock::{TimestampSource, Timestamper};
+use crate::header::{
+    FileHeader, Losses, CHUNKS_OFFSET, DROPPED_OFFSET, HEADER_SIZE, LOSS_SLOTS, LOSS_TABLE_OFFSET,
+};
+use crate::records::{
+    drop_reason, Dropped, FixedRecord, MetaHeader, RecordHeader, RecordKind, MAX_META_PAYLOAD,
+};
+
+/// Bytes every chunk keeps free at its end for the loss marker: the `Dropped` record
+/// (count 0) a writer appends where its losses begin (see FORMAT.md, "Losses").
+const MARKER_ROOM: u32 = std::mem::size_of::<Dropped>() as u32;
 
 /// Smallest and largest allowed chunk sizes.
 pub const MIN_CHUNK_SIZE: u32 = 4096;
@@ -84,6 +93,10 @@ struct Shared {
     failed: AtomicBool,
     /// Chunks [0, prepared) have file blocks and populated pages (see `prefault_ahead`).
     prepared: AtomicU32,
+    /// The timestamp source of the log's records (for the time of the first loss).
+    ts_source: TimestampSource,
+    /// The caller's clock, when it is not the plain timestamp source (`set_clock`).
+    clock: OnceLock<fn() -> u64>,
 }
 
 // SAFETY: the mapping is only written through disjoint chunks owned by single ChunkWriters
@@ -104,9 +117,28 @@ impl Shared {
         unsafe { &*(self.map.as_mut_ptr().add(offset) as *const AtomicU32) }
     }
 
-    fn count_dropped(&self, n: u64) {
+    /// The log's current time, as its records take it.
+    fn now(&self) -> u64 {
+        match self.clock.get() {
+            Some(f) => f(),
+            None => Timestamper::with_source(self.ts_source).now(),
+        }
+    }
+
+    /// Counts one dropped event of `kind`: the total, the kind's slot of the loss table and,
+    /// for the first loss of the log, its time (`ts`, or the clock read now).
+    fn count_dropped(&self, kind: u16, ts: Option<u64>) {
         self.header_atomic_u64(DROPPED_OFFSET)
-            .fetch_add(n, Ordering::Relaxed);
+            .fetch_add(1, Ordering::Relaxed);
+        if (kind as usize) < LOSS_SLOTS && kind != 0 {
+            self.header_atomic_u64(LOSS_TABLE_OFFSET + kind as usize * 8)
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        let first = self.header_atomic_u64(LOSS_TABLE_OFFSET);
+        if first.load(Ordering::Relaxed) == 0 {
+            let ts = ts.unwrap_or_else(|| self.now()).max(1);
+            let _ = first.compare_exchange(0, ts, Ordering::Relaxed, Ordering::Relaxed);
+        }
     }
 
     /// Allocates a fresh chunk for `tid`; the only synchronised step of the writer.
@@ -240,6 +272,8 @@ impl LogWriter {
                 next_chunk: Mutex::new(0),
                 failed: AtomicBool::new(false),
                 prepared: AtomicU32::new(0),
+                ts_source: h.ts_source,
+                clock: OnceLock::new(),
             }),
             path: path.to_owned(),
         })
@@ -267,6 +301,23 @@ impl LogWriter {
         self.shared
             .header_atomic_u64(DROPPED_OFFSET)
             .load(Ordering::Relaxed)
+    }
+
+    /// The loss counters as they stand (total, per kind, time of the first loss).
+    pub fn losses(&self) -> Losses {
+        let mut page = vec![0u8; HEADER_SIZE];
+        for (i, w) in page.chunks_exact_mut(8).enumerate() {
+            let v = self.shared.header_atomic_u64(i * 8).load(Ordering::Relaxed);
+            w.copy_from_slice(&v.to_ne_bytes());
+        }
+        Losses::from_page(&page)
+    }
+
+    /// Sets the clock that timestamps the first loss (default: the header's timestamp
+    /// source read directly), for callers whose records take their time another way (e.g.
+    /// with an injected skew). The first call wins.
+    pub fn set_clock(&self, clock: fn() -> u64) {
+        let _ = self.shared.clock.set(clock);
     }
 
     /// Whether a chunk allocation failed (disk full, I/O error).
@@ -343,7 +394,7 @@ impl ChunkWriter {
     #[inline]
     pub fn append<R: FixedRecord>(&mut self, rec: &R) -> bool {
         let size = std::mem::size_of::<R>() as u32;
-        if self.pos() + size > self.cap && !self.roll() {
+        if self.pos() + size > self.cap && !self.roll(R::KIND as u16) {
             return false;
         }
         let hdr_word = (R::KIND as u32) | (size << 16);
@@ -370,10 +421,10 @@ impl ChunkWriter {
     ) -> bool {
         debug_assert!(kind.fixed_size().is_none());
         const H: usize = std::mem::size_of::<MetaHeader>();
-        let room = self.shared.chunk_size as usize - CHUNK_HEADER_SIZE - H;
+        let room = self.shared.chunk_size as usize - CHUNK_HEADER_SIZE - MARKER_ROOM as usize - H;
         let payload = &payload[..payload.len().min(MAX_META_PAYLOAD).min(room)];
         let size = (H + payload.len()).next_multiple_of(8) as u32;
-        if self.pos() + size > self.cap && !self.roll() {
+        if self.pos() + size > self.cap && !self.roll(kind as u16) {
             return false;
         }
         let mh = MetaHeader {
@@ -411,7 +462,7 @@ impl ChunkWriter {
     #[inline(always)]
     pub fn reserve<R: FixedRecord>(&mut self) -> Option<Reserved<'_, R>> {
         let size = std::mem::size_of::<R>() as u32;
-        if self.pos() + size > self.cap && !self.roll() {
+        if self.pos() + size > self.cap && !self.roll(R::KIND as u16) {
             return None;
         }
         // SAFETY: as in `append`: the slot lies inside our exclusively owned chunk, is 8-aligned
@@ -437,28 +488,62 @@ impl ChunkWriter {
         publish(&mut self.commit, self.base, size);
     }
 
+    /// Moves to a fresh chunk for a record of `kind` that does not fit; when none can be had
+    /// (size cap, disk full), counts the record as dropped — and, the first time, marks in the
+    /// current chunk where this writer's losses begin.
     #[cold]
-    fn roll(&mut self) -> bool {
+    #[inline(never)]
+    fn roll(&mut self, kind: u16) -> bool {
         if self.exhausted {
-            self.shared.count_dropped(1);
+            self.shared.count_dropped(kind, None);
             return false;
         }
         match self.shared.alloc_chunk(self.tid) {
             Some(base) => {
                 self.base = base;
                 self.commit = 0;
-                self.cap = self.shared.chunk_size - CHUNK_HEADER_SIZE as u32;
+                self.cap = self.shared.chunk_size - CHUNK_HEADER_SIZE as u32 - MARKER_ROOM;
                 true
             }
             None => {
                 self.exhausted = true;
+                let ts = self.shared.now();
+                self.shared.count_dropped(kind, Some(ts));
+                if !self.base.is_null() {
+                    self.mark_loss(ts);
+                }
                 self.base = std::ptr::null_mut();
                 self.cap = 0;
                 self.commit = 0;
-                self.shared.count_dropped(1);
                 false
             }
         }
+    }
+
+    /// Appends the loss marker — a `Dropped` record with count 0 and the reason — into the
+    /// room every chunk keeps for it (the counts are in the header's loss table).
+    fn mark_loss(&mut self, ts: u64) {
+        let reason = if self.shared.failed.load(Ordering::Relaxed) {
+            drop_reason::WRITE_ERROR
+        } else {
+            drop_reason::SIZE_CAP
+        };
+        let rec = Dropped {
+            hdr: RecordHeader::of::<Dropped>(reason),
+            ts,
+            count: 0,
+        };
+        // SAFETY: the chunk keeps MARKER_ROOM bytes past `cap` free, so the record fits in our
+        // exclusively owned chunk at the (8-aligned) append position.
+        unsafe {
+            let dst = self.base.add(CHUNK_HEADER_SIZE + self.pos() as usize);
+            std::ptr::copy_nonoverlapping(
+                bytemuck::bytes_of(&rec).as_ptr(),
+                dst,
+                MARKER_ROOM as usize,
+            );
+        }
+        self.publish(MARKER_ROOM);
     }
 
     /// Whether this writer can no longer append (cap reached or the log failed).

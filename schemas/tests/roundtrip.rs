@@ -146,7 +146,8 @@ fn eight_threads_append_concurrently_and_every_record_is_kept_in_order() {
 fn size_cap_stops_recording_and_counts_drops() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cap.sigmalog");
-    // Header + 2 chunks of 4 KiB: (4096-64)/64 = 63 records per chunk.
+    // Header + 2 chunks of 4 KiB: (4096-64-24)/64 = 62 records per chunk (24 bytes are kept
+    // for the loss marker).
     let w = writer(&path, 4096, 4096 + 2 * 4096);
     let mut tw = w.thread_writer(1);
     let mut ok = 0;
@@ -155,13 +156,39 @@ fn size_cap_stops_recording_and_counts_drops() {
             ok += 1;
         }
     }
-    assert_eq!(ok, 126);
+    tw.append_meta(RecordKind::Annotation, 0, 5, 0, b"late");
+    assert_eq!(ok, 124);
     assert!(tw.exhausted());
-    assert_eq!(w.dropped(), 1000 - 126);
+    assert_eq!(w.dropped(), 1000 - 124 + 1);
     let log = LogFile::open(&path).unwrap();
-    assert_eq!(log.header().dropped, 1000 - 126);
-    let n: usize = log.chunks().iter().map(|c| log.records(c).count()).sum();
-    assert_eq!(n, 126);
+    assert_eq!(log.header().dropped, 1000 - 124 + 1);
+    // Per kind: recorded + dropped = appended, exactly; the first loss has a time.
+    let losses = log.losses();
+    assert_eq!(losses.total, 1000 - 124 + 1);
+    assert_eq!(
+        losses.by_kind,
+        vec![
+            (RecordKind::Annotation as u16, 1),
+            (RecordKind::PostSend as u16, 1000 - 124)
+        ]
+    );
+    assert!(losses.first_ts.is_some());
+    assert_eq!(w.losses(), losses);
+    let recs: Vec<Record> = log
+        .chunks()
+        .iter()
+        .flat_map(|c| log.records(c))
+        .map(|r| r.unwrap().decode().unwrap())
+        .collect();
+    assert_eq!(recs.len(), 124 + 1);
+    // The marker: where this writer's losses began, after its last record.
+    match recs.last().unwrap() {
+        Record::Dropped(d) => {
+            assert_eq!((d.hdr.aux, d.count), (drop_reason::SIZE_CAP, 0));
+            assert_eq!(Some(d.ts), losses.first_ts);
+        }
+        r => panic!("expected the loss marker last, found {r:?}"),
+    }
 }
 
 #[test]
@@ -268,7 +295,7 @@ fn rank_detection_follows_launcher_variables() {
 fn reserved_records_are_filled_in_place_and_visible_only_once_committed() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("r.sigmalog");
-    // Header + 2 chunks of 4 KiB: 63 records of 64 bytes per chunk.
+    // Header + 2 chunks of 4 KiB: 62 records of 64 bytes per chunk (and the loss marker).
     let w = writer(&path, 4096, 4096 + 2 * 4096);
     let mut tw = w.thread_writer(1);
     let mut committed = Vec::new();
@@ -292,8 +319,8 @@ fn reserved_records_are_filled_in_place_and_visible_only_once_committed() {
             committed.push(i);
         }
     }
-    // 126 slots in two chunks; abandoned reservations take none.
-    assert_eq!(committed.len(), 126);
+    // 124 slots in two chunks; abandoned reservations take none.
+    assert_eq!(committed.len(), 124);
     assert!(tw.exhausted());
     let log = LogFile::open(&path).unwrap();
     let got: Vec<u64> = log
@@ -304,11 +331,13 @@ fn reserved_records_are_filled_in_place_and_visible_only_once_committed() {
                 .map(|r| r.unwrap().decode().unwrap())
                 .collect::<Vec<_>>()
         })
-        .map(|r| match r {
+        .filter_map(|r| match r {
             Record::PostSend(p) => {
                 assert_eq!(*p, post(p.wr_id, 1));
-                p.wr_id
+                Some(p.wr_id)
             }
+            // The loss marker (count 0) where the writer met the cap.
+            Record::Dropped(d) if d.count == 0 => None,
             other => panic!("unexpected {other:?}"),
         })
         .collect();

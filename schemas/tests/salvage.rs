@@ -88,7 +88,7 @@ fn newer_minor_version_with_unknown_record_kind_is_read_and_unknown_kind_skipped
 fn truncated_file_keeps_whole_records_and_reports_losses() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("trunc.sigmalog");
-    make_log(&p, 100); // 63 in chunk 0, 37 in chunk 1
+    make_log(&p, 100); // 62 in chunk 0, 38 in chunk 1
     let b = std::fs::read(&p).unwrap();
     // Cut chunk 1 in the middle of its 11th record.
     let cut = HEADER_SIZE + 4096 + CHUNK_HEADER_SIZE + 10 * 64 + 20;
@@ -96,9 +96,9 @@ fn truncated_file_keeps_whole_records_and_reports_losses() {
     let log = LogFile::open(&p).unwrap();
     let s = log.salvage();
     assert!(s.truncated);
-    assert_eq!(count(&log), 63 + 10);
-    assert_eq!(s.lost_records, 27);
-    assert_eq!(s.lost_bytes, 27 * 64);
+    assert_eq!(count(&log), 62 + 10);
+    assert_eq!(s.lost_records, 28);
+    assert_eq!(s.lost_bytes, 28 * 64);
     assert!(s.issues[0].message.contains("truncated"), "{:?}", s.issues);
     assert_eq!(s.issues[0].offset, (HEADER_SIZE + 4096) as u64);
 }
@@ -107,7 +107,7 @@ fn truncated_file_keeps_whole_records_and_reports_losses() {
 fn corrupt_chunk_is_reported_and_other_chunks_are_kept() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("corrupt.sigmalog");
-    make_log(&p, 150); // chunks 0,1 full (63 each), chunk 2 has 24
+    make_log(&p, 150); // chunks 0,1 full (62 each), chunk 2 has 26
     let mut b = std::fs::read(&p).unwrap();
     let c1 = HEADER_SIZE + 4096;
     b[c1..c1 + 4].copy_from_slice(b"XXXX");
@@ -129,7 +129,7 @@ fn corrupt_chunk_is_reported_and_other_chunks_are_kept() {
     assert_eq!(errs.len(), 1);
     assert_eq!(errs[0].offset, r as u64);
     assert!(errs[0].what.contains("length 13"), "{}", errs[0]);
-    assert_eq!(count(&log), 63 + 4);
+    assert_eq!(count(&log), 62 + 4);
 }
 
 #[test]

@@ -293,6 +293,8 @@ fn create_log(config: &LogSettings) -> Result<LogWriter, CreateError> {
     };
     let period = (hz as u128 * config.snapshot_ms as u128 / 1000).max(1) as u64;
     let writer = create_unique(dir, &header, options)?;
+    // The first loss is timestamped like the records (skew included).
+    writer.set_clock(now);
     HZ.store(hz, Ordering::Relaxed);
     PERIOD.store(period, Ordering::Relaxed);
     NEXT_SNAPSHOT.store(start.ts.wrapping_add(period), Ordering::Relaxed);
@@ -361,13 +363,25 @@ fn create_unique(
 
 pub use thread::{enter, with_existing_thread, with_thread, Out, Thread, STATE_BYTES};
 
-/// A writer ran dry: disk full (disable tracing) or size cap reached (say so at info level).
+/// Set once the disk-full line was printed.
+static REPORTED_WRITE_ERROR: AtomicBool = AtomicBool::new(false);
+
+/// A writer ran dry: disk full or I/O error (one line at the default level) or size cap
+/// reached (one line at info level). Recording stays on: every further event is counted,
+/// per record kind, in the header's loss table (see FORMAT.md, "Losses"), so recorded +
+/// dropped stays what the program did.
 fn report_full() {
     let p = PROCESS.load(Ordering::Acquire);
     // SAFETY: leaked Box<Process>, never freed.
     let failed = !p.is_null() && unsafe { &*p }.writer.failed();
     if failed {
-        disable("cannot extend the log (disk full or I/O error)");
+        if !REPORTED_WRITE_ERROR.swap(true, Ordering::Relaxed) {
+            diag(
+                Diag::Error,
+                "sigmatrace: cannot extend the log (disk full or I/O error): recording stopped; \
+                 further events are only counted (dropped, per kind, in the log header)",
+            );
+        }
     } else {
         diag(
             Diag::Info,
@@ -400,6 +414,7 @@ pub fn after_fork_in_child() {
     NEXT_SNAPSHOT.store(0, Ordering::Relaxed);
     PERIOD.store(u64::MAX, Ordering::Relaxed);
     HZ.store(0, Ordering::Relaxed);
+    REPORTED_WRITE_ERROR.store(false, Ordering::Relaxed);
     thread::reset_in_child();
 }
 
