@@ -377,9 +377,9 @@ fn pingpong_pairs(dir: &Path, pairs: u32, port_addr: bool, msgs: u64) {
     let mut nodes: Vec<Node> = (0..2 * pairs)
         .map(|r| Node::new(dir, r, r as u16 + 1, port_addr))
         .collect();
-    for r in 0..2 * pairs as usize {
+    for (r, node) in nodes.iter_mut().enumerate() {
         let peer_lid = (r ^ 1) as u16 + 1;
-        nodes[r].qp(
+        node.qp(
             T0,
             0x9000,
             0x100,
