@@ -240,12 +240,8 @@ fn scan_warnings(inputs: &[LogInput], scans: &[scan::Scan], warnings: &mut Vec<S
                 s.overrun
             ));
         }
-        if s.dropped > 0 {
-            warnings.push(format!(
-                "{}: the tracer dropped {} events",
-                i.path.display(),
-                s.dropped
-            ));
+        if let Some(lost) = s.loss_summary() {
+            warnings.push(format!("{}: the tracer dropped {lost}", i.path.display()));
         }
     }
 }

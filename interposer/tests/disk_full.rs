@@ -164,4 +164,38 @@ fn a_full_disk_leaves_the_program_alone_and_every_lost_event_is_counted_per_kind
         .collect();
     let first = losses.first_ts.expect("the first loss is timestamped");
     assert_eq!(markers, vec![(first, drop_reason::WRITE_ERROR, 0)]);
+
+    // The converter reports the losses per kind and marks where they began.
+    let out_dir = tempfile::tempdir().unwrap();
+    let json = out_dir.path().join("trace.json");
+    let conv = Command::new(sigmatrace_testkit::artifact("sigmatrace-convert"))
+        .arg(&t.path)
+        .args(["--quiet", "--format", "chrome-json", "-o"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&conv.stderr);
+    assert!(conv.status.success(), "{stderr}");
+    let per_kind = format!(
+        "the tracer dropped {} events (ClockSnapshot {}",
+        losses.total,
+        lost(RecordKind::ClockSnapshot)
+    );
+    assert!(stderr.contains(&per_kind), "{per_kind:?} not in {stderr}");
+    for k in [
+        RecordKind::PostSend,
+        RecordKind::PostRecv,
+        RecordKind::WorkCompletion,
+    ] {
+        let part = format!("{} {}", k.name(), lost(k));
+        assert!(stderr.contains(&part), "{part:?} not in {stderr}");
+    }
+    let trace = std::fs::read_to_string(&json).unwrap();
+    assert_eq!(
+        trace
+            .matches("recording stopped: disk full (later events only counted)")
+            .count(),
+        1,
+        "one loss marker in the trace"
+    );
 }

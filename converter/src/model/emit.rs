@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::align::topology::{Process, Qp, Topology};
 use crate::read::verbs;
-use sigmatrace_timeline::{CounterUnit, Name, TraceSink, TrackDef, TrackKind};
+use sigmatrace_timeline::{CounterUnit, Extra, Name, TraceSink, TrackDef, TrackKind};
 
 /// Output format.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -120,6 +120,40 @@ impl SampledCounter {
             self.dirty = false;
         }
     }
+}
+
+/// A `Dropped` record as an instant on the process's "tracer losses" track (`track`: the uuid
+/// counter, the process track, and the losses track once made): where recording stopped
+/// (the loss marker, count 0: the size cap or a full disk — the counts per kind are in the
+/// report) or how many events a thread's re-entries or an observer's overruns lost.
+pub fn loss_marker(
+    sink: &mut dyn TraceSink,
+    track: (&AtomicU64, u64, &mut Option<u64>),
+    t: u64,
+    d: &sigmatrace_schemas::records::Dropped,
+) {
+    let (uuids, parent, slot) = track;
+    let uuid = *slot.get_or_insert_with(|| {
+        let uuid = uuids.fetch_add(1, Ordering::Relaxed);
+        sink.track(&TrackDef::slices(uuid, Some(parent), "tracer losses"));
+        uuid
+    });
+    use sigmatrace_schemas::records::drop_reason as why;
+    let text = match (d.hdr.aux, d.count) {
+        (why::SIZE_CAP, 0) => "recording stopped: log size cap (later events only counted)",
+        (why::WRITE_ERROR, 0) => "recording stopped: disk full (later events only counted)",
+        (why::INTERNAL_ERROR, _) => "events refused (signal handler inside the tracer)",
+        (why::OBSERVER_OVERRUN, _) => "observer overrun",
+        _ => "events dropped",
+    };
+    let name = sink.name(text);
+    let key = sink.arg_key("dropped");
+    let args = [(key, sigmatrace_timeline::ArgValue::U64(d.count))];
+    let extra = Extra {
+        args: if d.count == 0 { &[] } else { &args },
+        ..Extra::NONE
+    };
+    sink.instant(t, uuid, name, &extra);
 }
 
 /// Label of a QP's track: "QP 0x1a2 RC → rank 5 QP 0x33".

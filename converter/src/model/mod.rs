@@ -146,6 +146,8 @@ pub struct ProcessModel<'a> {
     last_t: i64,
     /// Records processed are added here (progress bar).
     pub progress: Option<&'a AtomicU64>,
+    /// The process's "tracer losses" track, once a loss marker needed it.
+    loss_track: Option<u64>,
 }
 
 const THROUGHPUT_BUCKET: i64 = 100_000;
@@ -187,6 +189,7 @@ impl<'a> ProcessModel<'a> {
             totals: ProcessTotals::default(),
             last_t: 0,
             progress: None,
+            loss_track: None,
         }
     }
 
@@ -281,6 +284,10 @@ impl<'a> ProcessModel<'a> {
         r: &sigmatrace_schemas::reader::RawRecord<'_>,
     ) {
         let Ok(rec) = r.decode() else { return };
+        if let Record::Dropped(d) = rec {
+            let track = (self.uuids, self.p.track, &mut self.loss_track);
+            return crate::model::emit::loss_marker(sink, track, t as u64, d);
+        }
         if matches!(rec, Record::WqeObserved(_) | Record::ObserveOverrun(_)) {
             obs.record(self.p, t, &rec);
         }

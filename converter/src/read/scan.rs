@@ -40,8 +40,13 @@ pub struct Scan {
     /// PostSend, PostRecv, WorkCompletion, WqeObserved and CqeObserved records.
     pub wr_events: u64,
     pub per_qp: crate::fastmap::FastMap<u32, QpCounts>,
-    /// Events the writer reported as dropped (Dropped records + header counter).
+    /// Events the writer reported as dropped: the header's counter (size cap, write errors)
+    /// plus the counts of `Dropped` records (refused re-entries, overruns).
     pub dropped: u64,
+    /// The header's loss table: (record kind id, events dropped), for logs of format ≥ 1.1.
+    pub dropped_by_kind: Vec<(u16, u64)>,
+    /// When the first event was dropped (log timestamp), for logs of format ≥ 1.1.
+    pub first_loss_ts: Option<u64>,
     /// Queue entries overwritten before the observer saw them.
     pub overrun: u64,
     /// Records of kinds this reader does not know (newer minor version); skipped.
@@ -84,13 +89,16 @@ impl Scan {
     }
 
     /// Sorts the collected metadata by time (chunks were scanned in any order).
-    fn finish(mut self, header_dropped: u64) -> Scan {
+    fn finish(mut self, losses: sigmatrace_schemas::Losses) -> Scan {
         self.snapshots.sort_by_key(|s| s.ts);
         self.gpu_pairs.sort_by_key(|p| (p.hdr.aux, p.ts));
         self.qp_creates.sort_by_key(|q| q.ts);
         self.qp_modifies.sort_by_key(|q| q.ts);
         self.issues.sort_by_key(|i| i.offset);
-        self.dropped = self.dropped.max(header_dropped);
+        // Count-0 `Dropped` records are loss markers: their events are in the header's counter.
+        self.dropped += losses.total;
+        self.dropped_by_kind = losses.by_kind;
+        self.first_loss_ts = losses.first_ts;
         if self.min_ts == u64::MAX {
             self.min_ts = 0;
         }
@@ -233,6 +241,30 @@ pub fn scan_all(inputs: &[LogInput]) -> Vec<Scan> {
     }
     out.into_iter()
         .zip(inputs)
-        .map(|(s, inp)| s.finish(inp.file.header().dropped))
+        .map(|(s, inp)| s.finish(inp.file.losses()))
         .collect()
+}
+
+impl Scan {
+    /// "N events (PostSend 4263, WorkCompletion 8527, …)": what the tracer dropped, per record
+    /// kind where the log says (format ≥ 1.1); `None` when nothing was dropped.
+    pub fn loss_summary(&self) -> Option<String> {
+        if self.dropped == 0 {
+            return None;
+        }
+        let kinds: Vec<String> = self
+            .dropped_by_kind
+            .iter()
+            .map(|&(k, n)| {
+                let name =
+                    sigmatrace_schemas::RecordKind::from_id(k).map_or("kind ?", |k| k.name());
+                format!("{name} {n}")
+            })
+            .collect();
+        Some(if kinds.is_empty() {
+            format!("{} events", self.dropped)
+        } else {
+            format!("{} events ({})", self.dropped, kinds.join(", "))
+        })
+    }
 }
