@@ -23,3 +23,4 @@ for manifest in $(find . -path ./target -prune -o -path '*/fuzz/Cargo.toml' -pri
   CARGO_TARGET_DIR="$fuzz_target_dir" cargo build -q --manifest-path "$manifest" --bins
   echo "fuzz targets of $manifest build"
 done
+echo "== GPU check, dry run (CPU-side parts against the libcuda test double)" && bash scripts/gpu-check.sh --dry-run
