@@ -52,4 +52,11 @@ extern "C" {
     pub fn ibv_destroy_qp(qp: *mut ibv_qp) -> libc::c_int;
     pub fn ibv_create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> *mut ibv_srq;
     pub fn ibv_destroy_srq(srq: *mut ibv_srq) -> libc::c_int;
+    pub fn ibv_reg_mr(
+        pd: *mut ibv_pd,
+        addr: *mut libc::c_void,
+        length: usize,
+        access: libc::c_int,
+    ) -> *mut ibv_mr;
+    pub fn ibv_dereg_mr(mr: *mut ibv_mr) -> libc::c_int;
 }

@@ -16,6 +16,7 @@ const WR_RDMA_WRITE: u8 = 0;
 const WR_SEND: u8 = 2;
 const WR_SEND_WITH_IMM: u8 = 3;
 const WR_RDMA_READ: u8 = 4;
+const WR_RDMA_WRITE_CREDIT: (u8, u32) = (WR_RDMA_WRITE, 8);
 
 /// Lines whose presence depends on thread timing inside the program itself: rping's CM
 /// thread prints the client's DISCONNECT event only if it runs before the main thread exits.
@@ -291,4 +292,95 @@ fn ib_write_bw_rdma_cm() {
     );
     assert_eq!(count(&s.sends, WR_RDMA_WRITE, 65536), 0);
     assert!(s.qps >= 1 && c.qps >= 1);
+}
+
+/// riostream over softnic's rsockets: `riomap` on both sides, a 16-byte `rsend`/`rrecv`
+/// exchange, then `riowrite`s into the peer's mapped buffer (each side spins on the buffer's
+/// last byte, which only the peer's RDMA WRITE changes), `riounmap`, `rshutdown`, `rclose`.
+/// Returns the two logs after checking what every rsocket connection posts once.
+fn riostream(extra: &[&str], writes: usize, size: u32) -> (Logged, Logged, Pair) {
+    let port = free_port();
+    let p = port.to_string();
+    let mut server = vec!["riostream", "-p", &p];
+    server.extend_from_slice(extra);
+    let mut client = vec!["riostream", "-s", "127.0.1.1", "-p", &p];
+    client.extend_from_slice(extra);
+    let (s, c, plain) = traced_like_untraced(&server, &client, (PS_TCP, port));
+    for (who, out) in [("server", &plain.server), ("client", &plain.client)] {
+        let rows: Vec<_> = out.stdout.lines().collect();
+        assert_eq!(
+            rows.len(),
+            2,
+            "{who}: header and one result row:\n{}",
+            out.stdout
+        );
+        assert!(rows[0].starts_with("name"), "{who}: {}", out.stdout);
+        assert!(rows[1].starts_with("custom"), "{who}: {}", out.stdout);
+        assert!(out.stderr.trim().is_empty(), "{who}: {}", out.stderr);
+    }
+    for (who, l) in [("server", &s), ("client", &c)] {
+        // Each side: `transfer_count` writes per iteration into the peer's iomap; one iomap
+        // announcement (28 bytes), one 16-byte sync message, one end-of-stream message (SENDs
+        // with the message kind as immediate data); one 8-byte credit RDMA WRITE per
+        // received message the peer will reuse the buffer of (its iomap and sync messages).
+        assert_eq!(
+            count(&l.sends, WR_RDMA_WRITE, size),
+            writes,
+            "{who}: {:?}",
+            l.sends
+        );
+        assert_eq!(count(&l.sends, WR_SEND_WITH_IMM, 28), 1, "{who}");
+        assert_eq!(count(&l.sends, WR_SEND_WITH_IMM, 16), 1, "{who}");
+        assert_eq!(count(&l.sends, WR_SEND_WITH_IMM, 0), 1, "{who}");
+        let credits = l
+            .sends
+            .iter()
+            .filter(|x| **x == WR_RDMA_WRITE_CREDIT)
+            .count();
+        assert_eq!(credits, 2, "{who}: {:?}", l.sends);
+        assert_eq!(l.sends.len(), writes + 5, "{who}");
+        // 16 receive buffers up front, the two consumed ones reposted.
+        assert_eq!(l.recvs, 18, "{who}");
+        assert_eq!(l.qps, 1, "{who}");
+    }
+    (s, c, plain)
+}
+
+#[test]
+fn riostream_nonblocking() {
+    // Default test option (MSG_DONTWAIT, O_NONBLOCK): 100 transfers of 4 KiB each way.
+    riostream(&["-C", "100", "-S", "4096"], 100, 4096);
+}
+
+#[test]
+fn riostream_blocking_verify_multi_packet() {
+    // Blocking calls, data verified by riostream, 20 iterations of 3 transfers of 9000 bytes
+    // (three packets each).
+    riostream(
+        &["-T", "b", "-T", "v", "-I", "20", "-C", "3", "-S", "9000"],
+        60,
+        9000,
+    );
+}
+
+#[test]
+fn riostream_async_poll() {
+    // rpoll before every call, 20 transfers of 100000 bytes (two 64 KiB chunks each: two
+    // RDMA WRITEs per riowrite).
+    let (s, c, _) = riostream_chunks();
+    for l in [&s, &c] {
+        assert_eq!(count(&l.sends, WR_RDMA_WRITE, 65536), 20);
+        assert_eq!(count(&l.sends, WR_RDMA_WRITE, 100000 - 65536), 20);
+    }
+}
+
+fn riostream_chunks() -> (Logged, Logged, Pair) {
+    let port = free_port();
+    let p = port.to_string();
+    let args = ["-T", "a", "-C", "20", "-S", "100000"];
+    let mut server = vec!["riostream", "-p", &p];
+    server.extend_from_slice(&args);
+    let mut client = vec!["riostream", "-s", "127.0.1.1", "-p", &p];
+    client.extend_from_slice(&args);
+    traced_like_untraced(&server, &client, (PS_TCP, port))
 }
