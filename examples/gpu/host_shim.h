@@ -54,15 +54,22 @@ static inline T atomicCAS(T *p, T expected, T desired) {
 }
 static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 static inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-static inline void __syncthreads() { pthread_barrier_wait(&st_host_self()->blk->bar); }
+// A barrier is also a compiler barrier: __shared__ statics (never address-taken in some kernels)
+// must be re-read after it, as on the GPU.
+static inline void st_host_barrier(st_host_block *b) {
+    __asm__ __volatile__("" ::: "memory");
+    pthread_barrier_wait(&b->bar);
+    __asm__ __volatile__("" ::: "memory");
+}
+static inline void __syncthreads() { st_host_barrier(st_host_self()->blk); }
 static inline int __syncthreads_or(int p) {
     st_host_thread *t = st_host_self();
     unsigned c = t->calls++;
     if (p) __atomic_store_n(&t->blk->acc[c % 2], 1, __ATOMIC_SEQ_CST);
-    pthread_barrier_wait(&t->blk->bar);
+    st_host_barrier(t->blk);
     int r = __atomic_load_n(&t->blk->acc[c % 2], __ATOMIC_SEQ_CST);
     if (t->tid.x == 0) __atomic_store_n(&t->blk->acc[(c + 1) % 2], 0, __ATOMIC_SEQ_CST);
-    pthread_barrier_wait(&t->blk->bar);
+    st_host_barrier(t->blk);
     return r;
 }
 static inline unsigned __byte_perm(unsigned x, unsigned, unsigned sel) {

@@ -101,7 +101,7 @@ extern "C" __global__ void sigmatrace_device_poller(StWatch *watch, u32 nwatch, 
     __syncthreads();
     u64 last_clock = 0;
     u32 idle = 0;
-    while (!s_stop) {
+    for (;;) {
         u32 found = 0;
         u64 now = st_globaltimer();
         for (u32 q = threadIdx.x; q < nwatch; q += blockDim.x) {
@@ -187,6 +187,11 @@ extern "C" __global__ void sigmatrace_device_poller(StWatch *watch, u32 nwatch, 
         idle = found ? 0 : idle + 1;
         if (idle > 64) __nanosleep(idle > 4096 ? 20000 : 1000);
         __syncthreads();
+        // Every thread reads the stop flag between two barriers: thread 0 sets it only in the
+        // next pass, so a slow warp cannot see it one pass early and leave the others waiting.
+        u32 stop = s_stop;
+        __syncthreads();
+        if (stop) break;
     }
     if (threadIdx.x == 0) *(volatile u32 *)&h->running = 2;
 }
