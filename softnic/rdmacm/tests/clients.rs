@@ -5,10 +5,8 @@
 //! ones the program's protocol posts.
 
 mod common;
-use common::{run_pair, Pair};
-use sigmatrace_schemas::{LogFile, Record};
+use common::{count, read_log, run_pair, Logged, Pair};
 use sigmatrace_testkit::{free_port, system_bin};
-use std::path::Path;
 
 const PS_TCP: &str = "106";
 const PS_UDP: &str = "111";
@@ -49,51 +47,6 @@ fn shape(s: &str) -> Vec<String> {
         .collect()
 }
 
-/// What one traced process logged: (opcode, bytes) of each posted send, and record counts.
-#[derive(Debug, Default)]
-struct Logged {
-    sends: Vec<(u8, u32)>,
-    recvs: usize,
-    completions: usize,
-    qps: usize,
-    modifies: usize,
-}
-
-/// Decodes the single log a traced process wrote into `dir` (every record must decode).
-fn read_log(dir: &Path) -> Logged {
-    let mut logs: Vec<_> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "sigmalog"))
-        .collect();
-    assert_eq!(logs.len(), 1, "one log in {}: {logs:?}", dir.display());
-    let path = logs.pop().unwrap();
-    let log = LogFile::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    assert!(
-        log.salvage().is_clean(),
-        "{} not closed cleanly",
-        path.display()
-    );
-    let mut l = Logged::default();
-    for c in log.chunks() {
-        for raw in log.records(c) {
-            let raw = raw.unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            match raw
-                .decode()
-                .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-            {
-                Record::PostSend(r) => l.sends.push((r.opcode, r.bytes)),
-                Record::PostRecv(_) => l.recvs += 1,
-                Record::WorkCompletion(_) => l.completions += 1,
-                Record::QpCreate(_) => l.qps += 1,
-                Record::QpModify(_) => l.modifies += 1,
-                _ => {}
-            }
-        }
-    }
-    l
-}
-
 /// Untraced, then traced: both succeed with the same output shape; returns the two logs.
 fn traced_like_untraced(
     server: &[&str],
@@ -131,10 +84,6 @@ fn traced_like_untraced(
     let s = read_log(&logs.path().join("server"));
     let c = read_log(&logs.path().join("client"));
     (s, c, plain)
-}
-
-fn count(sends: &[(u8, u32)], opcode: u8, bytes: u32) -> usize {
-    sends.iter().filter(|s| **s == (opcode, bytes)).count()
 }
 
 #[test]

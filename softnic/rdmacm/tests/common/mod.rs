@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+use sigmatrace_schemas::{LogFile, Record};
 use sigmatrace_testkit::{softnic_run, Cmd, Out};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -52,4 +53,54 @@ pub fn run_pair(
     let client = c.wait(LIMIT);
     let server = s.wait(LIMIT);
     Pair { server, client }
+}
+
+/// What one traced process logged: (opcode, bytes) of each posted send, and record counts.
+#[derive(Debug, Default)]
+pub struct Logged {
+    pub sends: Vec<(u8, u32)>,
+    pub recvs: usize,
+    pub completions: usize,
+    pub qps: usize,
+    pub modifies: usize,
+}
+
+/// Decodes the single log a traced process wrote into `dir` (every record must decode).
+pub fn read_log(dir: &Path) -> Logged {
+    let mut logs: Vec<_> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "sigmalog"))
+        .collect();
+    assert_eq!(logs.len(), 1, "one log in {}: {logs:?}", dir.display());
+    let path = logs.pop().unwrap();
+    let log = LogFile::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(
+        log.salvage().is_clean(),
+        "{} not closed cleanly",
+        path.display()
+    );
+    let mut l = Logged::default();
+    for c in log.chunks() {
+        for raw in log.records(c) {
+            let raw = raw.unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            match raw
+                .decode()
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            {
+                Record::PostSend(r) => l.sends.push((r.opcode, r.bytes)),
+                Record::PostRecv(_) => l.recvs += 1,
+                Record::WorkCompletion(_) => l.completions += 1,
+                Record::QpCreate(_) => l.qps += 1,
+                Record::QpModify(_) => l.modifies += 1,
+                _ => {}
+            }
+        }
+    }
+    l
+}
+
+/// How many posted sends have this opcode and byte count.
+pub fn count(sends: &[(u8, u32)], opcode: u8, bytes: u32) -> usize {
+    sends.iter().filter(|s| **s == (opcode, bytes)).count()
 }
