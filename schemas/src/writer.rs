@@ -97,7 +97,13 @@ struct Shared {
     ts_source: TimestampSource,
     /// The caller's clock, when it is not the plain timestamp source (`set_clock`).
     clock: OnceLock<fn() -> u64>,
+    /// One bit per chunk (the first [`MAX_RELEASABLE`]): set when its writer moved on to
+    /// another chunk, cleared when `release_retired` gave its pages back.
+    retired: Box<[AtomicU64]>,
 }
+
+/// Chunks whose pages `release_retired` can hand back (a bit each); later ones stay mapped.
+const MAX_RELEASABLE: u32 = 1 << 20;
 
 // SAFETY: the mapping is only written through disjoint chunks owned by single ChunkWriters
 // and through atomics in the header page; MmapRaw is a plain pointer + length.
@@ -115,6 +121,15 @@ impl Shared {
     fn header_atomic_u32(&self, offset: usize) -> &AtomicU32 {
         // SAFETY: as above, for a 4-aligned u32 field.
         unsafe { &*(self.map.as_mut_ptr().add(offset) as *const AtomicU32) }
+    }
+
+    /// Marks the chunk at `base` as finished: its writer will never touch it again.
+    fn retire(&self, base: *mut u8) {
+        let offset = base as usize - self.map.as_mut_ptr() as usize - HEADER_SIZE;
+        let index = offset / self.chunk_size as usize;
+        if let Some(w) = self.retired.get(index / 64) {
+            w.fetch_or(1 << (index % 64), Ordering::Release);
+        }
     }
 
     /// The log's current time, as its records take it.
@@ -274,6 +289,9 @@ impl LogWriter {
                 prepared: AtomicU32::new(0),
                 ts_source: h.ts_source,
                 clock: OnceLock::new(),
+                retired: (0..max_chunks.min(MAX_RELEASABLE).div_ceil(64))
+                    .map(|_| AtomicU64::new(0))
+                    .collect(),
             }),
             path: path.to_owned(),
         })
@@ -311,6 +329,52 @@ impl LogWriter {
             w.copy_from_slice(&v.to_ne_bytes());
         }
         Losses::from_page(&page)
+    }
+
+    /// Hands back the memory of every chunk whose writer moved on since the last call: its
+    /// pages leave the process's mapping (`MADV_DONTNEED`; the data stays in the file and the
+    /// page cache, so readers and salvage after a kill see it unchanged), are written back
+    /// (`sync_file_range`) and dropped from the page cache (`POSIX_FADV_DONTNEED`). So the
+    /// process's resident memory does not grow with the log. Meant for a background thread
+    /// (it waits for the writeback); returns how many chunks it released.
+    pub fn release_retired(&self) -> u32 {
+        let s = &*self.shared;
+        let mut released = 0;
+        for (w, word) in s.retired.iter().enumerate() {
+            if word.load(Ordering::Relaxed) == 0 {
+                continue;
+            }
+            let mut bits = word.swap(0, Ordering::Acquire);
+            while bits != 0 {
+                let index = w * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let offset = HEADER_SIZE + index * s.chunk_size as usize;
+                let len = s.chunk_size as usize;
+                // SAFETY: the range is a whole chunk inside the live mapping whose writer has
+                // moved on (nobody writes it any more); dropping its page-table entries keeps
+                // the data (shared file mapping). The file calls only name our descriptor.
+                unsafe {
+                    libc::madvise(
+                        s.map.as_mut_ptr().add(offset) as *mut libc::c_void,
+                        len,
+                        libc::MADV_DONTNEED,
+                    );
+                    let fd = s.file.as_raw_fd();
+                    let (off, n) = (offset as libc::off64_t, len as libc::off64_t);
+                    libc::sync_file_range(
+                        fd,
+                        off,
+                        n,
+                        libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                            | libc::SYNC_FILE_RANGE_WRITE
+                            | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+                    );
+                    libc::posix_fadvise(fd, off, n, libc::POSIX_FADV_DONTNEED);
+                }
+                released += 1;
+            }
+        }
+        released
     }
 
     /// Sets the clock that timestamps the first loss (default: the header's timestamp
@@ -500,6 +564,9 @@ impl ChunkWriter {
         }
         match self.shared.alloc_chunk(self.tid) {
             Some(base) => {
+                if !self.base.is_null() {
+                    self.shared.retire(self.base);
+                }
                 self.base = base;
                 self.commit = 0;
                 self.cap = self.shared.chunk_size - CHUNK_HEADER_SIZE as u32 - MARKER_ROOM;
@@ -511,6 +578,7 @@ impl ChunkWriter {
                 self.shared.count_dropped(kind, Some(ts));
                 if !self.base.is_null() {
                     self.mark_loss(ts);
+                    self.shared.retire(self.base);
                 }
                 self.base = std::ptr::null_mut();
                 self.cap = 0;

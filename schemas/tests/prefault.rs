@@ -57,3 +57,70 @@ fn preparing_stays_within_the_size_cap() {
     assert!(std::fs::metadata(&p).unwrap().len() <= HEADER_SIZE as u64 + 2 * 4096);
     assert_eq!(w.prefault_ahead(10).unwrap(), 2, "idempotent");
 }
+
+/// Resident kB of this process's mapping of `path` (from /proc/self/smaps).
+fn resident_kb(path: &std::path::Path) -> u64 {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let name = path.to_str().unwrap();
+    let mut in_map = false;
+    let mut kb = 0;
+    for line in smaps.lines() {
+        if line.contains('-') && line.split_whitespace().nth(1).is_some_and(|p| p.len() == 4) {
+            in_map = line.ends_with(name);
+        } else if in_map {
+            if let Some(v) = line.strip_prefix("Rss:") {
+                kb += v
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .unwrap();
+            }
+        }
+    }
+    kb
+}
+
+#[test]
+fn retired_chunks_leave_the_process_memory_and_keep_their_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("r.sigmalog");
+    let w = writer(&p, 64 << 10, 64 << 20);
+    let mut tw = w.thread_writer(7);
+    // 64 chunks of 64 KiB (1020 records each).
+    let n = 64 * 1020u64;
+    for i in 0..n {
+        assert!(tw.append(&post(i, 7)));
+    }
+    let before = resident_kb(&p);
+    assert!(
+        before >= 60 * 64,
+        "the written chunks are resident: {before} kB"
+    );
+    assert_eq!(w.release_retired(), 63, "every chunk but the one in use");
+    assert_eq!(w.release_retired(), 0, "released once");
+    let after = resident_kb(&p);
+    assert!(
+        after <= 2 * 64 + 4,
+        "only the chunk in use (and the header) stays resident: {after} kB (was {before})"
+    );
+    // The writer keeps appending into its chunk; every record reads back.
+    for i in n..n + 10 {
+        assert!(tw.append(&post(i, 7)));
+    }
+    let log = LogFile::open(&p).unwrap();
+    assert!(log.salvage().is_clean(), "{:?}", log.salvage());
+    let seqs: Vec<u64> = log
+        .chunks()
+        .iter()
+        .flat_map(|c| log.records(c))
+        .map(|r| match r.unwrap().decode().unwrap() {
+            Record::PostSend(q) => {
+                assert_eq!(*q, post(q.wr_id, 7));
+                q.wr_id
+            }
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(seqs, (0..n + 10).collect::<Vec<_>>());
+}

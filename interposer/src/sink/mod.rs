@@ -114,9 +114,7 @@ fn process() -> Option<&'static Process> {
                 Diag::Info,
                 &format!("sigmatrace: writing {}", writer.path().display()),
             );
-            if config.prefault_chunks > 0 {
-                start_preparer(writer.clone(), config.prefault_chunks);
-            }
+            start_preparer(writer.clone(), config.prefault_chunks);
             let p = Box::into_raw(Box::new(Process { writer }));
             PROCESS.store(p, Ordering::Release);
             // SAFETY: just leaked, never freed.
@@ -131,19 +129,25 @@ fn process() -> Option<&'static Process> {
 }
 
 /// Starts the background thread that keeps `ahead` chunks prepared (file blocks and page
-/// tables), so threads rolling into a new chunk do not populate its pages themselves. It
-/// blocks every signal (process-directed signals keep going to the program's threads), polls
-/// every millisecond while chunks are being used and backs off to 20 ms when idle, and stops
-/// for good on an I/O error (the appending thread then meets and reports it).
-fn start_preparer(writer: LogWriter, ahead: u32) {
+/// tables), so threads rolling into a new chunk do not populate its pages themselves, and
+/// hands back the memory of chunks whose writers moved on (`LogWriter::release_retired`), so
+/// the program's resident memory does not grow with the log. It blocks every signal
+/// (process-directed signals keep going to the program's threads), polls every millisecond
+/// while chunks are being used and backs off to 20 ms when idle, and stops preparing on an
+/// I/O error (the appending thread then meets and reports it).
+fn start_preparer(writer: LogWriter, mut ahead: u32) {
     let body = move || {
         let mut idle_ms = 1;
         loop {
-            match writer.prefault_ahead(ahead) {
-                Ok(n) if n < ahead => idle_ms = 1,
-                Ok(_) => idle_ms = (idle_ms * 2).min(20),
-                Err(_) => return,
-            }
+            let busy = match writer.prefault_ahead(ahead) {
+                Ok(n) => n < ahead,
+                Err(_) => {
+                    ahead = 0;
+                    false
+                }
+            };
+            let busy = writer.release_retired() > 0 || busy;
+            idle_ms = if busy { 1 } else { (idle_ms * 2).min(20) };
             std::thread::sleep(std::time::Duration::from_millis(idle_ms));
         }
     };
