@@ -268,6 +268,7 @@ fn load(paths: &[PathBuf], opts: &ConvertOptions) -> Result<Loaded, ConvertError
         .unwrap_or(0)
         + 1;
     let ud = crate::model::ud::build(&inputs, &topo, first_conn);
+    topo.ud = ud.join_keys();
     warnings.extend(ud.warnings.iter().cloned());
     for &(p, q) in &topo.ambiguous_qps {
         warnings.push(format!(

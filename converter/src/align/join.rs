@@ -92,6 +92,13 @@ pub fn join(inputs: &[LogInput], topo: &Topology, mut f: impl FnMut(&Pair)) {
             }
         }
     }
+    for &(c, sender, receiver) in &topo.ud.ends {
+        let c = c as usize;
+        if conns.len() <= c {
+            conns.resize(c + 1, ((0, 0), 0));
+        }
+        conns[c] = (sender, receiver);
+    }
     let epochs = (total / 2_000_000).clamp(1, 10_000) as i64;
     let step = ((hi - lo) / epochs).max(1) + 1;
     let mut cursors: Vec<_> = topo
@@ -117,6 +124,7 @@ pub fn join(inputs: &[LogInput], topo: &Topology, mut f: impl FnMut(&Pair)) {
                 let mut issues = Vec::new();
                 let mut cache = crate::fastmap::IndexCache::default();
                 let ts_end = p.map.inverse_ceil(end);
+                let (ud_send, ud_recv) = (topo.ud.send.get(p.index), topo.ud.recv.get(p.index));
                 let mut runs = 0;
                 for cur in threads.iter_mut() {
                     let before = out.len();
@@ -125,11 +133,21 @@ pub fn join(inputs: &[LogInput], topo: &Topology, mut f: impl FnMut(&Pair)) {
                         let b = r.bytes;
                         let qpn_at =
                             |at: usize| u32::from_ne_bytes(b[at..at + 4].try_into().expect("4"));
+                        let u32_at = qpn_at;
                         let (qi, send) = if r.kind == k_send {
                             if !verbs::consumes_recv(b[offset_of!(PostSend, opcode)]) {
                                 continue;
                             }
                             let qpn = qpn_at(offset_of!(PostSend, qpn));
+                            if let Some(m) = ud_send.filter(|m| !m.is_empty()) {
+                                let rkey = u32_at(offset_of!(PostSend, rkey));
+                                let at = offset_of!(PostSend, remote_addr);
+                                let ah = u64::from_ne_bytes(b[at..at + 8].try_into().expect("8"));
+                                if let Some(&c) = m.get(&(qpn, rkey, ah)) {
+                                    out.push((c, true, p.time(ts)));
+                                    continue;
+                                }
+                            }
                             (p.qp_at(&mut cache, qpn, ts), true)
                         } else if r.kind == k_wc {
                             let op = b[offset_of!(WorkCompletion, opcode)];
@@ -139,6 +157,15 @@ pub fn join(inputs: &[LogInput], topo: &Topology, mut f: impl FnMut(&Pair)) {
                                 continue;
                             }
                             let qpn = qpn_at(offset_of!(WorkCompletion, qpn));
+                            if let Some(m) = ud_recv.filter(|m| !m.is_empty()) {
+                                let src = u32_at(offset_of!(WorkCompletion, src_qp));
+                                let at = offset_of!(WorkCompletion, slid);
+                                let slid = u16::from_ne_bytes(b[at..at + 2].try_into().expect("2"));
+                                if let Some(&c) = m.get(&(qpn, src, slid)) {
+                                    out.push((c, false, p.time(ts)));
+                                    continue;
+                                }
+                            }
                             (p.completion_qp(&mut cache, qpn, ts, r.offset), false)
                         } else {
                             continue;

@@ -130,11 +130,16 @@ struct Joined {
     cross: u64,
     inverted: u64,
     hulls: PairHulls,
+    /// Earliest send and latest receive of the messages across domains (output ns).
+    span: (i64, i64),
 }
 
 fn join_hulls(inputs: &[LogInput], topo: &Topology, dom: &Domains, t0: i64) -> Joined {
     let mut per_conn: Vec<IncHull> = Vec::new();
-    let mut j = Joined::default();
+    let mut j = Joined {
+        span: (i64::MAX, i64::MIN),
+        ..Default::default()
+    };
     join(inputs, topo, |pr| {
         j.pairs += 1;
         j.inverted += (pr.y < pr.x) as u64;
@@ -143,6 +148,7 @@ fn join_hulls(inputs: &[LogInput], topo: &Topology, dom: &Domains, t0: i64) -> J
             return;
         }
         j.cross += 1;
+        j.span = (j.span.0.min(pr.x), j.span.1.max(pr.y));
         let c = pr.conn as usize;
         if per_conn.len() <= c {
             per_conn.resize_with(c + 1, IncHull::default);
@@ -207,7 +213,20 @@ pub fn align(inputs: &[LogInput], topo: &mut Topology, use_causality: bool) -> A
         (d.offset_min_ns, d.offset_max_ns, d.uncertainty_ns) = (Some(0.0), Some(0.0), Some(0.0));
     }
     if use_causality {
-        let j = join_hulls(inputs, topo, &dom, t0);
+        let mut j = join_hulls(inputs, topo, &dom, t0);
+        // Corrections are stated at the middle of the messages between domains, where they
+        // are known best (not at the middle of the logs, which may be mostly setup or idle).
+        let mut half = half;
+        if j.span.0 <= j.span.1 {
+            let mid = j.span.0 + (j.span.1 - j.span.0) / 2;
+            for (_, h) in j.hulls.values_mut() {
+                for p in h.iter_mut() {
+                    p.0 -= mid - t0;
+                }
+            }
+            out.t0 = mid;
+            half = ((j.span.1 - j.span.0) / 2).max(1) as f64;
+        }
         (out.pairs, out.cross_domain_pairs) = (j.pairs, j.cross);
         (out.inverted_before, out.inverted_after) = (j.inverted, j.inverted);
         correct(inputs, topo, &dom, &rt, &j, half, &mut out);

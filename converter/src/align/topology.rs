@@ -198,9 +198,23 @@ impl Process {
     }
 }
 
+/// Paired UD streams as the causality join sees them (filled from the UD pairing,
+/// `model::ud`, before the alignment): per process, send stream (QPN, destination QPN, AH)
+/// and receive stream (QPN, source QPN, SLID) → connection; per connection its sender
+/// (process, QPN) and receiver process. Only streams whose datagram counts agree (k-th sent =
+/// k-th received) are listed.
+#[derive(Clone, Debug, Default)]
+pub struct UdJoin {
+    pub send: Vec<crate::fastmap::FastMap<(u32, u32, u64), u32>>,
+    pub recv: Vec<crate::fastmap::FastMap<(u32, u32, u16), u32>>,
+    pub ends: Vec<(u32, (usize, u32), usize)>,
+}
+
 /// The whole run.
 #[derive(Clone, Debug, Default)]
 pub struct Topology {
+    /// UD streams for the causality join.
+    pub ud: UdJoin,
     pub hosts: Vec<Host>,
     pub procs: Vec<Process>,
     /// QPs with a destination that no traced QP matched, and ambiguous ones.

@@ -236,6 +236,32 @@ pub fn build(inputs: &[LogInput], topo: &Topology, first_conn: u64) -> UdStreams
 }
 
 impl UdStreams {
+    /// The streams with flows, as the causality join needs them.
+    pub fn join_keys(&self) -> crate::align::topology::UdJoin {
+        let mut j = crate::align::topology::UdJoin {
+            send: vec![Default::default(); self.send.len()],
+            recv: vec![Default::default(); self.recv.len()],
+            ends: Vec::new(),
+        };
+        let mut sender: std::collections::BTreeMap<u64, (usize, u32)> = Default::default();
+        for (p, m) in self.send.iter().enumerate() {
+            for (k, l) in m.iter().filter(|(_, l)| l.flows > 0) {
+                j.send[p].insert(*k, l.conn as u32);
+                sender.insert(l.conn, (p, k.0));
+            }
+        }
+        for (p, m) in self.recv.iter().enumerate() {
+            for (k, l) in m.iter().filter(|(_, l)| l.flows > 0) {
+                j.recv[p].insert(*k, l.conn as u32);
+                if let Some(&s) = sender.get(&l.conn) {
+                    j.ends.push((l.conn as u32, s, p));
+                }
+            }
+        }
+        j.ends.sort_unstable();
+        j
+    }
+
     fn next(link: Option<&UdLink>, counters: &mut [u64]) -> Option<u64> {
         let l = link?;
         let k = counters.get_mut(l.slot)?;
