@@ -139,6 +139,7 @@ fn accept(cm: &mut Cm, key: usize, p: Option<&rdma_conn_param>) -> CmResult<()> 
                 remote_psn: req.psn,
                 local_psn: st.psn,
                 dlid: req.lid,
+                dgid: req.gid,
                 mtu: mtu.min(u32::from(req.mtu)).max(1),
                 responder_resources: st.responder_resources,
                 initiator_depth: st.initiator_depth,

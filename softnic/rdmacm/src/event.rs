@@ -99,8 +99,7 @@ fn ud_params(b: &mut EventBox, m: &Msg) {
         qkey: m.qkey,
         ..Default::default()
     };
-    ud.ah_attr.dlid = m.lid;
-    ud.ah_attr.port_num = 1;
+    crate::verbs::set_av(&mut ud.ah_attr, m.lid, &m.gid);
     b.ev.param.ud = ud;
 }
 
@@ -151,6 +150,7 @@ fn establish_active(cm: &mut Cm, key: usize) -> (u32, i32) {
         remote_psn: rep.psn,
         local_psn: st.psn,
         dlid: rep.lid,
+        dgid: rep.gid,
         mtu: mtu.min(u32::from(rep.mtu)).max(1),
         responder_resources: st.responder_resources.min(rep.initiator_depth),
         initiator_depth: st.initiator_depth.min(rep.responder_resources),

@@ -469,8 +469,7 @@ fn init_qp_attr(cm: &mut Cm, key: usize, a: &mut ibv_qp_attr) -> CmResult<i32> {
             a.rq_psn = p.psn;
             a.max_dest_rd_atomic = st.responder_resources;
             a.min_rnr_timer = 12;
-            a.ah_attr.dlid = p.lid;
-            a.ah_attr.port_num = 1;
+            crate::verbs::set_av(&mut a.ah_attr, p.lid, &p.gid);
             IBV_QP_STATE
                 | IBV_QP_AV
                 | IBV_QP_PATH_MTU

@@ -149,12 +149,27 @@ pub fn qp_init(qp: *mut ibv_qp, ud: bool) -> i32 {
     modify(qp, &mut a, IBV_QP_STATE | IBV_QP_SQ_PSN)
 }
 
+/// Fills an address vector for a peer: by LID on InfiniBand; on RoCE (the peer reports LID
+/// 0) by GID, with a GRH as Ethernet ports require.
+pub fn set_av(ah: &mut ibv_ah_attr, lid: u16, gid: &[u8; 16]) {
+    ah.dlid = lid;
+    ah.port_num = 1;
+    if lid == 0 {
+        ah.is_global = 1;
+        ah.grh.dgid.raw = *gid;
+        ah.grh.sgid_index = 0;
+        ah.grh.hop_limit = 64;
+    }
+}
+
 /// What a connected RC QP needs from both sides.
 pub struct Path {
     pub remote_qpn: u32,
     pub remote_psn: u32,
     pub local_psn: u32,
     pub dlid: u16,
+    /// The peer's GID (the address on RoCE, where the peer has no LID).
+    pub dgid: [u8; 16],
     pub mtu: u32,
     pub responder_resources: u8,
     pub initiator_depth: u8,
@@ -173,8 +188,7 @@ pub fn qp_connect(qp: *mut ibv_qp, p: &Path) -> i32 {
         min_rnr_timer: 12,
         ..Default::default()
     };
-    a.ah_attr.dlid = p.dlid;
-    a.ah_attr.port_num = 1;
+    set_av(&mut a.ah_attr, p.dlid, &p.dgid);
     let rc = modify(
         qp,
         &mut a,

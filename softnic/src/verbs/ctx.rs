@@ -268,6 +268,12 @@ pub fn port_attr() -> ibv_port_attr {
     p.active_speed = 32; // EDR
     p.phys_state = 5; // LinkUp
     p.link_layer = IBV_LINK_LAYER_INFINIBAND as u8;
+    if crate::wire::state::roce() {
+        // An Ethernet port: no subnet manager, IP-based GIDs, the CM over IP.
+        p.link_layer = IBV_LINK_LAYER_ETHERNET as u8;
+        p.sm_lid = 0;
+        p.port_cap_flags = IBV_PORT_CM_SUP | IBV_PORT_IP_BASED_GIDS;
+    }
     p
 }
 
@@ -328,8 +334,13 @@ fn gid_entry(entry: &mut ibv_gid_entry) {
     entry.gid.raw = node_gid(global().node);
     entry.gid_index = 0;
     entry.port_num = 1;
-    entry.gid_type = IBV_GID_TYPE_IB;
-    entry.ndev_ifindex = 0;
+    if crate::wire::state::roce() {
+        entry.gid_type = IBV_GID_TYPE_ROCE_V2;
+        entry.ndev_ifindex = 1; // lo: the nodes' addresses are loopback addresses
+    } else {
+        entry.gid_type = IBV_GID_TYPE_IB;
+        entry.ndev_ifindex = 0;
+    }
 }
 
 #[no_mangle]
@@ -379,7 +390,9 @@ pub unsafe extern "C" fn sv_ibv_query_gid_type(
     if port != 1 || index != 0 {
         return -1;
     }
-    *ty = 0; // IBV_GID_TYPE_SYSFS_IB_ROCE_V1: an InfiniBand GID
+    // IBV_GID_TYPE_SYSFS_ROCE_V2 (1) on RoCE, else IBV_GID_TYPE_SYSFS_IB_ROCE_V1 (0): an
+    // InfiniBand GID.
+    *ty = u32::from(crate::wire::state::roce());
     0
 }
 

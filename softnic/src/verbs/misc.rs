@@ -188,6 +188,7 @@ fn sysfs_attr(file: &str) -> Option<String> {
         "node_desc" => format!("softnic node {}", g.node),
         "ports/1/state" => "4: ACTIVE".into(),
         "ports/1/phys_state" => "5: LinkUp".into(),
+        "ports/1/link_layer" if crate::wire::state::roce() => "Ethernet".into(),
         "ports/1/link_layer" => "InfiniBand".into(),
         "ports/1/lid" => format!("0x{:x}", node_lid(g.node)),
         "ports/1/rate" => "100 Gb/sec (4X EDR)".into(),

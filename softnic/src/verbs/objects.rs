@@ -541,7 +541,8 @@ pub fn ah_node(a: &ibv_ah_attr) -> Option<u32> {
         let raw = unsafe { a.grh.dgid.raw };
         return gid_node(&raw);
     }
-    (a.dlid != 0).then(|| a.dlid as u32 - 1)
+    // RoCE has no LIDs: an address vector must carry the GRH.
+    (a.dlid != 0 && !crate::wire::state::roce()).then(|| a.dlid as u32 - 1)
 }
 
 #[no_mangle]

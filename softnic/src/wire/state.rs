@@ -8,24 +8,65 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
-/// LID of simulated node N.
-pub fn node_lid(node: u32) -> u16 {
-    (node + 1) as u16
+/// Whether the port is a RoCE v2 port (`SOFTNIC_LINK_LAYER=ethernet`) rather than
+/// InfiniBand.
+pub fn roce() -> bool {
+    static ROCE: OnceLock<bool> = OnceLock::new();
+    *ROCE.get_or_init(|| {
+        std::env::var("SOFTNIC_LINK_LAYER").is_ok_and(|v| {
+            matches!(
+                v.trim().to_ascii_lowercase().as_str(),
+                "ethernet" | "eth" | "roce"
+            )
+        })
+    })
 }
-/// Node GUID (also the GID interface id) of node N, host order.
+
+/// LID of simulated node N (0 on RoCE: Ethernet ports have no LID).
+pub fn node_lid(node: u32) -> u16 {
+    if roce() {
+        0
+    } else {
+        (node + 1) as u16
+    }
+}
+/// Node GUID (also the IB GID interface id) of node N, host order.
 pub fn node_guid(node: u32) -> u64 {
     0x5346_4e00_0000_0000 | node as u64
 }
-/// The port GID (index 0) of node N: link-local prefix + GUID.
+/// The IPv4 address of node N: 127.0.1.N for N in 1..=254, else 127.1.(N>>8).(N&255) (the
+/// addresses softnic's librdmacm gives the nodes).
+pub fn node_ipv4(node: u32) -> [u8; 4] {
+    if (1..=254).contains(&node) {
+        [127, 0, 1, node as u8]
+    } else {
+        [127, 1, (node >> 8) as u8, node as u8]
+    }
+}
+/// The port GID (index 0) of node N: link-local prefix + GUID on InfiniBand; on RoCE v2 the
+/// node's IPv4 address as an IPv4-mapped IPv6 address (`::ffff:127.0.1.N`).
 pub fn node_gid(node: u32) -> [u8; 16] {
     let mut g = [0u8; 16];
+    if roce() {
+        g[10] = 0xff;
+        g[11] = 0xff;
+        g[12..].copy_from_slice(&node_ipv4(node));
+        return g;
+    }
     g[0] = 0xfe;
     g[1] = 0x80;
     g[8..].copy_from_slice(&node_guid(node).to_be_bytes());
     g
 }
-/// The node a GID names, if it is a softnic GID.
+/// The node a GID names, if it is a softnic GID (either form).
 pub fn gid_node(g: &[u8; 16]) -> Option<u32> {
+    if g[..10].iter().all(|&b| b == 0) && g[10..12] == [0xff, 0xff] {
+        return match g[12..] {
+            [127, 0, 1, n] if n != 0 && n != 255 => Some(u32::from(n)),
+            [127, 1, hi, lo] => Some(u32::from(hi) << 8 | u32::from(lo)),
+            _ => None,
+        };
+    }
     let id = u64::from_be_bytes(g[8..].try_into().ok()?);
     (id >> 32 == 0x5346_4e00).then_some((id & 0xffff_ffff) as u32)
 }

@@ -68,7 +68,13 @@ pub fn tree(build_dir: &Path, lib_dir: &Path, node: u32) -> Result<PathBuf, Sysf
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_nanos());
     let root = lib_dir.join("sysfs");
-    let dir = root.join(format!("node{node}-{stamp:x}-{:x}", meta.len()));
+    // The link layer (SOFTNIC_LINK_LAYER, inherited by the writer) changes the answers.
+    let layer = std::env::var("SOFTNIC_LINK_LAYER").unwrap_or_default();
+    let layer: String = layer
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .collect();
+    let dir = root.join(format!("node{node}-{stamp:x}-{:x}{layer}", meta.len()));
     if dir.join("class/infiniband_verbs/abi_version").exists() {
         return Ok(dir);
     }
@@ -201,7 +207,14 @@ pub fn write_tree(dir: &Path) -> Result<(), SysfsError> {
             .map(|c| format!("{:02x}{:02x}", c[0], c[1]))
             .collect();
         write(devdir.join("ports/1/gids/0"), &groups.join(":"))?;
-        write(devdir.join("ports/1/gid_attrs/types/0"), "IB/RoCE v1")?;
+        // The kernel's names of the two GID types; an Ethernet port's GIDs are RoCE v2.
+        let layer = std::fs::read_to_string(devdir.join("ports/1/link_layer")).unwrap_or_default();
+        let ty = if layer.trim() == "Ethernet" {
+            "RoCE v2"
+        } else {
+            "IB/RoCE v1"
+        };
+        write(devdir.join("ports/1/gid_attrs/types/0"), ty)?;
     }
     write(devdir.join("ports/1/pkeys/0"), "0xffff")?;
     let mut attr = ffi::ibv_device_attr::default();
