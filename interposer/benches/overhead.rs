@@ -1,7 +1,7 @@
 //! Overhead of libsigmatrace.so (interposer/README.md, "Overhead"). One command:
 //!
 //! ```text
-//! cargo build --release -p softnic -p softnic-mlx5 -p softnic-efa
+//! cargo build --release -p softnic -p softnic-mlx5 -p softnic-efa -p softnic-rdmacm
 //! cargo bench -p sigmatrace-interposer --bench overhead
 //! ```
 //!
@@ -11,11 +11,16 @@
 //!    chunk preparation on a background thread).
 //! 2. `valgrind --tool=callgrind`: instructions per op of the same loops (inclusive cost of
 //!    each loop function / ops), traced minus untraced.
-//! 3. softnic message rate (cprogs/loopback.c `rate`): 8-byte RDMA writes, 64 in flight, one in
+//! 3. Memory and log volume: Debian's `ib_write_bw -q 16 -s 8 -n N` client over softnic,
+//!    untraced and traced: peak RSS (`/usr/bin/time -v`), log bytes per WR, and the CPU the
+//!    tracer adds (traced − untraced user+system time of the client process, all its threads)
+//!    per WR event recorded.
+//! 4. softnic message rate (cprogs/loopback.c `rate`): 8-byte RDMA writes, 64 in flight, one in
 //!    16 signaled; traced and untraced processes alternate; median msgs/s and their ratio.
 //!
 //! Timing on a shared, virtualised 2-core machine is noisy: the spread is printed with each
-//! number. Environment: `OVERHEAD_ROUNDS` (default 9), `OVERHEAD_WRITES` (default 2000000).
+//! number. Environment: `OVERHEAD_ROUNDS` (default 9), `OVERHEAD_WRITES` (default 2000000),
+//! `OVERHEAD_BW_ITERS` (default 1000000, `ib_write_bw -n`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -122,7 +127,9 @@ fn main() {
         println!("(valgrind not installed: skipped)");
     }
 
-    println!("== 3. softnic message rate (8-byte RDMA writes; {rounds} rounds, traced and untraced alternating)");
+    write_bw_memory(&dir, &lib, tmp.path());
+
+    println!("== 4. softnic message rate (8-byte RDMA writes; {rounds} rounds, traced and untraced alternating)");
     let softnic = dir.join("softnic-run");
     if !softnic.exists() || !dir.join("libsoftnic_verbs.so").exists() {
         println!("(softnic not built in {}: run `cargo build --release -p softnic -p softnic-mlx5 -p softnic-efa`)", dir.display());
@@ -169,5 +176,98 @@ fn main() {
         1e9 / p,
         1e9 / t,
         p / t
+    );
+}
+
+/// Peak RSS (kB) and user+system seconds of a command run under `/usr/bin/time -v`.
+fn time_v(cmd: &mut Command) -> (u64, f64) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{cmd:?} failed: {err}");
+    let field = |name: &str| -> f64 {
+        err.lines()
+            .find_map(|l| l.trim().strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name:?} in {err}"))
+    };
+    (
+        field("Maximum resident set size (kbytes):") as u64,
+        field("User time (seconds):") + field("System time (seconds):"),
+    )
+}
+
+/// Section 3: `ib_write_bw -q 16 -s 8 -n N` over softnic, untraced then traced (client only).
+fn write_bw_memory(dir: &Path, lib: &Path, tmp: &Path) {
+    let iters = env_num("OVERHEAD_BW_ITERS", 1_000_000).to_string();
+    println!("== 3. memory: ib_write_bw -q 16 -s 8 -n {iters} client over softnic");
+    let softnic = dir.join("softnic-run");
+    let bw = Path::new("/usr/bin/ib_write_bw");
+    if !softnic.exists() || !bw.exists() || !Path::new("/usr/bin/time").exists() {
+        println!("(needs softnic-run, /usr/bin/ib_write_bw and /usr/bin/time: skipped)");
+        return;
+    }
+    let logs = tmp.join("bw-logs");
+    let mut results = Vec::new();
+    for traced_run in [false, true] {
+        let fabric = tmp.join(format!("bw-fabric-{traced_run}"));
+        let port = (20_000 + std::process::id() % 20_000 + traced_run as u32).to_string();
+        let side = |node: &str| {
+            let mut c = Command::new(&softnic);
+            c.args(["--node", node, "--fabric"]).arg(&fabric).arg("--");
+            c.arg(bw)
+                .args(["-q", "16", "-s", "8", "-n", &iters, "-p", &port]);
+            c
+        };
+        let mut server = side("1")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("server");
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        let mut client = Command::new("/usr/bin/time");
+        client.arg("-v");
+        let mut c = side("2");
+        c.arg("localhost");
+        client.arg(c.get_program()).args(c.get_args());
+        if traced_run {
+            traced(&mut client, lib, &logs);
+        }
+        results.push(time_v(&mut client));
+        let _ = server.wait();
+    }
+    let ((rss_u, cpu_u), (rss_t, cpu_t)) = (results[0], results[1]);
+    println!(
+        "peak RSS: untraced {} MB, traced {} MB (+{} MB)",
+        rss_u / 1024,
+        rss_t / 1024,
+        rss_t.saturating_sub(rss_u) / 1024
+    );
+    let (mut bytes, mut posts, mut events) = (0u64, 0u64, 0u64);
+    for e in std::fs::read_dir(&logs).expect("log directory").flatten() {
+        bytes += e.metadata().map(|m| m.len()).unwrap_or(0);
+        let log = sigmatrace_schemas::LogFile::open(&e.path()).expect("log");
+        for c in log.chunks() {
+            for r in log.records(c).flatten() {
+                let k = r.kind;
+                posts += (k == sigmatrace_schemas::RecordKind::PostSend as u16) as u64;
+                events += matches!(
+                    sigmatrace_schemas::RecordKind::from_id(k),
+                    Some(
+                        sigmatrace_schemas::RecordKind::PostSend
+                            | sigmatrace_schemas::RecordKind::PostRecv
+                            | sigmatrace_schemas::RecordKind::WorkCompletion
+                    )
+                ) as u64;
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&logs);
+    println!(
+        "log: {:.1} MB, {posts} posted WRs, {events} WR events: {:.1} log bytes per WR",
+        bytes as f64 / 1e6,
+        bytes as f64 / posts.max(1) as f64
+    );
+    println!(
+        "client CPU: untraced {cpu_u:.2} s, traced {cpu_t:.2} s; tracer CPU per WR event: {:.0} ns",
+        (cpu_t - cpu_u) * 1e9 / events.max(1) as f64
     );
 }

@@ -1,4 +1,5 @@
-//! A writer process killed with SIGKILL mid-run: every committed record is readable.
+//! A writer process killed with SIGKILL mid-run: every committed record is readable — also
+//! those of chunks a background thread was handing back (`release_retired`) meanwhile.
 
 mod common;
 
@@ -9,7 +10,8 @@ use std::time::{Duration, Instant};
 
 const CHILD_ENV: &str = "SIGMATRACE_SCHEMAS_KILL_CHILD";
 
-/// In the child: append numbered records from 4 threads forever.
+/// In the child: append numbered records from 4 threads forever, while a fifth hands back
+/// the chunks they finished.
 #[test]
 fn child_writer_entry() {
     let Ok(path) = std::env::var(CHILD_ENV) else {
@@ -18,6 +20,11 @@ fn child_writer_entry() {
     let w = writer(std::path::Path::new(&path), 1 << 12, 1 << 30);
     let barrier = std::sync::Barrier::new(4);
     std::thread::scope(|s| {
+        let releaser = &w;
+        s.spawn(move || loop {
+            releaser.release_retired();
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        });
         for t in 0..4u32 {
             let mut tw = w.thread_writer(t + 1);
             let barrier = &barrier;
