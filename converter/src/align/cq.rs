@@ -15,7 +15,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use crate::align::topology::Process;
+use crate::fastmap::IndexCache;
 use crate::read::hot::{is_received_message, Hot};
 use crate::read::input::LogInput;
 use crate::read::scan::QpCounts;
@@ -48,23 +48,30 @@ fn side(wc: &sigmatrace_schemas::records::WorkCompletion) -> Side {
     }
 }
 
-/// Whether `p` needs [`recount`]: it has completions without a QPN and knows which QPs use
-/// which CQ, or a QPN was created more than once.
-pub fn needs_recount(p: &Process, qpn0_completions: u64) -> bool {
-    let cq_known = p.qps.iter().any(|q| q.send_cq != 0 || q.recv_cq != 0);
-    (qpn0_completions > 0 && cq_known) || p.qps.iter().any(|q| q.next_gen.is_some())
+/// What [`recount`] needs of a process's QPs (implemented by the topology's process).
+pub trait QpTable {
+    /// Number of QPs (indices `0..qp_count`).
+    fn qp_count(&self) -> usize;
+    /// QP `i`: (send CQ, receive CQ, SRQ) handles.
+    fn queues(&self, i: usize) -> (u64, u64, u64);
+    /// The QP a record with QPN `qpn` at log time `ts` belongs to.
+    fn qp_at(&self, cache: &mut IndexCache, qpn: u32, ts: u64) -> Option<usize>;
+    /// Whether QP `i` exists at log time `ts`.
+    fn live_at(&self, i: usize, ts: u64) -> bool;
 }
 
-/// Reads `p`'s records in time order: sets every QP's counts and `p.attributed`.
-pub fn recount(input: &LogInput, p: &mut Process) {
-    let n = p.qps.len();
+/// Reads a process's records in time order: the counts of every QP and the attributed
+/// completions without QPN ((record file offset, QP index), sorted).
+pub fn recount(input: &LogInput, p: &impl QpTable) -> (Vec<QpCounts>, Vec<(u64, u32)>) {
+    let n = p.qp_count();
     let mut counts = vec![QpCounts::default(); n];
     let mut queues: Vec<Queues> = (0..n).map(|_| Queues::default()).collect();
     let mut srq: BTreeMap<u64, VecDeque<(u64, u64)>> = BTreeMap::new();
     // CQ handle → QPs (indices) completing into it, in QP order.
     let mut by_cq: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
-    for (i, q) in p.qps.iter().enumerate() {
-        for cq in [q.send_cq, q.recv_cq] {
+    for i in 0..n {
+        let (send_cq, recv_cq, _) = p.queues(i);
+        for cq in [send_cq, recv_cq] {
             if cq != 0 {
                 let v = by_cq.entry(cq).or_default();
                 if !v.contains(&i) {
@@ -75,7 +82,7 @@ pub fn recount(input: &LogInput, p: &mut Process) {
     }
     let mut attributed = Vec::new();
     let mut seq = 0u64;
-    let mut cache = crate::fastmap::IndexCache::default();
+    let mut cache = IndexCache::default();
     for (ts, r) in input.merged() {
         match Hot::of(&r) {
             Some(Hot::PostSend(ps)) => {
@@ -113,23 +120,20 @@ pub fn recount(input: &LogInput, p: &mut Process) {
                     qi
                 };
                 let Some(qi) = qi else { continue };
-                retire(&mut queues[qi], &mut srq, p.qps[qi].srq, wc);
+                retire(&mut queues[qi], &mut srq, p.queues(qi).2, wc);
                 counts[qi].completions += 1;
                 counts[qi].recv_ok += is_received_message(wc) as u64;
             }
             None => {}
         }
     }
-    for (q, c) in p.qps.iter_mut().zip(counts) {
-        q.counts = c;
-    }
     attributed.sort_unstable();
-    p.attributed = attributed;
+    (counts, attributed)
 }
 
 /// The QP a completion without QPN belongs to, among the QPs `cands` that use its CQ.
 fn choose(
-    p: &Process,
+    p: &impl QpTable,
     queues: &[Queues],
     srq: &BTreeMap<u64, VecDeque<(u64, u64)>>,
     cands: &[usize],
@@ -142,10 +146,10 @@ fn choose(
         .iter()
         .copied()
         .filter(|&i| {
-            let q = &p.qps[i];
+            let (send_cq, recv_cq, _) = p.queues(i);
             let on_side = match side {
-                Side::Send => q.send_cq == wc.cq,
-                Side::Recv => q.recv_cq == wc.cq,
+                Side::Send => send_cq == wc.cq,
+                Side::Recv => recv_cq == wc.cq,
                 Side::Any => true,
             };
             on_side && p.live_at(i, ts)
@@ -183,7 +187,7 @@ fn choose(
             .iter()
             .copied()
             .filter(|&i| {
-                let s = p.qps[i].srq;
+                let s = p.queues(i).2;
                 s != 0
                     && srq
                         .get(&s)

@@ -210,6 +210,22 @@ pub struct UdJoin {
     pub ends: Vec<(u32, (usize, u32), usize)>,
 }
 
+impl crate::align::cq::QpTable for Process {
+    fn qp_count(&self) -> usize {
+        self.qps.len()
+    }
+    fn queues(&self, i: usize) -> (u64, u64, u64) {
+        let q = &self.qps[i];
+        (q.send_cq, q.recv_cq, q.srq)
+    }
+    fn qp_at(&self, cache: &mut crate::fastmap::IndexCache, qpn: u32, ts: u64) -> Option<usize> {
+        Process::qp_at(self, cache, qpn, ts)
+    }
+    fn live_at(&self, i: usize, ts: u64) -> bool {
+        Process::live_at(self, i, ts)
+    }
+}
+
 /// The whole run.
 #[derive(Clone, Debug, Default)]
 pub struct Topology {
@@ -309,8 +325,15 @@ impl Topology {
             p.ports = port_addrs(&s.strings);
             build_qps(&mut p, s);
             let qpn0 = s.per_qp.get(&0).map_or(0, |c| c.completions);
-            if crate::align::cq::needs_recount(&p, qpn0) {
-                crate::align::cq::recount(inp, &mut p);
+            // Completions without QPN (with `qp_cq=` to attribute them) or a reused QPN:
+            // counted per QP by reading the process once.
+            let cq_known = p.qps.iter().any(|q| q.send_cq != 0 || q.recv_cq != 0);
+            if (qpn0 > 0 && cq_known) || p.qps.iter().any(|q| q.next_gen.is_some()) {
+                let (counts, attributed) = crate::align::cq::recount(inp, &p);
+                for (q, c) in p.qps.iter_mut().zip(counts) {
+                    q.counts = c;
+                }
+                p.attributed = attributed;
             }
             topo.procs.push(p);
         }
