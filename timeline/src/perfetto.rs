@@ -146,7 +146,11 @@ pub fn descriptor_packet(def: &TrackDef) -> TracePacket {
                 CounterUnit::Bytes => (Some(proto::UNIT_SIZE_BYTES), None),
                 CounterUnit::Custom(s) => (None, Some(s.to_string())),
             };
-            td.counter = Some(proto::CounterDescriptor { unit, unit_name });
+            td.counter = Some(proto::CounterDescriptor {
+                unit,
+                unit_name,
+                ..Default::default()
+            });
             td.sibling_merge_behavior = Some(proto::MERGE_NONE);
         }
     }
@@ -636,20 +640,21 @@ mod tests {
                 ..Default::default()
             }),
             interned_data: Some(proto::InternedData {
-                event_names: vec![proto::EventName {
+                event_names: vec![proto::InternedName {
                     iid: Some(1),
                     name: Some("RDMA_WRITE 4 KiB".into()),
                 }],
                 debug_annotation_names: vec![
-                    proto::DebugAnnotationName {
+                    proto::InternedName {
                         iid: Some(1),
                         name: Some("wr_id".into()),
                     },
-                    proto::DebugAnnotationName {
+                    proto::InternedName {
                         iid: Some(2),
                         name: Some("peer".into()),
                     },
                 ],
+                ..Default::default()
             }),
             ..Default::default()
         };

@@ -1,10 +1,18 @@
 //! Hand-written subset of the Perfetto trace protos (proto2), with the exact field numbers of
-//! upstream `protos/perfetto/trace/**` (the field numbers are listed in `testkit/README.md`). Optional
-//! scalars are `Option<T>`, enums are `Option<i32>`. Only what `sigmatrace-convert` writes is
-//! declared; the hot path (`crate::perfetto`) writes the same fields by hand and a unit test checks
-//! that it is byte-identical to these messages.
+//! upstream `protos/perfetto/trace/**` (`trace_packet.proto`, `track_event/*.proto`,
+//! `interned_data/interned_data.proto`, `clock_snapshot.proto`; `testkit/README.md` lists them).
+//! Optional scalars are `Option<T>`, enums are `Option<i32>`.
+//!
+//! One declaration serves both sides: the cold path of [`crate::perfetto`] encodes these
+//! messages with prost, its hot path writes the same fields by hand (a unit test checks that the
+//! bytes are identical to prost's encoding of these messages), and the repository's trace
+//! checker (`sigmatrace-testkit`) decodes every packet with them. What the converter writes is
+//! declared, plus the few fields the checker must recognise in traces from elsewhere
+//! (categories, thread descriptors, counter multipliers); anything else is an unknown field to
+//! the checker: extend these messages when the encoder starts writing a new field.
 
-/// `Trace { repeated TracePacket packet = 1; }`
+/// `Trace { repeated TracePacket packet = 1; }` — tests decode whole traces with it (the checker
+/// reads files packet by packet).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Trace {
     #[prost(message, repeated, tag = "1")]
@@ -23,6 +31,10 @@ pub struct TracePacket {
     pub interned_data: Option<InternedData>,
     #[prost(uint32, optional, tag = "13")]
     pub sequence_flags: Option<u32>,
+    #[prost(bool, optional, tag = "41")]
+    pub incremental_state_cleared: Option<bool>,
+    #[prost(bool, optional, tag = "42")]
+    pub previous_packet_dropped: Option<bool>,
     #[prost(message, optional, tag = "59")]
     pub trace_packet_defaults: Option<TracePacketDefaults>,
     #[prost(message, optional, tag = "6")]
@@ -31,12 +43,12 @@ pub struct TracePacket {
     pub track_event: Option<TrackEvent>,
     #[prost(message, optional, tag = "60")]
     pub track_descriptor: Option<TrackDescriptor>,
-    /// zlib-compressed concatenation of `Trace.packet` frames.
+    /// zlib stream of concatenated `Trace.packet` frames.
     #[prost(bytes = "vec", optional, tag = "50")]
     pub compressed_packets: Option<Vec<u8>>,
 }
 
-/// `TracePacket.sequence_flags` values.
+/// `TracePacket.sequence_flags` bits.
 pub const SEQ_INCREMENTAL_STATE_CLEARED: u32 = 1;
 pub const SEQ_NEEDS_INCREMENTAL_STATE: u32 = 2;
 
@@ -74,28 +86,23 @@ pub struct Clock {
     pub unit_multiplier_ns: Option<u64>,
 }
 
-/// Builtin clock ids.
+/// Builtin clock ids (`BuiltinClock`).
 pub const CLOCK_REALTIME: u32 = 1;
 pub const CLOCK_BOOTTIME: u32 = 6;
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct InternedData {
+    #[prost(message, repeated, tag = "1")]
+    pub event_categories: Vec<InternedName>,
     #[prost(message, repeated, tag = "2")]
-    pub event_names: Vec<EventName>,
+    pub event_names: Vec<InternedName>,
     #[prost(message, repeated, tag = "3")]
-    pub debug_annotation_names: Vec<DebugAnnotationName>,
+    pub debug_annotation_names: Vec<InternedName>,
 }
 
+/// `EventCategory`, `EventName` and `DebugAnnotationName` share this layout.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct EventName {
-    #[prost(uint64, optional, tag = "1")]
-    pub iid: Option<u64>,
-    #[prost(string, optional, tag = "2")]
-    pub name: Option<String>,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct DebugAnnotationName {
+pub struct InternedName {
     #[prost(uint64, optional, tag = "1")]
     pub iid: Option<u64>,
     #[prost(string, optional, tag = "2")]
@@ -112,6 +119,10 @@ pub struct TrackEvent {
     pub name_iid: Option<u64>,
     #[prost(string, optional, tag = "23")]
     pub name: Option<String>,
+    #[prost(uint64, repeated, packed = "false", tag = "3")]
+    pub category_iids: Vec<u64>,
+    #[prost(string, repeated, tag = "22")]
+    pub categories: Vec<String>,
     #[prost(int64, optional, tag = "30")]
     pub counter_value: Option<i64>,
     #[prost(double, optional, tag = "44")]
@@ -146,6 +157,8 @@ pub struct DebugAnnotation {
     pub double_value: Option<f64>,
     #[prost(string, optional, tag = "6")]
     pub string_value: Option<String>,
+    #[prost(uint64, optional, tag = "7")]
+    pub pointer_value: Option<u64>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -160,6 +173,8 @@ pub struct TrackDescriptor {
     pub description: Option<String>,
     #[prost(message, optional, tag = "3")]
     pub process: Option<ProcessDescriptor>,
+    #[prost(message, optional, tag = "4")]
+    pub thread: Option<ThreadDescriptor>,
     #[prost(message, optional, tag = "8")]
     pub counter: Option<CounterDescriptor>,
     #[prost(int32, optional, tag = "11")]
@@ -171,12 +186,6 @@ pub struct TrackDescriptor {
     #[prost(string, optional, tag = "16")]
     pub sibling_merge_key: Option<String>,
 }
-
-/// `TrackDescriptor.child_ordering` values.
-pub const CHILD_ORDERING_EXPLICIT: i32 = 3;
-/// `TrackDescriptor.sibling_merge_behavior` values.
-pub const MERGE_NONE: i32 = 2;
-pub const MERGE_BY_SIBLING_MERGE_KEY: i32 = 3;
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct ProcessDescriptor {
@@ -191,13 +200,37 @@ pub struct ProcessDescriptor {
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
+pub struct ThreadDescriptor {
+    #[prost(int32, optional, tag = "1")]
+    pub pid: Option<i32>,
+    #[prost(int64, optional, tag = "2")]
+    pub tid: Option<i64>,
+    #[prost(string, optional, tag = "5")]
+    pub thread_name: Option<String>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
 pub struct CounterDescriptor {
     #[prost(int32, optional, tag = "3")]
     pub unit: Option<i32>,
     #[prost(string, optional, tag = "6")]
     pub unit_name: Option<String>,
+    #[prost(int64, optional, tag = "4")]
+    pub unit_multiplier: Option<i64>,
+    #[prost(bool, optional, tag = "5")]
+    pub is_incremental: Option<bool>,
 }
 
+/// `TrackDescriptor.child_ordering` values.
+pub const CHILD_ORDERING_EXPLICIT: i32 = 3;
+/// `TrackDescriptor.sibling_merge_behavior` values.
+pub const MERGE_NONE: i32 = 2;
+pub const MERGE_BY_SIBLING_MERGE_KEY: i32 = 3;
 /// `CounterDescriptor.unit` values.
 pub const UNIT_COUNT: i32 = 2;
 pub const UNIT_SIZE_BYTES: i32 = 3;
+
+/// Largest defined value of each enum the checker reads (values above are unknown).
+pub const MAX_CHILD_ORDERING: i32 = 3;
+pub const MAX_SIBLING_MERGE_BEHAVIOR: i32 = 3;
+pub const MAX_COUNTER_UNIT: i32 = 3;

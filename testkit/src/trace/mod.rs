@@ -1,9 +1,9 @@
 //! The repository's own Perfetto trace checker.
 //!
 //! Data flow: file → [`read`] (gzip, `Trace` framing, `compressed_packets` inflated) → each
-//! `TracePacket` decoded with the prost messages of [`proto`] (declared here, independently of
-//! the converter's encoder) → [`checker`] (sequences, interning, clocks, descriptors, events,
-//! flows) → at the end [`tracks`] (parents, references, counter tracks, [`slices`] nesting) →
+//! `TracePacket` decoded with the prost messages of [`proto`] (`sigmatrace_timeline::proto`, the
+//! same declarations the encoder is tested byte-exact against) → [`checker`] (sequences,
+//! interning, clocks, descriptors, events, flows) → at the end [`tracks`] (parents, references, counter tracks, [`slices`] nesting) →
 //! a [`Report`]: violations by check, and statistics.
 //!
 //! Checks (the `check` name of each [`Violation`]): `unknown-field` (bytes the declared
@@ -21,10 +21,12 @@
 mod checker;
 mod clocks;
 mod flows;
-pub mod proto;
 pub mod read;
 mod slices;
 mod tracks;
+
+/// The Perfetto messages the checker decodes with: the timeline crate's declarations.
+pub use sigmatrace_timeline::proto;
 
 use std::collections::BTreeMap;
 use std::path::Path;
