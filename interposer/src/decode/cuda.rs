@@ -221,27 +221,35 @@ pub struct CuLaunchConfig {
 
 type Launch = Option<kernels::Launch>;
 
-/// Before `cuLaunchKernel`.
-#[allow(clippy::too_many_arguments)]
-pub fn launch_pre(
-    _f: u64,
-    _gx: c_uint,
-    _gy: c_uint,
-    _gz: c_uint,
-    _bx: c_uint,
-    _by: c_uint,
-    _bz: c_uint,
-    _shm: c_uint,
-    stream: u64,
-    _p: *mut *mut c_void,
-    _e: *mut *mut c_void,
-) -> Launch {
-    traced().then(|| kernels::before(stream, false))
+/// The launch's timing state, when traced. `PTSZ`: the `_ptsz` variant, whose stream 0 is
+/// the per-thread default stream.
+fn before<const PTSZ: bool>(stream: u64) -> Launch {
+    traced().then(|| kernels::before(stream, PTSZ))
 }
 
-/// Before `cuLaunchKernel_ptsz`.
+/// Ends the timing of a traced launch with its grid.
+fn after(
+    st: Launch,
+    api: u32,
+    f: u64,
+    grid: [c_uint; 3],
+    block: [c_uint; 3],
+    shm: c_uint,
+    ret: c_int,
+) {
+    if let Some(st) = st {
+        let dims = kernels::Dims {
+            grid,
+            block,
+            shared_mem: shm,
+        };
+        kernels::after(st, api, f, dims, ret);
+    }
+}
+
+/// Before `cuLaunchKernel` (`PTSZ`: `cuLaunchKernel_ptsz`).
 #[allow(clippy::too_many_arguments)]
-pub fn launch_pre_ptsz(
+pub fn launch_pre<const PTSZ: bool>(
     _f: u64,
     _gx: c_uint,
     _gy: c_uint,
@@ -254,7 +262,7 @@ pub fn launch_pre_ptsz(
     _p: *mut *mut c_void,
     _e: *mut *mut c_void,
 ) -> Launch {
-    traced().then(|| kernels::before(stream, true))
+    before::<PTSZ>(stream)
 }
 
 /// `cuLaunchKernel[_ptsz]`.
@@ -274,53 +282,26 @@ pub fn launch(
     _e: *mut *mut c_void,
     ret: c_int,
 ) {
-    if let Some(st) = st {
-        let dims = kernels::Dims {
-            grid: [gx, gy, gz],
-            block: [bx, by, bz],
-            shared_mem: shm,
-        };
-        kernels::after(st, launch_api::CU_LAUNCH_KERNEL, f, dims, ret);
-    }
+    let api = launch_api::CU_LAUNCH_KERNEL;
+    after(st, api, f, [gx, gy, gz], [bx, by, bz], shm, ret);
 }
 
+/// Before `cuLaunchKernelEx` (`PTSZ`: `cuLaunchKernelEx_ptsz`).
+///
 /// # Safety
 /// `cfg` null or the program's launch configuration.
-unsafe fn ex_pre(cfg: *const CuLaunchConfig, ptsz: bool) -> Launch {
-    if cfg.is_null() || !traced() {
+pub unsafe fn launch_ex_pre<const PTSZ: bool>(
+    cfg: *const CuLaunchConfig,
+    _f: u64,
+    _p: *mut *mut c_void,
+    _e: *mut *mut c_void,
+) -> Launch {
+    if cfg.is_null() {
         return None;
     }
     // SAFETY: the program's configuration, valid for the call.
     let stream = unsafe { (*cfg).stream };
-    Some(kernels::before(stream, ptsz))
-}
-
-/// Before `cuLaunchKernelEx`.
-///
-/// # Safety
-/// `cfg` null or the program's launch configuration.
-pub unsafe fn launch_ex_pre(
-    cfg: *const CuLaunchConfig,
-    _f: u64,
-    _p: *mut *mut c_void,
-    _e: *mut *mut c_void,
-) -> Launch {
-    // SAFETY: per caller.
-    unsafe { ex_pre(cfg, false) }
-}
-
-/// Before `cuLaunchKernelEx_ptsz`.
-///
-/// # Safety
-/// `cfg` null or the program's launch configuration.
-pub unsafe fn launch_ex_pre_ptsz(
-    cfg: *const CuLaunchConfig,
-    _f: u64,
-    _p: *mut *mut c_void,
-    _e: *mut *mut c_void,
-) -> Launch {
-    // SAFETY: per caller.
-    unsafe { ex_pre(cfg, true) }
+    before::<PTSZ>(stream)
 }
 
 /// `cuLaunchKernelEx[_ptsz]`.
@@ -335,21 +316,17 @@ pub unsafe fn launch_ex(
     _e: *mut *mut c_void,
     ret: c_int,
 ) {
-    if let Some(st) = st {
+    if st.is_some() {
         // SAFETY: checked non-null in the pre handler; valid for the call.
         let c = unsafe { &*cfg };
-        let dims = kernels::Dims {
-            grid: c.grid,
-            block: c.block,
-            shared_mem: c.shared_mem,
-        };
-        kernels::after(st, launch_api::CU_LAUNCH_KERNEL_EX, f, dims, ret);
+        let api = launch_api::CU_LAUNCH_KERNEL_EX;
+        after(st, api, f, c.grid, c.block, c.shared_mem, ret);
     }
 }
 
-/// Before `cuLaunchCooperativeKernel`.
+/// Before `cuLaunchCooperativeKernel` (`PTSZ`: `cuLaunchCooperativeKernel_ptsz`).
 #[allow(clippy::too_many_arguments)]
-pub fn coop_pre(
+pub fn coop_pre<const PTSZ: bool>(
     _f: u64,
     _gx: c_uint,
     _gy: c_uint,
@@ -361,24 +338,7 @@ pub fn coop_pre(
     stream: u64,
     _p: *mut *mut c_void,
 ) -> Launch {
-    traced().then(|| kernels::before(stream, false))
-}
-
-/// Before `cuLaunchCooperativeKernel_ptsz`.
-#[allow(clippy::too_many_arguments)]
-pub fn coop_pre_ptsz(
-    _f: u64,
-    _gx: c_uint,
-    _gy: c_uint,
-    _gz: c_uint,
-    _bx: c_uint,
-    _by: c_uint,
-    _bz: c_uint,
-    _shm: c_uint,
-    stream: u64,
-    _p: *mut *mut c_void,
-) -> Launch {
-    traced().then(|| kernels::before(stream, true))
+    before::<PTSZ>(stream)
 }
 
 /// `cuLaunchCooperativeKernel[_ptsz]`.
@@ -397,12 +357,6 @@ pub fn coop(
     _p: *mut *mut c_void,
     ret: c_int,
 ) {
-    if let Some(st) = st {
-        let dims = kernels::Dims {
-            grid: [gx, gy, gz],
-            block: [bx, by, bz],
-            shared_mem: shm,
-        };
-        kernels::after(st, launch_api::CU_LAUNCH_COOPERATIVE_KERNEL, f, dims, ret);
-    }
+    let api = launch_api::CU_LAUNCH_COOPERATIVE_KERNEL;
+    after(st, api, f, [gx, gy, gz], [bx, by, bz], shm, ret);
 }

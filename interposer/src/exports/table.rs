@@ -150,12 +150,12 @@ hook_table! {
     cuMemHostGetDevicePointer_v2 @ Cuda "" (dptr: *mut u64, p: *mut c_void, flags: c_uint) -> c_int => post cu::cu_mem_host_get_device_pointer;
     cuMemHostGetDevicePointer @ Cuda "" (dptr: *mut u32, p: *mut c_void, flags: c_uint) -> c_int => post cu::cu_mem_host_get_device_pointer_v1;
     cuModuleGetFunction @ Cuda "" (f: *mut u64, module: u64, name: *const c_char) -> c_int => post cu::cu_module_get_function;
-    cuLaunchKernel @ Cuda "" (f: u64, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shm: c_uint, stream: u64, params: *mut *mut c_void, extra: *mut *mut c_void) -> c_int => pre cu::launch_pre, post cu::launch;
-    cuLaunchKernel_ptsz @ Cuda "" (f: u64, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shm: c_uint, stream: u64, params: *mut *mut c_void, extra: *mut *mut c_void) -> c_int => pre cu::launch_pre_ptsz, post cu::launch;
-    cuLaunchKernelEx @ Cuda "" (cfg: *const CuLaunchConfig, f: u64, params: *mut *mut c_void, extra: *mut *mut c_void) -> c_int => pre cu::launch_ex_pre, post cu::launch_ex;
-    cuLaunchKernelEx_ptsz @ Cuda "" (cfg: *const CuLaunchConfig, f: u64, params: *mut *mut c_void, extra: *mut *mut c_void) -> c_int => pre cu::launch_ex_pre_ptsz, post cu::launch_ex;
-    cuLaunchCooperativeKernel @ Cuda "" (f: u64, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shm: c_uint, stream: u64, params: *mut *mut c_void) -> c_int => pre cu::coop_pre, post cu::coop;
-    cuLaunchCooperativeKernel_ptsz @ Cuda "" (f: u64, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shm: c_uint, stream: u64, params: *mut *mut c_void) -> c_int => pre cu::coop_pre_ptsz, post cu::coop;
+    cuLaunchKernel @ Cuda "" (f: u64, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shm: c_uint, stream: u64, params: *mut *mut c_void, extra: *mut *mut c_void) -> c_int => pre cu::launch_pre::<false>, post cu::launch;
+    cuLaunchKernel_ptsz @ Cuda "" (f: u64, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shm: c_uint, stream: u64, params: *mut *mut c_void, extra: *mut *mut c_void) -> c_int => pre cu::launch_pre::<true>, post cu::launch;
+    cuLaunchKernelEx @ Cuda "" (cfg: *const CuLaunchConfig, f: u64, params: *mut *mut c_void, extra: *mut *mut c_void) -> c_int => pre cu::launch_ex_pre::<false>, post cu::launch_ex;
+    cuLaunchKernelEx_ptsz @ Cuda "" (cfg: *const CuLaunchConfig, f: u64, params: *mut *mut c_void, extra: *mut *mut c_void) -> c_int => pre cu::launch_ex_pre::<true>, post cu::launch_ex;
+    cuLaunchCooperativeKernel @ Cuda "" (f: u64, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shm: c_uint, stream: u64, params: *mut *mut c_void) -> c_int => pre cu::coop_pre::<false>, post cu::coop;
+    cuLaunchCooperativeKernel_ptsz @ Cuda "" (f: u64, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shm: c_uint, stream: u64, params: *mut *mut c_void) -> c_int => pre cu::coop_pre::<true>, post cu::coop;
 }
 
 /// The entry for `name`, and for `dlvsym` lookups only if `version` is the table's version.
