@@ -16,6 +16,7 @@ use sigmatrace_examples::rendezvous::{fetch, publish};
 use sigmatrace_examples::verbs::{
     self, ffi::*, post_recv, post_send, wait_one, Cq, Device, PortAddress, Qp, SendOp,
 };
+use sigmatrace_examples::workload::{num, parse_options, rank_main};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -35,22 +36,21 @@ fn parse_args() -> Result<Args, String> {
         elems: 1 << 14,
         iters: 10,
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(k) = it.next() {
-        let mut v = || it.next().ok_or(format!("{k} needs a value"));
-        match k.as_str() {
-            "--rank" => a.rank = v()?.parse().map_err(|e| format!("--rank: {e}"))?,
-            "--ranks" => a.ranks = v()?.parse().map_err(|e| format!("--ranks: {e}"))?,
+    parse_options(|k, v| {
+        match k {
+            "--rank" => a.rank = num(k, v()?)?,
+            "--ranks" => a.ranks = num(k, v()?)?,
             "--rendezvous" => a.dir = PathBuf::from(v()?),
-            "--elems" => a.elems = v()?.parse().map_err(|e| format!("--elems: {e}"))?,
-            "--iters" => a.iters = v()?.parse().map_err(|e| format!("--iters: {e}"))?,
+            "--elems" => a.elems = num(k, v()?)?,
+            "--iters" => a.iters = num(k, v()?)?,
             "-h" | "--help" => {
                 println!("usage: ring-allreduce --rank R --ranks N --rendezvous DIR [--elems E] [--iters I]");
                 std::process::exit(0);
             }
-            other => return Err(format!("unknown argument {other}")),
+            _ => return Ok(false),
         }
-    }
+        Ok(true)
+    })?;
     if a.ranks < 2 || a.rank >= a.ranks || a.dir.as_os_str().is_empty() {
         return Err("need --ranks N (>= 2), --rank R (< N) and --rendezvous DIR".into());
     }
@@ -296,15 +296,5 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 fn main() {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("ring-allreduce: {e}");
-            std::process::exit(2);
-        }
-    };
-    if let Err(e) = run(&args) {
-        eprintln!("ring-allreduce rank {}: {e}", args.rank);
-        std::process::exit(1);
-    }
+    rank_main("ring-allreduce", parse_args(), |a| a.rank, run);
 }

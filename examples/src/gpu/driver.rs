@@ -230,21 +230,7 @@ impl Gpu {
         let mut params = [&mut a as *mut A as *mut c_void];
         // SAFETY: the kernel takes one parameter of A's layout; the driver copies it before
         // returning.
-        check("cuLaunchKernel", unsafe {
-            sys::cuLaunchKernel(
-                f.0,
-                grid,
-                1,
-                1,
-                block,
-                1,
-                1,
-                0,
-                s.0,
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        })
+        unsafe { self.launch_raw(f, grid, block, s, &mut params) }
     }
 
     /// Launches with raw parameter pointers (kernels with several parameters).

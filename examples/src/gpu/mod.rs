@@ -17,10 +17,14 @@ pub mod driver;
 pub mod host;
 pub mod qp;
 
-use std::time::Duration;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
-use crate::cluster::Cluster;
+use crate::cluster::{write_json, Cluster};
+use crate::workload::Res;
+use clock::{ClockFit, ClockPair};
 use driver::{Gpu, GpuError, HostMap, Module};
+use qp::{check_outcomes, GpuQps};
 
 /// Bookkeeping entries per QP the kernels can record.
 pub const LOG_CAP: u32 = 1 << 16;
@@ -59,6 +63,77 @@ impl GpuRun {
         v
     }
 
+    /// Runs kernel `entry` of `ptx` as one block of `block` threads with the argument struct
+    /// `args` — against the test double, first checked to be as large as its host build's — and
+    /// waits for it; then takes the clock pairs after it (`before`: those taken before).
+    pub fn run_kernel<A: Copy>(
+        &self,
+        ptx: &str,
+        entry: &'static str,
+        block: u32,
+        args: &A,
+        before: Vec<ClockPair>,
+    ) -> Res<KernelRun> {
+        let size = std::mem::size_of::<A>() as u64;
+        if self.test_double && host::param_size(entry) != Some(size) {
+            return Err(format!(
+                "the argument struct of {entry} ({size} bytes) differs from the kernel's \
+                 (host build size)"
+            )
+            .into());
+        }
+        let g = &self.gpu;
+        let module = g.module(ptx)?;
+        let f = g.function(&module, entry)?;
+        let stream = g.stream()?;
+        let t0 = Instant::now();
+        g.launch(f, 1, block, &stream, args)?;
+        g.sync(&stream)?;
+        let kernel_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let after = self.clock_pairs(16)?;
+        Ok(KernelRun {
+            entry,
+            block,
+            kernel_ms,
+            before,
+            after,
+        })
+    }
+
+    /// After a kernel that succeeded: the QPs' bookkeeping logs, checked, become the cluster's
+    /// posted WQEs, and `gpu.<rank>.json` is written into `out`.
+    pub fn report(
+        &self,
+        k: &KernelRun,
+        c: &Cluster,
+        qps: &GpuQps,
+        registered_bytes: u64,
+        rank: u32,
+        out: &Path,
+    ) -> Res<GpuReport> {
+        let posted = check_outcomes(&qps.read_back(&self.gpu)?)?;
+        let wqes = posted.values().map(|v| v.len() as u64).sum();
+        c.set_gpu_posted(posted);
+        let all: Vec<_> = k.before.iter().chain(&k.after).copied().collect();
+        let report = GpuReport {
+            rank,
+            device: self.gpu.name.clone(),
+            compute_capability: self.gpu.cc,
+            driver_version: self.gpu.driver_version,
+            test_double: self.test_double,
+            kernel: k.entry.into(),
+            block: k.block,
+            kernel_ms: k.kernel_ms,
+            registered_bytes,
+            wqes,
+            clock: ClockFit::fit(&all),
+            clock_prediction_error_ns: ClockFit::fit(&k.before).map(|f| f.error_on(&k.after)),
+        };
+        std::fs::create_dir_all(out)?;
+        write_json(&out.join(format!("gpu.{rank}.json")), &report)?;
+        Ok(report)
+    }
+
     /// Registers the cluster's rings plus `extra` host ranges for the GPU.
     ///
     /// # Safety
@@ -69,6 +144,17 @@ impl GpuRun {
         // SAFETY: the caller's contract; the rings live as long as the cluster.
         unsafe { HostMap::register(&self.gpu, &r) }
     }
+}
+
+/// A finished run of a workload's kernel.
+pub struct KernelRun {
+    pub entry: &'static str,
+    pub block: u32,
+    /// Launch to synchronise, wall time.
+    pub kernel_ms: f64,
+    /// Clock pairs taken before and after the kernel.
+    pub before: Vec<ClockPair>,
+    pub after: Vec<ClockPair>,
 }
 
 /// What a `--gpu` rank reports besides the CPU mode's files (`gpu.<rank>.json`).

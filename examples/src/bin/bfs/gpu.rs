@@ -5,11 +5,9 @@
 //! into the same `Arrival`s (CLOCK_REALTIME) the CPU mode records.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::time::Instant;
 
-use sigmatrace_examples::gpu::clock::ClockFit;
-use sigmatrace_examples::gpu::qp::{check_outcomes, GpuQps};
-use sigmatrace_examples::gpu::{host, GpuReport, GpuRun, LOG_CAP};
+use sigmatrace_examples::gpu::qp::GpuQps;
+use sigmatrace_examples::gpu::{GpuRun, LOG_CAP};
 use sigmatrace_examples::kernels;
 use sigmatrace_examples::workload::Res;
 
@@ -114,8 +112,8 @@ pub fn run(r: &Rank) -> Res<(u32, Vec<Arrival>)> {
         .collect();
     let d = |p: u64| map.dev(p);
     let args = BfsArgs {
-        rank: a.rank,
-        nranks: a.ranks,
+        rank: a.opts.rank,
+        nranks: a.opts.ranks,
         nlocal: r.nlocal,
         words: r.words as u32,
         max_rounds: MAX_ROUNDS,
@@ -132,7 +130,7 @@ pub fn run(r: &Rank) -> Res<(u32, Vec<Arrival>)> {
         adj: g.upload(&adj)?.ptr,
         level: d(r.level.as_ptr() as u64)?,
         frontier: g.upload(&frontier)?.ptr,
-        stage: g.alloc(a.ranks as usize * r.words * 8)?.ptr,
+        stage: g.alloc(a.opts.ranks as usize * r.words * 8)?.ptr,
         outbox: d(r.outbox.addr())?,
         inbox: d(r.inbox.addr())?,
         scratch: d(r.scratch.addr())?,
@@ -143,18 +141,13 @@ pub fn run(r: &Rank) -> Res<(u32, Vec<Arrival>)> {
         arrival_last: d(arrival_last.as_ptr() as u64)?,
         status: d(status.as_ptr() as u64)?,
     };
-    if gr.test_double && host::param_size(kernels::BFS_ENTRY) != Some(size_of::<BfsArgs>() as u64) {
-        return Err("BfsArgs layout differs from gpu/bfs.cu (host build size)".into());
-    }
-    let module = g.module(kernels::BFS_PTX)?;
-    let f = g.function(&module, kernels::BFS_ENTRY)?;
-    let stream = g.stream()?;
-    let t0 = Instant::now();
-    g.launch(f, 1, a.threads as u32, &stream, &args)?;
-    g.sync(&stream)?;
-    let kernel_ms = t0.elapsed().as_secs_f64() * 1e3;
-    let after = gr.clock_pairs(16)?;
-    let outcomes = qps.read_back(g)?;
+    let k = gr.run_kernel(
+        kernels::BFS_PTX,
+        kernels::BFS_ENTRY,
+        a.opts.threads as u32,
+        &args,
+        before,
+    )?;
     let st: Vec<u32> = status.iter().map(|s| s.load(Ordering::Acquire)).collect();
     if st[1] != 0 {
         return Err(format!(
@@ -163,12 +156,9 @@ pub fn run(r: &Rank) -> Res<(u32, Vec<Arrival>)> {
         )
         .into());
     }
-    let posted = check_outcomes(&outcomes)?;
-    let wqes = posted.values().map(|v| v.len() as u64).sum();
-    r.c.set_gpu_posted(posted);
-    let all: Vec<_> = before.iter().chain(&after).copied().collect();
-    let fit = ClockFit::fit(&all).ok_or("no clock fit")?;
-    let prediction = ClockFit::fit(&before).map(|f| f.error_on(&after));
+    let report = gr.report(&k, r.c, &qps, map.bytes(), a.opts.rank, &a.opts.out)?;
+    drop(map);
+    let fit = report.clock.ok_or("no clock fit")?;
     let rounds = st[3].min(MAX_ROUNDS);
     let arrivals = (0..rounds)
         .map(|e| Arrival {
@@ -178,22 +168,5 @@ pub fn run(r: &Rank) -> Res<(u32, Vec<Arrival>)> {
             delay_us: delay_us(a, e + 1),
         })
         .collect();
-    let report = GpuReport {
-        rank: a.rank,
-        device: g.name.clone(),
-        compute_capability: g.cc,
-        driver_version: g.driver_version,
-        test_double: gr.test_double,
-        kernel: kernels::BFS_ENTRY.into(),
-        block: a.threads as u32,
-        kernel_ms,
-        registered_bytes: map.bytes(),
-        wqes,
-        clock: Some(fit),
-        clock_prediction_error_ns: prediction,
-    };
-    drop(map);
-    std::fs::create_dir_all(&a.out)?;
-    sigmatrace_examples::cluster::write_json(&a.out.join(format!("gpu.{}.json", a.rank)), &report)?;
     Ok((st[0], arrivals))
 }

@@ -33,7 +33,6 @@
 //! before its FETCH_ADD is posted), the slowest rank and the spread. Every rank checks its
 //! vertices' levels against a serial BFS and exits non-zero on any difference.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
@@ -44,8 +43,9 @@ use sigmatrace_examples::cluster::{
 };
 use sigmatrace_examples::dv::Mode;
 use sigmatrace_examples::mlx5::{Backoff, WqeOp};
-use sigmatrace_examples::selfobs;
-use sigmatrace_examples::workload::{finish_self_observation, num, FirstError, Res};
+use sigmatrace_examples::workload::{
+    list, num, parse_options, rank_main, FirstError, RankOptions, Res,
+};
 
 mod gpu;
 
@@ -54,92 +54,47 @@ const UNVISITED: u32 = u32::MAX;
 const WORKLOAD: &str = "bfs";
 
 struct Args {
-    rank: u32,
-    ranks: u32,
-    dir: PathBuf,
-    out: PathBuf,
-    mode: Mode,
-    threads: usize,
+    opts: RankOptions,
     vertices: u32,
     degree: u32,
     span: u32,
     seed: u64,
     delays_us: Vec<u64>,
     rotate: bool,
-    depth: u32,
-    self_observe: Option<PathBuf>,
-    gpu: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut a = Args {
-        rank: u32::MAX,
-        ranks: 0,
-        dir: PathBuf::new(),
-        out: PathBuf::new(),
-        mode: Mode::InitObj,
-        threads: 2,
+        opts: RankOptions::default(),
         vertices: 4096,
         degree: 3,
         span: 48,
         seed: 1,
         delays_us: vec![0],
         rotate: false,
-        depth: 256,
-        self_observe: None,
-        gpu: false,
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(k) = it.next() {
-        let mut v = || it.next().ok_or(format!("{k} needs a value"));
-        match k.as_str() {
-            "--rank" => a.rank = num(&k, v()?)?,
-            "--ranks" => a.ranks = num(&k, v()?)?,
-            "--rendezvous" => a.dir = PathBuf::from(v()?),
-            "--out" => a.out = PathBuf::from(v()?),
-            "--mode" => a.mode = v()?.parse()?,
-            "--threads" => a.threads = num(&k, v()?)?,
-            "--vertices" => a.vertices = num(&k, v()?)?,
-            "--degree" => a.degree = num(&k, v()?)?,
-            "--span" => a.span = num(&k, v()?)?,
-            "--seed" => a.seed = num(&k, v()?)?,
-            "--depth" => a.depth = num(&k, v()?)?,
-            "--self-observe" => a.self_observe = Some(PathBuf::from(v()?)),
+    parse_options(|k, v| {
+        match k {
+            "--vertices" => a.vertices = num(k, v()?)?,
+            "--degree" => a.degree = num(k, v()?)?,
+            "--span" => a.span = num(k, v()?)?,
+            "--seed" => a.seed = num(k, v()?)?,
             "--rotate" => a.rotate = true,
-            "--gpu" => a.gpu = true,
-            "--delays-us" => {
-                a.delays_us = v()?
-                    .split(',')
-                    .map(|x| x.trim().parse().map_err(|e| format!("--delays-us: {e}")))
-                    .collect::<Result<_, _>>()?
-            }
+            "--delays-us" => a.delays_us = list(k, v()?)?,
             "-h" | "--help" => {
                 println!("usage: bfs --rank R --ranks N --rendezvous DIR --out DIR [--mode initobj|devx|verbs] [--threads T] [--vertices V] [--degree D] [--span S] [--seed X] [--delays-us D0,D1,..] [--rotate] [--depth Q] [--self-observe DIR] [--gpu]");
                 std::process::exit(0);
             }
-            other => return Err(format!("unknown argument {other}")),
+            _ => return a.opts.take(k, v),
         }
-    }
-    if a.ranks < 2
-        || a.rank >= a.ranks
-        || a.dir.as_os_str().is_empty()
-        || a.out.as_os_str().is_empty()
-    {
-        return Err("need --ranks N (>= 2), --rank R (< N), --rendezvous DIR and --out DIR".into());
-    }
-    if a.vertices == 0 || !a.vertices.is_multiple_of(a.ranks) || a.span == 0 || a.threads == 0 {
-        return Err(
-            "--vertices must be a positive multiple of --ranks; --span, --threads > 0".into(),
-        );
+        Ok(true)
+    })?;
+    a.opts.check()?;
+    if a.vertices == 0 || !a.vertices.is_multiple_of(a.opts.ranks) || a.span == 0 {
+        return Err("--vertices must be a positive multiple of --ranks; --span > 0".into());
     }
     if a.delays_us.is_empty() {
         a.delays_us = vec![0];
-    }
-    if a.gpu && a.mode == Mode::Verbs {
-        return Err("--gpu posts into mlx5 rings: use --mode initobj or devx".into());
-    }
-    if a.self_observe.is_some() && a.mode == Mode::Verbs {
-        return Err("--self-observe watches mlx5 rings: use --mode initobj or devx".into());
     }
     Ok(a)
 }
@@ -183,7 +138,7 @@ fn serial_bfs(adj: &[Vec<u32>]) -> Vec<u32> {
 /// This rank's configured delay before barrier round `epoch` (µs).
 fn delay_us(a: &Args, epoch: u32) -> u64 {
     let d = &a.delays_us;
-    let k = (a.rank as u64 + if a.rotate { epoch as u64 - 1 } else { 0 }) as usize;
+    let k = (a.opts.rank as u64 + if a.rotate { epoch as u64 - 1 } else { 0 }) as usize;
     d[k % d.len()]
 }
 
@@ -251,14 +206,14 @@ struct Rank<'a> {
 impl Rank<'_> {
     /// Expands this worker's share of the frontier into the outbox bitmaps.
     fn expand(&self, t: usize) {
-        for w in (t..self.words).step_by(self.a.threads) {
+        for w in (t..self.words).step_by(self.a.opts.threads) {
             let mut bits = self.frontier[w].load(Ordering::Relaxed);
             while bits != 0 {
                 let b = bits.trailing_zeros();
                 bits &= bits - 1;
                 let v = w as u32 * 64 + b;
                 for &g in &self.adj[v as usize] {
-                    let (owner, local) = (g % self.a.ranks, g / self.a.ranks);
+                    let (owner, local) = (g % self.a.opts.ranks, g / self.a.opts.ranks);
                     let at = owner as usize * self.words + local as usize / 64;
                     self.outbox.as_slice()[at].fetch_or(1 << (local % 64), Ordering::Relaxed);
                 }
@@ -269,14 +224,14 @@ impl Rank<'_> {
     /// Sends this worker's word range of every non-empty peer bitmap; waits for completion.
     fn send(&self, t: usize, parity: usize) -> Res<()> {
         let (lo, hi) = (
-            self.words * t / self.a.threads,
-            self.words * (t + 1) / self.a.threads,
+            self.words * t / self.a.opts.threads,
+            self.words * (t + 1) / self.a.opts.threads,
         );
         if lo == hi {
             return Ok(());
         }
-        let n = self.a.ranks as usize;
-        let me = self.a.rank as usize;
+        let n = self.a.opts.ranks as usize;
+        let me = self.a.opts.rank as usize;
         for p in 0..n {
             let range = &self.outbox.as_slice()[p * self.words + lo..p * self.words + hi];
             if range.iter().all(|x| x.load(Ordering::Relaxed) == 0) {
@@ -302,7 +257,7 @@ impl Rank<'_> {
 
     /// The RDMA-atomic barrier (worker 0 only). Returns the number of ranks that were active.
     fn barrier(&self, epoch: u32, active: bool) -> Res<u64> {
-        let n = self.a.ranks as u64;
+        let n = self.a.opts.ranks as u64;
         let delay = delay_us(self.a, epoch);
         if delay > 0 {
             std::thread::sleep(Duration::from_micros(delay));
@@ -334,8 +289,8 @@ impl Rank<'_> {
             let rel = epoch as u64 | total << 32;
             self.scratch.as_slice()[1].store(rel, Ordering::Release);
             let mut posted = Vec::new();
-            for p in 0..self.a.ranks {
-                if p == self.a.rank {
+            for p in 0..self.a.opts.ranks {
+                if p == self.a.opts.rank {
                     continue;
                 }
                 let r = self.peers[p as usize].release;
@@ -377,11 +332,11 @@ impl Rank<'_> {
 
     /// Merges the inbox (and own outbox) of `parity` into the next frontier, level `lvl`.
     fn merge(&self, t: usize, parity: usize, lvl: u32) {
-        let n = self.a.ranks as usize;
-        let me = self.a.rank as usize;
+        let n = self.a.opts.ranks as usize;
+        let me = self.a.opts.rank as usize;
         let ib = self.inbox.as_slice();
         let ob = self.outbox.as_slice();
-        for w in (t..self.words).step_by(self.a.threads) {
+        for w in (t..self.words).step_by(self.a.opts.threads) {
             let mut next = ob[me * self.words + w].load(Ordering::Relaxed);
             for s in 0..n {
                 if s != me {
@@ -445,15 +400,12 @@ impl Rank<'_> {
 }
 
 fn run(a: &Args) -> Res<()> {
-    let n = a.ranks as usize;
-    let nlocal = a.vertices / a.ranks;
+    let n = a.opts.ranks as usize;
+    let nlocal = a.vertices / a.opts.ranks;
     let words = nlocal.div_ceil(64) as usize;
     let full = graph(a);
-    if let Some(d) = &a.self_observe {
-        selfobs::start(d)?;
-    }
-    let c = Cluster::setup(a.rank, a.ranks, &a.dir, a.mode, a.depth, a.rank == 0)?;
-    let global = |v: u32| v * a.ranks + a.rank;
+    let c = a.opts.join(a.opts.rank == 0)?;
+    let global = |v: u32| v * a.opts.ranks + a.opts.rank;
     let r = Rank {
         a,
         c: &c,
@@ -483,19 +435,19 @@ fn run(a: &Args) -> Res<()> {
     };
     let peers: Vec<Mem> = c.exchange("bfs-mem", &mem)?;
     let r = Rank { peers, ..r };
-    if a.rank == 0 {
+    if a.opts.rank == 0 {
         r.level[0].store(0, Ordering::Relaxed);
         r.frontier[0].store(1, Ordering::Relaxed);
     }
     let started = Instant::now();
-    let levels = if a.gpu {
+    let levels = if a.opts.gpu {
         let (levels, arrivals) = gpu::run(&r)?;
         *r.arrivals.lock().unwrap_or_else(|e| e.into_inner()) = arrivals;
         levels
     } else {
-        let sync = Barrier::new(a.threads);
+        let sync = Barrier::new(a.opts.threads);
         std::thread::scope(|s| {
-            let hs: Vec<_> = (0..a.threads)
+            let hs: Vec<_> = (0..a.opts.threads)
                 .map(|t| {
                     let (r, sync) = (&r, &sync);
                     s.spawn(move || r.worker(t, sync))
@@ -507,11 +459,7 @@ fn run(a: &Args) -> Res<()> {
                 .unwrap_or(0)
         })
     };
-    if let Some(e) = r.error.take() {
-        return Err(e.into());
-    }
-    // Every WQE completed: the self-observer's final pass sees them all.
-    finish_self_observation(WORKLOAD, a.rank);
+    a.opts.workers_done(WORKLOAD, &r.error)?;
     let elapsed = started.elapsed();
     // Check against the serial BFS.
     let want = serial_bfs(&full);
@@ -524,7 +472,7 @@ fn run(a: &Args) -> Res<()> {
             if bad < 5 {
                 eprintln!(
                     "bfs rank {}: vertex {g} level {got}, serial BFS says {}",
-                    a.rank, want[g]
+                    a.opts.rank, want[g]
                 );
             }
             bad += 1;
@@ -534,11 +482,14 @@ fn run(a: &Args) -> Res<()> {
     if bad > 0 {
         return Err(format!("{bad} vertices with a wrong level").into());
     }
-    std::fs::create_dir_all(&a.out)?;
-    let total = c.write_bookkeeping(&a.out.join(format!("wqes.{}.json", a.rank)), "bfs")?;
+    std::fs::create_dir_all(&a.opts.out)?;
+    let total = c.write_bookkeeping(
+        &a.opts.out.join(format!("wqes.{}.json", a.opts.rank)),
+        "bfs",
+    )?;
     let arrivals = r.arrivals.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let all: Vec<(Vec<Arrival>, u64)> = c.exchange("bfs-arrivals", &(arrivals, reached))?;
-    if a.rank == 0 {
+    if a.opts.rank == 0 {
         let rounds_n = all[0].0.len();
         let mut rounds = Vec::new();
         for e in 0..rounds_n {
@@ -556,8 +507,8 @@ fn run(a: &Args) -> Res<()> {
         }
         let truth = Truth {
             workload: "bfs",
-            ranks: a.ranks,
-            mode: a.mode,
+            ranks: a.opts.ranks,
+            mode: a.opts.mode,
             vertices: a.vertices,
             levels,
             reached: all.iter().map(|x| x.1).sum(),
@@ -565,14 +516,14 @@ fn run(a: &Args) -> Res<()> {
             barrier_counter: r.counter.remote(),
             rounds,
         };
-        write_json(&a.out.join("bfs-truth.json"), &truth)?;
+        write_json(&a.opts.out.join("bfs-truth.json"), &truth)?;
     }
     println!(
         "bfs rank {}/{} ({}{}): {} levels, {} local vertices reached, levels verified against serial BFS; {} WQEs posted; {:.1} ms",
-        a.rank,
-        a.ranks,
-        a.mode.name(),
-        if a.gpu { ", gpu" } else { "" },
+        a.opts.rank,
+        a.opts.ranks,
+        a.opts.mode.name(),
+        if a.opts.gpu { ", gpu" } else { "" },
         levels,
         reached,
         total,
@@ -583,15 +534,5 @@ fn run(a: &Args) -> Res<()> {
 }
 
 fn main() {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("bfs: {e}");
-            std::process::exit(2);
-        }
-    };
-    if let Err(e) = run(&args) {
-        eprintln!("bfs rank {}: {e}", args.rank);
-        std::process::exit(1);
-    }
+    rank_main("bfs", parse_args(), |a| a.opts.rank, run);
 }

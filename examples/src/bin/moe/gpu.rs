@@ -5,11 +5,9 @@
 //! and reads back each QP's bookkeeping.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Instant;
 
-use sigmatrace_examples::gpu::clock::ClockFit;
-use sigmatrace_examples::gpu::qp::{check_outcomes, GpuQps};
-use sigmatrace_examples::gpu::{host, GpuReport, GpuRun, LOG_CAP};
+use sigmatrace_examples::gpu::qp::GpuQps;
+use sigmatrace_examples::gpu::{GpuRun, LOG_CAP};
 use sigmatrace_examples::kernels;
 use sigmatrace_examples::workload::Res;
 
@@ -68,7 +66,7 @@ fn range<T>(v: &[T]) -> (u64, u64) {
 /// Runs the kernel over every iteration.
 pub fn run(r: &Rank) -> Res<()> {
     let a = r.a;
-    let me = a.rank;
+    let me = a.opts.rank;
     let gr = GpuRun::open()?;
     let g = &gr.gpu;
     let before = gr.clock_pairs(16)?;
@@ -87,7 +85,7 @@ pub fn run(r: &Rank) -> Res<()> {
     let qps = GpuQps::build(g, &map, r.c, LOG_CAP)?;
     let (mut send_ptr, mut send_token, mut send_expert) = (vec![0u32], Vec::new(), Vec::new());
     let (mut recv_ptr, mut recv_expert) = (vec![0u32], Vec::new());
-    for p in 0..a.ranks {
+    for p in 0..a.opts.ranks {
         if p != me {
             for (tok, e) in pairs_to(a, &r.routes[me as usize], p) {
                 send_token.push(tok);
@@ -115,7 +113,7 @@ pub fn run(r: &Rank) -> Res<()> {
     let d = |p: u64| map.dev(p);
     let args = MoeArgs {
         rank: me,
-        nranks: a.ranks,
+        nranks: a.opts.ranks,
         ntokens: a.tokens,
         words: r.words as u32,
         iters: a.iters,
@@ -141,18 +139,13 @@ pub fn run(r: &Rank) -> Res<()> {
         recv_expert: g.upload(&recv_expert)?.ptr,
         status: d(status.as_ptr() as u64)?,
     };
-    if gr.test_double && host::param_size(kernels::MOE_ENTRY) != Some(size_of::<MoeArgs>() as u64) {
-        return Err("MoeArgs layout differs from gpu/moe.cu (host build size)".into());
-    }
-    let module = g.module(kernels::MOE_PTX)?;
-    let f = g.function(&module, kernels::MOE_ENTRY)?;
-    let stream = g.stream()?;
-    let t0 = Instant::now();
-    g.launch(f, 1, a.threads as u32, &stream, &args)?;
-    g.sync(&stream)?;
-    let kernel_ms = t0.elapsed().as_secs_f64() * 1e3;
-    let after = gr.clock_pairs(16)?;
-    let outcomes = qps.read_back(g)?;
+    let k = gr.run_kernel(
+        kernels::MOE_PTX,
+        kernels::MOE_ENTRY,
+        a.opts.threads as u32,
+        &args,
+        before,
+    )?;
     let st: Vec<u32> = status.iter().map(|s| s.load(Ordering::Acquire)).collect();
     if st[1] != 0 {
         return Err(format!(
@@ -164,26 +157,6 @@ pub fn run(r: &Rank) -> Res<()> {
     if st[0] != a.iters {
         return Err(format!("moe kernel ran {} of {} iterations", st[0], a.iters).into());
     }
-    let posted = check_outcomes(&outcomes)?;
-    let wqes = posted.values().map(|v| v.len() as u64).sum();
-    r.c.set_gpu_posted(posted);
-    let all: Vec<_> = before.iter().chain(&after).copied().collect();
-    let report = GpuReport {
-        rank: me,
-        device: g.name.clone(),
-        compute_capability: g.cc,
-        driver_version: g.driver_version,
-        test_double: gr.test_double,
-        kernel: kernels::MOE_ENTRY.into(),
-        block: a.threads as u32,
-        kernel_ms,
-        registered_bytes: map.bytes(),
-        wqes,
-        clock: ClockFit::fit(&all),
-        clock_prediction_error_ns: ClockFit::fit(&before).map(|f| f.error_on(&after)),
-    };
-    drop(map);
-    std::fs::create_dir_all(&a.out)?;
-    sigmatrace_examples::cluster::write_json(&a.out.join(format!("gpu.{}.json", me)), &report)?;
+    gr.report(&k, r.c, &qps, map.bytes(), me, &a.opts.out)?;
     Ok(())
 }

@@ -29,7 +29,6 @@
 //! realised payload, and everything posted (payload + flags) — with the skew of each
 //! (max/mean over links i≠j, and over nodes of the bytes each node receives and sends).
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
@@ -38,21 +37,17 @@ use serde::Serialize;
 use sigmatrace_examples::cluster::{realtime_ns, write_json, Cluster, Region, RemoteRegion};
 use sigmatrace_examples::dv::Mode;
 use sigmatrace_examples::mlx5::{op, Backoff, WqeOp};
-use sigmatrace_examples::selfobs;
 use sigmatrace_examples::skew::{self, Skew};
-use sigmatrace_examples::workload::{finish_self_observation, num, FirstError, Res};
+use sigmatrace_examples::workload::{
+    list, num, parse_options, rank_main, FirstError, RankOptions, Res,
+};
 
 mod gpu;
 
 const WORKLOAD: &str = "moe";
 
 struct Args {
-    rank: u32,
-    ranks: u32,
-    dir: PathBuf,
-    out: PathBuf,
-    mode: Mode,
-    threads: usize,
+    opts: RankOptions,
     tokens: u32,
     topk: u32,
     experts_per_rank: u32,
@@ -61,19 +56,11 @@ struct Args {
     weights: Option<Vec<f64>>,
     iters: u32,
     signal_every: u32,
-    depth: u32,
-    self_observe: Option<PathBuf>,
-    gpu: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
     let mut a = Args {
-        rank: u32::MAX,
-        ranks: 0,
-        dir: PathBuf::new(),
-        out: PathBuf::new(),
-        mode: Mode::InitObj,
-        threads: 2,
+        opts: RankOptions::default(),
         tokens: 512,
         topk: 2,
         experts_per_rank: 4,
@@ -82,81 +69,39 @@ fn parse_args() -> Result<Args, String> {
         weights: None,
         iters: 2,
         signal_every: 8,
-        depth: 256,
-        self_observe: None,
-        gpu: false,
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(k) = it.next() {
-        let mut v = || it.next().ok_or(format!("{k} needs a value"));
-        match k.as_str() {
-            "--rank" => a.rank = num(&k, v()?)?,
-            "--ranks" => a.ranks = num(&k, v()?)?,
-            "--rendezvous" => a.dir = PathBuf::from(v()?),
-            "--out" => a.out = PathBuf::from(v()?),
-            "--mode" => a.mode = v()?.parse()?,
-            "--threads" => a.threads = num(&k, v()?)?,
-            "--tokens" => a.tokens = num(&k, v()?)?,
-            "--topk" => a.topk = num(&k, v()?)?,
-            "--experts-per-rank" => a.experts_per_rank = num(&k, v()?)?,
-            "--hidden" => a.hidden = num(&k, v()?)?,
-            "--zipf" => a.zipf = num(&k, v()?)?,
-            "--iters" => a.iters = num(&k, v()?)?,
-            "--signal-every" => a.signal_every = num(&k, v()?)?,
-            "--depth" => a.depth = num(&k, v()?)?,
-            "--self-observe" => a.self_observe = Some(PathBuf::from(v()?)),
-            "--gpu" => a.gpu = true,
-            "--expert-weights" => {
-                a.weights = Some(
-                    v()?.split(',')
-                        .map(|x| {
-                            x.trim()
-                                .parse()
-                                .map_err(|e| format!("--expert-weights: {e}"))
-                        })
-                        .collect::<Result<_, _>>()?,
-                )
-            }
+    parse_options(|k, v| {
+        match k {
+            "--tokens" => a.tokens = num(k, v()?)?,
+            "--topk" => a.topk = num(k, v()?)?,
+            "--experts-per-rank" => a.experts_per_rank = num(k, v()?)?,
+            "--hidden" => a.hidden = num(k, v()?)?,
+            "--zipf" => a.zipf = num(k, v()?)?,
+            "--iters" => a.iters = num(k, v()?)?,
+            "--signal-every" => a.signal_every = num(k, v()?)?,
+            "--expert-weights" => a.weights = Some(list(k, v()?)?),
             "-h" | "--help" => {
                 println!("usage: moe --rank R --ranks N --rendezvous DIR --out DIR [--mode initobj|devx|verbs] [--threads T] [--tokens T] [--topk K] [--experts-per-rank E] [--hidden BYTES] [--zipf S | --expert-weights W0,..] [--iters I] [--signal-every K] [--depth Q] [--self-observe DIR] [--gpu]");
                 std::process::exit(0);
             }
-            other => return Err(format!("unknown argument {other}")),
+            _ => return a.opts.take(k, v),
         }
+        Ok(true)
+    })?;
+    a.opts.check()?;
+    if a.hidden == 0 || !a.hidden.is_multiple_of(8) || a.tokens == 0 || a.topk == 0 {
+        return Err("--hidden must be a positive multiple of 8; --tokens, --topk > 0".into());
     }
-    if a.ranks < 2
-        || a.rank >= a.ranks
-        || a.dir.as_os_str().is_empty()
-        || a.out.as_os_str().is_empty()
-    {
-        return Err("need --ranks N (>= 2), --rank R (< N), --rendezvous DIR and --out DIR".into());
-    }
-    if a.hidden == 0
-        || !a.hidden.is_multiple_of(8)
-        || a.tokens == 0
-        || a.topk == 0
-        || a.threads == 0
-    {
-        return Err(
-            "--hidden must be a positive multiple of 8; --tokens, --topk, --threads > 0".into(),
-        );
-    }
-    if a.topk > a.ranks * a.experts_per_rank {
+    if a.topk > a.opts.ranks * a.experts_per_rank {
         return Err("--topk exceeds the number of experts".into());
     }
     a.signal_every = a.signal_every.max(1);
-    if a.self_observe.is_some() && a.mode == Mode::Verbs {
-        return Err("--self-observe watches mlx5 rings: use --mode initobj or devx".into());
-    }
-    if a.gpu && a.mode == Mode::Verbs {
-        return Err("--gpu posts into mlx5 rings: use --mode initobj or devx".into());
-    }
     Ok(a)
 }
 
 /// Normalised expert weights.
 fn weights(a: &Args) -> Result<Vec<f64>, String> {
-    let n = (a.ranks * a.experts_per_rank) as usize;
+    let n = (a.opts.ranks * a.experts_per_rank) as usize;
     let w: Vec<f64> = match &a.weights {
         Some(w) if w.len() != n => {
             return Err(format!(
@@ -267,7 +212,7 @@ impl Rank<'_> {
         let link = self.c.link(dst);
         let mine: Vec<&WqeOp> = writes
             .iter()
-            .filter(|(j, _)| j % self.a.threads == t)
+            .filter(|(j, _)| j % self.a.opts.threads == t)
             .map(|(_, w)| w)
             .collect();
         let mut last = None;
@@ -284,14 +229,14 @@ impl Rank<'_> {
     fn send_flags(&self, base: usize, value: u64) -> Res<()> {
         self.flag_src.as_slice()[0].store(value, Ordering::Release);
         let mut posted = Vec::new();
-        for d in 0..self.a.ranks {
-            if d == self.a.rank {
+        for d in 0..self.a.opts.ranks {
+            if d == self.a.opts.rank {
                 continue;
             }
             let f = self.peers[d as usize].flags;
             let w = WqeOp::Write {
                 local: self.flag_src.sge(0, 1),
-                raddr: f.addr + ((base + self.a.rank as usize) * 8) as u64,
+                raddr: f.addr + ((base + self.a.opts.rank as usize) * 8) as u64,
                 rkey: f.rkey,
             };
             let link = self.c.link(d);
@@ -305,8 +250,8 @@ impl Rank<'_> {
 
     fn wait_flags(&self, base: usize, value: u64) -> Res<()> {
         let start = Instant::now();
-        for s in 0..self.a.ranks {
-            if s == self.a.rank {
+        for s in 0..self.a.opts.ranks {
+            if s == self.a.opts.rank {
                 continue;
             }
             let f = &self.flags.as_slice()[base + s as usize];
@@ -322,8 +267,8 @@ impl Rank<'_> {
     }
 
     fn dispatch(&self, t: usize) -> Res<()> {
-        let me = self.a.rank;
-        for d in 0..self.a.ranks {
+        let me = self.a.opts.rank;
+        for d in 0..self.a.opts.ranks {
             if d == me {
                 continue;
             }
@@ -346,8 +291,8 @@ impl Rank<'_> {
     }
 
     fn compute_and_combine(&self, t: usize) -> Res<()> {
-        let me = self.a.rank;
-        for s in 0..self.a.ranks {
+        let me = self.a.opts.rank;
+        for s in 0..self.a.opts.ranks {
             if s == me {
                 continue;
             }
@@ -355,7 +300,7 @@ impl Rank<'_> {
             let rv = self.recv.as_slice();
             let rs = self.results.as_slice();
             for (j, &(_, e)) in mine.iter().enumerate() {
-                if j % self.a.threads != t {
+                if j % self.a.opts.threads != t {
                     continue;
                 }
                 let o = self.slot_offset(s, j);
@@ -385,9 +330,9 @@ impl Rank<'_> {
 
     /// Checks this worker's share of the combined results of iteration `iter`.
     fn check(&self, t: usize, iter: u32) -> Res<()> {
-        let me = self.a.rank;
+        let me = self.a.opts.rank;
         let cb = self.combine.as_slice();
-        for d in 0..self.a.ranks {
+        for d in 0..self.a.opts.ranks {
             if d == me {
                 continue;
             }
@@ -395,7 +340,7 @@ impl Rank<'_> {
                 .iter()
                 .enumerate()
             {
-                if j % self.a.threads != t {
+                if j % self.a.opts.threads != t {
                     continue;
                 }
                 let o = self.slot_offset(d, j);
@@ -425,10 +370,10 @@ impl Rank<'_> {
     }
 
     fn worker(&self, t: usize, sync: &Barrier) {
-        let me = self.a.rank;
+        let me = self.a.opts.rank;
         for iter in 0..self.a.iters {
             let tk = self.tokens.as_slice();
-            for tok in (t as u32..self.a.tokens).step_by(self.a.threads) {
+            for tok in (t as u32..self.a.tokens).step_by(self.a.opts.threads) {
                 for i in 0..self.words as u32 {
                     tk[tok as usize * self.words + i as usize]
                         .store(token_word(me, tok, i, iter), Ordering::Relaxed);
@@ -444,7 +389,7 @@ impl Rank<'_> {
                 self.wait_flags(0, v)
             });
             self.step(t, sync, || self.compute_and_combine(t));
-            let n = self.a.ranks as usize;
+            let n = self.a.opts.ranks as usize;
             self.step(t, sync, || {
                 if t == 0 {
                     self.send_flags(n, v + 1)?;
@@ -494,7 +439,7 @@ struct Truth {
 }
 
 fn run(a: &Args) -> Res<()> {
-    let n = a.ranks as usize;
+    let n = a.opts.ranks as usize;
     let w = weights(a)?;
     let q = apportion(a.tokens as u64 * a.topk as u64, &w);
     if let Some((e, &qe)) = q.iter().enumerate().find(|(_, &x)| x > a.tokens as u64) {
@@ -504,13 +449,10 @@ fn run(a: &Args) -> Res<()> {
         )
         .into());
     }
-    let routes: Vec<Vec<(u32, u32)>> = (0..a.ranks).map(|s| routing(a, &q, s)).collect();
+    let routes: Vec<Vec<(u32, u32)>> = (0..a.opts.ranks).map(|s| routing(a, &q, s)).collect();
     let words = (a.hidden / 8) as usize;
     let max_slots = (a.tokens * a.topk) as usize;
-    if let Some(d) = &a.self_observe {
-        selfobs::start(d)?;
-    }
-    let c = Cluster::setup(a.rank, a.ranks, &a.dir, a.mode, a.depth, false)?;
+    let c = a.opts.join(false)?;
     let slots = n * max_slots * words;
     let r = Rank {
         a,
@@ -536,25 +478,24 @@ fn run(a: &Args) -> Res<()> {
     let r = Rank { peers, ..r };
     let started_ns = realtime_ns();
     let started = Instant::now();
-    if a.gpu {
+    if a.opts.gpu {
         gpu::run(&r)?;
     } else {
-        let sync = Barrier::new(a.threads);
+        let sync = Barrier::new(a.opts.threads);
         std::thread::scope(|s| {
-            for t in 0..a.threads {
+            for t in 0..a.opts.threads {
                 let (r, sync) = (&r, &sync);
                 s.spawn(move || r.worker(t, sync));
             }
         });
     }
-    if let Some(e) = r.error.take() {
-        return Err(e.into());
-    }
-    // Every WQE completed: the self-observer's final pass sees them all.
-    finish_self_observation(WORKLOAD, a.rank);
+    a.opts.workers_done(WORKLOAD, &r.error)?;
     let elapsed = started.elapsed();
-    std::fs::create_dir_all(&a.out)?;
-    let total = c.write_bookkeeping(&a.out.join(format!("wqes.{}.json", a.rank)), "moe")?;
+    std::fs::create_dir_all(&a.opts.out)?;
+    let total = c.write_bookkeeping(
+        &a.opts.out.join(format!("wqes.{}.json", a.opts.rank)),
+        "moe",
+    )?;
     // Bytes this rank's WRITEs moved to each peer, from its own bookkeeping.
     let mut sent = vec![0u64; n];
     for l in c.links.iter().flatten() {
@@ -565,7 +506,7 @@ fn run(a: &Args) -> Res<()> {
         }
     }
     let all: Vec<Vec<u64>> = c.exchange("moe-sent", &sent)?;
-    if a.rank == 0 {
+    if a.opts.rank == 0 {
         let e = a.experts_per_rank as usize;
         let node_w: Vec<f64> = (0..n).map(|d| w[d * e..(d + 1) * e].iter().sum()).collect();
         let unit = (a.tokens as u64 * a.topk as u64 * a.hidden as u64 * a.iters as u64) as f64;
@@ -578,8 +519,8 @@ fn run(a: &Args) -> Res<()> {
         let hb = (a.hidden as u64 * a.iters as u64) as f64;
         let truth = Truth {
             workload: "moe",
-            ranks: a.ranks,
-            mode: a.mode,
+            ranks: a.opts.ranks,
+            mode: a.opts.mode,
             tokens: a.tokens,
             topk: a.topk,
             experts_per_rank: a.experts_per_rank,
@@ -594,7 +535,7 @@ fn run(a: &Args) -> Res<()> {
             posted: Matrix::new(m(&|i, j| all[i][j] as f64)),
             started_ns,
         };
-        write_json(&a.out.join("moe-truth.json"), &truth)?;
+        write_json(&a.opts.out.join("moe-truth.json"), &truth)?;
         println!(
             "moe: configured link skew {:.4}, node skew {:.4}; routed link skew {:.4}, node skew {:.4}",
             truth.configured.skew.link, truth.configured.skew.node_in, truth.payload.skew.link, truth.payload.skew.node_in
@@ -602,10 +543,10 @@ fn run(a: &Args) -> Res<()> {
     }
     println!(
         "moe rank {}/{} ({}{}): {} iterations of {} tokens × top-{} dispatched and combined, results verified; {} WQEs posted; {:.1} ms",
-        a.rank,
-        a.ranks,
-        a.mode.name(),
-        if a.gpu { ", gpu" } else { "" },
+        a.opts.rank,
+        a.opts.ranks,
+        a.opts.mode.name(),
+        if a.opts.gpu { ", gpu" } else { "" },
         a.iters,
         a.tokens,
         a.topk,
@@ -617,15 +558,5 @@ fn run(a: &Args) -> Res<()> {
 }
 
 fn main() {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("moe: {e}");
-            std::process::exit(2);
-        }
-    };
-    if let Err(e) = run(&args) {
-        eprintln!("moe rank {}: {e}", args.rank);
-        std::process::exit(1);
-    }
+    rank_main("moe", parse_args(), |a| a.opts.rank, run);
 }
