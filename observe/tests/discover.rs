@@ -10,43 +10,41 @@ use sigmatrace_observe::umem::{Umem, UmemError, UmemRegistry};
 use sigmatrace_observe::QueueDesc;
 use sigmatrace_schemas::{discovery, mem_kind};
 
+/// A DCI's CREATE_QP with what discovery reads: the send ring (size, umem 21 at 0x1000, no
+/// receive queue), its doorbell record (umem 22 at 0x40), CQ, UAR page and timestamp format
+/// (the command's full codec is tested in the mlx5 crate).
 fn qp_in() -> CreateQpIn {
     CreateQpIn {
         st: 0x5,
-        pd: 0x12,
-        log_rq_size: 0,
-        log_rq_stride: 0,
-        no_sq: false,
-        log_sq_size: 7,
-        ts_format: 2,
-        uar_page: 0x77,
-        cqn_snd: 0x401,
-        cqn_rcv: 0x402,
         rq_type: prm::rq_type::SRQ,
+        log_sq_size: 7,
+        wq_umem_id: 21,
+        wq_umem_offset: 0x1000,
+        wq_umem_valid: true,
+        dbr_umem_id: 22,
         dbr_addr: 0x40,
         dbr_umem_valid: true,
-        dbr_umem_id: 22,
-        wq_umem_offset: 0x1000,
-        wq_umem_id: 21,
-        wq_umem_valid: true,
+        cqn_snd: 0x401,
+        uar_page: 0x77,
+        ts_format: 2,
+        ..Default::default()
     }
 }
 
+/// A CREATE_CQ of 256 64-byte CQEs in umem 23, doorbell record in umem 22 at 0x80, overrun
+/// ignored (so its consumer index is not kept valid).
 fn cq_in() -> CreateCqIn {
     CreateCqIn {
-        cqe_size: 64,
         oi: true,
-        cc: false,
-        dbr_umem_valid: true,
-        dbr_umem_id: 22,
-        ts_format: 0,
         log_cq_size: 8,
-        uar_page: 0x77,
-        c_eqn: 3,
-        dbr_addr: 0x80,
-        cq_umem_offset: 0,
+        cqe_size: 64,
         cq_umem_id: 23,
         cq_umem_valid: true,
+        dbr_umem_id: 22,
+        dbr_addr: 0x80,
+        dbr_umem_valid: true,
+        uar_page: 0x77,
+        ..Default::default()
     }
 }
 
