@@ -10,6 +10,7 @@ pub mod clock;
 pub mod header;
 pub mod reader;
 pub mod records;
+pub mod ring;
 pub mod skew;
 pub mod writer;
 
@@ -20,6 +21,7 @@ pub use reader::{
     ChunkInfo, ChunkIssue, LogFile, LogView, RawRecord, ReadError, RecordError, SalvageReport,
 };
 pub use records::*;
+pub use ring::Drained;
 pub use writer::{ChunkWriter, LogWriter, Reserved, WriteError, WriterOptions, DEFAULT_CHUNK_SIZE};
 
 /// File magic, at offset 0.
@@ -27,4 +29,4 @@ pub const MAGIC: [u8; 8] = *b"SIGMATRC";
 /// Format major version: readers reject files with a larger major.
 pub const FORMAT_MAJOR: u16 = 1;
 /// Format minor version: additions only (new record kinds, new header tags).
-pub const FORMAT_MINOR: u16 = 1;
+pub const FORMAT_MINOR: u16 = 2;

@@ -204,7 +204,7 @@ impl<'a> LogView<'a> {
         &self.header
     }
 
-    /// The readable chunks, in file order.
+    /// The readable chunks, in allocation-index order (one per index).
     pub fn chunks(&self) -> &[ChunkInfo] {
         &self.chunks
     }
@@ -503,5 +503,16 @@ fn scan_chunks(bytes: &[u8], header: &FileHeader) -> (Vec<ChunkInfo>, SalvageRep
         chunks.push(info);
         offset = next;
     }
-    (chunks, rep)
+    (one_copy_per_index(chunks, cs), rep)
+}
+
+/// The chunks in allocation-index order (a ring slot holds a chunk away from its final
+/// position, FORMAT.md "Rings"), one per index: a chunk drained from a ring slot by a process
+/// killed before the slot was reset is in the file twice — keep the copy with more readable
+/// bytes, else the one at its final position.
+fn one_copy_per_index(mut chunks: Vec<ChunkInfo>, cs: usize) -> Vec<ChunkInfo> {
+    let at_home = |c: &ChunkInfo| c.offset == (HEADER_SIZE + c.header.index as usize * cs) as u64;
+    chunks.sort_by_key(|c| (c.header.index, std::cmp::Reverse((c.readable, at_home(c)))));
+    chunks.dedup_by_key(|c| c.header.index);
+    chunks
 }

@@ -23,6 +23,7 @@ use crate::header::{
 use crate::records::{
     drop_reason, Dropped, FixedRecord, MetaHeader, RecordHeader, RecordKind, MAX_META_PAYLOAD,
 };
+use crate::ring::{Drained, Ring, FILLING, FULL};
 
 /// Bytes every chunk keeps free at its end for the loss marker: the `Dropped` record
 /// (count 0) a writer appends where its losses begin (see FORMAT.md, "Losses").
@@ -45,6 +46,9 @@ pub struct WriterOptions {
     /// Pre-fault each chunk's pages when it is allocated (`MADV_POPULATE_WRITE`), so appends
     /// take no page faults.
     pub prefault: bool,
+    /// Chunks in each thread's ring (0 = no rings: every chunk is written in place at its
+    /// final position). See [`crate::ring`].
+    pub ring_chunks: u32,
 }
 
 /// `MADV_POPULATE_WRITE` (Linux 5.14); not yet in every libc crate version.
@@ -56,6 +60,7 @@ impl Default for WriterOptions {
             chunk_size: DEFAULT_CHUNK_SIZE,
             max_bytes: 4 << 30,
             prefault: true,
+            ring_chunks: 0,
         }
     }
 }
@@ -82,15 +87,21 @@ pub enum WriteError {
     Options(String),
 }
 
-struct Shared {
-    file: File,
-    map: MmapRaw,
-    chunk_size: u32,
+pub(crate) struct Shared {
+    pub(crate) file: File,
+    pub(crate) map: MmapRaw,
+    pub(crate) chunk_size: u32,
     max_chunks: u32,
     pid: u32,
     prefault: bool,
     next_chunk: Mutex<u32>,
-    failed: AtomicBool,
+    pub(crate) failed: AtomicBool,
+    /// Chunks per thread ring (0 = none) and the rings handed out so far (the drainer's list).
+    ring_chunks: u32,
+    rings: Mutex<Vec<Arc<Ring>>>,
+    /// Final ranges drained by the previous `drain` call: dropped from the page cache by the
+    /// next one, once their writeback had time to finish.
+    written: Mutex<Vec<(usize, usize)>>,
     /// Chunks [0, prepared) have file blocks and populated pages (see `prefault_ahead`).
     prepared: AtomicU32,
     /// The timestamp source of the log's records (for the time of the first loss).
@@ -201,6 +212,14 @@ impl Shared {
                 )
             };
         }
+        self.init_chunk(base, index, tid);
+        self.header_atomic_u32(CHUNKS_OFFSET)
+            .store(index + 1, Ordering::Release);
+        Some(base)
+    }
+
+    /// Writes the header of chunk `index` at `base` (magic last, with release ordering).
+    fn init_chunk(&self, base: *mut u8, index: u32, tid: u32) {
         let hdr = ChunkHeader {
             magic: 0,
             index,
@@ -210,7 +229,8 @@ impl Shared {
             capacity: self.chunk_size - CHUNK_HEADER_SIZE as u32,
             _reserved: [0; 9],
         };
-        // SAFETY: base points to CHUNK_HEADER_SIZE writable bytes of our fresh chunk.
+        // SAFETY: base points to CHUNK_HEADER_SIZE writable bytes of a chunk owned by the
+        // caller (fresh, or a ring slot it holds).
         unsafe {
             std::ptr::copy_nonoverlapping(
                 bytemuck::bytes_of(&hdr).as_ptr(),
@@ -219,8 +239,72 @@ impl Shared {
             );
             (*(base as *const AtomicU32)).store(CHUNK_MAGIC, Ordering::Release);
         }
+    }
+
+    /// Allocates `ring_chunks` consecutive positions for a thread's ring: file blocks and
+    /// pages made ready once, here. `None` when the cap leaves no room or the disk is full.
+    fn alloc_ring(&self) -> Option<Arc<Ring>> {
+        let n = self.ring_chunks;
+        if n == 0 || self.failed.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut next = self.next_chunk.lock().unwrap_or_else(|p| p.into_inner());
+        if self.max_chunks.saturating_sub(*next) < n + 1 {
+            return None;
+        }
+        let cs = self.chunk_size as usize;
+        let offset = HEADER_SIZE + *next as usize * cs;
+        // SAFETY: plain syscall on our own descriptor.
+        let rc = unsafe {
+            libc::posix_fallocate(
+                self.file.as_raw_fd(),
+                offset as libc::off_t,
+                (n as usize * cs) as libc::off_t,
+            )
+        };
+        if rc != 0 {
+            self.failed.store(true, Ordering::Relaxed);
+            return None;
+        }
+        *next += n;
+        self.header_atomic_u32(CHUNKS_OFFSET)
+            .store(*next, Ordering::Release);
+        // SAFETY: the range lies inside the reserved mapping and is backed by file blocks;
+        // populating page-table entries writes nothing (advisory; EINVAL before 5.14 is fine).
+        unsafe {
+            libc::madvise(
+                self.map.as_mut_ptr().add(offset) as *mut libc::c_void,
+                n as usize * cs,
+                MADV_POPULATE_WRITE,
+            )
+        };
+        let ring = Arc::new(Ring::new(offset, n, cs));
+        drop(next);
+        self.rings
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(ring.clone());
+        Some(ring)
+    }
+
+    /// Starts a new chunk in the ring slot at `slot` (an offset): allocates its index (its
+    /// final position; the drainer's `pwrite` gives it file blocks) and writes its header.
+    fn start_in_slot(&self, slot: usize, tid: u32) -> Option<*mut u8> {
+        if self.failed.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut next = self.next_chunk.lock().unwrap_or_else(|p| p.into_inner());
+        if *next >= self.max_chunks {
+            return None;
+        }
+        let index = *next;
+        *next += 1;
         self.header_atomic_u32(CHUNKS_OFFSET)
             .store(index + 1, Ordering::Release);
+        drop(next);
+        // SAFETY: the slot is a whole chunk of the caller's ring inside the mapping.
+        let base = unsafe { self.map.as_mut_ptr().add(slot) };
+        self.init_chunk(base, index, tid);
         Some(base)
     }
 }
@@ -286,6 +370,9 @@ impl LogWriter {
                 prefault: options.prefault,
                 next_chunk: Mutex::new(0),
                 failed: AtomicBool::new(false),
+                ring_chunks: options.ring_chunks,
+                rings: Mutex::new(Vec::new()),
+                written: Mutex::new(Vec::new()),
                 prepared: AtomicU32::new(0),
                 ts_source: h.ts_source,
                 clock: OnceLock::new(),
@@ -311,7 +398,38 @@ impl LogWriter {
             cap: 0,
             tid,
             exhausted: false,
+            ring: None,
+            slot: None,
         }
+    }
+
+    /// Whether threads write through rings (`WriterOptions::ring_chunks` > 0).
+    pub fn has_rings(&self) -> bool {
+        self.shared.ring_chunks > 0
+    }
+
+    /// Copies the finished chunks of every thread's ring to their final positions and frees
+    /// their slots (see [`crate::ring`]); drops from the page cache what the previous call
+    /// wrote (its writeback was started then). Meant for one background thread. A write
+    /// error (disk full) marks the log failed: the chunk stays in its ring slot, readable,
+    /// and the threads meet the failure at their next chunk.
+    pub fn drain(&self) -> Drained {
+        let s = &*self.shared;
+        let rings: Vec<Arc<Ring>> = s.rings.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut written = s.written.lock().unwrap_or_else(|p| p.into_inner());
+        for &(off, len) in written.iter() {
+            // SAFETY: plain advisory syscall on our own descriptor.
+            unsafe {
+                libc::posix_fadvise(
+                    s.file.as_raw_fd(),
+                    off as libc::off_t,
+                    len as libc::off_t,
+                    libc::POSIX_FADV_DONTNEED,
+                )
+            };
+        }
+        written.clear();
+        s.drain_rings(&rings, &mut written)
     }
 
     /// Events dropped so far (size cap or allocation failure).
@@ -446,6 +564,10 @@ pub struct ChunkWriter {
     cap: u32,
     tid: u32,
     exhausted: bool,
+    /// This thread's ring (allocated with its first chunk, when the log has rings) and the
+    /// slot being filled (`None`: the current chunk is a plain one, or there is none).
+    ring: Option<Arc<Ring>>,
+    slot: Option<usize>,
 }
 
 // SAFETY: a ChunkWriter exclusively owns its current chunk; moving it to another thread is
@@ -562,12 +684,11 @@ impl ChunkWriter {
             self.shared.count_dropped(kind, None);
             return false;
         }
-        match self.shared.alloc_chunk(self.tid) {
-            Some(base) => {
-                if !self.base.is_null() {
-                    self.shared.retire(self.base);
-                }
+        match self.next_chunk() {
+            Some((base, slot)) => {
+                self.finish_current();
                 self.base = base;
+                self.slot = slot;
                 self.commit = 0;
                 self.cap = self.shared.chunk_size - CHUNK_HEADER_SIZE as u32 - MARKER_ROOM;
                 true
@@ -578,13 +699,42 @@ impl ChunkWriter {
                 self.shared.count_dropped(kind, Some(ts));
                 if !self.base.is_null() {
                     self.mark_loss(ts);
-                    self.shared.retire(self.base);
+                    self.finish_current();
                 }
                 self.base = std::ptr::null_mut();
                 self.cap = 0;
                 self.commit = 0;
                 false
             }
+        }
+    }
+
+    /// The next chunk: a FREE slot of this thread's ring (allocating the ring the first time),
+    /// else a plain chunk at its final position; and the slot it is in.
+    fn next_chunk(&mut self) -> Option<(*mut u8, Option<usize>)> {
+        if self.ring.is_none() && self.shared.ring_chunks > 0 && self.base.is_null() {
+            self.ring = self.shared.alloc_ring();
+        }
+        if let Some(ring) = &self.ring {
+            ring.rolls.fetch_add(1, Ordering::Relaxed);
+            if let Some(i) = ring.free_slot() {
+                let base = self.shared.start_in_slot(ring.slots[i], self.tid)?;
+                ring.state[i].store(FILLING, Ordering::Relaxed);
+                return Some((base, Some(i)));
+            }
+        }
+        self.shared.alloc_chunk(self.tid).map(|b| (b, None))
+    }
+
+    /// Hands the current chunk over: a ring slot to the drainer (FULL), a plain chunk to
+    /// `release_retired`. The writer never touches it again.
+    fn finish_current(&mut self) {
+        if self.base.is_null() {
+            return;
+        }
+        match (&self.ring, self.slot.take()) {
+            (Some(ring), Some(i)) => ring.state[i].store(FULL, Ordering::Release),
+            _ => self.shared.retire(self.base),
         }
     }
 

@@ -58,29 +58,6 @@ fn preparing_stays_within_the_size_cap() {
     assert_eq!(w.prefault_ahead(10).unwrap(), 2, "idempotent");
 }
 
-/// Resident kB of this process's mapping of `path` (from /proc/self/smaps).
-fn resident_kb(path: &std::path::Path) -> u64 {
-    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-    let name = path.to_str().unwrap();
-    let mut in_map = false;
-    let mut kb = 0;
-    for line in smaps.lines() {
-        if line.contains('-') && line.split_whitespace().nth(1).is_some_and(|p| p.len() == 4) {
-            in_map = line.ends_with(name);
-        } else if in_map {
-            if let Some(v) = line.strip_prefix("Rss:") {
-                kb += v
-                    .trim()
-                    .trim_end_matches("kB")
-                    .trim()
-                    .parse::<u64>()
-                    .unwrap();
-            }
-        }
-    }
-    kb
-}
-
 #[test]
 fn retired_chunks_leave_the_process_memory_and_keep_their_records() {
     let dir = tempfile::tempdir().unwrap();

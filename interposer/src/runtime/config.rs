@@ -39,8 +39,9 @@ pub struct Config {
     pub clock: ClockChoice,
     /// `SIGMATRACE_SNAPSHOT_MS`: clock snapshot period.
     pub snapshot_ms: u64,
-    /// `SIGMATRACE_PREFAULT_CHUNKS`: chunks a background thread keeps ready ahead of use
-    /// (0 = no background thread; the appending thread then prepares each chunk itself).
+    /// `SIGMATRACE_PREFAULT_CHUNKS`: chunks in each thread's ring, faulted in once and
+    /// reused; the background thread drains finished ones to the file (0 = no rings: chunks
+    /// are written in place and the background thread only hands them back).
     pub prefault_chunks: u32,
     /// `SIGMATRACE_DEBUG_PANIC` (debug builds only): hook name to panic in, or "any".
     pub debug_panic: Option<String>,

@@ -60,7 +60,8 @@ pub struct LogSettings {
     pub clock: ClockChoice,
     /// Clock-snapshot period.
     pub snapshot_ms: u64,
-    /// Chunks the background preparer keeps ready (0 = no preparer).
+    /// Chunks in each thread's ring, drained by the background thread (0 = no rings: chunks
+    /// are written in place, the background thread prepares them ahead).
     pub prefault_chunks: u32,
     /// `SIGMATRACE_DEBUG_CLOCK_SKEW`: the clock error to inject.
     pub clock_skew: Option<ClockSkew>,
@@ -114,7 +115,7 @@ fn process() -> Option<&'static Process> {
                 Diag::Info,
                 &format!("sigmatrace: writing {}", writer.path().display()),
             );
-            start_preparer(writer.clone(), config.prefault_chunks);
+            start_background(writer.clone(), config.prefault_chunks);
             let p = Box::into_raw(Box::new(Process { writer }));
             PROCESS.store(p, Ordering::Release);
             // SAFETY: just leaked, never freed.
@@ -128,27 +129,31 @@ fn process() -> Option<&'static Process> {
     }
 }
 
-/// Starts the background thread that keeps `ahead` chunks prepared (file blocks and page
-/// tables), so threads rolling into a new chunk do not populate its pages themselves, and
-/// hands back the memory of chunks whose writers moved on (`LogWriter::release_retired`), so
-/// the program's resident memory does not grow with the log. It blocks every signal
-/// (process-directed signals keep going to the program's threads), polls every millisecond
-/// while chunks are being used and backs off to 20 ms when idle, and stops preparing on an
-/// I/O error (the appending thread then meets and reports it).
-fn start_preparer(writer: LogWriter, mut ahead: u32) {
+/// Starts the background thread. With rings (`ring_chunks` > 0, see the schemas crate's
+/// `ring` module) it drains the threads' finished ring chunks to their final positions
+/// (`LogWriter::drain`), so the program's threads only reuse pages they faulted once; without,
+/// it keeps chunks prepared ahead (file blocks and page tables, `prefault_ahead`) with the
+/// same count. Either way it hands back the memory of plain chunks whose writers moved on
+/// (`LogWriter::release_retired`), so the program's resident memory does not grow with the
+/// log. It blocks every signal (process-directed signals keep going to the program's
+/// threads), polls every 200 µs while chunks are being finished and backs off to 20 ms when
+/// idle, and stops preparing on an I/O error (the appending thread then meets and reports it).
+fn start_background(writer: LogWriter, ring_chunks: u32) {
+    let mut ahead = if writer.has_rings() { 0 } else { ring_chunks };
     let body = move || {
-        let mut idle_ms = 1;
+        let mut idle_us = 200;
         loop {
-            let busy = match writer.prefault_ahead(ahead) {
+            let mut busy = writer.drain().chunks > 0;
+            busy |= match writer.prefault_ahead(ahead) {
                 Ok(n) => n < ahead,
                 Err(_) => {
                     ahead = 0;
                     false
                 }
             };
-            let busy = writer.release_retired() > 0 || busy;
-            idle_ms = if busy { 1 } else { (idle_ms * 2).min(20) };
-            std::thread::sleep(std::time::Duration::from_millis(idle_ms));
+            busy |= writer.release_retired() > 0;
+            idle_us = if busy { 200 } else { (idle_us * 2).min(20_000) };
+            std::thread::sleep(std::time::Duration::from_micros(idle_us));
         }
     };
     // SAFETY: sigset_t is plain data; the masks only change the calling thread's signal mask,
@@ -293,6 +298,7 @@ fn create_log(config: &LogSettings) -> Result<LogWriter, CreateError> {
     let options = WriterOptions {
         chunk_size: config.chunk_size,
         max_bytes: config.max_bytes,
+        ring_chunks: config.prefault_chunks,
         ..Default::default()
     };
     let period = (hz as u128 * config.snapshot_ms as u128 / 1000).max(1) as u64;

@@ -64,3 +64,26 @@ pub fn read_all(path: &Path) -> (LogFile, ChunkRecords) {
     }
     (log, out)
 }
+
+/// Resident kB of this process's mapping of `path` (from /proc/self/smaps).
+pub fn resident_kb(path: &std::path::Path) -> u64 {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let name = path.to_str().unwrap();
+    let mut in_map = false;
+    let mut kb = 0;
+    for line in smaps.lines() {
+        if line.contains('-') && line.split_whitespace().nth(1).is_some_and(|p| p.len() == 4) {
+            in_map = line.ends_with(name);
+        } else if in_map {
+            if let Some(v) = line.strip_prefix("Rss:") {
+                kb += v
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .unwrap();
+            }
+        }
+    }
+    kb
+}

@@ -1,0 +1,48 @@
+//! The per-thread rings of the log writer (`SIGMATRACE_PREFAULT_CHUNKS`, default 4) in a real
+//! traced program (cprogs/fake_verbs.c `killed K`: K signaled sends, each polled, then
+//! SIGKILL): every record is in the log exactly once, whether the background thread had
+//! drained its chunk to its final position or it was still in the thread's ring.
+
+mod common;
+use common::*;
+
+use std::time::Duration;
+
+use sigmatrace_schemas::{LogFile, HEADER_SIZE};
+
+const LIMIT: Duration = Duration::from_secs(120);
+const POSTS: u64 = 50_000;
+
+#[test]
+fn a_killed_program_leaves_every_record_once_drained_or_in_its_ring() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Cmd::new(&[
+        cprog("fake_verbs").display().to_string(),
+        "killed".into(),
+        POSTS.to_string(),
+    ])
+    .env("SIGMATRACE_CHUNK_BYTES", "64K")
+    .traced(dir.path())
+    .run(LIMIT);
+    assert_eq!(out.code, None, "killed by SIGKILL: {out:?}");
+    let t = only_log(dir.path());
+    assert!(t.clean, "nothing torn");
+    assert_eq!(
+        t.sends().iter().map(|s| s.wr_id).collect::<Vec<_>>(),
+        (0..POSTS).collect::<Vec<u64>>(),
+        "every post once, in order"
+    );
+    assert_eq!(t.wcs().len() as u64, POSTS);
+    // Where the chunks were: drained to their final position, or still in a ring slot (the
+    // thread's live chunk at least: nothing drains a chunk being filled).
+    let log = LogFile::open(&t.path).unwrap();
+    let cs = log.header().chunk_size as u64;
+    let home = |c: &sigmatrace_schemas::ChunkInfo| HEADER_SIZE as u64 + c.header.index as u64 * cs;
+    let in_ring = log.chunks().iter().filter(|c| c.offset != home(c)).count();
+    let drained = log.chunks().len() - in_ring;
+    assert!(in_ring >= 1, "the live chunk is read from its ring slot");
+    assert!(
+        drained >= 50,
+        "{drained} chunks drained (about 100 written)"
+    );
+}
