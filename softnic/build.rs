@@ -28,15 +28,9 @@ fn main() {
         .expect("write bindings");
 
     // 2. Versioned exports.
-    let table_path = manifest.join("exports/ibverbs.txt");
-    println!("cargo:rerun-if-changed={}", table_path.display());
-    let table = softnic_symver::Table::load(&table_path).expect("export table");
-    let (_asm, map) = table.write(&out, "ibverbs").expect("write symver files");
-    println!(
-        "cargo:rustc-cdylib-link-arg=-Wl,--version-script={}",
-        map.display()
-    );
-    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libibverbs.so.1");
+    let table = manifest.join("exports/ibverbs.txt");
+    softnic_symver::build_exports(&table, &out, "ibverbs", "libibverbs.so.1")
+        .expect("export table");
     println!("cargo:rerun-if-changed=src/verbs/varargs.c");
     cc::Build::new()
         .file(manifest.join("src/verbs/varargs.c"))

@@ -24,15 +24,8 @@ fn main() {
         .write_to_file(out.join("cma_bindings.rs"))
         .expect("write bindings");
 
-    let table_path = manifest.join("exports.txt");
-    println!("cargo:rerun-if-changed={}", table_path.display());
-    let table = softnic_symver::Table::load(&table_path).expect("export table");
-    let (_asm, map) = table.write(&out, "rdmacm").expect("write symver files");
-    println!(
-        "cargo:rustc-cdylib-link-arg=-Wl,--version-script={}",
-        map.display()
-    );
-    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,librdmacm.so.1");
+    let table = manifest.join("exports.txt");
+    softnic_symver::build_exports(&table, &out, "rdmacm", "librdmacm.so.1").expect("export table");
     // ibv_* are called through the dynamic linker: whichever libibverbs.so.1 the process loads
     // (softnic's under softnic-run) serves them.
     println!("cargo:rustc-cdylib-link-arg=-Wl,--push-state,--no-as-needed,-l:libibverbs.so.1,--pop-state");

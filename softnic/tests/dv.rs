@@ -5,32 +5,9 @@
 
 mod common;
 use common::*;
-use std::time::Duration;
 
 fn mode(m: &str) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let port = free_port().to_string();
-    let prog = cprog("dv_test").display().to_string();
-    let s = spawn(dir.path(), "server", 1, &os(&[&prog, m, "server", &port]));
-    let c = spawn(dir.path(), "client", 2, &os(&[&prog, m, "client", &port]));
-    let cd = c.wait(Duration::from_secs(60));
-    let sd = s.wait(Duration::from_secs(60));
-    assert!(
-        sd.ok(),
-        "server {m}: {:?} timed_out={} {}",
-        sd.code,
-        sd.timed_out,
-        sd.out
-    );
-    assert!(
-        cd.ok(),
-        "client {m}: {:?} timed_out={} {}",
-        cd.code,
-        cd.timed_out,
-        cd.out
-    );
-    assert!(sd.out.contains(&format!("OK {m} server")), "{}", sd.out);
-    assert!(cd.out.contains(&format!("OK {m} client")), "{}", cd.out);
+    c_pair("dv_test", m);
 }
 
 /// WRITE (data and inline), SEND, SEND_IMM, WRITE_IMM, READ, ATOMIC_FA, ATOMIC_CS, NOP on

@@ -115,10 +115,10 @@ fn traced_like_untraced(test: &str) -> (String, Logged, Logged) {
     (traced.stdout, s, c)
 }
 
-#[test]
-fn qperf_rc_lat() {
-    let (out, s, c) = traced_like_untraced("rc_lat");
-    // Ping-pong of 1-byte SENDs; qperf counts each message it posts.
+/// A latency test: a ping-pong of 1-byte SENDs; qperf counts each message it posts, on both
+/// sides.
+fn ping_pong(test: &str) {
+    let (out, s, c) = traced_like_untraced(test);
     assert_eq!(
         count(&c.sends, WR_SEND, 1) as u64,
         stat(&out, "loc_send_msgs")
@@ -131,17 +131,13 @@ fn qperf_rc_lat() {
 }
 
 #[test]
+fn qperf_rc_lat() {
+    ping_pong("rc_lat");
+}
+
+#[test]
 fn qperf_ud_lat() {
-    let (out, s, c) = traced_like_untraced("ud_lat");
-    assert_eq!(
-        count(&c.sends, WR_SEND, 1) as u64,
-        stat(&out, "loc_send_msgs")
-    );
-    assert_eq!(
-        count(&s.sends, WR_SEND, 1) as u64,
-        stat(&out, "rem_send_msgs")
-    );
-    assert!(stat(&out, "loc_send_msgs") > 10, "{out}");
+    ping_pong("ud_lat");
 }
 
 #[test]

@@ -183,6 +183,26 @@ impl Table {
     }
 }
 
+/// The build-script step of a replacement library: writes the trampolines (`<stem>.s`, for the
+/// crate's `global_asm!`) and version script of the table at `table` into `out_dir`, and tells
+/// cargo to rerun when the table changes and to link the cdylib with that version script under
+/// `soname`.
+pub fn build_exports(
+    table: &Path,
+    out_dir: &Path,
+    stem: &str,
+    soname: &str,
+) -> Result<(), SymverError> {
+    println!("cargo:rerun-if-changed={}", table.display());
+    let (_asm, map) = Table::load(table)?.write(out_dir, stem)?;
+    println!(
+        "cargo:rustc-cdylib-link-arg=-Wl,--version-script={}",
+        map.display()
+    );
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,{soname}");
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -123,6 +123,31 @@ pub fn run_pair(
     (sd, cd)
 }
 
+/// Runs the C test program `prog` in mode `m` as server (node 1) and client (node 2) at once
+/// (the programs' clients retry their TCP connect); both must print `OK <m> <role>` and exit 0
+/// within a minute.
+pub fn c_pair(prog: &str, m: &str) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_port().to_string();
+    let prog = cprog(prog).display().to_string();
+    let s = spawn(dir.path(), "server", 1, &os(&[&prog, m, "server", &port]));
+    let c = spawn(dir.path(), "client", 2, &os(&[&prog, m, "client", &port]));
+    let cd = c.wait(Duration::from_secs(60));
+    let sd = s.wait(Duration::from_secs(60));
+    for (role, d) in [("server", &sd), ("client", &cd)] {
+        assert!(
+            d.ok(),
+            "{role} {m}: {:?} timed_out={} {}",
+            d.code,
+            d.timed_out,
+            d.out
+        );
+    }
+    for (role, d) in [("server", &sd), ("client", &cd)] {
+        assert!(d.out.contains(&format!("OK {m} {role}")), "{}", d.out);
+    }
+}
+
 pub fn os(v: &[&str]) -> Vec<OsString> {
     v.iter().map(OsString::from).collect()
 }
