@@ -8,7 +8,9 @@ use common::*;
 
 use std::time::Duration;
 
-use sigmatrace_schemas::{cq_event_kind, cq_variant, post_source, qp_variant, RecordKind};
+use sigmatrace_schemas::{
+    cq_event_kind, cq_variant, post_source, qp_variant, PostSend, RecordKind, WorkCompletion,
+};
 
 const LIMIT: Duration = Duration::from_secs(60);
 const FAIL_ID: u64 = 0xdead;
@@ -53,6 +55,15 @@ fn basic_scenario_is_recorded_exactly() {
     assert_eq!(dev.len(), 1);
     assert_eq!(dev[0].name_str(), "fakedev0");
 
+    let s = basic_sends(&t);
+    basic_errors_and_receives(&t, &s);
+    let wc = basic_completions(&t, &s);
+    basic_objects(&t, &s, &wc);
+}
+
+/// The accepted WRs of the basic scenario: a chain of three and a UD send through
+/// ibv_post_send, then an ibv_wr_* batch.
+fn basic_sends(t: &Trace) -> Vec<PostSend> {
     let s = t.sends();
     let ids: Vec<u64> = s.iter().map(|w| w.wr_id).collect();
     assert_eq!(
@@ -113,7 +124,11 @@ fn basic_scenario_is_recorded_exactly() {
         (s[6].opcode, s[6].bytes, s[6].imm),
         (WR_SEND_WITH_IMM, 16, 7)
     );
+    s
+}
 
+/// The three failed posts (post_send, post_srq_recv, an ibv_wr_* batch) and the receives.
+fn basic_errors_and_receives(t: &Trace, s: &[PostSend]) {
     let e = t.errors();
     assert_eq!(e.len(), 3);
     assert_eq!(
@@ -142,7 +157,10 @@ fn basic_scenario_is_recorded_exactly() {
     );
     assert_eq!(r[0].qpn, s[0].qpn);
     assert!(r[2].srq != 0 && r[2].srq == e[1].object);
+}
 
+/// The completions, those of the extended CQ with their timestamps.
+fn basic_completions(t: &Trace, s: &[PostSend]) -> Vec<WorkCompletion> {
     let wc = t.wcs();
     let w: Vec<(u64, u8, u32)> = wc.iter().map(|c| (c.wr_id, c.opcode, c.byte_len)).collect();
     assert_eq!(
@@ -162,7 +180,11 @@ fn basic_scenario_is_recorded_exactly() {
         "completion timestamps read through the CQ"
     );
     assert!(wc[3..].iter().all(|c| c.qpn == s[5].qpn));
+    wc
+}
 
+/// Empty polls, CQ events, the CQ and QP objects, and the exit snapshot.
+fn basic_objects(t: &Trace, s: &[PostSend], wc: &[WorkCompletion]) {
     // Empty polls: 5 before any work, 3 on the extended CQ, 1 at the end (flushed at exit).
     let em: Vec<u64> = t.empties().iter().map(|e| e.count).collect();
     assert_eq!(em, vec![5, 3, 1]);
