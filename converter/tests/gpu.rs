@@ -29,6 +29,56 @@ fn snap(ns: u64) -> ClockSnapshot {
 fn observed_wqes_and_kernels() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("gpu.sigmatrace");
+    let (ks, ke) = (1_500_000u64, 1_800_000u64);
+    write_log(&path, ks, ke);
+    let out = dir.path().join("gpu.perfetto-trace");
+    let rep = convert_with_report(
+        &[path],
+        &out,
+        &ConvertOptions {
+            jobs: 1,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(rep.summary.totals.slices, 9, "8 WQEs + 1 kernel");
+    common::validate(&out, &["slices=9", "instants=1"]);
+    let pkts = common::decode(&out);
+    // The kernel slice sits on the GPU sequence with absolute timestamps = host realtime.
+    let kernel = slice_begins(&pkts, "allreduce_kernel");
+    assert_eq!(kernel.len(), 1);
+    let ts = kernel[0].timestamp.unwrap() as i64;
+    assert!(
+        (ts - (RT0 + ks) as i64).abs() <= 2,
+        "kernel start {ts} vs {}",
+        RT0 + ks
+    );
+    let tracks: Vec<String> = pkts
+        .iter()
+        .filter_map(|p| p.track_descriptor.as_ref())
+        .filter_map(|d| d.name.clone())
+        .collect();
+    for want in [
+        "GPU 0",
+        "stream 0x55",
+        "GPU-initiated queues",
+        "QP 0x42 observed",
+    ] {
+        assert!(
+            tracks.iter().any(|t| t == want),
+            "track {want} in {tracks:?}"
+        );
+    }
+}
+
+/// GPU globaltimer = host ns + 5 s, running 10 ppm fast.
+fn gpu(host: u64) -> u64 {
+    5_000_000_000 + host + host / 100_000
+}
+
+/// One process's log: three GPU clock pairs, a discovered QP with 8 observed WQEs (2 CQEs),
+/// and one kernel launched and executed from host time `ks` to `ke`.
+fn write_log(path: &std::path::Path, ks: u64, ke: u64) {
     let header = FileHeader {
         major: sigmatrace_schemas::FORMAT_MAJOR,
         minor: sigmatrace_schemas::FORMAT_MINOR,
@@ -54,7 +104,7 @@ fn observed_wqes_and_kernels() {
         chunks_allocated: 0,
     };
     let w = LogWriter::create(
-        &path,
+        path,
         &header,
         WriterOptions {
             chunk_size: 1 << 16,
@@ -64,8 +114,6 @@ fn observed_wqes_and_kernels() {
     )
     .unwrap();
     let mut t = w.thread_writer(1);
-    // GPU globaltimer = host ns + 5 s, running 10 ppm fast.
-    let gpu = |host: u64| 5_000_000_000 + host + host / 100_000;
     for h in [1_000_000u64, 2_000_000, 3_000_000] {
         t.append(&GpuClockPair {
             hdr: RecordHeader::of::<GpuClockPair>(0),
@@ -125,7 +173,6 @@ fn observed_wqes_and_kernels() {
         device: 0,
         ..Default::default()
     });
-    let (ks, ke) = (1_500_000u64, 1_800_000u64);
     t.append(&KernelExec {
         hdr: RecordHeader::of::<KernelExec>(1),
         ts: 1_900_000,
@@ -138,20 +185,10 @@ fn observed_wqes_and_kernels() {
     t.append(&snap(2_000_000));
     drop(t);
     drop(w);
-    let out = dir.path().join("gpu.perfetto-trace");
-    let rep = convert_with_report(
-        &[path],
-        &out,
-        &ConvertOptions {
-            jobs: 1,
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    assert_eq!(rep.summary.totals.slices, 9, "8 WQEs + 1 kernel");
-    common::validate(&out, &["slices=9", "instants=1"]);
-    let pkts = common::decode(&out);
-    // The kernel slice sits on the GPU sequence with absolute timestamps = host realtime.
+}
+
+/// The SLICE_BEGIN packets named `name` (names interned per sequence).
+fn slice_begins<'a>(pkts: &'a [proto::TracePacket], name: &str) -> Vec<&'a proto::TracePacket> {
     let names: std::collections::HashMap<(u32, u64), String> = pkts
         .iter()
         .filter_map(|p| {
@@ -165,38 +202,14 @@ fn observed_wqes_and_kernels() {
                 .map(move |e| ((s, e.iid.unwrap()), e.name.clone().unwrap()))
         })
         .collect();
-    let kernel: Vec<_> = pkts
-        .iter()
+    pkts.iter()
         .filter(|p| {
             p.track_event.as_ref().is_some_and(|e| {
                 e.r#type == Some(proto::TYPE_SLICE_BEGIN)
                     && e.name_iid
                         .and_then(|n| names.get(&(p.trusted_packet_sequence_id.unwrap_or(0), n)))
-                        .is_some_and(|n| n == "allreduce_kernel")
+                        .is_some_and(|n| n == name)
             })
         })
-        .collect();
-    assert_eq!(kernel.len(), 1);
-    let ts = kernel[0].timestamp.unwrap() as i64;
-    assert!(
-        (ts - (RT0 + ks) as i64).abs() <= 2,
-        "kernel start {ts} vs {}",
-        RT0 + ks
-    );
-    let tracks: Vec<String> = pkts
-        .iter()
-        .filter_map(|p| p.track_descriptor.as_ref())
-        .filter_map(|d| d.name.clone())
-        .collect();
-    for want in [
-        "GPU 0",
-        "stream 0x55",
-        "GPU-initiated queues",
-        "QP 0x42 observed",
-    ] {
-        assert!(
-            tracks.iter().any(|t| t == want),
-            "track {want} in {tracks:?}"
-        );
-    }
+        .collect()
 }

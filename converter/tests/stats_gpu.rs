@@ -153,7 +153,6 @@ struct Truth {
     bytes: [[u64; RANKS]; RANKS],
 }
 
-#[allow(clippy::needless_range_loop)]
 fn generate(dir: &Path) -> (Vec<PathBuf>, Truth) {
     let rounds = 6;
     // Rank r's delay in round e: rotating, plus a per-round jitter.
@@ -179,166 +178,213 @@ fn generate(dir: &Path) -> (Vec<PathBuf>, Truth) {
             guid: guid(node),
             name: *b"softnic0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0",
         });
-        // Rank 2 builds its QPs with devx: the interposer records QpCreate variant 3 (devx)
-        // with the context, the ring as QueueDiscovered, and the decoded transitions as
-        // QpModify.
-        let devx = r == 2;
-        let mut qps: Vec<u32> = (0..RANKS).map(|p| qpn_to(r, p)).collect();
-        if r == 0 {
-            qps.push(LOOP_TARGET);
-        }
-        for &q in &qps {
-            t.append(&QpCreate {
-                hdr: RecordHeader::of::<QpCreate>(2 | if devx { 3 << 8 } else { 0 }),
-                ts: 4_000,
-                qp: 0xa000 + q as u64,
-                context: 0xc0de,
-                qpn: q,
-                max_send_wr: 256,
-                ..Default::default()
-            });
-            if devx {
-                t.append(&QueueDiscovered {
-                    hdr: RecordHeader::of::<QueueDiscovered>(1 | 2 << 16),
-                    ts: 4_100,
-                    base: 0x10_0000 + q as u64 * 0x1_0000,
-                    dbrec: 0x20_0000 + q as u64 * 64,
-                    doorbell: 0x30_0800,
-                    number: q,
-                    depth: 256,
-                    stride: 64,
-                    cqn: q + 0x100,
-                });
-            }
-        }
-        for p in 0..RANKS {
-            let q = qpn_to(r, p);
-            if p == r {
-                if r == 0 {
-                    modify(t, 5_000, q, LOOP_TARGET, node);
-                    modify(t, 5_000, LOOP_TARGET, q, node);
-                }
-            } else {
-                modify(t, 5_000, q, qpn_to(p, r), p as u64 + 1);
-            }
-        }
+        connect(t, r, node);
         let mut idx = [0u16; RANKS];
-        let mut next = |p: usize| {
-            idx[p] = idx[p].wrapping_add(1);
-            idx[p] - 1
-        };
-        // Payload: rank r writes (r+1)·(p+1)·1000 bytes to p in 4 WQEs, before each barrier.
-        for (e, arr) in arrivals.iter().enumerate() {
-            for p in 0..RANKS {
-                // Rank 1's QP to rank 2 carries only verbs-posted traffic (below).
-                if p == r || (r, p) == (1, 2) {
-                    continue;
-                }
-                for k in 0..4u64 {
-                    let b = ((r + 1) * (p + 1) * 250) as u32;
-                    let ts = arr[r] - 100_000 + k * 1_000 + p as u64 * 10;
-                    wqe(t, ts, qpn_to(r, p), next(p), WRITE, b, (0x9000, 0x77, 0));
-                    bytes[r][p] += b as u64;
-                }
-            }
-            // Rank 3 also READs 4096 bytes from rank 1 every round (data flows 1 → 3).
-            if r == 3 {
-                wqe(
-                    t,
-                    arr[r] - 50_000,
-                    qpn_to(3, 1),
-                    next(1),
-                    READ,
-                    4096,
-                    (0x9000, 0x77, 0),
-                );
-                bytes[1][3] += 4096;
-            }
-            let add = 1 | (((e + r) % 2) as u64) << 32;
-            wqe(
-                t,
-                arr[r],
-                qpn_to(r, 0),
-                next(0),
-                FA,
-                8,
-                (COUNTER.0, COUNTER.1, add),
-            );
-            if r == 0 {
-                // A private atomic target only rank 0 uses: not a barrier.
-                wqe(
-                    t,
-                    arr[r] + 10,
-                    qpn_to(0, 1),
-                    next(1),
-                    FA,
-                    8,
-                    (0x5555_0000, 0x99, 1),
-                );
-            }
-        }
-        if r == 1 {
-            // Verbs-posted writes 1 → 2 on its QP to rank 2 (no observed WQEs there): counted
-            // from completions. Plus a verbs FETCH_AND_ADD that is not a barrier.
-            let q = qpn_to(1, 2);
-            for k in 0..5u64 {
-                let ts = 60_000_000 + k * 1_000;
-                t.append(&PostSend {
-                    hdr: RecordHeader::of::<PostSend>(2),
-                    ts,
-                    wr_id: k,
-                    qpn: q,
-                    bytes: 3000,
-                    opcode: 0,
-                    num_sge: 1,
-                    ..Default::default()
-                });
-                t.append(&WorkCompletion {
-                    hdr: RecordHeader::of::<WorkCompletion>(0),
-                    ts: ts + 500,
-                    wr_id: k,
-                    cq: 0xcc,
-                    qpn: q,
-                    opcode: 1,
-                    ..Default::default()
-                });
-            }
-            bytes[1][2] += 5 * 3000;
-        }
-        if r == 2 {
-            // A QP both posted through verbs and observed in its ring (2 → 3): observed WQEs
-            // win, the WRs are not counted again.
-            let q = qpn_to(2, 3);
-            for k in 0..3u64 {
-                let ts = 61_000_000 + k * 1_000;
-                t.append(&PostSend {
-                    hdr: RecordHeader::of::<PostSend>(2),
-                    ts,
-                    wr_id: k,
-                    qpn: q,
-                    bytes: 512,
-                    opcode: 0,
-                    num_sge: 1,
-                    ..Default::default()
-                });
-                wqe(t, ts + 100, q, next(3), WRITE, 512, (0x9000, 0x77, 0));
-                t.append(&WorkCompletion {
-                    hdr: RecordHeader::of::<WorkCompletion>(0),
-                    ts: ts + 500,
-                    wr_id: k,
-                    cq: 0xcc,
-                    qpn: q,
-                    opcode: 1,
-                    ..Default::default()
-                });
-                bytes[2][3] += 512;
-            }
-        }
+        barrier_rounds(t, r, &arrivals, &mut idx, &mut bytes);
+        verbs_posted(t, r, &mut idx, &mut bytes);
         t.append(&snap(70_000_000));
         drop(log);
         paths.push(path);
     }
     (paths, Truth { arrivals, bytes })
+}
+
+/// Rank `r`'s QPs to every rank (rank 0 also a loopback pair) and their connections.
+fn connect(t: &mut ChunkWriter, r: usize, node: u64) {
+    // Rank 2 builds its QPs with devx: the interposer records QpCreate variant 3 (devx)
+    // with the context, the ring as QueueDiscovered, and the decoded transitions as
+    // QpModify.
+    let devx = r == 2;
+    let mut qps: Vec<u32> = (0..RANKS).map(|p| qpn_to(r, p)).collect();
+    if r == 0 {
+        qps.push(LOOP_TARGET);
+    }
+    for &q in &qps {
+        t.append(&QpCreate {
+            hdr: RecordHeader::of::<QpCreate>(2 | if devx { 3 << 8 } else { 0 }),
+            ts: 4_000,
+            qp: 0xa000 + q as u64,
+            context: 0xc0de,
+            qpn: q,
+            max_send_wr: 256,
+            ..Default::default()
+        });
+        if devx {
+            t.append(&QueueDiscovered {
+                hdr: RecordHeader::of::<QueueDiscovered>(1 | 2 << 16),
+                ts: 4_100,
+                base: 0x10_0000 + q as u64 * 0x1_0000,
+                dbrec: 0x20_0000 + q as u64 * 64,
+                doorbell: 0x30_0800,
+                number: q,
+                depth: 256,
+                stride: 64,
+                cqn: q + 0x100,
+            });
+        }
+    }
+    for p in 0..RANKS {
+        let q = qpn_to(r, p);
+        if p == r {
+            if r == 0 {
+                modify(t, 5_000, q, LOOP_TARGET, node);
+                modify(t, 5_000, LOOP_TARGET, q, node);
+            }
+        } else {
+            modify(t, 5_000, q, qpn_to(p, r), p as u64 + 1);
+        }
+    }
+}
+
+/// The next WQE index of rank `r`'s QP to rank `p`.
+fn next_index(idx: &mut [u16; RANKS], p: usize) -> u16 {
+    idx[p] = idx[p].wrapping_add(1);
+    idx[p] - 1
+}
+
+/// Rank `r`'s observed WQEs of every round: payload writes (and rank 3's reads), then its
+/// barrier FETCH_ADD.
+#[allow(clippy::needless_range_loop)]
+fn barrier_rounds(
+    t: &mut ChunkWriter,
+    r: usize,
+    arrivals: &[[u64; RANKS]],
+    idx: &mut [u16; RANKS],
+    bytes: &mut [[u64; RANKS]; RANKS],
+) {
+    // Payload: rank r writes (r+1)·(p+1)·1000 bytes to p in 4 WQEs, before each barrier.
+    for (e, arr) in arrivals.iter().enumerate() {
+        for p in 0..RANKS {
+            // Rank 1's QP to rank 2 carries only verbs-posted traffic (below).
+            if p == r || (r, p) == (1, 2) {
+                continue;
+            }
+            for k in 0..4u64 {
+                let b = ((r + 1) * (p + 1) * 250) as u32;
+                let ts = arr[r] - 100_000 + k * 1_000 + p as u64 * 10;
+                wqe(
+                    t,
+                    ts,
+                    qpn_to(r, p),
+                    next_index(idx, p),
+                    WRITE,
+                    b,
+                    (0x9000, 0x77, 0),
+                );
+                bytes[r][p] += b as u64;
+            }
+        }
+        // Rank 3 also READs 4096 bytes from rank 1 every round (data flows 1 → 3).
+        if r == 3 {
+            wqe(
+                t,
+                arr[r] - 50_000,
+                qpn_to(3, 1),
+                next_index(idx, 1),
+                READ,
+                4096,
+                (0x9000, 0x77, 0),
+            );
+            bytes[1][3] += 4096;
+        }
+        let add = 1 | (((e + r) % 2) as u64) << 32;
+        wqe(
+            t,
+            arr[r],
+            qpn_to(r, 0),
+            next_index(idx, 0),
+            FA,
+            8,
+            (COUNTER.0, COUNTER.1, add),
+        );
+        if r == 0 {
+            // A private atomic target only rank 0 uses: not a barrier.
+            wqe(
+                t,
+                arr[r] + 10,
+                qpn_to(0, 1),
+                next_index(idx, 1),
+                FA,
+                8,
+                (0x5555_0000, 0x99, 1),
+            );
+        }
+    }
+}
+
+/// Verbs-posted traffic: rank 1's writes to rank 2 (counted from completions) and rank 2's
+/// writes to rank 3, posted and also observed.
+fn verbs_posted(
+    t: &mut ChunkWriter,
+    r: usize,
+    idx: &mut [u16; RANKS],
+    bytes: &mut [[u64; RANKS]; RANKS],
+) {
+    if r == 1 {
+        // Verbs-posted writes 1 → 2 on its QP to rank 2 (no observed WQEs there): counted
+        // from completions. Plus a verbs FETCH_AND_ADD that is not a barrier.
+        let q = qpn_to(1, 2);
+        for k in 0..5u64 {
+            let ts = 60_000_000 + k * 1_000;
+            t.append(&PostSend {
+                hdr: RecordHeader::of::<PostSend>(2),
+                ts,
+                wr_id: k,
+                qpn: q,
+                bytes: 3000,
+                opcode: 0,
+                num_sge: 1,
+                ..Default::default()
+            });
+            t.append(&WorkCompletion {
+                hdr: RecordHeader::of::<WorkCompletion>(0),
+                ts: ts + 500,
+                wr_id: k,
+                cq: 0xcc,
+                qpn: q,
+                opcode: 1,
+                ..Default::default()
+            });
+        }
+        bytes[1][2] += 5 * 3000;
+    }
+    if r == 2 {
+        // A QP both posted through verbs and observed in its ring (2 → 3): observed WQEs
+        // win, the WRs are not counted again.
+        let q = qpn_to(2, 3);
+        for k in 0..3u64 {
+            let ts = 61_000_000 + k * 1_000;
+            t.append(&PostSend {
+                hdr: RecordHeader::of::<PostSend>(2),
+                ts,
+                wr_id: k,
+                qpn: q,
+                bytes: 512,
+                opcode: 0,
+                num_sge: 1,
+                ..Default::default()
+            });
+            wqe(
+                t,
+                ts + 100,
+                q,
+                next_index(idx, 3),
+                WRITE,
+                512,
+                (0x9000, 0x77, 0),
+            );
+            t.append(&WorkCompletion {
+                hdr: RecordHeader::of::<WorkCompletion>(0),
+                ts: ts + 500,
+                wr_id: k,
+                cq: 0xcc,
+                qpn: q,
+                opcode: 1,
+                ..Default::default()
+            });
+            bytes[2][3] += 512;
+        }
+    }
 }
 
 fn skew_of(m: &[[u64; RANKS]; RANKS]) -> (f64, f64, f64) {
