@@ -74,15 +74,15 @@ fn main() {
     let rounds = env_num("OVERHEAD_ROUNDS", 9);
 
     println!("== 1. no-op device: hook cost (ns per op, median of rounds, traced vs untraced interleaved)");
-    println!("-- steady state: log chunks prepared ahead");
+    println!("-- steady state: 64-chunk rings (64 MiB per thread)");
     let noop = cprog("noop_bench");
     let out = run(traced(&mut Command::new(&noop), &lib, &logs)
         .args(["time", "15", "100000", "3000"])
         .env("SIGMATRACE_MAX_BYTES", "600M")
-        .env("SIGMATRACE_PREFAULT_CHUNKS", "1024"));
+        .env("SIGMATRACE_PREFAULT_CHUNKS", "64"));
     print!("{out}");
     let _ = std::fs::remove_dir_all(&logs);
-    println!("-- default settings (1 MiB chunks, 4 prepared ahead by the background thread)");
+    println!("-- default settings (1 MiB chunks, 4-chunk rings drained by the background thread)");
     let out = run(traced(&mut Command::new(&noop), &lib, &logs).args(["time", "15", "100000"]));
     print!("{out}");
     let _ = std::fs::remove_dir_all(&logs);
