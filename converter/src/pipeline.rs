@@ -11,8 +11,6 @@ use std::sync::atomic::AtomicU64;
 use std::sync::mpsc::sync_channel;
 use std::time::Instant;
 
-use rayon::prelude::*;
-
 use crate::align::topology::Topology;
 use crate::align::{self, Alignment};
 use crate::error::ConvertError;
@@ -20,7 +18,7 @@ use crate::model::emit::{self, Detail, Format};
 use crate::model::order::{Block, BlockOrder};
 use crate::model::{ModelOptions, ProcessModel, ProcessTotals};
 use crate::progress::Progress;
-use crate::read::input::{expand_inputs, LogInput};
+use crate::read::input::LogInput;
 use crate::read::scan;
 use crate::report::{default_sections, ReportCtx, Section, SectionSet};
 use sigmatrace_timeline::chrome;
@@ -169,19 +167,7 @@ fn open_inputs(
     opts: &ConvertOptions,
     warnings: &mut Vec<String>,
 ) -> Result<Vec<LogInput>, ConvertError> {
-    let files = expand_inputs(paths)?;
-    let opened: Vec<Result<LogInput, ConvertError>> =
-        files.par_iter().map(|p| LogInput::open(p)).collect();
-    let mut inputs = Vec::new();
-    for r in opened {
-        match r {
-            Ok(i) => inputs.push(i),
-            Err(e) if opts.skip_unreadable => warnings.push(format!("skipped: {e}")),
-            Err(e) => return Err(e),
-        }
-    }
-    inputs.retain(|i| {
-        let h = i.file.header();
+    let opened = crate::read::open::open_logs(paths, opts.skip_unreadable, |h| {
         let rank_ok = opts
             .ranks
             .as_ref()
@@ -191,34 +177,15 @@ fn open_inputs(
             .as_ref()
             .is_none_or(|hs| hs.contains(&h.hostname));
         rank_ok && host_ok
-    });
-    if inputs.is_empty() {
+    })?;
+    warnings.extend(opened.warnings);
+    if opened.inputs.is_empty() {
         return Err(ConvertError::NothingSelected(format!(
             "{} logs found",
-            files.len()
+            opened.files
         )));
     }
-    for i in &inputs {
-        let s = i.file.salvage();
-        for issue in &s.issues {
-            warnings.push(format!(
-                "{}: offset {}: {}",
-                i.path.display(),
-                issue.offset,
-                issue.message
-            ));
-        }
-        if i.file.header().major > 0 && i.file.header().minor > sigmatrace_schemas::FORMAT_MINOR {
-            warnings.push(format!(
-                "{}: format {}.{} is newer than this reader's {}.{}; unknown record kinds are skipped",
-                i.path.display(),
-                i.file.header().major,
-                i.file.header().minor,
-                sigmatrace_schemas::FORMAT_MAJOR,
-                sigmatrace_schemas::FORMAT_MINOR
-            ));
-        }
-    }
+    let inputs = opened.inputs;
     Ok(inputs)
 }
 
@@ -305,7 +272,11 @@ fn load(paths: &[PathBuf], opts: &ConvertOptions) -> Result<Loaded, ConvertError
     })
 }
 
+/// The worker pool: `jobs` threads (0: all cores), never more than the cores (the command
+/// line says so when it caps a request).
 fn pool(jobs: usize) -> Result<rayon::ThreadPool, ConvertError> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let jobs = if jobs == 0 { cores } else { jobs.min(cores) };
     rayon::ThreadPoolBuilder::new()
         .num_threads(jobs)
         .build()

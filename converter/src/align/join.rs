@@ -179,6 +179,7 @@ pub fn join(inputs: &[LogInput], topo: &Topology, mut f: impl FnMut(&Pair)) {
                         }
                     }
                     runs += (out.len() > before) as usize;
+                    cur.park();
                 }
                 if runs > 1 {
                     out.sort_by_key(|e| e.2);

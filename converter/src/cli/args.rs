@@ -42,7 +42,7 @@ pub const MAX_SELECTED_RANKS: u64 = 1 << 20;
 pub struct Common {
     /// Log files or directories (searched recursively).
     pub inputs: Vec<PathBuf>,
-    /// Worker threads (default: all cores).
+    /// Worker threads (default, or 0: all cores; more than the cores are capped with a note).
     #[arg(short, long, default_value_t = 0)]
     pub jobs: usize,
     /// Only these ranks (comma separated, ranges allowed: 0-3,8).
@@ -172,6 +172,26 @@ pub fn parse_seconds(s: &str) -> Result<f64, String> {
     Ok(v)
 }
 
+/// Cores this process may run on.
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// `--jobs`: 0 means all `cores`; more threads than cores only add switching (thousands of them
+/// take minutes to start on a loaded machine), so a larger request is capped, with a note.
+pub fn worker_threads(requested: usize, cores: usize) -> (usize, Option<String>) {
+    match requested {
+        0 => (cores, None),
+        n if n > cores => (
+            cores,
+            Some(format!(
+                "--jobs {n} capped to {cores} worker threads (the cores available to this process)"
+            )),
+        ),
+        n => (n, None),
+    }
+}
+
 /// The options shared by conversion and `stats`.
 pub fn options(c: &Common) -> Result<ConvertOptions, ConvertError> {
     let window = match (c.from, c.to) {
@@ -191,8 +211,12 @@ pub fn options(c: &Common) -> Result<ConvertOptions, ConvertError> {
             "no input logs given (files or directories)".into(),
         ));
     }
+    let (jobs, note) = worker_threads(c.jobs, cores());
+    if let Some(note) = note {
+        eprintln!("note: {note}");
+    }
     Ok(ConvertOptions {
-        jobs: c.jobs,
+        jobs,
         ranks: c.ranks.clone().map(|r| r.0),
         hosts: c.hosts.clone(),
         window_s: window,
@@ -216,6 +240,15 @@ mod tests {
         assert!(parse_ranks("0-4000000000")
             .unwrap_err()
             .contains("more than"));
+    }
+
+    #[test]
+    fn jobs_are_capped_at_the_cores() {
+        assert_eq!(worker_threads(0, 16), (16, None));
+        assert_eq!(worker_threads(3, 16), (3, None));
+        let (n, note) = worker_threads(8192, 16);
+        assert_eq!(n, 16);
+        assert!(note.unwrap().contains("--jobs 8192 capped to 16"));
     }
 
     #[test]

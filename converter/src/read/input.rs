@@ -1,6 +1,7 @@
 //! Tokenize: finding and opening logs, and iterating their records.
 //!
-//! Logs are memory-mapped ([`LogFile`]); nothing is copied. A process's records come from
+//! Logs are memory-mapped ([`MappedLog`]); nothing is copied, and what was read leaves the
+//! resident set again: every [`RELEASE_WINDOW`] bytes of a chunk and at its end. A process's records come from
 //! several per-thread chunk sequences in log order; a [`ThreadCursor`] sorts each by timestamp
 //! (stable, within a window of [`REORDER_WINDOW`] records; times are never changed) and
 //! [`MergedRecords`] merges the threads by timestamp (k-way).
@@ -10,88 +11,41 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use sigmatrace_schemas::chunk::CHUNK_HEADER_SIZE;
-use sigmatrace_schemas::reader::{ChunkInfo, LogFile, RawRecord};
+use sigmatrace_schemas::reader::{ChunkInfo, RawRecord};
 use sigmatrace_schemas::records::RecordKind;
-use sigmatrace_schemas::MAGIC;
+use sigmatrace_schemas::HEADER_SIZE;
 
 use crate::error::ConvertError;
-
-/// Expands the command-line inputs: files are taken as given, directories are searched
-/// recursively for files that start with the log magic. Sorted, without duplicates.
-pub fn expand_inputs(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, ConvertError> {
-    let mut out = Vec::new();
-    for p in inputs {
-        let md = std::fs::metadata(p).map_err(|source| ConvertError::Io {
-            path: p.clone(),
-            source,
-        })?;
-        if md.is_dir() {
-            walk(p, &mut out)?;
-        } else {
-            out.push(p.clone());
-        }
-    }
-    out.sort();
-    out.dedup();
-    if out.is_empty() {
-        return Err(ConvertError::NoInputs(
-            inputs
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", "),
-        ));
-    }
-    Ok(out)
-}
-
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), ConvertError> {
-    let io = |source| ConvertError::Io {
-        path: dir.to_owned(),
-        source,
-    };
-    let mut entries: Vec<_> = std::fs::read_dir(dir)
-        .map_err(io)?
-        .collect::<Result<_, _>>()
-        .map_err(io)?;
-    entries.sort_by_key(|e| e.path());
-    for e in entries {
-        let path = e.path();
-        let ft = e.file_type().map_err(io)?;
-        if ft.is_dir() {
-            walk(&path, out)?;
-        } else if ft.is_file() && has_magic(&path) {
-            out.push(path);
-        }
-    }
-    Ok(())
-}
-
-fn has_magic(path: &Path) -> bool {
-    use std::io::Read;
-    let mut m = [0u8; 8];
-    std::fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut m))
-        .map(|_| m == MAGIC)
-        .unwrap_or(false)
-}
+use crate::read::map::MappedLog;
 
 /// One opened log: the mapping and its chunks grouped by writer thread.
 pub struct LogInput {
     pub path: PathBuf,
-    pub file: LogFile,
+    pub file: MappedLog,
     /// Per thread (sorted by tid): its chunks in allocation order.
     pub threads: Vec<(u32, Vec<ChunkInfo>)>,
     /// Bytes of the file (input size).
     pub bytes: u64,
+    /// Chunks the header counts as allocated that lie beyond the end of the file (the file was
+    /// cut short, possibly exactly at a chunk boundary): (first missing offset, count).
+    pub missing_chunks: Option<(u64, u64)>,
 }
 
 impl LogInput {
     /// Opens and validates a log. Fatal header problems are errors; damaged chunks are kept in
     /// the file's salvage report.
     pub fn open(path: &Path) -> Result<LogInput, ConvertError> {
-        let file = LogFile::open(path).map_err(ConvertError::Read)?;
-        let bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        let file = MappedLog::open(path).map_err(ConvertError::Read)?;
+        let bytes = file.len();
+        let h = file.header();
+        let cs = h.chunk_size as u64;
+        let in_file = bytes.saturating_sub(HEADER_SIZE as u64).div_ceil(cs);
+        let missing_chunks = (u64::from(h.chunks_allocated) > in_file).then(|| {
+            (
+                HEADER_SIZE as u64 + in_file * cs,
+                u64::from(h.chunks_allocated) - in_file,
+            )
+        });
         let mut threads: Vec<(u32, Vec<ChunkInfo>)> = Vec::new();
         let mut chunks: Vec<ChunkInfo> = file.chunks().to_vec();
         chunks.sort_by_key(|c| (c.header.tid, c.header.index));
@@ -106,6 +60,7 @@ impl LogInput {
             file,
             threads,
             bytes,
+            missing_chunks,
         })
     }
 
@@ -127,25 +82,21 @@ impl LogInput {
 /// Drops a consumed chunk's pages from this process's resident set (they stay in the page
 /// cache), so resident memory does not grow with the amount of input read.
 pub fn release_chunk(input: &LogInput, chunk: &ChunkInfo) {
-    let Some(Ok(first)) = input.file.records(chunk).next() else {
-        return;
-    };
-    let base = first.bytes.as_ptr() as usize - first.offset as usize;
-    let start = base + chunk.offset as usize;
-    let len = (input.file.header().chunk_size as usize)
-        .min(input.bytes.saturating_sub(chunk.offset) as usize);
-    let page = 4096;
-    let (a, b) = (start.next_multiple_of(page), (start + len) / page * page);
-    if b > a {
-        // SAFETY: [a, b) lies inside the read-only shared file mapping owned by `input`
-        // (chunk offsets and sizes come from the validated chunk table). MADV_DONTNEED on a
-        // file-backed shared mapping only unmaps the pages; a later access faults them back in
-        // from the file with identical contents, so outstanding slices stay valid.
-        unsafe {
-            libc::madvise(a as *mut libc::c_void, b - a, libc::MADV_DONTNEED);
-        }
-    }
+    // Reads near a chunk's ends map neighbouring pages as well (the kernel's fault-around,
+    // up to 64 KiB): those are released too, even if they belong to a chunk another reader
+    // has already released (a later access only faults them back in).
+    const FAULT_AROUND: u64 = 64 << 10;
+    let end = chunk.offset + u64::from(input.file.header().chunk_size);
+    input.file.release(
+        chunk.offset.saturating_sub(FAULT_AROUND),
+        end + FAULT_AROUND,
+    );
 }
+
+/// How many consumed bytes of a chunk a reader keeps resident before it releases them: a
+/// process's reader holds about this much per writer thread, so that hundreds of logs read in
+/// lock-step (the causality join) stay within a flat memory budget whatever the chunk size.
+pub const RELEASE_WINDOW: usize = 64 << 10;
 
 /// Timestamp of a record: every record kind has its `ts` at offset 8.
 #[inline]
@@ -160,6 +111,25 @@ pub fn record_ts(bytes: &[u8]) -> Option<u64> {
 pub struct RecordIssue {
     pub offset: u64,
     pub what: String,
+}
+
+impl RecordIssue {
+    /// A damaged record at `offset` whose chunk's readable bytes end at `end`: the message
+    /// names the byte range that is not converted.
+    pub fn skipping(offset: u64, end: u64, what: impl std::fmt::Display) -> RecordIssue {
+        RecordIssue {
+            offset,
+            what: format!(
+                "{what}; bytes {offset}..{end} ({} bytes) of the chunk not read",
+                end.saturating_sub(offset)
+            ),
+        }
+    }
+}
+
+/// File offset where the readable record bytes of `chunk` end.
+pub fn chunk_end(chunk: &ChunkInfo) -> u64 {
+    chunk.offset + CHUNK_HEADER_SIZE as u64 + u64::from(chunk.readable)
 }
 
 /// Expected length of each fixed-size record kind below 256 (0: variable length or unknown).
@@ -186,6 +156,8 @@ pub struct ChunkRecords<'a> {
     /// File offset of `bytes[0]`.
     base: u64,
     pos: usize,
+    /// `pos` at the last release of consumed bytes.
+    released: usize,
     sizes: &'static [u16; 256],
 }
 
@@ -201,10 +173,7 @@ impl<'a> ChunkRecords<'a> {
                 unsafe { std::slice::from_raw_parts(first.bytes.as_ptr(), chunk.readable as usize) }
             }
             Some(Err(e)) => {
-                issues.push(RecordIssue {
-                    offset: e.offset,
-                    what: e.what,
-                });
+                issues.push(RecordIssue::skipping(e.offset, chunk_end(chunk), e.what));
                 &[]
             }
             None => &[],
@@ -215,6 +184,7 @@ impl<'a> ChunkRecords<'a> {
             bytes,
             base: chunk.offset + CHUNK_HEADER_SIZE as u64,
             pos: 0,
+            released: 0,
             sizes: fixed_sizes(),
         }
     }
@@ -240,6 +210,9 @@ impl<'a> ChunkRecords<'a> {
             {
                 let offset = self.base + self.pos as u64;
                 self.pos += len;
+                if self.pos - self.released >= RELEASE_WINDOW {
+                    self.release_consumed();
+                }
                 return Some(RawRecord {
                     offset,
                     kind,
@@ -253,6 +226,17 @@ impl<'a> ChunkRecords<'a> {
         None
     }
 
+    /// Releases the consumed pages of the chunk but the last one (records still held in a
+    /// reorder window fault back in if touched).
+    #[cold]
+    fn release_consumed(&mut self) {
+        let upto = self.pos.saturating_sub(4096);
+        self.input
+            .file
+            .release(self.base + self.released as u64, self.base + upto as u64);
+        self.released = upto;
+    }
+
     #[cold]
     fn damaged(&mut self, issues: &mut Vec<RecordIssue>) {
         let at = self.base + self.pos as u64;
@@ -261,14 +245,8 @@ impl<'a> ChunkRecords<'a> {
             .file
             .records(self.chunk)
             .find_map(|r| r.err())
-            .map(|e| RecordIssue {
-                offset: e.offset,
-                what: e.what,
-            })
-            .unwrap_or_else(|| RecordIssue {
-                offset: at,
-                what: "damaged record".into(),
-            });
+            .map(|e| RecordIssue::skipping(e.offset, chunk_end(self.chunk), e.what))
+            .unwrap_or_else(|| RecordIssue::skipping(at, chunk_end(self.chunk), "damaged record"));
         issues.push(err);
         self.pos = self.bytes.len() + 1;
     }
@@ -314,6 +292,16 @@ impl<'a> ThreadCursor<'a> {
     #[inline]
     pub fn head_ts(&self) -> Option<u64> {
         self.head.map(|h| h.0)
+    }
+
+    /// Releases every page of the chunk being read from the resident set, the head's included
+    /// (it faults back in when touched). A reader that visits many logs in turn (the causality
+    /// join's epochs) parks each cursor after its turn, so that resident memory is one turn's
+    /// pages, not a window per log.
+    pub fn park(&mut self) {
+        if let Some(c) = self.next_chunk.checked_sub(1).map(|i| &self.chunks[i]) {
+            release_chunk(self.input, c);
+        }
     }
 
     /// Takes the next record.
@@ -371,9 +359,19 @@ impl<'a> ThreadCursor<'a> {
     }
 }
 
+impl Drop for MergedRecords<'_> {
+    fn drop(&mut self) {
+        if let Some(mut done) = self.exhausted.take() {
+            done.park();
+        }
+    }
+}
+
 /// K-way merge of a process's per-thread record streams by timestamp.
 pub struct MergedRecords<'a> {
     cursors: Vec<ThreadCursor<'a>>,
+    /// The cursor that ran out last, parked at the next step.
+    exhausted: Option<ThreadCursor<'a>>,
     /// Damaged records met so far.
     pub issues: Vec<RecordIssue>,
 }
@@ -387,7 +385,11 @@ impl<'a> MergedRecords<'a> {
             .map(|(_, chunks)| ThreadCursor::new(input, chunks, &mut issues))
             .collect();
         cursors.retain(|c| c.head.is_some());
-        MergedRecords { cursors, issues }
+        MergedRecords {
+            cursors,
+            exhausted: None,
+            issues,
+        }
     }
 
     /// Timestamp of the next record without consuming it.
@@ -404,6 +406,9 @@ impl<'a> Iterator for MergedRecords<'a> {
 
     #[inline]
     fn next(&mut self) -> Option<Self::Item> {
+        if let Some(mut done) = self.exhausted.take() {
+            done.park();
+        }
         let best = match self.cursors.len() {
             0 => return None,
             1 => 0,
@@ -430,7 +435,11 @@ impl<'a> Iterator for MergedRecords<'a> {
         let out = c.head.take();
         c.advance(&mut self.issues);
         if c.head.is_none() {
-            self.cursors.swap_remove(best);
+            // The caller reads the record returned now from the chunk's pages: the exhausted
+            // cursor releases them at the next call (or when the merge is dropped).
+            if let Some(mut done) = self.exhausted.replace(self.cursors.swap_remove(best)) {
+                done.park();
+            }
         }
         out
     }

@@ -5,5 +5,7 @@
 
 pub mod hot;
 pub mod input;
+pub mod map;
+pub mod open;
 pub mod scan;
 pub mod verbs;

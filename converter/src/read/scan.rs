@@ -182,10 +182,11 @@ fn scan_chunk(input: &LogInput, chunk: &sigmatrace_schemas::reader::ChunkInfo) -
         let rec = match r.decode() {
             Ok(rec) => rec,
             Err(e) => {
-                s.issues.push(RecordIssue {
-                    offset: r.offset,
-                    what: e.to_string(),
-                });
+                s.issues.push(RecordIssue::skipping(
+                    r.offset,
+                    crate::read::input::chunk_end(chunk),
+                    e,
+                ));
                 break;
             }
         };
