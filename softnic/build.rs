@@ -1,5 +1,6 @@
-//! Build script: bindgen of Debian's <infiniband/verbs.h> (exact rdma-core layouts), versioned
-//! entry points from exports/ibverbs.txt, and the C test/benchmark programs in cprogs/.
+//! Build script: versioned entry points from exports/ibverbs.txt and the C test/benchmark
+//! programs in cprogs/. The C layouts come from the `verbs-sys` crate (bindgen of the
+//! installed rdma-core headers).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -8,26 +9,7 @@ fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("manifest dir"));
 
-    // 1. Bindings.
-    println!("cargo:rerun-if-changed=src/verbs_wrapper.h");
-    let bindings = bindgen::Builder::default()
-        .header(manifest.join("src/verbs_wrapper.h").display().to_string())
-        .allowlist_type("ibv_.*|_ibv_.*|verbs_.*|_compat_ibv_port_attr|mlx5dv_.*|mlx5_cqe64|mlx5_wqe_.*|mlx5_err_cqe")
-        .allowlist_var("MLX5.*")
-        .allowlist_var("IBV_.*|ibv_.*")
-        .default_enum_style(bindgen::EnumVariation::Consts)
-        .prepend_enum_name(false)
-        .derive_default(true)
-        .derive_debug(false)
-        .layout_tests(false)
-        .generate_comments(false)
-        .generate()
-        .expect("bindgen failed on infiniband/verbs.h (is libibverbs-dev installed?)");
-    bindings
-        .write_to_file(out.join("verbs_bindings.rs"))
-        .expect("write bindings");
-
-    // 2. Versioned exports.
+    // 1. Versioned exports.
     let table = manifest.join("exports/ibverbs.txt");
     softnic_symver::build_exports(&table, &out, "ibverbs", "libibverbs.so.1")
         .expect("export table");
@@ -37,7 +19,7 @@ fn main() {
         .warnings(true)
         .compile("softnic_varargs");
 
-    // 3. C programs (tests and benchmark), linked against the system libibverbs; at run time
+    // 2. C programs (tests and benchmark), linked against the system libibverbs; at run time
     //    softnic-run makes them load softnic instead.
     let cdir = manifest.join("cprogs");
     println!("cargo:rerun-if-changed={}", cdir.display());

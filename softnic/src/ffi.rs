@@ -1,11 +1,8 @@
-#![allow(
-    non_camel_case_types,
-    non_upper_case_globals,
-    non_snake_case,
-    dead_code,
-    clippy::all
-)]
-include!(concat!(env!("OUT_DIR"), "/verbs_bindings.rs"));
+//! The C layouts softnic implements: the installed `<infiniband/verbs.h>` and
+//! `<infiniband/mlx5dv.h>` as bound by the workspace's `verbs-sys` crate, plus the few macro
+//! values bindgen cannot translate.
+
+pub use verbs_sys::*;
 
 /// `IBV_ACCESS_OPTIONAL_RANGE` (a macro expression bindgen does not translate).
 pub const IBV_ACCESS_OPTIONAL_RANGE: u32 =

@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use std::mem::{offset_of, size_of};
 use std::process::Command;
 
-use verbs_sys::*;
+// Through `rdma_cm`, which re-exports the root: one glob sees both generations.
+use verbs_sys::rdma_cm::*;
 
 /// `(struct, size, [(field, offset)])` for each listed struct and field.
 macro_rules! layouts {
@@ -58,13 +59,29 @@ fn rust_layouts() -> Vec<Layout> {
         mlx5dv_devx_uar { reg_addr, base_addr, page_id, mmap_off, comp_mask }
         mlx5dv_devx_umem { umem_id }
         mlx5dv_devx_umem_in { addr, size, access, pgsz_bitmap, comp_mask, dmabuf_fd }
+        ibv_port_attr { state, max_mtu, active_mtu, gid_tbl_len, lid, link_layer, flags }
+        rdma_cm_id {
+            verbs, channel, context, qp, route, ps, port_num, event, send_cq_channel, send_cq,
+            recv_cq_channel, recv_cq, srq, pd, qp_type
+        }
+        rdma_cm_event { id, listen_id, event, status, param }
+        rdma_conn_param {
+            private_data, private_data_len, responder_resources, initiator_depth,
+            flow_control, retry_count, rnr_retry_count, srq, qp_num
+        }
+        rdma_ud_param { private_data, private_data_len, ah_attr, qp_num, qkey }
+        rdma_addrinfo {
+            ai_flags, ai_family, ai_qp_type, ai_port_space, ai_src_len, ai_dst_len,
+            ai_src_addr, ai_dst_addr, ai_src_canonname, ai_dst_canonname, ai_route_len,
+            ai_route, ai_connect_len, ai_connect, ai_next
+        }
     }
 }
 
 /// The same list, laid out by the C compiler.
 fn c_layouts(list: &[Layout]) -> BTreeMap<String, usize> {
     let mut src = String::from(
-        "#include <stdio.h>\n#include <stddef.h>\n#include \"wrapper.h\"\nint main(void) {\n",
+        "#include <stdio.h>\n#include <stddef.h>\n#include \"rdma_cm.h\"\nint main(void) {\n",
     );
     for (ty, _, fields) in list {
         src += &format!("  printf(\"{ty} %zu\\n\", sizeof(struct {ty}));\n");

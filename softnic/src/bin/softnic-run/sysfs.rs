@@ -13,18 +13,7 @@ use std::ffi::{c_char, c_int, c_void, CStr, CString, OsString};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-mod ffi {
-    #![allow(
-        non_camel_case_types,
-        non_upper_case_globals,
-        non_snake_case,
-        dead_code,
-        clippy::all,
-        unsafe_op_in_unsafe_fn,
-        unnecessary_transmutes
-    )]
-    include!(concat!(env!("OUT_DIR"), "/verbs_bindings.rs"));
-}
+use verbs_sys as ffi;
 
 /// Why the sysfs view could not be made.
 #[derive(Debug, thiserror::Error)]

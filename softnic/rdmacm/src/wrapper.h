@@ -1,2 +1,0 @@
-#include <rdma/rdma_cma.h>
-#include <rdma/rdma_verbs.h>

@@ -1,2 +1,0 @@
-#include <infiniband/verbs.h>
-#include <infiniband/mlx5dv.h>
