@@ -365,6 +365,7 @@ fn write_log(dir: &Path, host: &str, pid: u32) -> PathBuf {
         chunk_size: 1 << 16,
         max_bytes: 1 << 24,
         prefault: false,
+        ..Default::default()
     };
     let w = LogWriter::create(&path, &header, opts).unwrap();
     let mut t = w.thread_writer(pid);
