@@ -4,6 +4,7 @@ use crate::ffi::*;
 use crate::verbs::ctx::set_errno;
 use crate::verbs::objects::{ah_node, pd_id, SnCq, SnSrq};
 use crate::wire::queues;
+use crate::wire::shm::QpFile;
 use crate::wire::state::*;
 use crate::wire::work::*;
 use std::collections::VecDeque;
@@ -56,17 +57,7 @@ pub(crate) unsafe fn create_qp(
     ex: bool,
 ) -> *mut ibv_qp {
     let g = global();
-    let c = &mut a.cap;
-    let bad = pd.is_null()
-        || a.send_cq.is_null()
-        || (a.recv_cq.is_null() && a.srq.is_null())
-        || !matches!(a.qp_type, IBV_QPT_RC | IBV_QPT_UC | IBV_QPT_UD)
-        || c.max_send_wr > MAX_WR
-        || c.max_recv_wr > MAX_WR
-        || c.max_send_sge as usize > MAX_SGE
-        || c.max_recv_sge as usize > MAX_SGE
-        || c.max_inline_data as usize > MAX_INLINE;
-    if bad {
+    if !init_attr_valid(pd, a) {
         set_errno(libc::EINVAL);
         return null_mut();
     }
@@ -78,63 +69,19 @@ pub(crate) unsafe fn create_qp(
     let send_inner = (*(a.send_cq as *mut SnCq)).inner.clone();
     let recv_inner = (*(recv_cq as *mut SnCq)).inner.clone();
     let srq = (!a.srq.is_null()).then(|| (*(a.srq as *mut SnSrq)).inner.clone());
-    let qpn = match crate::wire::shm::alloc_qpn(g.node) {
-        Ok(q) => q,
+    let alloc = crate::wire::shm::alloc_qpn(g.node)
+        .and_then(|qpn| Ok((qpn, QpInner::new_file(g.node, qpn, a.qp_type)?)));
+    let (qpn, file) = match alloc {
+        Ok(qf) => qf,
         Err(e) => {
             eprintln!("softnic: {e}");
             set_errno(libc::ENOMEM);
             return null_mut();
         }
     };
-    let file = match QpInner::new_file(g.node, qpn, a.qp_type) {
-        Ok(f) => f,
-        Err(e) => {
-            eprintln!("softnic: {e}");
-            set_errno(libc::ENOMEM);
-            return null_mut();
-        }
-    };
-    c.max_inline_data = MAX_INLINE as u32;
-    let max_recv = c.max_recv_wr;
-    let inner = Arc::new(QpInner {
-        qpn,
-        qp_type: a.qp_type,
-        pd: pd_id(pd),
-        state: AtomicU32::new(IBV_QPS_RESET),
-        file,
-        send_cq: send_inner.clone(),
-        recv_cq: recv_inner.clone(),
-        srq,
-        sq_sig_all: a.sq_sig_all != 0,
-        max_send_sge: c.max_send_sge,
-        max_recv_sge: c.max_recv_sge,
-        max_inline: MAX_INLINE as u32,
-        dest_node: AtomicU32::new(0),
-        dest_qpn: AtomicU32::new(0),
-        qkey: AtomicU32::new(0),
-        access: AtomicU32::new(0),
-        min_rnr_timer: AtomicU32::new(0),
-        rnr_retry: AtomicU32::new(0),
-        retry_cnt: AtomicU32::new(0),
-        max_rd_atomic: AtomicU32::new(1),
-        sl: AtomicU32::new(0),
-        sq: Mutex::new(SendQueue::new(c.max_send_wr)),
-        rq: Mutex::new(RecvQueue {
-            q: VecDeque::with_capacity(max_recv as usize),
-            max: max_recv,
-        }),
-        resp: Mutex::new(Responder {
-            expected_msn: 0,
-            nak_sent: false,
-            cur: None,
-            read: None,
-            ack_pending: None,
-            peer: None,
-        }),
-        backlog: AtomicBool::new(false),
-        qp_ptr: 0,
-        dv: std::sync::OnceLock::new(),
-    });
+    a.cap.max_inline_data = MAX_INLINE as u32;
+    let cqs = (send_inner.clone(), recv_inner.clone());
+    let inner = Arc::new(reset_qp(a, pd_id(pd), qpn, file, cqs, srq));
     let mut b = Box::new(SnQp {
         // SAFETY (zeroed): ibv_qp_ex is C data; zero pthread objects are valid initialisers.
         qpx: std::mem::zeroed(),
@@ -171,21 +118,94 @@ pub(crate) unsafe fn create_qp(
         at.qp_state = IBV_QPS_RESET;
         at.port_num = 1;
     }
-    let inner = b.inner.clone();
-    send_inner
-        .qps
+    register_qp(&b.inner, &send_inner, &recv_inner);
+    Box::into_raw(b) as *mut ibv_qp
+}
+
+/// What `ibv_create_qp` accepts: a PD, a send CQ, a receive CQ or SRQ, RC/UC/UD, and
+/// capacities within softnic's limits.
+fn init_attr_valid(pd: *mut ibv_pd, a: &ibv_qp_init_attr) -> bool {
+    let c = &a.cap;
+    !(pd.is_null()
+        || a.send_cq.is_null()
+        || (a.recv_cq.is_null() && a.srq.is_null())
+        || !matches!(a.qp_type, IBV_QPT_RC | IBV_QPT_UC | IBV_QPT_UD)
+        || c.max_send_wr > MAX_WR
+        || c.max_recv_wr > MAX_WR
+        || c.max_send_sge as usize > MAX_SGE
+        || c.max_recv_sge as usize > MAX_SGE
+        || c.max_inline_data as usize > MAX_INLINE)
+}
+
+/// A new QP in RESET as `a` describes it (type, capacities, `sq_sig_all`), on `file`, with
+/// its `(send, receive)` CQs: no destination, empty queues, nothing pending.
+fn reset_qp(
+    a: &ibv_qp_init_attr,
+    pd: u32,
+    qpn: u32,
+    file: QpFile,
+    (send_cq, recv_cq): (Arc<CqInner>, Arc<CqInner>),
+    srq: Option<Arc<SrqInner>>,
+) -> QpInner {
+    let cap = &a.cap;
+    QpInner {
+        qpn,
+        qp_type: a.qp_type,
+        pd,
+        state: AtomicU32::new(IBV_QPS_RESET),
+        file,
+        send_cq,
+        recv_cq,
+        srq,
+        sq_sig_all: a.sq_sig_all != 0,
+        max_send_sge: cap.max_send_sge,
+        max_recv_sge: cap.max_recv_sge,
+        max_inline: MAX_INLINE as u32,
+        dest_node: AtomicU32::new(0),
+        dest_qpn: AtomicU32::new(0),
+        qkey: AtomicU32::new(0),
+        access: AtomicU32::new(0),
+        min_rnr_timer: AtomicU32::new(0),
+        rnr_retry: AtomicU32::new(0),
+        retry_cnt: AtomicU32::new(0),
+        max_rd_atomic: AtomicU32::new(1),
+        sl: AtomicU32::new(0),
+        sq: Mutex::new(SendQueue::new(cap.max_send_wr)),
+        rq: Mutex::new(RecvQueue {
+            q: VecDeque::with_capacity(cap.max_recv_wr as usize),
+            max: cap.max_recv_wr,
+        }),
+        resp: Mutex::new(Responder {
+            expected_msn: 0,
+            nak_sent: false,
+            cur: None,
+            read: None,
+            ack_pending: None,
+            peer: None,
+        }),
+        backlog: AtomicBool::new(false),
+        qp_ptr: 0,
+        dv: std::sync::OnceLock::new(),
+    }
+}
+
+/// Lists a new QP with its CQs (once when both are the same) and in the process's QPs.
+fn register_qp(inner: &Arc<QpInner>, send: &Arc<CqInner>, recv: &Arc<CqInner>) {
+    send.qps
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .push(inner.clone());
-    if !Arc::ptr_eq(&send_inner, &recv_inner) {
-        recv_inner
-            .qps
+    if !Arc::ptr_eq(send, recv) {
+        recv.qps
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(inner.clone());
     }
-    g.qps.write().unwrap_or_else(|e| e.into_inner()).push(inner);
-    Box::into_raw(b) as *mut ibv_qp
+    global()
+        .qps
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(inner.clone());
 }
 
 #[no_mangle]

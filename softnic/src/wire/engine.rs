@@ -52,21 +52,8 @@ fn fill_req(h: &mut PktHdr, qp: &QpInner, w: &SendWqe, dst_qpn: u32, k: u8) {
 
 /// Transmits queued WQEs as far as rings, read credits and fences allow.
 pub fn tx_pump(qp: &QpInner, sq: &mut SendQueue) -> bool {
-    let g = global();
-    let st = qp.state();
-    if st == IBV_QPS_ERR {
-        flush_sq(qp, sq);
-        return true;
-    }
-    if st != IBV_QPS_RTS && st != IBV_QPS_SQD {
-        return false;
-    }
-    if let Some(t) = sq.rnr_until {
-        if Instant::now() < t {
-            qp.backlog.store(true, Ordering::Relaxed);
-            return false;
-        }
-        sq.rnr_until = None;
+    if let Some(did) = tx_gate(qp, sq) {
+        return did;
     }
     let mut did = false;
     let mut kicked: Option<std::sync::Arc<Peer>> = None;
@@ -84,40 +71,14 @@ pub fn tx_pump(qp: &QpInner, sq: &mut SendQueue) -> bool {
             did = true;
             continue;
         }
-        let peer = if qp.qp_type == IBV_QPT_UD {
-            let (n, q) = {
-                let w = sq.at(idx);
-                (w.ud_node, w.ud_qpn)
-            };
-            g.peer(n, q)
-        } else {
-            match &sq.peer {
-                Some(p) if p.alive() => Some(p.clone()),
-                _ => {
-                    let p = g.peer(
-                        qp.dest_node.load(Ordering::Relaxed),
-                        qp.dest_qpn.load(Ordering::Relaxed),
-                    );
-                    sq.peer = p.clone();
-                    p
-                }
-            }
-        };
+        let peer = wqe_peer(qp, sq, idx);
         let rd_limit = qp.max_rd_atomic.load(Ordering::Relaxed).max(1);
         let rd_out = sq.rd_outstanding;
-        let pd = qp.pd;
         let w = sq.at(idx);
-        if !w.validated && !w.is_inline() {
-            let write = w.is_read_atomic();
-            let n = w.num_sge as usize;
-            w.validated = true;
-            if !check_local(&mut w.sge[..n], pd, write) {
-                w.status = IBV_WC_LOC_PROT_ERR;
-                w.st = WQE_DONE;
-                sq.next = idx.wrapping_add(1);
-                qp_error(qp, sq);
-                return true;
-            }
+        if !validate_sges(w, qp.pd) {
+            sq.next = idx.wrapping_add(1);
+            qp_error(qp, sq);
+            return true;
         }
         let Some(peer) = peer else {
             if qp.qp_type == IBV_QPT_RC {
@@ -139,80 +100,9 @@ pub fn tx_pump(qp: &QpInner, sq: &mut SendQueue) -> bool {
         if w.flags & IBV_SEND_FENCE != 0 && rd_out > 0 {
             break;
         }
-        let dst_qpn = if qp.qp_type == IBV_QPT_UD {
-            w.ud_qpn
-        } else {
-            qp.dest_qpn.load(Ordering::Relaxed)
-        };
-        let ring = peer.file.req();
-        let ok = match w.opcode {
-            IBV_WR_RDMA_READ | IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => {
-                let k = match w.opcode {
-                    IBV_WR_RDMA_READ => kind::READ,
-                    IBV_WR_ATOMIC_CMP_AND_SWP => kind::CMP_SWP,
-                    _ => kind::FETCH_ADD,
-                };
-                let w: &SendWqe = w;
-                ring.push(|h, _| {
-                    fill_req(h, qp, w, dst_qpn, k);
-                    h.flags |= pflag::FIRST | pflag::LAST;
-                })
-            }
-            _ => {
-                let k = if matches!(w.opcode, IBV_WR_SEND | IBV_WR_SEND_WITH_IMM) {
-                    kind::SEND
-                } else {
-                    kind::WRITE
-                };
-                let qkey = if w.ud_qkey & 0x8000_0000 != 0 {
-                    qp.qkey.load(Ordering::Relaxed)
-                } else {
-                    w.ud_qkey
-                };
-                let mut ok = true;
-                loop {
-                    let off = w.sent;
-                    let n = (w.len - off).min(PKT_MTU as u32);
-                    let wr: &SendWqe = w;
-                    let pushed = ring.push(|h, data| {
-                        fill_req(h, qp, wr, dst_qpn, k);
-                        h.offset = off;
-                        h.len = n;
-                        h.qkey = qkey;
-                        if wr.ud_global {
-                            h.flags |= pflag::GRH;
-                        }
-                        if off == 0 {
-                            h.flags |= pflag::FIRST;
-                        }
-                        if off + n == wr.len {
-                            h.flags |= pflag::LAST;
-                        }
-                        // SAFETY: the SGEs were validated above (or the data is inline).
-                        unsafe { gather(wr, off, &mut data[..n as usize]) };
-                    });
-                    if !pushed {
-                        ok = false;
-                        break;
-                    }
-                    w.sent = off + n;
-                    if w.sent == w.len {
-                        break;
-                    }
-                }
-                ok
-            }
-        };
+        let ok = transmit(qp, w, &peer);
         did = true;
-        if kicked
-            .as_ref()
-            .is_none_or(|k| !std::sync::Arc::ptr_eq(k, &peer))
-        {
-            if let Some(k) = kicked.take() {
-                k.kick();
-            }
-            kicked = Some(peer.clone());
-        }
+        kick_on_change(&mut kicked, &peer);
         if !ok {
             qp.backlog.store(true, Ordering::Relaxed);
             break;
@@ -230,14 +120,156 @@ pub fn tx_pump(qp: &QpInner, sq: &mut SendQueue) -> bool {
     if let Some(k) = kicked {
         k.kick();
     }
-    if sq.next == sq.tail || sq.rnr_until.is_none() && qp.backlog.load(Ordering::Relaxed) {
-        // Nothing left, or the engine will retry the backlog.
-    }
     if sq.next == sq.tail {
         qp.backlog.store(false, Ordering::Relaxed);
     }
     complete_in_order(qp, sq);
     did
+}
+
+/// `tx_pump`'s answer when the QP state or an RNR wait stops it before any WQE: `Some(true)`
+/// after flushing an errored QP, `Some(false)` when it may not send (yet), `None` to go on.
+#[inline]
+fn tx_gate(qp: &QpInner, sq: &mut SendQueue) -> Option<bool> {
+    let st = qp.state();
+    if st == IBV_QPS_ERR {
+        flush_sq(qp, sq);
+        return Some(true);
+    }
+    if st != IBV_QPS_RTS && st != IBV_QPS_SQD {
+        return Some(false);
+    }
+    if let Some(t) = sq.rnr_until {
+        if Instant::now() < t {
+            qp.backlog.store(true, Ordering::Relaxed);
+            return Some(false);
+        }
+        sq.rnr_until = None;
+    }
+    None
+}
+
+/// The peer WQE `idx` goes to: its address vector's (UD) or the connected QP's, looked up
+/// again once the cached one has gone.
+#[inline]
+fn wqe_peer(qp: &QpInner, sq: &mut SendQueue, idx: u32) -> Option<std::sync::Arc<Peer>> {
+    let g = global();
+    if qp.qp_type == IBV_QPT_UD {
+        let w = sq.at(idx);
+        return g.peer(w.ud_node, w.ud_qpn);
+    }
+    match &sq.peer {
+        Some(p) if p.alive() => Some(p.clone()),
+        _ => {
+            let p = g.peer(
+                qp.dest_node.load(Ordering::Relaxed),
+                qp.dest_qpn.load(Ordering::Relaxed),
+            );
+            sq.peer = p.clone();
+            p
+        }
+    }
+}
+
+/// Checks a WQE's SGEs against the PD once (inline data has none); false, with the WQE done
+/// in `IBV_WC_LOC_PROT_ERR`, when one is not a registered local range.
+#[inline]
+fn validate_sges(w: &mut SendWqe, pd: u32) -> bool {
+    if w.validated || w.is_inline() {
+        return true;
+    }
+    let write = w.is_read_atomic();
+    let n = w.num_sge as usize;
+    w.validated = true;
+    if !check_local(&mut w.sge[..n], pd, write) {
+        w.status = IBV_WC_LOC_PROT_ERR;
+        w.st = WQE_DONE;
+        return false;
+    }
+    true
+}
+
+/// Kicks the previous peer when the WQEs move on to another one; the last is kicked after
+/// the loop.
+#[inline]
+fn kick_on_change(kicked: &mut Option<std::sync::Arc<Peer>>, peer: &std::sync::Arc<Peer>) {
+    if kicked
+        .as_ref()
+        .is_none_or(|k| !std::sync::Arc::ptr_eq(k, peer))
+    {
+        if let Some(k) = kicked.take() {
+            k.kick();
+        }
+        *kicked = Some(peer.clone());
+    }
+}
+
+/// Pushes what is left of a WQE onto the peer's request ring: one packet for a read or an
+/// atomic, MTU-sized packets from `w.sent` on for a send or write. False when the ring is
+/// full (`w.sent` says how far it got).
+#[inline]
+fn transmit(qp: &QpInner, w: &mut SendWqe, peer: &Peer) -> bool {
+    let dst_qpn = if qp.qp_type == IBV_QPT_UD {
+        w.ud_qpn
+    } else {
+        qp.dest_qpn.load(Ordering::Relaxed)
+    };
+    let ring = peer.file.req();
+    match w.opcode {
+        IBV_WR_RDMA_READ | IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => {
+            let k = match w.opcode {
+                IBV_WR_RDMA_READ => kind::READ,
+                IBV_WR_ATOMIC_CMP_AND_SWP => kind::CMP_SWP,
+                _ => kind::FETCH_ADD,
+            };
+            let w: &SendWqe = w;
+            ring.push(|h, _| {
+                fill_req(h, qp, w, dst_qpn, k);
+                h.flags |= pflag::FIRST | pflag::LAST;
+            })
+        }
+        _ => {
+            let k = if matches!(w.opcode, IBV_WR_SEND | IBV_WR_SEND_WITH_IMM) {
+                kind::SEND
+            } else {
+                kind::WRITE
+            };
+            let qkey = if w.ud_qkey & 0x8000_0000 != 0 {
+                qp.qkey.load(Ordering::Relaxed)
+            } else {
+                w.ud_qkey
+            };
+            loop {
+                let off = w.sent;
+                let n = (w.len - off).min(PKT_MTU as u32);
+                let wr: &SendWqe = w;
+                let pushed = ring.push(|h, data| {
+                    fill_req(h, qp, wr, dst_qpn, k);
+                    h.offset = off;
+                    h.len = n;
+                    h.qkey = qkey;
+                    if wr.ud_global {
+                        h.flags |= pflag::GRH;
+                    }
+                    if off == 0 {
+                        h.flags |= pflag::FIRST;
+                    }
+                    if off + n == wr.len {
+                        h.flags |= pflag::LAST;
+                    }
+                    // SAFETY: the SGEs were validated (or the data is inline).
+                    unsafe { gather(wr, off, &mut data[..n as usize]) };
+                });
+                if !pushed {
+                    return false;
+                }
+                w.sent = off + n;
+                if w.sent == w.len {
+                    return true;
+                }
+            }
+        }
+    }
 }
 
 fn find_wqe(sq: &mut SendQueue, msn: u32) -> Option<u32> {
