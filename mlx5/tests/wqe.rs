@@ -54,10 +54,13 @@ fn dec(b: &[u8], t: Transport) -> wqe::Wqe {
     wqe::decode(&padded, t).unwrap()
 }
 
-#[test]
-fn every_opcode_decodes() {
+/// `(opcode, WQE, expected bytes, remote address, rkey)`.
+type Case = (u8, Vec<u8>, u64, u64, u32);
+
+/// NOP, the sends, the writes, TSO and WAIT.
+fn send_write_and_control_cases() -> Vec<Case> {
     use opcode::*;
-    let cases: Vec<(u8, Vec<u8>, u64, u64, u32)> = vec![
+    vec![
         (NOP, WqeBuilder::new(NOP, 1, 7).pad(3).finish(), 0, 0, 0),
         (
             SEND_INVAL,
@@ -125,6 +128,13 @@ fn every_opcode_decodes() {
             0,
             0,
         ),
+    ]
+}
+
+/// The read, the atomics, local invalidate, dump, UMR and MMO.
+fn read_atomic_and_memory_cases() -> Vec<Case> {
+    use opcode::*;
+    vec![
         (
             RDMA_READ,
             WqeBuilder::new(RDMA_READ, 9, 7)
@@ -219,7 +229,13 @@ fn every_opcode_decodes() {
             0xc0,
             0x13,
         ),
-    ];
+    ]
+}
+
+#[test]
+fn every_opcode_decodes() {
+    let mut cases = send_write_and_control_cases();
+    cases.extend(read_atomic_and_memory_cases());
     let mut seen = std::collections::HashSet::new();
     for (op, bytes, bytes_expect, raddr, rkey) in cases {
         let w = dec(&bytes, Transport::Rc);
@@ -246,6 +262,12 @@ fn every_opcode_decodes() {
 
 #[test]
 fn segment_details() {
+    atomic_segments();
+    wait_inline_and_invalidate_segments();
+    umr_eth_and_xrc_segments();
+}
+
+fn atomic_segments() {
     use opcode::*;
     let w = dec(
         &WqeBuilder::new(ATOMIC_CS, 0, 1)
@@ -325,6 +347,10 @@ fn segment_details() {
             field_boundary: 0xff00
         }
     );
+}
+
+fn wait_inline_and_invalidate_segments() {
+    use opcode::*;
     let w = dec(
         &WqeBuilder::new(WAIT, 0, 1).wait_en(42, 0x77).finish(),
         Transport::Rc,
@@ -362,6 +388,10 @@ fn segment_details() {
         Transport::Rc,
     );
     assert_eq!(w.ctrl.imm, 0xfeed);
+}
+
+fn umr_eth_and_xrc_segments() {
+    use opcode::*;
     let w = dec(
         &WqeBuilder::new(UMR, 0, 1)
             .umr_ctrl(0x80, 4, 0x4000)
