@@ -207,29 +207,7 @@ impl SendWatcher {
         let mut lost_run = 0u64;
         let mut resync = false;
         let visible = pi.wrapping_sub(self.rate.last_pi) as u64;
-        if self.rate.last_ns != 0 && self.rate.peak > 0.0 {
-            let gap = now_ns.saturating_sub(self.rate.last_ns);
-            let expected = self.rate.peak * gap as f64;
-            if expected > (65536 - depth) as f64 {
-                let behind = pi.wrapping_sub(self.next) as u32;
-                let laps = ((expected - visible as f64) / 65536.0).floor();
-                if behind > depth && laps >= 1.0 {
-                    // Its own record (lost = k × 65536), separate from exact losses.
-                    let hidden = laps as u64 * 65536;
-                    self.stats.wqebbs_lost += hidden;
-                    self.stats.wqebbs_lost_estimated += hidden;
-                    out(overrun(
-                        ts,
-                        queue_kind::SEND,
-                        self.q.qpn,
-                        self.observer,
-                        hidden,
-                    ));
-                } else {
-                    self.stats.alias_suspected_polls += 1;
-                }
-            }
-        }
+        self.count_hidden_laps(pi, visible, (ts, now_ns), out);
         self.track_rate(pi, visible, now_ns);
         while self.next != pi {
             let avail = pi.wrapping_sub(self.next) as u32;
@@ -280,33 +258,63 @@ impl SendWatcher {
                     continue;
                 }
             };
-            if lost_run > 0 {
-                self.stats.wqebbs_lost += lost_run;
-                out(overrun(
-                    ts,
-                    queue_kind::SEND,
-                    self.q.qpn,
-                    self.observer,
-                    lost_run,
-                ));
-                lost_run = 0;
-            }
+            self.report_lost(ts, lost_run, out);
+            lost_run = 0;
             out(Observation::Wqe(self.record(&decoded, ts), decoded));
             self.stats.wqes += 1;
             seen += 1;
             self.next = idx.wrapping_add(nbb);
         }
-        if lost_run > 0 {
-            self.stats.wqebbs_lost += lost_run;
-            out(overrun(
-                ts,
-                queue_kind::SEND,
-                self.q.qpn,
-                self.observer,
-                lost_run,
-            ));
-        }
+        self.report_lost(ts, lost_run, out);
         Ok(seen)
+    }
+
+    /// PI aliasing (see [`Self::poll_at`]): when the recent post rate over the gap since the
+    /// last poll exceeds the 16-bit window and the visible advance overran the ring, reports
+    /// the hidden laps as lost in a record of their own (`k × 65536`, separate from exact
+    /// losses); without the overrun only counts the poll as suspect.
+    fn count_hidden_laps(
+        &mut self,
+        pi: u16,
+        visible: u64,
+        (ts, now_ns): (u64, u64),
+        out: &mut dyn FnMut(Observation),
+    ) {
+        let measured = self.rate.last_ns != 0 && self.rate.peak > 0.0;
+        if !measured {
+            return;
+        }
+        let depth = self.q.wqebbs;
+        let gap = now_ns.saturating_sub(self.rate.last_ns);
+        let expected = self.rate.peak * gap as f64;
+        let may_alias = expected > (65536 - depth) as f64;
+        if !may_alias {
+            return;
+        }
+        let behind = pi.wrapping_sub(self.next) as u32;
+        let laps = ((expected - visible as f64) / 65536.0).floor();
+        if behind > depth && laps >= 1.0 {
+            let hidden = laps as u64 * 65536;
+            self.stats.wqebbs_lost_estimated += hidden;
+            self.report_lost(ts, hidden, out);
+        } else {
+            self.stats.alias_suspected_polls += 1;
+        }
+    }
+
+    /// Counts `lost` WQEBBs and reports them in one overrun record (nothing when 0).
+    fn report_lost(&mut self, ts: u64, lost: u64, out: &mut dyn FnMut(Observation)) {
+        if lost == 0 {
+            return;
+        }
+        self.stats.wqebbs_lost += lost;
+        out(overrun(
+            ts,
+            queue_kind::SEND,
+            self.q.qpn,
+            self.observer,
+            lost,
+        ));
     }
 
     fn track_rate(&mut self, pi: u16, visible: u64, now_ns: u64) {
