@@ -370,30 +370,8 @@ fn create_devx(dev: &Device, depth: u32) -> Result<NewQp, QueueError> {
     // SAFETY: all calls get a live context/PD and buffers that outlive them; every object
     // created here is kept in DevxParts for the process lifetime.
     unsafe {
-        let mut dpd: dv::mlx5dv_pd = std::mem::zeroed();
-        let mut obj: dv::mlx5dv_obj = std::mem::zeroed();
-        obj.pd.in_ = dev.pd as *mut _;
-        obj.pd.out = &mut dpd;
-        let rc = dv::mlx5dv_init_obj(&mut obj, dv::MLX5DV_OBJ_PD as u64);
-        if rc != 0 {
-            return Err(rc_err("mlx5dv_init_obj(PD)", rc));
-        }
-        let mut uar = dv::mlx5dv_devx_alloc_uar(ctx, UAR_ALLOC_TYPE_NC);
-        if uar.is_null() {
-            uar = dv::mlx5dv_devx_alloc_uar(ctx, UAR_ALLOC_TYPE_BF);
-        }
-        if uar.is_null() {
-            return Err(os_err("mlx5dv_devx_alloc_uar"));
-        }
-        if let Some(o) = selfobs::get() {
-            o.on_alloc_uar(UarInfo {
-                handle: uar as u64,
-                page_id: (*uar).page_id,
-                reg_addr: (*uar).reg_addr as u64,
-                base_addr: (*uar).base_addr as u64,
-                mmap_off: (*uar).mmap_off as u64,
-            });
-        }
+        let pdn = pd_number(dev)?;
+        let uar = alloc_uar(dev)?;
         let cqe_cnt = depth;
         let sq_bytes = depth as usize * 64;
         let cq_off = sq_bytes;
@@ -427,20 +405,12 @@ fn create_devx(dev: &Device, depth: u32) -> Result<NewQp, QueueError> {
             dbr_offset: dbr_off as u64 + 64,
         }
         .encode();
-        let mut cq_obj = std::ptr::null_mut();
-        let (cq_out, raw) = devx_cmd("mlx5dv_devx_obj_create(CREATE_CQ)", &cq_in, |i, o| {
-            cq_obj = dv::mlx5dv_devx_obj_create(ctx, i, prm::IN_LEN, o, prm::OUT_LEN);
-            if cq_obj.is_null() {
-                Err(os_err("mlx5dv_devx_obj_create"))
-            } else {
-                Ok(())
-            }
-        })?;
+        let (cq_obj, cq_out, raw) = obj_create(dev, "mlx5dv_devx_obj_create(CREATE_CQ)", &cq_in)?;
         if let Some(o) = selfobs::get() {
             o.on_obj_create(cq_obj as u64, &cq_in, &raw);
         }
         let qp_in = prm::CreateQp {
-            pd: dpd.pdn,
+            pd: pdn,
             log_sq_size: log(depth),
             uar_page: (*uar).page_id,
             cqn: cq_out.number,
@@ -450,15 +420,7 @@ fn create_devx(dev: &Device, depth: u32) -> Result<NewQp, QueueError> {
             dbr_offset: dbr_off as u64,
         }
         .encode();
-        let mut qp_obj = std::ptr::null_mut();
-        let (qp_out, raw) = devx_cmd("mlx5dv_devx_obj_create(CREATE_QP)", &qp_in, |i, o| {
-            qp_obj = dv::mlx5dv_devx_obj_create(ctx, i, prm::IN_LEN, o, prm::OUT_LEN);
-            if qp_obj.is_null() {
-                Err(os_err("mlx5dv_devx_obj_create"))
-            } else {
-                Ok(())
-            }
-        })?;
+        let (qp_obj, qp_out, raw) = obj_create(dev, "mlx5dv_devx_obj_create(CREATE_QP)", &qp_in)?;
         let qpn = qp_out.number;
         if let Some(o) = selfobs::get() {
             o.qp_create(qp_obj as u64, ctx as u64, qpn, 3, depth);
@@ -492,6 +454,66 @@ fn create_devx(dev: &Device, depth: u32) -> Result<NewQp, QueueError> {
             }),
         })
     }
+}
+
+/// The PD's number (`mlx5dv_init_obj`), which CREATE_QP names.
+fn pd_number(dev: &Device) -> Result<u32, QueueError> {
+    let mut dpd = dv::mlx5dv_pd::default();
+    let mut obj = dv::mlx5dv_obj::default();
+    obj.pd.in_ = dev.pd as *mut _;
+    obj.pd.out = &mut dpd;
+    // SAFETY: dev.pd is the device's live PD; obj and dpd outlive the call.
+    let rc = unsafe { dv::mlx5dv_init_obj(&mut obj, dv::MLX5DV_OBJ_PD as u64) };
+    if rc != 0 {
+        return Err(rc_err("mlx5dv_init_obj(PD)", rc));
+    }
+    Ok(dpd.pdn)
+}
+
+/// A UAR page (non-cached, else blue-flame), reported to self-observation; kept for the
+/// process lifetime.
+fn alloc_uar(dev: &Device) -> Result<*mut dv::mlx5dv_devx_uar, QueueError> {
+    // SAFETY: dev.ctx is the device's live context.
+    let mut uar = unsafe { dv::mlx5dv_devx_alloc_uar(dev.ctx, UAR_ALLOC_TYPE_NC) };
+    if uar.is_null() {
+        // SAFETY: as above.
+        uar = unsafe { dv::mlx5dv_devx_alloc_uar(dev.ctx, UAR_ALLOC_TYPE_BF) };
+    }
+    if uar.is_null() {
+        return Err(os_err("mlx5dv_devx_alloc_uar"));
+    }
+    // SAFETY: a non-null UAR from mlx5dv_devx_alloc_uar, never freed.
+    let u = unsafe { &*uar };
+    if let Some(o) = selfobs::get() {
+        o.on_alloc_uar(UarInfo {
+            handle: uar as u64,
+            page_id: u.page_id,
+            reg_addr: u.reg_addr as u64,
+            base_addr: u.base_addr as u64,
+            mmap_off: u.mmap_off as u64,
+        });
+    }
+    Ok(uar)
+}
+
+/// `mlx5dv_devx_obj_create` of one PRM command: the object, its decoded output and the raw
+/// output bytes.
+fn obj_create(
+    dev: &Device,
+    call: &'static str,
+    input: &[u8; prm::IN_LEN],
+) -> Result<(*mut dv::mlx5dv_devx_obj, CmdOut, [u8; prm::OUT_LEN]), QueueError> {
+    let mut obj = std::ptr::null_mut();
+    let (out, raw) = devx_cmd(call, input, |i, o| {
+        // SAFETY: dev.ctx is live; the input/output buffers have the lengths passed.
+        obj = unsafe { dv::mlx5dv_devx_obj_create(dev.ctx, i, prm::IN_LEN, o, prm::OUT_LEN) };
+        if obj.is_null() {
+            Err(os_err("mlx5dv_devx_obj_create"))
+        } else {
+            Ok(())
+        }
+    })?;
+    Ok((obj, out, raw))
 }
 
 fn modify(

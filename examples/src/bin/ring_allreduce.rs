@@ -112,7 +112,187 @@ impl Events {
     }
 }
 
-fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
+type BoxError = Box<dyn std::error::Error>;
+
+/// A neighbour's published address line: port address, left and right QP numbers, staging
+/// buffer address and rkey.
+fn parse_peer(s: String) -> (PortAddress, u32, u32, u64, u32) {
+    let f: Vec<&str> = s.split_whitespace().collect();
+    let mut gid = [0u8; 16];
+    for (i, g) in gid.iter_mut().enumerate() {
+        *g = u8::from_str_radix(&f[1][2 * i..2 * i + 2], 16).unwrap_or(0);
+    }
+    (
+        PortAddress {
+            lid: f[0].parse().unwrap_or(0),
+            gid,
+        },
+        f[2].parse().unwrap_or(0),
+        f[3].parse().unwrap_or(0),
+        f[4].parse().unwrap_or(0),
+        f[5].parse().unwrap_or(0),
+    )
+}
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// This rank's place in the ring: its QPs, the chunking of its vector and where its writes
+/// go (the right neighbour's staging buffer).
+struct Ring {
+    n: usize,
+    r: usize,
+    chunk: usize,
+    chunk_bytes: usize,
+    qp_left: Qp,
+    qp_right: Qp,
+    data: (u64, u32),
+    remote_staging: (u64, u32),
+}
+
+impl Ring {
+    /// Publishes this rank's address, connects both QPs to the neighbours', posts the first
+    /// credit receive and waits until every rank has; returns the right neighbour's staging
+    /// buffer (address, rkey).
+    fn connect(
+        a: &Args,
+        dev: &Device,
+        (qp_left, qp_right): (Qp, Qp),
+        (staging_addr, staging_rkey): (u64, u32),
+        credit: (u64, u32, u32),
+    ) -> Result<(u64, u32), BoxError> {
+        let me = format!(
+            "{} {} {} {} {}",
+            dev.addr,
+            verbs::qp_num(qp_left),
+            verbs::qp_num(qp_right),
+            staging_addr,
+            staging_rkey
+        );
+        publish(&a.dir, a.rank, "addr", &me)?;
+        let right = (a.rank + 1) % a.ranks;
+        let left = (a.rank + a.ranks - 1) % a.ranks;
+        let (raddr, r_qp_left, _, r_staging, r_rkey) =
+            parse_peer(fetch(&a.dir, right, "addr", TIMEOUT)?);
+        let (laddr, _, l_qp_right, _, _) = parse_peer(fetch(&a.dir, left, "addr", TIMEOUT)?);
+        dev.connect_rc(qp_right, raddr, r_qp_left)?;
+        dev.connect_rc(qp_left, laddr, l_qp_right)?;
+        // Credits from the right neighbour arrive on qp_right: post the first receive (the QP
+        // must be past RESET) before telling anyone we are ready, so it is in place before any
+        // send.
+        post_recv(qp_right, CREDIT_RECV_WR, credit)?;
+        // Everyone connected before the first credit flows.
+        publish(&a.dir, a.rank, "ready", "1")?;
+        for r in 0..a.ranks {
+            fetch(&a.dir, r, "ready", TIMEOUT)?;
+        }
+        Ok((r_staging, r_rkey))
+    }
+
+    /// One all-reduce of `data`: post this iteration's receives, grant the left neighbour a
+    /// credit, wait for the right neighbour's, then the reduce-scatter and all-gather phases.
+    fn iteration(
+        &self,
+        st: &mut Events,
+        data: &mut [u8],
+        staging: &[u8],
+        wr_seq: &mut u64,
+    ) -> Result<(), BoxError> {
+        // Receives for this iteration's incoming writes, then grant the left neighbour a credit.
+        // (No write of this iteration can arrive before that credit.)
+        st.arrived.iter_mut().for_each(|a| *a = None);
+        for s in 0..st.arrived.len() {
+            post_recv(self.qp_left, s as u64, (0, 0, 0))?;
+        }
+        st.credit_sent = false;
+        post_send(
+            self.qp_left,
+            SendOp {
+                wr_id: CREDIT_WR,
+                opcode: IBV_WR_SEND,
+                local: st.credit,
+                remote: (0, 0),
+                imm: 0,
+                signaled: true,
+            },
+        )?;
+        // Our right neighbour's credit: its receives for this iteration are posted.
+        while st.credits == 0 {
+            st.next()?;
+        }
+        st.credits -= 1;
+        for phase in 0..2 {
+            for s in 0..self.n - 1 {
+                self.step(st, data, staging, (phase, s), wr_seq)?;
+            }
+        }
+        while !st.credit_sent {
+            st.next()?;
+        }
+        Ok(())
+    }
+
+    /// Step `s` of `phase` (0: reduce-scatter, 1: all-gather): write one chunk into the right
+    /// neighbour's slot, then add (or copy) the chunk the left neighbour wrote into ours.
+    fn step(
+        &self,
+        st: &mut Events,
+        data: &mut [u8],
+        staging: &[u8],
+        (phase, s): (usize, usize),
+        wr_seq: &mut u64,
+    ) -> Result<(), BoxError> {
+        let (n, r, chunk, chunk_bytes) = (self.n, self.r, self.chunk, self.chunk_bytes);
+        let (send_chunk, recv_chunk) = if phase == 0 {
+            ((r + n - s) % n, (r + n - s - 1) % n)
+        } else {
+            ((r + 1 + n - s) % n, (r + n - s) % n)
+        };
+        let slot = phase * (n - 1) + s;
+        *wr_seq += 1;
+        post_send(
+            self.qp_right,
+            SendOp {
+                wr_id: *wr_seq,
+                opcode: IBV_WR_RDMA_WRITE_WITH_IMM,
+                local: (
+                    self.data.0 + (send_chunk * chunk_bytes) as u64,
+                    chunk_bytes as u32,
+                    self.data.1,
+                ),
+                remote: (
+                    self.remote_staging.0 + (slot * chunk_bytes) as u64,
+                    self.remote_staging.1,
+                ),
+                imm: slot as u32,
+                signaled: true,
+            },
+        )?;
+        // Our write completed (its source chunk may change) and the left neighbour's
+        // write for this slot arrived, in either order (possibly during earlier steps).
+        while st.write_done < *wr_seq || st.arrived[slot].is_none() {
+            st.next()?;
+        }
+        let got = st.arrived[slot].expect("slot arrived");
+        if got.byte_len as usize != chunk_bytes {
+            return Err(format!(
+                "slot {slot}: received {} bytes, expected {chunk_bytes}",
+                got.byte_len
+            )
+            .into());
+        }
+        for k in 0..chunk {
+            let at = (recv_chunk * chunk + k) * 8;
+            let from = (slot * chunk + k) * 8;
+            let inc = u64::from_ne_bytes(staging[from..from + 8].try_into().unwrap());
+            let cur = u64::from_ne_bytes(data[at..at + 8].try_into().unwrap());
+            let v = if phase == 0 { cur + inc } else { inc };
+            data[at..at + 8].copy_from_slice(&v.to_ne_bytes());
+        }
+        Ok(())
+    }
+}
+
+fn run(a: &Args) -> Result<(), BoxError> {
     let n = a.ranks as usize;
     let chunk = a.elems / n;
     let chunk_bytes = chunk * 8;
@@ -132,58 +312,24 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
     // SAFETY: the MRs were just returned by ibv_reg_mr and stay registered until exit.
     let (data_lkey, staging_rkey, credit_lkey) =
         unsafe { ((*data_mr).lkey, (*staging_mr).rkey, (*credit_mr).lkey) };
-    let data_addr = data.as_ptr() as u64;
-    let staging_addr = staging.as_ptr() as u64;
-    let credit_addr = credit.as_ptr() as u64;
-
-    let me = format!(
-        "{} {} {} {} {}",
-        dev.addr,
-        verbs::qp_num(qp_left),
-        verbs::qp_num(qp_right),
-        staging_addr,
-        staging_rkey
-    );
-    publish(&a.dir, a.rank, "addr", &me)?;
-    let right = (a.rank + 1) % a.ranks;
-    let left = (a.rank + a.ranks - 1) % a.ranks;
-    let parse = |s: String| -> (PortAddress, u32, u32, u64, u32) {
-        let f: Vec<&str> = s.split_whitespace().collect();
-        let mut gid = [0u8; 16];
-        for (i, g) in gid.iter_mut().enumerate() {
-            *g = u8::from_str_radix(&f[1][2 * i..2 * i + 2], 16).unwrap_or(0);
-        }
-        (
-            PortAddress {
-                lid: f[0].parse().unwrap_or(0),
-                gid,
-            },
-            f[2].parse().unwrap_or(0),
-            f[3].parse().unwrap_or(0),
-            f[4].parse().unwrap_or(0),
-            f[5].parse().unwrap_or(0),
-        )
+    let credit_sge = (credit.as_ptr() as u64, 4, credit_lkey);
+    let staging_local = (staging.as_ptr() as u64, staging_rkey);
+    let remote_staging = Ring::connect(a, &dev, (qp_left, qp_right), staging_local, credit_sge)?;
+    let ring = Ring {
+        n,
+        r: a.rank as usize,
+        chunk,
+        chunk_bytes,
+        qp_left,
+        qp_right,
+        data: (data.as_ptr() as u64, data_lkey),
+        remote_staging,
     };
-    let timeout = Duration::from_secs(60);
-    let (raddr, r_qp_left, _, r_staging, r_rkey) = parse(fetch(&a.dir, right, "addr", timeout)?);
-    let (laddr, _, l_qp_right, _, _) = parse(fetch(&a.dir, left, "addr", timeout)?);
-    dev.connect_rc(qp_right, raddr, r_qp_left)?;
-    dev.connect_rc(qp_left, laddr, l_qp_right)?;
-    // Credits from the right neighbour arrive on qp_right: post the first receive (the QP must
-    // be past RESET) before telling anyone we are ready, so it is in place before any send.
-    post_recv(qp_right, CREDIT_RECV_WR, (credit_addr, 4, credit_lkey))?;
-    // Everyone connected before the first credit flows.
-    publish(&a.dir, a.rank, "ready", "1")?;
-    for r in 0..a.ranks {
-        fetch(&a.dir, r, "ready", timeout)?;
-    }
-
-    let r = a.rank as usize;
     let mut st = Events {
         cq,
         qp_right,
         qp_left_num: verbs::qp_num(qp_left),
-        credit: (credit_addr, 4, credit_lkey),
+        credit: credit_sge,
         credits: 0,
         credit_sent: false,
         write_done: 0,
@@ -195,79 +341,7 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
         for i in 0..a.elems {
             data[i * 8..i * 8 + 8].copy_from_slice(&initial(a.rank, iter, i).to_ne_bytes());
         }
-        // Receives for this iteration's incoming writes, then grant the left neighbour a credit.
-        // (No write of this iteration can arrive before that credit.)
-        st.arrived.iter_mut().for_each(|a| *a = None);
-        for s in 0..slots {
-            post_recv(qp_left, s as u64, (0, 0, 0))?;
-        }
-        st.credit_sent = false;
-        post_send(
-            qp_left,
-            SendOp {
-                wr_id: CREDIT_WR,
-                opcode: IBV_WR_SEND,
-                local: st.credit,
-                remote: (0, 0),
-                imm: 0,
-                signaled: true,
-            },
-        )?;
-        // Our right neighbour's credit: its receives for this iteration are posted.
-        while st.credits == 0 {
-            st.next()?;
-        }
-        st.credits -= 1;
-        for phase in 0..2 {
-            for s in 0..n - 1 {
-                let (send_chunk, recv_chunk) = if phase == 0 {
-                    ((r + n - s) % n, (r + n - s - 1) % n)
-                } else {
-                    ((r + 1 + n - s) % n, (r + n - s) % n)
-                };
-                let slot = phase * (n - 1) + s;
-                wr_seq += 1;
-                post_send(
-                    qp_right,
-                    SendOp {
-                        wr_id: wr_seq,
-                        opcode: IBV_WR_RDMA_WRITE_WITH_IMM,
-                        local: (
-                            data_addr + (send_chunk * chunk_bytes) as u64,
-                            chunk_bytes as u32,
-                            data_lkey,
-                        ),
-                        remote: (r_staging + (slot * chunk_bytes) as u64, r_rkey),
-                        imm: slot as u32,
-                        signaled: true,
-                    },
-                )?;
-                // Our write completed (its source chunk may change) and the left neighbour's
-                // write for this slot arrived, in either order (possibly during earlier steps).
-                while st.write_done < wr_seq || st.arrived[slot].is_none() {
-                    st.next()?;
-                }
-                let got = st.arrived[slot].expect("slot arrived");
-                if got.byte_len as usize != chunk_bytes {
-                    return Err(format!(
-                        "slot {slot}: received {} bytes, expected {chunk_bytes}",
-                        got.byte_len
-                    )
-                    .into());
-                }
-                for k in 0..chunk {
-                    let at = (recv_chunk * chunk + k) * 8;
-                    let from = (slot * chunk + k) * 8;
-                    let inc = u64::from_ne_bytes(staging[from..from + 8].try_into().unwrap());
-                    let cur = u64::from_ne_bytes(data[at..at + 8].try_into().unwrap());
-                    let v = if phase == 0 { cur + inc } else { inc };
-                    data[at..at + 8].copy_from_slice(&v.to_ne_bytes());
-                }
-            }
-        }
-        while !st.credit_sent {
-            st.next()?;
-        }
+        ring.iteration(&mut st, &mut data, &staging, &mut wr_seq)?;
         for i in 0..a.elems {
             let want: u64 = (0..a.ranks).map(|q| initial(q, iter, i)).sum();
             let got = u64::from_ne_bytes(data[i * 8..i * 8 + 8].try_into().unwrap());
@@ -290,7 +364,7 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
     // Wait for the last credit so the neighbour's final send completes before we tear down.
     publish(&a.dir, a.rank, "done", "1")?;
     for q in 0..a.ranks {
-        fetch(&a.dir, q, "done", timeout)?;
+        fetch(&a.dir, q, "done", TIMEOUT)?;
     }
     Ok(())
 }

@@ -461,27 +461,7 @@ fn run(a: &Args) -> Res<()> {
     };
     a.opts.workers_done(WORKLOAD, &r.error)?;
     let elapsed = started.elapsed();
-    // Check against the serial BFS.
-    let want = serial_bfs(&full);
-    let mut bad = 0;
-    let mut reached = 0u64;
-    for v in 0..nlocal {
-        let got = r.level[v as usize].load(Ordering::Relaxed);
-        let g = global(v) as usize;
-        if got != want[g] {
-            if bad < 5 {
-                eprintln!(
-                    "bfs rank {}: vertex {g} level {got}, serial BFS says {}",
-                    a.opts.rank, want[g]
-                );
-            }
-            bad += 1;
-        }
-        reached += (got != UNVISITED) as u64;
-    }
-    if bad > 0 {
-        return Err(format!("{bad} vertices with a wrong level").into());
-    }
+    let reached = check_against_serial_bfs(&r, &full)?;
     std::fs::create_dir_all(&a.opts.out)?;
     let total = c.write_bookkeeping(
         &a.opts.out.join(format!("wqes.{}.json", a.opts.rank)),
@@ -490,21 +470,6 @@ fn run(a: &Args) -> Res<()> {
     let arrivals = r.arrivals.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let all: Vec<(Vec<Arrival>, u64)> = c.exchange("bfs-arrivals", &(arrivals, reached))?;
     if a.opts.rank == 0 {
-        let rounds_n = all[0].0.len();
-        let mut rounds = Vec::new();
-        for e in 0..rounds_n {
-            let arr: Vec<u64> = all.iter().map(|(v, _)| v[e].t_ns).collect();
-            let max = *arr.iter().max().unwrap_or(&0);
-            let min = *arr.iter().min().unwrap_or(&0);
-            rounds.push(Round {
-                epoch: e as u32 + 1,
-                slowest_rank: arr.iter().position(|&t| t == max).unwrap_or(0) as u32,
-                spread_ns: max - min,
-                last_arriver: all.iter().position(|(v, _)| v[e].last).unwrap_or(0) as u32,
-                delays_us: all.iter().map(|(v, _)| v[e].delay_us).collect(),
-                arrivals_ns: arr,
-            });
-        }
         let truth = Truth {
             workload: "bfs",
             ranks: a.opts.ranks,
@@ -514,7 +479,7 @@ fn run(a: &Args) -> Res<()> {
             reached: all.iter().map(|x| x.1).sum(),
             barrier_rank: 0,
             barrier_counter: r.counter.remote(),
-            rounds,
+            rounds: rounds(&all),
         };
         write_json(&a.opts.out.join("bfs-truth.json"), &truth)?;
     }
@@ -531,6 +496,54 @@ fn run(a: &Args) -> Res<()> {
     );
     c.exchange::<u32, u32>("bfs-done", &1)?;
     Ok(())
+}
+
+/// Compares every local vertex's level with the serial BFS of the whole graph; the number of
+/// local vertices reached.
+fn check_against_serial_bfs(r: &Rank, full: &[Vec<u32>]) -> Res<u64> {
+    let a = r.a;
+    let want = serial_bfs(full);
+    let mut bad = 0;
+    let mut reached = 0u64;
+    for v in 0..r.nlocal {
+        let got = r.level[v as usize].load(Ordering::Relaxed);
+        let g = (v * a.opts.ranks + a.opts.rank) as usize;
+        if got != want[g] {
+            if bad < 5 {
+                eprintln!(
+                    "bfs rank {}: vertex {g} level {got}, serial BFS says {}",
+                    a.opts.rank, want[g]
+                );
+            }
+            bad += 1;
+        }
+        reached += (got != UNVISITED) as u64;
+    }
+    if bad > 0 {
+        return Err(format!("{bad} vertices with a wrong level").into());
+    }
+    Ok(reached)
+}
+
+/// The barrier rounds of the truth file from every rank's arrivals: per epoch, the slowest
+/// rank, the spread of arrival times, the last arriver and each rank's injected delay.
+fn rounds(all: &[(Vec<Arrival>, u64)]) -> Vec<Round> {
+    let rounds_n = all[0].0.len();
+    let mut rounds = Vec::new();
+    for e in 0..rounds_n {
+        let arr: Vec<u64> = all.iter().map(|(v, _)| v[e].t_ns).collect();
+        let max = *arr.iter().max().unwrap_or(&0);
+        let min = *arr.iter().min().unwrap_or(&0);
+        rounds.push(Round {
+            epoch: e as u32 + 1,
+            slowest_rank: arr.iter().position(|&t| t == max).unwrap_or(0) as u32,
+            spread_ns: max - min,
+            last_arriver: all.iter().position(|(v, _)| v[e].last).unwrap_or(0) as u32,
+            delays_us: all.iter().map(|(v, _)| v[e].delay_us).collect(),
+            arrivals_ns: arr,
+        });
+    }
+    rounds
 }
 
 fn main() {
