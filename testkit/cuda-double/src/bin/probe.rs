@@ -131,6 +131,25 @@ fn main() {
         (&mut ver)
     );
     println!("ok driver version {ver}");
+    let (dptr, _page) = memory(&lib);
+    let func = kernel(&lib);
+    launches(&lib, func);
+    call!(lib, "cuMemFree", unsafe extern "C" fn(u64) -> c_int, (dptr));
+    // cuGetExportTable is forwarded untouched by hooks; the double has no tables.
+    let t = lib.dlsym("cuGetExportTable");
+    if t.is_null() {
+        fail("dlsym(cuGetExportTable)".into());
+    }
+    println!("ok dlsym cuGetExportTable");
+    if expect_double {
+        print_double_launches(&lib, func);
+    }
+    println!("probe: all ok");
+}
+
+/// Device, host-allocated and host-registered memory; the device allocation and the
+/// registered page (kept registered while the probe runs).
+fn memory(lib: &Lib) -> (u64, Vec<u8>) {
     let mut dptr = 0u64;
     call!(
         lib,
@@ -159,6 +178,11 @@ fn main() {
         unsafe extern "C" fn(u64, usize, c_uint) -> c_int,
         (page.as_ptr() as u64, 4096, 0x4)
     );
+    (dptr, page)
+}
+
+/// A module from PTX and its kernel, whose name the driver must give back.
+fn kernel(lib: &Lib) -> u64 {
     let ptx = CString::new(".version 8.0\n.target sm_80\n").expect("ptx");
     let mut module = 0u64;
     call!(
@@ -187,6 +211,11 @@ fn main() {
     if got != "sigmatrace_probe_kernel" {
         fail(format!("cuFuncGetName gave {got}"));
     }
+    func
+}
+
+/// The kernel through cuLaunchKernel, cuLaunchKernelEx and cuLaunchCooperativeKernel.
+fn launches(lib: &Lib, func: u64) {
     let mut arg: u64 = 0xfeed_f00d;
     let mut params = [&mut arg as *mut u64 as *mut c_void];
     call!(
@@ -250,36 +279,29 @@ fn main() {
         ) -> c_int,
         (func, 4, 1, 1, 32, 1, 1, 0, 0, params.as_mut_ptr())
     );
-    call!(lib, "cuMemFree", unsafe extern "C" fn(u64) -> c_int, (dptr));
-    // cuGetExportTable is forwarded untouched by hooks; the double has no tables.
-    let t = lib.dlsym("cuGetExportTable");
-    if t.is_null() {
-        fail("dlsym(cuGetExportTable)".into());
+}
+
+/// The double's own record of each launch (`--expect-double`).
+fn print_double_launches(lib: &Lib, func: u64) {
+    let is = lib.dlsym("sigmatrace_cuda_double_is_test_double");
+    let n = lib.dlsym("sigmatrace_cuda_double_launch_count");
+    let rec = lib.dlsym("sigmatrace_cuda_double_launch");
+    if is.is_null() || n.is_null() || rec.is_null() {
+        fail("not the SigmaTrace test double".into());
     }
-    println!("ok dlsym cuGetExportTable");
-    if expect_double {
-        let is = lib.dlsym("sigmatrace_cuda_double_is_test_double");
-        let n = lib.dlsym("sigmatrace_cuda_double_launch_count");
-        let rec = lib.dlsym("sigmatrace_cuda_double_launch");
-        if is.is_null() || n.is_null() || rec.is_null() {
-            fail("not the SigmaTrace test double".into());
-        }
-        // SAFETY: the double's introspection functions have these signatures.
-        let (n, rec) = unsafe {
-            (
-                std::mem::transmute::<*mut c_void, extern "C" fn() -> u64>(n),
-                std::mem::transmute::<
-                    *mut c_void,
-                    unsafe extern "C" fn(u64, *mut LaunchRecord) -> c_int,
-                >(rec),
-            )
-        };
-        for i in 0..n() {
-            let mut r = LaunchRecord::default();
-            // SAFETY: valid out pointer.
-            unsafe { rec(i, &mut r) };
-            println!("launch api={} grid={:?} block={:?} shm={} stream={:#x} first_param={:#x} function_ok={}", r.api, r.grid, r.block, r.shared_mem, r.stream, r.first_param, r.function == func);
-        }
+    // SAFETY: the double's introspection functions have these signatures.
+    let (n, rec) = unsafe {
+        (
+            std::mem::transmute::<*mut c_void, extern "C" fn() -> u64>(n),
+            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64, *mut LaunchRecord) -> c_int>(
+                rec,
+            ),
+        )
+    };
+    for i in 0..n() {
+        let mut r = LaunchRecord::default();
+        // SAFETY: valid out pointer.
+        unsafe { rec(i, &mut r) };
+        println!("launch api={} grid={:?} block={:?} shm={} stream={:#x} first_param={:#x} function_ok={}", r.api, r.grid, r.block, r.shared_mem, r.stream, r.first_param, r.function == func);
     }
-    println!("probe: all ok");
 }
