@@ -419,20 +419,10 @@ pub unsafe fn ibv_create_srq(_pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr, srq
     if srq.is_null() || attr.is_null() {
         return;
     }
-    // SAFETY: live objects.
-    let (a, pd) = unsafe { ((*attr).attr, (*srq).pd) };
-    emit_if(
-        cat::CONTROL,
-        rc::srq_create(
-            sink::now(),
-            srq as u64,
-            pd as u64,
-            a.max_wr,
-            a.max_sge,
-            a.srq_limit,
-            0,
-        ),
-    );
+    // SAFETY: the program's live attributes.
+    let a = unsafe { (*attr).attr };
+    // SAFETY: srq is the live new SRQ.
+    unsafe { srq_created(a, srq) }
 }
 
 /// `ibv_create_srq_ex` (through `verbs_context`).
@@ -443,8 +433,19 @@ pub unsafe fn srq_created_ex(attr: *mut ibv_srq_init_attr_ex, srq: *mut ibv_srq)
     if srq.is_null() || attr.is_null() {
         return;
     }
-    // SAFETY: live objects.
-    let (a, pd) = unsafe { ((*attr).attr, (*srq).pd) };
+    // SAFETY: the program's live attributes.
+    let a = unsafe { (*attr).attr };
+    // SAFETY: srq is the live new SRQ.
+    unsafe { srq_created(a, srq) }
+}
+
+/// The `SrqCreate` record of a new SRQ, with the attributes the provider settled on.
+///
+/// # Safety
+/// `srq` must be a live SRQ.
+unsafe fn srq_created(a: ibv_srq_attr, srq: *mut ibv_srq) {
+    // SAFETY: live object.
+    let pd = unsafe { (*srq).pd };
     emit_if(
         cat::CONTROL,
         rc::srq_create(

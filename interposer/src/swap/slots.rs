@@ -20,19 +20,18 @@ pub const SLOTS: usize = 8;
 /// (the getters a CQ may be read through depend on them), so many more than [`SLOTS`].
 pub const CQ_EX_SLOTS: usize = 64;
 
-/// `[f::<0> as T, …, f::<7> as T]`: the per-slot copies of a hook.
+/// `[f::<n> as T, …]` for the listed slot numbers: the per-slot copies of a hook.
+macro_rules! slot_fns {
+    ($f:ident as $t:ty; $($n:literal)*) => {
+        [$($f::<$n> as $t),*]
+    };
+}
+pub(crate) use slot_fns;
+
+/// `[f::<0> as T, …, f::<7> as T]`: the per-slot copies of a hook ([`SLOTS`]).
 macro_rules! variants {
     ($f:ident as $t:ty) => {
-        [
-            $f::<0> as $t,
-            $f::<1> as $t,
-            $f::<2> as $t,
-            $f::<3> as $t,
-            $f::<4> as $t,
-            $f::<5> as $t,
-            $f::<6> as $t,
-            $f::<7> as $t,
-        ]
+        $crate::swap::slots::slot_fns!($f as $t; 0 1 2 3 4 5 6 7)
     };
 }
 pub(crate) use variants;
@@ -40,72 +39,10 @@ pub(crate) use variants;
 /// [`variants`] for [`CQ_EX_SLOTS`] slots.
 macro_rules! variants64 {
     ($f:ident as $t:ty) => {
-        [
-            $f::<0> as $t,
-            $f::<1> as $t,
-            $f::<2> as $t,
-            $f::<3> as $t,
-            $f::<4> as $t,
-            $f::<5> as $t,
-            $f::<6> as $t,
-            $f::<7> as $t,
-            $f::<8> as $t,
-            $f::<9> as $t,
-            $f::<10> as $t,
-            $f::<11> as $t,
-            $f::<12> as $t,
-            $f::<13> as $t,
-            $f::<14> as $t,
-            $f::<15> as $t,
-            $f::<16> as $t,
-            $f::<17> as $t,
-            $f::<18> as $t,
-            $f::<19> as $t,
-            $f::<20> as $t,
-            $f::<21> as $t,
-            $f::<22> as $t,
-            $f::<23> as $t,
-            $f::<24> as $t,
-            $f::<25> as $t,
-            $f::<26> as $t,
-            $f::<27> as $t,
-            $f::<28> as $t,
-            $f::<29> as $t,
-            $f::<30> as $t,
-            $f::<31> as $t,
-            $f::<32> as $t,
-            $f::<33> as $t,
-            $f::<34> as $t,
-            $f::<35> as $t,
-            $f::<36> as $t,
-            $f::<37> as $t,
-            $f::<38> as $t,
-            $f::<39> as $t,
-            $f::<40> as $t,
-            $f::<41> as $t,
-            $f::<42> as $t,
-            $f::<43> as $t,
-            $f::<44> as $t,
-            $f::<45> as $t,
-            $f::<46> as $t,
-            $f::<47> as $t,
-            $f::<48> as $t,
-            $f::<49> as $t,
-            $f::<50> as $t,
-            $f::<51> as $t,
-            $f::<52> as $t,
-            $f::<53> as $t,
-            $f::<54> as $t,
-            $f::<55> as $t,
-            $f::<56> as $t,
-            $f::<57> as $t,
-            $f::<58> as $t,
-            $f::<59> as $t,
-            $f::<60> as $t,
-            $f::<61> as $t,
-            $f::<62> as $t,
-            $f::<63> as $t,
-        ]
+        $crate::swap::slots::slot_fns!($f as $t;
+            0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31
+            32 33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60
+            61 62 63)
     };
 }
 pub(crate) use variants64;

@@ -5,7 +5,7 @@ use crate::event::complete_sync;
 use crate::ffi::*;
 use crate::id::{einval, ret};
 use crate::proto::{self, report_disconnect};
-use crate::state::{lock, Cm, CmError, CmResult, Conn};
+use crate::state::{lock, Cm, CmError, CmResult, Conn, IdState};
 use crate::verbs::{qp_connect, qp_error, Path};
 use crate::wire::{Kind, Msg, REJ_CONSUMER_DEFINED, REJ_INVALID_SERVICE_ID};
 
@@ -62,18 +62,7 @@ fn connect(cm: &mut Cm, key: usize, p: Option<&rdma_conn_param>) -> CmResult<()>
         st.responder_resources = max_rd;
         st.initiator_depth = max_init;
     }
-    if !st.cid.qp.is_null() {
-        // SAFETY: the id's QP is live.
-        m.qpn = unsafe { (*st.cid.qp).qp_num };
-        m.srq = u8::from(!st.cid.srq.is_null());
-    }
-    m.ps = st.cid.ps;
-    m.qp_type = st.cid.qp_type as u8;
-    m.src = st.local;
-    m.dst = st.remote;
-    m.psn = st.psn;
-    m.responder_resources = st.responder_resources;
-    m.initiator_depth = st.initiator_depth;
+    id_fields(&mut m, st);
     m.retry_count = st.retry_count;
     m.rnr_retry_count = st.rnr_retry_count;
     st.conn = Conn::Connecting;
@@ -90,6 +79,24 @@ fn connect(cm: &mut Cm, key: usize, p: Option<&rdma_conn_param>) -> CmResult<()>
         cm.push_simple(key, event, status);
     }
     Ok(())
+}
+
+/// What a REQ or REP says of the id itself: its QP (number, SRQ or not; over any the
+/// connection parameters named), port space, QP type, addresses, PSN and the negotiated
+/// depths.
+fn id_fields(m: &mut Msg, st: &IdState) {
+    if !st.cid.qp.is_null() {
+        // SAFETY: the id's QP is live.
+        m.qpn = unsafe { (*st.cid.qp).qp_num };
+        m.srq = u8::from(!st.cid.srq.is_null());
+    }
+    m.ps = st.cid.ps;
+    m.qp_type = st.cid.qp_type as u8;
+    m.src = st.local;
+    m.dst = st.remote;
+    m.psn = st.psn;
+    m.responder_resources = st.responder_resources;
+    m.initiator_depth = st.initiator_depth;
 }
 
 fn accept(cm: &mut Cm, key: usize, p: Option<&rdma_conn_param>) -> CmResult<()> {
@@ -116,18 +123,7 @@ fn accept(cm: &mut Cm, key: usize, p: Option<&rdma_conn_param>) -> CmResult<()> 
         m.qpn = p.qp_num;
         m.srq = p.srq;
     }
-    if !st.cid.qp.is_null() {
-        // SAFETY: the id's QP is live.
-        m.qpn = unsafe { (*st.cid.qp).qp_num };
-        m.srq = u8::from(!st.cid.srq.is_null());
-    }
-    m.ps = st.cid.ps;
-    m.qp_type = st.cid.qp_type as u8;
-    m.src = st.local;
-    m.dst = st.remote;
-    m.psn = st.psn;
-    m.responder_resources = st.responder_resources;
-    m.initiator_depth = st.initiator_depth;
+    id_fields(&mut m, st);
     m.rnr_retry_count = rnr;
     if ud {
         m.qkey = RDMA_UDP_QKEY;

@@ -159,9 +159,14 @@ fn ucmatose() {
     );
     assert!(plain.client.stdout.contains("return status 0"));
     // Each side sends its 15 messages of 200 bytes (server first, client replies).
-    assert_eq!(count(&s.sends, WR_SEND, 200), 15, "{:?}", s.sends);
-    assert_eq!(count(&c.sends, WR_SEND, 200), 15, "{:?}", c.sends);
-    assert_eq!((s.sends.len(), c.sends.len()), (15, 15));
+    each_side_sent_only(&s, &c, (WR_SEND, 200), 15);
+}
+
+/// Server and client each posted exactly `n` sends, every one an `opcode` of `bytes` bytes.
+fn each_side_sent_only(s: &Logged, c: &Logged, (opcode, bytes): (u8, u32), n: usize) {
+    assert_eq!(count(&s.sends, opcode, bytes), n, "{:?}", s.sends);
+    assert_eq!(count(&c.sends, opcode, bytes), n, "{:?}", c.sends);
+    assert_eq!((s.sends.len(), c.sends.len()), (n, n));
 }
 
 #[test]
@@ -174,9 +179,7 @@ fn udaddy() {
     assert!(plain.client.stdout.contains("return status 0"));
     // UD datagrams carrying the sender's QPN as immediate data: the client sends 12 of 100
     // bytes, the server replies to each through an AH made from the completion.
-    assert_eq!(count(&c.sends, WR_SEND_WITH_IMM, 100), 12, "{:?}", c.sends);
-    assert_eq!(count(&s.sends, WR_SEND_WITH_IMM, 100), 12, "{:?}", s.sends);
-    assert_eq!((s.sends.len(), c.sends.len()), (12, 12));
+    each_side_sent_only(&s, &c, (WR_SEND_WITH_IMM, 100), 12);
 }
 
 #[test]
