@@ -70,10 +70,19 @@ pub struct LinkAlign {
     /// Message pairs a→b and b→a.
     pub pairs_ab: u64,
     pub pairs_ba: u64,
-    /// Estimated clock difference b − a before correction, at t0 (ns).
+    /// Estimated clock difference b − a before correction, at t0 (ns): the correction's.
     pub skew_ns: Option<f64>,
-    /// Half-width of the range the pair's own messages allow for it (ns); `None`: messages in
-    /// one direction only (unbounded) or contradictory.
+    /// The time (output ns, on the reference's time line) where the pair's own messages bound
+    /// its clock difference most tightly (drift widens the range away from it); `None`:
+    /// messages in one direction only (unbounded) or contradictory.
+    pub best_at_ns: Option<i64>,
+    /// The pair's own estimate of its clock difference b − a at `best_at_ns` (ns): the middle
+    /// of the range its messages allow there.
+    pub pair_skew_ns: Option<f64>,
+    /// The correction's clock difference b − a at `best_at_ns` (ns; inside that range).
+    pub corrected_skew_ns: Option<f64>,
+    /// Half-width of the range the pair's own messages allow for its clock difference at
+    /// `best_at_ns` (ns); `None`: messages in one direction only (unbounded) or contradictory.
     pub uncertainty_ns: Option<f64>,
     /// The pair's messages contradict each other (no linear correction satisfies them all).
     pub infeasible: bool,
@@ -103,6 +112,10 @@ pub struct Alignment {
     /// Causality constraints (hull vertices) of the solve and those dropped as contradictory.
     pub constraints: u64,
     pub dropped_constraints: u64,
+    /// Smallest slack of a kept constraint at the final correction, before the trace's
+    /// rounding to whole ns (ns; at least [`solve::ROUNDING_MARGIN_NS`] where the constraints
+    /// leave that much room).
+    pub min_slack_ns: Option<f64>,
     /// Why the correction is absent or limited (solve failure, fallback), if it is.
     pub note: Option<String>,
     /// With verification: every matched pair re-checked on the final clocks
@@ -303,6 +316,13 @@ fn correct(
                 } else {
                     out.inverted_after = after;
                     fill(out, &s, &cons, &mut links);
+                    let margin = s.min_slack_ns.unwrap_or(0.0);
+                    if after > 0 && s.dropped.is_empty() && margin >= solve::ROUNDING_MARGIN_NS {
+                        // Every kept constraint has room for the rounding: this is a bug.
+                        out.note = Some(format!(
+                            "{after} message pairs with the receive before the send although every constraint kept {margin:.1} ns of slack (a converter bug)"
+                        ));
+                    }
                 }
             }
         }
@@ -327,6 +347,7 @@ fn fill(
         };
     }
     out.dropped_constraints = s.dropped.len() as u64;
+    out.min_slack_ns = s.min_slack_ns;
     for &i in &s.dropped {
         let c = &cons[i];
         if let Some(l) = links.get_mut(&(c.a.min(c.b), c.a.max(c.b))) {
@@ -337,14 +358,20 @@ fn fill(
             }
         }
     }
+    let t0 = out.t0;
     for (&(a, b), l) in links.iter_mut() {
         l.skew_ns = Some(s.offset[a] - s.offset[b]);
         if let Some(r) = s.pairs.get(&(a, b)) {
             l.infeasible = r.infeasible;
-            l.uncertainty_ns = match (r.lo, r.hi) {
-                (Some(lo), Some(hi)) if !r.infeasible => Some((hi - lo) / 2.0),
-                _ => None,
-            };
+            if let Some((at, lead, lo, hi)) = r.best {
+                // `at` is on a's uncorrected clock: on the output time line a's correction
+                // is added. At that instant b's clock reads `at + lead`.
+                let on_a = s.offset[a] + s.drift[a] * at;
+                l.best_at_ns = Some(t0 + (at + on_a).round() as i64);
+                l.pair_skew_ns = Some((lo + hi) / 2.0);
+                l.uncertainty_ns = Some((hi - lo) / 2.0);
+                l.corrected_skew_ns = Some(on_a - s.offset[b] - s.drift[b] * (at + lead));
+            }
         }
     }
 }

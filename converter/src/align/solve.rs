@@ -14,12 +14,21 @@
 //! 2. Offsets at those drifts: the constraints are difference constraints `o_a − o_b ≤ w`, so
 //!    the largest and the smallest feasible offset of every domain are shortest paths
 //!    (Bellman-Ford, fixed edge order). Both extreme vectors are feasible, so their average is
-//!    feasible and lies at the centre of every domain's interval. A side with no path (traffic
-//!    in one direction only) is capped at the smallest correction that keeps causality.
+//!    feasible and lies at the centre of every domain's interval. The average can still sit on
+//!    a constraint between two non-reference domains (both extremes on it: a receive at
+//!    exactly its send time, one ns of rounding from inverted), so the offsets are placed in
+//!    the constraints tightened by [`ROUNDING_MARGIN_NS`] (the drift LP's smallest slack, if
+//!    less): every kept constraint keeps that slack, which covers the rounding of the trace's
+//!    times to whole ns. A side with no path (traffic in one direction only) is capped at the
+//!    smallest correction that keeps causality; a group of domains with no constraint linking
+//!    it to the reference keeps its lowest domain uncorrected, the others centred against it.
 //! 3. Uncertainty: per domain pair, two tiny LPs give the range of `o_a − o_b` over all drifts
 //!    of the box; shortest paths over those ranges bound each domain's offset (an outer bound of
 //!    every offset the constraints allow). The uncertainty is the largest distance from the
-//!    estimate to that bound: unbounded where one side has no constraint.
+//!    estimate to that bound: unbounded where one side has no constraint. Per pair, the same
+//!    LPs find the time where its own messages bound its clock difference most tightly (the
+//!    range's width is convex in time: bisection on its subgradient); drift widens the range
+//!    away from that time, so a pair's range is stated there.
 //!
 //! Everything is computed in a fixed order (sorted constraints, BTreeMaps), so the same logs give
 //! the same numbers. Internally times are in µs, which keeps the LP coefficients near 1.
@@ -27,6 +36,7 @@
 use std::collections::BTreeMap;
 
 use microlp::{ComparisonOp, OptimizationDirection, Problem, Variable};
+use rayon::prelude::*;
 
 /// Largest drift of a domain's clock the solve allows (500 ppm).
 pub const MAX_DRIFT: f64 = 500e-6;
@@ -39,6 +49,15 @@ const MARGIN_CAP_US: f64 = 1e6;
 const MAX_RESTORE: usize = 64;
 /// Penalty per µs of drift in the drift LP (µs of slack).
 const DRIFT_PENALTY: f64 = 1e-3;
+/// Slack (ns) every kept constraint keeps after the offsets are placed, where the drift LP's
+/// smallest slack allows it. The trace's times are whole ns: a written time is at most 1.5 ns
+/// from the exact correction (the uncorrected time the LP saw, the correction's offset and the
+/// corrected slope's product are each rounded once, ≤ 0.5 ns each), so a message's two ends
+/// move by at most 3 ns against each other.
+pub const ROUNDING_MARGIN_NS: f64 = 4.0;
+/// The bisection for a pair's best time stops when its bracket is this short (ns): the range's
+/// width changes by at most 2·[`MAX_DRIFT`] of the time moved, 1 ns here.
+const BEST_TIME_NS: f64 = 1000.0;
 
 /// One causality constraint: domain `a` sent at `x` ns (relative to t0); domain `b` received
 /// `d` ns later (uncorrected clocks).
@@ -57,6 +76,11 @@ pub struct PairRange {
     pub hi: Option<f64>,
     /// The pair's constraints contradict each other (under the drift box).
     pub infeasible: bool,
+    /// Where the pair's own constraints bound its clock difference most tightly: (time on a's
+    /// uncorrected clock relative to t0, b's estimated lead σ there, lowest, highest) of the
+    /// clock difference at that instant, `o_a − o_b + r_a·τ − r_b·(τ + σ)` (ns); `None` when
+    /// a side is unbounded or the pair is contradictory.
+    pub best: Option<(f64, f64, f64, f64)>,
 }
 
 /// Result of the solve (ns; drift as a fraction).
@@ -71,6 +95,9 @@ pub struct Solved {
     pub dropped: Vec<usize>,
     /// Per unordered domain pair (a < b) with constraints: its range of `o_a − o_b`.
     pub pairs: BTreeMap<(usize, usize), PairRange>,
+    /// Smallest slack (ns) of a kept constraint at the final offsets and drifts (exact, before
+    /// the trace's rounding); `None` without constraints.
+    pub min_slack_ns: Option<f64>,
 }
 
 /// Why no correction could be computed.
@@ -120,14 +147,14 @@ fn lp_err(e: microlp::Error) -> SolveError {
     SolveError::Lp(e.to_string())
 }
 
-/// Drifts (µs at τ = 1) maximising the smallest slack; `Ok(None)` when no drift makes every
-/// constraint hold.
+/// Drifts (µs at τ = 1) maximising the smallest slack, and that slack (µs); `Ok(None)` when
+/// no drift makes every constraint hold.
 fn drift_lp(
     n: usize,
     reference: usize,
     half: f64,
     cons: &[&Con],
-) -> Result<Option<Vec<f64>>, SolveError> {
+) -> Result<Option<(Vec<f64>, f64)>, SolveError> {
     let box_us = MAX_DRIFT * half * US;
     let mut p = Problem::new(OptimizationDirection::Maximize);
     let v = add_domain_vars(&mut p, n, reference, box_us);
@@ -153,11 +180,12 @@ fn drift_lp(
             let s = s
                 .into_solution()
                 .map_err(|_| SolveError::Lp("interrupted".into()))?;
-            Ok(Some(
+            Ok(Some((
                 v.r.iter()
                     .map(|r| r.map_or(0.0, |r| s.var_value(r)))
                     .collect(),
-            ))
+                s.var_value(m),
+            )))
         }
         Err(microlp::Error::Infeasible) => Ok(None),
         Err(e) => Err(lp_err(e)),
@@ -231,15 +259,28 @@ fn shortest(
     None
 }
 
-/// Range of `o_a − o_b` (µs) over the pair's own constraints and the drift box.
-fn pair_range(reference: usize, half: f64, a: usize, b: usize, cons: &[&Con]) -> PairRange {
+/// One extreme of a pair's clock difference: its value (µs) and `r_a`, `r_b` there (µs at
+/// τ = 1; they give a subgradient of that extreme in τ); `None`: unbounded.
+type Extreme = Option<(f64, f64, f64)>;
+
+/// Lowest and highest clock difference of the pair at one instant, `c_a(τ) − c_b(τ + σ)` =
+/// `o_a − o_b + r_a·τ − r_b·(τ + σ)` (µs), over the pair's own constraints and the drift box:
+/// a's clock reads τ when b's reads τ + σ (σ: b's lead, from the global solution; an error in
+/// it moves each extreme by at most [`MAX_DRIFT`] of that error). `Err` when they contradict
+/// each other.
+fn pair_at(
+    reference: usize,
+    half: f64,
+    (a, b): (usize, usize),
+    cons: &[&Con],
+    (tau, sigma): (f64, f64),
+) -> Result<(Extreme, Extreme), ()> {
     let box_us = MAX_DRIFT * half * US;
-    let extreme = |dir| -> Result<Option<f64>, ()> {
+    let extreme = |dir| -> Result<Extreme, ()> {
         let mut p = Problem::new(dir);
         let w = p.add_var(1.0, (f64::NEG_INFINITY, f64::INFINITY));
-        let r =
-            |p: &mut Problem, k: usize| (k != reference).then(|| p.add_var(0.0, (-box_us, box_us)));
-        let (ra, rb) = (r(&mut p, a), r(&mut p, b));
+        let ra = (a != reference).then(|| p.add_var(tau, (-box_us, box_us)));
+        let rb = (b != reference).then(|| p.add_var(-(tau + sigma), (-box_us, box_us)));
         for c in cons {
             let (tx, ty) = (c.x as f64 / half, (c.x + c.d) as f64 / half);
             // c.a = a: w + r_a τx − r_b τy ≤ d; c.a = b: −w + r_b τx − r_a τy ≤ d.
@@ -254,32 +295,142 @@ fn pair_range(reference: usize, half: f64, a: usize, b: usize, cons: &[&Con]) ->
             p.add_constraint(e, ComparisonOp::Le, c.d as f64 * US);
         }
         match p.solve() {
-            Ok(s) => Ok(s.into_solution().ok().map(|s| s.objective())),
+            Ok(s) => Ok(s.into_solution().ok().map(|s| {
+                let r = |v: Option<Variable>| v.map_or(0.0, |v| s.var_value(v));
+                (s.objective(), r(ra), r(rb))
+            })),
             Err(microlp::Error::Unbounded) => Ok(None),
             Err(_) => Err(()),
         }
     };
-    match (
-        extreme(OptimizationDirection::Minimize),
-        extreme(OptimizationDirection::Maximize),
-    ) {
-        (Ok(lo), Ok(hi)) => PairRange {
-            lo: lo.map(|v| v / US),
-            hi: hi.map(|v| v / US),
-            infeasible: false,
-        },
-        _ => PairRange {
+    Ok((
+        extreme(OptimizationDirection::Minimize)?,
+        extreme(OptimizationDirection::Maximize)?,
+    ))
+}
+
+/// Range of `o_a − o_b` over the pair's own constraints and the drift box: at t0, and where
+/// the pair's clock difference at one instant is narrowest. The width `hi(τ) − lo(τ)` is
+/// convex (a maximum minus a minimum of linear functions of τ over one set, σ being linear in
+/// τ), so bisection on the sign of its subgradient finds that time within the span of the
+/// pair's messages. `lead`: b's lead over a in the global solution, `(at t0, per τ)` (µs).
+fn pair_range(
+    reference: usize,
+    half: f64,
+    pair: (usize, usize),
+    cons: &[&Con],
+    lead: (f64, f64),
+) -> PairRange {
+    let Ok((lo, hi)) = pair_at(reference, half, pair, cons, (0.0, 0.0)) else {
+        return PairRange {
             infeasible: true,
             ..Default::default()
-        },
+        };
+    };
+    let mut out = PairRange {
+        lo: lo.map(|v| v.0 / US),
+        hi: hi.map(|v| v.0 / US),
+        ..Default::default()
+    };
+    let (Some(lo0), Some(hi0)) = (lo, hi) else {
+        return out;
+    };
+    let sigma = |tau: f64| (lead.0 + lead.1 * tau) / US / half;
+    let mut best = (0.0, lo0.0, hi0.0);
+    let (mut l, mut h) = cons
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), c| {
+            (l.min(c.x as f64 / half), h.max((c.x + c.d) as f64 / half))
+        });
+    while (h - l) * half > BEST_TIME_NS {
+        let m = l + (h - l) / 2.0;
+        let Ok((Some(lo), Some(hi))) = pair_at(reference, half, pair, cons, (m, sigma(m))) else {
+            break;
+        };
+        if hi.0 - lo.0 < best.2 - best.1 {
+            best = (m, lo.0, hi.0);
+        }
+        // d/dτ of an extreme is r_a − r_b·(1 + σ') at its optimum (σ' = dσ/dτ).
+        let d = |e: (f64, f64, f64)| e.1 - e.2 * (1.0 + lead.1 / US / half);
+        let slope = d(hi) - d(lo);
+        if slope > 0.0 {
+            h = m;
+        } else if slope < 0.0 {
+            l = m;
+        } else {
+            break;
+        }
     }
+    out.best = Some((
+        best.0 * half,
+        sigma(best.0) * half,
+        best.1 / US,
+        best.2 / US,
+    ));
+    out
+}
+
+/// Groups of domains that no constraint links to the reference: the lowest domain of each.
+fn unlinked_roots(n: usize, reference: usize, diffs: &[(usize, usize, f64)]) -> Vec<usize> {
+    let mut parent: Vec<usize> = (0..n).collect();
+    fn root(parent: &mut [usize], mut k: usize) -> usize {
+        while parent[k] != k {
+            parent[k] = parent[parent[k]];
+            k = parent[k];
+        }
+        k
+    }
+    for &(i, j, _) in diffs {
+        let (ri, rj) = (root(&mut parent, i), root(&mut parent, j));
+        // The lower index becomes the root, so a group's root is its lowest domain.
+        parent[ri.max(rj)] = ri.min(rj);
+    }
+    let r = root(&mut parent, reference);
+    (0..n)
+        .filter(|&k| root(&mut parent, k) == k && k != r)
+        .collect()
+}
+
+/// Offsets (µs) at the centre of every domain's interval under the difference constraints
+/// `o_i − o_j ≤ w`; `None` when they contradict each other.
+fn place(n: usize, reference: usize, mut diffs: Vec<(usize, usize, f64)>) -> Option<Vec<f64>> {
+    for root in unlinked_roots(n, reference, &diffs) {
+        diffs.push((root, reference, 0.0));
+        diffs.push((reference, root, 0.0));
+    }
+    let (hi, lo) = intervals(n, reference, &diffs)?;
+    // Cap unbounded sides at the smallest correction that keeps causality, upper caps first
+    // (the smallest feasible vector satisfies them), then lower caps (the largest does).
+    for k in 0..n {
+        if hi[k].is_none() {
+            diffs.push((k, reference, lo[k].unwrap_or(0.0).max(0.0)));
+        }
+    }
+    let (hi2, _) = intervals(n, reference, &diffs)?;
+    for k in 0..n {
+        if lo[k].is_none() {
+            diffs.push((reference, k, -hi2[k].unwrap_or(0.0).min(0.0)));
+        }
+    }
+    let (hi3, lo3) = intervals(n, reference, &diffs)?;
+    Some(
+        (0..n)
+            .map(|k| (hi3[k].unwrap_or(0.0) + lo3[k].unwrap_or(0.0)) / 2.0)
+            .collect(),
+    )
+}
+
+/// `w` of a constraint at fixed drifts (µs): `o_a − o_b ≤ w`.
+fn weight(c: &Con, r_us: &[f64], half: f64) -> f64 {
+    let (tx, ty) = (c.x as f64 / half, (c.x + c.d) as f64 / half);
+    c.d as f64 * US - r_us[c.a] * tx + r_us[c.b] * ty
 }
 
 /// Solves for all domains' corrections. `cons` must be sorted (it is the solve's order).
 pub fn solve(n: usize, reference: usize, half: f64, cons: &[Con]) -> Result<Solved, SolveError> {
     let mut dropped = Vec::new();
     let all: Vec<&Con> = cons.iter().collect();
-    let r_us = match drift_lp(n, reference, half, &all)? {
+    let (r_us, margin_us) = match drift_lp(n, reference, half, &all)? {
         Some(r) => r,
         None => {
             dropped = restore(
@@ -295,34 +446,22 @@ pub fn solve(n: usize, reference: usize, half: f64, cons: &[Con]) -> Result<Solv
         }
     };
     let kept = keep(cons, &dropped);
-    // Offsets at these drifts: per directed pair the tightest bound.
+    // Offsets at these drifts: per directed pair the tightest bound, less the margin.
     let mut tight: BTreeMap<(usize, usize), f64> = BTreeMap::new();
     for c in &kept {
-        let (tx, ty) = (c.x as f64 / half, (c.x + c.d) as f64 / half);
-        let w = c.d as f64 * US - r_us[c.a] * tx + r_us[c.b] * ty;
+        let w = weight(c, &r_us, half);
         let e = tight.entry((c.a, c.b)).or_insert(w);
         *e = e.min(w);
     }
-    let mut diffs: Vec<(usize, usize, f64)> = tight.iter().map(|(&(a, b), &w)| (a, b, w)).collect();
-    let (hi, lo) =
-        intervals(n, reference, &diffs).ok_or(SolveError::StillInfeasible(dropped.len()))?;
-    // Cap unbounded sides at the smallest correction that keeps causality, upper caps first
-    // (the smallest feasible vector satisfies them), then lower caps (the largest does).
-    for k in 0..n {
-        if hi[k].is_none() {
-            diffs.push((k, reference, lo[k].unwrap_or(0.0).max(0.0)));
-        }
-    }
-    let (hi2, _) = intervals(n, reference, &diffs).ok_or(SolveError::StillInfeasible(0))?;
-    for k in 0..n {
-        if lo[k].is_none() {
-            diffs.push((reference, k, -hi2[k].unwrap_or(0.0).min(0.0)));
-        }
-    }
-    let (hi3, lo3) = intervals(n, reference, &diffs).ok_or(SolveError::StillInfeasible(0))?;
-    let offset: Vec<f64> = (0..n)
-        .map(|k| (hi3[k].unwrap_or(0.0) + lo3[k].unwrap_or(0.0)) / 2.0 / US)
-        .collect();
+    let shrunk = |g: f64| tight.iter().map(|(&(a, b), &w)| (a, b, w - g)).collect();
+    let g = (ROUNDING_MARGIN_NS * US).min(margin_us.max(0.0));
+    let offset_us = place(n, reference, shrunk(g))
+        .or_else(|| place(n, reference, shrunk(0.0)))
+        .ok_or(SolveError::StillInfeasible(dropped.len()))?;
+    let min_slack_ns = kept
+        .iter()
+        .map(|c| (weight(c, &r_us, half) - offset_us[c.a] + offset_us[c.b]) / US)
+        .reduce(f64::min);
     // Uncertainty: per pair ranges over all drifts, combined along paths.
     let mut by_pair: BTreeMap<(usize, usize), Vec<&Con>> = BTreeMap::new();
     for c in &kept {
@@ -331,10 +470,18 @@ pub fn solve(n: usize, reference: usize, half: f64, cons: &[Con]) -> Result<Solv
             .or_default()
             .push(c);
     }
+    // Each pair's LPs are independent: solved in parallel, collected in pair order.
+    let by_pair: Vec<((usize, usize), Vec<&Con>)> = by_pair.into_iter().collect();
+    let ranges: Vec<PairRange> = by_pair
+        .par_iter()
+        .map(|&((a, b), ref cs)| {
+            let lead = (offset_us[a] - offset_us[b], r_us[a] - r_us[b]);
+            pair_range(reference, half, (a, b), cs, lead)
+        })
+        .collect();
     let mut pairs = BTreeMap::new();
     let mut outer: Vec<(usize, usize, f64)> = Vec::new();
-    for (&(a, b), cs) in &by_pair {
-        let pr = pair_range(reference, half, a, b, cs);
+    for (&((a, b), _), pr) in by_pair.iter().zip(ranges) {
         if let Some(h) = pr.hi {
             outer.push((a, b, h * US));
         }
@@ -345,12 +492,13 @@ pub fn solve(n: usize, reference: usize, half: f64, cons: &[Con]) -> Result<Solv
     }
     let (ohi, olo) = intervals(n, reference, &outer).unwrap_or((vec![None; n], vec![None; n]));
     Ok(Solved {
-        offset,
+        offset: offset_us.iter().map(|o| o / US).collect(),
         drift: r_us.iter().map(|r| r / US / half).collect(),
         lo: olo.into_iter().map(|v| v.map(|v| v / US)).collect(),
         hi: ohi.into_iter().map(|v| v.map(|v| v / US)).collect(),
         dropped,
         pairs,
+        min_slack_ns,
     })
 }
 

@@ -8,10 +8,17 @@
 //! across nodes; candidates are narrowed by each port's own LID (`port_addr=`) where the logs
 //! recorded it, else by LIDs learned from unambiguous pairs (an AH's DLID
 //! is the receiver host's LID, a completion's SLID the sender host's). A pair is drawn with
-//! flows (k-th datagram → k-th receive, UD keeps order on a path) only when both counts agree:
-//! a dropped datagram would shift every later flow, so such a stream gets none (and a warning).
+//! flows (k-th datagram → k-th receive, UD keeps order on a path and never duplicates) when
+//! both counts agree. When fewer were received (n of m), the first n are paired only where that
+//! is proven: sender and receiver read one machine clock (one clock domain) and datagram n + 1
+//! was sent after the last receive completed — then every datagram received was among the
+//! first n sent, so they are exactly those, in order; the last m − n are reported as sent
+//! after the last receive (lost or never polled, e.g. a client that exits with its last
+//! datagram in flight). Otherwise a dropped datagram could shift every later flow, so the
+//! stream gets none; every such stream is named in a warning with its counts.
 //!
-//! This needs one extra pass, only over the processes that have UD QPs.
+//! This needs one extra pass, only over the processes that have UD QPs (and one more over the
+//! senders of streams whose counts differ).
 
 use rayon::prelude::*;
 use sigmatrace_schemas::records::{AhCreate, RecordKind};
@@ -51,6 +58,8 @@ pub struct UdStreams {
 struct Counts {
     send: FastMap<SendKey, u64>,
     recv: FastMap<RecvKey, u64>,
+    /// Timestamp of each receive stream's last completion.
+    last_recv: FastMap<RecvKey, u64>,
     ah_dlid: FastMap<u64, u16>,
 }
 
@@ -59,13 +68,16 @@ fn count(input: &LogInput, ud_qps: &[u32]) -> Counts {
     let mut issues = Vec::new();
     let is_ud = |q: u32| ud_qps.binary_search(&q).is_ok();
     for mut cur in input.thread_cursors() {
-        while let Some((_, r)) = cur.pop(&mut issues) {
+        while let Some((ts, r)) = cur.pop(&mut issues) {
             match Hot::of(&r) {
                 Some(Hot::PostSend(ps)) if is_ud(ps.qpn) && verbs::consumes_recv(ps.opcode) => {
                     *c.send.entry((ps.qpn, ps.rkey, ps.remote_addr)).or_default() += 1;
                 }
                 Some(Hot::Completion(wc)) if is_ud(wc.qpn) && is_received_message(wc) => {
-                    *c.recv.entry((wc.qpn, wc.src_qp, wc.slid)).or_default() += 1;
+                    let k = (wc.qpn, wc.src_qp, wc.slid);
+                    *c.recv.entry(k).or_default() += 1;
+                    let last = c.last_recv.entry(k).or_default();
+                    *last = (*last).max(ts);
                 }
                 Some(_) => {}
                 None if r.kind == RecordKind::AhCreate as u16 => {
@@ -78,6 +90,79 @@ fn count(input: &LogInput, ud_qps: &[u32]) -> Counts {
         }
     }
     c
+}
+
+/// Timestamps of the sends of the streams `keys` of one process, each stream's sorted.
+fn send_times(input: &LogInput, keys: &[SendKey]) -> FastMap<SendKey, Vec<u64>> {
+    let mut out: FastMap<SendKey, Vec<u64>> = FastMap::default();
+    let mut issues = Vec::new();
+    for mut cur in input.thread_cursors() {
+        while let Some((ts, r)) = cur.pop(&mut issues) {
+            if let Some(Hot::PostSend(ps)) = Hot::of(&r) {
+                let k = (ps.qpn, ps.rkey, ps.remote_addr);
+                if verbs::consumes_recv(ps.opcode) && keys.contains(&k) {
+                    out.entry(k).or_default().push(ts);
+                }
+            }
+        }
+    }
+    for v in out.values_mut() {
+        v.sort_unstable();
+    }
+    out
+}
+
+/// Streams whose receiver got fewer datagrams than were sent, `(sender, send key, receiver,
+/// receive key, received)`: whether the received ones are provably the first ones sent (one
+/// clock domain, and the next datagram sent after the last receive), in the given order.
+fn tails_proven(
+    inputs: &[LogInput],
+    topo: &Topology,
+    counts: &[Counts],
+    short: &[(usize, SendKey, usize, RecvKey, u64)],
+) -> Vec<bool> {
+    if short.is_empty() {
+        return Vec::new();
+    }
+    let dom = crate::align::domains::clock_domains(inputs, topo);
+    // One time line per domain, as the alignment has it: each process's own fit plus its
+    // domain's REALTIME − MONOTONIC.
+    let rt = |p: usize| {
+        let first = dom.procs[dom.of_proc[p]][0];
+        topo.hosts[topo.procs[first].host].realtime_offset
+    };
+    let time = |p: usize, ts: u64| topo.procs[p].clock.to_realtime(rt(p)).map(ts);
+    let mut senders: Vec<usize> = short.iter().map(|s| s.0).collect();
+    senders.sort_unstable();
+    senders.dedup();
+    let times: Vec<(usize, FastMap<SendKey, Vec<u64>>)> = senders
+        .par_iter()
+        .map(|&p| {
+            let keys: Vec<SendKey> = short.iter().filter(|s| s.0 == p).map(|s| s.1).collect();
+            (
+                p,
+                send_times(
+                    crate::align::join::inputs_for(inputs, &topo.procs[p]),
+                    &keys,
+                ),
+            )
+        })
+        .collect();
+    short
+        .iter()
+        .map(|&(p, sk, p2, rk, nr)| {
+            let Some(last) = counts[p2].last_recv.get(&rk) else {
+                return false;
+            };
+            let next = times
+                .iter()
+                .find(|t| t.0 == p)
+                .and_then(|t| t.1.get(&sk))
+                .and_then(|v| v.get(nr as usize));
+            dom.of_proc[p] == dom.of_proc[p2]
+                && next.is_some_and(|&ts| time(p, ts) > time(p2, *last))
+        })
+        .collect()
 }
 
 /// The own LID of the port QP `qpn` of process `p` uses, when its log recorded it.
@@ -187,18 +272,35 @@ pub fn build(inputs: &[LogInput], topo: &Topology, first_conn: u64) -> UdStreams
     }
     let mut pairs: Vec<_> = paired.into_iter().collect();
     pairs.sort_unstable();
+    let short: Vec<(usize, SendKey, usize, RecvKey, u64)> = pairs
+        .iter()
+        .map(|&((p, sk), (p2, rk))| (p, sk, p2, rk, counts[p2].recv[&rk]))
+        .filter(|s| counts[s.0].send[&s.1] > s.4)
+        .collect();
+    let proven = tails_proven(inputs, topo, &counts, &short);
     for (conn, ((p, sk), (p2, rk))) in (first_conn..).zip(pairs) {
         let (ns, nr) = (counts[p].send[&sk], counts[p2].recv[&rk]);
+        let what = format!(
+            "{} UD QP {:#x} → {} QP {:#x}: {ns} datagrams sent, {nr} received",
+            topo.procs[p].label(),
+            sk.0,
+            topo.procs[p2].label(),
+            rk.0
+        );
+        let tail = short
+            .iter()
+            .position(|s| (s.0, s.1) == (p, sk))
+            .is_some_and(|i| proven[i]);
         let flows = if ns == nr {
             ns
-        } else {
+        } else if tail {
             out.warnings.push(format!(
-                "{} UD QP {:#x} → {} QP {:#x}: {ns} datagrams sent, {nr} received; no flows drawn",
-                topo.procs[p].label(),
-                sk.0,
-                topo.procs[p2].label(),
-                rk.0
+                "{what}; the first {nr} paired, the last {} sent after the last receive (lost or never polled)",
+                ns - nr
             ));
+            nr
+        } else {
+            out.warnings.push(format!("{what}; no flows drawn"));
             0
         };
         let (s1, s2) = (out.slots[p], out.slots[p2] + (p2 == p) as usize);

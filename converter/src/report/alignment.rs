@@ -62,14 +62,18 @@ impl Section for AlignmentSection {
         );
         let _ = writeln!(
             out,
-            "causality constraints: {}, dropped as contradictory: {}{}\n",
+            "causality constraints: {}, dropped as contradictory: {}{}{}\n",
             a.constraints,
             a.dropped_constraints,
+            a.min_slack_ns
+                .map(|m| format!("; smallest slack kept {m:.1} ns"))
+                .unwrap_or_default(),
             a.note
                 .as_deref()
                 .map(|n| format!("; {n}"))
                 .unwrap_or_default()
         );
+        link_lines(a, out);
         for l in a.links.iter().filter(|l| l.dropped_ab + l.dropped_ba > 0) {
             let name = |d: usize| a.domains.get(d).map_or("-", |d| d.name.as_str());
             let _ = writeln!(
@@ -96,6 +100,7 @@ impl Section for AlignmentSection {
             "domains": a.domains, "cross_domain_pairs": a.cross_domain_pairs,
             "inverted_before": a.inverted_before, "inverted_after": a.inverted_after,
             "constraints": a.constraints, "dropped_constraints": a.dropped_constraints, "note": a.note,
+            "min_slack_ns": a.min_slack_ns,
             "verified": a.verified.map(|(n, b)| json!({"pairs": n, "violations": b})),
             "skew": {"node_max_ns": s.0, "node_mean_ns": s.1, "link_max_ns": s.2, "link_mean_ns": s.3, "links": s.4},
         })
@@ -106,6 +111,50 @@ impl Section for AlignmentSection {
     fn as_any(&self) -> &dyn Any {
         self
     }
+}
+
+/// Most links listed in the text report (the JSON lists all).
+const MAX_LINK_LINES: usize = 32;
+
+/// Per pair of clock domains with messages both ways: where its own messages bound its clock
+/// difference best, and how well.
+fn link_lines(a: &Alignment, out: &mut String) {
+    let bounded: Vec<_> = a.links.iter().filter(|l| l.best_at_ns.is_some()).collect();
+    if bounded.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "clock difference b − a of each linked pair, where its own messages bound it best (time from t0; correction's value in brackets):"
+    );
+    let name = |d: usize| a.domains.get(d).map_or("-", |d| d.name.as_str());
+    for l in bounded.iter().take(MAX_LINK_LINES) {
+        let (Some(at), Some(est), Some(u), Some(c)) = (
+            l.best_at_ns,
+            l.pair_skew_ns,
+            l.uncertainty_ns,
+            l.corrected_skew_ns,
+        ) else {
+            continue;
+        };
+        let _ = writeln!(
+            out,
+            "  a {} – b {}: at t0{:+.3} ms {est:.0} ±{u:.0} ns ({c:.0} ns); messages {} / {}",
+            name(l.a),
+            name(l.b),
+            (at - a.t0) as f64 / 1e6,
+            l.pairs_ab,
+            l.pairs_ba
+        );
+    }
+    if bounded.len() > MAX_LINK_LINES {
+        let _ = writeln!(
+            out,
+            "  … {} more (JSON: alignment.links)",
+            bounded.len() - MAX_LINK_LINES
+        );
+    }
+    let _ = writeln!(out);
 }
 
 /// (node max |offset|, node mean, link max |skew|, link mean, links).
