@@ -7,9 +7,11 @@
 
 pub mod chunk;
 pub mod clock;
+pub mod compact;
 pub mod header;
 pub mod reader;
 pub mod records;
+pub mod reserve;
 pub mod ring;
 pub mod skew;
 pub mod writer;
@@ -21,12 +23,13 @@ pub use reader::{
     ChunkInfo, ChunkIssue, LogFile, LogView, RawRecord, ReadError, RecordError, SalvageReport,
 };
 pub use records::*;
+pub use reserve::Reserved;
 pub use ring::Drained;
-pub use writer::{ChunkWriter, LogWriter, Reserved, WriteError, WriterOptions, DEFAULT_CHUNK_SIZE};
+pub use writer::{ChunkWriter, LogWriter, WriteError, WriterOptions, DEFAULT_CHUNK_SIZE};
 
 /// File magic, at offset 0.
 pub const MAGIC: [u8; 8] = *b"SIGMATRC";
 /// Format major version: readers reject files with a larger major.
-pub const FORMAT_MAJOR: u16 = 1;
+pub const FORMAT_MAJOR: u16 = 2;
 /// Format minor version: additions only (new record kinds, new header tags).
-pub const FORMAT_MINOR: u16 = 2;
+pub const FORMAT_MINOR: u16 = 0;

@@ -9,10 +9,11 @@ use std::path::{Path, PathBuf};
 
 use crate::chunk::{ChunkHeader, CHUNK_HEADER_SIZE, CHUNK_MAGIC};
 use crate::clock::TimestampSource;
+use crate::compact::{ChunkDecoder, Decoded};
 use crate::header::{
     tag, FileHeader, Losses, RankInfo, RawHeader, ENDIAN_MARKER, HEADER_SIZE, STRINGS_OFFSET,
 };
-use crate::records::{ClockSnapshot, DecodeError, Record, RecordHeader, RecordKind};
+use crate::records::{ClockSnapshot, DecodeError, FixedRecord, Record, RecordHeader, RecordKind};
 use crate::writer::{MAX_CHUNK_SIZE, MIN_CHUNK_SIZE};
 use crate::{FORMAT_MAJOR, FORMAT_MINOR, MAGIC};
 
@@ -105,30 +106,126 @@ pub struct LogView<'a> {
     salvage: SalvageReport,
 }
 
-/// A raw record: its file offset, kind id and bytes (header included).
+/// A record as handed to consumers: its file offset, kind id and bytes (header included).
+///
+/// A compact record (format 2, see [`crate::compact`]) is handed out as the full record it
+/// stands for: `kind` is the full kind, [`RawRecord::record_bytes`] the full record's bytes
+/// (expanded in its chunk's context), and `bytes` the compact bytes as they are in the file.
+/// For every other record `record_bytes` is `bytes`.
 #[derive(Clone, Copy, Debug)]
 pub struct RawRecord<'a> {
     pub offset: u64,
     pub kind: u16,
+    /// The record's bytes in the file.
     pub bytes: &'a [u8],
+    /// The full record of a compact one (`len` 0 otherwise).
+    full: Full,
+}
+
+/// Storage for an expanded record (8-aligned, up to a cache line).
+#[derive(Clone, Copy, Debug, Default)]
+struct Full {
+    len: u8,
+    words: [u64; 8],
 }
 
 impl<'a> RawRecord<'a> {
-    /// Decodes the record (zero-copy).
-    pub fn decode(&self) -> Result<Record<'a>, DecodeError> {
-        Record::decode(self.bytes)
+    /// A record read as it is in the file.
+    #[inline(always)]
+    pub fn new(offset: u64, kind: u16, bytes: &'a [u8]) -> RawRecord<'a> {
+        RawRecord {
+            offset,
+            kind,
+            bytes,
+            full: Full::default(),
+        }
+    }
+
+    /// A compact record at `offset` (its file `bytes`) expanded to `full`.
+    pub(crate) fn expanded<R: FixedRecord>(offset: u64, bytes: &'a [u8], full: &R) -> Self {
+        let mut f = Full {
+            len: size_of::<R>() as u8,
+            words: [0; 8],
+        };
+        bytemuck::cast_slice_mut::<u64, u8>(&mut f.words)[..size_of::<R>()]
+            .copy_from_slice(bytemuck::bytes_of(full));
+        RawRecord {
+            offset,
+            kind: R::KIND as u16,
+            bytes,
+            full: f,
+        }
+    }
+
+    /// The bytes of the record of kind `kind` (the expanded full record of a compact one;
+    /// 8-aligned when it is).
+    #[inline(always)]
+    pub fn record_bytes(&self) -> &[u8] {
+        if self.full.len == 0 {
+            self.bytes
+        } else {
+            &bytemuck::cast_slice::<u64, u8>(&self.full.words)[..self.full.len as usize]
+        }
+    }
+
+    /// Whether the record was compact in the file.
+    pub fn is_compact(&self) -> bool {
+        self.full.len != 0
+    }
+
+    /// The record's `ts` (every full record has it at offset 8).
+    #[inline]
+    pub fn ts(&self) -> Option<u64> {
+        let b = self.record_bytes().get(8..16)?;
+        Some(u64::from_ne_bytes(b.try_into().ok()?))
+    }
+
+    /// Decodes the record (zero-copy for records that are not compact in the file).
+    pub fn decode(&self) -> Result<Record<'_>, DecodeError> {
+        Record::decode(self.record_bytes())
     }
 }
 
-/// Iterator over one chunk's records.
+/// Iterator over one chunk's records, in append order, as consumers see them: compact
+/// records expanded, their context records (`TimeBase`, `SlotBind`) consumed.
 pub struct RecordIter<'a> {
+    raw: RawIter<'a>,
+    context: ChunkDecoder,
+}
+
+impl<'a> Iterator for RecordIter<'a> {
+    type Item = Result<RawRecord<'a>, RecordError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            let r = match self.raw.next()? {
+                Ok(r) => r,
+                Err(e) => return Some(Err(e)),
+            };
+            match self.context.accept(r.offset, r.kind, r.bytes) {
+                Decoded::Record(r) => return Some(Ok(r)),
+                Decoded::Context => continue,
+                Decoded::Damaged(what) => {
+                    self.raw.done = true;
+                    return Some(Err(RecordError {
+                        offset: r.offset,
+                        what,
+                    }));
+                }
+            }
+        }
+    }
+}
+
+/// Iterator over one chunk's records as they are in the file.
+struct RawIter<'a> {
     bytes: &'a [u8],
     base: u64,
     pos: usize,
     done: bool,
 }
 
-impl<'a> Iterator for RecordIter<'a> {
+impl<'a> Iterator for RawIter<'a> {
     type Item = Result<RawRecord<'a>, RecordError>;
 
     fn next(&mut self) -> Option<Self::Item> {
@@ -177,11 +274,7 @@ impl<'a> Iterator for RecordIter<'a> {
             }
         }
         self.pos += len;
-        Some(Ok(RawRecord {
-            offset,
-            kind: hdr.kind,
-            bytes: &rest[..len],
-        }))
+        Some(Ok(RawRecord::new(offset, hdr.kind, &rest[..len])))
     }
 }
 
@@ -225,14 +318,26 @@ impl<'a> LogView<'a> {
         &self.path
     }
 
-    /// Records of one chunk, in append order.
+    /// Records of one chunk as they are in the file, compact and context records included
+    /// (for dumps and for counting against the commit word; consumers want [`Self::records`]).
+    pub fn raw_records(
+        &self,
+        chunk: &ChunkInfo,
+    ) -> impl Iterator<Item = Result<RawRecord<'a>, RecordError>> {
+        self.records(chunk).raw
+    }
+
+    /// Records of one chunk, in append order (compact records expanded, see [`RecordIter`]).
     pub fn records(&self, chunk: &ChunkInfo) -> RecordIter<'a> {
         let start = chunk.offset as usize + CHUNK_HEADER_SIZE;
         RecordIter {
-            bytes: &self.bytes[start..start + chunk.readable as usize],
-            base: start as u64,
-            pos: 0,
-            done: false,
+            raw: RawIter {
+                bytes: &self.bytes[start..start + chunk.readable as usize],
+                base: start as u64,
+                pos: 0,
+                done: false,
+            },
+            context: ChunkDecoder::new(),
         }
     }
 }
@@ -474,7 +579,7 @@ fn scan_chunks(bytes: &[u8], header: &FileHeader) -> (Vec<ChunkInfo>, SalvageRep
             rep.truncated = true;
             // Keep whole records only; count what is gone.
             let start = offset + CHUNK_HEADER_SIZE;
-            let mut iter = RecordIter {
+            let mut iter = RawIter {
                 bytes: &bytes[start..start + in_file as usize],
                 base: start as u64,
                 pos: 0,

@@ -246,6 +246,11 @@ record_kinds! {
         51 => KernelExec,
         52 => GpuClockPair,
         53 => GpuMemory,
+        54 => TimeBase,
+        55 => SlotBind,
+        56 => PostSendCompact,
+        57 => PostRecvCompact,
+        58 => CompletionCompact,
     }
     meta {
         2 => Annotation,
@@ -253,7 +258,7 @@ record_kinds! {
         5 => ThreadName,
     }
     retired {}
-    next_free = 54
+    next_free = 59
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -826,6 +831,93 @@ pub struct GpuMemory {
     pub alias: u64,
     pub flags: u32,
     pub result: i32,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Compact encoding (format 2): a chunk's hot records in 24–32 bytes. The writer emits them
+// (`crate::compact`), readers expand them back to the full kinds above; `TimeBase` and
+// `SlotBind` set the context they are read in and are never handed to consumers.
+
+/// Sets the time base of the compact records that follow it in its chunk: their time is
+/// `base + dts`. A chunk starts with base 0. aux = 0.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct TimeBase {
+    pub hdr: RecordHeader,
+    pub base: u64,
+}
+
+/// What a slot stands for (the `role` of a [`SlotBind`]).
+pub mod slot_role {
+    /// [`super::PostSendCompact`]: `qpn`, `source`; `object` 0.
+    pub const SEND: u8 = 1;
+    /// [`super::PostRecvCompact`]: `qpn`, `source`, `object` = the SRQ handle (0 if none).
+    pub const RECV: u8 = 2;
+    /// [`super::CompletionCompact`]: `object` = the CQ handle, `qpn`.
+    pub const COMPLETION: u8 = 3;
+}
+
+/// Binds slot `aux` (0–255) of its chunk to per-queue constants, until the slot is bound
+/// again or the chunk ends.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct SlotBind {
+    pub hdr: RecordHeader,
+    /// CQ handle (completions), SRQ handle (SRQ receives), else 0.
+    pub object: u64,
+    pub qpn: u32,
+    /// [`post_source`] of the posts (0 for completions).
+    pub source: u8,
+    /// [`slot_role`].
+    pub role: u8,
+    pub _pad: u16,
+}
+
+/// A [`PostSend`] in 32 bytes. `tslot` = dts (bits 0–23) | slot (bits 24–31). `addr_op` =
+/// remote_addr (bits 0–47) | opcode (48–55) | send_flags (56–60) | num_sge (61–63).
+/// Expands to a `PostSend` with `imm` and `compare_add` 0, `qpn` and `source` from the slot.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct PostSendCompact {
+    pub kind: u16,
+    pub len: u16,
+    pub tslot: u32,
+    pub wr_id: u64,
+    pub addr_op: u64,
+    pub rkey: u32,
+    pub bytes: u32,
+}
+
+/// A [`PostRecv`] in 24 bytes (`tslot` as in [`PostSendCompact`]; `qpn`, `srq`, `source`
+/// from the slot).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct PostRecvCompact {
+    pub kind: u16,
+    pub len: u16,
+    pub tslot: u32,
+    pub wr_id: u64,
+    pub bytes: u32,
+    pub num_sge: u16,
+    pub _pad: u16,
+}
+
+/// A [`WorkCompletion`] in 32 bytes (`tslot` as in [`PostSendCompact`]; `cq` and `qpn` from
+/// the slot). `src_qp_flags` = src_qp (bits 0–23) | wc_flags (bits 24–31). Expands with
+/// `hw_ts` and `vendor_err` 0.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct CompletionCompact {
+    pub kind: u16,
+    pub len: u16,
+    pub tslot: u32,
+    pub wr_id: u64,
+    pub byte_len: u32,
+    pub imm: u32,
+    pub src_qp_flags: u32,
+    pub slid: u16,
+    pub status: u8,
+    pub opcode: u8,
 }
 
 // ---------------------------------------------------------------------------------------------

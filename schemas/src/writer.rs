@@ -17,6 +17,7 @@ use memmap2::{MmapOptions, MmapRaw};
 
 use crate::chunk::{ChunkHeader, CHUNK_HEADER_SIZE, CHUNK_MAGIC, COMMIT_OFFSET};
 use crate::clock::{TimestampSource, Timestamper};
+use crate::compact::SlotTable;
 use crate::header::{
     FileHeader, Losses, CHUNKS_OFFSET, DROPPED_OFFSET, HEADER_SIZE, LOSS_SLOTS, LOSS_TABLE_OFFSET,
 };
@@ -49,6 +50,9 @@ pub struct WriterOptions {
     /// Chunks in each thread's ring (0 = no rings: every chunk is written in place at its
     /// final position). See [`crate::ring`].
     pub ring_chunks: u32,
+    /// Write `PostSend`, `PostRecv` and `WorkCompletion` in their compact forms when they fit
+    /// (see [`crate::compact`]); `false`: always the full records.
+    pub compact: bool,
 }
 
 /// `MADV_POPULATE_WRITE` (Linux 5.14); not yet in every libc crate version.
@@ -61,6 +65,7 @@ impl Default for WriterOptions {
             max_bytes: 4 << 30,
             prefault: true,
             ring_chunks: 0,
+            compact: true,
         }
     }
 }
@@ -94,6 +99,7 @@ pub(crate) struct Shared {
     max_chunks: u32,
     pid: u32,
     prefault: bool,
+    compact: bool,
     next_chunk: Mutex<u32>,
     pub(crate) failed: AtomicBool,
     /// Chunks per thread ring (0 = none) and the rings handed out so far (the drainer's list).
@@ -368,6 +374,7 @@ impl LogWriter {
                 max_chunks,
                 pid: h.pid,
                 prefault: options.prefault,
+                compact: options.compact,
                 next_chunk: Mutex::new(0),
                 failed: AtomicBool::new(false),
                 ring_chunks: options.ring_chunks,
@@ -400,6 +407,8 @@ impl LogWriter {
             exhausted: false,
             ring: None,
             slot: None,
+            compact: self.shared.compact,
+            slots: SlotTable::new(),
         }
     }
 
@@ -557,17 +566,20 @@ impl LogWriter {
 /// One thread's appender. Not shared between threads; cheap to create.
 pub struct ChunkWriter {
     shared: Arc<Shared>,
-    base: *mut u8,
+    pub(crate) base: *mut u8,
     /// The chunk's commit word as last published: records << 32 | committed bytes (the
     /// append position). One word, so publishing is one add and two stores.
-    commit: u64,
-    cap: u32,
+    pub(crate) commit: u64,
+    pub(crate) cap: u32,
     tid: u32,
     exhausted: bool,
     /// This thread's ring (allocated with its first chunk, when the log has rings) and the
     /// slot being filled (`None`: the current chunk is a plain one, or there is none).
     ring: Option<Arc<Ring>>,
     slot: Option<usize>,
+    /// Whether the hot kinds are written compact, and their context in the current chunk.
+    pub(crate) compact: bool,
+    pub(crate) slots: SlotTable,
 }
 
 // SAFETY: a ChunkWriter exclusively owns its current chunk; moving it to another thread is
@@ -575,10 +587,23 @@ pub struct ChunkWriter {
 unsafe impl Send for ChunkWriter {}
 
 impl ChunkWriter {
-    /// Appends a fixed-size record; its header's kind and length are set here.
-    /// Returns false (and counts a drop) when the size cap is reached or the log failed.
-    #[inline]
+    /// Appends a fixed-size record; its header's kind and length are set here. `PostSend`,
+    /// `PostRecv` and `WorkCompletion` are written in their compact form when it holds them
+    /// (see [`crate::compact`]). Returns false (and counts a drop) when the size cap is
+    /// reached or the log failed.
+    #[inline(always)]
     pub fn append<R: FixedRecord>(&mut self, rec: &R) -> bool {
+        match R::KIND {
+            RecordKind::PostSend => self.append_post_send(bytemuck::cast_ref(rec)),
+            RecordKind::PostRecv => self.append_post_recv(bytemuck::cast_ref(rec)),
+            RecordKind::WorkCompletion => self.append_completion(bytemuck::cast_ref(rec)),
+            _ => self.append_full(rec),
+        }
+    }
+
+    /// Appends a fixed-size record as it is (never compacted).
+    #[inline]
+    pub(crate) fn append_full<R: FixedRecord>(&mut self, rec: &R) -> bool {
         let size = std::mem::size_of::<R>() as u32;
         if self.pos() + size > self.cap && !self.roll(R::KIND as u16) {
             return false;
@@ -639,39 +664,35 @@ impl ChunkWriter {
         true
     }
 
-    /// Reserves room for one fixed-size record at the end of the chunk, to be filled in place
-    /// (no copy) and published with [`Reserved::commit`]. The slot's bytes are whatever the
-    /// chunk held (zero, or a record of an earlier reservation that was never committed):
-    /// every field must be written. Nothing is visible to readers before `commit`; dropping
-    /// the slot uncommitted leaves the log unchanged. `None` (and one drop counted) when the
-    /// size cap is reached or the log failed, as for [`ChunkWriter::append`].
-    #[inline(always)]
-    pub fn reserve<R: FixedRecord>(&mut self) -> Option<Reserved<'_, R>> {
-        let size = std::mem::size_of::<R>() as u32;
-        if self.pos() + size > self.cap && !self.roll(R::KIND as u16) {
-            return None;
-        }
-        // SAFETY: as in `append`: the slot lies inside our exclusively owned chunk, is 8-aligned
-        // (records are multiples of 8 bytes from an aligned chunk start) and R is Pod, so any
-        // bytes it holds are a valid R.
-        let rec =
-            unsafe { &mut *(self.base.add(CHUNK_HEADER_SIZE + self.pos() as usize) as *mut R) };
-        Some(Reserved {
-            writer_commit: &mut self.commit,
-            base: self.base,
-            rec,
-        })
-    }
-
     /// The append position in the current chunk (bytes after the chunk header).
     #[inline(always)]
-    fn pos(&self) -> u32 {
+    pub(crate) fn pos(&self) -> u32 {
         self.commit as u32
     }
 
+    /// The address of the append position.
     #[inline(always)]
-    fn publish(&mut self, size: u32) {
+    pub(crate) fn at_pos(&self) -> *mut u8 {
+        // SAFETY: the position lies inside the current chunk (or at its end).
+        unsafe { self.base.add(CHUNK_HEADER_SIZE + self.pos() as usize) }
+    }
+
+    #[inline(always)]
+    pub(crate) fn publish(&mut self, size: u32) {
         publish(&mut self.commit, self.base, size);
+    }
+
+    /// Writes `rec` at the append position and counts it in the commit word without
+    /// publishing it: the next `publish` makes it visible with the record that needs it. The
+    /// caller checked the room.
+    pub(crate) fn put_unpublished<R: FixedRecord>(&mut self, rec: &R) {
+        let size = std::mem::size_of::<R>();
+        // SAFETY: per caller, `size` bytes at the 8-aligned append position lie inside our
+        // exclusively owned chunk.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytemuck::bytes_of(rec).as_ptr(), self.at_pos(), size)
+        };
+        self.commit += (1u64 << 32) | size as u64;
     }
 
     /// Moves to a fresh chunk for a record of `kind` that does not fit; when none can be had
@@ -679,7 +700,7 @@ impl ChunkWriter {
     /// current chunk where this writer's losses begin.
     #[cold]
     #[inline(never)]
-    fn roll(&mut self, kind: u16) -> bool {
+    pub(crate) fn roll(&mut self, kind: u16) -> bool {
         if self.exhausted {
             self.shared.count_dropped(kind, None);
             return false;
@@ -690,6 +711,7 @@ impl ChunkWriter {
                 self.base = base;
                 self.slot = slot;
                 self.commit = 0;
+                self.slots.new_chunk();
                 self.cap = self.shared.chunk_size - CHUNK_HEADER_SIZE as u32 - MARKER_ROOM;
                 true
             }
@@ -772,50 +794,9 @@ impl ChunkWriter {
 
 /// Adds one record of `size` bytes to `commit` and publishes it in the chunk at `base`.
 #[inline(always)]
-fn publish(commit: &mut u64, base: *mut u8, size: u32) {
+pub(crate) fn publish(commit: &mut u64, base: *mut u8, size: u32) {
     *commit += (1u64 << 32) | size as u64;
     // SAFETY: COMMIT_OFFSET is an 8-aligned u64 inside our chunk header, only ever accessed
     // atomically.
     unsafe { (*(base.add(COMMIT_OFFSET) as *const AtomicU64)).store(*commit, Ordering::Release) };
-}
-
-/// A record slot reserved by [`ChunkWriter::reserve`]: fill it through `Deref`/`DerefMut`,
-/// then [`commit`](Reserved::commit) it. It borrows the writer, so nothing else can be
-/// appended meanwhile.
-pub struct Reserved<'a, R: FixedRecord> {
-    writer_commit: &'a mut u64,
-    base: *mut u8,
-    rec: &'a mut R,
-}
-
-impl<R: FixedRecord> Reserved<'_, R> {
-    /// Publishes the record: sets its header's kind and length (its `aux` is the caller's)
-    /// and makes it visible to readers with one release store.
-    #[inline(always)]
-    pub fn commit(self) {
-        let size = std::mem::size_of::<R>() as u32;
-        // SAFETY: the record starts with its RecordHeader, whose first u32 is kind | len << 16.
-        unsafe {
-            std::ptr::write(
-                self.rec as *mut R as *mut u32,
-                (R::KIND as u32) | (size << 16),
-            )
-        };
-        publish(self.writer_commit, self.base, size);
-    }
-}
-
-impl<R: FixedRecord> std::ops::Deref for Reserved<'_, R> {
-    type Target = R;
-    #[inline(always)]
-    fn deref(&self) -> &R {
-        self.rec
-    }
-}
-
-impl<R: FixedRecord> std::ops::DerefMut for Reserved<'_, R> {
-    #[inline(always)]
-    fn deref_mut(&mut self) -> &mut R {
-        self.rec
-    }
 }

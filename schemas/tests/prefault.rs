@@ -25,7 +25,7 @@ fn prepared_chunks_are_used_in_order_and_unused_ones_read_as_unused() {
     let per_chunk = (4096 - CHUNK_HEADER_SIZE) / std::mem::size_of::<PostSend>();
     let mut tw = w.thread_writer(3);
     for i in 0..(per_chunk as u64 + 5) {
-        assert!(tw.append(&post(i, 3)));
+        assert!(tw.append(&post_full(i, 3)));
     }
     assert_eq!(
         w.prefault_ahead(3).unwrap(),
@@ -67,7 +67,7 @@ fn retired_chunks_leave_the_process_memory_and_keep_their_records() {
     // 64 chunks of 64 KiB (1020 records each).
     let n = 64 * 1020u64;
     for i in 0..n {
-        assert!(tw.append(&post(i, 7)));
+        assert!(tw.append(&post_full(i, 7)));
     }
     let before = resident_kb(&p);
     assert!(
@@ -83,7 +83,7 @@ fn retired_chunks_leave_the_process_memory_and_keep_their_records() {
     );
     // The writer keeps appending into its chunk; every record reads back.
     for i in n..n + 10 {
-        assert!(tw.append(&post(i, 7)));
+        assert!(tw.append(&post_full(i, 7)));
     }
     let log = LogFile::open(&p).unwrap();
     assert!(log.salvage().is_clean(), "{:?}", log.salvage());
@@ -93,7 +93,7 @@ fn retired_chunks_leave_the_process_memory_and_keep_their_records() {
         .flat_map(|c| log.records(c))
         .map(|r| match r.unwrap().decode().unwrap() {
             Record::PostSend(q) => {
-                assert_eq!(*q, post(q.wr_id, 7));
+                assert_eq!(*q, post_full(q.wr_id, 7));
                 q.wr_id
             }
             other => panic!("{other:?}"),

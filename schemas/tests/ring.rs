@@ -51,7 +51,7 @@ fn sequences(path: &Path) -> ([u64; THREADS as usize], usize, usize) {
                 Record::PostSend(p) => {
                     let t = p.qpn as usize;
                     assert_eq!(p.wr_id, next[t], "gap or repeat in thread {t}");
-                    assert_eq!(*p, post(next[t], t as u32));
+                    assert_eq!(*p, post_full(next[t], t as u32));
                     next[t] += 1;
                 }
                 other => panic!("unexpected {other:?}"),
@@ -100,7 +100,7 @@ fn ring_child_entry() {
             s.spawn(move || {
                 let mut i = 0u64;
                 while count.is_none_or(|n| i < n - TAIL) {
-                    assert!(tw.append(&post(i, t)));
+                    assert!(tw.append(&post_full(i, t)));
                     i += 1;
                 }
                 if done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == THREADS {
@@ -108,7 +108,7 @@ fn ring_child_entry() {
                 }
                 phase.wait();
                 for _ in 0..TAIL {
-                    assert!(tw.append(&post(i, t)));
+                    assert!(tw.append(&post_full(i, t)));
                     i += 1;
                 }
                 if done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == 2 * THREADS {
@@ -182,7 +182,7 @@ fn a_threads_pages_are_faulted_once_and_reused() {
     let mut tw = w.thread_writer(1);
     let mut drained = 0;
     for i in 0..200_000u64 {
-        tw.append(&post(i, 0));
+        tw.append(&post_full(i, 0));
         if i % 32 == 0 {
             drained += w.drain().chunks;
         }
@@ -222,7 +222,7 @@ fn the_size_cap_counts_every_event_past_the_last_position() {
     let mut tw = w.thread_writer(1);
     let (mut ok, total) = (0u64, 1000u64);
     for i in 0..total {
-        ok += tw.append(&post(ok, 0)) as u64;
+        ok += tw.append(&post_full(ok, 0)) as u64;
         if i % 10 == 0 {
             w.drain();
         }

@@ -152,7 +152,7 @@ fn size_cap_stops_recording_and_counts_drops() {
     let mut tw = w.thread_writer(1);
     let mut ok = 0;
     for i in 0..1000 {
-        if tw.append(&post(i, 0)) {
+        if tw.append(&post_full(i, 0)) {
             ok += 1;
         }
     }
@@ -174,12 +174,13 @@ fn size_cap_stops_recording_and_counts_drops() {
     );
     assert!(losses.first_ts.is_some());
     assert_eq!(w.losses(), losses);
-    let recs: Vec<Record> = log
+    let raws: Vec<_> = log
         .chunks()
         .iter()
         .flat_map(|c| log.records(c))
-        .map(|r| r.unwrap().decode().unwrap())
+        .map(|r| r.unwrap())
         .collect();
+    let recs: Vec<Record> = raws.iter().map(|r| r.decode().unwrap()).collect();
     assert_eq!(recs.len(), 124 + 1);
     // The marker: where this writer's losses began, after its last record.
     match recs.last().unwrap() {
@@ -301,7 +302,7 @@ fn reserved_records_are_filled_in_place_and_visible_only_once_committed() {
     let mut committed = Vec::new();
     for i in 0..200u64 {
         if i % 3 == 0 {
-            if tw.append(&post(i, 1)) {
+            if tw.append(&post_full(i, 1)) {
                 committed.push(i);
             }
             continue;
@@ -310,7 +311,7 @@ fn reserved_records_are_filled_in_place_and_visible_only_once_committed() {
             continue;
         };
         // Garbage header first: commit must set the kind and length itself.
-        *slot = post(i, 1);
+        *slot = post_full(i, 1);
         slot.hdr.kind = 0xdead;
         slot.hdr.len = 7;
         // i % 3 == 2: abandoned (never committed): must not appear.
@@ -326,14 +327,10 @@ fn reserved_records_are_filled_in_place_and_visible_only_once_committed() {
     let got: Vec<u64> = log
         .chunks()
         .iter()
-        .flat_map(|c| {
-            log.records(c)
-                .map(|r| r.unwrap().decode().unwrap())
-                .collect::<Vec<_>>()
-        })
-        .filter_map(|r| match r {
+        .flat_map(|c| log.records(c).map(|r| r.unwrap()).collect::<Vec<_>>())
+        .filter_map(|r| match r.decode().unwrap() {
             Record::PostSend(p) => {
-                assert_eq!(*p, post(p.wr_id, 1));
+                assert_eq!(*p, post_full(p.wr_id, 1));
                 Some(p.wr_id)
             }
             // The loss marker (count 0) where the writer met the cap.

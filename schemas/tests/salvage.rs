@@ -10,7 +10,7 @@ fn make_log(path: &Path, records: u64) {
     let w = writer(path, 4096, 64 << 20);
     let mut tw = w.thread_writer(9);
     for i in 0..records {
-        assert!(tw.append(&post(i, 0)));
+        assert!(tw.append(&post_full(i, 0)));
     }
 }
 
@@ -75,10 +75,8 @@ fn newer_minor_version_with_unknown_record_kind_is_read_and_unknown_kind_skipped
     b[rec1..rec1 + 2].copy_from_slice(&(RecordKind::NEXT_FREE_ID + 100).to_ne_bytes());
     std::fs::write(&p, &b).unwrap();
     let log = LogFile::open(&p).unwrap();
-    let decoded: Vec<_> = log
-        .records(&log.chunks()[0])
-        .map(|r| r.unwrap().decode().unwrap())
-        .collect();
+    let raws: Vec<_> = log.records(&log.chunks()[0]).map(|r| r.unwrap()).collect();
+    let decoded: Vec<_> = raws.iter().map(|r| r.decode().unwrap()).collect();
     assert_eq!(decoded.len(), 3);
     assert!(matches!(decoded[1], Record::Unknown { .. }));
     assert!(matches!(decoded[2], Record::PostSend(p) if p.wr_id == 2));

@@ -56,8 +56,8 @@ fn golden_v1_logs_read_with_exact_record_counts() {
         let (got, clean, major) = counts(&unpack(dir.path(), name));
         assert_eq!(major, 1, "{name}: the golden logs are format v1");
         assert_eq!(
-            FORMAT_MAJOR, 1,
-            "a new major version must still read v1 logs"
+            FORMAT_MAJOR, 2,
+            "format 2 (compact records) reads v1 logs; a new major version must still read them"
         );
         assert!(clean, "{name}: salvage issues reading a golden log");
         assert_eq!(got, expect(want), "{name}: record counts changed");

@@ -130,7 +130,7 @@ pub fn join(inputs: &[LogInput], topo: &Topology, mut f: impl FnMut(&Pair)) {
                     let before = out.len();
                     while cur.head_ts().is_some_and(|ts| ts < ts_end) {
                         let (ts, r) = cur.pop(&mut issues).expect("head");
-                        let b = r.bytes;
+                        let b = r.record_bytes();
                         let qpn_at =
                             |at: usize| u32::from_ne_bytes(b[at..at + 4].try_into().expect("4"));
                         let u32_at = qpn_at;

@@ -1,12 +1,17 @@
 //! The one typed view of the hot record kinds (`PostSend`, `PostRecv`, `WorkCompletion`: one or
 //! two per work request, nearly all of a log's records).
 //!
-//! The view casts the record's bytes in place: no copy and no per-field decoding. Every pass that
-//! needs these records (the scan, UD stream pairing, the model) goes through [`Hot::of`], so the
-//! layout is read in one place: the schemas crate's `#[repr(C)]` structs. Records handed out by
-//! [`super::input::ChunkRecords`] already have the fixed length of their kind and, being 8-byte
-//! aligned inside a page-aligned mapping, the alignment of the struct, so the cast cannot fail
-//! for them; a record that does not fit its struct is treated as not hot.
+//! In a format-2 log these records are mostly compact (24–32 bytes, their time and per-queue
+//! constants relative to context earlier in their chunk; schemas FORMAT.md, "Compact
+//! records"). [`super::input::ChunkRecords`] reads each chunk in its context and hands a
+//! compact record out as the full record it stands for ([`RawRecord::record_bytes`]); older
+//! logs' records are the full ones already. The view casts those bytes in place: no per-field
+//! decoding. Every pass that needs these records (the scan, UD stream pairing, the model) goes
+//! through [`Hot::of`], so the layout is read in one place: the schemas crate's `#[repr(C)]`
+//! structs. The bytes have the fixed length of their kind and are 8-byte aligned (inside a
+//! page-aligned mapping, or the record's own expansion), so the cast cannot fail for them; a
+//! record that does not fit its struct is treated as not hot. A view borrows the record it
+//! was taken from.
 
 #![forbid(unsafe_code)]
 
@@ -30,11 +35,12 @@ const WORK_COMPLETION: u16 = RecordKind::WorkCompletion as u16;
 impl<'a> Hot<'a> {
     /// The typed view of `r`, or `None` when it is not one of the hot kinds.
     #[inline]
-    pub fn of(r: &RawRecord<'a>) -> Option<Hot<'a>> {
+    pub fn of(r: &'a RawRecord<'_>) -> Option<Hot<'a>> {
+        let bytes = r.record_bytes();
         match r.kind {
-            POST_SEND => bytemuck::try_from_bytes(r.bytes).ok().map(Hot::PostSend),
-            POST_RECV => bytemuck::try_from_bytes(r.bytes).ok().map(Hot::PostRecv),
-            WORK_COMPLETION => bytemuck::try_from_bytes(r.bytes).ok().map(Hot::Completion),
+            POST_SEND => bytemuck::try_from_bytes(bytes).ok().map(Hot::PostSend),
+            POST_RECV => bytemuck::try_from_bytes(bytes).ok().map(Hot::PostRecv),
+            WORK_COMPLETION => bytemuck::try_from_bytes(bytes).ok().map(Hot::Completion),
             _ => None,
         }
     }
@@ -57,11 +63,7 @@ mod tests {
     use super::*;
 
     fn raw(kind: RecordKind, bytes: &[u8]) -> RawRecord<'_> {
-        RawRecord {
-            offset: 0,
-            kind: kind as u16,
-            bytes,
-        }
+        RawRecord::new(0, kind as u16, bytes)
     }
 
     /// 8-byte aligned storage for a record.
@@ -110,6 +112,64 @@ mod tests {
             Hot::of(&raw(RecordKind::PostRecv, bytes)),
             Some(Hot::PostRecv(v)) if v.qpn == 5
         ));
+    }
+
+    /// Records written compact (format 2) are viewed as the full records they stand for.
+    #[test]
+    fn compact_records_are_viewed_as_their_full_kinds() {
+        use sigmatrace_schemas::{FileHeader, LogFile, LogWriter, Timestamper, WriterOptions};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.sigmalog");
+        let ts = Timestamper::detect();
+        let header =
+            FileHeader::for_current_process(ts.source(), 1_000_000_000, ts.snapshot(), 4096);
+        let w = LogWriter::create(&path, &header, WriterOptions::default()).unwrap();
+        let mut tw = w.thread_writer(1);
+        let ps = PostSend {
+            hdr: sigmatrace_schemas::RecordHeader::of::<PostSend>(2),
+            ts: 1 << 40,
+            qpn: 0x1234,
+            opcode: verbs::wr::SEND,
+            wr_id: 77,
+            bytes: 8,
+            num_sge: 1,
+            ..Default::default()
+        };
+        let pr = PostRecv {
+            hdr: sigmatrace_schemas::RecordHeader::of::<PostRecv>(0),
+            ts: (1 << 40) + 5,
+            wr_id: 78,
+            srq: 0x5000,
+            source: 4,
+            ..Default::default()
+        };
+        let wc = WorkCompletion {
+            hdr: sigmatrace_schemas::RecordHeader::of::<WorkCompletion>(0),
+            ts: (1 << 40) + 9,
+            wr_id: 78,
+            cq: 0x7000,
+            qpn: 9,
+            opcode: verbs::wc::RECV,
+            byte_len: 8,
+            ..Default::default()
+        };
+        assert!(tw.append(&ps) && tw.append(&pr) && tw.append(&wc));
+        let log = LogFile::open(&path).unwrap();
+        let c = &log.chunks()[0];
+        assert!(
+            log.raw_records(c).count() > 3,
+            "written with context records"
+        );
+        let recs: Vec<RawRecord> = log.records(c).map(Result::unwrap).collect();
+        assert_eq!(recs.len(), 3);
+        assert!(recs.iter().all(|r| r.is_compact() && r.bytes.len() <= 32));
+        match (Hot::of(&recs[0]), Hot::of(&recs[1]), Hot::of(&recs[2])) {
+            (Some(Hot::PostSend(a)), Some(Hot::PostRecv(b)), Some(Hot::Completion(c))) => {
+                assert_eq!((*a, *b, *c), (ps, pr, wc));
+                assert!(is_received_message(c));
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

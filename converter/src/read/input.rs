@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use sigmatrace_schemas::chunk::CHUNK_HEADER_SIZE;
+use sigmatrace_schemas::compact::{ChunkDecoder, Decoded};
 use sigmatrace_schemas::reader::{ChunkInfo, RawRecord};
 use sigmatrace_schemas::records::RecordKind;
 use sigmatrace_schemas::HEADER_SIZE;
@@ -159,16 +160,18 @@ pub struct ChunkRecords<'a> {
     /// `pos` at the last release of consumed bytes.
     released: usize,
     sizes: &'static [u16; 256],
+    /// The chunk's compact-record context (schemas FORMAT.md, "Compact records").
+    context: ChunkDecoder,
 }
 
 impl<'a> ChunkRecords<'a> {
     /// The records of `chunk`; a damaged first record is reported into `issues`.
     pub fn new(input: &'a LogInput, chunk: &'a ChunkInfo, issues: &mut Vec<RecordIssue>) -> Self {
-        let mut it = input.file.records(chunk);
+        let mut it = input.file.raw_records(chunk);
         let bytes: &'a [u8] = match it.next() {
             Some(Ok(first)) => {
-                // SAFETY: the reader's iterator covers exactly the chunk's `readable` record
-                // bytes starting at its first record, inside the file mapping owned by
+                // SAFETY: the reader's raw iterator covers exactly the chunk's `readable`
+                // record bytes starting at its first record (as in the file), inside the file mapping owned by
                 // `input.file` (alive for 'a); this is the same slice, whole.
                 unsafe { std::slice::from_raw_parts(first.bytes.as_ptr(), chunk.readable as usize) }
             }
@@ -186,6 +189,7 @@ impl<'a> ChunkRecords<'a> {
             pos: 0,
             released: 0,
             sizes: fixed_sizes(),
+            context: ChunkDecoder::new(),
         }
     }
 
@@ -193,6 +197,21 @@ impl<'a> ChunkRecords<'a> {
     /// at a damaged record (then reported into `issues`).
     #[inline]
     pub fn next(&mut self, issues: &mut Vec<RecordIssue>) -> Option<RawRecord<'a>> {
+        loop {
+            // Compact records come out expanded, their context records are consumed.
+            match self.next_in_file(issues)? {
+                Decoded::Record(r) => return Some(r),
+                Decoded::Context => continue,
+                Decoded::Damaged(_) => {
+                    self.damaged(issues);
+                    return None;
+                }
+            }
+        }
+    }
+
+    #[inline]
+    fn next_in_file(&mut self, issues: &mut Vec<RecordIssue>) -> Option<Decoded<'a>> {
         let rest = self.bytes.get(self.pos..)?;
         if rest.len() >= 8 {
             let h = u64::from_ne_bytes(rest[..8].try_into().expect("8 bytes"));
@@ -213,11 +232,7 @@ impl<'a> ChunkRecords<'a> {
                 if self.pos - self.released >= RELEASE_WINDOW {
                     self.release_consumed();
                 }
-                return Some(RawRecord {
-                    offset,
-                    kind,
-                    bytes: &rest[..len],
-                });
+                return Some(self.context.accept(offset, kind, &rest[..len]));
             }
         } else if rest.is_empty() {
             return None;
@@ -318,7 +333,7 @@ impl<'a> ThreadCursor<'a> {
             let Some(r) = self.next_record(issues) else {
                 break;
             };
-            let ts = record_ts(r.bytes).unwrap_or(self.last_ts);
+            let ts = record_ts(r.record_bytes()).unwrap_or(self.last_ts);
             self.last_ts = ts;
             // Stable insertion: after every record with a time ≤ ts (usually at the end).
             let mut at = self.window.len();

@@ -151,7 +151,7 @@ fn scan_chunk(input: &LogInput, chunk: &sigmatrace_schemas::reader::ChunkInfo) -
     let (mut records, mut wr_events) = (0u64, 0u64);
     while let Some(r) = recs.next(&mut s.issues) {
         records += 1;
-        if let Some(ts) = record_ts(r.bytes) {
+        if let Some(ts) = record_ts(r.record_bytes()) {
             min_ts = min_ts.min(ts);
             max_ts = max_ts.max(ts);
         }

@@ -44,8 +44,7 @@ pub fn post_send(ts: u64, qpn: u32, source: u8, wr: &SendWr) -> PostSend {
     r
 }
 
-/// Writes every field of `r` but the header's kind and length (set by the commit of a
-/// reserved slot, or by [`post_send`]).
+/// Writes every field of `r` but the header's kind and length (set by [`post_send`]).
 #[inline(always)]
 fn fill_post_send(r: &mut PostSend, ts: u64, qpn: u32, source: u8, wr: &SendWr) {
     r.hdr.aux = wr.flags;
@@ -63,21 +62,15 @@ fn fill_post_send(r: &mut PostSend, ts: u64, qpn: u32, source: u8, wr: &SendWr) 
     r.imm = wr.imm;
 }
 
-/// One WR of a post call the provider accepted, written straight into a reserved chunk slot
-/// (the hot path). `wr` decodes it — (QPN, WR) — and is called only once the slot is
-/// reserved.
+/// One WR of a post call the provider accepted (the hot path). `wr` decodes it — (QPN, WR)
+/// — once the thread is inside the sink; the writer stores it compact when it fits (the
+/// record is assembled in registers, not copied).
 #[inline(always)]
 pub fn post_send_one(ts: u64, source: u8, wr: impl FnOnce() -> (u32, SendWr)) {
     if let Some(mut t) = sink::enter() {
-        if t.snapshot_due(ts) {
-            // Rare: `append` writes the record, then the due snapshot (taken later).
-            let (qpn, w) = wr();
-            t.append(&post_send(ts, qpn, source, &w));
-        } else if let Some(mut r) = t.reserve::<PostSend>() {
-            let (qpn, w) = wr();
-            fill_post_send(&mut r, ts, qpn, source, &w);
-            r.commit();
-        }
+        let (qpn, w) = wr();
+        // `append` writes the record, then a due snapshot (taken later).
+        t.append(&post_send(ts, qpn, source, &w));
     }
 }
 
@@ -232,18 +225,14 @@ pub fn completion(ts: u64, cq: u64, c: &Completion) -> WorkCompletion {
     }
 }
 
-/// The completions a poll of `cq` returned, each written straight into a reserved chunk slot
-/// (the hot path); `entry(i)` decodes the `i`-th once its slot is reserved. Closes the CQ's
-/// empty-poll run first.
+/// The completions a poll of `cq` returned (the hot path); `entry(i)` decodes the `i`-th.
+/// Closes the CQ's empty-poll run first.
 #[inline(always)]
 pub fn completions(cq: u64, ts: u64, n: usize, mut entry: impl FnMut(usize) -> Completion) {
     if let Some(mut t) = sink::enter() {
         work_returned(&mut t, cq);
         for i in 0..n {
-            if let Some(mut r) = t.reserve::<WorkCompletion>() {
-                *r = completion(ts, cq, &entry(i));
-                r.commit();
-            }
+            t.out.append_raw(&completion(ts, cq, &entry(i)));
         }
         // A due snapshot follows the completions (taken now, after their time).
         t.snapshot_check(ts);

@@ -29,8 +29,17 @@ pub fn writer(path: &Path, chunk_size: u32, max_bytes: u64) -> LogWriter {
     .expect("create log")
 }
 
-/// A PostSend record whose fields all derive from `seq` (so content can be checked).
+/// A PostSend record whose fields all derive from `seq` (so content can be checked): every
+/// other one (even `seq`) has no immediate and is written compact.
 pub fn post(seq: u64, thread: u32) -> PostSend {
+    PostSend {
+        imm: if seq.is_multiple_of(2) { 0 } else { seq as u32 },
+        ..post_full(seq, thread)
+    }
+}
+
+/// Like [`post`], but always written as a full 64-byte record (an immediate).
+pub fn post_full(seq: u64, thread: u32) -> PostSend {
     PostSend {
         hdr: RecordHeader::of::<PostSend>(2),
         ts: seq.wrapping_mul(10),
@@ -40,7 +49,7 @@ pub fn post(seq: u64, thread: u32) -> PostSend {
         qpn: thread,
         bytes: (seq % 4096) as u32,
         rkey: 0x1234,
-        imm: seq as u32,
+        imm: seq as u32 | 1 << 31,
         num_sge: 1,
         opcode: 0,
         source: post_source::POST_SEND,
@@ -58,7 +67,7 @@ pub fn read_all(path: &Path) -> (LogFile, ChunkRecords) {
     for c in log.chunks() {
         let recs = log
             .records(c)
-            .map(|r| r.expect("record").bytes.to_vec())
+            .map(|r| r.expect("record").record_bytes().to_vec())
             .collect();
         out.push((c.header.tid, recs));
     }

@@ -1,0 +1,419 @@
+//! Compact hot records (format 2): the one definition of how `PostSend`, `PostRecv` and
+//! `WorkCompletion` are packed into 24–32 bytes by the writer and expanded back by readers.
+//!
+//! A compact record carries a 24-bit time offset and an 8-bit slot instead of a 64-bit time
+//! and the per-queue constants (QPN, source, CQ or SRQ handle). Both refer to context set
+//! earlier *in the same chunk*: the time base of the last [`TimeBase`] (0 at the chunk's
+//! start) and the per-queue constants of the slot's last [`SlotBind`]. A chunk therefore
+//! decodes on its own, whatever happened to the others (salvage, rings, truncation).
+//!
+//! Writer ([`ChunkWriter`]'s `append` of the three kinds): when a record's fields fit, it
+//! appends — after a `TimeBase` when the time is not within 2^24 units after the base, and a
+//! `SlotBind` when the queue has no slot in this chunk yet — the compact form; otherwise the
+//! full record. The bookkeeping records and the compact record are published together (one
+//! commit-word store). Slots come from a direct-mapped table of [`WRITER_SLOTS`] entries keyed
+//! by (object, QPN, source, role); a collision rebinds the slot.
+//!
+//! Reader ([`ChunkDecoder`]): consumes `TimeBase` and `SlotBind` and hands out every compact
+//! record as a [`RawRecord`] of the full kind with the full record's bytes
+//! ([`RawRecord::record_bytes`]), equal bit for bit to what the writer was given.
+
+use bytemuck::Pod;
+
+use crate::reader::RawRecord;
+use crate::records::{
+    slot_role, CompletionCompact, FixedRecord, PostRecv, PostRecvCompact, PostSend,
+    PostSendCompact, RecordHeader, RecordKind, SlotBind, TimeBase, WorkCompletion,
+};
+use crate::writer::ChunkWriter;
+
+/// Bits of a compact record's time offset (the low bits of its `tslot` word).
+pub const DTS_BITS: u32 = 24;
+/// Time offsets must be below this.
+pub const DTS_LIMIT: u64 = 1 << DTS_BITS;
+/// Slots the writer's table has (readers accept any slot 0–255).
+pub const WRITER_SLOTS: usize = 64;
+/// Largest bookkeeping a compact append may add before its record (`TimeBase` + `SlotBind`).
+pub(crate) const BOOKKEEPING: u32 = (size_of::<TimeBase>() + size_of::<SlotBind>()) as u32;
+
+const TIME_BASE: u16 = RecordKind::TimeBase as u16;
+const SLOT_BIND: u16 = RecordKind::SlotBind as u16;
+const POST_SEND_C: u16 = RecordKind::PostSendCompact as u16;
+const POST_RECV_C: u16 = RecordKind::PostRecvCompact as u16;
+const COMPLETION_C: u16 = RecordKind::CompletionCompact as u16;
+
+/// The record header word (kind | len << 16) of a fixed kind.
+#[inline(always)]
+const fn kind_len<R: FixedRecord>() -> u32 {
+    R::KIND as u32 | (size_of::<R>() as u32) << 16
+}
+
+// ---------------------------------------------------------------------------------------------
+// Packing (writer) and expansion (reader), kind by kind
+
+/// `addr_op` of a [`PostSendCompact`], or `None` when `r` has no compact form.
+#[inline(always)]
+pub fn post_send_addr_op(r: &PostSend) -> Option<u64> {
+    let fits = r.imm == 0
+        && r.compare_add == 0
+        && r.remote_addr >> 48 == 0
+        && r.hdr.aux < 32
+        && r.num_sge < 8
+        && r._pad == 0;
+    let word = r.remote_addr
+        | (r.opcode as u64) << 48
+        | (r.hdr.aux as u64) << 56
+        | (r.num_sge as u64) << 61;
+    fits.then_some(word)
+}
+
+/// The `PostSend` a compact one stands for.
+pub fn expand_post_send(c: &PostSendCompact, base: u64, s: &BoundSlot) -> PostSend {
+    PostSend {
+        hdr: RecordHeader::of::<PostSend>((c.addr_op >> 56) as u32 & 31),
+        ts: base + (c.tslot as u64 & (DTS_LIMIT - 1)),
+        wr_id: c.wr_id,
+        remote_addr: c.addr_op & ((1 << 48) - 1),
+        compare_add: 0,
+        qpn: s.qpn,
+        bytes: c.bytes,
+        rkey: c.rkey,
+        imm: 0,
+        num_sge: (c.addr_op >> 61) as u16,
+        opcode: (c.addr_op >> 48) as u8,
+        source: s.source,
+        _pad: 0,
+    }
+}
+
+/// Whether `r` has a compact form.
+#[inline(always)]
+pub fn post_recv_fits(r: &PostRecv) -> bool {
+    r.hdr.aux == 0 && r._pad == [0; 5]
+}
+
+/// The `PostRecv` a compact one stands for.
+pub fn expand_post_recv(c: &PostRecvCompact, base: u64, s: &BoundSlot) -> PostRecv {
+    PostRecv {
+        hdr: RecordHeader::of::<PostRecv>(0),
+        ts: base + (c.tslot as u64 & (DTS_LIMIT - 1)),
+        wr_id: c.wr_id,
+        qpn: s.qpn,
+        bytes: c.bytes,
+        srq: s.object,
+        num_sge: c.num_sge,
+        source: s.source,
+        _pad: [0; 5],
+    }
+}
+
+/// Whether `r` has a compact form.
+#[inline(always)]
+pub fn completion_fits(r: &WorkCompletion) -> bool {
+    r.hw_ts == 0 && r.vendor_err == 0 && r.src_qp >> 24 == 0 && r.hdr.aux < 256
+}
+
+/// The `WorkCompletion` a compact one stands for.
+pub fn expand_completion(c: &CompletionCompact, base: u64, s: &BoundSlot) -> WorkCompletion {
+    WorkCompletion {
+        hdr: RecordHeader::of::<WorkCompletion>(c.src_qp_flags >> 24),
+        ts: base + (c.tslot as u64 & (DTS_LIMIT - 1)),
+        wr_id: c.wr_id,
+        hw_ts: 0,
+        cq: s.object,
+        qpn: s.qpn,
+        src_qp: c.src_qp_flags & 0xff_ffff,
+        byte_len: c.byte_len,
+        imm: c.imm,
+        status: c.status,
+        opcode: c.opcode,
+        slid: c.slid,
+        vendor_err: 0,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writer
+
+/// A writer's compact-encoding context for its current chunk.
+pub(crate) struct SlotTable {
+    /// Time base of the chunk's compact records.
+    pub(crate) base: u64,
+    /// The chunk's generation, in bits 48–63 of every key bound in it (never 0).
+    gen: u64,
+    /// Per slot: (object, qpn | source << 32 | role << 40 | generation).
+    keys: [[u64; 2]; WRITER_SLOTS],
+}
+
+impl SlotTable {
+    pub(crate) fn new() -> SlotTable {
+        SlotTable {
+            base: 0,
+            gen: 1 << 48,
+            keys: [[0; 2]; WRITER_SLOTS],
+        }
+    }
+
+    /// A new chunk: base 0, no slot bound.
+    pub(crate) fn new_chunk(&mut self) {
+        self.base = 0;
+        self.gen = self.gen.wrapping_add(1 << 48);
+        if self.gen == 0 {
+            self.keys = [[0; 2]; WRITER_SLOTS];
+            self.gen = 1 << 48;
+        }
+    }
+}
+
+/// The table slot of a queue.
+#[inline(always)]
+fn slot_of(object: u64, qpn: u32) -> usize {
+    ((object >> 6) as usize ^ qpn as usize) % WRITER_SLOTS
+}
+
+impl ChunkWriter {
+    /// `append` of a `PostSend`: compact when it fits.
+    #[inline(always)]
+    pub(crate) fn append_post_send(&mut self, r: &PostSend) -> bool {
+        let Some(addr_op) = post_send_addr_op(r).filter(|_| self.compact) else {
+            return self.append_full(r);
+        };
+        let key = r.qpn as u64 | (r.source as u64) << 32 | (slot_role::SEND as u64) << 40;
+        self.append_slotted(r.ts, 0, key, |c: &mut PostSendCompact, tslot| {
+            *c = PostSendCompact {
+                kind: 0,
+                len: 0,
+                tslot,
+                wr_id: r.wr_id,
+                addr_op,
+                rkey: r.rkey,
+                bytes: r.bytes,
+            }
+        })
+    }
+
+    /// `append` of a `PostRecv`: compact when it fits.
+    #[inline(always)]
+    pub(crate) fn append_post_recv(&mut self, r: &PostRecv) -> bool {
+        if !self.compact || !post_recv_fits(r) {
+            return self.append_full(r);
+        }
+        let key = r.qpn as u64 | (r.source as u64) << 32 | (slot_role::RECV as u64) << 40;
+        self.append_slotted(r.ts, r.srq, key, |c: &mut PostRecvCompact, tslot| {
+            *c = PostRecvCompact {
+                kind: 0,
+                len: 0,
+                tslot,
+                wr_id: r.wr_id,
+                bytes: r.bytes,
+                num_sge: r.num_sge,
+                _pad: 0,
+            }
+        })
+    }
+
+    /// `append` of a `WorkCompletion`: compact when it fits.
+    #[inline(always)]
+    pub(crate) fn append_completion(&mut self, r: &WorkCompletion) -> bool {
+        if !self.compact || !completion_fits(r) {
+            return self.append_full(r);
+        }
+        let key = r.qpn as u64 | (slot_role::COMPLETION as u64) << 40;
+        self.append_slotted(r.ts, r.cq, key, |c: &mut CompletionCompact, tslot| {
+            *c = CompletionCompact {
+                kind: 0,
+                len: 0,
+                tslot,
+                wr_id: r.wr_id,
+                byte_len: r.byte_len,
+                imm: r.imm,
+                src_qp_flags: r.src_qp | r.hdr.aux << 24,
+                slid: r.slid,
+                status: r.status,
+                opcode: r.opcode,
+            }
+        })
+    }
+
+    /// Appends the compact record `C` (filled by `fill` with its `tslot` word; kind and
+    /// length are set here) of the queue (`object`, `key` = qpn | source | role), after the
+    /// `TimeBase` and `SlotBind` it needs; all published with one store. Drops are counted
+    /// as the full kind's.
+    #[inline(always)]
+    fn append_slotted<C: FixedRecord>(
+        &mut self,
+        ts: u64,
+        object: u64,
+        key: u64,
+        fill: impl FnOnce(&mut C, u32),
+    ) -> bool {
+        let size = size_of::<C>() as u32;
+        if self.pos() + size + BOOKKEEPING > self.cap && !self.roll(full_kind::<C>()) {
+            return false;
+        }
+        let mut dts = ts.wrapping_sub(self.slots.base);
+        if dts >= DTS_LIMIT {
+            self.put_time_base(ts);
+            dts = 0;
+        }
+        let key = key | self.slots.gen;
+        let i = slot_of(object, key as u32);
+        if self.slots.keys[i] != [object, key] {
+            self.put_slot_bind(i, object, key);
+        }
+        // SAFETY: the room check above covers the bookkeeping and this record inside our
+        // exclusively owned chunk; the position is 8-aligned and C is Pod.
+        let rec = unsafe { &mut *(self.at_pos() as *mut C) };
+        fill(rec, dts as u32 | (i as u32) << DTS_BITS);
+        // SAFETY: C starts with kind u16 and len u16.
+        unsafe { std::ptr::write(rec as *mut C as *mut u32, kind_len::<C>()) };
+        self.publish(size);
+        true
+    }
+
+    /// Appends a `TimeBase` (unpublished: the next record's publish covers it).
+    #[cold]
+    #[inline(never)]
+    fn put_time_base(&mut self, ts: u64) {
+        self.slots.base = ts;
+        self.put_unpublished(&TimeBase {
+            hdr: RecordHeader::of::<TimeBase>(0),
+            base: ts,
+        });
+    }
+
+    /// Binds slot `i` and appends its `SlotBind` (unpublished).
+    #[cold]
+    #[inline(never)]
+    fn put_slot_bind(&mut self, i: usize, object: u64, key: u64) {
+        self.slots.keys[i] = [object, key];
+        self.put_unpublished(&SlotBind {
+            hdr: RecordHeader::of::<SlotBind>(i as u32),
+            object,
+            qpn: key as u32,
+            source: (key >> 32) as u8,
+            role: (key >> 40) as u8,
+            _pad: 0,
+        });
+    }
+}
+
+/// The full kind a compact kind stands for (the kind its drops are counted as).
+const fn full_kind<C: FixedRecord>() -> u16 {
+    match C::KIND as u16 {
+        POST_SEND_C => RecordKind::PostSend as u16,
+        POST_RECV_C => RecordKind::PostRecv as u16,
+        COMPLETION_C => RecordKind::WorkCompletion as u16,
+        k => k,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reader
+
+/// The per-queue constants a slot stands for (from its [`SlotBind`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BoundSlot {
+    pub object: u64,
+    pub qpn: u32,
+    pub source: u8,
+    /// [`slot_role`]; 0 = not bound in this chunk.
+    pub role: u8,
+}
+
+/// What one record of a chunk is, read in its chunk's context.
+#[derive(Debug)]
+pub enum Decoded<'a> {
+    /// A record for consumers (a compact one expanded).
+    Record(RawRecord<'a>),
+    /// A `TimeBase` or `SlotBind`: context, consumed.
+    Context,
+    /// A compact record whose slot is not bound (for its kind) in this chunk.
+    Damaged(String),
+}
+
+/// The decoding context of one chunk, fed its records in order.
+#[derive(Default)]
+pub struct ChunkDecoder {
+    base: u64,
+    /// Indexed by slot; allocated at the chunk's first `SlotBind`.
+    slots: Vec<BoundSlot>,
+}
+
+impl ChunkDecoder {
+    /// The context at the start of a chunk.
+    pub fn new() -> ChunkDecoder {
+        ChunkDecoder::default()
+    }
+
+    /// Reads one record (its file offset, kind and bytes, of the length of its kind).
+    #[inline(always)]
+    pub fn accept<'a>(&mut self, offset: u64, kind: u16, bytes: &'a [u8]) -> Decoded<'a> {
+        if !(TIME_BASE..=COMPLETION_C).contains(&kind) {
+            return Decoded::Record(RawRecord::new(offset, kind, bytes));
+        }
+        self.compact(offset, kind, bytes)
+    }
+
+    fn compact<'a>(&mut self, offset: u64, kind: u16, bytes: &'a [u8]) -> Decoded<'a> {
+        match kind {
+            TIME_BASE => {
+                self.base = read::<TimeBase>(bytes).base;
+                Decoded::Context
+            }
+            SLOT_BIND => {
+                let b = read::<SlotBind>(bytes);
+                if self.slots.is_empty() {
+                    self.slots = vec![BoundSlot::default(); 256];
+                }
+                self.slots[b.hdr.aux as usize & 255] = BoundSlot {
+                    object: b.object,
+                    qpn: b.qpn,
+                    source: b.source,
+                    role: b.role,
+                };
+                Decoded::Context
+            }
+            POST_SEND_C => {
+                let c = read::<PostSendCompact>(bytes);
+                self.expand(offset, bytes, c.tslot, slot_role::SEND, |s| {
+                    expand_post_send(&c, self.base, s)
+                })
+            }
+            POST_RECV_C => {
+                let c = read::<PostRecvCompact>(bytes);
+                self.expand(offset, bytes, c.tslot, slot_role::RECV, |s| {
+                    expand_post_recv(&c, self.base, s)
+                })
+            }
+            _ => {
+                let c = read::<CompletionCompact>(bytes);
+                self.expand(offset, bytes, c.tslot, slot_role::COMPLETION, |s| {
+                    expand_completion(&c, self.base, s)
+                })
+            }
+        }
+    }
+
+    fn expand<'a, R: FixedRecord>(
+        &self,
+        offset: u64,
+        bytes: &'a [u8],
+        tslot: u32,
+        role: u8,
+        full: impl FnOnce(&BoundSlot) -> R,
+    ) -> Decoded<'a> {
+        let slot = (tslot >> DTS_BITS) as usize;
+        match self.slots.get(slot) {
+            Some(s) if s.role == role => Decoded::Record(RawRecord::expanded(offset, bytes, &full(s))),
+            _ => Decoded::Damaged(format!(
+                "compact record (kind {}) uses slot {slot}, which no earlier SlotBind of its chunk binds for it",
+                u16::from_ne_bytes([bytes[0], bytes[1]])
+            )),
+        }
+    }
+}
+
+fn read<R: Pod>(bytes: &[u8]) -> R {
+    bytemuck::pod_read_unaligned(&bytes[..size_of::<R>()])
+}
