@@ -13,7 +13,7 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 DEB_PKGS=(
   build-essential pkg-config cmake libclang-dev clang libnl-3-dev libnl-route-3-dev
   libibverbs-dev ibverbs-utils perftest rdma-core librdmacm-dev rdmacm-utils qperf
-  python3 python3-venv python3-pip valgrind sqlite3
+  python3 python3-venv python3-pip valgrind sqlite3 openmpi-bin
 )
 missing=()
 for p in "${DEB_PKGS[@]}"; do

@@ -26,6 +26,10 @@ pub enum ConvertError {
     },
     #[error("invalid option: {0}")]
     Options(String),
+    /// A sharded conversion (under mpirun / srun) failed: a shard's files are missing or
+    /// damaged, or another shard failed (its message).
+    #[error("sharded conversion: {0}")]
+    Shard(String),
     /// An Nsight Systems export (`--nsys`) cannot be read.
     #[error(transparent)]
     Nsys(#[from] sigmatrace_nsys::NsysError),

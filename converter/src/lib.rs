@@ -18,6 +18,7 @@ pub mod pipeline;
 pub mod progress;
 pub mod read;
 pub mod report;
+pub mod shard;
 
 pub use error::ConvertError;
 pub use model::emit::{Detail, Format};

@@ -148,16 +148,17 @@ impl Report {
     }
 }
 
-struct Loaded {
-    phases: Vec<(String, f64)>,
-    inputs: Vec<LogInput>,
-    topo: Topology,
-    ud: crate::model::ud::UdStreams,
-    alignment: Alignment,
-    warnings: Vec<String>,
-    input_bytes: u64,
-    records: u64,
-    wr_events: u64,
+/// The logs, opened, scanned and aligned: what the model pass starts from.
+pub(crate) struct Loaded {
+    pub(crate) phases: Vec<(String, f64)>,
+    pub(crate) inputs: Vec<LogInput>,
+    pub(crate) topo: Topology,
+    pub(crate) ud: crate::model::ud::UdStreams,
+    pub(crate) alignment: Alignment,
+    pub(crate) warnings: Vec<String>,
+    pub(crate) input_bytes: u64,
+    pub(crate) records: u64,
+    pub(crate) wr_events: u64,
 }
 
 /// Opens the logs (in parallel), keeps those the rank and host filters select and warns about
@@ -214,19 +215,33 @@ fn scan_warnings(inputs: &[LogInput], scans: &[scan::Scan], warnings: &mut Vec<S
 }
 
 fn load(paths: &[PathBuf], opts: &ConvertOptions) -> Result<Loaded, ConvertError> {
+    let clock = Instant::now();
+    let mut warnings = Vec::new();
+    let inputs = open_inputs(paths, opts, &mut warnings)?;
+    let mut phases = vec![("open".to_string(), clock.elapsed().as_secs_f64())];
+    let clock = Instant::now();
+    let scans = scan::scan_all(&inputs);
+    phases.push(("scan".to_string(), clock.elapsed().as_secs_f64()));
+    load_scanned(inputs, scans, &[], warnings, phases, opts)
+}
+
+/// The rest of [`load`] once the logs are opened and scanned: topology, UD streams, alignment.
+/// `recounted` as in [`Topology::build_with`] (the sharded conversion's hook).
+pub(crate) fn load_scanned(
+    inputs: Vec<LogInput>,
+    scans: Vec<scan::Scan>,
+    recounted: &[Option<Vec<crate::read::scan::QpCounts>>],
+    mut warnings: Vec<String>,
+    mut phases: Vec<(String, f64)>,
+    opts: &ConvertOptions,
+) -> Result<Loaded, ConvertError> {
     let mut clock = Instant::now();
-    let mut phases = Vec::new();
     let mut lap = |name: &str, phases: &mut Vec<(String, f64)>| {
         phases.push((name.to_string(), clock.elapsed().as_secs_f64()));
         clock = Instant::now();
     };
-    let mut warnings = Vec::new();
-    let inputs = open_inputs(paths, opts, &mut warnings)?;
-    lap("open", &mut phases);
-    let scans = scan::scan_all(&inputs);
-    lap("scan", &mut phases);
     scan_warnings(&inputs, &scans, &mut warnings);
-    let mut topo = Topology::build(&inputs, &scans);
+    let mut topo = Topology::build_with(&inputs, &scans, recounted);
     let first_conn = topo
         .procs
         .iter()
@@ -274,7 +289,7 @@ fn load(paths: &[PathBuf], opts: &ConvertOptions) -> Result<Loaded, ConvertError
 
 /// The worker pool: `jobs` threads (0: all cores), never more than the cores (the command
 /// line says so when it caps a request).
-fn pool(jobs: usize) -> Result<rayon::ThreadPool, ConvertError> {
+pub(crate) fn pool(jobs: usize) -> Result<rayon::ThreadPool, ConvertError> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let jobs = if jobs == 0 { cores } else { jobs.min(cores) };
     rayon::ThreadPoolBuilder::new()
@@ -327,37 +342,19 @@ fn run(
         wr_events,
     } = load(paths, opts)?;
     let model_started = Instant::now();
-    let (t_start, mopts) = model_options(opts, &inputs, &topo);
-    let mut statics = emit::static_tracks(&topo);
-    label_alignment(&mut statics, &topo, &alignment);
+    let frame = Frame::new(opts, &inputs, &topo, &alignment);
     let progress = Progress::start(opts.progress && output.is_some(), records);
     let (tx, rx) = sync_channel::<Block>(2 * rayon::current_num_threads() + 2);
-    let other = serde_json::json!({"sigmatrace_alignment": &alignment});
-    let json_tracks = (opts.format == Format::ChromeJson).then(|| chrome::header(&statics, &other));
     let writer = output.map(|path| {
-        let header = match &json_tracks {
-            Some((_, h)) => h.clone(),
-            None => perfetto_header(&statics, &topo, &alignment, t_start),
-        };
         spawn_writer(
             path.to_owned(),
-            header,
+            frame.header.clone(),
             rx,
-            json_tracks.is_some(),
+            frame.json_tracks.is_some(),
             topo.procs.len(),
         )
     });
-    let pass = ModelPass {
-        topo: &topo,
-        ud: &ud,
-        inputs: &inputs,
-        mopts: &mopts,
-        progress: &progress,
-        json_tracks: json_tracks.as_ref().map(|(t, _)| t),
-        output: output.is_some(),
-        blocks: Blocks::of(opts),
-        t_start: t_start as u64,
-    };
+    let pass = frame.pass(&topo, &ud, &inputs, &progress, output.is_some(), opts);
     let template = default_sections();
     let results: Vec<ProcResult> = crate::model::order::map_in_order(&topo.procs, |p| {
         pass.process(p.index, &template, tx.clone())
@@ -403,6 +400,86 @@ fn run(
         topology: topo,
         sections,
     })
+}
+
+/// What the model pass and the writer share: the trace start, the model's options, the
+/// Chrome JSON track table and the trace header (the same on every shard of a sharded
+/// conversion, which writes the header once and the processes' blocks after it).
+pub(crate) struct Frame {
+    t_start: i64,
+    mopts: ModelOptions,
+    json_tracks: Option<chrome::JsonTracks>,
+    /// The bytes before the first process's blocks.
+    pub(crate) header: Vec<u8>,
+    /// The bytes after the last block (Chrome JSON's closing).
+    pub(crate) footer: &'static [u8],
+}
+
+impl Frame {
+    pub(crate) fn new(
+        opts: &ConvertOptions,
+        inputs: &[LogInput],
+        topo: &Topology,
+        alignment: &Alignment,
+    ) -> Frame {
+        let (t_start, mopts) = model_options(opts, inputs, topo);
+        let mut statics = emit::static_tracks(topo);
+        label_alignment(&mut statics, topo, alignment);
+        let other = serde_json::json!({"sigmatrace_alignment": alignment});
+        match (opts.format == Format::ChromeJson).then(|| chrome::header(&statics, &other)) {
+            Some((tracks, header)) => Frame {
+                t_start,
+                mopts,
+                json_tracks: Some(tracks),
+                header,
+                footer: chrome::FOOTER,
+            },
+            None => Frame {
+                t_start,
+                header: perfetto_header(&statics, topo, alignment, t_start),
+                mopts,
+                json_tracks: None,
+                footer: b"",
+            },
+        }
+    }
+
+    fn pass<'a>(
+        &'a self,
+        topo: &'a Topology,
+        ud: &'a crate::model::ud::UdStreams,
+        inputs: &'a [LogInput],
+        progress: &'a Progress,
+        output: bool,
+        opts: &ConvertOptions,
+    ) -> ModelPass<'a> {
+        ModelPass {
+            topo,
+            ud,
+            inputs,
+            mopts: &self.mopts,
+            progress,
+            json_tracks: self.json_tracks.as_ref(),
+            output,
+            blocks: Blocks::of(opts),
+            t_start: self.t_start as u64,
+        }
+    }
+}
+
+/// Models only the processes `subset` of `l` (a shard of a sharded conversion), sending their
+/// blocks to `tx` exactly as [`convert`] would; returns their results in `subset`'s order.
+pub(crate) fn model_subset(
+    l: &Loaded,
+    frame: &Frame,
+    opts: &ConvertOptions,
+    subset: &[usize],
+    tx: std::sync::mpsc::SyncSender<Block>,
+) -> Vec<ProcResult> {
+    let progress = Progress::start(false, 0);
+    let pass = frame.pass(&l.topo, &l.ud, &l.inputs, &progress, true, opts);
+    let template = default_sections();
+    crate::model::order::map_in_order(subset, |&i| pass.process(i, &template, tx.clone()))
 }
 
 /// The trace start (earliest event, output ns) and the model's options: the `--from/--to`
@@ -564,7 +641,7 @@ impl Blocks {
 }
 
 /// One process's model pass result: totals, its report sections, warnings.
-type ProcResult = (ProcessTotals, Vec<Box<dyn Section>>, Vec<String>);
+pub(crate) type ProcResult = (ProcessTotals, Vec<Box<dyn Section>>, Vec<String>);
 
 /// What every process's model pass shares.
 struct ModelPass<'a> {
@@ -683,7 +760,7 @@ impl ModelPass<'_> {
 
 /// Sums the processes' totals, merges their report sections (in process order) and adds
 /// their warnings (each once).
-fn merge_results(
+pub(crate) fn merge_results(
     results: Vec<ProcResult>,
     mut sections: Vec<Box<dyn Section>>,
     topo: &Topology,

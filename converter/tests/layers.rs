@@ -22,6 +22,7 @@ const LAYERS: &[&[&str]] = &[
     &["report"],
     &["import"],
     &["pipeline"],
+    &["shard"],
     &["lib"],
 ];
 

@@ -243,6 +243,17 @@ pub struct Topology {
 impl Topology {
     /// Builds the model from opened logs and their scans (same order).
     pub fn build(inputs: &[LogInput], scans: &[Scan]) -> Topology {
+        Topology::build_with(inputs, scans, &[])
+    }
+
+    /// [`Topology::build`] where `recounted[i]`, when set, holds input `i`'s per-QP counts
+    /// as [`crate::align::cq::recount`] gave them on the machine that read the whole log (a
+    /// sharded conversion's other logs are header-and-messages extracts; see `crate::shard`).
+    pub fn build_with(
+        inputs: &[LogInput],
+        scans: &[Scan],
+        recounted: &[Option<Vec<QpCounts>>],
+    ) -> Topology {
         let mut order: Vec<usize> = (0..inputs.len()).collect();
         order.sort_by_key(|&i| {
             let h = inputs[i].file.header();
@@ -329,7 +340,10 @@ impl Topology {
             // counted per QP by reading the process once.
             let cq_known = p.qps.iter().any(|q| q.send_cq != 0 || q.recv_cq != 0);
             if (qpn0 > 0 && cq_known) || p.qps.iter().any(|q| q.next_gen.is_some()) {
-                let (counts, attributed) = crate::align::cq::recount(inp, &p);
+                let (counts, attributed) = match recounted.get(i).cloned().flatten() {
+                    Some(counts) => (counts, Vec::new()),
+                    None => crate::align::cq::recount(inp, &p),
+                };
                 for (q, c) in p.qps.iter_mut().zip(counts) {
                     q.counts = c;
                 }

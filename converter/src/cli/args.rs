@@ -93,6 +93,10 @@ pub struct ConvertArgs {
     /// Also print the stats report.
     #[arg(long)]
     pub stats: bool,
+    /// Under a launcher (mpirun, srun): keep one trace per shard (OUT.shard<k>.<ext>) instead
+    /// of rank 0 joining them into OUT.
+    #[arg(long)]
+    pub per_shard: bool,
 }
 
 #[derive(Args)]

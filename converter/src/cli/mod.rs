@@ -6,7 +6,8 @@ mod args;
 
 use sigmatrace_convert::import::nsys::{cli as nsys_cli, NsysOptions};
 use sigmatrace_convert::report::{heatmap_svg, Traffic};
-use sigmatrace_convert::ConvertError;
+use sigmatrace_convert::shard::{self, Launch};
+use sigmatrace_convert::{ConvertError, ConvertOptions};
 
 pub use args::Cli;
 use args::{options, Cmd, ConvertArgs, StatsArgs};
@@ -23,8 +24,32 @@ pub fn run(cli: Cli) -> Result<(), ConvertError> {
     }
 }
 
+/// Under a launcher, what only one process does (the stats report, Nsight Systems merging):
+/// rank 0 does it alone (it must see every log), the others stop here. Says so loudly.
+fn rank0_alone(what: &str) -> Result<bool, ConvertError> {
+    let Some(l) = Launch::from_env()? else {
+        return Ok(false);
+    };
+    if l.rank == 0 {
+        eprintln!(
+            "sigmatrace-convert: warning: {what} is not sharded: rank 0 of {} ({}) converts alone and must see every log; the other ranks exit",
+            l.size, l.source
+        );
+        Ok(false)
+    } else {
+        eprintln!(
+            "sigmatrace-convert: rank {} of {}: {what} is converted by rank 0 alone; nothing to do here",
+            l.rank, l.size
+        );
+        Ok(true)
+    }
+}
+
 /// `sigmatrace-convert stats`: the report as tables or JSON, and the optional SVG heatmap.
 fn stats(a: StatsArgs) -> Result<(), ConvertError> {
+    if rank0_alone("the stats report")? {
+        return Ok(());
+    }
     let mut opts = options(&a.common)?;
     opts.verify_alignment = true;
     let report = sigmatrace_convert::stats(&a.common.inputs, &opts)?;
@@ -70,7 +95,15 @@ fn convert(a: ConvertArgs) -> Result<(), ConvertError> {
     opts.detail = a.detail;
     opts.compress_level = a.compress;
     opts.progress = !a.quiet;
+    let unsharded = a.stats || !nsys.files.is_empty();
     opts.nsys = nsys;
+    if unsharded {
+        if rank0_alone(if a.stats { "--stats" } else { "--nsys" })? {
+            return Ok(());
+        }
+    } else if let Some(launch) = Launch::from_env()? {
+        return convert_sharded(&a, &opts, &launch);
+    }
     let report = sigmatrace_convert::convert_with_report(&a.common.inputs, &a.output, &opts)?;
     let s = &report.summary;
     for w in &s.warnings {
@@ -101,6 +134,68 @@ fn convert(a: ConvertArgs) -> Result<(), ConvertError> {
         s.output_bytes,
         s.output_bytes as f64 / s.wr_events.max(1) as f64,
         s.elapsed_s
+    );
+    Ok(())
+}
+
+/// The default command under a launcher: this process's shard (see `sigmatrace_convert::shard`).
+fn convert_sharded(a: &ConvertArgs, opts: &ConvertOptions, l: &Launch) -> Result<(), ConvertError> {
+    let opts = ConvertOptions {
+        progress: false,
+        ..opts.clone()
+    };
+    let r = shard::convert_sharded(&a.common.inputs, &a.output, &opts, l, a.per_shard)?;
+    let Some(s) = &r.summary else {
+        eprintln!(
+            "sigmatrace-convert: shard {} of {}: {} processes of hosts {} modelled; rank 0 writes {}",
+            r.rank,
+            r.shards,
+            r.processes,
+            if r.hosts.is_empty() { "-".to_string() } else { r.hosts.join(", ") },
+            if a.per_shard { "the summary" } else { "the trace" }
+        );
+        return Ok(());
+    };
+    for w in &s.warnings {
+        eprintln!("warning: {w}");
+    }
+    if std::env::var_os("SIGMATRACE_TIMING").is_some() {
+        let p: Vec<String> = s
+            .phases
+            .iter()
+            .map(|(n, t)| format!("{n} {t:.3}s"))
+            .collect();
+        eprintln!("phases (rank 0): {}", p.join(", "));
+    }
+    let written: Vec<String> = if a.per_shard {
+        (0..r.shards)
+            .map(|k| shard::per_shard_path(&a.output, k).display().to_string())
+            .collect()
+    } else {
+        vec![a.output.display().to_string()]
+    };
+    eprintln!(
+        "{}: {} processes on {} hosts, {} WR events, {} slices, {} flows, {} bytes ({:.2} B/WR event) in {:.2} s",
+        written.join(", "),
+        s.processes,
+        s.hosts,
+        s.wr_events,
+        s.totals.slices,
+        s.totals.flows_out,
+        s.output_bytes,
+        s.output_bytes as f64 / s.wr_events.max(1) as f64,
+        s.elapsed_s
+    );
+    eprintln!(
+        "converted in {} shards ({}; rank 0 modelled {} processes of hosts {})",
+        r.shards,
+        l.source,
+        r.processes,
+        if r.hosts.is_empty() {
+            "-".to_string()
+        } else {
+            r.hosts.join(", ")
+        }
     );
     Ok(())
 }
