@@ -44,7 +44,7 @@ fn scenario() -> Scenario {
             0 => (Pattern::SendRecv, (r + 5) % 16),
             1 => (Pattern::Bulk { signal_every: 16 }, (r + 7) % 16),
             2 => (Pattern::Mixed, (r + 3) % 16),
-            _ => continue,
+            _ => (Pattern::Ud, (r + 6) % 16),
         };
         sc.links.push(LinkSpec {
             a: r,
