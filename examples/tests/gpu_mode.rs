@@ -172,7 +172,7 @@ fn bfs_gpu_initobj_traced() {
     );
     let stats = stats_json(&run.log_dir());
     let truth = run.truth("bfs-truth.json");
-    check_barriers(&stats, &truth, 60_000_000_000);
+    check_barriers(&stats, &truth, common::workloads::MAX_DELAY_NS);
     let rounds = stats["barriers"]["rounds"].as_array().expect("rounds");
     let want = truth["rounds"].as_array().expect("truth rounds");
     let spread_err = rounds

@@ -12,7 +12,10 @@ use crate::read::verbs;
 
 use crate::report::section::{ReportCtx, Section};
 
-/// Rank × rank and node × node traffic (bytes and operations, successful WRs).
+/// Rank × rank and node × node traffic (bytes and operations): successful WRs posted through
+/// verbs, and WQEs the observer saw in queue memory (directly posted, GPU-initiated style).
+/// A QP whose WQEs were observed counts those only (its verbs posts, if any, are the same
+/// work seen twice), as in the skew section.
 #[derive(Default)]
 pub struct Traffic {
     n: usize,
@@ -20,11 +23,31 @@ pub struct Traffic {
     pub bytes: Vec<u64>,
     /// [initiator][target] operations.
     pub ops: Vec<u64>,
+    /// Per QP of this section's processes: what its completed WRs added (taken back out
+    /// when its first WQE is observed), or `None` once WQEs are observed.
+    per_qp: crate::fastmap::FastMap<(usize, u32), Option<QpAdded>>,
 }
 
+/// What one QP's completed WRs added to the matrices: (cell, bytes, ops).
+type QpAdded = Vec<(usize, u64, u64)>;
+
 impl Traffic {
-    fn add(&mut self, a: usize, b: usize, bytes: u64) {
-        self.bytes[a * self.n + b] += bytes;
+    /// One operation `src` → `peer` of `opcode`'s kind and `bytes`; returns the cells and
+    /// what went into each.
+    fn count(&mut self, src: usize, peer: usize, kind: OpKind, bytes: u64) -> QpAdded {
+        let (fwd, back) = (src * self.n + peer, peer * self.n + src);
+        self.ops[fwd] += 1;
+        let cells = match kind {
+            OpKind::Read => vec![(back, bytes, 0)],
+            OpKind::Atomic => vec![(fwd, 8, 0), (back, 8, 0)],
+            OpKind::Other => vec![(fwd, bytes, 0)],
+        };
+        for &(c, b, _) in &cells {
+            self.bytes[c] += b;
+        }
+        let mut out = cells;
+        out.push((fwd, 0, 1));
+        out
     }
     /// Node × node aggregation of a process matrix.
     pub fn by_node(&self, topo: &Topology, m: &[u64]) -> Vec<u64> {
@@ -49,6 +72,7 @@ impl Section for Traffic {
             n,
             bytes: vec![0; n * n],
             ops: vec![0; n * n],
+            per_qp: Default::default(),
         })
     }
     fn observe(&mut self, p: &Process, ev: &ModelEvent<'_>) {
@@ -61,17 +85,50 @@ impl Section for Traffic {
         } = *ev
         {
             if let Some((pp, _)) = qp.peer {
-                self.ops[p.index * self.n + pp] += 1;
-                match opcode {
-                    verbs::wr::RDMA_READ => self.add(pp, p.index, bytes as u64),
+                if matches!(self.per_qp.get(&(p.index, qp.qpn)), Some(None)) {
+                    return;
+                }
+                let kind = match opcode {
+                    verbs::wr::RDMA_READ => OpKind::Read,
                     verbs::wr::ATOMIC_CMP_AND_SWP | verbs::wr::ATOMIC_FETCH_AND_ADD => {
-                        self.add(p.index, pp, 8);
-                        self.add(pp, p.index, 8);
+                        OpKind::Atomic
                     }
-                    _ => self.add(p.index, pp, bytes as u64),
+                    _ => OpKind::Other,
+                };
+                let added = self.count(p.index, pp, kind, bytes as u64);
+                if let Some(v) = self
+                    .per_qp
+                    .entry((p.index, qp.qpn))
+                    .or_insert_with(|| Some(Vec::new()))
+                {
+                    v.extend(added);
                 }
             }
         }
+    }
+    fn record(&mut self, p: &Process, _t: i64, rec: &sigmatrace_schemas::records::Record<'_>) {
+        use sigmatrace_mlx5::wqe::opcode as mlx5;
+        let sigmatrace_schemas::records::Record::WqeObserved(w) = *rec else {
+            return;
+        };
+        let Some((pp, _)) = p.qp(w.qpn).and_then(|q| q.peer) else {
+            return;
+        };
+        // The first observed WQE of a QP: what its verbs posts added comes back out.
+        if let Some(Some(added)) = self.per_qp.insert((p.index, w.qpn), None) {
+            for (c, b, o) in added {
+                self.bytes[c] -= b;
+                self.ops[c] -= o;
+            }
+        }
+        let kind = if w.opcode == mlx5::RDMA_READ {
+            OpKind::Read
+        } else if mlx5::is_atomic(w.opcode) {
+            OpKind::Atomic
+        } else {
+            OpKind::Other
+        };
+        self.count(p.index, pp, kind, w.bytes as u64);
     }
     fn merge(&mut self, other: Box<dyn Section>) {
         if let Ok(o) = other.into_any().downcast::<Traffic>() {
@@ -85,6 +142,7 @@ impl Section for Traffic {
             for (a, b) in self.ops.iter_mut().zip(&o.ops) {
                 *a += b;
             }
+            self.per_qp.extend(o.per_qp);
         }
     }
     fn text(&self, ctx: &ReportCtx<'_>, out: &mut String) {
@@ -157,6 +215,15 @@ fn matrix_text(out: &mut String, title: &str, labels: &[String], m: &[u64], n: u
         out.push('\n');
     }
     out.push('\n');
+}
+
+/// How an operation moves bytes: a READ towards its initiator, an atomic 8 B each way,
+/// everything else towards the peer.
+#[derive(Clone, Copy)]
+enum OpKind {
+    Read,
+    Atomic,
+    Other,
 }
 
 // ---------------------------------------------------------------------------------------------
