@@ -20,7 +20,8 @@
 //!
 //! Timing on a shared, virtualised 2-core machine is noisy: the spread is printed with each
 //! number. Environment: `OVERHEAD_ROUNDS` (default 9), `OVERHEAD_WRITES` (default 2000000),
-//! `OVERHEAD_BW_ITERS` (default 1000000, `ib_write_bw -n`).
+//! `OVERHEAD_BW_ITERS` (default 1000000, `ib_write_bw -n`), `OVERHEAD_SECTIONS` (default
+//! `1,2,3,4`: which sections to run).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -72,7 +73,26 @@ fn main() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let logs = tmp.path().join("logs");
     let rounds = env_num("OVERHEAD_ROUNDS", 9);
+    let sections = std::env::var("OVERHEAD_SECTIONS").unwrap_or_else(|_| "1,2,3,4".into());
+    let section = |n: &str| sections.split(',').any(|s| s.trim() == n);
 
+    if section("1") {
+        noop_section(&lib, &logs);
+    }
+    if section("2") {
+        callgrind_section(&lib, tmp.path(), &logs);
+    }
+    if section("3") {
+        write_bw_memory(&dir, &lib, tmp.path());
+    }
+    if section("4") {
+        message_rate_section(&dir, &lib, tmp.path(), &logs, rounds);
+    }
+}
+
+/// Section 1: the no-op device's hook cost.
+fn noop_section(lib: &Path, logs: &Path) {
+    let (lib, logs) = (lib.to_path_buf(), logs.to_path_buf());
     println!("== 1. no-op device: hook cost (ns per op, median of rounds, traced vs untraced interleaved)");
     println!("-- steady state: 64-chunk rings (64 MiB per thread)");
     let noop = cprog("noop_bench");
@@ -86,14 +106,19 @@ fn main() {
     let out = run(traced(&mut Command::new(&noop), &lib, &logs).args(["time", "15", "100000"]));
     print!("{out}");
     let _ = std::fs::remove_dir_all(&logs);
+}
 
+/// Section 2: callgrind instructions per op, traced minus untraced.
+fn callgrind_section(lib: &Path, tmp: &Path, logs: &Path) {
+    let (lib, logs) = (lib.to_path_buf(), logs.to_path_buf());
+    let noop = cprog("noop_bench");
     println!("== 2. callgrind: instructions per op (inclusive cost of each loop / ops)");
     let valgrind = Command::new("valgrind")
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
     if valgrind {
-        let cg = tmp.path().join("cg.out");
+        let cg = tmp.join("cg.out");
         let ops = 100_000u64;
         run(traced(&mut Command::new("valgrind"), &lib, &logs)
             .arg("--tool=callgrind")
@@ -126,9 +151,11 @@ fn main() {
     } else {
         println!("(valgrind not installed: skipped)");
     }
+}
 
-    write_bw_memory(&dir, &lib, tmp.path());
-
+/// Section 4: softnic message rate, traced and untraced processes alternating.
+fn message_rate_section(dir: &Path, lib: &Path, tmp: &Path, logs: &Path, rounds: u64) {
+    let (lib, logs) = (lib.to_path_buf(), logs.to_path_buf());
     println!("== 4. softnic message rate (8-byte RDMA writes; {rounds} rounds, traced and untraced alternating)");
     let softnic = dir.join("softnic-run");
     if !softnic.exists() || !dir.join("libsoftnic_verbs.so").exists() {
@@ -144,7 +171,7 @@ fn main() {
             .expect("rate line")
     };
     let (mut plain, mut tr) = (Vec::new(), Vec::new());
-    let fabric = tmp.path().join("fabric");
+    let fabric = tmp.join("fabric");
     for _ in 0..rounds {
         let mut c = Command::new(&softnic);
         c.arg("--fabric")

@@ -42,12 +42,6 @@ const POST_SEND_C: u16 = RecordKind::PostSendCompact as u16;
 const POST_RECV_C: u16 = RecordKind::PostRecvCompact as u16;
 const COMPLETION_C: u16 = RecordKind::CompletionCompact as u16;
 
-/// The record header word (kind | len << 16) of a fixed kind.
-#[inline(always)]
-const fn kind_len<R: FixedRecord>() -> u32 {
-    R::KIND as u32 | (size_of::<R>() as u32) << 16
-}
-
 // ---------------------------------------------------------------------------------------------
 // Packing (writer) and expansion (reader), kind by kind
 
@@ -181,8 +175,8 @@ impl ChunkWriter {
         let key = r.qpn as u64 | (r.source as u64) << 32 | (slot_role::SEND as u64) << 40;
         self.append_slotted(r.ts, 0, key, |c: &mut PostSendCompact, tslot| {
             *c = PostSendCompact {
-                kind: 0,
-                len: 0,
+                kind: PostSendCompact::KIND as u16,
+                len: size_of::<PostSendCompact>() as u16,
                 tslot,
                 wr_id: r.wr_id,
                 addr_op,
@@ -201,8 +195,8 @@ impl ChunkWriter {
         let key = r.qpn as u64 | (r.source as u64) << 32 | (slot_role::RECV as u64) << 40;
         self.append_slotted(r.ts, r.srq, key, |c: &mut PostRecvCompact, tslot| {
             *c = PostRecvCompact {
-                kind: 0,
-                len: 0,
+                kind: PostRecvCompact::KIND as u16,
+                len: size_of::<PostRecvCompact>() as u16,
                 tslot,
                 wr_id: r.wr_id,
                 bytes: r.bytes,
@@ -221,8 +215,8 @@ impl ChunkWriter {
         let key = r.qpn as u64 | (slot_role::COMPLETION as u64) << 40;
         self.append_slotted(r.ts, r.cq, key, |c: &mut CompletionCompact, tslot| {
             *c = CompletionCompact {
-                kind: 0,
-                len: 0,
+                kind: CompletionCompact::KIND as u16,
+                len: size_of::<CompletionCompact>() as u16,
                 tslot,
                 wr_id: r.wr_id,
                 byte_len: r.byte_len,
@@ -235,8 +229,8 @@ impl ChunkWriter {
         })
     }
 
-    /// Appends the compact record `C` (filled by `fill` with its `tslot` word; kind and
-    /// length are set here) of the queue (`object`, `key` = qpn | source | role), after the
+    /// Appends the compact record `C` (filled whole by `fill`, given its `tslot` word) of the
+    /// queue (`object`, `key` = qpn | source | role), after the
     /// `TimeBase` and `SlotBind` it needs; all published with one store. Drops are counted
     /// as the full kind's.
     #[inline(always)]
@@ -264,9 +258,8 @@ impl ChunkWriter {
         // SAFETY: the room check above covers the bookkeeping and this record inside our
         // exclusively owned chunk; the position is 8-aligned and C is Pod.
         let rec = unsafe { &mut *(self.at_pos() as *mut C) };
+        // Unpublished until `publish`: the order of its stores does not matter.
         fill(rec, dts as u32 | (i as u32) << DTS_BITS);
-        // SAFETY: C starts with kind u16 and len u16.
-        unsafe { std::ptr::write(rec as *mut C as *mut u32, kind_len::<C>()) };
         self.publish(size);
         true
     }
