@@ -1,0 +1,298 @@
+//! The model pass: what every process's pass shares ([`Frame`]: trace start, model options,
+//! header), one process modelled into its sinks and blocks, and the merge of their results.
+
+use std::sync::atomic::AtomicU64;
+
+use crate::align;
+use crate::align::topology::Topology;
+use crate::align::Alignment;
+use crate::error::ConvertError;
+use crate::model::emit::{self, Format};
+use crate::model::order::Block;
+use crate::model::{ModelOptions, ProcessModel, ProcessTotals};
+use crate::pipeline::load::Loaded;
+use crate::pipeline::metadata::label_alignment;
+use crate::pipeline::metadata::perfetto_header;
+use crate::pipeline::options::ConvertOptions;
+use crate::pipeline::writer::Blocks;
+use crate::progress::Progress;
+use crate::read::input::LogInput;
+use crate::report::{default_sections, Section, SectionSet};
+use sigmatrace_timeline::chrome;
+use sigmatrace_timeline::perfetto::{self, PerfettoSeq};
+use sigmatrace_timeline::NullSink;
+use sigmatrace_timeline::TraceSink;
+
+/// What the model pass and the writer share: the trace start, the model's options, the
+/// Chrome JSON track table and the trace header (the same on every shard of a sharded
+/// conversion, which writes the header once and the processes' blocks after it).
+pub(crate) struct Frame {
+    t_start: i64,
+    mopts: ModelOptions,
+    pub(super) json_tracks: Option<chrome::JsonTracks>,
+    /// The bytes before the first process's blocks.
+    pub(crate) header: Vec<u8>,
+    /// The bytes after the last block (Chrome JSON's closing).
+    pub(crate) footer: &'static [u8],
+}
+
+impl Frame {
+    pub(crate) fn new(
+        opts: &ConvertOptions,
+        inputs: &[LogInput],
+        topo: &Topology,
+        alignment: &Alignment,
+    ) -> Frame {
+        let (t_start, mopts) = model_options(opts, inputs, topo);
+        let mut statics = emit::static_tracks(topo);
+        label_alignment(&mut statics, topo, alignment);
+        let other = serde_json::json!({"sigmatrace_alignment": alignment});
+        match (opts.format == Format::ChromeJson).then(|| chrome::header(&statics, &other)) {
+            Some((tracks, header)) => Frame {
+                t_start,
+                mopts,
+                json_tracks: Some(tracks),
+                header,
+                footer: chrome::FOOTER,
+            },
+            None => Frame {
+                t_start,
+                header: perfetto_header(&statics, topo, alignment, t_start),
+                mopts,
+                json_tracks: None,
+                footer: b"",
+            },
+        }
+    }
+
+    pub(super) fn pass<'a>(
+        &'a self,
+        topo: &'a Topology,
+        ud: &'a crate::model::ud::UdStreams,
+        inputs: &'a [LogInput],
+        progress: &'a Progress,
+        output: bool,
+        opts: &ConvertOptions,
+    ) -> ModelPass<'a> {
+        ModelPass {
+            topo,
+            ud,
+            inputs,
+            mopts: &self.mopts,
+            progress,
+            json_tracks: self.json_tracks.as_ref(),
+            output,
+            blocks: Blocks::of(opts),
+            t_start: self.t_start as u64,
+        }
+    }
+}
+
+/// Models only the processes `subset` of `l` (a shard of a sharded conversion), sending their
+/// blocks to `tx` exactly as [`convert`] would; returns their results in `subset`'s order.
+pub(crate) fn model_subset(
+    l: &Loaded,
+    frame: &Frame,
+    opts: &ConvertOptions,
+    subset: &[usize],
+    tx: std::sync::mpsc::SyncSender<Block>,
+) -> Vec<ProcResult> {
+    let progress = Progress::start(false, 0);
+    let pass = frame.pass(&l.topo, &l.ud, &l.inputs, &progress, true, opts);
+    let template = default_sections();
+    crate::model::order::map_in_order(subset, |&i| pass.process(i, &template, tx.clone()))
+}
+
+/// The trace start (earliest event, output ns) and the model's options: the `--from/--to`
+/// window in output ns and, with a window, the message ranges whose both ends fall inside it
+/// (one extra join pass), so that flows are drawn only when both ends are.
+fn model_options(
+    opts: &ConvertOptions,
+    inputs: &[LogInput],
+    topo: &Topology,
+) -> (i64, ModelOptions) {
+    let t_start = topo
+        .procs
+        .iter()
+        .map(|p| p.time(p.min_ts))
+        .min()
+        .unwrap_or(0)
+        .max(0);
+    let window = opts.window_s.map(|(a, b)| {
+        (
+            t_start.saturating_add((a * 1e9) as i64),
+            t_start.saturating_add((b * 1e9) as i64),
+        )
+    });
+    let flow_ranges = window.map(|(a, b)| {
+        let mut m = std::collections::HashMap::new();
+        align::join(inputs, topo, |pr| {
+            if pr.x >= a && pr.x < b && pr.y >= a && pr.y < b {
+                let e = m.entry(pr.sender).or_insert((pr.k, pr.k + 1));
+                e.0 = e.0.min(pr.k);
+                e.1 = e.1.max(pr.k + 1);
+            }
+        });
+        m
+    });
+    let mopts = ModelOptions {
+        detail: opts.detail,
+        window,
+        flow_ranges,
+        block_bytes: 1 << 20,
+    };
+    (t_start, mopts)
+}
+
+/// One process's model pass result: totals, its report sections, warnings.
+pub(crate) type ProcResult = (ProcessTotals, Vec<Box<dyn Section>>, Vec<String>);
+
+/// What every process's model pass shares.
+pub(super) struct ModelPass<'a> {
+    topo: &'a Topology,
+    ud: &'a crate::model::ud::UdStreams,
+    inputs: &'a [LogInput],
+    mopts: &'a ModelOptions,
+    progress: &'a Progress,
+    json_tracks: Option<&'a chrome::JsonTracks>,
+    /// Whether a trace is written (else the sinks discard everything).
+    output: bool,
+    blocks: Blocks,
+    t_start: u64,
+}
+
+impl ModelPass<'_> {
+    /// The process's two sinks: its packet sequence (verbs WRs, observed WQEs, counters) and
+    /// that of its GPU kernels (absolute timestamps: executions arrive after they end).
+    fn sinks(&self, seq: u32, kernel_seq: u32) -> (Box<dyn TraceSink>, Box<dyn TraceSink>) {
+        match (self.json_tracks, self.output) {
+            (_, false) => (Box::new(NullSink::default()), Box::new(NullSink::default())),
+            (Some(tracks), _) => (
+                Box::new(chrome::ChromeSeq::new(tracks.clone())),
+                Box::new(chrome::ChromeSeq::new(tracks.clone())),
+            ),
+            (None, _) if self.blocks.fast => (
+                Box::new(PerfettoSeq::new(seq, true, self.t_start).compressed()),
+                Box::new(PerfettoSeq::new(kernel_seq, false, 0).compressed()),
+            ),
+            (None, _) => (
+                Box::new(PerfettoSeq::new(seq, true, self.t_start)),
+                Box::new(PerfettoSeq::new(kernel_seq, false, 0)),
+            ),
+        }
+    }
+
+    /// Models process `index`, sending its blocks to `tx`.
+    pub(super) fn process(
+        &self,
+        index: usize,
+        template: &[Box<dyn Section>],
+        tx: std::sync::mpsc::SyncSender<Block>,
+    ) -> ProcResult {
+        let p = &self.topo.procs[index];
+        let input = self
+            .inputs
+            .iter()
+            .find(|i| i.path == p.path)
+            .expect("input of process");
+        let (mut sink, mut kernel_sink) = self.sinks(p.seq, p.gpu_seq);
+        let mut obs = SectionSet(template.iter().map(|s| s.fresh(self.topo)).collect());
+        // Track uuids from the process's own range: the same whatever the worker order.
+        let uuids = AtomicU64::new(self.topo.dynamic_uuids(index));
+        let mut model = ProcessModel::new(
+            self.topo,
+            self.ud,
+            p.index,
+            self.mopts,
+            &uuids,
+            sink.as_mut(),
+        );
+        model.progress = Some(self.progress.counter());
+        let mut flush = |b: Vec<u8>| {
+            if b.is_empty() || !self.output {
+                return;
+            }
+            let _ = tx.send(Block::Data(index, self.blocks.finish(b)));
+        };
+        let issues = model.run(
+            input,
+            sink.as_mut(),
+            kernel_sink.as_mut(),
+            &mut obs,
+            &mut flush,
+        );
+        let _ = tx.send(Block::Done(index));
+        let warn = issues
+            .into_iter()
+            .map(|i| format!("{}: offset {}: {}", p.path.display(), i.offset, i.what))
+            .collect();
+        (model.totals, obs.0, warn)
+    }
+
+    /// Merges the Nsight Systems exports into the trace (their own sequences).
+    pub(super) fn emit_nsys(
+        &self,
+        reports: &[sigmatrace_nsys::NsysReport],
+        offset: Option<i64>,
+        ctx: crate::import::nsys::SigmaContext<'_>,
+        tx: &std::sync::mpsc::SyncSender<Block>,
+    ) -> Result<Vec<crate::import::nsys::NsysMerged>, ConvertError> {
+        let after = self.topo.procs.len();
+        let uuids = AtomicU64::new(self.topo.dynamic_uuids(after));
+        let (bytes, merged) =
+            crate::import::nsys::emit_all(reports, offset, Some(ctx), &uuids, |seq| {
+                match self.json_tracks {
+                    Some(tracks) => {
+                        Box::new(chrome::ChromeSeq::new(tracks.clone())) as Box<dyn TraceSink>
+                    }
+                    None => Box::new(PerfettoSeq::new(seq, false, 0)),
+                }
+            })?;
+        if !bytes.is_empty() {
+            let _ = tx.send(Block::Data(
+                after,
+                if self.blocks.compress {
+                    perfetto::compress_block(&bytes, self.blocks.level)
+                } else {
+                    bytes
+                },
+            ));
+        }
+        Ok(merged)
+    }
+}
+
+/// Sums the processes' totals, merges their report sections (in process order) and adds
+/// their warnings (each once).
+pub(crate) fn merge_results(
+    results: Vec<ProcResult>,
+    mut sections: Vec<Box<dyn Section>>,
+    topo: &Topology,
+    warnings: &mut Vec<String>,
+) -> (ProcessTotals, Vec<Box<dyn Section>>) {
+    let mut totals = ProcessTotals::default();
+    for s in sections.iter_mut() {
+        *s = s.fresh(topo);
+    }
+    for (t, secs, w) in results {
+        totals.wr_completed += t.wr_completed;
+        totals.wr_failed += t.wr_failed;
+        totals.recv_completed += t.recv_completed;
+        totals.flows_out += t.flows_out;
+        totals.flows_in += t.flows_in;
+        totals.inferred += t.inferred;
+        totals.orphan_completions += t.orphan_completions;
+        totals.incomplete_wrs += t.incomplete_wrs;
+        totals.slices += t.slices;
+        totals.max_lanes = totals.max_lanes.max(t.max_lanes);
+        for (dst, src) in sections.iter_mut().zip(secs) {
+            dst.merge(src);
+        }
+        for x in w {
+            if !warnings.contains(&x) {
+                warnings.push(x);
+            }
+        }
+    }
+    (totals, sections)
+}
