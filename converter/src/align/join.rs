@@ -8,10 +8,12 @@
 use std::collections::VecDeque;
 
 use rayon::prelude::*;
-use sigmatrace_schemas::records::{PostSend, WorkCompletion};
+use sigmatrace_schemas::reader::RawRecord;
+use sigmatrace_schemas::records::{PostSend, RecordKind, WorkCompletion};
 
-use crate::align::topology::Topology;
-use crate::read::input::LogInput;
+use crate::align::topology::{Process, Topology, UdJoin};
+use crate::fastmap::FastMap;
+use crate::read::input::{LogInput, ThreadCursor};
 use crate::read::verbs;
 
 /// Re-joins all messages on the final clocks and counts causality violations.
@@ -61,25 +63,9 @@ fn conn_keys(topo: &Topology) -> Vec<Vec<(u32, u32)>> {
         .collect()
 }
 
-/// Joins sends with their receives over all processes, calling `f` for every matched pair.
-/// Times use each process's current `map` (uncorrected host time on the first run).
-pub fn join(inputs: &[LogInput], topo: &Topology, mut f: impl FnMut(&Pair)) {
-    use std::mem::offset_of;
-    let n = topo.procs.len();
-    if n == 0 {
-        return;
-    }
-    let total: u64 = topo.procs.iter().map(|p| p.wr_events).sum();
-    let (mut lo, mut hi) = (i64::MAX, i64::MIN);
-    for p in &topo.procs {
-        lo = lo.min(p.time(p.min_ts));
-        hi = hi.max(p.time(p.max_ts));
-    }
-    if lo > hi {
-        return;
-    }
-    let keys = conn_keys(topo);
-    // Sender (process, QPN) and receiver process of every connection.
+/// Sender (process, QPN) and receiver process of every connection, indexed by its `conn`
+/// (RC from the QPs' peers, UD from the streams' ends).
+fn conn_ends(topo: &Topology) -> Vec<((usize, u32), usize)> {
     let mut conns: Vec<((usize, u32), usize)> = vec![((0, 0), 0)];
     for p in &topo.procs {
         for q in &p.qps {
@@ -99,6 +85,27 @@ pub fn join(inputs: &[LogInput], topo: &Topology, mut f: impl FnMut(&Pair)) {
         }
         conns[c] = (sender, receiver);
     }
+    conns
+}
+
+/// Joins sends with their receives over all processes, calling `f` for every matched pair.
+/// Times use each process's current `map` (uncorrected host time on the first run).
+pub fn join(inputs: &[LogInput], topo: &Topology, mut f: impl FnMut(&Pair)) {
+    let n = topo.procs.len();
+    if n == 0 {
+        return;
+    }
+    let total: u64 = topo.procs.iter().map(|p| p.wr_events).sum();
+    let (mut lo, mut hi) = (i64::MAX, i64::MIN);
+    for p in &topo.procs {
+        lo = lo.min(p.time(p.min_ts));
+        hi = hi.max(p.time(p.max_ts));
+    }
+    if lo > hi {
+        return;
+    }
+    let keys = conn_keys(topo);
+    let conns = conn_ends(topo);
     let epochs = (total / 2_000_000).clamp(1, 10_000) as i64;
     let step = ((hi - lo) / epochs).max(1) + 1;
     let mut cursors: Vec<_> = topo
@@ -107,10 +114,6 @@ pub fn join(inputs: &[LogInput], topo: &Topology, mut f: impl FnMut(&Pair)) {
         .map(|p| inputs_for(inputs, p).thread_cursors())
         .collect();
     let mut queues: Vec<ConnQueues> = (0..conns.len()).map(|_| ConnQueues::default()).collect();
-    let (k_send, k_wc) = (
-        sigmatrace_schemas::records::RecordKind::PostSend as u16,
-        sigmatrace_schemas::records::RecordKind::WorkCompletion as u16,
-    );
     let mut end = lo;
     while end <= hi + step {
         end += step;
@@ -119,73 +122,7 @@ pub fn join(inputs: &[LogInput], topo: &Topology, mut f: impl FnMut(&Pair)) {
             .par_iter_mut()
             .zip(topo.procs.par_iter())
             .zip(keys.par_iter())
-            .map(|((threads, p), keys)| {
-                let mut out = Vec::new();
-                let mut issues = Vec::new();
-                let mut cache = crate::fastmap::IndexCache::default();
-                let ts_end = p.map.inverse_ceil(end);
-                let (ud_send, ud_recv) = (topo.ud.send.get(p.index), topo.ud.recv.get(p.index));
-                let mut runs = 0;
-                for cur in threads.iter_mut() {
-                    let before = out.len();
-                    while cur.head_ts().is_some_and(|ts| ts < ts_end) {
-                        let (ts, r) = cur.pop(&mut issues).expect("head");
-                        let b = r.record_bytes();
-                        let qpn_at =
-                            |at: usize| u32::from_ne_bytes(b[at..at + 4].try_into().expect("4"));
-                        let u32_at = qpn_at;
-                        let (qi, send) = if r.kind == k_send {
-                            if !verbs::consumes_recv(b[offset_of!(PostSend, opcode)]) {
-                                continue;
-                            }
-                            let qpn = qpn_at(offset_of!(PostSend, qpn));
-                            if let Some(m) = ud_send.filter(|m| !m.is_empty()) {
-                                let rkey = u32_at(offset_of!(PostSend, rkey));
-                                let at = offset_of!(PostSend, remote_addr);
-                                let ah = u64::from_ne_bytes(b[at..at + 8].try_into().expect("8"));
-                                if let Some(&c) = m.get(&(qpn, rkey, ah)) {
-                                    out.push((c, true, p.time(ts)));
-                                    continue;
-                                }
-                            }
-                            (p.qp_at(&mut cache, qpn, ts), true)
-                        } else if r.kind == k_wc {
-                            let op = b[offset_of!(WorkCompletion, opcode)];
-                            if b[offset_of!(WorkCompletion, status)] != 0
-                                || (op != verbs::wc::RECV && op != verbs::wc::RECV_RDMA_WITH_IMM)
-                            {
-                                continue;
-                            }
-                            let qpn = qpn_at(offset_of!(WorkCompletion, qpn));
-                            if let Some(m) = ud_recv.filter(|m| !m.is_empty()) {
-                                let src = u32_at(offset_of!(WorkCompletion, src_qp));
-                                let at = offset_of!(WorkCompletion, slid);
-                                let slid = u16::from_ne_bytes(b[at..at + 2].try_into().expect("2"));
-                                if let Some(&c) = m.get(&(qpn, src, slid)) {
-                                    out.push((c, false, p.time(ts)));
-                                    continue;
-                                }
-                            }
-                            (p.completion_qp(&mut cache, qpn, ts, r.offset), false)
-                        } else {
-                            continue;
-                        };
-                        let Some(qi) = qi else {
-                            continue;
-                        };
-                        let c = if send { keys[qi].0 } else { keys[qi].1 };
-                        if c != 0 {
-                            out.push((c, send, p.time(ts)));
-                        }
-                    }
-                    runs += (out.len() > before) as usize;
-                    cur.park();
-                }
-                if runs > 1 {
-                    out.sort_by_key(|e| e.2);
-                }
-                out
-            })
+            .map(|((threads, p), keys)| epoch_messages(threads, p, keys, &topo.ud, end))
             .collect();
         for batch in batches {
             for (c, is_send, t) in batch {
@@ -214,10 +151,103 @@ pub fn join(inputs: &[LogInput], topo: &Topology, mut f: impl FnMut(&Pair)) {
     }
 }
 
-pub(crate) fn inputs_for<'a>(
-    inputs: &'a [LogInput],
-    p: &crate::align::topology::Process,
-) -> &'a LogInput {
+/// Process `p`'s messages before output time `end` (the epoch's end), from each of its
+/// threads in turn: (connection, is send, output time), in time order.
+fn epoch_messages(
+    threads: &mut [ThreadCursor<'_>],
+    p: &Process,
+    keys: &[(u32, u32)],
+    ud: &UdJoin,
+    end: i64,
+) -> Vec<(u32, bool, i64)> {
+    let mut out = Vec::new();
+    let mut issues = Vec::new();
+    let mut cache = crate::fastmap::IndexCache::default();
+    let ts_end = p.map.inverse_ceil(end);
+    let ud = (ud.send.get(p.index), ud.recv.get(p.index));
+    let mut runs = 0;
+    for cur in threads.iter_mut() {
+        let before = out.len();
+        while cur.head_ts().is_some_and(|ts| ts < ts_end) {
+            let (ts, r) = cur.pop(&mut issues).expect("head");
+            if let Some(m) = message(&r, ts, p, &mut cache, keys, ud) {
+                out.push(m);
+            }
+        }
+        runs += (out.len() > before) as usize;
+        cur.park();
+    }
+    if runs > 1 {
+        out.sort_by_key(|e| e.2);
+    }
+    out
+}
+
+/// The UD stream maps of one process: sends by (QPN, remote QPN, AH), receives by (QPN, source
+/// QPN, source LID).
+type UdMaps<'a> = (
+    Option<&'a FastMap<(u32, u32, u64), u32>>,
+    Option<&'a FastMap<(u32, u32, u16), u32>>,
+);
+
+/// The message a record is, if any: a message-consuming send or a successful receive
+/// completion on a joined connection or UD stream, as (connection, is send, output time).
+#[inline]
+fn message(
+    r: &RawRecord<'_>,
+    ts: u64,
+    p: &Process,
+    cache: &mut crate::fastmap::IndexCache,
+    keys: &[(u32, u32)],
+    (ud_send, ud_recv): UdMaps<'_>,
+) -> Option<(u32, bool, i64)> {
+    use std::mem::offset_of;
+    const K_SEND: u16 = RecordKind::PostSend as u16;
+    const K_WC: u16 = RecordKind::WorkCompletion as u16;
+    let b = r.record_bytes();
+    let u32_at = |at: usize| u32::from_ne_bytes(b[at..at + 4].try_into().expect("4"));
+    let (qi, send) = match r.kind {
+        K_SEND => {
+            if !verbs::consumes_recv(b[offset_of!(PostSend, opcode)]) {
+                return None;
+            }
+            let qpn = u32_at(offset_of!(PostSend, qpn));
+            if let Some(m) = ud_send.filter(|m| !m.is_empty()) {
+                let rkey = u32_at(offset_of!(PostSend, rkey));
+                let at = offset_of!(PostSend, remote_addr);
+                let ah = u64::from_ne_bytes(b[at..at + 8].try_into().expect("8"));
+                if let Some(&c) = m.get(&(qpn, rkey, ah)) {
+                    return Some((c, true, p.time(ts)));
+                }
+            }
+            (p.qp_at(cache, qpn, ts), true)
+        }
+        K_WC => {
+            let op = b[offset_of!(WorkCompletion, opcode)];
+            if b[offset_of!(WorkCompletion, status)] != 0
+                || (op != verbs::wc::RECV && op != verbs::wc::RECV_RDMA_WITH_IMM)
+            {
+                return None;
+            }
+            let qpn = u32_at(offset_of!(WorkCompletion, qpn));
+            if let Some(m) = ud_recv.filter(|m| !m.is_empty()) {
+                let src = u32_at(offset_of!(WorkCompletion, src_qp));
+                let at = offset_of!(WorkCompletion, slid);
+                let slid = u16::from_ne_bytes(b[at..at + 2].try_into().expect("2"));
+                if let Some(&c) = m.get(&(qpn, src, slid)) {
+                    return Some((c, false, p.time(ts)));
+                }
+            }
+            (p.completion_qp(cache, qpn, ts, r.offset), false)
+        }
+        _ => return None,
+    };
+    let qi = qi?;
+    let c = if send { keys[qi].0 } else { keys[qi].1 };
+    (c != 0).then(|| (c, send, p.time(ts)))
+}
+
+pub(crate) fn inputs_for<'a>(inputs: &'a [LogInput], p: &Process) -> &'a LogInput {
     inputs
         .iter()
         .find(|i| i.path == p.path)
