@@ -12,13 +12,14 @@ pub mod emit;
 pub mod observed;
 pub mod order;
 pub mod ud;
+mod wr;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::AtomicU64;
 
 use sigmatrace_schemas::records::Record;
 
-use crate::align::topology::{flow_id, Process, Qp, Topology};
+use crate::align::topology::{Process, Qp, Topology};
 use crate::model::emit::{Detail, Lanes, NameCache, SampledCounter};
 use crate::model::observed::ObservedState;
 use crate::read::hot::Hot;
@@ -323,102 +324,12 @@ impl<'a> ProcessModel<'a> {
         };
         let q = &self.p.qps[qi];
         let drawn = self.drawn(t);
-        let mut flow = [0u64; 1];
-        let mut nflow = 0;
-        if verbs::consumes_recv(ps.opcode) {
-            let k = self.qps[qi].sent_consuming;
-            self.qps[qi].sent_consuming += 1;
-            if drawn && self.flow_ok(self.p.index, q.qpn, k, q.flows_out) {
-                flow[0] = flow_id(q.conn, k);
-                nflow = 1;
-                self.totals.flows_out += 1;
-            } else if q.qp_type == verbs::qp_type::UD {
-                let key = (ps.qpn, ps.rkey, ps.remote_addr);
-                if let Some(f) = self.ud.next_send(self.p.index, key, &mut self.ud_k) {
-                    // No UD flows in a time window: the other end may lie outside it.
-                    if drawn && self.opts.window.is_none() {
-                        (flow[0], nflow) = (f, 1);
-                        self.totals.flows_out += 1;
-                    }
-                }
-            }
-        }
-        let mut lane = None;
-        let mut inferred_lane = None;
-        if drawn {
-            let name = self.names.wr(sink, ps.opcode, ps.bytes);
-            let st = &mut self.qps[qi];
-            let (l, uuid) = st.send_lanes.acquire(sink, self.uuids, q.track, "send");
-            lane = Some(l);
-            let full = self.opts.detail == Detail::Full;
-            let args = [
-                (self.keys.wr_id, ArgValue::U64(ps.wr_id)),
-                (self.keys.bytes, ArgValue::U64(ps.bytes as u64)),
-                (self.keys.raddr, ArgValue::Hex(ps.remote_addr)),
-                (self.keys.rkey, ArgValue::Hex(ps.rkey as u64)),
-                (self.keys.imm, ArgValue::Hex(ps.imm as u64)),
-            ];
-            let nargs = if !full {
-                0
-            } else if verbs::one_sided(ps.opcode) || ps.opcode == verbs::wr::RDMA_WRITE_WITH_IMM {
-                if ps.opcode == verbs::wr::RDMA_WRITE_WITH_IMM {
-                    5
-                } else {
-                    4
-                }
-            } else if ps.opcode == verbs::wr::SEND_WITH_IMM {
-                5
-            } else {
-                2
-            };
-            let args_used: &[(ArgKey, ArgValue)] =
-                if nargs == 5 && ps.opcode == verbs::wr::SEND_WITH_IMM {
-                    &[args[0], args[1], args[4]][..]
-                } else {
-                    &args[..nargs]
-                };
-            sink.begin(
-                t as u64,
-                uuid,
-                name,
-                &Extra {
-                    args: args_used,
-                    flows: &flow[..nflow],
-                    terminating: &[],
-                },
-            );
-            self.totals.slices += 1;
-            self.totals.max_lanes = self.totals.max_lanes.max(st.send_lanes.count() as u64);
-            if self.opts.detail >= Detail::Normal
-                && verbs::one_sided(ps.opcode)
-                && q.peer.is_some()
-                && q.peer_track != 0
-            {
-                let iname = self.names.inferred(sink, ps.opcode, ps.bytes);
-                let st = &mut self.qps[qi];
-                let (il, iuuid) =
-                    st.inferred_lanes
-                        .acquire(sink, self.uuids, q.peer_track, "inferred arrivals");
-                inferred_lane = Some(il);
-                if full {
-                    let from = format!("{} QP {:#x}", self.p.label(), q.qpn);
-                    let fargs = [(self.keys.from, ArgValue::Str(&from))];
-                    sink.begin(
-                        t as u64,
-                        iuuid,
-                        iname,
-                        &Extra {
-                            args: &fargs,
-                            ..Extra::NONE
-                        },
-                    );
-                } else {
-                    sink.begin(t as u64, iuuid, iname, &Extra::NONE);
-                }
-                self.totals.slices += 1;
-                self.totals.inferred += 1;
-            }
-        }
+        let flow = self.send_flow(qi, ps, drawn);
+        let (lane, inferred_lane) = if drawn {
+            self.begin_send(sink, t, qi, ps, flow)
+        } else {
+            (None, None)
+        };
         let st = &mut self.qps[qi];
         st.send.push_back(OpenWr {
             wr_id: ps.wr_id,
@@ -643,53 +554,14 @@ impl<'a> ProcessModel<'a> {
         wc: &sigmatrace_schemas::records::WorkCompletion,
     ) {
         let q = &self.p.qps[qi];
-        // The receive WR: on the QP's queue, or on its SRQ.
-        let mut found: Option<(OpenRecv, Option<u64>)> = None;
-        let st = &mut self.qps[qi];
-        if let Some(pos) = st.recv.iter().position(|r| r.wr_id == wc.wr_id) {
-            let r = st.recv.remove(pos).expect("in range");
-            let uuid = r.lane.map(|l| st.recv_lanes.uuid(l));
-            found = Some((r, uuid));
-        } else if q.srq != 0 || !self.srq_lanes.is_empty() {
-            let keys: Vec<u64> = if q.srq != 0 {
-                vec![q.srq]
-            } else {
-                self.srq_lanes.keys().copied().collect()
-            };
-            for k in keys {
-                if let Some(e) = self.srq_lanes.get_mut(&k) {
-                    if let Some(pos) = e.2.iter().position(|r| r.wr_id == wc.wr_id) {
-                        let r = e.2.remove(pos).expect("in range");
-                        let uuid = r.lane.map(|l| e.1.uuid(l));
-                        found = Some((r, uuid));
-                        break;
-                    }
-                }
-            }
-        }
+        let found = self.take_recv(qi, wc.wr_id);
         let ok = wc.status == 0;
-        let mut term = [0u64; 1];
-        let mut nterm = 0;
         let drawn = self.drawn(t);
-        if ok {
-            let k = self.qps[qi].recv_ok;
-            self.qps[qi].recv_ok += 1;
-            if let Some((pp, pq)) = q.peer {
-                if drawn && self.flow_ok(pp, pq, k, q.flows_in) {
-                    term[0] = flow_id(q.peer_conn, k);
-                    nterm = 1;
-                    self.totals.flows_in += 1;
-                }
-            } else if q.qp_type == verbs::qp_type::UD {
-                let key = (q.qpn, wc.src_qp, wc.slid);
-                if let Some(f) = self.ud.next_recv(self.p.index, key, &mut self.ud_k) {
-                    if drawn && self.opts.window.is_none() {
-                        (term[0], nterm) = (f, 1);
-                        self.totals.flows_in += 1;
-                    }
-                }
-            }
-        }
+        let term = if ok {
+            self.recv_flow(qi, wc, drawn)
+        } else {
+            None
+        };
         let imm = wc.opcode == verbs::wc::RECV_RDMA_WITH_IMM || (wc.hdr.aux & 2) != 0;
         let full = self.opts.detail == Detail::Full;
         let status_str = verbs::status_name(wc.status);
@@ -718,48 +590,18 @@ impl<'a> ProcessModel<'a> {
             let extra = Extra {
                 args: args_used,
                 flows: &[],
-                terminating: &term[..nterm],
+                terminating: term.as_slice(),
             };
             // The arrival marker sits on the receive WR's lane (inside its slice) or, when
             // receive slices are not drawn, on the QP's arrivals track.
             let track = match found.as_ref().and_then(|f| f.1) {
                 Some(u) => u,
-                None => {
-                    let st = &mut self.qps[qi];
-                    match st.arrivals {
-                        Some(u) => u,
-                        None => {
-                            let uuid = self
-                                .uuids
-                                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            let mut def =
-                                sigmatrace_timeline::TrackDef::slices(uuid, Some(q.track), "recv");
-                            def.kind = sigmatrace_timeline::TrackKind::Slices {
-                                merge_key: Some("recv".into()),
-                            };
-                            sink.track(&def);
-                            st.arrivals = Some(uuid);
-                            uuid
-                        }
-                    }
-                }
+                None => self.arrivals_track(sink, qi),
             };
             sink.instant(t as u64, track, name, &extra);
         }
         if let Some((r, uuid)) = found {
-            if let (Some(l), Some(u)) = (r.lane, uuid) {
-                sink.end(t as u64, u, &Extra::NONE);
-                if r.srq {
-                    for e in self.srq_lanes.values_mut() {
-                        if e.1.count() > l as usize && e.1.uuid(l) == u {
-                            e.1.release(l);
-                        }
-                    }
-                } else {
-                    self.qps[qi].recv_lanes.release(l);
-                }
-            }
-            let _ = r.bytes;
+            self.end_recv(sink, t, qi, r, uuid);
         }
         self.totals.recv_completed += 1;
         obs.observe(

@@ -1,0 +1,250 @@
+//! The steps of one work request in the model pass, split out of `post_send` and
+//! `recv_completion` (all `#[inline]`: they run once per WR): the flow a message starts or ends,
+//! the slices a posted send opens, the receive WR a completion consumes and where its arrival
+//! is drawn.
+
+use sigmatrace_schemas::records::{PostSend, WorkCompletion};
+use sigmatrace_timeline::{ArgKey, ArgValue, Extra, TraceSink};
+
+use crate::align::topology::flow_id;
+use crate::model::emit::Detail;
+use crate::model::{OpenRecv, ProcessModel};
+use crate::read::verbs;
+
+/// How many of a send's args (wr_id, bytes, remote address, rkey, immediate) full detail
+/// shows: one-sided ops their target, immediates their value, plain sends wr_id and bytes.
+#[inline]
+fn send_arg_count(opcode: u8, full: bool) -> usize {
+    if !full {
+        0
+    } else if verbs::one_sided(opcode) || opcode == verbs::wr::RDMA_WRITE_WITH_IMM {
+        if opcode == verbs::wr::RDMA_WRITE_WITH_IMM {
+            5
+        } else {
+            4
+        }
+    } else if opcode == verbs::wr::SEND_WITH_IMM {
+        5
+    } else {
+        2
+    }
+}
+
+impl ProcessModel<'_> {
+    /// The flow a posted send on QP `qi` starts, when drawn: the k-th message-consuming send of
+    /// a connection, or the next datagram of a UD stream (none in a time window: the other end
+    /// may lie outside it). Counts the send either way.
+    #[inline]
+    pub(super) fn send_flow(&mut self, qi: usize, ps: &PostSend, drawn: bool) -> Option<u64> {
+        if !verbs::consumes_recv(ps.opcode) {
+            return None;
+        }
+        let q = &self.p.qps[qi];
+        let k = self.qps[qi].sent_consuming;
+        self.qps[qi].sent_consuming += 1;
+        if drawn && self.flow_ok(self.p.index, q.qpn, k, q.flows_out) {
+            self.totals.flows_out += 1;
+            return Some(flow_id(q.conn, k));
+        }
+        if q.qp_type == verbs::qp_type::UD {
+            let key = (ps.qpn, ps.rkey, ps.remote_addr);
+            if let Some(f) = self.ud.next_send(self.p.index, key, &mut self.ud_k) {
+                if drawn && self.opts.window.is_none() {
+                    self.totals.flows_out += 1;
+                    return Some(f);
+                }
+            }
+        }
+        None
+    }
+
+    /// The flow a successful receive completion on QP `qi` ends, when drawn (as
+    /// [`Self::send_flow`], from the receiving side). Counts the receive either way.
+    #[inline]
+    pub(super) fn recv_flow(&mut self, qi: usize, wc: &WorkCompletion, drawn: bool) -> Option<u64> {
+        let q = &self.p.qps[qi];
+        let k = self.qps[qi].recv_ok;
+        self.qps[qi].recv_ok += 1;
+        if let Some((pp, pq)) = q.peer {
+            if drawn && self.flow_ok(pp, pq, k, q.flows_in) {
+                self.totals.flows_in += 1;
+                return Some(flow_id(q.peer_conn, k));
+            }
+        } else if q.qp_type == verbs::qp_type::UD {
+            let key = (q.qpn, wc.src_qp, wc.slid);
+            if let Some(f) = self.ud.next_recv(self.p.index, key, &mut self.ud_k) {
+                if drawn && self.opts.window.is_none() {
+                    self.totals.flows_in += 1;
+                    return Some(f);
+                }
+            }
+        }
+        None
+    }
+
+    /// Opens a drawn send's slice on a lane of QP `qi` (starting `flow`) and, at normal detail
+    /// for one-sided ops on a matched QP, its inferred arrival on the peer's track. Returns the
+    /// two lanes.
+    #[inline]
+    pub(super) fn begin_send(
+        &mut self,
+        sink: &mut dyn TraceSink,
+        t: i64,
+        qi: usize,
+        ps: &PostSend,
+        flow: Option<u64>,
+    ) -> (Option<u32>, Option<u32>) {
+        let q = &self.p.qps[qi];
+        let name = self.names.wr(sink, ps.opcode, ps.bytes);
+        let st = &mut self.qps[qi];
+        let (l, uuid) = st.send_lanes.acquire(sink, self.uuids, q.track, "send");
+        let full = self.opts.detail == Detail::Full;
+        let args = [
+            (self.keys.wr_id, ArgValue::U64(ps.wr_id)),
+            (self.keys.bytes, ArgValue::U64(ps.bytes as u64)),
+            (self.keys.raddr, ArgValue::Hex(ps.remote_addr)),
+            (self.keys.rkey, ArgValue::Hex(ps.rkey as u64)),
+            (self.keys.imm, ArgValue::Hex(ps.imm as u64)),
+        ];
+        let nargs = send_arg_count(ps.opcode, full);
+        let args_used: &[(ArgKey, ArgValue)] =
+            if nargs == 5 && ps.opcode == verbs::wr::SEND_WITH_IMM {
+                &[args[0], args[1], args[4]][..]
+            } else {
+                &args[..nargs]
+            };
+        sink.begin(
+            t as u64,
+            uuid,
+            name,
+            &Extra {
+                args: args_used,
+                flows: flow.as_slice(),
+                terminating: &[],
+            },
+        );
+        self.totals.slices += 1;
+        self.totals.max_lanes = self.totals.max_lanes.max(st.send_lanes.count() as u64);
+        let inferred = (self.opts.detail >= Detail::Normal
+            && verbs::one_sided(ps.opcode)
+            && q.peer.is_some()
+            && q.peer_track != 0)
+            .then(|| self.begin_inferred(sink, t, qi, ps, full));
+        (Some(l), inferred)
+    }
+
+    /// Opens the inferred arrival of a one-sided op on a lane of the peer QP's track; returns
+    /// the lane.
+    #[inline]
+    fn begin_inferred(
+        &mut self,
+        sink: &mut dyn TraceSink,
+        t: i64,
+        qi: usize,
+        ps: &PostSend,
+        full: bool,
+    ) -> u32 {
+        let q = &self.p.qps[qi];
+        let iname = self.names.inferred(sink, ps.opcode, ps.bytes);
+        let st = &mut self.qps[qi];
+        let (il, iuuid) =
+            st.inferred_lanes
+                .acquire(sink, self.uuids, q.peer_track, "inferred arrivals");
+        if full {
+            let from = format!("{} QP {:#x}", self.p.label(), q.qpn);
+            let fargs = [(self.keys.from, ArgValue::Str(&from))];
+            sink.begin(
+                t as u64,
+                iuuid,
+                iname,
+                &Extra {
+                    args: &fargs,
+                    ..Extra::NONE
+                },
+            );
+        } else {
+            sink.begin(t as u64, iuuid, iname, &Extra::NONE);
+        }
+        self.totals.slices += 1;
+        self.totals.inferred += 1;
+        il
+    }
+
+    /// The receive WR `wr_id` a completion on QP `qi` consumes, taken off the QP's queue or its
+    /// SRQ (any SRQ when the QP's is not known), with its lane's track.
+    #[inline]
+    pub(super) fn take_recv(&mut self, qi: usize, wr_id: u64) -> Option<(OpenRecv, Option<u64>)> {
+        let q = &self.p.qps[qi];
+        let st = &mut self.qps[qi];
+        if let Some(pos) = st.recv.iter().position(|r| r.wr_id == wr_id) {
+            let r = st.recv.remove(pos).expect("in range");
+            let uuid = r.lane.map(|l| st.recv_lanes.uuid(l));
+            return Some((r, uuid));
+        }
+        if q.srq == 0 && self.srq_lanes.is_empty() {
+            return None;
+        }
+        let keys: Vec<u64> = if q.srq != 0 {
+            vec![q.srq]
+        } else {
+            self.srq_lanes.keys().copied().collect()
+        };
+        for k in keys {
+            if let Some(e) = self.srq_lanes.get_mut(&k) {
+                if let Some(pos) = e.2.iter().position(|r| r.wr_id == wr_id) {
+                    let r = e.2.remove(pos).expect("in range");
+                    let uuid = r.lane.map(|l| e.1.uuid(l));
+                    return Some((r, uuid));
+                }
+            }
+        }
+        None
+    }
+
+    /// The track of QP `qi`'s arrival markers when receive slices are not drawn (created on
+    /// first use).
+    #[inline]
+    pub(super) fn arrivals_track(&mut self, sink: &mut dyn TraceSink, qi: usize) -> u64 {
+        let q = &self.p.qps[qi];
+        let st = &mut self.qps[qi];
+        if let Some(u) = st.arrivals {
+            return u;
+        }
+        let uuid = self
+            .uuids
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut def = sigmatrace_timeline::TrackDef::slices(uuid, Some(q.track), "recv");
+        def.kind = sigmatrace_timeline::TrackKind::Slices {
+            merge_key: Some("recv".into()),
+        };
+        sink.track(&def);
+        st.arrivals = Some(uuid);
+        uuid
+    }
+
+    /// Ends a completed receive WR's slice and frees its lane (on the QP, or on whichever SRQ
+    /// holds that lane).
+    #[inline]
+    pub(super) fn end_recv(
+        &mut self,
+        sink: &mut dyn TraceSink,
+        t: i64,
+        qi: usize,
+        r: OpenRecv,
+        uuid: Option<u64>,
+    ) {
+        if let (Some(l), Some(u)) = (r.lane, uuid) {
+            sink.end(t as u64, u, &Extra::NONE);
+            if r.srq {
+                for e in self.srq_lanes.values_mut() {
+                    if e.1.count() > l as usize && e.1.uuid(l) == u {
+                        e.1.release(l);
+                    }
+                }
+            } else {
+                self.qps[qi].recv_lanes.release(l);
+            }
+        }
+        let _ = r.bytes;
+    }
+}
