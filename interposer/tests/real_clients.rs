@@ -1,209 +1,32 @@
-//! Unmodified Debian binaries on softnic under LD_PRELOAD=libsigmatrace.so: server on simulated
-//! node 1, client on node 2. Each program runs untraced and traced; exit codes and the shape
-//! of the output (digits masked: timings, PSNs) must match. The logs must hold exactly the work
-//! requests and completions the program performs — derived from its iteration count and
-//! options, and for the pingpongs by replaying the program's own posting rule over the
-//! completions it polled — with the right opcodes and sizes, both sides' QPNs and the
-//! connection between them.
+//! Unmodified Debian ibverbs-utils binaries on softnic under LD_PRELOAD=libsigmatrace.so: the
+//! pingpongs with server on simulated node 1 and client on node 2, the device tools on one
+//! node. Each program runs untraced and traced; exit codes and the shape of the output (digits
+//! masked: timings, PSNs) must match. The logs must hold exactly the work requests and
+//! completions the program performs — for the pingpongs by replaying the program's own
+//! posting rule over the completions it polled — with the right opcodes and sizes, both
+//! sides' QPNs and the connection between them; the device tools' logs exactly the device
+//! they opened and the events they read.
 
 mod common;
+mod pair;
 use common::*;
+use pair::*;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sigmatrace_schemas::{cq_event_kind, cq_variant, post_source, qp_variant};
 
-const LIMIT: Duration = Duration::from_secs(180);
 const SEND_WRID: u64 = 2;
 const RECV_WRID: u64 = 1;
-const WR_SEND: u8 = 2;
-const WR_RDMA_WRITE: u8 = 0;
-const WR_FETCH_ADD: u8 = 6;
-const WC_SEND: u8 = 0;
-const WC_RECV: u8 = 128;
-const SIGNALED: u32 = 2;
-const QPS_RTR: u8 = 2;
-const QP_DEST_QPN: u32 = 1 << 20;
 const WC_WITH_COMPLETION_TIMESTAMP: u64 = 1 << 7;
-
-struct Side {
-    out: Out,
-    trace: Option<Trace>,
-}
-
-/// Runs `bin` as server (node 1) and client (node 2) on softnic; traced into `logs` if given.
-fn run_pair(bin: &str, args: &[&str], logs: Option<&Path>) -> (Side, Side) {
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port().to_string();
-    let run = softnic_run().display().to_string();
-    let fabric = dir.path().join("fabric").display().to_string();
-    let argv = |node: &str, client: bool| {
-        let mut v = vec![
-            run.clone(),
-            "--node".into(),
-            node.into(),
-            "--fabric".into(),
-            fabric.clone(),
-            "--".into(),
-        ];
-        v.push(system_bin(bin));
-        v.extend(args.iter().map(|s| s.to_string()));
-        v.extend(["-p".to_string(), port.clone()]);
-        if client {
-            v.push("localhost".into());
-        }
-        v
-    };
-    let mk = |node: &str, client: bool, sub: &str| {
-        let c = Cmd::new(&argv(node, client));
-        match logs {
-            Some(l) => c.traced(&l.join(sub)),
-            None => c,
-        }
-    };
-    let server = mk("1", false, "server").spawn();
-    let t0 = Instant::now();
-    while !listening(port.parse().unwrap()) && t0.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let client = mk("2", true, "client").spawn();
-    let c = client.wait(LIMIT);
-    let s = server.wait(LIMIT);
-    let trace = |sub: &str| logs.map(|l| only_log(&l.join(sub)));
-    (
-        Side {
-            out: s,
-            trace: trace("server"),
-        },
-        Side {
-            out: c,
-            trace: trace("client"),
-        },
-    )
-}
-
-/// Untraced and traced runs; returns the traced sides after comparing both.
-fn traced_like_untraced(bin: &str, args: &[&str]) -> (Side, Side, tempfile::TempDir) {
-    let (ps, pc) = run_pair(bin, args, None);
-    assert!(
-        ps.out.ok() && pc.out.ok(),
-        "{bin} {args:?} untraced:\n{:?}\n{:?}",
-        ps.out,
-        pc.out
-    );
-    let logs = tempfile::tempdir().unwrap();
-    let (ts, tc) = run_pair(bin, args, Some(logs.path()));
-    assert!(
-        ts.out.ok() && tc.out.ok(),
-        "{bin} {args:?} traced:\n{:?}\n{:?}",
-        ts.out,
-        tc.out
-    );
-    for (p, t, who) in [(&ps, &ts, "server"), (&pc, &tc, "client")] {
-        assert_eq!(
-            shape(&p.out.stdout),
-            shape(&t.out.stdout),
-            "{bin} {args:?} {who} stdout"
-        );
-        assert_eq!(
-            shape(&p.out.stderr),
-            shape(&t.out.stderr),
-            "{bin} {args:?} {who} stderr"
-        );
-    }
-    (ts, tc, logs)
-}
-
-/// (LID, QPN) pairs of the "local address" and "remote address" lines a program prints.
-fn addresses(stdout: &str, which: &str) -> Vec<(u32, u32)> {
-    let hex_after = |l: &str, key: &str| -> Option<u32> {
-        let rest = &l[l.find(key)? + key.len()..];
-        let tok = rest.trim_start().trim_start_matches("0x");
-        let end = tok
-            .find(|c: char| !c.is_ascii_hexdigit())
-            .unwrap_or(tok.len());
-        u32::from_str_radix(&tok[..end], 16).ok()
-    };
-    stdout
-        .lines()
-        .filter(|l| l.contains(which))
-        .filter_map(|l| Some((hex_after(l, "LID")?, hex_after(l, "QPN")?)))
-        .collect()
-}
-
-/// Each side's QPs are the ones it printed, connected (RTR) to the QPs the peer printed.
-fn check_connection(server: &Side, client: &Side) {
-    for (me, peer) in [(server, client), (client, server)] {
-        let t = me.trace.as_ref().unwrap();
-        let local = addresses(&me.out.stdout, "local address");
-        let remote = addresses(&me.out.stdout, "remote address");
-        assert!(
-            !local.is_empty() && local.len() == remote.len(),
-            "{}",
-            me.out.stdout
-        );
-        assert_eq!(
-            addresses(&peer.out.stdout, "remote address"),
-            local,
-            "the peer saw our addresses"
-        );
-        let qpns: Vec<u32> = t.qps().iter().map(|q| q.qpn).collect();
-        assert_eq!(
-            qpns,
-            local.iter().map(|a| a.1).collect::<Vec<_>>(),
-            "QpCreate QPNs = printed QPNs"
-        );
-        // The context's own port address, as queried through the provider, is the LID the
-        // program printed for itself (what the peer addresses it with).
-        let ctx = t.devices()[0].context;
-        let port = t
-            .defs(sigmatrace_schemas::string_ns::PROCESS_ATTR)
-            .into_iter()
-            .find_map(|(_, a)| {
-                a.strip_prefix(&format!("port_addr=context={ctx:#x},port=1,lid="))
-                    .map(|l| num(l.split(',').next().unwrap()) as u32)
-            })
-            .expect("port_addr attribute of port 1");
-        assert!(local.iter().all(|a| a.0 == port), "own LID {port:#x}");
-        let rtr: BTreeMap<u32, (u32, u16)> = t
-            .modifies()
-            .iter()
-            .filter(|m| m.new_state == QPS_RTR && m.result == 0 && m.hdr.aux & QP_DEST_QPN != 0)
-            .map(|m| (m.qpn, (m.dest_qpn, m.dlid)))
-            .collect();
-        let peer_qpns: Vec<u32> = peer
-            .trace
-            .as_ref()
-            .unwrap()
-            .qps()
-            .iter()
-            .map(|q| q.qpn)
-            .collect();
-        for (i, (_, qpn)) in local.iter().enumerate() {
-            let (lid, rqpn) = remote[i];
-            if let Some(&(dest, dlid)) = rtr.get(qpn) {
-                assert_eq!(
-                    (dest, dlid as u32),
-                    (rqpn, lid),
-                    "QP {qpn:#x} connected to the printed peer"
-                );
-                assert_eq!(
-                    dest, peer_qpns[i],
-                    "QP {qpn:#x} connected to the peer's QpCreate"
-                );
-            }
-        }
-    }
-}
 
 /// The pingpong examples' posting rule (rc/ud/srq_pingpong.c): after the initial receives
 /// (and, on the client, one send per QP), each polled completion may trigger receive refills
 /// (when the outstanding receives drop to `threshold`) and a send on its QP (when that QP has
 /// nothing pending and fewer than `iters` sends completed). Replays it over the completions
-/// in the log and checks the posts that follow each batch are exactly those. Returns
-/// (sends, completions).
+/// in the log and checks the posts that follow each batch are exactly those.
 struct Pingpong {
     rx_depth: usize,
     iters: usize,
@@ -220,7 +43,16 @@ enum Post {
     Recv,
 }
 
-fn replay(t: &Trace, p: &Pingpong, client: bool) -> (usize, usize) {
+/// What the replay counted: sends posted, completions polled (of them, send completions) and
+/// sends still outstanding when the loop ended (their QP's pending SEND bit still set).
+struct Replayed {
+    sends: usize,
+    wcs: usize,
+    send_wcs: usize,
+    in_flight: usize,
+}
+
+fn replay(t: &Trace, p: &Pingpong, client: bool) -> Replayed {
     let qpns: Vec<u32> = t.qps().iter().map(|q| q.qpn).collect();
     let mut data = t.order.iter().filter_map(|(_, r)| match r {
         Rec::PostSend(s) => {
@@ -327,7 +159,12 @@ fn replay(t: &Trace, p: &Pingpong, client: bool) -> (usize, usize) {
         "the loop ends after {} sends/receives (got {scnt}/{rcnt})",
         p.iters
     );
-    (sends, wcs)
+    Replayed {
+        sends,
+        wcs,
+        send_wcs: scnt,
+        in_flight: pending.values().filter(|&&v| v & SEND_WRID != 0).count(),
+    }
 }
 
 fn pingpong(bin: &str, args: &[&str], p: Pingpong) -> (Side, Side, tempfile::TempDir) {
@@ -336,20 +173,38 @@ fn pingpong(bin: &str, args: &[&str], p: Pingpong) -> (Side, Side, tempfile::Tem
     for (side, client) in [(&s, false), (&c, true)] {
         let t = side.trace.as_ref().unwrap();
         assert!(t.clean);
-        let (sends, wcs) = replay(t, &p, client);
+        let r = replay(t, &p, client);
         if p.threshold == 1 {
             assert_eq!(
-                (sends, wcs),
+                (r.sends, r.wcs),
                 (p.iters, 2 * p.iters),
                 "{bin}: one QP, strictly alternating"
             );
         }
-        assert_eq!(t.sends().len(), sends);
+        // A QP posts its next send only after its previous send and receive completed, and
+        // only while fewer than `iters` sends completed (all QPs together): every send posted
+        // completed or was the one its QP still had outstanding when the loop ended, and at
+        // the last post at most iters - 1 had completed and at most one per QP was out.
+        let qps = t.qps().len();
+        assert_eq!(r.sends, r.send_wcs + r.in_flight, "{bin}: sends accounted");
+        assert!(
+            (p.iters..p.iters + qps).contains(&r.sends),
+            "{bin}: {} sends, iters {} and {qps} QPs",
+            r.sends,
+            p.iters
+        );
+        assert_eq!(t.sends().len(), r.sends);
     }
     (s, c, dir)
 }
 
-fn rc(args: &[&str], iters: usize, send_source: u8) -> (Side, Side, tempfile::TempDir) {
+/// ibv_rc_pingpong's and ibv_uc_pingpong's defaults: 500 receives, refilled when one is left.
+fn rc_like(
+    bin: &str,
+    args: &[&str],
+    iters: usize,
+    send_source: u8,
+) -> (Side, Side, tempfile::TempDir) {
     let p = Pingpong {
         rx_depth: 500,
         iters,
@@ -359,7 +214,11 @@ fn rc(args: &[&str], iters: usize, send_source: u8) -> (Side, Side, tempfile::Te
         send_source,
         recv_source: post_source::POST_RECV,
     };
-    pingpong("ibv_rc_pingpong", args, p)
+    pingpong(bin, args, p)
+}
+
+fn rc(args: &[&str], iters: usize, send_source: u8) -> (Side, Side, tempfile::TempDir) {
+    rc_like("ibv_rc_pingpong", args, iters, send_source)
 }
 
 #[test]
@@ -483,14 +342,14 @@ fn ibv_ud_pingpong() {
 fn ibv_srq_pingpong() {
     let p = Pingpong {
         rx_depth: 500,
-        iters: 1000,
+        iters: 600,
         threshold: 4,
         send_bytes: 4096,
         recv_bytes: 4096,
         send_source: post_source::POST_SEND,
         recv_source: post_source::POST_SRQ_RECV,
     };
-    let (s, c, _d) = pingpong("ibv_srq_pingpong", &["-q", "4"], p);
+    let (s, c, _d) = pingpong("ibv_srq_pingpong", &["-q", "4", "-n", "600"], p);
     for side in [&s, &c] {
         let t = side.trace.as_ref().unwrap();
         assert_eq!(t.qps().len(), 4);
@@ -500,105 +359,156 @@ fn ibv_srq_pingpong() {
             "all QPs share the SRQ"
         );
         assert!(t.recvs().iter().all(|r| r.srq == srq && r.qpn == 0));
-        assert!(t.sends().len() >= 1000, "at least iters sends");
-    }
-}
-
-/// perftest: a bandwidth client posts `-n` WRs, signals one in `-Q`; the server only serves.
-fn perftest_bw(
-    bin: &str,
-    args: &[&str],
-    iters: usize,
-    cq_mod: usize,
-    opcode: u8,
-    bytes: u32,
-) -> (Side, Side) {
-    let (s, c, _d) = traced_like_untraced(bin, args);
-    check_connection(&s, &c);
-    let (st, ct) = (s.trace.as_ref().unwrap(), c.trace.as_ref().unwrap());
-    assert_eq!(
-        (st.sends().len(), st.wcs().len()),
-        (0, 0),
-        "the server posts nothing"
-    );
-    let sends = ct.sends();
-    assert_eq!(sends.len(), iters);
-    assert_eq!(ct.wcs().len(), iters / cq_mod);
-    assert_eq!(
-        sends.iter().filter(|w| w.hdr.aux & SIGNALED != 0).count(),
-        iters / cq_mod
-    );
-    let mr = st.mrs()[0];
-    let qpn = ct.qps()[0].qpn;
-    for w in &sends {
         assert_eq!(
-            (w.opcode, w.bytes, w.rkey, w.qpn),
-            (opcode, bytes, mr.rkey, qpn),
-            "{w:?}"
-        );
-        assert!(
-            w.remote_addr >= mr.addr && w.remote_addr + bytes as u64 <= mr.addr + mr.length,
-            "inside the server's MR"
+            t.recvs().len(),
+            500 + 496,
+            "500, then one refill of 496 when 4 are left (after 496 of the ~600 receives)"
         );
     }
-    assert!(ct.wcs().iter().all(|w| w.status == 0 && w.qpn == qpn));
-    (s, c)
 }
 
 #[test]
-fn ib_write_bw() {
-    perftest_bw(
-        "ib_write_bw",
-        &["-n", "2000", "-Q", "25"],
-        2000,
-        25,
-        WR_RDMA_WRITE,
-        65536,
+fn ibv_uc_pingpong() {
+    let (s, c, _d) = rc_like(
+        "ibv_uc_pingpong",
+        &["-n", "300"],
+        300,
+        post_source::POST_SEND,
     );
-}
-
-#[test]
-fn ib_atomic_bw() {
-    let (_, c) = perftest_bw(
-        "ib_atomic_bw",
-        &["-n", "500", "-Q", "50"],
-        500,
-        50,
-        WR_FETCH_ADD,
-        8,
-    );
-    assert!(
-        c.trace
-            .as_ref()
-            .unwrap()
-            .sends()
-            .iter()
-            .all(|w| w.compare_add == 1),
-        "fetch-and-add of 1"
-    );
-}
-
-#[test]
-fn ib_send_lat() {
-    let (s, c, _d) = traced_like_untraced("ib_send_lat", &["-n", "400"]);
-    check_connection(&s, &c);
     for side in [&s, &c] {
         let t = side.trace.as_ref().unwrap();
-        let qpn = t.qps()[0].qpn;
-        let sends = t.sends();
-        assert_eq!(sends.len(), 400, "one send per iteration");
-        assert_eq!(t.recvs().len(), 400, "one receive per iteration");
-        assert!(sends
-            .iter()
-            .all(|w| (w.opcode, w.bytes, w.qpn) == (WR_SEND, 2, qpn)));
-        let wcs = t.wcs();
-        let n = |op: u8| wcs.iter().filter(|w| w.opcode == op).count();
-        assert_eq!((n(WC_SEND), n(WC_RECV)), (400, 400));
-        assert!(wcs
-            .iter()
-            .filter(|w| w.opcode == WC_RECV)
-            .all(|w| w.byte_len == 2));
+        assert_eq!(t.qps()[0].hdr.aux & 0xff, 3, "IBV_QPT_UC");
+        assert_eq!(t.recvs().len(), 500, "no refill before 499 receives");
     }
+}
+
+/// A one-node program (`prog[0]` from /usr/bin) as node 7 of a fresh fabric, with `env`,
+/// untraced and traced: exit status and timeout must be equal, the output identical (`exact`:
+/// the device tools print no measurement) or of the same shape (digits masked). Returns the
+/// untraced outcome and the traced log.
+fn one_node(prog: &[&str], env: &[(&str, &str)], limit: Duration, exact: bool) -> (Out, Trace) {
+    let run = |logs: Option<&Path>| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut argv = vec![
+            softnic_run().display().to_string(),
+            "--node".into(),
+            "7".into(),
+            "--fabric".into(),
+            dir.path().join("fabric").display().to_string(),
+            "--".into(),
+            system_bin(prog[0]),
+        ];
+        argv.extend(prog[1..].iter().map(|s| s.to_string()));
+        let mut c = Cmd::new(&argv);
+        for (k, v) in env {
+            c = c.env(k, v);
+        }
+        match logs {
+            Some(l) => c.traced(l),
+            None => c,
+        }
+        .run(limit)
+    };
+    let plain = run(None);
+    let logs = tempfile::tempdir().unwrap();
+    let traced = run(Some(logs.path()));
+    let text = |s: &str| match exact {
+        true => vec![s.to_string()],
+        false => shape(s),
+    };
+    let key = |o: &Out| (o.code, o.timed_out, text(&o.stdout), text(&o.stderr));
+    assert_eq!(key(&traced), key(&plain), "{prog:?}: traced as untraced");
+    (plain, only_log(logs.path()))
+}
+
+/// Kinds of the records other than string definitions and clock snapshots, in order.
+fn kinds(t: &Trace) -> Vec<String> {
+    t.order
+        .iter()
+        .filter(|(_, r)| !matches!(r, Rec::Def(..) | Rec::Snapshot(_)))
+        .map(|(_, r)| match r {
+            Rec::Other(name) => name.clone(),
+            r => format!("{r:?}").split('(').next().unwrap().to_string(),
+        })
+        .collect()
+}
+
+const NODE7_GUID: u64 = 0x5346_4e00_0000_0007;
+
+#[test]
+fn ibv_devices() {
+    let (out, t) = one_node(&["ibv_devices"], &[], LIMIT, true);
+    assert!(out.ok(), "{out:?}");
+    assert!(
+        out.stdout
+            .contains(&format!("    softnic0        \t{NODE7_GUID:016x}\n")),
+        "{out:?}"
+    );
+    assert_eq!(
+        t.attr("ibv_devices").as_deref(),
+        Some("softnic0"),
+        "the list it got"
+    );
+    assert!(kinds(&t).is_empty(), "it opens nothing: {:?}", kinds(&t));
+}
+
+/// ibv_devinfo -v opens the device, queries it and closes it: the log holds that device and
+/// its port address (LID, GID 0) exactly as the program printed them.
+fn devinfo(env: &[(&str, &str)], lid: u32, gid0: &str) -> Out {
+    let (out, t) = one_node(&["ibv_devinfo", "-v"], env, LIMIT, true);
+    assert!(out.ok(), "{out:?}");
+    assert_eq!(kinds(&t), ["DeviceOpen", "DeviceClose"]);
+    let d = t.devices()[0];
+    assert_eq!((d.name_str(), d.guid), ("softnic0", NODE7_GUID));
+    assert_eq!(
+        t.attr("port_addr"),
+        Some(format!(
+            "context={:#x},port=1,lid={lid:#x},gid0={gid0}",
+            d.context
+        ))
+    );
+    assert!(
+        out.stdout.contains(&format!("port_lid:\t\t{lid}\n")),
+        "{out:?}"
+    );
+    out
+}
+
+#[test]
+fn ibv_devinfo() {
+    let out = devinfo(&[], 8, &format!("fe80000000000000{NODE7_GUID:016x}"));
+    assert!(out.stdout.contains("link_layer:\t\tInfiniBand"), "{out:?}");
+}
+
+#[test]
+fn roce_ibv_devinfo() {
+    let env = [("SOFTNIC_LINK_LAYER", "ethernet")];
+    let out = devinfo(&env, 0, "00000000000000000000ffff7f000107");
+    assert!(out.stdout.contains("link_layer:\t\tEthernet"), "{out:?}");
+    assert!(out.stdout.contains("::ffff:127.0.1.7, RoCE v2"), "{out:?}");
+}
+
+/// ibv_asyncwatch blocks in ibv_get_async_event until killed; softnic raises PORT_ACTIVE (9)
+/// on port 1 when the device opens, which it prints and the log holds once.
+#[test]
+fn ibv_asyncwatch() {
+    // Line-buffered so the event line is written before the kill. The event channel's FD
+    // number differs traced (the log file is open), hence shapes.
+    let prog = ["stdbuf", "-oL", "ibv_asyncwatch"];
+    let (out, t) = one_node(&prog, &[], Duration::from_secs(5), false);
+    assert!(out.timed_out, "ibv_asyncwatch exited: {out:?}");
+    assert!(
+        out.stdout
+            .contains("event_type IBV_EVENT_PORT_ACTIVE (9), port 1"),
+        "{out:?}"
+    );
+    assert_eq!(kinds(&t), ["DeviceOpen", "AsyncEvent"]);
+    let ctx = t.devices()[0].context;
+    let ev = t.all(|r| match r {
+        Rec::AsyncEvent(e) => Some((e.hdr.aux, e.context, e.element)),
+        _ => None,
+    });
+    assert_eq!(ev, [(9, ctx, 1)], "PORT_ACTIVE of port 1 on its context");
 }
 
 fn loopback(which: &str, logs: &Path) -> Trace {

@@ -13,10 +13,10 @@ pub use sigmatrace_testkit::{
 };
 
 use sigmatrace_schemas::{
-    AhCreate, ClockSnapshot, CqCreate, CqEvent, CqeObserved, DeviceOpen, EmptyPolls, FileHeader,
-    GpuClockPair, GpuMemory, KernelExec, KernelLaunch, LogFile, MrReg, ObserveOverrun, PostError,
-    PostRecv, PostSend, QpCreate, QpDestroy, QpModify, QueueDiscovered, Record, WorkCompletion,
-    WqeObserved,
+    AhCreate, AsyncEvent, ClockSnapshot, CqCreate, CqEvent, CqeObserved, DeviceOpen, EmptyPolls,
+    FileHeader, GpuClockPair, GpuMemory, KernelExec, KernelLaunch, LogFile, MrReg, ObserveOverrun,
+    PostError, PostRecv, PostSend, QpCreate, QpDestroy, QpModify, QueueDiscovered, Record,
+    WorkCompletion, WqeObserved,
 };
 
 /// A C program compiled by build.rs.
@@ -61,6 +61,7 @@ pub enum Rec {
     QpModify(QpModify),
     QpDestroy(QpDestroy),
     AhCreate(AhCreate),
+    AsyncEvent(AsyncEvent),
     CqEvent(CqEvent),
     PostSend(PostSend),
     PostRecv(PostRecv),
@@ -106,6 +107,7 @@ impl Trace {
                     Record::QpModify(r) => Rec::QpModify(*r),
                     Record::QpDestroy(r) => Rec::QpDestroy(*r),
                     Record::AhCreate(r) => Rec::AhCreate(*r),
+                    Record::AsyncEvent(r) => Rec::AsyncEvent(*r),
                     Record::CqEvent(r) => Rec::CqEvent(*r),
                     Record::PostSend(r) => Rec::PostSend(*r),
                     Record::PostRecv(r) => Rec::PostRecv(*r),
