@@ -11,7 +11,9 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use sigmatrace_schemas::records::{mem_kind, string_ns, Record};
+use sigmatrace_schemas::records::{
+    mem_kind, string_ns, CqeObserved, KernelExec, Record, WqeObserved,
+};
 
 use crate::align::topology::{Process, Topology};
 use crate::model::emit::{Detail, Lanes, NameCache};
@@ -66,135 +68,160 @@ impl ObservedState {
             Record::StringDef(m) if m.aux == string_ns::FUNCTION => {
                 self.kernel_names.insert(m.key, m.text().into_owned());
             }
-            Record::WqeObserved(w) => {
-                let on_gpu = w.memory == mem_kind::GPU;
-                let parent = if on_gpu {
-                    *self.gpu_queues_track.get_or_insert_with(|| {
-                        let u = new_uuid(ctx.uuids);
-                        sink.track(&TrackDef::slices(
-                            u,
-                            Some(ctx.p.track),
-                            "GPU-initiated queues",
-                        ));
-                        u
-                    })
-                } else {
-                    ctx.p.track
-                };
-                let q = self.qps.entry(w.qpn).or_insert_with(|| {
-                    let u = new_uuid(ctx.uuids);
-                    let label = match ctx.p.qp(w.qpn).and_then(|q| q.peer) {
-                        Some((pp, pq)) => format!(
-                            "QP {:#x} observed → {} QP {pq:#x}",
-                            w.qpn,
-                            ctx.topo.procs[pp].label()
-                        ),
-                        None => format!("QP {:#x} observed", w.qpn),
-                    };
-                    sink.track(&TrackDef::slices(u, Some(parent), label));
-                    ObservedQp {
-                        track: u,
-                        ..Default::default()
-                    }
-                });
-                let mut lane = None;
-                if drawn {
-                    let name = names.wqe(sink, w.opcode, w.bytes);
-                    let (l, uuid) = q.lanes.acquire(sink, ctx.uuids, q.track, "WQEs");
-                    lane = Some(l);
-                    sink.begin(t as u64, uuid, name, &Extra::NONE);
-                    self.slices += 1;
-                }
-                q.open.push_back((w.wqe_index, lane));
-            }
-            Record::CqeObserved(c) => {
-                let Some(q) = self.qps.get_mut(&c.qpn) else {
-                    return;
-                };
-                let failed = c.opcode == 13 || c.opcode == 14;
-                while let Some(&(idx, lane)) = q.open.front() {
-                    if c.wqe_counter.wrapping_sub(idx) >= 0x8000 {
-                        break;
-                    }
-                    q.open.pop_front();
-                    if let Some(l) = lane {
-                        sink.end(t as u64, q.lanes.uuid(l), &Extra::NONE);
-                        q.lanes.release(l);
-                    }
-                }
-                if failed && drawn {
-                    let name = names.other(sink, 10, "✗ CQE error");
-                    let k = sink.arg_key("syndrome");
-                    let args = [(k, ArgValue::Hex(c.syndrome as u64))];
-                    sink.instant(
-                        t as u64,
-                        q.track,
-                        name,
-                        &Extra {
-                            args: &args,
-                            ..Extra::NONE
-                        },
-                    );
-                }
-            }
+            Record::WqeObserved(w) => self.wqe(ctx, sink, names, t, drawn, w),
+            Record::CqeObserved(c) => self.cqe(sink, names, t, drawn, c),
             Record::KernelLaunch(k) => {
                 self.launches
                     .insert(k.correlation, (k.function, k.stream, k.device));
             }
-            Record::KernelExec(k) => {
-                let Some((func, stream, dev)) = self.launches.remove(&k.correlation) else {
-                    return;
-                };
-                let map = |v: u64| -> i64 {
-                    if k.hdr.aux == 1 {
-                        match ctx.p.gpu.device(k.device) {
-                            Some(m) => ctx.p.time(m.map(v).max(0) as u64),
-                            None => ctx.p.time(v),
-                        }
-                    } else {
-                        ctx.p.time(v)
-                    }
-                };
-                let (mut s, e) = (map(k.start), map(k.end));
-                if !ctx.window.is_none_or(|(a, b)| s >= a && s < b) {
-                    return;
-                }
-                let dev = dev as u32;
-                let dev_track = *self.devices.entry(dev).or_insert_with(|| {
-                    let u = new_uuid(ctx.uuids);
-                    kernel_sink.track(&TrackDef::slices(
-                        u,
-                        Some(ctx.p.track),
-                        format!("GPU {dev}"),
-                    ));
-                    u
-                });
-                let st = self.streams.entry((dev, stream)).or_insert_with(|| {
-                    let u = new_uuid(ctx.uuids);
-                    kernel_sink.track(&TrackDef::slices(
-                        u,
-                        Some(dev_track),
-                        format!("stream {stream:#x}"),
-                    ));
-                    (u, i64::MIN)
-                });
-                // Kernels of one stream do not overlap; keep the track well nested even if
-                // clock mapping jitter says otherwise.
-                s = s.max(st.1);
-                let e = e.max(s);
-                st.1 = e;
-                let fname = self
-                    .kernel_names
-                    .get(&func)
-                    .cloned()
-                    .unwrap_or_else(|| format!("kernel {func:#x}"));
-                let name = kernel_sink.name(&fname);
-                kernel_sink.begin(s as u64, st.0, name, &Extra::NONE);
-                kernel_sink.end(e as u64, st.0, &Extra::NONE);
-                self.slices += 1;
-            }
+            Record::KernelExec(k) => self.kernel_exec(ctx, kernel_sink, k),
             _ => {}
         }
+    }
+
+    /// A WQE seen in queue memory: opens its slice on the QP's observed track (created on first
+    /// use, under "GPU-initiated queues" for rings in GPU memory).
+    fn wqe(
+        &mut self,
+        ctx: &Ctx<'_>,
+        sink: &mut dyn TraceSink,
+        names: &mut NameCache,
+        t: i64,
+        drawn: bool,
+        w: &WqeObserved,
+    ) {
+        let on_gpu = w.memory == mem_kind::GPU;
+        let parent = if on_gpu {
+            *self.gpu_queues_track.get_or_insert_with(|| {
+                let u = new_uuid(ctx.uuids);
+                sink.track(&TrackDef::slices(
+                    u,
+                    Some(ctx.p.track),
+                    "GPU-initiated queues",
+                ));
+                u
+            })
+        } else {
+            ctx.p.track
+        };
+        let q = self.qps.entry(w.qpn).or_insert_with(|| {
+            let u = new_uuid(ctx.uuids);
+            let label = match ctx.p.qp(w.qpn).and_then(|q| q.peer) {
+                Some((pp, pq)) => format!(
+                    "QP {:#x} observed → {} QP {pq:#x}",
+                    w.qpn,
+                    ctx.topo.procs[pp].label()
+                ),
+                None => format!("QP {:#x} observed", w.qpn),
+            };
+            sink.track(&TrackDef::slices(u, Some(parent), label));
+            ObservedQp {
+                track: u,
+                ..Default::default()
+            }
+        });
+        let mut lane = None;
+        if drawn {
+            let name = names.wqe(sink, w.opcode, w.bytes);
+            let (l, uuid) = q.lanes.acquire(sink, ctx.uuids, q.track, "WQEs");
+            lane = Some(l);
+            sink.begin(t as u64, uuid, name, &Extra::NONE);
+            self.slices += 1;
+        }
+        q.open.push_back((w.wqe_index, lane));
+    }
+
+    /// A CQE seen in queue memory: retires every WQE up to its `wqe_counter`, marks errors.
+    fn cqe(
+        &mut self,
+        sink: &mut dyn TraceSink,
+        names: &mut NameCache,
+        t: i64,
+        drawn: bool,
+        c: &CqeObserved,
+    ) {
+        let Some(q) = self.qps.get_mut(&c.qpn) else {
+            return;
+        };
+        let failed = c.opcode == 13 || c.opcode == 14;
+        while let Some(&(idx, lane)) = q.open.front() {
+            if c.wqe_counter.wrapping_sub(idx) >= 0x8000 {
+                break;
+            }
+            q.open.pop_front();
+            if let Some(l) = lane {
+                sink.end(t as u64, q.lanes.uuid(l), &Extra::NONE);
+                q.lanes.release(l);
+            }
+        }
+        if failed && drawn {
+            let name = names.other(sink, 10, "✗ CQE error");
+            let k = sink.arg_key("syndrome");
+            let args = [(k, ArgValue::Hex(c.syndrome as u64))];
+            sink.instant(
+                t as u64,
+                q.track,
+                name,
+                &Extra {
+                    args: &args,
+                    ..Extra::NONE
+                },
+            );
+        }
+    }
+
+    /// A kernel execution: its slice on the launch's "GPU n / stream s" track, in output time.
+    fn kernel_exec(&mut self, ctx: &Ctx<'_>, kernel_sink: &mut dyn TraceSink, k: &KernelExec) {
+        let Some((func, stream, dev)) = self.launches.remove(&k.correlation) else {
+            return;
+        };
+        let map = |v: u64| -> i64 {
+            if k.hdr.aux == 1 {
+                match ctx.p.gpu.device(k.device) {
+                    Some(m) => ctx.p.time(m.map(v).max(0) as u64),
+                    None => ctx.p.time(v),
+                }
+            } else {
+                ctx.p.time(v)
+            }
+        };
+        let (mut s, e) = (map(k.start), map(k.end));
+        if !ctx.window.is_none_or(|(a, b)| s >= a && s < b) {
+            return;
+        }
+        let dev = dev as u32;
+        let dev_track = *self.devices.entry(dev).or_insert_with(|| {
+            let u = new_uuid(ctx.uuids);
+            kernel_sink.track(&TrackDef::slices(
+                u,
+                Some(ctx.p.track),
+                format!("GPU {dev}"),
+            ));
+            u
+        });
+        let st = self.streams.entry((dev, stream)).or_insert_with(|| {
+            let u = new_uuid(ctx.uuids);
+            kernel_sink.track(&TrackDef::slices(
+                u,
+                Some(dev_track),
+                format!("stream {stream:#x}"),
+            ));
+            (u, i64::MIN)
+        });
+        // Kernels of one stream do not overlap; keep the track well nested even if
+        // clock mapping jitter says otherwise.
+        s = s.max(st.1);
+        let e = e.max(s);
+        st.1 = e;
+        let fname = self
+            .kernel_names
+            .get(&func)
+            .cloned()
+            .unwrap_or_else(|| format!("kernel {func:#x}"));
+        let name = kernel_sink.name(&fname);
+        kernel_sink.begin(s as u64, st.0, name, &Extra::NONE);
+        kernel_sink.end(e as u64, st.0, &Extra::NONE);
+        self.slices += 1;
     }
 
     /// Closes WQE slices still open at the end.
