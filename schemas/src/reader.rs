@@ -393,7 +393,9 @@ impl std::ops::Deref for LogFile {
     }
 }
 
-fn parse_header(bytes: &[u8], path: &Path) -> Result<FileHeader, ReadError> {
+/// The fixed part of the header page, checked: size, magic, byte order, version, header and
+/// chunk size.
+fn raw_header(bytes: &[u8], path: &Path) -> Result<RawHeader, ReadError> {
     let bad = |offset: u64, what: String| ReadError::BadHeader {
         path: path.to_owned(),
         offset,
@@ -455,6 +457,17 @@ fn parse_header(bytes: &[u8], path: &Path) -> Result<FileHeader, ReadError> {
             format!("expected a power-of-two chunk size between {MIN_CHUNK_SIZE} and {MAX_CHUNK_SIZE}, found {cs}"),
         ));
     }
+    Ok(raw)
+}
+
+fn parse_header(bytes: &[u8], path: &Path) -> Result<FileHeader, ReadError> {
+    let raw = raw_header(bytes, path)?;
+    let bad = |offset: u64, what: String| ReadError::BadHeader {
+        path: path.to_owned(),
+        offset,
+        what,
+    };
+    let cs = raw.chunk_size;
     let ts_source = TimestampSource::from_u8(raw.ts_source)
         .ok_or_else(|| bad(25, format!("unknown timestamp source {}", raw.ts_source)))?;
     let opt = |v: i32| (v >= 0).then_some(v as u32);
@@ -492,6 +505,13 @@ fn parse_header(bytes: &[u8], path: &Path) -> Result<FileHeader, ReadError> {
         dropped: raw.dropped,
         chunks_allocated: raw.chunks_allocated,
     };
+    header_strings(bytes, path, &mut h)?;
+    Ok(h)
+}
+
+/// The tagged strings after the fixed part (hostname, command line, executable, rank source,
+/// attributes) into `h`; unknown tags (newer minor versions) are skipped.
+fn header_strings(bytes: &[u8], path: &Path, h: &mut FileHeader) -> Result<(), ReadError> {
     let mut pos = STRINGS_OFFSET;
     while pos + 4 <= HEADER_SIZE {
         let t = u16::from_ne_bytes([bytes[pos], bytes[pos + 1]]);
@@ -500,10 +520,11 @@ fn parse_header(bytes: &[u8], path: &Path) -> Result<FileHeader, ReadError> {
             break;
         }
         if pos + 4 + n > HEADER_SIZE {
-            return Err(bad(
-                pos as u64,
-                format!("header string (tag {t}) of {n} bytes runs past the header page"),
-            ));
+            return Err(ReadError::BadHeader {
+                path: path.to_owned(),
+                offset: pos as u64,
+                what: format!("header string (tag {t}) of {n} bytes runs past the header page"),
+            });
         }
         let s = String::from_utf8_lossy(&bytes[pos + 4..pos + 4 + n]).into_owned();
         match t {
@@ -516,7 +537,7 @@ fn parse_header(bytes: &[u8], path: &Path) -> Result<FileHeader, ReadError> {
         }
         pos += 4 + n;
     }
-    Ok(h)
+    Ok(())
 }
 
 fn scan_chunks(bytes: &[u8], header: &FileHeader) -> (Vec<ChunkInfo>, SalvageReport) {
