@@ -790,6 +790,12 @@ impl ChunkWriter {
     pub fn exhausted(&self) -> bool {
         self.exhausted
     }
+
+    /// Whether the current chunk is in a slot of this thread's ring (not yet at its final
+    /// position; a drainer copies it there once it is finished).
+    pub fn in_ring_slot(&self) -> bool {
+        self.slot.is_some()
+    }
 }
 
 /// Adds one record of `size` bytes to `commit` and publishes it in the chunk at `base`.
