@@ -327,9 +327,10 @@ pub fn only_log(dir: &Path) -> Trace {
     Trace::open(&logs[0])
 }
 
-/// Output with every number (decimal, hex, `0x…`, fractions) replaced by `#` and runs of
-/// whitespace collapsed: timings, PSNs and addresses differ between runs, the shape of each
-/// line must not.
+/// Output with every number (decimal, hex, `0x…`, fractions, and the words `nan`, `-nan`,
+/// `inf`, `-inf` printf writes for a float — perftest's standard deviation is `-nan` when
+/// rounding makes the variance negative) replaced by `#` and runs of whitespace collapsed:
+/// timings, PSNs and addresses differ between runs, the shape of each line must not.
 pub fn shape(s: &str) -> Vec<String> {
     s.lines()
         // perftest's CPU-frequency check depends on the moment, not on the program.
@@ -352,7 +353,13 @@ pub fn shape(s: &str) -> Vec<String> {
                     i += 1;
                 }
             }
-            out.split_whitespace().collect::<Vec<_>>().join(" ")
+            out.split_whitespace()
+                .map(|w| match w.trim_start_matches('-') {
+                    "nan" | "inf" => "#",
+                    _ => w,
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
         })
         .collect()
 }
