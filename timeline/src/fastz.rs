@@ -16,7 +16,7 @@ const BLOCK_TOKENS: usize = 1 << 15;
 /// Deflate window.
 const WINDOW: usize = 32768;
 /// Candidate table size (direct-mapped by key hash).
-const KEY_SLOTS: usize = 1024;
+const KEY_SLOTS: usize = 4096;
 
 const LEN_BASE: [u16; 29] = [
     3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 23, 27, 31, 35, 43, 51, 59, 67, 83, 99, 115, 131,
@@ -299,12 +299,14 @@ fn rle(lens: &[u8]) -> Vec<(u8, u8)> {
 struct Tables2 {
     lit: [u32; 286],
     dist: [u32; 30],
-    /// Match length 3..=MAX_RUN → its length symbol's code with the extra bits appended.
-    len: [u32; MAX_RUN + 1],
+    /// Match length 3..=MAX_MATCH → its length symbol's code with the extra bits appended.
+    len: [u32; MAX_MATCH + 1],
 }
 
-/// Longest match `packet` emits (segments are 64 bytes).
-const MAX_RUN: usize = 64;
+/// Longest deflate match.
+const MAX_MATCH: usize = 258;
+/// Bytes compared per step (one equality mask).
+const SEG: usize = 64;
 
 impl Tables2 {
     fn from_lengths(ll: &[u8], dl: &[u8]) -> Self {
@@ -315,7 +317,7 @@ impl Tables2 {
         let mut t = Tables2 {
             lit: [0; 286],
             dist: [0; 30],
-            len: [0; MAX_RUN + 1],
+            len: [0; MAX_MATCH + 1],
         };
         for (o, &(c, l)) in t.lit.iter_mut().zip(&lit.codes) {
             *o = c as u32 | (l as u32) << 16;
@@ -323,7 +325,7 @@ impl Tables2 {
         for (o, &(c, l)) in t.dist.iter_mut().zip(&dist.codes) {
             *o = c as u32 | (l as u32) << 16;
         }
-        for len in 3..=MAX_RUN {
+        for len in 3..=MAX_MATCH {
             let lc = TABLES.len_code[len] as usize;
             let (c, l) = lit.codes[257 + lc];
             let e = LEN_EXTRA[lc] as u32;
@@ -364,6 +366,12 @@ pub struct FastZ {
     done: usize,
     /// Frequencies seen yet (else the next block uses the fixed code).
     trained: bool,
+    /// The match in progress: `pend_len` bytes ending at `done` equal those `pend_dist`
+    /// earlier; not yet written, so that the next packet can extend it.
+    pend_len: usize,
+    pend_dist: usize,
+    /// Distance of the latest match (0: none in this stream): the first candidate.
+    last_dist: usize,
 }
 
 impl Default for FastZ {
@@ -391,6 +399,9 @@ impl FastZ {
             stream: 0,
             done: 0,
             trained: false,
+            pend_len: 0,
+            pend_dist: 0,
+            last_dist: 0,
         };
         z.start_stream();
         z
@@ -405,6 +416,8 @@ impl FastZ {
         self.bits.out[..2].copy_from_slice(&[0x78, 0x01]);
         self.bits.pos = 2;
         self.done = 0;
+        self.pend_len = 0;
+        self.last_dist = 0;
         self.start_block();
     }
 
@@ -495,8 +508,10 @@ impl FastZ {
     }
 
     /// Tokenizes raw bytes `buf[start..]` (one packet, written after everything tokenized so
-    /// far) against one earlier packet: the last with the same `key` (0: none), else the last
-    /// of event type `ty` (< 8), else the previous packet.
+    /// far). Candidates are the distance of the latest match (the packets before repeat
+    /// earlier ones: the match runs on across packets, up to 258 bytes a token), the last
+    /// packet with the same `key` (0: none), the last of event type `ty` (< 8) and the previous
+    /// packet; the one that matches most of the packet's first 64 bytes is used.
     #[inline]
     pub fn packet(&mut self, buf: &[u8], start: usize, key: u64, ty: usize) {
         debug_assert_eq!(start, self.done);
@@ -511,43 +526,61 @@ impl FastZ {
                 0
             }
         };
-        let mut d = 0;
+        let mut dk = 0;
         if key != 0 {
-            let slot = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 54) as usize & (KEY_SLOTS - 1);
+            let slot = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) as usize & (KEY_SLOTS - 1);
             let e = self.by_key[slot];
             if e.0 == key {
-                d = dist(e.1);
+                dk = dist(e.1);
             }
             self.by_key[slot] = (key, abs + 1);
         }
-        if d == 0 {
-            d = dist(self.by_type[ty]);
-        }
-        if d == 0 {
-            d = dist(self.prev);
-        }
+        let dt = dist(self.by_type[ty]);
+        let dp = dist(self.prev);
         self.by_type[ty] = abs + 1;
         self.prev = abs + 1;
-        // At most 6 bytes of output per 3 input bytes, 2 per literal.
-        self.bits.room(2 * (end - start) + 16);
+        // At most 6 bytes of output per 3 input bytes, 2 per literal, plus the match pending.
+        self.bits.room(2 * (end - start) + 32);
+        let seg = (end - start).min(SEG);
+        let dr = if self.last_dist <= start {
+            self.last_dist
+        } else {
+            0
+        };
+        // (mask of the first segment, distance, estimated cost in bits)
+        let mut best = (0u64, 0usize, u32::MAX);
+        if dr != 0 {
+            let m = eq_mask(buf, start, start - dr, seg);
+            if seg == end - start && m == u64::MAX >> (64 - seg) {
+                // The whole packet repeats at the latest distance (the common case in bursts).
+                self.run(buf, start, seg, dr);
+                self.packet_done(buf, end);
+                return;
+            }
+            best = (m, dr, self.cost(m, seg, dr));
+        }
+        for d in [dk, dt, dp] {
+            if d != 0 && d != dr && d != best.1 {
+                let m = eq_mask(buf, start, start - d, seg);
+                let c = self.cost(m, seg, d);
+                if c < best.2 {
+                    best = (m, d, c);
+                }
+            }
+        }
+        let (mut mask, d, _) = best;
         let mut pos = start;
-        while pos < end {
-            let seg = (end - pos).min(MAX_RUN);
-            // Bit i: byte pos+i equals the byte d earlier.
-            let mask = if d == 0 {
-                0
-            } else {
-                eq_mask(buf, pos, pos - d, seg)
-            };
+        loop {
+            let seg = (end - pos).min(SEG);
             let mut i = 0;
             while i < seg {
                 let run = ((!(mask >> i)).trailing_zeros() as usize).min(seg - i);
-                if run >= 3 {
-                    self.matched(run, d);
-                    self.tokens += 1;
+                if run >= 3 || (run > 0 && self.pend_len > 0 && self.pend_dist == d) {
+                    self.run(buf, pos + i, run, d);
                     i += run;
                 } else {
                     // Literals up to the next equal byte (at least one).
+                    self.flush(buf, pos + i);
                     let lits = ((mask >> i).trailing_zeros() as usize).clamp(1, seg - i);
                     for &b in &buf[pos + i..pos + i + lits] {
                         self.lit(b);
@@ -557,9 +590,71 @@ impl FastZ {
                 }
             }
             pos += seg;
+            if pos >= end {
+                break;
+            }
+            let seg = (end - pos).min(SEG);
+            mask = if d == 0 {
+                0
+            } else {
+                eq_mask(buf, pos, pos - d, seg)
+            };
         }
+        self.packet_done(buf, end);
+    }
+
+    /// Estimated bits of the first `seg` bytes of a packet coded against distance `d` whose
+    /// equal bytes are `m`: literals ≈ 8 bits, each match ≈ 10 bits plus the distance's extra
+    /// bits, none for the pending match continued.
+    #[inline]
+    fn cost(&self, m: u64, seg: usize, d: usize) -> u32 {
+        let runs = (m & !(m << 1)).count_ones();
+        let cont = (m & 1 != 0 && self.pend_len > 0 && self.pend_dist == d) as u32;
+        8 * (seg as u32 - m.count_ones()) + (runs - cont) * (10 + DIST_EXTRA[dist_code(d)] as u32)
+    }
+
+    /// `n` bytes at `at` equal those `d` earlier: extends the pending match or starts one.
+    #[inline(always)]
+    fn run(&mut self, buf: &[u8], at: usize, n: usize, d: usize) {
+        if self.pend_len == 0 || self.pend_dist != d {
+            self.flush(buf, at);
+            self.pend_dist = d;
+            self.last_dist = d;
+        }
+        self.pend_len += n;
+        if self.pend_len > MAX_MATCH {
+            // n ≤ 64: one full-length token leaves the rest pending (it may be < 3 bytes, then
+            // written as literals unless the match goes on).
+            self.matched(MAX_MATCH, d);
+            self.tokens += 1;
+            self.pend_len -= MAX_MATCH;
+        }
+    }
+
+    /// Writes the pending match, which ends at `at` (as literals when shorter than 3).
+    #[inline]
+    fn flush(&mut self, buf: &[u8], at: usize) {
+        let len = self.pend_len;
+        if len == 0 {
+            return;
+        }
+        if len >= 3 {
+            self.matched(len, self.pend_dist);
+            self.tokens += 1;
+        } else {
+            for &b in &buf[at - len..at] {
+                self.lit(b);
+            }
+            self.tokens += len;
+        }
+        self.pend_len = 0;
+    }
+
+    #[inline]
+    fn packet_done(&mut self, buf: &[u8], end: usize) {
         self.done = end;
         if self.tokens >= BLOCK_TOKENS {
+            self.flush(buf, end);
             self.end_block();
             self.start_block();
         }
@@ -579,6 +674,8 @@ impl FastZ {
     /// Like [`FastZ::finish`], handing the zlib bytes to `f` without copying them first.
     pub fn finish_with<R>(&mut self, buf: &[u8], f: impl FnOnce(&[u8]) -> R) -> R {
         debug_assert_eq!(buf.len(), self.done);
+        self.bits.room(16);
+        self.flush(buf, buf.len());
         self.end_block();
         // A final, empty block with the fixed code: BFINAL 1, BTYPE 01, end of block (7 zeros).
         self.bits.room(8);
@@ -717,5 +814,45 @@ mod tests {
         }
         let empty = z.finish(&[]);
         assert!(inflate(&empty).is_empty());
+    }
+
+    /// Repeating packet sequences become matches that run on across packets (longer than one
+    /// packet, split at 258 bytes), and the stream still inflates to the raw bytes.
+    #[test]
+    fn repeats_run_on_across_packets() {
+        let mut z = FastZ::new();
+        let mut buf = Vec::new();
+        let mut seed = 0x9876_5432u64;
+        for i in 0..200_000u64 {
+            let start = buf.len();
+            // Bursts of 100 packets that repeat the burst before, one in 7 with a new byte.
+            let lane = i % 100;
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let ts = if lane % 7 == 0 { (seed >> 57) as u8 } else { 0 };
+            buf.extend_from_slice(&[
+                0x0a,
+                9,
+                0x50,
+                3,
+                0x5a,
+                4,
+                0x58,
+                0x80 | lane as u8,
+                1,
+                0x40,
+                ts,
+            ]);
+            z.packet(&buf, start, (lane << 3 | 2) + 1, 2);
+            if i % 70_000 == 69_999 {
+                let out = z.finish(&buf);
+                assert_eq!(inflate(&out), buf);
+                assert!(out.len() * 12 < buf.len(), "{} of {}", out.len(), buf.len());
+                buf.clear();
+            }
+        }
+        let out = z.finish(&buf);
+        assert_eq!(inflate(&out), buf);
     }
 }
