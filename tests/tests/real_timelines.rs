@@ -77,9 +77,16 @@ fn launch(p: &Proc, logs: &Path, fabric: &Path, skew: bool) -> Guarded {
 }
 
 /// Runs everything; returns the log directory and each client's output.
-fn execute(run: &Run, dir: &Path, skew: bool) -> (PathBuf, Vec<String>) {
+/// Held from choosing a case's TCP ports until its servers listen on them: the tests run in
+/// parallel, and a port another test was given but does not listen on yet looks free (a
+/// client once reached another test's server, on another fabric: retry counter exceeded).
+static PORTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn execute(make: impl FnOnce() -> Run, dir: &Path, skew: bool) -> (PathBuf, Vec<String>) {
     let (logs, fabric) = (dir.join("logs"), dir.join("fabric"));
     std::fs::create_dir_all(&fabric).unwrap();
+    let ports = PORTS.lock().unwrap_or_else(|e| e.into_inner());
+    let run = make();
     let servers: Vec<Guarded> = run
         .servers
         .iter()
@@ -97,6 +104,7 @@ fn execute(run: &Run, dir: &Path, skew: bool) -> (PathBuf, Vec<String>) {
             g
         })
         .collect();
+    drop(ports);
     let clients: Vec<Guarded> = run
         .clients
         .iter()
@@ -427,8 +435,7 @@ fn check(logs: &Path, expect: Expect, skew: bool, what: &str) -> Measured {
 fn case(name: &str, run: impl Fn() -> Run, expect: impl Fn(&[String]) -> Expect) {
     for skew in [false, true] {
         let tmp = tempfile::tempdir().unwrap();
-        let r = run();
-        let (logs, outs) = execute(&r, tmp.path(), skew);
+        let (logs, outs) = execute(&run, tmp.path(), skew);
         let what = format!("{name}{}", if skew { " (clock errors)" } else { "" });
         check(&logs, expect(&outs), skew, &what);
     }
@@ -521,8 +528,11 @@ fn srq_pingpong() {
     let iters = 100;
     for skew in [false, true] {
         let tmp = tempfile::tempdir().unwrap();
-        let r = pingpong("ibv_srq_pingpong", "-q 4", iters)();
-        let (logs, _) = execute(&r, tmp.path(), skew);
+        let (logs, _) = execute(
+            pingpong("ibv_srq_pingpong", "-q 4", iters),
+            tmp.path(),
+            skew,
+        );
         let report =
             sigmatrace_convert::stats(std::slice::from_ref(&logs), &ConvertOptions::default())
                 .unwrap();
@@ -792,6 +802,6 @@ fn ring_allreduce_demo() {
             .collect(),
         persistent_servers: false,
     };
-    let (logs, _) = execute(&run, tmp.path(), true);
+    let (logs, _) = execute(|| run, tmp.path(), true);
     check(&logs, expect, true, "ring all-reduce (clock errors)");
 }

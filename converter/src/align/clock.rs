@@ -121,6 +121,117 @@ fn fit(points: &[(u64, i64)], default_slope: f64) -> (LinearMap, f64) {
     (map, resid)
 }
 
+/// The nominal ns per tick of a timestamp source.
+fn nominal_slope(source: TimestampSource, hz: u64) -> f64 {
+    match source {
+        TimestampSource::MonotonicRaw => 1.0,
+        TimestampSource::Tsc if hz > 0 => 1e9 / hz as f64,
+        TimestampSource::Tsc => 1.0,
+    }
+}
+
+/// A snapshot's bracket (ticks between the two timestamp reads around the clock reads) more
+/// than this many times the median bracket means the snapshot was preempted: its midpoint may
+/// be off by half the bracket, so it is left out of the fit.
+const PREEMPTED_BRACKET: u64 = 4;
+
+/// Usable points of one process's snapshots: (middle of the bracket, MONOTONIC), sorted,
+/// preempted snapshots (bracket over [`PREEMPTED_BRACKET`] × the median) left out while two
+/// or more others remain.
+fn snapshot_points(snaps: &[ClockSnapshot]) -> Vec<(u64, i64)> {
+    let mut pts: Vec<(u64, i64, u64)> = snaps
+        .iter()
+        .filter(|s| s.monotonic != 0)
+        .map(|s| {
+            if s.ts_after >= s.ts {
+                let w = s.ts_after - s.ts;
+                (s.ts + w / 2, s.monotonic as i64, w)
+            } else {
+                (s.ts, s.monotonic as i64, 0)
+            }
+        })
+        .collect();
+    if pts.is_empty() {
+        return Vec::new();
+    }
+    let mut widths: Vec<u64> = pts.iter().map(|p| p.2).collect();
+    widths.sort_unstable();
+    let limit = widths[widths.len() / 2].max(1) * PREEMPTED_BRACKET;
+    if pts.iter().filter(|p| p.2 <= limit).count() >= 2 {
+        pts.retain(|p| p.2 <= limit);
+    }
+    let mut pts: Vec<(u64, i64)> = pts.into_iter().map(|p| (p.0, p.1)).collect();
+    pts.sort_unstable();
+    pts.dedup_by_key(|p| p.0);
+    pts
+}
+
+/// `ts → CLOCK_MONOTONIC` for one or more processes whose timestamp counters run at one rate
+/// (one machine: the TSC and MONOTONIC_RAW tick alike for every process): one slope by least
+/// squares over all their snapshots, each process with its own intercept (its counter's
+/// origin may differ). Returns per set the map, its largest residual (ns) and its points.
+pub fn fit_snapshots(
+    sets: &[&[ClockSnapshot]],
+    source: TimestampSource,
+    hz: u64,
+) -> Vec<(LinearMap, f64, usize)> {
+    let default_slope = nominal_slope(source, hz);
+    let pts: Vec<Vec<(u64, i64)>> = sets.iter().map(|v| snapshot_points(v)).collect();
+    // Common slope: Σ (x − x̄_p)(y − ȳ_p) / Σ (x − x̄_p)² over every process p.
+    let (mut sxy, mut sxx) = (0.0, 0.0);
+    for p in pts.iter().filter(|p| p.len() > 1) {
+        let (x0, y0) = p[0];
+        let n = p.len() as f64;
+        let rel: Vec<(f64, f64)> = p
+            .iter()
+            .map(|&(x, y)| (x.wrapping_sub(x0) as i64 as f64, y.wrapping_sub(y0) as f64))
+            .collect();
+        let (mx, my) = (
+            rel.iter().map(|r| r.0).sum::<f64>() / n,
+            rel.iter().map(|r| r.1).sum::<f64>() / n,
+        );
+        for (x, y) in rel {
+            sxy += (x - mx) * (y - my);
+            sxx += (x - mx) * (x - mx);
+        }
+    }
+    let slope = sxy / sxx;
+    let slope = if sxx < 1e-9 || !slope.is_finite() || slope <= 0.0 {
+        default_slope
+    } else {
+        slope
+    };
+    pts.iter()
+        .map(|p| {
+            let Some(&(x0, y0)) = p.first() else {
+                // No usable snapshot: the source as ns since an unknown origin.
+                let map = LinearMap {
+                    x0: 0,
+                    out0: 0,
+                    slope: default_slope,
+                };
+                return (map, 0.0, 0);
+            };
+            let n = p.len() as f64;
+            let icpt = p
+                .iter()
+                .map(|&(x, y)| y.wrapping_sub(y0) as f64 - slope * x.wrapping_sub(x0) as i64 as f64)
+                .sum::<f64>()
+                / n;
+            let map = LinearMap {
+                x0,
+                out0: y0.saturating_add(icpt.round() as i64),
+                slope,
+            };
+            let resid = p
+                .iter()
+                .map(|&(x, y)| map.map(x).wrapping_sub(y).unsigned_abs() as f64)
+                .fold(0.0, f64::max);
+            (map, resid, p.len())
+        })
+        .collect()
+}
+
 /// How one process's timestamps map to its host's clocks.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ProcessClock {
@@ -141,51 +252,22 @@ impl ProcessClock {
         source: TimestampSource,
         hz: u64,
     ) -> Self {
-        let default_slope = match source {
-            TimestampSource::MonotonicRaw => 1.0,
-            TimestampSource::Tsc if hz > 0 => 1e9 / hz as f64,
-            TimestampSource::Tsc => 1.0,
-        };
-        let mid = |s: &ClockSnapshot| {
-            if s.ts_after >= s.ts {
-                s.ts + (s.ts_after - s.ts) / 2
-            } else {
-                s.ts
-            }
-        };
-        let mut pts: Vec<(u64, i64)> = Vec::with_capacity(snaps.len() + 1);
         let usable = |s: &ClockSnapshot| s.monotonic != 0;
-        if usable(start) {
-            pts.push((mid(start), start.monotonic as i64));
-        }
-        pts.extend(
-            snaps
-                .iter()
-                .filter(|s| usable(s))
-                .map(|s| (mid(s), s.monotonic as i64)),
-        );
-        pts.sort_by_key(|p| p.0);
-        pts.dedup_by_key(|p| p.0);
-        if pts.is_empty() {
-            // No usable snapshot: treat the source as nanoseconds since an unknown origin.
-            return ProcessClock {
-                to_monotonic: LinearMap {
-                    x0: 0,
-                    out0: 0,
-                    slope: default_slope,
-                },
-                realtime_offset: 0,
-                fit_residual_ns: 0.0,
-                snapshots: 0,
-            };
-        }
-        let (to_monotonic, resid) = fit(&pts, default_slope);
-        let base = if usable(start) { start } else { &snaps[0] };
+        let all: Vec<ClockSnapshot> = std::iter::once(*start)
+            .chain(snaps.iter().copied())
+            .collect();
+        let (to_monotonic, fit_residual_ns, snapshots) = fit_snapshots(&[&all], source, hz)[0];
+        let base = if usable(start) {
+            Some(start)
+        } else {
+            snaps.iter().find(|s| usable(s))
+        };
         ProcessClock {
             to_monotonic,
-            realtime_offset: (base.realtime as i64).wrapping_sub(base.monotonic as i64),
-            fit_residual_ns: resid,
-            snapshots: pts.len(),
+            realtime_offset: base
+                .map_or(0, |b| (b.realtime as i64).wrapping_sub(b.monotonic as i64)),
+            fit_residual_ns,
+            snapshots,
         }
     }
 

@@ -183,6 +183,10 @@ fn join_hulls(inputs: &[LogInput], topo: &Topology, dom: &Domains, t0: i64) -> J
 /// Computes the per-domain corrections and applies them to `topo` (process maps).
 pub fn align(inputs: &[LogInput], topo: &mut Topology, use_causality: bool) -> Alignment {
     let dom = domains::clock_domains(inputs, topo);
+    let clocks = domains::pooled_clocks(topo, &dom);
+    for (p, c) in topo.procs.iter_mut().zip(clocks) {
+        p.clock = c;
+    }
     let n = dom.len();
     // One REALTIME − MONOTONIC per domain (that of its first process's host): the processes of
     // a domain read one REALTIME, so they share one time line.

@@ -98,6 +98,9 @@ pub struct Process {
     pub ts_source: TimestampSource,
     pub tsc_hz: u64,
     pub clock: ProcessClock,
+    /// The clock snapshots the fit used (the header's start snapshot first): processes of
+    /// one clock domain are refitted together ([`crate::align::domains::pooled_clocks`]).
+    pub snapshots: Vec<sigmatrace_schemas::records::ClockSnapshot>,
     /// Log ts → output time (ns since the epoch, aligned across hosts).
     pub map: LinearMap,
     pub gpu: GpuClocks,
@@ -314,6 +317,9 @@ impl Topology {
                 ts_source: h.ts_source,
                 tsc_hz: h.tsc_hz,
                 clock,
+                snapshots: std::iter::once(h.start)
+                    .chain(s.snapshots.iter().copied())
+                    .collect(),
                 map: LinearMap::IDENTITY,
                 gpu: GpuClocks::fit(&s.gpu_pairs, ts_per_ns),
                 qps: Vec::new(),

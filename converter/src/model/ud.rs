@@ -125,13 +125,14 @@ fn tails_proven(
         return Vec::new();
     }
     let dom = crate::align::domains::clock_domains(inputs, topo);
-    // One time line per domain, as the alignment has it: each process's own fit plus its
-    // domain's REALTIME − MONOTONIC.
+    // One time line per domain, as the alignment has it: the domain's pooled fit plus its
+    // REALTIME − MONOTONIC.
     let rt = |p: usize| {
         let first = dom.procs[dom.of_proc[p]][0];
         topo.hosts[topo.procs[first].host].realtime_offset
     };
-    let time = |p: usize, ts: u64| topo.procs[p].clock.to_realtime(rt(p)).map(ts);
+    let clocks = crate::align::domains::pooled_clocks(topo, &dom);
+    let time = |p: usize, ts: u64| clocks[p].to_realtime(rt(p)).map(ts);
     let mut senders: Vec<usize> = short.iter().map(|s| s.0).collect();
     senders.sort_unstable();
     senders.dedup();
