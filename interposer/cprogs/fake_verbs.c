@@ -552,6 +552,35 @@ static void *thread_main(void *p)
 	return NULL;
 }
 
+/* Single-WR RDMA writes and sends (the tracer's compact-only path) with and without fields
+ * the compact record cannot hold: a 64-bit remote address, a send flag above bit 4. */
+static void plain_sends(void)
+{
+	char buf[64];
+	struct ibv_context *ctx = new_ctx();
+	struct ibv_cq *cq = new_cq(ctx);
+	struct ibv_qp *qp = &new_qp(ctx, IBV_QPT_RC, cq)->qp;
+	struct ibv_sge s = { (uintptr_t)buf, 8, 1 };
+	struct ibv_send_wr w = { .wr_id = 1, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+				 .send_flags = IBV_SEND_SIGNALED },
+			   *bad = NULL;
+	w.wr.rdma.remote_addr = 0xfedcba9876543210ull;
+	w.wr.rdma.rkey = 0x33;
+	check(ibv_post_send(qp, &w, &bad) == 0, "wide address");
+	w.wr_id = 2;
+	w.wr.rdma.remote_addr = 0x1000;
+	w.send_flags = IBV_SEND_SIGNALED | (1 << 6);
+	check(ibv_post_send(qp, &w, &bad) == 0, "wide flags");
+	w.wr_id = 3;
+	w.send_flags = IBV_SEND_SIGNALED;
+	check(ibv_post_send(qp, &w, &bad) == 0, "plain write");
+	w = (struct ibv_send_wr){ .wr_id = 4, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_SEND,
+				  .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE };
+	check(ibv_post_send(qp, &w, &bad) == 0, "plain send");
+	struct ibv_wc wc[8];
+	check(ibv_poll_cq(cq, 8, wc) == 4, "four completions");
+}
+
 static void dlsym_check(void)
 {
 	/* RTLD_NEXT from the main program must still mean "after the main program". */
@@ -577,6 +606,8 @@ int main(int argc, char **argv)
 	long a = argc > 2 ? atol(argv[2]) : 0, b = argc > 3 ? atol(argv[3]) : 0;
 	if (!strcmp(mode, "basic")) {
 		basic();
+	} else if (!strcmp(mode, "plain")) {
+		plain_sends();
 	} else if (!strcmp(mode, "post")) {
 		post_fresh(a);
 	} else if (!strcmp(mode, "threads")) {

@@ -45,20 +45,34 @@ const COMPLETION_C: u16 = RecordKind::CompletionCompact as u16;
 // ---------------------------------------------------------------------------------------------
 // Packing (writer) and expansion (reader), kind by kind
 
-/// `addr_op` of a [`PostSendCompact`], or `None` when `r` has no compact form.
+/// `addr_op` of a [`PostSendCompact`] — remote address (48 bits), opcode, send flags (5
+/// bits) and SGE count (3 bits) — or `None` when they do not fit.
 #[inline(always)]
-pub fn post_send_addr_op(r: &PostSend) -> Option<u64> {
-    let fits = r.imm == 0
-        && r.compare_add == 0
-        && r.remote_addr >> 48 == 0
-        && r.hdr.aux < 32
-        && r.num_sge < 8
-        && r._pad == 0;
-    let word = r.remote_addr
-        | (r.opcode as u64) << 48
-        | (r.hdr.aux as u64) << 56
-        | (r.num_sge as u64) << 61;
+pub fn pack_addr_op(remote_addr: u64, opcode: u8, flags: u32, num_sge: u16) -> Option<u64> {
+    let fits = remote_addr >> 48 == 0 && flags < 32 && num_sge < 8;
+    let word = remote_addr | (opcode as u64) << 48 | (flags as u64) << 56 | (num_sge as u64) << 61;
     fits.then_some(word)
+}
+
+/// What decides whether a send WR without immediate data or atomic operands (RDMA write,
+/// send) has a compact `PostSend` ([`ChunkWriter::try_append_plain_send`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SendHead {
+    pub qpn: u32,
+    pub source: u8,
+    pub remote_addr: u64,
+    /// `ibv_send_flags` (the full record's `hdr.aux`).
+    pub flags: u32,
+    pub num_sge: u16,
+    pub opcode: u8,
+}
+
+/// The rest of such a WR's `PostSend` (`imm`, `compare_add` and `_pad` are 0).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SendBody {
+    pub wr_id: u64,
+    pub rkey: u32,
+    pub bytes: u32,
 }
 
 /// The `PostSend` a compact one stands for.
@@ -101,10 +115,26 @@ pub fn expand_post_recv(c: &PostRecvCompact, base: u64, s: &BoundSlot) -> PostRe
     }
 }
 
-/// Whether `r` has a compact form.
-#[inline(always)]
-pub fn completion_fits(r: &WorkCompletion) -> bool {
-    r.hw_ts == 0 && r.vendor_err == 0 && r.src_qp >> 24 == 0 && r.hdr.aux < 256
+/// What decides whether a completion without hardware time or vendor error has a compact
+/// `WorkCompletion` ([`ChunkWriter::try_append_plain_completion`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CompletionHead {
+    pub cq: u64,
+    pub qpn: u32,
+    pub src_qp: u32,
+    /// `ibv_wc_flags` (the full record's `hdr.aux`).
+    pub flags: u32,
+}
+
+/// The rest of such a completion's `WorkCompletion` (`hw_ts` and `vendor_err` are 0).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CompletionBody {
+    pub wr_id: u64,
+    pub byte_len: u32,
+    pub imm: u32,
+    pub slid: u16,
+    pub status: u8,
+    pub opcode: u8,
 }
 
 /// The `WorkCompletion` a compact one stands for.
@@ -169,21 +199,58 @@ impl ChunkWriter {
     /// `append` of a `PostSend`: compact when it fits.
     #[inline(always)]
     pub(crate) fn append_post_send(&mut self, r: &PostSend) -> bool {
-        let Some(addr_op) = post_send_addr_op(r).filter(|_| self.compact) else {
-            return self.append_full(r);
-        };
-        let key = r.qpn as u64 | (r.source as u64) << 32 | (slot_role::SEND as u64) << 40;
-        self.append_slotted(r.ts, 0, key, |c: &mut PostSendCompact, tslot| {
-            *c = PostSendCompact {
-                kind: PostSendCompact::KIND as u16,
-                len: size_of::<PostSendCompact>() as u16,
-                tslot,
+        if r.imm == 0 && r.compare_add == 0 && r._pad == 0 {
+            let head = SendHead {
+                qpn: r.qpn,
+                source: r.source,
+                remote_addr: r.remote_addr,
+                flags: r.hdr.aux,
+                num_sge: r.num_sge,
+                opcode: r.opcode,
+            };
+            let body = || SendBody {
                 wr_id: r.wr_id,
-                addr_op,
                 rkey: r.rkey,
                 bytes: r.bytes,
+            };
+            if let Some(ok) = self.try_append_plain_send(r.ts, &head, body) {
+                return ok;
             }
-        })
+        }
+        self.append_full(r)
+    }
+
+    /// Appends the compact form of the `PostSend` at `ts` of `head` and `body()` — what
+    /// `append` of that full record writes when it fits — and returns whether it was
+    /// recorded (false: dropped and counted, as `append`); `None` when it has no compact
+    /// form or the writer does not compact: nothing was written or counted, and the caller
+    /// appends the full record. The hot path's way to skip assembling the full record:
+    /// `body` is called only once the record's place is ready, so its fields are read
+    /// straight into the record.
+    #[inline(always)]
+    pub fn try_append_plain_send(
+        &mut self,
+        ts: u64,
+        head: &SendHead,
+        body: impl FnOnce() -> SendBody,
+    ) -> Option<bool> {
+        let addr_op = pack_addr_op(head.remote_addr, head.opcode, head.flags, head.num_sge)
+            .filter(|_| self.compact)?;
+        let key = head.qpn as u64 | (head.source as u64) << 32 | (slot_role::SEND as u64) << 40;
+        Some(
+            self.append_slotted(ts, 0, key, |c: &mut PostSendCompact, tslot| {
+                let b = body();
+                *c = PostSendCompact {
+                    kind: PostSendCompact::KIND as u16,
+                    len: size_of::<PostSendCompact>() as u16,
+                    tslot,
+                    wr_id: b.wr_id,
+                    addr_op,
+                    rkey: b.rkey,
+                    bytes: b.bytes,
+                }
+            }),
+        )
     }
 
     /// `append` of a `PostRecv`: compact when it fits.
@@ -209,24 +276,59 @@ impl ChunkWriter {
     /// `append` of a `WorkCompletion`: compact when it fits.
     #[inline(always)]
     pub(crate) fn append_completion(&mut self, r: &WorkCompletion) -> bool {
-        if !self.compact || !completion_fits(r) {
-            return self.append_full(r);
-        }
-        let key = r.qpn as u64 | (slot_role::COMPLETION as u64) << 40;
-        self.append_slotted(r.ts, r.cq, key, |c: &mut CompletionCompact, tslot| {
-            *c = CompletionCompact {
-                kind: CompletionCompact::KIND as u16,
-                len: size_of::<CompletionCompact>() as u16,
-                tslot,
+        if r.hw_ts == 0 && r.vendor_err == 0 {
+            let head = CompletionHead {
+                cq: r.cq,
+                qpn: r.qpn,
+                src_qp: r.src_qp,
+                flags: r.hdr.aux,
+            };
+            let body = || CompletionBody {
                 wr_id: r.wr_id,
                 byte_len: r.byte_len,
                 imm: r.imm,
-                src_qp_flags: r.src_qp | r.hdr.aux << 24,
                 slid: r.slid,
                 status: r.status,
                 opcode: r.opcode,
+            };
+            if let Some(ok) = self.try_append_plain_completion(r.ts, &head, body) {
+                return ok;
             }
-        })
+        }
+        self.append_full(r)
+    }
+
+    /// Appends the compact form of the `WorkCompletion` at `ts` of `head` and `body()` — as
+    /// [`try_append_plain_send`](Self::try_append_plain_send) does for a send.
+    #[inline(always)]
+    pub fn try_append_plain_completion(
+        &mut self,
+        ts: u64,
+        head: &CompletionHead,
+        body: impl FnOnce() -> CompletionBody,
+    ) -> Option<bool> {
+        if !self.compact || head.src_qp >> 24 != 0 || head.flags >= 256 {
+            return None;
+        }
+        let key = head.qpn as u64 | (slot_role::COMPLETION as u64) << 40;
+        let src_qp_flags = head.src_qp | head.flags << 24;
+        Some(
+            self.append_slotted(ts, head.cq, key, |r: &mut CompletionCompact, tslot| {
+                let b = body();
+                *r = CompletionCompact {
+                    kind: CompletionCompact::KIND as u16,
+                    len: size_of::<CompletionCompact>() as u16,
+                    tslot,
+                    wr_id: b.wr_id,
+                    byte_len: b.byte_len,
+                    imm: b.imm,
+                    src_qp_flags,
+                    slid: b.slid,
+                    status: b.status,
+                    opcode: b.opcode,
+                }
+            }),
+        )
     }
 
     /// Appends the compact record `C` (filled whole by `fill`, given its `tslot` word) of the

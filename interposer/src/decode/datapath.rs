@@ -11,7 +11,10 @@
 
 use std::ffi::c_int;
 
-use sigmatrace_schemas::post_source;
+use sigmatrace_schemas::{
+    compact::{CompletionBody, CompletionHead, SendBody, SendHead},
+    post_source,
+};
 
 use crate::ffi::*;
 use crate::record::data::{self, Completion, PostFailure, RecvWr, SendWr};
@@ -252,8 +255,40 @@ pub unsafe fn sends_ok(qp: *mut ibv_qp, wr: *mut ibv_send_wr, ts: u64) {
         // SAFETY: per caller.
         return unsafe { sends_list(qp, wr, std::ptr::null_mut(), 0, ts) };
     }
-    // One WR with one SGE: the common case, decoded straight from the program's WR into a
-    // reserved chunk slot (no intermediate record, no copy, no call).
+    // One WR with one SGE: the common case, decoded straight from the program's WR into the
+    // chunk (no intermediate record, no copy, no call). RDMA writes and sends on connected
+    // QPs (the message-rate opcodes) straight into the compact record.
+    // SAFETY: qp is live, wr the program's single WR.
+    let (op, ud) = unsafe { ((*wr).opcode, (*qp).qp_type == IBV_QPT_UD) };
+    if !ud && (op == IBV_WR_RDMA_WRITE || op == IBV_WR_SEND) {
+        let write = op == IBV_WR_RDMA_WRITE;
+        // SAFETY (both closures): qp is a live QP of an instrumented context; wr the
+        // program's single WR, whose one SGE the provider already read; the `rdma` arm is
+        // the one an RDMA write fills (as the provider reads it).
+        let head = || unsafe {
+            SendHead {
+                qpn: (*qp).qp_num,
+                source: post_source::POST_SEND,
+                remote_addr: if write { (*wr).wr.rdma.remote_addr } else { 0 },
+                flags: (*wr).send_flags,
+                num_sge: 1,
+                opcode: op as u8,
+            }
+        };
+        let body = || unsafe {
+            SendBody {
+                wr_id: (*wr).wr_id,
+                rkey: if write { (*wr).wr.rdma.rkey } else { 0 },
+                bytes: (*(*wr).sg_list).length,
+            }
+        };
+        let recorded = data::post_plain_send_one(ts, head, body);
+        if !recorded {
+            // SAFETY: per caller.
+            unsafe { sends_list(qp, wr, std::ptr::null_mut(), 0, ts) };
+        }
+        return;
+    }
     data::post_send_one(ts, post_source::POST_SEND, || {
         // SAFETY: qp is a live QP of an instrumented context; wr the program's single WR,
         // whose one SGE the provider already read. The operands first: the other fields are
@@ -441,17 +476,48 @@ pub unsafe fn polled(cq: *mut ibv_cq, wc: *const ibv_wc, rc: c_int, mask: u32) {
             return;
         }
         // SAFETY: i < rc entries the provider filled.
-        data::completions(cq_id, ts, rc as usize, |i| {
-            decode_wc(unsafe { &*wc.add(i) })
-        });
+        data::completions(
+            cq_id,
+            ts,
+            rc as usize,
+            // SAFETY (all three): i < rc entries the provider filled.
+            |i| wc_head(cq_id, unsafe { &*wc.add(i) }),
+            |i| wc_body(unsafe { &*wc.add(i) }),
+            |i| decode_wc(unsafe { &*wc.add(i) }),
+        );
     } else if rc == 0 && mask & cat::EMPTY_POLLS != 0 {
         data::empty_poll(cq_id, ts);
     }
 }
 
+/// What decides a completion's compact form (`None`: it has a vendor error).
 #[inline(always)]
-fn decode_wc(w: &ibv_wc) -> Completion {
-    let imm = if w.wc_flags & IBV_WC_WITH_IMM != 0 {
+fn wc_head(cq: u64, w: &ibv_wc) -> Option<CompletionHead> {
+    (w.vendor_err == 0).then_some(CompletionHead {
+        cq,
+        qpn: w.qp_num,
+        src_qp: w.src_qp,
+        flags: w.wc_flags,
+    })
+}
+
+/// The rest of a completion's compact form.
+#[inline(always)]
+fn wc_body(w: &ibv_wc) -> CompletionBody {
+    CompletionBody {
+        wr_id: w.wr_id,
+        byte_len: w.byte_len,
+        imm: wc_imm(w),
+        slid: w.slid,
+        status: w.status as u8,
+        opcode: w.opcode as u8,
+    }
+}
+
+/// The immediate data (host order) or invalidated rkey of a completion that has one, else 0.
+#[inline(always)]
+fn wc_imm(w: &ibv_wc) -> u32 {
+    if w.wc_flags & IBV_WC_WITH_IMM != 0 {
         // SAFETY: IBV_WC_WITH_IMM says the imm_data arm is valid.
         u32::from_be(unsafe { w.__bindgen_anon_1.imm_data })
     } else if w.wc_flags & IBV_WC_WITH_INV != 0 {
@@ -459,14 +525,18 @@ fn decode_wc(w: &ibv_wc) -> Completion {
         unsafe { w.__bindgen_anon_1.invalidated_rkey }
     } else {
         0
-    };
+    }
+}
+
+#[inline(always)]
+fn decode_wc(w: &ibv_wc) -> Completion {
     Completion {
         wr_id: w.wr_id,
         status: w.status as u8,
         opcode: w.opcode as u8,
         vendor_err: w.vendor_err,
         byte_len: w.byte_len,
-        imm,
+        imm: wc_imm(w),
         qpn: w.qp_num,
         src_qp: w.src_qp,
         wc_flags: w.wc_flags,

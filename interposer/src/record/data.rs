@@ -6,6 +6,7 @@
 //! has to survive a call and no intermediate record is copied.
 
 use sigmatrace_schemas::{
+    compact::{CompletionBody, CompletionHead, SendBody, SendHead},
     post_source, FixedRecord, PostError, PostRecv, PostSend, RecordHeader, WorkCompletion,
 };
 
@@ -71,6 +72,23 @@ pub fn post_send_one(ts: u64, source: u8, wr: impl FnOnce() -> (u32, SendWr)) {
         let (qpn, w) = wr();
         // `append` writes the record, then a due snapshot (taken later).
         t.append(&post_send(ts, qpn, source, &w));
+    }
+}
+
+/// One RDMA write or send WR (no immediate data, no atomic operands) of a post call the
+/// provider accepted: the message-rate path. Once the thread is inside the sink, `head`
+/// decodes what decides the record's form and `body` the rest, read straight into the
+/// compact record. Returns false when it has no compact form (nothing written: the caller
+/// records it the general way, out of line).
+#[inline(always)]
+pub fn post_plain_send_one(
+    ts: u64,
+    head: impl FnOnce() -> SendHead,
+    body: impl FnOnce() -> SendBody,
+) -> bool {
+    match sink::enter() {
+        Some(mut t) => t.append_plain_send(ts, &head(), body),
+        None => true,
     }
 }
 
@@ -225,18 +243,46 @@ pub fn completion(ts: u64, cq: u64, c: &Completion) -> WorkCompletion {
     }
 }
 
-/// The completions a poll of `cq` returned (the hot path); `entry(i)` decodes the `i`-th.
-/// Closes the CQ's empty-poll run first.
+/// The completions a poll of `cq` returned (the hot path). For the `i`-th, `head(i)`
+/// decodes what decides its compact form (`None`: it has a vendor error) and `body(i)` the
+/// rest, read straight into the compact record; `entry(i)` decodes the full record (out of
+/// line, when the compact form does not hold it). Closes the CQ's empty-poll run first.
 #[inline(always)]
-pub fn completions(cq: u64, ts: u64, n: usize, mut entry: impl FnMut(usize) -> Completion) {
+pub fn completions(
+    cq: u64,
+    ts: u64,
+    n: usize,
+    mut head: impl FnMut(usize) -> Option<CompletionHead>,
+    mut body: impl FnMut(usize) -> CompletionBody,
+    mut entry: impl FnMut(usize) -> Completion,
+) {
     if let Some(mut t) = sink::enter() {
         work_returned(&mut t, cq);
         for i in 0..n {
-            t.out.append_raw(&completion(ts, cq, &entry(i)));
+            let recorded = match head(i) {
+                Some(h) => t.append_plain_completion_raw(ts, &h, || body(i)),
+                None => false,
+            };
+            if !recorded {
+                completion_full(&mut t, ts, cq, &mut entry, i);
+            }
         }
         // A due snapshot follows the completions (taken now, after their time).
         t.snapshot_check(ts);
     }
+}
+
+/// [`completions`]' full record of the `i`-th completion.
+#[cold]
+#[inline(never)]
+fn completion_full(
+    t: &mut Thread<'_>,
+    ts: u64,
+    cq: u64,
+    entry: &mut impl FnMut(usize) -> Completion,
+    i: usize,
+) {
+    t.out.append_raw(&completion(ts, cq, &entry(i)));
 }
 
 /// One completion of an extended CQ (`start_poll`/`next_poll`).

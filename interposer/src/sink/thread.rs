@@ -17,6 +17,7 @@ use std::mem::MaybeUninit;
 use std::sync::atomic::Ordering;
 
 use sigmatrace_schemas::{
+    compact::{CompletionBody, CompletionHead, SendBody, SendHead},
     drop_reason, ChunkWriter, Dropped, FixedRecord, RecordHeader, RecordKind, Reserved,
 };
 
@@ -249,6 +250,45 @@ impl<'a> Thread<'a> {
     #[inline(always)]
     pub fn snapshot_check(&mut self, ts: u64) {
         self.out.snapshot_check(ts);
+    }
+
+    /// Appends the compact `PostSend` of a plain send WR (then a due snapshot), as
+    /// `append` of the full record would; false when it has no compact form (nothing
+    /// written: the caller appends the full record).
+    #[inline(always)]
+    pub fn append_plain_send(
+        &mut self,
+        ts: u64,
+        head: &SendHead,
+        body: impl FnOnce() -> SendBody,
+    ) -> bool {
+        // SAFETY: an Out's writer is initialised.
+        match unsafe { self.out.s.writer() }.try_append_plain_send(ts, head, body) {
+            None => return false,
+            Some(false) => append_failed(self.out.s),
+            Some(true) => {}
+        }
+        self.out.snapshot_check(ts);
+        true
+    }
+
+    /// Appends the compact `WorkCompletion` of a plain completion without the snapshot
+    /// check (as [`Out::append_raw`]); false when it has no compact form (nothing written:
+    /// the caller appends the full record).
+    #[inline(always)]
+    pub fn append_plain_completion_raw(
+        &mut self,
+        ts: u64,
+        head: &CompletionHead,
+        body: impl FnOnce() -> CompletionBody,
+    ) -> bool {
+        // SAFETY: an Out's writer is initialised.
+        match unsafe { self.out.s.writer() }.try_append_plain_completion(ts, head, body) {
+            None => return false,
+            Some(false) => append_failed(self.out.s),
+            Some(true) => {}
+        }
+        true
     }
 
     /// [`Out::snapshot_due`].
