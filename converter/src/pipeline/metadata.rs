@@ -118,6 +118,20 @@ fn alignment_track(topo: &Topology, a: &Alignment) -> sigmatrace_timeline::Track
             h.host, h.offset_ns, h.drift_ppm
         ));
     }
+    desc.push_str(&format!(
+        " Offsets and uncertainties are stated at t0 = {} ns (drift widens them away from it).",
+        a.t0
+    ));
+    for l in &a.links {
+        if let (Some(at), Some(est), Some(u)) = (l.best_at_ns, l.pair_skew_ns, l.uncertainty_ns) {
+            let name = |d: usize| a.domains.get(d).map_or("-", |d| d.name.as_str());
+            desc.push_str(&format!(
+                " Clocks {} – {}: difference {est:.0} ns ±{u:.0} ns at {at} ns (where their messages bound it best).",
+                name(l.a),
+                name(l.b)
+            ));
+        }
+    }
     let mut d =
         sigmatrace_timeline::TrackDef::slices(u64::MAX >> 1, None, "SigmaTrace clock alignment");
     d.description = Some(desc);
