@@ -4,7 +4,8 @@
 //! own memory and answers with coalesced ACKs, read/atomic responses or NAKs (RNR, remote
 //! access, invalid request, remote operation). The requester completes WQEs in order once
 //! acknowledged; an RNR NAK rewinds transmission to the NAKed message (go-back-N) after the
-//! responder's RNR timer. UC/UD complete on transmission; the responder drops what it cannot
+//! responder's RNR timer, every message from it on (a partly pushed one too) resent from its
+//! first packet; the responder acknowledges only messages whose first packet it accepted. UC/UD complete on transmission; the responder drops what it cannot
 //! deliver (no receive WQE, bad rkey, UD Q_Key mismatch).
 
 use crate::ffi::*;
@@ -272,13 +273,25 @@ fn transmit(qp: &QpInner, w: &mut SendWqe, peer: &Peer) -> bool {
     }
 }
 
+/// One past the last WQE with packets on the wire: `sq.next`, or the WQE after it when a
+/// full ring stopped `transmit` part way through it (`w.sent > 0`).
+fn wire_end(sq: &mut SendQueue) -> u32 {
+    let next = sq.next;
+    if next != sq.tail && sq.at(next).sent > 0 {
+        next.wrapping_add(1)
+    } else {
+        next
+    }
+}
+
 fn find_wqe(sq: &mut SendQueue, msn: u32) -> Option<u32> {
-    if sq.head == sq.next {
+    let end = wire_end(sq);
+    if sq.head == end {
         return None;
     }
     let head_msn = sq.at(sq.head).msn;
     let idx = sq.head.wrapping_add(msn.wrapping_sub(head_msn));
-    if idx.wrapping_sub(sq.head) < sq.next.wrapping_sub(sq.head) && sq.at(idx).msn == msn {
+    if idx.wrapping_sub(sq.head) < end.wrapping_sub(sq.head) && sq.at(idx).msn == msn {
         Some(idx)
     } else {
         None
@@ -373,8 +386,12 @@ fn handle_rnr(qp: &QpInner, sq: &mut SendQueue, idx: u32, timer: u8) {
         }
         sq.rnr_left -= 1;
     }
+    // Every WQE from the NAKed one on goes again from its first packet, including one that a
+    // full ring stopped part way (resuming it at `w.sent` would send a message without its
+    // FIRST packet, which the responder cannot place).
+    let end = wire_end(sq);
     let mut i = idx;
-    while i != sq.next {
+    while i != end {
         let w = sq.at(i);
         w.st = WQE_QUEUED;
         w.sent = 0;

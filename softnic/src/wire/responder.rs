@@ -311,6 +311,14 @@ fn rx_rc(qp: &QpInner, r: &mut Responder, slot: &Slot) -> Step {
         }
         r.nak_sent = false;
     }
+    if matches!(h.kind, kind::SEND | kind::WRITE)
+        && h.flags & pflag::FIRST == 0
+        && r.cur.as_ref().is_none_or(|c| c.msn != h.msn)
+    {
+        // The middle or end of a message whose FIRST packet was not accepted: nothing of it
+        // was placed, so it must not be acknowledged (the requester retransmits it whole).
+        return Step::Consumed;
+    }
     let step = match h.kind {
         kind::SEND => rx_send(qp, r, slot),
         kind::WRITE => rx_write(qp, r, slot),
