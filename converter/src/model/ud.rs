@@ -172,6 +172,9 @@ fn own_lid(topo: &Topology, p: usize, qpn: u32) -> Option<u16> {
     proc_.qp(qpn).and_then(|q| proc_.own_addr(q)).map(|a| a.lid)
 }
 
+/// A UD send stream (process, key) paired with its receive stream (process, key).
+type StreamPair = ((usize, SendKey), (usize, RecvKey));
+
 /// Counts and pairs the UD streams; flow connection ids start at `first_conn`.
 pub fn build(inputs: &[LogInput], topo: &Topology, first_conn: u64) -> UdStreams {
     let n = topo.procs.len();
@@ -181,98 +184,12 @@ pub fn build(inputs: &[LogInput], topo: &Topology, first_conn: u64) -> UdStreams
         slots: vec![0; n],
         ..Default::default()
     };
-    let ud: Vec<Vec<u32>> = topo
-        .procs
-        .iter()
-        .map(|p| {
-            let mut v: Vec<u32> = p
-                .qps
-                .iter()
-                .filter(|q| q.qp_type == verbs::qp_type::UD)
-                .map(|q| q.qpn)
-                .collect();
-            v.sort_unstable();
-            v
-        })
-        .collect();
+    let ud = ud_qpns(topo);
     if ud.iter().all(|v| v.is_empty()) {
         return out;
     }
-    let counts: Vec<Counts> = topo
-        .procs
-        .par_iter()
-        .zip(ud.par_iter())
-        .map(|(p, qps)| {
-            if qps.is_empty() {
-                return Counts::default();
-            }
-            let input = inputs
-                .iter()
-                .find(|i| i.path == p.path)
-                .expect("every process has its input");
-            count(input, qps)
-        })
-        .collect();
-    // Receive streams by (receiving QPN, source QPN).
-    let mut by_qpns: FastMap<(u32, u32), Vec<(usize, RecvKey)>> = FastMap::default();
-    for (p, c) in counts.iter().enumerate() {
-        for &k in c.recv.keys() {
-            by_qpns.entry((k.0, k.1)).or_default().push((p, k));
-        }
-    }
-    let mut sends: Vec<(usize, SendKey)> = counts
-        .iter()
-        .enumerate()
-        .flat_map(|(p, c)| c.send.keys().map(move |&k| (p, k)))
-        .collect();
-    sends.sort_unstable();
-    // Host LIDs learned from unambiguous pairs.
-    let mut lid: FastMap<usize, u16> = FastMap::default();
-    let mut paired: FastMap<(usize, SendKey), (usize, RecvKey)> = FastMap::default();
-    let mut taken: FastMap<(usize, RecvKey), usize> = FastMap::default();
-    loop {
-        let mut progress = false;
-        for &(p, sk) in &sends {
-            if paired.contains_key(&(p, sk)) {
-                continue;
-            }
-            let dlid = counts[p].ah_dlid.get(&sk.2).copied();
-            let hp = topo.procs[p].host;
-            let cands: Vec<(usize, RecvKey)> = by_qpns
-                .get(&(sk.1, sk.0))
-                .map(|v| {
-                    v.iter()
-                        .copied()
-                        .filter(|&(p2, rk)| {
-                            let h2 = topo.procs[p2].host;
-                            // Own port LIDs (`port_addr=`) where recorded: the AH's DLID is
-                            // the receiver's, the completion's SLID the sender's.
-                            let fits = own_lid(topo, p2, rk.0)
-                                .is_none_or(|l| dlid.is_none_or(|d| d == l))
-                                && own_lid(topo, p, sk.0).is_none_or(|l| l == rk.2);
-                            fits && !taken.contains_key(&(p2, rk))
-                                && lid.get(&h2).is_none_or(|&l| dlid.is_none_or(|d| d == l))
-                                && lid.get(&hp).is_none_or(|&l| l == rk.2)
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            if let [(p2, rk)] = cands[..] {
-                paired.insert((p, sk), (p2, rk));
-                taken.insert((p2, rk), p);
-                if let Some(d) = dlid {
-                    lid.entry(topo.procs[p2].host).or_insert(d);
-                }
-                lid.entry(hp).or_insert(rk.2);
-                progress = true;
-            }
-        }
-        if !progress {
-            break;
-        }
-    }
-    let mut pairs: Vec<_> = paired.into_iter().collect();
-    pairs.sort_unstable();
+    let counts = count_all(inputs, topo, &ud);
+    let (sends, pairs) = pair_streams(topo, &counts);
     let short: Vec<(usize, SendKey, usize, RecvKey, u64)> = pairs
         .iter()
         .map(|&((p, sk), (p2, rk))| (p, sk, p2, rk, counts[p2].recv[&rk]))
@@ -336,6 +253,109 @@ pub fn build(inputs: &[LogInput], topo: &Topology, first_conn: u64) -> UdStreams
         }
     }
     out
+}
+
+/// Per process, its UD QPNs (sorted).
+fn ud_qpns(topo: &Topology) -> Vec<Vec<u32>> {
+    topo.procs
+        .iter()
+        .map(|p| {
+            let mut v: Vec<u32> = p
+                .qps
+                .iter()
+                .filter(|q| q.qp_type == verbs::qp_type::UD)
+                .map(|q| q.qpn)
+                .collect();
+            v.sort_unstable();
+            v
+        })
+        .collect()
+}
+
+/// Per process (in parallel), the datagrams of each of its UD streams (`ud`: its UD QPNs).
+fn count_all(inputs: &[LogInput], topo: &Topology, ud: &[Vec<u32>]) -> Vec<Counts> {
+    topo.procs
+        .par_iter()
+        .zip(ud.par_iter())
+        .map(|(p, qps)| {
+            if qps.is_empty() {
+                return Counts::default();
+            }
+            let input = inputs
+                .iter()
+                .find(|i| i.path == p.path)
+                .expect("every process has its input");
+            count(input, qps)
+        })
+        .collect()
+}
+
+/// Every UD send stream (sorted), and the send streams paired with their receive stream:
+/// the receiver's (QPN, source QPN) name the sender's, and the LIDs fit — own port LIDs where
+/// recorded, else host LIDs learned from the pairs already unambiguous, repeated until nothing
+/// changes. Pairs sorted.
+fn pair_streams(topo: &Topology, counts: &[Counts]) -> (Vec<(usize, SendKey)>, Vec<StreamPair>) {
+    // Receive streams by (receiving QPN, source QPN).
+    let mut by_qpns: FastMap<(u32, u32), Vec<(usize, RecvKey)>> = FastMap::default();
+    for (p, c) in counts.iter().enumerate() {
+        for &k in c.recv.keys() {
+            by_qpns.entry((k.0, k.1)).or_default().push((p, k));
+        }
+    }
+    let mut sends: Vec<(usize, SendKey)> = counts
+        .iter()
+        .enumerate()
+        .flat_map(|(p, c)| c.send.keys().map(move |&k| (p, k)))
+        .collect();
+    sends.sort_unstable();
+    // Host LIDs learned from unambiguous pairs.
+    let mut lid: FastMap<usize, u16> = FastMap::default();
+    let mut paired: FastMap<(usize, SendKey), (usize, RecvKey)> = FastMap::default();
+    let mut taken: FastMap<(usize, RecvKey), usize> = FastMap::default();
+    loop {
+        let mut progress = false;
+        for &(p, sk) in &sends {
+            if paired.contains_key(&(p, sk)) {
+                continue;
+            }
+            let dlid = counts[p].ah_dlid.get(&sk.2).copied();
+            let hp = topo.procs[p].host;
+            let cands: Vec<(usize, RecvKey)> = by_qpns
+                .get(&(sk.1, sk.0))
+                .map(|v| {
+                    v.iter()
+                        .copied()
+                        .filter(|&(p2, rk)| {
+                            let h2 = topo.procs[p2].host;
+                            // Own port LIDs (`port_addr=`) where recorded: the AH's DLID is
+                            // the receiver's, the completion's SLID the sender's.
+                            let fits = own_lid(topo, p2, rk.0)
+                                .is_none_or(|l| dlid.is_none_or(|d| d == l))
+                                && own_lid(topo, p, sk.0).is_none_or(|l| l == rk.2);
+                            fits && !taken.contains_key(&(p2, rk))
+                                && lid.get(&h2).is_none_or(|&l| dlid.is_none_or(|d| d == l))
+                                && lid.get(&hp).is_none_or(|&l| l == rk.2)
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            if let [(p2, rk)] = cands[..] {
+                paired.insert((p, sk), (p2, rk));
+                taken.insert((p2, rk), p);
+                if let Some(d) = dlid {
+                    lid.entry(topo.procs[p2].host).or_insert(d);
+                }
+                lid.entry(hp).or_insert(rk.2);
+                progress = true;
+            }
+        }
+        if !progress {
+            break;
+        }
+    }
+    let mut pairs: Vec<_> = paired.into_iter().collect();
+    pairs.sort_unstable();
+    (sends, pairs)
 }
 
 impl UdStreams {
