@@ -1,6 +1,7 @@
 //! Compresses a file of framed trace packets (e.g. the inflated contents of a trace's
 //! `compressed_packets`) with [`sigmatrace_timeline::fastz`], one packet at a time with the
-//! same candidate keys the Perfetto encoder gives (track and event type), in 1 MiB streams;
+//! same candidate keys the Perfetto encoder gives (track and event type), one compressor per
+//! packet sequence, in 256 KiB streams;
 //! prints raw and compressed bytes and the time taken. For tuning the compressor on real data:
 //!
 //!     cargo run --release -p sigmatrace-timeline --example fastz_raw -- packets.raw
@@ -23,14 +24,17 @@ fn varint(b: &[u8], i: &mut usize) -> u64 {
     v
 }
 
-/// (track uuid, event type) of a TracePacket's track event, if it has one.
-fn key_of(p: &[u8]) -> Option<(u64, u64)> {
-    let mut i = 0;
+/// The packet's sequence id and (track uuid, event type) of its track event, if it has one.
+fn key_of(p: &[u8]) -> (u64, Option<(u64, u64)>) {
+    let (mut i, mut seq, mut key) = (0, 0, None);
     while i < p.len() {
         let tag = varint(p, &mut i);
         match tag & 7 {
             0 => {
-                varint(p, &mut i);
+                let v = varint(p, &mut i);
+                if tag >> 3 == 10 {
+                    seq = v;
+                }
             }
             1 => i += 8,
             5 => i += 4,
@@ -55,20 +59,27 @@ fn key_of(p: &[u8]) -> Option<(u64, u64)> {
                             _ => j += varint(te, &mut j) as usize,
                         }
                     }
-                    return Some((track, ty));
+                    key = Some((track, ty));
                 }
                 i += l;
             }
         }
     }
-    None
+    (seq, key)
+}
+
+/// One sequence's compressor and its raw stream.
+#[derive(Default)]
+struct Stream {
+    z: FastZ,
+    buf: Vec<u8>,
 }
 
 fn main() {
     let path = std::env::args().nth(1).expect("usage: fastz_raw PACKETS");
     let data = std::fs::read(&path).expect("read");
-    let mut z = FastZ::new();
-    let (mut buf, mut out) = (Vec::with_capacity(1 << 21), 0usize);
+    let mut streams: std::collections::BTreeMap<u64, Stream> = Default::default();
+    let mut out = 0usize;
     let (mut i, mut packets) = (0, 0u64);
     let t0 = std::time::Instant::now();
     while i < data.len() {
@@ -77,19 +88,23 @@ fn main() {
         let len = varint(&data, &mut i) as usize;
         let body = &data[i..i + len];
         i += len;
-        let at = buf.len();
-        buf.extend_from_slice(&data[start..i]);
-        match key_of(body) {
-            Some((track, ty)) => z.packet(&buf, at, (track << 3 | ty) + 1, ty as usize),
-            None => z.packet(&buf, at, 0, 6),
+        let (seq, key) = key_of(body);
+        let st = streams.entry(seq).or_default();
+        let at = st.buf.len();
+        st.buf.extend_from_slice(&data[start..i]);
+        match key {
+            Some((track, ty)) => st.z.packet(&st.buf, at, (track << 3 | ty) + 1, ty as usize),
+            None => st.z.packet(&st.buf, at, 0, 6),
         }
         packets += 1;
-        if buf.len() >= 1 << 20 {
-            out += z.finish(&buf).len();
-            buf.clear();
+        if st.buf.len() >= 256 << 10 {
+            out += st.z.finish(&st.buf).len();
+            st.buf.clear();
         }
     }
-    out += z.finish(&buf).len();
+    for st in streams.values_mut() {
+        out += st.z.finish(&st.buf).len();
+    }
     let s = t0.elapsed().as_secs_f64();
     println!(
         "{packets} packets, {} raw bytes -> {out} ({:.3} B/packet), {:.1} ns/packet",

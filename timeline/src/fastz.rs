@@ -549,23 +549,27 @@ impl FastZ {
         };
         // (mask of the first segment, distance, estimated cost in bits)
         let mut best = (0u64, 0usize, u32::MAX);
-        if dr != 0 {
-            let m = eq_mask(buf, start, start - dr, seg);
-            if seg == end - start && m == u64::MAX >> (64 - seg) {
-                // The whole packet repeats at the latest distance (the common case in bursts).
-                self.run(buf, start, seg, dr);
+        let full = if seg == end - start {
+            u64::MAX >> (64 - seg)
+        } else {
+            // Longer than a segment: never taken as a whole.
+            1
+        };
+        for d in [dr, dk, dt, dp] {
+            if d == 0 || d == best.1 {
+                continue;
+            }
+            let m = eq_mask(buf, start, start - d, seg);
+            if m == full {
+                // The whole packet repeats (the common case in bursts): one match, or the
+                // pending one extended.
+                self.run(buf, start, seg, d);
                 self.packet_done(buf, end);
                 return;
             }
-            best = (m, dr, self.cost(m, seg, dr));
-        }
-        for d in [dk, dt, dp] {
-            if d != 0 && d != dr && d != best.1 {
-                let m = eq_mask(buf, start, start - d, seg);
-                let c = self.cost(m, seg, d);
-                if c < best.2 {
-                    best = (m, d, c);
-                }
+            let c = self.cost(m, seg, d);
+            if c < best.2 {
+                best = (m, d, c);
             }
         }
         let (mut mask, d, _) = best;
@@ -694,7 +698,7 @@ impl FastZ {
 }
 
 /// Bit i (i < n ≤ 64) set when `buf[a + i] == buf[b + i]` (b < a, `a + n ≤ buf.len()`).
-#[inline]
+#[inline(always)]
 fn eq_mask(buf: &[u8], a: usize, b: usize, n: usize) -> u64 {
     #[inline(always)]
     fn word(buf: &[u8], p: usize) -> u64 {

@@ -11,6 +11,7 @@
 
 pub mod chrome;
 pub mod fastz;
+pub mod groups;
 pub mod perfetto;
 pub mod proto;
 
@@ -123,6 +124,20 @@ pub trait TraceSink: Send {
     fn pending_bytes(&self) -> usize;
     /// Takes the encoded bytes (whole packets / events), ready to be appended to the output.
     fn take(&mut self) -> Vec<u8>;
+    /// The events that follow belong to group `g` (until the next call): a sink that keeps
+    /// several packet sequences ([`groups::PerfettoGroups`]) writes each group into its own,
+    /// others ignore it. A track's events and its declaration must be in one group.
+    #[inline]
+    fn group(&mut self, _g: u32) {}
+    /// Takes what is ready to go out: the encoded bytes when at least `min` are pending (a
+    /// sink of several sequences: those of its sequences that hold enough), else nothing.
+    fn take_ready(&mut self, min: usize) -> Vec<u8> {
+        if self.pending_bytes() >= min {
+            self.take()
+        } else {
+            Vec::new()
+        }
+    }
 }
 
 /// Nothing: a sink that encodes nothing (for passes that only need the events' side effects).

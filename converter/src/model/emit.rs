@@ -6,7 +6,49 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::align::topology::{Process, Qp, Topology};
 use crate::read::verbs;
+use sigmatrace_timeline::groups::PerfettoGroups;
+use sigmatrace_timeline::perfetto::PerfettoSeq;
 use sigmatrace_timeline::{CounterUnit, Extra, Name, TraceSink, TrackDef, TrackKind};
+
+/// Most packet sequences of one process's events: group 0 for the process's own tracks
+/// (throughput, SRQs, observed queues, losses), the others for its QPs ([`qp_group`]).
+pub const MAX_GROUPS: usize = 16;
+
+/// Pending bytes after which a group's block goes out (each group keeps one block in memory).
+const GROUP_BLOCK: usize = 256 << 10;
+
+/// The group of the process's QP `qi` (its WR lanes, inferred arrivals and counters): QPs
+/// are spread over groups 1.. so that each group's bursts repeat within the compressor's
+/// reach (`sigmatrace_timeline::groups`).
+#[inline]
+pub fn qp_group(qi: usize) -> u32 {
+    1 + (qi % (MAX_GROUPS - 1)) as u32
+}
+
+/// The Perfetto sink of process `p`'s events (not its GPU kernels): one sequence per group,
+/// group 0 with the process's own sequence id, the others with ids after the processes'
+/// and GPU sequences (`2n + 1 + index × 15 + g − 1`), incremental timestamps from `t_start`;
+/// compressed while encoding with `fast`.
+pub fn process_sink(topo: &Topology, p: &Process, t_start: u64, fast: bool) -> Box<dyn TraceSink> {
+    let n = topo.procs.len() as u32;
+    let groups = 1 + p.qps.len().min(MAX_GROUPS - 1);
+    let seqs = (0..groups)
+        .map(|g| {
+            let id = if g == 0 {
+                p.seq
+            } else {
+                2 * n + 1 + p.index as u32 * (MAX_GROUPS as u32 - 1) + g as u32 - 1
+            };
+            let s = PerfettoSeq::new(id, true, t_start);
+            if fast {
+                s.compressed()
+            } else {
+                s
+            }
+        })
+        .collect();
+    Box::new(PerfettoGroups::new(seqs, GROUP_BLOCK))
+}
 
 /// Output format.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]

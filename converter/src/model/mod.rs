@@ -20,7 +20,7 @@ use std::sync::atomic::AtomicU64;
 use sigmatrace_schemas::records::Record;
 
 use crate::align::topology::{Process, Qp, Topology};
-use crate::model::emit::{Detail, Lanes, NameCache, SampledCounter};
+use crate::model::emit::{qp_group, Detail, Lanes, NameCache, SampledCounter};
 use crate::model::observed::ObservedState;
 use crate::read::hot::Hot;
 use crate::read::input::{LogInput, RecordIssue};
@@ -256,8 +256,9 @@ impl<'a> ProcessModel<'a> {
                 }
             }
             if n.is_multiple_of(256) {
-                if sink.pending_bytes() >= self.opts.block_bytes {
-                    flush(sink.take());
+                let b = sink.take_ready(self.opts.block_bytes);
+                if !b.is_empty() {
+                    flush(b);
                 }
                 if kernel_sink.pending_bytes() >= self.opts.block_bytes {
                     flush(kernel_sink.take());
@@ -285,6 +286,7 @@ impl<'a> ProcessModel<'a> {
         r: &sigmatrace_schemas::reader::RawRecord<'_>,
     ) {
         let Ok(rec) = r.decode() else { return };
+        sink.group(0);
         if let Record::Dropped(d) = rec {
             let track = (self.uuids, self.p.track, &mut self.loss_track);
             return crate::model::emit::loss_marker(sink, track, t as u64, d);
@@ -322,6 +324,7 @@ impl<'a> ProcessModel<'a> {
         let Some(qi) = self.p.qp_at(&mut self.qp_cache, ps.qpn, ts) else {
             return;
         };
+        sink.group(qp_group(qi));
         let q = &self.p.qps[qi];
         let drawn = self.drawn(t);
         let flow = self.send_flow(qi, ps, drawn);
@@ -360,6 +363,7 @@ impl<'a> ProcessModel<'a> {
         let (wr_id, qpn, srq, bytes) = (pr.wr_id, pr.qpn, pr.srq, pr.bytes);
         let drawn = self.drawn(t) && self.opts.detail >= Detail::Normal;
         if qpn == 0 && srq != 0 {
+            sink.group(0);
             let entry = self
                 .srq_lanes
                 .entry(srq)
@@ -396,6 +400,7 @@ impl<'a> ProcessModel<'a> {
         let Some(qi) = self.p.qp_at(&mut self.qp_cache, qpn, ts) else {
             return;
         };
+        sink.group(qp_group(qi));
         let q = &self.p.qps[qi];
         let st = &mut self.qps[qi];
         let mut lane = None;
@@ -429,6 +434,7 @@ impl<'a> ProcessModel<'a> {
         if wc.opcode >= verbs::wc::RECV {
             self.recv_completion(sink, obs, t, qi, wc);
         } else {
+            sink.group(qp_group(qi));
             self.send_completion(sink, obs, t, qi, wc);
         }
         self.account_throughput(
@@ -446,6 +452,7 @@ impl<'a> ProcessModel<'a> {
         let bucket = t.div_euclid(THROUGHPUT_BUCKET);
         if bucket != self.throughput.0 {
             if self.throughput.0 != i64::MIN && self.drawn(t) {
+                sink.group(0);
                 let end = (self.throughput.0 + 1) * THROUGHPUT_BUCKET;
                 let rate = self.throughput.1 * (1_000_000_000 / THROUGHPUT_BUCKET);
                 sink.counter(end as u64, self.p.throughput_track, rate);
@@ -581,6 +588,9 @@ impl<'a> ProcessModel<'a> {
         } else {
             &[]
         };
+        // Receives posted to an SRQ are drawn on its lanes (group 0), the others on the QP's.
+        let srq_recv = found.as_ref().is_some_and(|f| f.0.srq);
+        sink.group(if srq_recv { 0 } else { qp_group(qi) });
         if drawn {
             let name = if ok {
                 self.names.recv(sink, wc.byte_len, imm, true)
@@ -625,6 +635,7 @@ impl<'a> ProcessModel<'a> {
         };
         for (qi, st) in self.qps.iter_mut().enumerate() {
             let q = &self.p.qps[qi];
+            sink.group(qp_group(qi));
             while let Some(w) = st.send.pop_front() {
                 self.totals.incomplete_wrs += 1;
                 if let Some(l) = w.lane {
@@ -642,6 +653,7 @@ impl<'a> ProcessModel<'a> {
             st.outstanding.flush(sink, q.outstanding_track, t);
             st.inflight.flush(sink, q.inflight_bytes_track, t);
         }
+        sink.group(0);
         for (_, lanes, open) in self.srq_lanes.values_mut() {
             while let Some(r) = open.pop_front() {
                 if let Some(l) = r.lane {

@@ -164,7 +164,11 @@ pub(super) struct ModelPass<'a> {
 impl ModelPass<'_> {
     /// The process's two sinks: its packet sequence (verbs WRs, observed WQEs, counters) and
     /// that of its GPU kernels (absolute timestamps: executions arrive after they end).
-    fn sinks(&self, seq: u32, kernel_seq: u32) -> (Box<dyn TraceSink>, Box<dyn TraceSink>) {
+    fn sinks(
+        &self,
+        p: &crate::align::topology::Process,
+    ) -> (Box<dyn TraceSink>, Box<dyn TraceSink>) {
+        let kernel_seq = p.gpu_seq;
         match (self.json_tracks, self.output) {
             (_, false) => (Box::new(NullSink::default()), Box::new(NullSink::default())),
             (Some(tracks), _) => (
@@ -172,11 +176,11 @@ impl ModelPass<'_> {
                 Box::new(chrome::ChromeSeq::new(tracks.clone())),
             ),
             (None, _) if self.blocks.fast => (
-                Box::new(PerfettoSeq::new(seq, true, self.t_start).compressed()),
+                crate::model::emit::process_sink(self.topo, p, self.t_start, true),
                 Box::new(PerfettoSeq::new(kernel_seq, false, 0).compressed()),
             ),
             (None, _) => (
-                Box::new(PerfettoSeq::new(seq, true, self.t_start)),
+                crate::model::emit::process_sink(self.topo, p, self.t_start, false),
                 Box::new(PerfettoSeq::new(kernel_seq, false, 0)),
             ),
         }
@@ -195,7 +199,7 @@ impl ModelPass<'_> {
             .iter()
             .find(|i| i.path == p.path)
             .expect("input of process");
-        let (mut sink, mut kernel_sink) = self.sinks(p.seq, p.gpu_seq);
+        let (mut sink, mut kernel_sink) = self.sinks(p);
         let mut obs = SectionSet(template.iter().map(|s| s.fresh(self.topo)).collect());
         // Track uuids from the process's own range: the same whatever the worker order.
         let uuids = AtomicU64::new(self.topo.dynamic_uuids(index));
