@@ -526,50 +526,63 @@ impl FastZ {
                 0
             }
         };
-        let mut dk = 0;
+        // The candidates' packets (absolute start + 1); the tables now point at this packet.
+        let mut ck = 0;
         if key != 0 {
             let slot = (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) as usize & (KEY_SLOTS - 1);
             let e = self.by_key[slot];
             if e.0 == key {
-                dk = dist(e.1);
+                ck = e.1;
             }
             self.by_key[slot] = (key, abs + 1);
         }
-        let dt = dist(self.by_type[ty]);
-        let dp = dist(self.prev);
+        let (ct, cp) = (self.by_type[ty], self.prev);
         self.by_type[ty] = abs + 1;
         self.prev = abs + 1;
         // At most 6 bytes of output per 3 input bytes, 2 per literal, plus the match pending.
         self.bits.room(2 * (end - start) + 32);
         let seg = (end - start).min(SEG);
-        let dr = if self.last_dist <= start {
-            self.last_dist
-        } else {
-            0
-        };
-        // (mask of the first segment, distance, estimated cost in bits)
-        let mut best = (0u64, 0usize, u32::MAX);
         let full = if seg == end - start {
             u64::MAX >> (64 - seg)
         } else {
             // Longer than a segment: never taken as a whole.
             1
         };
-        for d in [dr, dk, dt, dp] {
-            if d == 0 || d == best.1 {
-                continue;
-            }
-            let m = eq_mask(buf, start, start - d, seg);
+        // (mask of the first segment, distance, estimated cost in bits)
+        let mut best = (0u64, 0usize, u32::MAX);
+        // The latest distance first: it continues the pending match, and is taken without
+        // looking further when at most one byte differs.
+        let dr = if self.last_dist <= start {
+            self.last_dist
+        } else {
+            0
+        };
+        if dr != 0 {
+            let m = eq_mask(buf, start, start - dr, seg);
             if m == full {
-                // The whole packet repeats (the common case in bursts): one match, or the
-                // pending one extended.
-                self.run(buf, start, seg, d);
+                self.run(buf, start, seg, dr);
                 self.packet_done(buf, end);
                 return;
             }
-            let c = self.cost(m, seg, d);
-            if c < best.2 {
-                best = (m, d, c);
+            best = (m, dr, self.cost(m, seg, dr));
+        }
+        if best.1 == 0 || (seg as u32 - best.0.count_ones()) > 1 {
+            for d in [dist(ck), dist(ct), dist(cp)] {
+                if d == 0 || d == best.1 || d == dr {
+                    continue;
+                }
+                let m = eq_mask(buf, start, start - d, seg);
+                if m == full {
+                    // The whole packet repeats (the common case in bursts): one match, or
+                    // the pending one extended.
+                    self.run(buf, start, seg, d);
+                    self.packet_done(buf, end);
+                    return;
+                }
+                let c = self.cost(m, seg, d);
+                if c < best.2 {
+                    best = (m, d, c);
+                }
             }
         }
         let (mut mask, d, _) = best;

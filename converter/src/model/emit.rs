@@ -90,12 +90,15 @@ impl Detail {
 #[derive(Default)]
 pub struct Lanes {
     tracks: Vec<u64>,
-    /// Free lanes, lowest first.
-    free: std::collections::BinaryHeap<std::cmp::Reverse<u32>>,
+    /// Free lanes: bit `i % 64` of word `i / 64` (the lowest is taken first).
+    free: Vec<u64>,
+    /// Words below this one have no free lane.
+    first_free_word: usize,
 }
 
 impl Lanes {
     /// Takes the lowest free lane (creating its track if needed); returns (lane, uuid).
+    #[inline]
     pub fn acquire(
         &mut self,
         sink: &mut dyn TraceSink,
@@ -103,9 +106,25 @@ impl Lanes {
         parent: u64,
         key: &str,
     ) -> (u32, u64) {
-        if let Some(std::cmp::Reverse(i)) = self.free.pop() {
-            return (i, self.tracks[i as usize]);
+        while let Some(&w) = self.free.get(self.first_free_word) {
+            if w != 0 {
+                let i = self.first_free_word * 64 + w.trailing_zeros() as usize;
+                self.free[self.first_free_word] &= w - 1;
+                return (i as u32, self.tracks[i]);
+            }
+            self.first_free_word += 1;
         }
+        self.new_lane(sink, uuids, parent, key)
+    }
+
+    #[cold]
+    fn new_lane(
+        &mut self,
+        sink: &mut dyn TraceSink,
+        uuids: &AtomicU64,
+        parent: u64,
+        key: &str,
+    ) -> (u32, u64) {
         let uuid = uuids.fetch_add(1, Ordering::Relaxed);
         let mut def = TrackDef::slices(uuid, Some(parent), key.to_string());
         def.kind = TrackKind::Slices {
@@ -113,13 +132,20 @@ impl Lanes {
         };
         sink.track(&def);
         self.tracks.push(uuid);
+        if self.tracks.len() > self.free.len() * 64 {
+            self.free.push(0);
+        }
         ((self.tracks.len() - 1) as u32, uuid)
     }
 
+    #[inline]
     pub fn release(&mut self, lane: u32) {
-        self.free.push(std::cmp::Reverse(lane));
+        let w = lane as usize / 64;
+        self.free[w] |= 1 << (lane % 64);
+        self.first_free_word = self.first_free_word.min(w);
     }
 
+    #[inline]
     pub fn uuid(&self, lane: u32) -> u64 {
         self.tracks[lane as usize]
     }
@@ -285,22 +311,33 @@ pub fn static_tracks(topo: &Topology) -> Vec<TrackDef> {
     out
 }
 
-/// Cache of interned WR names per (kind, opcode, size, flags).
+/// Cache of interned WR names per (kind, opcode, size, flags), with the last send-WR and
+/// inferred names remembered (consecutive WRs mostly have the same opcode and size).
 #[derive(Default)]
 pub struct NameCache {
     map: crate::fastmap::FastMap<(u8, u8, u32, u8), Name>,
+    last_wr: Option<((u8, u32), Name)>,
+    last_inferred: Option<((u8, u32), Name)>,
 }
 
 impl NameCache {
     /// Name of a send-queue WR slice: "WRITE 4 KiB".
+    #[inline]
     pub fn wr(&mut self, sink: &mut dyn TraceSink, opcode: u8, bytes: u32) -> Name {
-        *self.map.entry((0, opcode, bytes, 0)).or_insert_with(|| {
-            sink.name(&format!(
-                "{} {}",
-                verbs::wr_name(opcode),
-                verbs::size_label(bytes as u64)
-            ))
-        })
+        match self.last_wr {
+            Some((k, n)) if k == (opcode, bytes) => n,
+            _ => {
+                let n = *self.map.entry((0, opcode, bytes, 0)).or_insert_with(|| {
+                    sink.name(&format!(
+                        "{} {}",
+                        verbs::wr_name(opcode),
+                        verbs::size_label(bytes as u64)
+                    ))
+                });
+                self.last_wr = Some(((opcode, bytes), n));
+                n
+            }
+        }
     }
 
     /// Name of a receive slice / receive completion.
@@ -331,14 +368,22 @@ impl NameCache {
     }
 
     /// Name of an inferred arrival on a target QP.
+    #[inline]
     pub fn inferred(&mut self, sink: &mut dyn TraceSink, opcode: u8, bytes: u32) -> Name {
-        *self.map.entry((2, opcode, bytes, 0)).or_insert_with(|| {
-            sink.name(&format!(
-                "inferred {} {}",
-                verbs::wr_name(opcode),
-                verbs::size_label(bytes as u64)
-            ))
-        })
+        match self.last_inferred {
+            Some((k, n)) if k == (opcode, bytes) => n,
+            _ => {
+                let n = *self.map.entry((2, opcode, bytes, 0)).or_insert_with(|| {
+                    sink.name(&format!(
+                        "inferred {} {}",
+                        verbs::wr_name(opcode),
+                        verbs::size_label(bytes as u64)
+                    ))
+                });
+                self.last_inferred = Some(((opcode, bytes), n));
+                n
+            }
+        }
     }
 
     /// Name of a failed completion marker.
