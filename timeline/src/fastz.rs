@@ -542,12 +542,9 @@ impl FastZ {
         // At most 6 bytes of output per 3 input bytes, 2 per literal, plus the match pending.
         self.bits.room(2 * (end - start) + 32);
         let seg = (end - start).min(SEG);
-        let full = if seg == end - start {
-            u64::MAX >> (64 - seg)
-        } else {
-            // Longer than a segment: never taken as a whole.
-            1
-        };
+        // The mask of a packet equal throughout; packets longer than a segment (or empty)
+        // are never taken as a whole.
+        let full = (seg == end - start && seg > 0).then(|| u64::MAX >> (64 - seg));
         // (mask of the first segment, distance, estimated cost in bits)
         let mut best = (0u64, 0usize, u32::MAX);
         // The latest distance first: it continues the pending match, and is taken without
@@ -559,7 +556,7 @@ impl FastZ {
         };
         if dr != 0 {
             let m = eq_mask(buf, start, start - dr, seg);
-            if m == full {
+            if Some(m) == full {
                 self.run(buf, start, seg, dr);
                 self.packet_done(buf, end);
                 return;
@@ -572,7 +569,7 @@ impl FastZ {
                     continue;
                 }
                 let m = eq_mask(buf, start, start - d, seg);
-                if m == full {
+                if Some(m) == full {
                     // The whole packet repeats (the common case in bursts): one match, or
                     // the pending one extended.
                     self.run(buf, start, seg, d);
@@ -868,6 +865,23 @@ mod tests {
                 assert!(out.len() * 12 < buf.len(), "{} of {}", out.len(), buf.len());
                 buf.clear();
             }
+        }
+        let out = z.finish(&buf);
+        assert_eq!(inflate(&out), buf);
+    }
+
+    /// Long packets (several segments) whose first byte alone repeats, and empty packets, are
+    /// tokenized byte by byte like any other (a long packet is never taken as a whole).
+    #[test]
+    fn long_and_empty_packets_round_trip() {
+        let mut z = FastZ::new();
+        let mut buf = Vec::new();
+        for i in 0..3000u32 {
+            let start = buf.len();
+            buf.push(0x0a);
+            buf.extend((0..100u32).map(|k| (k.wrapping_mul(2654435761) >> 13 ^ i) as u8));
+            z.packet(&buf, start, 5, 3);
+            z.packet(&buf, buf.len(), 6, 3);
         }
         let out = z.finish(&buf);
         assert_eq!(inflate(&out), buf);
