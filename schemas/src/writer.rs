@@ -24,7 +24,9 @@ use crate::header::{
 use crate::records::{
     drop_reason, Dropped, FixedRecord, MetaHeader, RecordHeader, RecordKind, MAX_META_PAYLOAD,
 };
-use crate::ring::{Drained, Ring, FILLING, FULL};
+use crate::ring::{Ring, FILLING, FULL};
+
+mod upkeep;
 
 /// Bytes every chunk keeps free at its end for the loss marker: the `Dropped` record
 /// (count 0) a writer appends where its losses begin (see FORMAT.md, "Losses").
@@ -417,30 +419,6 @@ impl LogWriter {
         self.shared.ring_chunks > 0
     }
 
-    /// Copies the finished chunks of every thread's ring to their final positions and frees
-    /// their slots (see [`crate::ring`]); drops from the page cache what the previous call
-    /// wrote (its writeback was started then). Meant for one background thread. A write
-    /// error (disk full) marks the log failed: the chunk stays in its ring slot, readable,
-    /// and the threads meet the failure at their next chunk.
-    pub fn drain(&self) -> Drained {
-        let s = &*self.shared;
-        let rings: Vec<Arc<Ring>> = s.rings.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let mut written = s.written.lock().unwrap_or_else(|p| p.into_inner());
-        for &(off, len) in written.iter() {
-            // SAFETY: plain advisory syscall on our own descriptor.
-            unsafe {
-                libc::posix_fadvise(
-                    s.file.as_raw_fd(),
-                    off as libc::off_t,
-                    len as libc::off_t,
-                    libc::POSIX_FADV_DONTNEED,
-                )
-            };
-        }
-        written.clear();
-        s.drain_rings(&rings, &mut written)
-    }
-
     /// Events dropped so far (size cap or allocation failure).
     pub fn dropped(&self) -> u64 {
         self.shared
@@ -458,52 +436,6 @@ impl LogWriter {
         Losses::from_page(&page)
     }
 
-    /// Hands back the memory of every chunk whose writer moved on since the last call: its
-    /// pages leave the process's mapping (`MADV_DONTNEED`; the data stays in the file and the
-    /// page cache, so readers and salvage after a kill see it unchanged), are written back
-    /// (`sync_file_range`) and dropped from the page cache (`POSIX_FADV_DONTNEED`). So the
-    /// process's resident memory does not grow with the log. Meant for a background thread
-    /// (it waits for the writeback); returns how many chunks it released.
-    pub fn release_retired(&self) -> u32 {
-        let s = &*self.shared;
-        let mut released = 0;
-        for (w, word) in s.retired.iter().enumerate() {
-            if word.load(Ordering::Relaxed) == 0 {
-                continue;
-            }
-            let mut bits = word.swap(0, Ordering::Acquire);
-            while bits != 0 {
-                let index = w * 64 + bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                let offset = HEADER_SIZE + index * s.chunk_size as usize;
-                let len = s.chunk_size as usize;
-                // SAFETY: the range is a whole chunk inside the live mapping whose writer has
-                // moved on (nobody writes it any more); dropping its page-table entries keeps
-                // the data (shared file mapping). The file calls only name our descriptor.
-                unsafe {
-                    libc::madvise(
-                        s.map.as_mut_ptr().add(offset) as *mut libc::c_void,
-                        len,
-                        libc::MADV_DONTNEED,
-                    );
-                    let fd = s.file.as_raw_fd();
-                    let (off, n) = (offset as libc::off64_t, len as libc::off64_t);
-                    libc::sync_file_range(
-                        fd,
-                        off,
-                        n,
-                        libc::SYNC_FILE_RANGE_WAIT_BEFORE
-                            | libc::SYNC_FILE_RANGE_WRITE
-                            | libc::SYNC_FILE_RANGE_WAIT_AFTER,
-                    );
-                    libc::posix_fadvise(fd, off, n, libc::POSIX_FADV_DONTNEED);
-                }
-                released += 1;
-            }
-        }
-        released
-    }
-
     /// Sets the clock that timestamps the first loss (default: the header's timestamp
     /// source read directly), for callers whose records take their time another way (e.g.
     /// with an injected skew). The first call wins.
@@ -519,47 +451,6 @@ impl LogWriter {
     /// Flushes mapped pages to the file (optional; the page cache already survives a kill).
     pub fn flush(&self) -> std::io::Result<()> {
         self.shared.map.flush()
-    }
-
-    /// Prepares up to `ahead` chunks past the last allocated one — file blocks
-    /// (`posix_fallocate`) and page-table entries (`MADV_POPULATE_WRITE`) — so the appending
-    /// thread that later rolls into them pays neither (populating a fresh page costs
-    /// microseconds, i.e. tens of ns per record). Meant for a background thread; takes no
-    /// lock, never initialises a chunk (an unused prepared chunk reads as allocated-but-unused,
-    /// like after a kill) and stays within the size cap. Returns how many chunks past the
-    /// allocated ones are prepared now; an I/O error (disk full) is returned and left for the
-    /// allocating thread to meet and report.
-    pub fn prefault_ahead(&self, ahead: u32) -> std::io::Result<u32> {
-        let s = &*self.shared;
-        let allocated = s.header_atomic_u32(CHUNKS_OFFSET).load(Ordering::Acquire);
-        let end = allocated.saturating_add(ahead).min(s.max_chunks);
-        let mut i = s.prepared.load(Ordering::Relaxed).max(allocated);
-        while i < end {
-            let offset = HEADER_SIZE as u64 + i as u64 * s.chunk_size as u64;
-            // SAFETY: plain syscall on our own descriptor.
-            let rc = unsafe {
-                libc::posix_fallocate(
-                    s.file.as_raw_fd(),
-                    offset as libc::off_t,
-                    s.chunk_size as libc::off_t,
-                )
-            };
-            if rc != 0 {
-                return Err(std::io::Error::from_raw_os_error(rc));
-            }
-            // SAFETY: the range is inside the reserved mapping (i < max_chunks) and now backed
-            // by file blocks; populating page-table entries writes nothing.
-            unsafe {
-                libc::madvise(
-                    s.map.as_mut_ptr().add(offset as usize) as *mut libc::c_void,
-                    s.chunk_size as usize,
-                    MADV_POPULATE_WRITE,
-                )
-            };
-            i += 1;
-            s.prepared.fetch_max(i, Ordering::Release);
-        }
-        Ok(end.saturating_sub(allocated))
     }
 }
 
