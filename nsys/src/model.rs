@@ -5,78 +5,76 @@ use serde::Serialize;
 
 use crate::ids::GlobalId;
 
-/// A CUDA kernel execution (`CUPTI_ACTIVITY_KIND_KERNEL`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Kernel {
-    pub start: i64,
-    pub end: i64,
-    pub device_id: i64,
-    pub context_id: Option<i64>,
-    pub stream_id: i64,
-    pub correlation_id: Option<i64>,
-    pub global_pid: Option<GlobalId>,
-    /// Display name: `shortName`, else the demangled, else the mangled name.
-    pub name: String,
-    pub demangled_name: Option<String>,
-    pub mangled_name: Option<String>,
-    pub grid: [i64; 3],
-    pub block: [i64; 3],
-    pub registers_per_thread: Option<i64>,
-    pub static_shared_memory: Option<i64>,
-    pub dynamic_shared_memory: Option<i64>,
-    pub graph_id: Option<i64>,
+/// Declares the GPU activity records (kernel, memcpy, memset, sync): each starts with the
+/// same fields, read from the same leading columns of its table (`crate::read`), then its own.
+/// The stream's type is given per record (a sync may be on no stream).
+macro_rules! gpu_activities {
+    ( $( $(#[$m:meta])* pub struct $name:ident {
+        $(#[$sm:meta])* stream_id: $stream:ty;
+        $($body:tt)*
+    } )* ) => { $(
+        $(#[$m])*
+        #[derive(Debug, Clone, PartialEq, Serialize)]
+        pub struct $name {
+            pub start: i64,
+            pub end: i64,
+            pub device_id: i64,
+            pub context_id: Option<i64>,
+            $(#[$sm])*
+            pub stream_id: $stream,
+            pub correlation_id: Option<i64>,
+            pub global_pid: Option<GlobalId>,
+            $($body)*
+        }
+    )* };
 }
 
-/// A memcpy (`CUPTI_ACTIVITY_KIND_MEMCPY`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Memcpy {
-    pub start: i64,
-    pub end: i64,
-    pub device_id: i64,
-    pub context_id: Option<i64>,
-    pub stream_id: i64,
-    pub correlation_id: Option<i64>,
-    pub global_pid: Option<GlobalId>,
-    pub bytes: i64,
-    /// `copyKind` (`ENUM_CUDA_MEMCPY_OPER`).
-    pub copy_kind: i64,
-    /// Short label of `copy_kind`: "HtoD", "DtoH", "DtoD", "PtoP", …
-    pub kind: String,
-    /// `srcKind` / `dstKind` labels (`ENUM_CUDA_MEM_KIND`): "Pageable", "Pinned", "Device", …
-    pub src_kind: Option<String>,
-    pub dst_kind: Option<String>,
-    pub src_device_id: Option<i64>,
-    pub dst_device_id: Option<i64>,
-}
+gpu_activities! {
+    /// A CUDA kernel execution (`CUPTI_ACTIVITY_KIND_KERNEL`).
+    pub struct Kernel {
+        stream_id: i64;
+        /// Display name: `shortName`, else the demangled, else the mangled name.
+        pub name: String,
+        pub demangled_name: Option<String>,
+        pub mangled_name: Option<String>,
+        pub grid: [i64; 3],
+        pub block: [i64; 3],
+        pub registers_per_thread: Option<i64>,
+        pub static_shared_memory: Option<i64>,
+        pub dynamic_shared_memory: Option<i64>,
+        pub graph_id: Option<i64>,
+    }
 
-/// A memset (`CUPTI_ACTIVITY_KIND_MEMSET`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Memset {
-    pub start: i64,
-    pub end: i64,
-    pub device_id: i64,
-    pub context_id: Option<i64>,
-    pub stream_id: i64,
-    pub correlation_id: Option<i64>,
-    pub global_pid: Option<GlobalId>,
-    pub bytes: i64,
-    pub value: Option<i64>,
-    pub mem_kind: Option<String>,
-}
+    /// A memcpy (`CUPTI_ACTIVITY_KIND_MEMCPY`).
+    pub struct Memcpy {
+        stream_id: i64;
+        pub bytes: i64,
+        /// `copyKind` (`ENUM_CUDA_MEMCPY_OPER`).
+        pub copy_kind: i64,
+        /// Short label of `copy_kind`: "HtoD", "DtoH", "DtoD", "PtoP", …
+        pub kind: String,
+        /// `srcKind` / `dstKind` labels (`ENUM_CUDA_MEM_KIND`): "Pageable", "Pinned", "Device", …
+        pub src_kind: Option<String>,
+        pub dst_kind: Option<String>,
+        pub src_device_id: Option<i64>,
+        pub dst_device_id: Option<i64>,
+    }
 
-/// A synchronization (`CUPTI_ACTIVITY_KIND_SYNCHRONIZATION`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Sync {
-    pub start: i64,
-    pub end: i64,
-    pub device_id: i64,
-    pub context_id: Option<i64>,
-    /// None when the sync is not on a stream (CUPTI writes 0xFFFFFFFF).
-    pub stream_id: Option<i64>,
-    pub correlation_id: Option<i64>,
-    pub global_pid: Option<GlobalId>,
-    /// `syncType` label: "Event sync", "Stream wait sync", "Stream sync", "Context sync", …
-    pub kind: String,
+    /// A memset (`CUPTI_ACTIVITY_KIND_MEMSET`).
+    pub struct Memset {
+        stream_id: i64;
+        pub bytes: i64,
+        pub value: Option<i64>,
+        pub mem_kind: Option<String>,
+    }
+
+    /// A synchronization (`CUPTI_ACTIVITY_KIND_SYNCHRONIZATION`).
+    pub struct Sync {
+        /// None when the sync is not on a stream (CUPTI writes 0xFFFFFFFF).
+        stream_id: Option<i64>;
+        /// `syncType` label: "Event sync", "Stream wait sync", "Stream sync", "Context sync", …
+        pub kind: String,
+    }
 }
 
 /// API family of an [`ApiCall`] (`ENUM_NSYS_EVENT_CLASS`).

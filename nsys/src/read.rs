@@ -21,6 +21,46 @@ pub(crate) const NVTX: &str = "NVTX_EVENTS";
 /// CUPTI's "no stream" marker in SYNCHRONIZATION.streamId.
 const NO_STREAM: i64 = 0xFFFF_FFFF;
 
+/// The columns every GPU activity table (kernel, memcpy, memset, sync) starts with.
+const ACTIVITY: [Col; 7] = [
+    Col::Req("start"),
+    Col::Req("end"),
+    Col::Opt("deviceId"),
+    Col::Opt("contextId"),
+    Col::Opt("streamId"),
+    Col::Opt("correlationId"),
+    Col::Opt("globalPid"),
+];
+
+/// The fields read from the [`ACTIVITY`] columns (the stream as stored).
+struct Activity {
+    start: i64,
+    end: i64,
+    device_id: i64,
+    context_id: Option<i64>,
+    stream_id: Option<i64>,
+    correlation_id: Option<i64>,
+    global_pid: Option<GlobalId>,
+}
+
+/// Builds a GPU activity record (see `model`'s `gpu_activities!`) from its [`Activity`], its
+/// stream and its own fields.
+macro_rules! activity {
+    ($ty:ident, $a:expr, $stream:expr, { $($own:tt)* }) => {{
+        let a: Activity = $a;
+        $ty {
+            start: a.start,
+            end: a.end,
+            device_id: a.device_id,
+            context_id: a.context_id,
+            stream_id: $stream,
+            correlation_id: a.correlation_id,
+            global_pid: a.global_pid,
+            $($own)*
+        }
+    }};
+}
+
 /// Reading context: connection, probed schema, string table, warnings.
 pub(crate) struct Reader<'a> {
     pub conn: &'a Connection,
@@ -148,16 +188,35 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// Runs `rows` over a GPU activity table ([`ACTIVITY`] columns, then `extra` from column 7
+    /// on) in start order; `f` gets the common fields of each row that has a
+    /// start (its end clamped to it).
+    fn activities(
+        &mut self,
+        table: &'static str,
+        extra: &[Col],
+        mut f: impl FnMut(&mut Self, Activity, &Row<'_>),
+    ) -> Result<(), NsysError> {
+        let cols: Vec<Col> = ACTIVITY.iter().chain(extra).copied().collect();
+        self.rows(table, &cols, "ORDER BY start", |r, row| {
+            let Some(start) = int(row, 0) else { return };
+            let end = r.clamp_end(table, start, int(row, 1));
+            let common = Activity {
+                start,
+                end,
+                device_id: int(row, 2).unwrap_or(0),
+                context_id: int(row, 3),
+                stream_id: int(row, 4),
+                correlation_id: int(row, 5),
+                global_pid: int(row, 6).map(GlobalId),
+            };
+            f(r, common, row)
+        })
+    }
+
     pub fn kernels(&mut self) -> Result<Vec<Kernel>, NsysError> {
         use Col::*;
-        let cols = [
-            Req("start"),
-            Req("end"),
-            Opt("deviceId"),
-            Opt("contextId"),
-            Opt("streamId"),
-            Opt("correlationId"),
-            Opt("globalPid"),
+        let extra = [
             Opt("shortName"),
             Opt("demangledName"),
             Opt("mangledName"),
@@ -173,49 +232,34 @@ impl<'a> Reader<'a> {
             Opt("graphId"),
         ];
         let mut out = Vec::new();
-        self.rows(KERNEL, &cols, "ORDER BY start", |r, row| {
-            let Some(start) = int(row, 0) else { return };
-            let end = r.clamp_end(KERNEL, start, int(row, 1));
+        self.activities(KERNEL, &extra, |r, a, row| {
             let short = r.string(int(row, 7));
-            let demangled = r.string(int(row, 8));
-            let mangled = r.string(int(row, 9));
+            let demangled_name = r.string(int(row, 8));
+            let mangled_name = r.string(int(row, 9));
             let name = short
-                .or_else(|| demangled.clone())
-                .or_else(|| mangled.clone())
+                .or_else(|| demangled_name.clone())
+                .or_else(|| mangled_name.clone())
                 .unwrap_or_else(|| "<unnamed kernel>".to_string());
             let dim = |i| int(row, i).unwrap_or(0);
-            out.push(Kernel {
-                start,
-                end,
-                device_id: int(row, 2).unwrap_or(0),
-                context_id: int(row, 3),
-                stream_id: int(row, 4).unwrap_or(0),
-                correlation_id: int(row, 5),
-                global_pid: int(row, 6).map(GlobalId),
+            let stream_id = a.stream_id.unwrap_or(0);
+            out.push(activity!(Kernel, a, stream_id, {
                 name,
-                demangled_name: demangled,
-                mangled_name: mangled,
+                demangled_name,
+                mangled_name,
                 grid: [dim(10), dim(11), dim(12)],
                 block: [dim(13), dim(14), dim(15)],
                 registers_per_thread: int(row, 16),
                 static_shared_memory: int(row, 17),
                 dynamic_shared_memory: int(row, 18),
                 graph_id: int(row, 19),
-            });
+            }));
         })?;
         Ok(out)
     }
 
     pub fn memcpys(&mut self) -> Result<Vec<Memcpy>, NsysError> {
         use Col::*;
-        let cols = [
-            Req("start"),
-            Req("end"),
-            Opt("deviceId"),
-            Opt("contextId"),
-            Opt("streamId"),
-            Opt("correlationId"),
-            Opt("globalPid"),
+        let extra = [
             Opt("bytes"),
             Opt("copyKind"),
             Opt("srcKind"),
@@ -224,18 +268,10 @@ impl<'a> Reader<'a> {
             Opt("dstDeviceId"),
         ];
         let mut out = Vec::new();
-        self.rows(MEMCPY, &cols, "ORDER BY start", |r, row| {
-            let Some(start) = int(row, 0) else { return };
-            let end = r.clamp_end(MEMCPY, start, int(row, 1));
+        self.activities(MEMCPY, &extra, |_, a, row| {
             let copy_kind = int(row, 8).unwrap_or(0);
-            out.push(Memcpy {
-                start,
-                end,
-                device_id: int(row, 2).unwrap_or(0),
-                context_id: int(row, 3),
-                stream_id: int(row, 4).unwrap_or(0),
-                correlation_id: int(row, 5),
-                global_pid: int(row, 6).map(GlobalId),
+            let stream_id = a.stream_id.unwrap_or(0);
+            out.push(activity!(Memcpy, a, stream_id, {
                 bytes: int(row, 7).unwrap_or(0),
                 copy_kind,
                 kind: memcpy_kind_label(copy_kind),
@@ -243,74 +279,36 @@ impl<'a> Reader<'a> {
                 dst_kind: int(row, 10).map(mem_kind_label),
                 src_device_id: int(row, 11),
                 dst_device_id: int(row, 12),
-            });
+            }));
         })?;
         Ok(out)
     }
 
     pub fn memsets(&mut self) -> Result<Vec<Memset>, NsysError> {
         use Col::*;
-        let cols = [
-            Req("start"),
-            Req("end"),
-            Opt("deviceId"),
-            Opt("contextId"),
-            Opt("streamId"),
-            Opt("correlationId"),
-            Opt("globalPid"),
-            Opt("bytes"),
-            Opt("value"),
-            Opt("memKind"),
-        ];
+        let extra = [Opt("bytes"), Opt("value"), Opt("memKind")];
         let mut out = Vec::new();
-        self.rows(MEMSET, &cols, "ORDER BY start", |r, row| {
-            let Some(start) = int(row, 0) else { return };
-            let end = r.clamp_end(MEMSET, start, int(row, 1));
-            out.push(Memset {
-                start,
-                end,
-                device_id: int(row, 2).unwrap_or(0),
-                context_id: int(row, 3),
-                stream_id: int(row, 4).unwrap_or(0),
-                correlation_id: int(row, 5),
-                global_pid: int(row, 6).map(GlobalId),
+        self.activities(MEMSET, &extra, |_, a, row| {
+            let stream_id = a.stream_id.unwrap_or(0);
+            out.push(activity!(Memset, a, stream_id, {
                 bytes: int(row, 7).unwrap_or(0),
                 value: int(row, 8),
                 mem_kind: int(row, 9).map(mem_kind_label),
-            });
+            }));
         })?;
         Ok(out)
     }
 
     pub fn syncs(&mut self) -> Result<Vec<Sync>, NsysError> {
         use Col::*;
-        let cols = [
-            Req("start"),
-            Req("end"),
-            Opt("deviceId"),
-            Opt("contextId"),
-            Opt("streamId"),
-            Opt("correlationId"),
-            Opt("globalPid"),
-            Opt("syncType"),
-            Opt("deprecatedSyncType"),
-        ];
+        let extra = [Opt("syncType"), Opt("deprecatedSyncType")];
         let mut out = Vec::new();
-        self.rows(SYNC, &cols, "ORDER BY start", |r, row| {
-            let Some(start) = int(row, 0) else { return };
-            let end = r.clamp_end(SYNC, start, int(row, 1));
-            let stream = int(row, 4).filter(|&s| s != NO_STREAM && s >= 0);
+        self.activities(SYNC, &extra, |_, a, row| {
+            let stream_id = a.stream_id.filter(|&s| s != NO_STREAM && s >= 0);
             let kind = int(row, 7).or(int(row, 8)).unwrap_or(0);
-            out.push(Sync {
-                start,
-                end,
-                device_id: int(row, 2).unwrap_or(0),
-                context_id: int(row, 3),
-                stream_id: stream,
-                correlation_id: int(row, 5),
-                global_pid: int(row, 6).map(GlobalId),
+            out.push(activity!(Sync, a, stream_id, {
                 kind: sync_kind_label(kind),
-            });
+            }));
         })?;
         Ok(out)
     }
