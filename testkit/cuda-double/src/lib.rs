@@ -17,9 +17,12 @@ use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::Mutex;
 
+pub mod abi;
 mod device;
 mod exec;
 mod timing;
+
+pub use abi::{LaunchConfig, LaunchRecord};
 
 pub type CUresult = c_int;
 pub(crate) const SUCCESS: CUresult = 0;
@@ -31,22 +34,6 @@ const NOT_READY: CUresult = 600;
 
 /// Driver version the double reports (12.9).
 pub const DRIVER_VERSION: c_int = 12090;
-
-/// One recorded launch.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct LaunchRecord {
-    /// 1 cuLaunchKernel, 2 cuLaunchKernelEx, 3 cuLaunchCooperativeKernel.
-    pub api: u32,
-    pub grid: [u32; 3],
-    pub block: [u32; 3],
-    pub shared_mem: u32,
-    pub function: u64,
-    pub stream: u64,
-    pub kernel_params: u64,
-    /// First 8 bytes of the first kernel parameter (0 if none).
-    pub first_param: u64,
-}
 
 #[derive(Default)]
 struct State {
@@ -474,17 +461,6 @@ pub unsafe extern "C" fn cuLaunchCooperativeKernel(
     count("cuLaunchCooperativeKernel");
     // SAFETY: see record_launch.
     unsafe { record_launch(3, f, [gx, gy, gz], [bx, by, bz], shm, stream, params) }
-}
-
-/// `CUlaunchConfig` prefix (grid, block, shared memory, stream), CUDA 12 layout.
-#[repr(C)]
-pub struct LaunchConfig {
-    pub grid: [c_uint; 3],
-    pub block: [c_uint; 3],
-    pub shared_mem: c_uint,
-    pub stream: u64,
-    pub attrs: *mut c_void,
-    pub num_attrs: c_uint,
 }
 
 #[no_mangle]

@@ -9,6 +9,12 @@
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+// The double's C layouts and signatures; this test calls only cuLaunchKernel through them.
+#[allow(dead_code)]
+#[path = "../src/abi.rs"]
+mod abi;
+use abi::LaunchKernelFn;
+
 fn lib() -> *mut c_void {
     let exe = std::env::current_exe().expect("current_exe");
     let target = exe.parent().and_then(|p| p.parent()).expect("target dir");
@@ -62,20 +68,6 @@ unsafe extern "C" fn launcher(
     }
 }
 
-type Launch = unsafe extern "C" fn(
-    u64,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    u64,
-    *mut *mut c_void,
-    *mut *mut c_void,
-) -> c_int;
-
 type Launcher = unsafe extern "C" fn(*mut *mut c_void, *const c_uint, *const c_uint) -> c_int;
 
 /// The double's entry points this test calls.
@@ -84,7 +76,7 @@ struct Double {
     load: unsafe extern "C" fn(*mut u64, *const c_void) -> c_int,
     getf: unsafe extern "C" fn(*mut u64, u64, *const c_char) -> c_int,
     register: unsafe extern "C" fn(*const c_char, Option<Launcher>, *const u64) -> c_int,
-    launch: Launch,
+    launch: LaunchKernelFn,
     sync: unsafe extern "C" fn(u64) -> c_int,
     hreg: unsafe extern "C" fn(u64, usize, c_uint) -> c_int,
     hunreg: unsafe extern "C" fn(u64) -> c_int,

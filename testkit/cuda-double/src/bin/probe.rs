@@ -6,6 +6,12 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 
+#[path = "../abi.rs"]
+mod abi;
+use abi::{
+    LaunchConfig, LaunchCooperativeKernelFn, LaunchKernelExFn, LaunchKernelFn, LaunchRecord,
+};
+
 type GetProc =
     unsafe extern "C" fn(*const c_char, *mut *const c_void, c_int, u64, *mut c_int) -> c_int;
 type GetProcV1 = unsafe extern "C" fn(*const c_char, *mut *const c_void, c_int, u64) -> c_int;
@@ -94,29 +100,6 @@ macro_rules! call {
         }
         println!("ok call {}", $name);
     }};
-}
-
-#[repr(C)]
-struct LaunchConfig {
-    grid: [c_uint; 3],
-    block: [c_uint; 3],
-    shared_mem: c_uint,
-    stream: u64,
-    attrs: *mut c_void,
-    num_attrs: c_uint,
-}
-
-#[repr(C)]
-#[derive(Default, Debug)]
-struct LaunchRecord {
-    api: u32,
-    grid: [u32; 3],
-    block: [u32; 3],
-    shared_mem: u32,
-    function: u64,
-    stream: u64,
-    kernel_params: u64,
-    first_param: u64,
 }
 
 fn main() {
@@ -221,19 +204,7 @@ fn launches(lib: &Lib, func: u64) {
     call!(
         lib,
         "cuLaunchKernel",
-        unsafe extern "C" fn(
-            u64,
-            c_uint,
-            c_uint,
-            c_uint,
-            c_uint,
-            c_uint,
-            c_uint,
-            c_uint,
-            u64,
-            *mut *mut c_void,
-            *mut *mut c_void,
-        ) -> c_int,
+        LaunchKernelFn,
         (
             func,
             2,
@@ -259,24 +230,13 @@ fn launches(lib: &Lib, func: u64) {
     call!(
         lib,
         "cuLaunchKernelEx",
-        unsafe extern "C" fn(*const LaunchConfig, u64, *mut *mut c_void, *mut *mut c_void) -> c_int,
+        LaunchKernelExFn,
         (&cfg, func, params.as_mut_ptr(), std::ptr::null_mut())
     );
     call!(
         lib,
         "cuLaunchCooperativeKernel",
-        unsafe extern "C" fn(
-            u64,
-            c_uint,
-            c_uint,
-            c_uint,
-            c_uint,
-            c_uint,
-            c_uint,
-            c_uint,
-            u64,
-            *mut *mut c_void,
-        ) -> c_int,
+        LaunchCooperativeKernelFn,
         (func, 4, 1, 1, 32, 1, 1, 0, 0, params.as_mut_ptr())
     );
 }
