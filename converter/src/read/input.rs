@@ -27,9 +27,58 @@ pub struct LogInput {
     pub threads: Vec<(u32, Vec<ChunkInfo>)>,
     /// Bytes of the file (input size).
     pub bytes: u64,
-    /// Chunks the header counts as allocated that lie beyond the end of the file (the file was
-    /// cut short, possibly exactly at a chunk boundary): (first missing offset, count).
-    pub missing_chunks: Option<(u64, u64)>,
+    /// Chunks the header counts as allocated that are not in the file (the file was cut short,
+    /// possibly exactly at a chunk boundary): see [`MissingChunks`].
+    pub missing_chunks: Option<MissingChunks>,
+}
+
+/// Chunk positions the header counts as allocated that lie beyond the end of the file and whose
+/// chunk was not found elsewhere. With per-thread rings (format 1.2) a chunk's index is its
+/// final position, but a chunk that was never drained (a thread's last, partly filled chunk)
+/// is read from its ring slot while its final position lies past the end of the file: such a
+/// position is not missing, nothing of it is lost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MissingChunks {
+    /// File offset of the first missing position.
+    pub first: u64,
+    /// End offset of the last missing position.
+    pub end: u64,
+    /// Missing positions.
+    pub count: u64,
+    /// Whether they are exactly the last `count` allocated positions.
+    pub at_end: bool,
+}
+
+impl MissingChunks {
+    /// Positions `in_file..allocated` (beyond the end of the file) whose index is not among
+    /// `found` (the indices of the chunks read, wherever they sit); `None` when none is missing.
+    fn find(
+        in_file: u64,
+        allocated: u64,
+        chunk_size: u64,
+        found: impl Iterator<Item = u64>,
+    ) -> Option<MissingChunks> {
+        if allocated <= in_file {
+            return None;
+        }
+        let mut present: Vec<u64> = found.filter(|&i| i >= in_file && i < allocated).collect();
+        present.sort_unstable();
+        present.dedup();
+        let count = allocated - in_file - present.len() as u64;
+        if count == 0 {
+            return None;
+        }
+        let mut missing = (in_file..allocated).filter(|i| present.binary_search(i).is_err());
+        let first = missing.next().expect("count > 0");
+        let last = missing.next_back().unwrap_or(first);
+        let offset = |i: u64| HEADER_SIZE as u64 + i * chunk_size;
+        Some(MissingChunks {
+            first: offset(first),
+            end: offset(last + 1),
+            count,
+            at_end: last + 1 == allocated && last + 1 - first == count,
+        })
+    }
 }
 
 impl LogInput {
@@ -41,12 +90,12 @@ impl LogInput {
         let h = file.header();
         let cs = h.chunk_size as u64;
         let in_file = bytes.saturating_sub(HEADER_SIZE as u64).div_ceil(cs);
-        let missing_chunks = (u64::from(h.chunks_allocated) > in_file).then(|| {
-            (
-                HEADER_SIZE as u64 + in_file * cs,
-                u64::from(h.chunks_allocated) - in_file,
-            )
-        });
+        let missing_chunks = MissingChunks::find(
+            in_file,
+            u64::from(h.chunks_allocated),
+            cs,
+            file.chunks().iter().map(|c| u64::from(c.header.index)),
+        );
         let mut threads: Vec<(u32, Vec<ChunkInfo>)> = Vec::new();
         let mut chunks: Vec<ChunkInfo> = file.chunks().to_vec();
         chunks.sort_by_key(|c| (c.header.tid, c.header.index));
@@ -457,5 +506,35 @@ impl<'a> Iterator for MergedRecords<'a> {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MissingChunks;
+
+    const CS: u64 = 1 << 20;
+    const H: u64 = 4096;
+
+    #[test]
+    fn positions_past_the_end_are_missing_unless_their_chunk_was_found() {
+        // 5 positions in the file, 8 allocated: 5 and 7 read from ring slots, 6 lost.
+        let m = MissingChunks::find(5, 8, CS, [0, 1, 5, 7].into_iter()).unwrap();
+        assert_eq!(
+            (m.first, m.end, m.count, m.at_end),
+            (H + 6 * CS, H + 7 * CS, 1, false)
+        );
+        // The last chunk in its ring slot: nothing missing.
+        assert_eq!(
+            MissingChunks::find(4, 5, CS, [0, 1, 2, 4].into_iter()),
+            None
+        );
+        assert_eq!(MissingChunks::find(5, 5, CS, [].into_iter()), None);
+        // Cut at a chunk boundary: the last 3 missing.
+        let m = MissingChunks::find(2, 5, CS, [0, 1].into_iter()).unwrap();
+        assert_eq!(
+            (m.first, m.end, m.count, m.at_end),
+            (H + 2 * CS, H + 5 * CS, 3, true)
+        );
     }
 }

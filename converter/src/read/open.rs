@@ -213,18 +213,30 @@ fn damage_warnings(i: &LogInput, warnings: &mut Vec<String>) {
             issue.message
         ));
     }
-    if let Some((at, n)) = i.missing_chunks {
+    if let Some(m) = i.missing_chunks {
         let cs = u64::from(i.file.header().chunk_size);
+        let (which, within) = if m.at_end {
+            (format!("the last {}", m.count), "")
+        } else {
+            (format!("{} positions", m.count), "within ")
+        };
         warnings.push(format!(
-            "{}: offset {at}: file truncated: the header counts {} allocated chunks, the last {n} ({} bytes, offsets {at}..{}) are not in the file; their records are lost",
+            "{}: offset {}: file truncated: the header counts {} allocated chunks, {which} ({} bytes, {within}offsets {}..{}) are not in the file; their records are lost",
             i.path.display(),
+            m.first,
             i.file.header().chunks_allocated,
-            n * cs,
-            at + n * cs
+            m.count * cs,
+            m.first,
+            m.end
         ));
     }
     let h = i.file.header();
-    if h.major > 0 && h.minor > sigmatrace_schemas::FORMAT_MINOR {
+    if (h.major, h.minor)
+        > (
+            sigmatrace_schemas::FORMAT_MAJOR,
+            sigmatrace_schemas::FORMAT_MINOR,
+        )
+    {
         warnings.push(format!(
             "{}: format {}.{} is newer than this reader's {}.{}; unknown record kinds are skipped",
             i.path.display(),
