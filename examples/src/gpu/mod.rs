@@ -18,6 +18,7 @@ pub mod host;
 pub mod qp;
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::cluster::{write_json, Cluster};
@@ -143,6 +144,39 @@ impl GpuRun {
         r.extend_from_slice(extra);
         // SAFETY: the caller's contract; the rings live as long as the cluster.
         unsafe { HostMap::register(&self.gpu, &r) }
+    }
+}
+
+/// The host range `(address, bytes)` of `v`, for [`GpuRun::map`].
+pub fn host_range<T>(v: &[T]) -> (u64, u64) {
+    (v.as_ptr() as u64, std::mem::size_of_val(v) as u64)
+}
+
+/// A workload kernel's four status words, in host memory the kernel writes through its
+/// mapping: `[0]` progress (levels, iterations), `[1]` error code (0: none), `[2]`, `[3]` the
+/// error's details (or more progress).
+pub struct KernelStatus([AtomicU32; 4]);
+
+impl Default for KernelStatus {
+    fn default() -> Self {
+        KernelStatus([0; 4].map(AtomicU32::new))
+    }
+}
+
+impl KernelStatus {
+    /// The words' host range (to map them for the GPU).
+    pub fn range(&self) -> (u64, u64) {
+        host_range(&self.0)
+    }
+
+    /// The words after the kernel; an error built by `failed` from them when the kernel set
+    /// an error code.
+    pub fn check(&self, failed: impl FnOnce(&[u32; 4]) -> String) -> Res<[u32; 4]> {
+        let st = self.0.each_ref().map(|w| w.load(Ordering::Acquire));
+        if st[1] != 0 {
+            return Err(failed(&st).into());
+        }
+        Ok(st)
     }
 }
 

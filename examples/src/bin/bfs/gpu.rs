@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use sigmatrace_examples::gpu::qp::GpuQps;
-use sigmatrace_examples::gpu::{GpuRun, LOG_CAP};
+use sigmatrace_examples::gpu::{host_range, GpuRun, KernelStatus, LOG_CAP};
 use sigmatrace_examples::kernels;
 use sigmatrace_examples::workload::Res;
 
@@ -61,10 +61,6 @@ struct BfsArgs {
     status: u64,
 }
 
-fn range<T>(v: &[T]) -> (u64, u64) {
-    (v.as_ptr() as u64, std::mem::size_of_val(v) as u64)
-}
-
 /// Runs the kernel; returns (levels, arrivals).
 pub fn run(r: &Rank) -> Res<(u32, Vec<Arrival>)> {
     let a = r.a;
@@ -73,16 +69,16 @@ pub fn run(r: &Rank) -> Res<(u32, Vec<Arrival>)> {
     let before = gr.clock_pairs(16)?;
     let arrival_ns: Vec<AtomicU64> = (0..MAX_ROUNDS).map(|_| AtomicU64::new(0)).collect();
     let arrival_last: Vec<AtomicU32> = (0..MAX_ROUNDS).map(|_| AtomicU32::new(0)).collect();
-    let status: Vec<AtomicU32> = (0..4).map(|_| AtomicU32::new(0)).collect();
+    let status = KernelStatus::default();
     let host = [
-        range(r.outbox.as_slice()),
-        range(r.inbox.as_slice()),
-        range(r.scratch.as_slice()),
-        range(r.release.as_slice()),
-        range(&r.level),
-        range(&arrival_ns),
-        range(&arrival_last),
-        range(&status),
+        host_range(r.outbox.as_slice()),
+        host_range(r.inbox.as_slice()),
+        host_range(r.scratch.as_slice()),
+        host_range(r.release.as_slice()),
+        host_range(&r.level),
+        host_range(&arrival_ns),
+        host_range(&arrival_last),
+        status.range(),
     ];
     // SAFETY: the regions, levels and result arrays outlive `map` (dropped at the end).
     let map = unsafe { gr.map(r.c, &host)? };
@@ -139,7 +135,7 @@ pub fn run(r: &Rank) -> Res<(u32, Vec<Arrival>)> {
         qps: qps.array.ptr,
         arrival_ns: d(arrival_ns.as_ptr() as u64)?,
         arrival_last: d(arrival_last.as_ptr() as u64)?,
-        status: d(status.as_ptr() as u64)?,
+        status: d(status.range().0)?,
     };
     let k = gr.run_kernel(
         kernels::BFS_PTX,
@@ -148,14 +144,12 @@ pub fn run(r: &Rank) -> Res<(u32, Vec<Arrival>)> {
         &args,
         before,
     )?;
-    let st: Vec<u32> = status.iter().map(|s| s.load(Ordering::Acquire)).collect();
-    if st[1] != 0 {
-        return Err(format!(
+    let st = status.check(|st| {
+        format!(
             "bfs kernel failed: code {} detail {:#x} (round {})",
             st[1], st[2], st[3]
         )
-        .into());
-    }
+    })?;
     let report = gr.report(&k, r.c, &qps, map.bytes(), a.opts.rank, &a.opts.out)?;
     drop(map);
     let fit = report.clock.ok_or("no clock fit")?;

@@ -4,10 +4,8 @@
 //! GPU. The host passes the routing (pairs per destination and per source, in slot order)
 //! and reads back each QP's bookkeeping.
 
-use std::sync::atomic::{AtomicU32, Ordering};
-
 use sigmatrace_examples::gpu::qp::GpuQps;
-use sigmatrace_examples::gpu::{GpuRun, LOG_CAP};
+use sigmatrace_examples::gpu::{host_range, GpuRun, KernelStatus, LOG_CAP};
 use sigmatrace_examples::kernels;
 use sigmatrace_examples::workload::Res;
 
@@ -59,10 +57,6 @@ struct MoeArgs {
     status: u64,
 }
 
-fn range<T>(v: &[T]) -> (u64, u64) {
-    (v.as_ptr() as u64, std::mem::size_of_val(v) as u64)
-}
-
 /// Runs the kernel over every iteration.
 pub fn run(r: &Rank) -> Res<()> {
     let a = r.a;
@@ -70,15 +64,15 @@ pub fn run(r: &Rank) -> Res<()> {
     let gr = GpuRun::open()?;
     let g = &gr.gpu;
     let before = gr.clock_pairs(16)?;
-    let status: Vec<AtomicU32> = (0..4).map(|_| AtomicU32::new(0)).collect();
+    let status = KernelStatus::default();
     let host = [
-        range(r.tokens.as_slice()),
-        range(r.recv.as_slice()),
-        range(r.results.as_slice()),
-        range(r.combine.as_slice()),
-        range(r.flags.as_slice()),
-        range(r.flag_src.as_slice()),
-        range(&status),
+        host_range(r.tokens.as_slice()),
+        host_range(r.recv.as_slice()),
+        host_range(r.results.as_slice()),
+        host_range(r.combine.as_slice()),
+        host_range(r.flags.as_slice()),
+        host_range(r.flag_src.as_slice()),
+        status.range(),
     ];
     // SAFETY: the regions and the status words outlive `map` (dropped at the end).
     let map = unsafe { gr.map(r.c, &host)? };
@@ -137,7 +131,7 @@ pub fn run(r: &Rank) -> Res<()> {
         send_expert: g.upload(&send_expert)?.ptr,
         recv_ptr: g.upload(&recv_ptr)?.ptr,
         recv_expert: g.upload(&recv_expert)?.ptr,
-        status: d(status.as_ptr() as u64)?,
+        status: d(status.range().0)?,
     };
     let k = gr.run_kernel(
         kernels::MOE_PTX,
@@ -146,14 +140,12 @@ pub fn run(r: &Rank) -> Res<()> {
         &args,
         before,
     )?;
-    let st: Vec<u32> = status.iter().map(|s| s.load(Ordering::Acquire)).collect();
-    if st[1] != 0 {
-        return Err(format!(
+    let st = status.check(|st| {
+        format!(
             "moe kernel failed: code {} details {} {:#x} after {} iterations",
             st[1], st[2], st[3], st[0]
         )
-        .into());
-    }
+    })?;
     if st[0] != a.iters {
         return Err(format!("moe kernel ran {} of {} iterations", st[0], a.iters).into());
     }
