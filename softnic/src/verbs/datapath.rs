@@ -412,35 +412,8 @@ unsafe extern "C" fn cq_next_poll(c: *mut ibv_cq_ex) -> c_int {
     cqx_pop(cqx(c))
 }
 unsafe extern "C" fn cq_end_poll(_c: *mut ibv_cq_ex) {}
-unsafe extern "C" fn cq_read_opcode(c: *mut ibv_cq_ex) -> ibv_wc_opcode {
-    cqx(c).cur.wc.opcode
-}
-unsafe extern "C" fn cq_read_vendor_err(c: *mut ibv_cq_ex) -> u32 {
-    cqx(c).cur.wc.vendor_err
-}
-unsafe extern "C" fn cq_read_byte_len(c: *mut ibv_cq_ex) -> u32 {
-    cqx(c).cur.wc.byte_len
-}
-unsafe extern "C" fn cq_read_imm_data(c: *mut ibv_cq_ex) -> __be32 {
-    cqx(c).cur.wc.__bindgen_anon_1.imm_data
-}
-unsafe extern "C" fn cq_read_qp_num(c: *mut ibv_cq_ex) -> u32 {
-    cqx(c).cur.wc.qp_num
-}
-unsafe extern "C" fn cq_read_src_qp(c: *mut ibv_cq_ex) -> u32 {
-    cqx(c).cur.wc.src_qp
-}
-unsafe extern "C" fn cq_read_wc_flags(c: *mut ibv_cq_ex) -> u32 {
-    cqx(c).cur.wc.wc_flags
-}
 unsafe extern "C" fn cq_read_slid(c: *mut ibv_cq_ex) -> u32 {
     cqx(c).cur.wc.slid as u32
-}
-unsafe extern "C" fn cq_read_sl(c: *mut ibv_cq_ex) -> u8 {
-    cqx(c).cur.wc.sl
-}
-unsafe extern "C" fn cq_read_dlid_path_bits(c: *mut ibv_cq_ex) -> u8 {
-    cqx(c).cur.wc.dlid_path_bits
 }
 unsafe extern "C" fn cq_read_completion_ts(c: *mut ibv_cq_ex) -> u64 {
     cqx(c).cur.ts
@@ -465,20 +438,35 @@ unsafe extern "C" fn cq_read_tm_info(_c: *mut ibv_cq_ex, info: *mut ibv_wc_tm_in
     std::ptr::write_bytes(info, 0, 1);
 }
 
+/// Installs the `ibv_cq_ex` readers that return a field of the current completion as it is:
+/// `slot: type = field path`, one `unsafe extern "C" fn` each.
+macro_rules! wc_field_readers {
+    ($c:ident; $($slot:ident: $ty:ty = $($field:ident).+;)*) => { $(
+        $c.$slot = {
+            unsafe extern "C" fn read(c: *mut ibv_cq_ex) -> $ty {
+                cqx(c).cur.wc.$($field).+
+            }
+            Some(read)
+        };
+    )* };
+}
+
 pub fn fill_cq_ex_ops(c: &mut ibv_cq_ex) {
     c.start_poll = Some(cq_start_poll);
     c.next_poll = Some(cq_next_poll);
     c.end_poll = Some(cq_end_poll);
-    c.read_opcode = Some(cq_read_opcode);
-    c.read_vendor_err = Some(cq_read_vendor_err);
-    c.read_byte_len = Some(cq_read_byte_len);
-    c.read_imm_data = Some(cq_read_imm_data);
-    c.read_qp_num = Some(cq_read_qp_num);
-    c.read_src_qp = Some(cq_read_src_qp);
-    c.read_wc_flags = Some(cq_read_wc_flags);
+    wc_field_readers! { c;
+        read_opcode: ibv_wc_opcode = opcode;
+        read_vendor_err: u32 = vendor_err;
+        read_byte_len: u32 = byte_len;
+        read_imm_data: __be32 = __bindgen_anon_1.imm_data;
+        read_qp_num: u32 = qp_num;
+        read_src_qp: u32 = src_qp;
+        read_wc_flags: u32 = wc_flags;
+        read_sl: u8 = sl;
+        read_dlid_path_bits: u8 = dlid_path_bits;
+    }
     c.read_slid = Some(cq_read_slid);
-    c.read_sl = Some(cq_read_sl);
-    c.read_dlid_path_bits = Some(cq_read_dlid_path_bits);
     c.read_completion_ts = Some(cq_read_completion_ts);
     c.read_completion_wallclock_ns = Some(cq_read_completion_wallclock_ns);
     c.read_cvlan = Some(cq_read_cvlan);
