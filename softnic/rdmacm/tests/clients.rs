@@ -86,16 +86,29 @@ fn traced_like_untraced(
     (s, c, plain)
 }
 
-#[test]
-fn rping() {
+/// Stands in an argument list of [`tcp_pair`] for the fresh port.
+const PORT: &str = "{port}";
+
+/// [`traced_like_untraced`] for a pair that meets over rdma_cm TCP on a fresh port, written
+/// [`PORT`] in the argument lists.
+fn tcp_pair(server: &[&str], client: &[&str]) -> (Logged, Logged, Pair) {
+    fn fill<'a>(v: &[&'a str], port: &'a str) -> Vec<&'a str> {
+        v.iter()
+            .map(|a| if *a == PORT { port } else { a })
+            .collect()
+    }
     let port = free_port();
     let p = port.to_string();
+    traced_like_untraced(&fill(server, &p), &fill(client, &p), (PS_TCP, port))
+}
+
+#[test]
+fn rping() {
     let n = 20;
     let c = n.to_string();
-    let (s, cl, plain) = traced_like_untraced(
-        &["rping", "-s", "-a", "127.0.1.1", "-p", &p, "-C", &c],
-        &["rping", "-c", "-a", "127.0.1.1", "-p", &p, "-C", &c, "-v"],
-        (PS_TCP, port),
+    let (s, cl, plain) = tcp_pair(
+        &["rping", "-s", "-a", "127.0.1.1", "-p", PORT, "-C", &c],
+        &["rping", "-c", "-a", "127.0.1.1", "-p", PORT, "-C", &c, "-v"],
     );
     // The client prints each of its n ping buffers, as the server received them.
     let pings: Vec<_> = plain
@@ -125,15 +138,13 @@ fn rping() {
 
 #[test]
 fn ucmatose() {
-    let port = free_port();
-    let p = port.to_string();
-    let (s, c, plain) = traced_like_untraced(
+    let (s, c, plain) = tcp_pair(
         &[
             "ucmatose",
             "-b",
             "127.0.1.1",
             "-p",
-            &p,
+            PORT,
             "-C",
             "15",
             "-S",
@@ -144,13 +155,12 @@ fn ucmatose() {
             "-s",
             "127.0.1.1",
             "-p",
-            &p,
+            PORT,
             "-C",
             "15",
             "-S",
             "200",
         ],
-        (PS_TCP, port),
     );
     assert!(
         plain.server.stdout.contains("disconnected"),
@@ -184,12 +194,9 @@ fn udaddy() {
 
 #[test]
 fn rdma_server_client() {
-    let port = free_port();
-    let p = port.to_string();
-    let (s, c, plain) = traced_like_untraced(
-        &["rdma_server", "-s", "127.0.1.1", "-p", &p],
-        &["rdma_client", "-s", "127.0.1.1", "-p", &p],
-        (PS_TCP, port),
+    let (s, c, plain) = tcp_pair(
+        &["rdma_server", "-s", "127.0.1.1", "-p", PORT],
+        &["rdma_client", "-s", "127.0.1.1", "-p", PORT],
     );
     assert!(
         plain.server.stdout.contains("rdma_server: end 0"),
@@ -209,14 +216,11 @@ fn rdma_server_client() {
 
 #[test]
 fn ib_write_bw_rdma_cm() {
-    let port = free_port();
-    let p = port.to_string();
     let n = 200;
     let iters = n.to_string();
-    let (s, c, plain) = traced_like_untraced(
-        &["ib_write_bw", "-R", "-n", &iters, "-p", &p],
-        &["ib_write_bw", "-R", "-n", &iters, "-p", &p, "127.0.1.1"],
-        (PS_TCP, port),
+    let (s, c, plain) = tcp_pair(
+        &["ib_write_bw", "-R", "-n", &iters, "-p", PORT],
+        &["ib_write_bw", "-R", "-n", &iters, "-p", PORT, "127.0.1.1"],
     );
     assert!(
         plain.client.stdout.contains("Data ex. method : rdma_cm"),
@@ -251,13 +255,7 @@ fn ib_write_bw_rdma_cm() {
 /// last byte, which only the peer's RDMA WRITE changes), `riounmap`, `rshutdown`, `rclose`.
 /// Returns the two logs after checking what every rsocket connection posts once.
 fn riostream(extra: &[&str], writes: usize, size: u32) -> (Logged, Logged, Pair) {
-    let port = free_port();
-    let p = port.to_string();
-    let mut server = vec!["riostream", "-p", &p];
-    server.extend_from_slice(extra);
-    let mut client = vec!["riostream", "-s", "127.0.1.1", "-p", &p];
-    client.extend_from_slice(extra);
-    let (s, c, plain) = traced_like_untraced(&server, &client, (PS_TCP, port));
+    let (s, c, plain) = riostream_pair(extra);
     for (who, out) in [("server", &plain.server), ("client", &plain.client)] {
         let rows: Vec<_> = out.stdout.lines().collect();
         assert_eq!(
@@ -326,13 +324,13 @@ fn riostream_async_poll() {
     }
 }
 
+/// A riostream server and client with the options `extra`.
+fn riostream_pair(extra: &[&str]) -> (Logged, Logged, Pair) {
+    let server = [&["riostream", "-p", PORT][..], extra].concat();
+    let client = [&["riostream", "-s", "127.0.1.1", "-p", PORT][..], extra].concat();
+    tcp_pair(&server, &client)
+}
+
 fn riostream_chunks() -> (Logged, Logged, Pair) {
-    let port = free_port();
-    let p = port.to_string();
-    let args = ["-T", "a", "-C", "20", "-S", "100000"];
-    let mut server = vec!["riostream", "-p", &p];
-    server.extend_from_slice(&args);
-    let mut client = vec!["riostream", "-s", "127.0.1.1", "-p", &p];
-    client.extend_from_slice(&args);
-    traced_like_untraced(&server, &client, (PS_TCP, port))
+    riostream_pair(&["-T", "a", "-C", "20", "-S", "100000"])
 }
