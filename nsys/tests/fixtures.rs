@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use common::fixture;
 use sigmatrace_nsys::{Anchor, ApiClass, GlobalId, NsysReport, NvtxKind};
+use sigmatrace_testkit::NSYS_COMMON_CALLS;
 
 fn counts<'a>(names: impl Iterator<Item = &'a str>) -> BTreeMap<&'a str, usize> {
     let mut m = BTreeMap::new();
@@ -14,23 +15,6 @@ fn counts<'a>(names: impl Iterator<Item = &'a str>) -> BTreeMap<&'a str, usize> 
     }
     m
 }
-
-/// Runtime API names (stripped) and how often each occurs, shared by both reports.
-const COMMON_CALLS: [(&str, usize); 13] = [
-    ("cudaEventCreate", 2),
-    ("cudaEventDestroy", 2),
-    ("cudaEventRecord", 2),
-    ("cudaEventSynchronize", 1),
-    ("cudaFree", 3),
-    ("cudaFreeHost", 3),
-    ("cudaHostAlloc", 3),
-    ("cudaLaunchKernel", 4),
-    ("cudaMalloc", 3),
-    ("cudaMemcpyAsync", 12),
-    ("cudaStreamCreate", 4),
-    ("cudaStreamDestroy", 4),
-    ("cuModuleGetLoadingMode", 1),
-];
 
 fn check_common(r: &NsysReport, pid: u32, gpid: i64) {
     // Kernels: 4 × add_parallel, one per stream 13–16, on device 0.
@@ -148,7 +132,7 @@ fn report1_exact_counts_and_names() {
     check_common(&r, 17068, 281_761_330_233_344);
     assert_eq!(r.api_calls.len(), 44);
     let names = counts(r.api_calls.iter().map(|c| c.name.as_str()));
-    assert_eq!(names, BTreeMap::from(COMMON_CALLS));
+    assert_eq!(names, BTreeMap::from(NSYS_COMMON_CALLS));
     assert_eq!(
         r.api_calls
             .iter()
@@ -169,7 +153,7 @@ fn report2_exact_counts_and_names() {
     let r = NsysReport::open(fixture("report2.sqlite")).unwrap();
     check_common(&r, 58972, 282_464_362_692_608);
     assert_eq!(r.api_calls.len(), 45);
-    let mut want = BTreeMap::from(COMMON_CALLS);
+    let mut want = BTreeMap::from(NSYS_COMMON_CALLS);
     want.insert("cudaDeviceSynchronize", 1);
     assert_eq!(counts(r.api_calls.iter().map(|c| c.name.as_str())), want);
     let syncs: Vec<&str> = r.syncs.iter().map(|s| s.kind.as_str()).collect();

@@ -1,5 +1,6 @@
 //! Shared test helpers of the SigmaTrace workspace (a dev-dependency of the other crates):
 //! where the built artifacts are ([`artifacts`]), free ports and listening sockets ([`net`]),
+//! the Nsight Systems fixtures ([`nsys`]),
 //! running programs traced or untraced ([`process`]), and the repository's own Perfetto trace
 //! checker ([`trace`], also the `sigmatrace-trace-check` binary).
 //!
@@ -8,9 +9,11 @@
 
 pub mod artifacts;
 pub mod net;
+pub mod nsys;
 pub mod process;
 pub mod trace;
 
 pub use artifacts::{artifact, build_dir, libsigmatrace, softnic_run, system_bin, workspace_root};
 pub use net::{free_port, listening};
+pub use nsys::{nsys_fixture, NSYS_COMMON_CALLS};
 pub use process::{Cmd, Guarded, Out, Running};
