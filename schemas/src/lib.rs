@@ -24,7 +24,7 @@ pub use reader::{
 };
 pub use records::*;
 pub use reserve::Reserved;
-pub use ring::Drained;
+pub use ring::{Drained, Dumped};
 pub use writer::{ChunkWriter, LogWriter, WriteError, WriterOptions, DEFAULT_CHUNK_SIZE};
 
 /// File magic, at offset 0.

@@ -14,6 +14,13 @@
 //!
 //! When no slot is FREE (the drainer is behind) the thread falls back to a plain chunk at its
 //! final position (faulting its pages itself), then returns to the ring.
+//!
+//! Flight recorder (`WriterOptions::flight_recorder`, see [`flight`]): nothing is drained; a
+//! thread whose ring has no FREE slot reuses the slot of its oldest chunk, and that chunk's
+//! records count as dropped, per kind, in the header's loss table.
+
+mod flight;
+pub use flight::Dumped;
 
 use std::os::unix::io::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -43,6 +50,10 @@ pub(crate) struct Ring {
     seen_rolls: AtomicU64,
     idle_passes: AtomicU32,
     released: AtomicBool,
+    /// Flight recorder: per slot, the committed bytes of its chunk already copied into the
+    /// log by a dump (0: none); and the lock that keeps a dump and a reuse of a slot apart.
+    preserved: Box<[AtomicU32]>,
+    busy: AtomicBool,
 }
 
 impl Ring {
@@ -56,6 +67,8 @@ impl Ring {
             seen_rolls: AtomicU64::new(0),
             idle_passes: AtomicU32::new(0),
             released: AtomicBool::new(false),
+            preserved: (0..n).map(|_| AtomicU32::new(0)).collect(),
+            busy: AtomicBool::new(false),
         }
     }
 
@@ -87,6 +100,10 @@ impl Shared {
     ) -> Drained {
         let mut done = Drained::default();
         for ring in rings {
+            if self.flight {
+                self.release_if_idle(ring); // a flight recorder's rings are the log
+                continue;
+            }
             for (i, state) in ring.state.iter().enumerate() {
                 if state.load(Ordering::Acquire) != FULL || self.failed.load(Ordering::Relaxed) {
                     continue;
@@ -159,7 +176,9 @@ impl Shared {
             return;
         }
         for (i, state) in ring.state.iter().enumerate() {
-            if state.load(Ordering::Acquire) != FREE {
+            // A flight recorder's FULL chunks stay in the file too: their pages can go.
+            let st = state.load(Ordering::Acquire);
+            if st != FREE && !(self.flight && st == FULL) {
                 continue;
             }
             // SAFETY: a FREE slot is written by nobody until its owner takes it again, and
@@ -179,7 +198,7 @@ impl Shared {
 ///
 /// # Safety
 /// `src` must be valid for reading `len` bytes.
-unsafe fn write_all(fd: libc::c_int, src: *const u8, len: usize, offset: usize) -> bool {
+pub(crate) unsafe fn write_all(fd: libc::c_int, src: *const u8, len: usize, offset: usize) -> bool {
     let mut done = 0;
     while done < len {
         // SAFETY: src+done .. src+len is readable (the caller's contract).

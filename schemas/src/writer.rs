@@ -55,6 +55,10 @@ pub struct WriterOptions {
     /// Write `PostSend`, `PostRecv` and `WorkCompletion` in their compact forms when they fit
     /// (see [`crate::compact`]); `false`: always the full records.
     pub compact: bool,
+    /// Flight recorder (needs `ring_chunks` >= 2): rings are never drained; a thread whose
+    /// ring is full reuses its oldest chunk, counting its records as dropped (see
+    /// [`crate::ring`], FORMAT.md "Flight recorder").
+    pub flight_recorder: bool,
 }
 
 /// `MADV_POPULATE_WRITE` (Linux 5.14); not yet in every libc crate version.
@@ -68,6 +72,7 @@ impl Default for WriterOptions {
             prefault: true,
             ring_chunks: 0,
             compact: true,
+            flight_recorder: false,
         }
     }
 }
@@ -98,15 +103,19 @@ pub(crate) struct Shared {
     pub(crate) file: File,
     pub(crate) map: MmapRaw,
     pub(crate) chunk_size: u32,
-    max_chunks: u32,
+    pub(crate) max_chunks: u32,
     pid: u32,
     prefault: bool,
     compact: bool,
-    next_chunk: Mutex<u32>,
+    pub(crate) next_chunk: Mutex<u32>,
     pub(crate) failed: AtomicBool,
+    /// Flight recorder: rings are not drained, a full ring reuses its oldest chunk; chunk
+    /// indices are then sequence numbers (`flight_seq`), not positions.
+    pub(crate) flight: bool,
+    flight_seq: AtomicU32,
     /// Chunks per thread ring (0 = none) and the rings handed out so far (the drainer's list).
     ring_chunks: u32,
-    rings: Mutex<Vec<Arc<Ring>>>,
+    pub(crate) rings: Mutex<Vec<Arc<Ring>>>,
     /// Final ranges drained by the previous `drain` call: dropped from the page cache by the
     /// next one, once their writeback had time to finish.
     written: Mutex<Vec<(usize, usize)>>,
@@ -131,13 +140,13 @@ unsafe impl Sync for Shared {}
 unsafe impl Send for Shared {}
 
 impl Shared {
-    fn header_atomic_u64(&self, offset: usize) -> &AtomicU64 {
+    pub(crate) fn header_atomic_u64(&self, offset: usize) -> &AtomicU64 {
         // SAFETY: offset is 8-aligned inside the mapped, fallocated header page; the field is
         // only accessed atomically while the writer lives.
         unsafe { &*(self.map.as_mut_ptr().add(offset) as *const AtomicU64) }
     }
 
-    fn header_atomic_u32(&self, offset: usize) -> &AtomicU32 {
+    pub(crate) fn header_atomic_u32(&self, offset: usize) -> &AtomicU32 {
         // SAFETY: as above, for a 4-aligned u32 field.
         unsafe { &*(self.map.as_mut_ptr().add(offset) as *const AtomicU32) }
     }
@@ -152,7 +161,7 @@ impl Shared {
     }
 
     /// The log's current time, as its records take it.
-    fn now(&self) -> u64 {
+    pub(crate) fn now(&self) -> u64 {
         match self.clock.get() {
             Some(f) => f(),
             None => Timestamper::with_source(self.ts_source).now(),
@@ -301,6 +310,14 @@ impl Shared {
         if self.failed.load(Ordering::Relaxed) {
             return None;
         }
+        if self.flight {
+            // A sequence number: the chunk never goes to a final position of its own.
+            let index = self.flight_seq.fetch_add(1, Ordering::Relaxed);
+            // SAFETY: the slot is a whole chunk of the caller's ring inside the mapping.
+            let base = unsafe { self.map.as_mut_ptr().add(slot) };
+            self.init_chunk(base, index, tid);
+            return Some(base);
+        }
         let mut next = self.next_chunk.lock().unwrap_or_else(|p| p.into_inner());
         if *next >= self.max_chunks {
             return None;
@@ -337,6 +354,11 @@ impl LogWriter {
             return Err(WriteError::Options(format!(
                 "chunk size {cs} must be a power of two between {MIN_CHUNK_SIZE} and {MAX_CHUNK_SIZE}"
             )));
+        }
+        if options.flight_recorder && options.ring_chunks < 2 {
+            return Err(WriteError::Options(
+                "a flight recorder needs rings of at least 2 chunks".into(),
+            ));
         }
         let max_chunks = (options.max_bytes.saturating_sub(HEADER_SIZE as u64) / cs as u64)
             .min(u32::MAX as u64 / 2) as u32;
@@ -379,6 +401,8 @@ impl LogWriter {
                 compact: options.compact,
                 next_chunk: Mutex::new(0),
                 failed: AtomicBool::new(false),
+                flight: options.flight_recorder,
+                flight_seq: AtomicU32::new(0),
                 ring_chunks: options.ring_chunks,
                 rings: Mutex::new(Vec::new()),
                 written: Mutex::new(Vec::new()),
@@ -412,6 +436,12 @@ impl LogWriter {
             compact: self.shared.compact,
             slots: SlotTable::new(),
         }
+    }
+
+    /// Flight recorder: copies every thread's ring (what it holds now and was not copied by
+    /// an earlier call) into the log (see [`crate::ring`]). Meant for one background thread.
+    pub fn dump_rings(&self) -> crate::ring::Dumped {
+        self.shared.dump_rings()
     }
 
     /// Whether threads write through rings (`WriterOptions::ring_chunks` > 0).
@@ -630,11 +660,18 @@ impl ChunkWriter {
         }
         if let Some(ring) = &self.ring {
             ring.rolls.fetch_add(1, Ordering::Relaxed);
-            if let Some(i) = ring.free_slot() {
+            let slot = match ring.free_slot() {
+                None if self.shared.flight => self.shared.reuse_oldest(ring),
+                free => free,
+            };
+            if let Some(i) = slot {
                 let base = self.shared.start_in_slot(ring.slots[i], self.tid)?;
                 ring.state[i].store(FILLING, Ordering::Relaxed);
                 return Some((base, Some(i)));
             }
+        }
+        if self.shared.flight {
+            return None; // no ring (the cap holds no more rings): nothing in place either
         }
         self.shared.alloc_chunk(self.tid).map(|b| (b, None))
     }
