@@ -8,22 +8,9 @@ use std::process::Command;
 use sigmatrace_convert::{convert_with_report, ConvertError, ConvertOptions};
 use sigmatrace_synth::{Pattern, Scenario};
 
-fn small() -> (tempfile::TempDir, sigmatrace_synth::Truth) {
-    let mut sc = Scenario::ring(2, 1, Pattern::SendRecv, 2000);
-    sc.chunk_size = 1 << 14;
-    common::generate(&sc)
-}
-
-fn opts() -> ConvertOptions {
-    ConvertOptions {
-        jobs: 2,
-        ..Default::default()
-    }
-}
-
 #[test]
 fn truncated_log_is_salvaged_with_a_warning() {
-    let (dir, truth) = small();
+    let (dir, truth) = common::small_ring();
     let victim = &truth.files[1];
     let len = std::fs::metadata(victim).unwrap().len();
     let cut = len - len / 3 - 1000;
@@ -33,7 +20,7 @@ fn truncated_log_is_salvaged_with_a_warning() {
         .unwrap();
     f.set_len(cut).unwrap();
     let out = dir.path().join("t.perfetto-trace");
-    let rep = convert_with_report(&[dir.path().to_owned()], &out, &opts()).unwrap();
+    let rep = convert_with_report(&[dir.path().to_owned()], &out, &common::two_jobs()).unwrap();
     let name = victim.file_name().unwrap().to_string_lossy().to_string();
     let w = rep
         .summary
@@ -59,7 +46,7 @@ fn truncated_log_is_salvaged_with_a_warning() {
 
 #[test]
 fn corrupt_record_is_skipped_with_offset() {
-    let (dir, truth) = small();
+    let (dir, truth) = common::small_ring();
     let victim = &truth.files[0];
     let mut bytes = std::fs::read(victim).unwrap();
     // Second chunk, a few records in: a record header with an impossible length.
@@ -67,7 +54,7 @@ fn corrupt_record_is_skipped_with_offset() {
     bytes[off..off + 8].copy_from_slice(&[30, 0, 7, 0, 0, 0, 0, 0]);
     std::fs::write(victim, &bytes).unwrap();
     let out = dir.path().join("c.perfetto-trace");
-    let rep = convert_with_report(&[dir.path().to_owned()], &out, &opts()).unwrap();
+    let rep = convert_with_report(&[dir.path().to_owned()], &out, &common::two_jobs()).unwrap();
     let w = rep
         .summary
         .warnings
@@ -80,13 +67,13 @@ fn corrupt_record_is_skipped_with_offset() {
 
 #[test]
 fn newer_major_version_is_a_clear_error_and_can_be_skipped() {
-    let (dir, truth) = small();
+    let (dir, truth) = common::small_ring();
     let victim = &truth.files[0];
     let mut bytes = std::fs::read(victim).unwrap();
     bytes[8..10].copy_from_slice(&99u16.to_ne_bytes());
     std::fs::write(victim, &bytes).unwrap();
     let out = dir.path().join("v.perfetto-trace");
-    let err = convert_with_report(&[dir.path().to_owned()], &out, &opts())
+    let err = convert_with_report(&[dir.path().to_owned()], &out, &common::two_jobs())
         .err()
         .expect("must fail");
     assert!(matches!(err, ConvertError::Read(_)));
@@ -97,7 +84,7 @@ fn newer_major_version_is_a_clear_error_and_can_be_skipped() {
     );
     let o = ConvertOptions {
         skip_unreadable: true,
-        ..opts()
+        ..common::two_jobs()
     };
     let rep = convert_with_report(&[dir.path().to_owned()], &out, &o).unwrap();
     assert_eq!(rep.summary.processes, 1);
@@ -112,7 +99,7 @@ fn newer_major_version_is_a_clear_error_and_can_be_skipped() {
 #[test]
 fn cli_exit_codes_and_messages() {
     let exe = env!("CARGO_BIN_EXE_sigmatrace-convert");
-    let (dir, truth) = small();
+    let (dir, truth) = common::small_ring();
     let junk = dir.path().join("junk.sigmatrace");
     std::fs::write(&junk, vec![0x42u8; 8192]).unwrap();
     let out = dir.path().join("x.perfetto-trace");

@@ -4,8 +4,7 @@
 mod common;
 
 use sigmatrace_convert::{convert_with_report, ConvertOptions};
-use sigmatrace_schemas::clock::TimestampSource;
-use sigmatrace_schemas::header::{FileHeader, RankInfo};
+use sigmatrace_schemas::header::FileHeader;
 use sigmatrace_schemas::records::*;
 use sigmatrace_schemas::writer::{LogWriter, WriterOptions};
 use sigmatrace_timeline::proto;
@@ -13,16 +12,7 @@ use sigmatrace_timeline::proto;
 const RT0: u64 = 1_700_000_000_000_000_000;
 
 fn snap(ns: u64) -> ClockSnapshot {
-    // Timestamp source = MONOTONIC_RAW ns; monotonic = ts; realtime = RT0 + ts.
-    ClockSnapshot {
-        hdr: RecordHeader::of::<ClockSnapshot>(0),
-        ts: ns,
-        monotonic: ns,
-        monotonic_raw: ns,
-        boottime: ns,
-        realtime: RT0 + ns,
-        ts_after: ns,
-    }
+    common::snapshot(ns, RT0)
 }
 
 #[test]
@@ -80,28 +70,9 @@ fn gpu(host: u64) -> u64 {
 /// and one kernel launched and executed from host time `ks` to `ke`.
 fn write_log(path: &std::path::Path, ks: u64, ke: u64) {
     let header = FileHeader {
-        major: sigmatrace_schemas::FORMAT_MAJOR,
-        minor: sigmatrace_schemas::FORMAT_MINOR,
-        header_size: 4096,
-        chunk_size: 1 << 16,
-        pointer_size: 8,
-        ts_source: TimestampSource::MonotonicRaw,
-        flags: 0,
-        pid: 77,
-        ppid: 1,
-        rank: RankInfo {
-            rank: Some(0),
-            ..Default::default()
-        },
-        tsc_hz: 1_000_000_000,
-        start: snap(1_000_000),
         boot_id: [9; 16],
         hostname: "gpunode".into(),
-        cmdline: vec![],
-        exe: String::new(),
-        attrs: vec![],
-        dropped: 0,
-        chunks_allocated: 0,
+        ..common::log_header(77, 0, snap(1_000_000))
     };
     let w = LogWriter::create(
         path,

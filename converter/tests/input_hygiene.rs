@@ -7,23 +7,9 @@ mod common;
 
 use std::process::Command;
 
-use sigmatrace_convert::{convert_with_report, ConvertOptions};
-use sigmatrace_synth::{Pattern, Scenario};
+use sigmatrace_convert::convert_with_report;
 
 const EXE: &str = env!("CARGO_BIN_EXE_sigmatrace-convert");
-
-fn small() -> (tempfile::TempDir, sigmatrace_synth::Truth) {
-    let mut sc = Scenario::ring(2, 1, Pattern::SendRecv, 2000);
-    sc.chunk_size = 1 << 14;
-    common::generate(&sc)
-}
-
-fn opts() -> ConvertOptions {
-    ConvertOptions {
-        jobs: 2,
-        ..Default::default()
-    }
-}
 
 fn run_cli(args: &[&std::ffi::OsStr]) -> (Option<i32>, String) {
     let r = Command::new(EXE).args(args).output().unwrap();
@@ -35,7 +21,7 @@ fn run_cli(args: &[&std::ffi::OsStr]) -> (Option<i32>, String) {
 
 #[test]
 fn log_cut_at_a_chunk_boundary_reports_the_missing_chunks() {
-    let (dir, truth) = small();
+    let (dir, truth) = common::small_ring();
     let victim = &truth.files[1];
     let bytes = std::fs::read(victim).unwrap();
     let allocated = u32::from_ne_bytes(bytes[128..132].try_into().unwrap()) as u64;
@@ -49,7 +35,7 @@ fn log_cut_at_a_chunk_boundary_reports_the_missing_chunks() {
         .set_len(cut)
         .unwrap();
     let out = dir.path().join("t.perfetto-trace");
-    let rep = convert_with_report(&[dir.path().to_owned()], &out, &opts()).unwrap();
+    let rep = convert_with_report(&[dir.path().to_owned()], &out, &common::two_jobs()).unwrap();
     let name = victim.file_name().unwrap().to_string_lossy().to_string();
     let w = rep
         .summary
@@ -74,14 +60,14 @@ fn log_cut_at_a_chunk_boundary_reports_the_missing_chunks() {
 
 #[test]
 fn a_copy_in_a_subdirectory_counts_once() {
-    let (dir, truth) = small();
+    let (dir, truth) = common::small_ring();
     let out = dir.path().join("a.perfetto-trace");
-    let clean = convert_with_report(&[dir.path().to_owned()], &out, &opts()).unwrap();
+    let clean = convert_with_report(&[dir.path().to_owned()], &out, &common::two_jobs()).unwrap();
     let sub = dir.path().join("backup");
     std::fs::create_dir(&sub).unwrap();
     let copy = sub.join("copy-of-rank.log");
     std::fs::copy(&truth.files[0], &copy).unwrap();
-    let rep = convert_with_report(&[dir.path().to_owned()], &out, &opts()).unwrap();
+    let rep = convert_with_report(&[dir.path().to_owned()], &out, &common::two_jobs()).unwrap();
     assert_eq!(rep.summary.processes, 2);
     assert_eq!(rep.summary.records, clean.summary.records);
     assert_eq!(rep.summary.totals.flows_out, clean.summary.totals.flows_out);
@@ -97,7 +83,7 @@ fn a_copy_in_a_subdirectory_counts_once() {
 
 #[test]
 fn damaged_and_unreadable_logs_are_named_and_the_rest_converted() {
-    let (dir, truth) = small();
+    let (dir, truth) = common::small_ring();
     // A log whose magic was overwritten: found in the directory, reported, not converted.
     let mut bytes = std::fs::read(&truth.files[0]).unwrap();
     bytes[..8].copy_from_slice(b"XXXXXXXX");
@@ -111,7 +97,7 @@ fn damaged_and_unreadable_logs_are_named_and_the_rest_converted() {
     )
     .unwrap();
     let out = dir.path().join("d.perfetto-trace");
-    let rep = convert_with_report(&[dir.path().to_owned()], &out, &opts()).unwrap();
+    let rep = convert_with_report(&[dir.path().to_owned()], &out, &common::two_jobs()).unwrap();
     assert_eq!(rep.summary.processes, 2, "the two good logs");
     let has = |file: &str, what: &str| {
         rep.summary
@@ -138,7 +124,7 @@ fn damaged_and_unreadable_logs_are_named_and_the_rest_converted() {
 
 #[test]
 fn a_damaged_record_names_the_skipped_byte_range() {
-    let (dir, truth) = small();
+    let (dir, truth) = common::small_ring();
     let victim = &truth.files[0];
     let mut bytes = std::fs::read(victim).unwrap();
     // The third record of the first chunk gets an impossible length.
@@ -150,7 +136,7 @@ fn a_damaged_record_names_the_skipped_byte_range() {
     bytes[at + 2..at + 4].copy_from_slice(&12u16.to_ne_bytes());
     std::fs::write(victim, &bytes).unwrap();
     let out = dir.path().join("r.perfetto-trace");
-    let rep = convert_with_report(&[dir.path().to_owned()], &out, &opts()).unwrap();
+    let rep = convert_with_report(&[dir.path().to_owned()], &out, &common::two_jobs()).unwrap();
     let w = rep
         .summary
         .warnings
@@ -165,7 +151,7 @@ fn a_damaged_record_names_the_skipped_byte_range() {
 
 #[test]
 fn jobs_beyond_the_cores_are_capped_with_a_note() {
-    let (dir, _) = small();
+    let (dir, _) = common::small_ring();
     let out = dir.path().join("j.perfetto-trace");
     let started = std::time::Instant::now();
     let (code, err) = run_cli(&[
@@ -202,7 +188,7 @@ fn run_measured(args: &[&std::ffi::OsStr]) -> (i32, i64) {
 
 #[test]
 fn a_sparse_8_gib_log_converts_in_flat_memory() {
-    let (dir, truth) = small();
+    let (dir, truth) = common::small_ring();
     let big = dir.path().join("sparse");
     std::fs::create_dir(&big).unwrap();
     let f = big.join("rank0.log");

@@ -14,11 +14,10 @@ use sigmatrace_convert::import::nsys::cli as nsys_cli;
 use sigmatrace_convert::import::nsys::NsysOptions;
 use sigmatrace_convert::{ConvertError, ConvertOptions, Format};
 use sigmatrace_nsys::{Anchor, HostClock};
-use sigmatrace_schemas::clock::TimestampSource;
 use sigmatrace_schemas::header::{FileHeader, RankInfo};
 use sigmatrace_schemas::records::*;
 use sigmatrace_schemas::writer::{LogWriter, WriterOptions};
-use sigmatrace_schemas::{FORMAT_MAJOR, FORMAT_MINOR};
+use sigmatrace_testkit::nsys_fixture as fixture;
 use sigmatrace_timeline::proto::{self, Trace, TracePacket};
 
 const R1_UTC: u64 = 1_769_308_002_162_486_533;
@@ -27,12 +26,6 @@ const R2_UTC: u64 = 1_769_320_577_184_271_416;
 /// First kernel start (session ns) in report1 / report2.
 const R1_K0: u64 = 1_453_545_934;
 const R2_K0: u64 = 1_546_026_682;
-
-fn fixture(name: &str) -> PathBuf {
-    let p = common::workspace().join("fixtures/nsys").join(name);
-    assert!(p.is_file(), "nsys fixture {} is missing", p.display());
-    p
-}
 
 /// Debug annotations of an event, as strings.
 type Args = BTreeMap<String, String>;
@@ -175,24 +168,10 @@ impl Decoded {
 }
 
 fn runtime_names(with_device_sync: bool) -> BTreeMap<String, usize> {
-    let mut m: BTreeMap<String, usize> = [
-        ("cudaEventCreate", 2),
-        ("cudaEventDestroy", 2),
-        ("cudaEventRecord", 2),
-        ("cudaEventSynchronize", 1),
-        ("cudaFree", 3),
-        ("cudaFreeHost", 3),
-        ("cudaHostAlloc", 3),
-        ("cudaLaunchKernel", 4),
-        ("cudaMalloc", 3),
-        ("cudaMemcpyAsync", 12),
-        ("cudaStreamCreate", 4),
-        ("cudaStreamDestroy", 4),
-        ("cuModuleGetLoadingMode", 1),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
+    let mut m: BTreeMap<String, usize> = sigmatrace_testkit::NSYS_COMMON_CALLS
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
     if with_device_sync {
         m.insert("cudaDeviceSynchronize".into(), 1);
     }
@@ -335,30 +314,16 @@ fn write_log(dir: &Path, host: &str, pid: u32) -> PathBuf {
         ts_after: raw0,
     };
     let header = FileHeader {
-        major: FORMAT_MAJOR,
-        minor: FORMAT_MINOR,
-        header_size: 4096,
-        chunk_size: 1 << 16,
-        pointer_size: 8,
-        ts_source: TimestampSource::MonotonicRaw,
-        flags: 0,
-        pid,
-        ppid: 1,
         rank: RankInfo {
             rank: Some(0),
             local_rank: Some(0),
             world_size: Some(1),
             source: "OMPI_COMM_WORLD_RANK".into(),
         },
-        tsc_hz: 1_000_000_000,
-        start,
-        boot_id: [7; 16],
         hostname: host.into(),
         cmdline: vec!["async.out".into()],
         exe: "/home/hangyudu/tmp/async.out".into(),
-        attrs: vec![],
-        dropped: 0,
-        chunks_allocated: 0,
+        ..common::log_header(pid, 0, start)
     };
     let path = dir.join("rank0000.sigmatrace");
     let opts = WriterOptions {

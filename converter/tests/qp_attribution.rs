@@ -4,14 +4,14 @@
 //! addressing on many nodes, a peer reached with and without a GRH, UD with repeated QPNs —
 //! resolved through each process's own port addresses (`port_addr=`).
 
+mod common;
+
 use std::path::Path;
 
 use sigmatrace_convert::{stats, ConvertOptions, Report};
-use sigmatrace_schemas::clock::TimestampSource;
 use sigmatrace_schemas::header::{FileHeader, RankInfo};
 use sigmatrace_schemas::records::*;
 use sigmatrace_schemas::writer::{ChunkWriter, LogWriter, WriterOptions};
-use sigmatrace_schemas::{FORMAT_MAJOR, FORMAT_MINOR};
 
 const RT: u64 = 1_700_000_000_000_000_000;
 const T0: u64 = 1_000_000_000;
@@ -29,15 +29,7 @@ struct Node {
 }
 
 fn snapshot(t: u64) -> ClockSnapshot {
-    ClockSnapshot {
-        hdr: RecordHeader::of::<ClockSnapshot>(0),
-        ts: t,
-        monotonic: t,
-        monotonic_raw: t,
-        boottime: t,
-        realtime: RT + t,
-        ts_after: t,
-    }
+    common::snapshot(t, RT)
 }
 
 fn gid_of(lid: u16) -> [u8; 16] {
@@ -51,30 +43,17 @@ fn gid_of(lid: u16) -> [u8; 16] {
 impl Node {
     fn new(dir: &Path, rank: u32, lid: u16, port_addr: bool) -> Node {
         let header = FileHeader {
-            major: FORMAT_MAJOR,
-            minor: FORMAT_MINOR,
-            header_size: 4096,
-            chunk_size: 1 << 16,
-            pointer_size: 8,
-            ts_source: TimestampSource::MonotonicRaw,
-            flags: 0,
-            pid: 100 + rank,
-            ppid: 1,
             rank: RankInfo {
                 rank: Some(rank),
                 local_rank: None,
                 world_size: None,
                 source: "RANK".into(),
             },
-            tsc_hz: 1_000_000_000,
-            start: snapshot(T0 - 1_000_000),
-            boot_id: [7; 16],
             hostname: "machine".into(),
             cmdline: vec!["hand-written".into()],
             exe: "/bin/hand-written".into(),
             attrs: vec![format!("node={rank}")],
-            dropped: 0,
-            chunks_allocated: 0,
+            ..common::log_header(100 + rank, rank, snapshot(T0 - 1_000_000))
         };
         let path = dir.join(format!("rank{rank:04}.sigmatrace"));
         let w = LogWriter::create(&path, &header, WriterOptions::default()).unwrap();

@@ -5,12 +5,12 @@
 //! rank connected devx-style (QpModify only, no QpCreate), verbs-posted traffic on one QP, and
 //! a QP seen both as verbs WRs and observed WQEs (counted once).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use sigmatrace_convert::{stats, ConvertOptions};
-use sigmatrace_schemas::clock::TimestampSource;
-use sigmatrace_schemas::header::{FileHeader, RankInfo};
 use sigmatrace_schemas::records::*;
 use sigmatrace_schemas::writer::{ChunkWriter, LogWriter, WriterOptions};
 
@@ -22,15 +22,7 @@ const WRITE: u8 = 0x08;
 const READ: u8 = 0x10;
 
 fn snap(ns: u64) -> ClockSnapshot {
-    ClockSnapshot {
-        hdr: RecordHeader::of::<ClockSnapshot>(0),
-        ts: ns,
-        monotonic: ns,
-        monotonic_raw: ns,
-        boottime: ns,
-        realtime: RT0 + ns,
-        ts_after: ns,
-    }
+    common::snapshot(ns, RT0)
 }
 
 fn guid(node: u64) -> u64 {
@@ -53,30 +45,7 @@ struct Log {
 
 fn open(dir: &Path, rank: usize) -> (Log, PathBuf) {
     let path = dir.join(format!("rank{rank}.sigmatrace"));
-    let header = FileHeader {
-        major: sigmatrace_schemas::FORMAT_MAJOR,
-        minor: sigmatrace_schemas::FORMAT_MINOR,
-        header_size: 4096,
-        chunk_size: 1 << 16,
-        pointer_size: 8,
-        ts_source: TimestampSource::MonotonicRaw,
-        flags: 0,
-        pid: 1000 + rank as u32,
-        ppid: 1,
-        rank: RankInfo {
-            rank: Some(rank as u32),
-            ..Default::default()
-        },
-        tsc_hz: 1_000_000_000,
-        start: snap(1_000),
-        boot_id: [7; 16],
-        hostname: "simhost".into(),
-        cmdline: vec![],
-        exe: String::new(),
-        attrs: vec![],
-        dropped: 0,
-        chunks_allocated: 0,
-    };
+    let header = common::log_header(1000 + rank as u32, rank as u32, snap(1_000));
     let w = LogWriter::create(
         &path,
         &header,

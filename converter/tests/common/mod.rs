@@ -3,6 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
+use sigmatrace_schemas::clock::TimestampSource;
+use sigmatrace_schemas::header::{FileHeader, RankInfo};
+use sigmatrace_schemas::records::{ClockSnapshot, RecordHeader};
 use sigmatrace_synth::{self as synth, Scenario, Truth};
 
 /// Workspace root (converter/..).
@@ -40,4 +43,63 @@ pub fn decode(trace: &Path) -> Vec<sigmatrace_timeline::proto::TracePacket> {
         }
     }
     out
+}
+
+/// A clock snapshot at `t` ns on every clock but REALTIME, which reads `realtime_origin + t`
+/// (a log with MONOTONIC_RAW timestamps).
+pub fn snapshot(t: u64, realtime_origin: u64) -> ClockSnapshot {
+    ClockSnapshot {
+        hdr: RecordHeader::of::<ClockSnapshot>(0),
+        ts: t,
+        monotonic: t,
+        monotonic_raw: t,
+        boottime: t,
+        realtime: realtime_origin + t,
+        ts_after: t,
+    }
+}
+
+/// The header of a hand-written log of process `pid`, rank `rank`, started at `start`: this
+/// build's format, 64 KiB chunks, MONOTONIC_RAW timestamps in ns; host `simhost`, boot id
+/// 7s, no command line or attributes (callers override what their case needs).
+pub fn log_header(pid: u32, rank: u32, start: ClockSnapshot) -> FileHeader {
+    FileHeader {
+        major: sigmatrace_schemas::FORMAT_MAJOR,
+        minor: sigmatrace_schemas::FORMAT_MINOR,
+        header_size: 4096,
+        chunk_size: 1 << 16,
+        pointer_size: 8,
+        ts_source: TimestampSource::MonotonicRaw,
+        flags: 0,
+        pid,
+        ppid: 1,
+        rank: RankInfo {
+            rank: Some(rank),
+            ..Default::default()
+        },
+        tsc_hz: 1_000_000_000,
+        start,
+        boot_id: [7; 16],
+        hostname: "simhost".into(),
+        cmdline: vec![],
+        exe: String::new(),
+        attrs: vec![],
+        dropped: 0,
+        chunks_allocated: 0,
+    }
+}
+
+/// A small synthetic set: 2 ranks in a ring, send/receive, 2000 operations, 16 KiB chunks.
+pub fn small_ring() -> (tempfile::TempDir, Truth) {
+    let mut sc = Scenario::ring(2, 1, synth::Pattern::SendRecv, 2000);
+    sc.chunk_size = 1 << 14;
+    generate(&sc)
+}
+
+/// Conversion options with two jobs.
+pub fn two_jobs() -> sigmatrace_convert::ConvertOptions {
+    sigmatrace_convert::ConvertOptions {
+        jobs: 2,
+        ..Default::default()
+    }
 }
