@@ -40,6 +40,7 @@ pub fn write(input: &LogInput, p: &Process, path: &Path) -> Result<u64, ConvertE
         prefault: false,
         ring_chunks: 0,
         compact: true,
+        flight_recorder: false,
     };
     let _ = std::fs::remove_file(path);
     let log = LogWriter::create(path, input.file.header(), options)
