@@ -18,6 +18,7 @@ use sigmatrace_schemas::header::{FileHeader, RankInfo};
 use sigmatrace_schemas::records::*;
 use sigmatrace_schemas::writer::{LogWriter, WriterOptions};
 use sigmatrace_testkit::nsys_fixture as fixture;
+use sigmatrace_testkit::{artifact, output_ok};
 use sigmatrace_timeline::proto::{self, Trace, TracePacket};
 
 const R1_UTC: u64 = 1_769_308_002_162_486_533;
@@ -580,37 +581,19 @@ fn bad_exports_are_clear_errors() {
     nsys_cli::convert_only(&opts, &dir.path().join("z.pftrace"), Format::Perfetto, 1).unwrap();
 }
 
-/// The `sigmatrace-convert` binary next to this test executable.
-fn binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap();
-    let bin = dir.join("sigmatrace-convert");
-    assert!(
-        bin.exists(),
-        "{} not built (cargo build --workspace --all-targets)",
-        bin.display()
-    );
-    bin
-}
-
 #[test]
 fn cli_nsys_summary_and_merge() {
-    let out = Command::new(binary())
-        .arg("nsys-summary")
-        .arg(fixture("report2.sqlite"))
-        .arg("--json")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = output_ok(
+        &mut Command::new(artifact("sigmatrace-convert"))
+            .arg("nsys-summary")
+            .arg(fixture("report2.sqlite"))
+            .arg("--json"),
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["events"]["kernels"], 4);
     assert_eq!(v["events"]["memcpys"], 12);
     assert_eq!(v["events"]["api_calls"], 45);
-    let out = Command::new(binary())
+    let out = Command::new(artifact("sigmatrace-convert"))
         .arg("nsys-summary")
         .arg(fixture("report1.sqlite"))
         .output()
@@ -623,19 +606,14 @@ fn cli_nsys_summary_and_merge() {
 
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("cli.pftrace");
-    let out = Command::new(binary())
-        .args(["--nsys"])
-        .arg(fixture("report1.sqlite"))
-        .args(["--nsys"])
-        .arg(fixture("report2.sqlite"))
-        .args(["--nsys-offset", "-1000", "-o"])
-        .arg(&trace)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    output_ok(
+        &mut Command::new(artifact("sigmatrace-convert"))
+            .args(["--nsys"])
+            .arg(fixture("report1.sqlite"))
+            .args(["--nsys"])
+            .arg(fixture("report2.sqlite"))
+            .args(["--nsys-offset", "-1000", "-o"])
+            .arg(&trace),
     );
     let v = common::validate(&trace, &[]);
     assert_eq!(v["stats"]["slices"], 61 + 63);
@@ -645,17 +623,12 @@ fn cli_nsys_summary_and_merge() {
 
     // Chrome JSON output of the same export.
     let json = dir.path().join("cli.json");
-    let out = Command::new(binary())
-        .arg("--nsys")
-        .arg(fixture("report1.sqlite"))
-        .args(["--format", "chrome-json", "-o"])
-        .arg(&json)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    output_ok(
+        &mut Command::new(artifact("sigmatrace-convert"))
+            .arg("--nsys")
+            .arg(fixture("report1.sqlite"))
+            .args(["--format", "chrome-json", "-o"])
+            .arg(&json),
     );
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let events = doc["traceEvents"].as_array().unwrap();
@@ -673,7 +646,7 @@ fn cli_nsys_summary_and_merge() {
 
     let bad = dir.path().join("bad.sqlite");
     std::fs::write(&bad, b"garbage").unwrap();
-    let out = Command::new(binary())
+    let out = Command::new(artifact("sigmatrace-convert"))
         .arg("nsys-summary")
         .arg(&bad)
         .output()

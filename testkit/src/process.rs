@@ -5,7 +5,7 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::artifacts::libsigmatrace;
@@ -16,6 +16,21 @@ fn kill_group(child: &Child) {
     // SAFETY: kill(2) reads no memory of ours; the group is led by our unreaped child, so its
     // id cannot have been reused.
     unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+}
+
+/// Runs `cmd` to its end and returns its output; panics with the command and its stderr
+/// unless it exits 0.
+pub fn output_ok(cmd: &mut Command) -> Output {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd:?} did not start: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
 }
 
 /// A child process leading its own process group, killed (with the group) when dropped.

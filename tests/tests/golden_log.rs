@@ -8,7 +8,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use sigmatrace_integration::{artifact, fixture, validate};
+use sigmatrace_integration::{artifact, fixture, output_ok, validate};
 use sigmatrace_schemas::{LogFile, RecordKind, FORMAT_MAJOR};
 
 /// Decompresses `fixtures/golden-v1/<name>.sigmalog.gz` into `dir`.
@@ -72,17 +72,12 @@ fn golden_v1_logs_convert_to_a_valid_trace() {
     unpack(&logs, "server");
     unpack(&logs, "client");
     let trace = dir.path().join("golden.perfetto-trace");
-    let out = Command::new(artifact("sigmatrace-convert"))
-        .arg(&logs)
-        .arg("-o")
-        .arg(&trace)
-        .arg("--quiet")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "sigmatrace-convert failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+    output_ok(
+        &mut Command::new(artifact("sigmatrace-convert"))
+            .arg(&logs)
+            .arg("-o")
+            .arg(&trace)
+            .arg("--quiet"),
     );
     // 10 iterations each way: every send matched to the peer's receive.
     let v = validate(&trace, &[]);

@@ -753,18 +753,13 @@ fn ring_allreduce_demo() {
     let msgs = ranks * iters * (2 * (ranks - 1) + 1);
     // `sigmatrace demo` itself (one machine clock) ...
     let tmp = tempfile::tempdir().unwrap();
-    let out = Command::new(artifact("sigmatrace"))
-        .args([
-            "demo", "--ranks", "4", "--iters", "5", "--elems", "4096", "-o",
-        ])
-        .arg(tmp.path().join("demo"))
-        .env_remove("LD_PRELOAD")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    output_ok(
+        &mut Command::new(artifact("sigmatrace"))
+            .args([
+                "demo", "--ranks", "4", "--iters", "5", "--elems", "4096", "-o",
+            ])
+            .arg(tmp.path().join("demo"))
+            .env_remove("LD_PRELOAD"),
     );
     // The all-reduce logs (the demo directory also holds the MoE example's in moe/).
     let logs = tmp.path().join("ring-logs");
