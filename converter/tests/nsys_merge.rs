@@ -584,7 +584,7 @@ fn bad_exports_are_clear_errors() {
 #[test]
 fn cli_nsys_summary_and_merge() {
     let out = output_ok(
-        &mut Command::new(artifact("sigmatrace-convert"))
+        Command::new(artifact("sigmatrace-convert"))
             .arg("nsys-summary")
             .arg(fixture("report2.sqlite"))
             .arg("--json"),
@@ -607,7 +607,7 @@ fn cli_nsys_summary_and_merge() {
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("cli.pftrace");
     output_ok(
-        &mut Command::new(artifact("sigmatrace-convert"))
+        Command::new(artifact("sigmatrace-convert"))
             .args(["--nsys"])
             .arg(fixture("report1.sqlite"))
             .args(["--nsys"])
@@ -624,7 +624,7 @@ fn cli_nsys_summary_and_merge() {
     // Chrome JSON output of the same export.
     let json = dir.path().join("cli.json");
     output_ok(
-        &mut Command::new(artifact("sigmatrace-convert"))
+        Command::new(artifact("sigmatrace-convert"))
             .arg("--nsys")
             .arg(fixture("report1.sqlite"))
             .args(["--format", "chrome-json", "-o"])

@@ -73,7 +73,7 @@ fn golden_v1_logs_convert_to_a_valid_trace() {
     unpack(&logs, "client");
     let trace = dir.path().join("golden.perfetto-trace");
     output_ok(
-        &mut Command::new(artifact("sigmatrace-convert"))
+        Command::new(artifact("sigmatrace-convert"))
             .arg(&logs)
             .arg("-o")
             .arg(&trace)

@@ -754,7 +754,7 @@ fn ring_allreduce_demo() {
     // `sigmatrace demo` itself (one machine clock) ...
     let tmp = tempfile::tempdir().unwrap();
     output_ok(
-        &mut Command::new(artifact("sigmatrace"))
+        Command::new(artifact("sigmatrace"))
             .args([
                 "demo", "--ranks", "4", "--iters", "5", "--elems", "4096", "-o",
             ])
