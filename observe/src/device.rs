@@ -16,7 +16,7 @@ use sigmatrace_schemas::{
 
 use crate::mem::{AlignedBuf, QueueMemory};
 use crate::queue::QueueDesc;
-use crate::watcher::Observation;
+use crate::watcher::{wqe_record, Observation};
 use sigmatrace_mlx5::{cqe, wqe, MAX_WQE_BYTES, WQEBB};
 
 /// The PTX shipped in `observe/gpu` (generated from the .cu sources; see `gpu/gen-ptx.py`).
@@ -419,26 +419,8 @@ impl DeviceDrain {
             return;
         };
         self.stats.wqes += 1;
-        out(Observation::Wqe(
-            sigmatrace_schemas::WqeObserved {
-                hdr: RecordHeader::of::<sigmatrace_schemas::WqeObserved>(0),
-                ts: self.ts(p.gpu_ns),
-                remote_addr: w.remote_addr,
-                compare_add: w.compare_add,
-                qpn: if w.ctrl.qpn != 0 { w.ctrl.qpn } else { s.qpn },
-                bytes: w.bytes.min(u32::MAX as u64) as u32,
-                rkey: w.rkey,
-                imm: w.ctrl.imm,
-                wqe_index: w.ctrl.wqe_index,
-                opcode: w.ctrl.opcode,
-                ds: w.ctrl.ds,
-                fm_ce_se: w.ctrl.fm_ce_se,
-                observer: observer::DEVICE_POLLER,
-                memory: s.memory,
-                _pad: 0,
-            },
-            w,
-        ));
+        let record = wqe_record(&w, self.ts(p.gpu_ns), &s, observer::DEVICE_POLLER);
+        out(Observation::Wqe(record, w));
     }
 }
 

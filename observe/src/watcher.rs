@@ -340,27 +340,29 @@ impl SendWatcher {
     }
 
     fn record(&self, w: &Wqe, ts: u64) -> WqeObserved {
-        WqeObserved {
-            hdr: RecordHeader::of::<WqeObserved>(0),
-            ts,
-            remote_addr: w.remote_addr,
-            compare_add: w.compare_add,
-            qpn: if w.ctrl.qpn != 0 {
-                w.ctrl.qpn
-            } else {
-                self.q.qpn
-            },
-            bytes: w.bytes.min(u32::MAX as u64) as u32,
-            rkey: w.rkey,
-            imm: w.ctrl.imm,
-            wqe_index: w.ctrl.wqe_index,
-            opcode: w.ctrl.opcode,
-            ds: w.ctrl.ds,
-            fm_ce_se: w.ctrl.fm_ce_se,
-            observer: self.observer,
-            memory: self.q.memory,
-            _pad: 0,
-        }
+        wqe_record(w, ts, &self.q, self.observer)
+    }
+}
+
+/// The record of WQE `w` seen in send ring `q` by `observer` at `ts` (the ring's QPN when the
+/// control segment carries none).
+pub(crate) fn wqe_record(w: &Wqe, ts: u64, q: &SendQueueDesc, observer: u8) -> WqeObserved {
+    WqeObserved {
+        hdr: RecordHeader::of::<WqeObserved>(0),
+        ts,
+        remote_addr: w.remote_addr,
+        compare_add: w.compare_add,
+        qpn: if w.ctrl.qpn != 0 { w.ctrl.qpn } else { q.qpn },
+        bytes: w.bytes.min(u32::MAX as u64) as u32,
+        rkey: w.rkey,
+        imm: w.ctrl.imm,
+        wqe_index: w.ctrl.wqe_index,
+        opcode: w.ctrl.opcode,
+        ds: w.ctrl.ds,
+        fm_ce_se: w.ctrl.fm_ce_se,
+        observer,
+        memory: q.memory,
+        _pad: 0,
     }
 }
 

@@ -13,6 +13,23 @@ fn collect(w: &mut SendWatcher, q: &SimSendQueue) -> Vec<Observation> {
     v
 }
 
+/// The WQE indices observed and the WQEBBs the overrun records count as lost (each overrun
+/// record's queue kind checked to be SEND).
+fn wqes_and_lost(obs: &[Observation]) -> (Vec<u16>, u64) {
+    let (mut wqes, mut lost) = (Vec::new(), 0);
+    for o in obs {
+        match o {
+            Observation::Wqe(r, _) => wqes.push(r.wqe_index),
+            Observation::Overrun(r) => {
+                assert_eq!(r.hdr.aux, queue_kind::SEND);
+                lost += r.lost;
+            }
+            _ => {}
+        }
+    }
+    (wqes, lost)
+}
+
 /// A WQE of `nbb` WQEBBs for index `pi` with a recognisable remote address.
 fn wqe_of(pi: u16, qpn: u32, nbb: u16) -> Vec<u8> {
     let mut b = WqeBuilder::new(opcode::RDMA_WRITE, pi, qpn)
@@ -96,28 +113,7 @@ fn send_overrun_counted_exactly() {
         let b = wqe_of(q.pi(), 1, 1);
         q.post(&b);
     }
-    let obs = collect(&mut w, &q);
-    let lost: u64 = obs
-        .iter()
-        .map(|o| {
-            if let Observation::Overrun(r) = o {
-                assert_eq!(r.hdr.aux, queue_kind::SEND);
-                r.lost
-            } else {
-                0
-            }
-        })
-        .sum();
-    let wqes: Vec<u16> = obs
-        .iter()
-        .filter_map(|o| {
-            if let Observation::Wqe(r, _) = o {
-                Some(r.wqe_index)
-            } else {
-                None
-            }
-        })
-        .collect();
+    let (wqes, lost) = wqes_and_lost(&collect(&mut w, &q));
     assert_eq!(lost, 24);
     assert_eq!(wqes, (24..40).collect::<Vec<u16>>());
     assert_eq!(w.stats.wqebbs_lost, 24);
@@ -132,27 +128,7 @@ fn send_overrun_resyncs_inside_multi_wqebb_wqe() {
         q.post(&b);
     }
     // PI = 30; WQEBBs 0..13 are gone, 14 is the tail of WQE 12..14, WQEs start at 15.
-    let obs = collect(&mut w, &q);
-    let lost: u64 = obs
-        .iter()
-        .map(|o| {
-            if let Observation::Overrun(r) = o {
-                r.lost
-            } else {
-                0
-            }
-        })
-        .sum();
-    let wqes: Vec<u16> = obs
-        .iter()
-        .filter_map(|o| {
-            if let Observation::Wqe(r, _) = o {
-                Some(r.wqe_index)
-            } else {
-                None
-            }
-        })
-        .collect();
+    let (wqes, lost) = wqes_and_lost(&collect(&mut w, &q));
     assert_eq!(lost, 15);
     assert_eq!(wqes, vec![15, 18, 21, 24, 27]);
     assert_eq!(w.stats.wqebbs_malformed, 0);
