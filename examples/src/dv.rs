@@ -18,7 +18,7 @@ pub use crate::poster::{Poster, VerbsQp};
 use crate::mlx5::{CqRing, DirectError, DirectQp, SendRing};
 use crate::prm;
 use crate::selfobs;
-use crate::verbs::{ffi::*, Device, PortAddress, VerbsError};
+use crate::verbs::{ffi::*, rc_connect_steps, Device, PortAddress, VerbsError};
 use sigmatrace_mlx5::prm::{decode_output, CmdOut};
 use sigmatrace_observe::discover::{InitObjCq, InitObjQp, UarInfo};
 use sigmatrace_schemas::records::{QpModify, RecordHeader};
@@ -212,62 +212,11 @@ fn connect_verbs(
     remote: PortAddress,
     remote_qpn: u32,
 ) -> Result<(), QueueError> {
-    let access = IBV_ACCESS_LOCAL_WRITE
-        | IBV_ACCESS_REMOTE_WRITE
-        | IBV_ACCESS_REMOTE_READ
-        | IBV_ACCESS_REMOTE_ATOMIC;
-    // SAFETY: qp is live; each attr is initialised for the fields its mask names.
-    unsafe {
-        let mut a: ibv_qp_attr = std::mem::zeroed();
-        a.qp_state = IBV_QPS_INIT;
-        a.port_num = dev.port;
-        a.qp_access_flags = access;
-        let m = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
-        let rc = ibv_modify_qp(qp, &mut a, m as i32);
+    for (call, mut a, m) in rc_connect_steps(dev.port, remote, remote_qpn, 16) {
+        // SAFETY: qp is live; `a` is initialised for the fields `m` names.
+        let rc = unsafe { ibv_modify_qp(qp, &mut a, m as i32) };
         if rc != 0 {
-            return Err(rc_err("ibv_modify_qp(INIT)", rc));
-        }
-        record_modify(qp, &a, m);
-        let mut a: ibv_qp_attr = std::mem::zeroed();
-        a.qp_state = IBV_QPS_RTR;
-        a.path_mtu = IBV_MTU_1024;
-        a.dest_qp_num = remote_qpn;
-        a.max_dest_rd_atomic = 16;
-        a.min_rnr_timer = 12;
-        a.ah_attr.dlid = remote.lid;
-        a.ah_attr.port_num = dev.port;
-        if remote.gid != [0; 16] {
-            a.ah_attr.is_global = 1;
-            a.ah_attr.grh.dgid.raw = remote.gid;
-            a.ah_attr.grh.hop_limit = 1;
-        }
-        let m = IBV_QP_STATE
-            | IBV_QP_AV
-            | IBV_QP_PATH_MTU
-            | IBV_QP_DEST_QPN
-            | IBV_QP_RQ_PSN
-            | IBV_QP_MAX_DEST_RD_ATOMIC
-            | IBV_QP_MIN_RNR_TIMER;
-        let rc = ibv_modify_qp(qp, &mut a, m as i32);
-        if rc != 0 {
-            return Err(rc_err("ibv_modify_qp(RTR)", rc));
-        }
-        record_modify(qp, &a, m);
-        let mut a: ibv_qp_attr = std::mem::zeroed();
-        a.qp_state = IBV_QPS_RTS;
-        a.timeout = 14;
-        a.retry_cnt = 7;
-        a.rnr_retry = 7;
-        a.max_rd_atomic = 16;
-        let m = IBV_QP_STATE
-            | IBV_QP_TIMEOUT
-            | IBV_QP_RETRY_CNT
-            | IBV_QP_RNR_RETRY
-            | IBV_QP_SQ_PSN
-            | IBV_QP_MAX_QP_RD_ATOMIC;
-        let rc = ibv_modify_qp(qp, &mut a, m as i32);
-        if rc != 0 {
-            return Err(rc_err("ibv_modify_qp(RTS)", rc));
+            return Err(rc_err(call, rc));
         }
         record_modify(qp, &a, m);
     }

@@ -191,68 +191,70 @@ impl Device {
         remote: PortAddress,
         remote_qpn: u32,
     ) -> Result<(), VerbsError> {
-        // SAFETY: qp was created by this device; attr is fully initialised for each mask.
-        unsafe {
-            let mut a: ibv_qp_attr = std::mem::zeroed();
-            a.qp_state = IBV_QPS_INIT;
-            a.pkey_index = 0;
-            a.port_num = self.port;
-            a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE
-                | IBV_ACCESS_REMOTE_WRITE
-                | IBV_ACCESS_REMOTE_READ
-                | IBV_ACCESS_REMOTE_ATOMIC;
-            let mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
-            check_rc(
-                "ibv_modify_qp(INIT)",
-                ibv_modify_qp(qp.0, &mut a, mask as i32),
-            )?;
-
-            let mut a: ibv_qp_attr = std::mem::zeroed();
-            a.qp_state = IBV_QPS_RTR;
-            a.path_mtu = IBV_MTU_1024;
-            a.dest_qp_num = remote_qpn;
-            a.rq_psn = 0;
-            a.max_dest_rd_atomic = 1;
-            a.min_rnr_timer = 12;
-            a.ah_attr.dlid = remote.lid;
-            a.ah_attr.port_num = self.port;
-            if remote.gid != [0; 16] {
-                a.ah_attr.is_global = 1;
-                a.ah_attr.grh.dgid.raw = remote.gid;
-                a.ah_attr.grh.hop_limit = 1;
-                a.ah_attr.grh.sgid_index = 0;
-            }
-            let mask = IBV_QP_STATE
-                | IBV_QP_AV
-                | IBV_QP_PATH_MTU
-                | IBV_QP_DEST_QPN
-                | IBV_QP_RQ_PSN
-                | IBV_QP_MAX_DEST_RD_ATOMIC
-                | IBV_QP_MIN_RNR_TIMER;
-            check_rc(
-                "ibv_modify_qp(RTR)",
-                ibv_modify_qp(qp.0, &mut a, mask as i32),
-            )?;
-
-            let mut a: ibv_qp_attr = std::mem::zeroed();
-            a.qp_state = IBV_QPS_RTS;
-            a.timeout = 14;
-            a.retry_cnt = 7;
-            a.rnr_retry = 7;
-            a.sq_psn = 0;
-            a.max_rd_atomic = 1;
-            let mask = IBV_QP_STATE
-                | IBV_QP_TIMEOUT
-                | IBV_QP_RETRY_CNT
-                | IBV_QP_RNR_RETRY
-                | IBV_QP_SQ_PSN
-                | IBV_QP_MAX_QP_RD_ATOMIC;
-            check_rc(
-                "ibv_modify_qp(RTS)",
-                ibv_modify_qp(qp.0, &mut a, mask as i32),
-            )
+        for (call, mut a, mask) in rc_connect_steps(self.port, remote, remote_qpn, 1) {
+            // SAFETY: qp was created by this device; `a` is initialised for `mask`.
+            check_rc(call, unsafe { ibv_modify_qp(qp.0, &mut a, mask as i32) })?;
         }
+        Ok(())
     }
+}
+
+/// The three `ibv_modify_qp` calls that connect an RC QP through local `port` to `remote_qpn`
+/// at `remote`, as (call name, attributes, mask) for INIT, RTR and RTS: PSNs 0, `rd_atomic`
+/// reads/atomics outstanding each way, remote read/write/atomic access, MTU 1024.
+pub fn rc_connect_steps(
+    port: u8,
+    remote: PortAddress,
+    remote_qpn: u32,
+    rd_atomic: u8,
+) -> [(&'static str, ibv_qp_attr, ibv_qp_attr_mask); 3] {
+    // SAFETY: ibv_qp_attr is plain C data for which all zeroes is a valid value.
+    let zeroed = || -> ibv_qp_attr { unsafe { std::mem::zeroed() } };
+    let mut init = zeroed();
+    init.qp_state = IBV_QPS_INIT;
+    init.port_num = port;
+    init.qp_access_flags = IBV_ACCESS_LOCAL_WRITE
+        | IBV_ACCESS_REMOTE_WRITE
+        | IBV_ACCESS_REMOTE_READ
+        | IBV_ACCESS_REMOTE_ATOMIC;
+    let init_mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+    let mut rtr = zeroed();
+    rtr.qp_state = IBV_QPS_RTR;
+    rtr.path_mtu = IBV_MTU_1024;
+    rtr.dest_qp_num = remote_qpn;
+    rtr.max_dest_rd_atomic = rd_atomic;
+    rtr.min_rnr_timer = 12;
+    rtr.ah_attr.dlid = remote.lid;
+    rtr.ah_attr.port_num = port;
+    if remote.gid != [0; 16] {
+        rtr.ah_attr.is_global = 1;
+        rtr.ah_attr.grh.dgid.raw = remote.gid;
+        rtr.ah_attr.grh.hop_limit = 1;
+    }
+    let rtr_mask = IBV_QP_STATE
+        | IBV_QP_AV
+        | IBV_QP_PATH_MTU
+        | IBV_QP_DEST_QPN
+        | IBV_QP_RQ_PSN
+        | IBV_QP_MAX_DEST_RD_ATOMIC
+        | IBV_QP_MIN_RNR_TIMER;
+    let mut rts = zeroed();
+    rts.qp_state = IBV_QPS_RTS;
+    rts.timeout = 14;
+    rts.retry_cnt = 7;
+    rts.rnr_retry = 7;
+    rts.max_rd_atomic = rd_atomic;
+    let rts_mask = IBV_QP_STATE
+        | IBV_QP_TIMEOUT
+        | IBV_QP_RETRY_CNT
+        | IBV_QP_RNR_RETRY
+        | IBV_QP_SQ_PSN
+        | IBV_QP_MAX_QP_RD_ATOMIC;
+    [
+        ("ibv_modify_qp(INIT)", init, init_mask),
+        ("ibv_modify_qp(RTR)", rtr, rtr_mask),
+        ("ibv_modify_qp(RTS)", rts, rts_mask),
+    ]
 }
 
 /// The QP number of `qp`.
