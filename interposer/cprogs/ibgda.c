@@ -411,13 +411,17 @@ static void run_fork(struct ring *r, struct ibv_qp *qp, struct ibv_cq *cq, long 
 	run_mixed(r, n - n / 2, 1);
 }
 
-static void connect_b(uint32_t dest)
+/* INIT -> RTR -> RTS towards QP `dest` on port 1 of this device (PSNs 0x77, 16 reads and
+ * atomics outstanding each way, `access` granted to the peer); `who` names the QP in the
+ * failure message. */
+static void connect_qp(struct ibv_qp *qp, uint32_t dest, unsigned int access, const char *who)
 {
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
-				 .qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-						    IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC };
-	if (ibv_modify_qp(qp_b, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		die("B INIT", 0);
+	char what[32];
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = access };
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) {
+		snprintf(what, sizeof(what), "%s INIT", who);
+		die(what, 0);
+	}
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTR;
 	a.path_mtu = IBV_MTU_1024;
@@ -427,9 +431,11 @@ static void connect_b(uint32_t dest)
 	a.min_rnr_timer = 1;
 	a.ah_attr.dlid = lid;
 	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp_b, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-				       IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		die("B RTR", 0);
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+				     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)) {
+		snprintf(what, sizeof(what), "%s RTR", who);
+		die(what, 0);
+	}
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTS;
 	a.timeout = 14;
@@ -437,9 +443,18 @@ static void connect_b(uint32_t dest)
 	a.rnr_retry = 7;
 	a.sq_psn = 0x77;
 	a.max_rd_atomic = 16;
-	if (ibv_modify_qp(qp_b, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-				       IBV_QP_MAX_QP_RD_ATOMIC))
-		die("B RTS", 0);
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+				     IBV_QP_MAX_QP_RD_ATOMIC)) {
+		snprintf(what, sizeof(what), "%s RTS", who);
+		die(what, 0);
+	}
+}
+
+static void connect_b(uint32_t dest)
+{
+	connect_qp(qp_b, dest,
+		   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC,
+		   "B");
 }
 
 /* QP A through verbs + mlx5dv_create_qp/cq, rings from mlx5dv_init_obj. */
@@ -469,32 +484,7 @@ static struct ibv_qp *setup_initobj(struct ring *r, uint32_t depth, struct ibv_c
 			    .cq_dbrec = dc.dbrec };
 	printf("A qpn=%u sq=%p wqebbs=%u dbrec=%p cqn=%u cq=%p cqes=%u\n", r->qpn, (void *)r->sq, r->wqebbs,
 	       (void *)r->dbrec, r->cqn, (void *)r->cq, r->cqe_cnt);
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
-				 .qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE };
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		die("A INIT", 0);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = qp_b->qp_num;
-	a.rq_psn = 0x77;
-	a.max_dest_rd_atomic = 16;
-	a.min_rnr_timer = 1;
-	a.ah_attr.dlid = lid;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-				     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		die("A RTR", 0);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.sq_psn = 0x77;
-	a.max_rd_atomic = 16;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-				     IBV_QP_MAX_QP_RD_ATOMIC))
-		die("A RTS", 0);
+	connect_qp(qp, qp_b->qp_num, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, "A");
 	connect_b(qp->qp_num);
 	*cq_out = cq;
 	return qp;
