@@ -43,6 +43,10 @@ pub struct Config {
     /// reused; the background thread drains finished ones to the file (0 = no rings: chunks
     /// are written in place and the background thread only hands them back).
     pub prefault_chunks: u32,
+    /// `SIGMATRACE_MODE=ring`: flight recorder (keep the last `ring_mb` MiB per thread).
+    pub flight: bool,
+    /// `SIGMATRACE_RING_MB`: the flight recorder's ring per thread, in MiB.
+    pub ring_mb: u32,
     /// `SIGMATRACE_DEBUG_PANIC` (debug builds only): hook name to panic in, or "any".
     pub debug_panic: Option<String>,
     /// `SIGMATRACE_DEBUG_CLOCK_SKEW=<offset_ns>,<drift_ppb>`: a clock error added to every
@@ -65,6 +69,10 @@ pub const DEFAULT_CHUNK: u32 = 1 << 20;
 pub const DEFAULT_SNAPSHOT_MS: u64 = 100;
 /// Default number of chunks prepared ahead.
 pub const DEFAULT_PREFAULT_CHUNKS: u32 = 4;
+/// Default flight-recorder ring per thread, in MiB.
+pub const DEFAULT_RING_MB: u32 = 64;
+/// Largest flight-recorder ring per thread, in MiB.
+pub const MAX_RING_MB: u32 = 65_536;
 
 impl Default for Config {
     fn default() -> Self {
@@ -78,6 +86,8 @@ impl Default for Config {
             clock: ClockChoice::Auto,
             snapshot_ms: DEFAULT_SNAPSHOT_MS,
             prefault_chunks: DEFAULT_PREFAULT_CHUNKS,
+            flight: false,
+            ring_mb: DEFAULT_RING_MB,
             debug_panic: None,
             clock_skew: None,
             observe: ObserveConfig::default(),
@@ -293,6 +303,24 @@ impl Config {
                 ),
             }
         }
+        if let Some(v) = get("SIGMATRACE_MODE") {
+            match v.trim().to_ascii_lowercase().as_str() {
+                "log" => c.flight = false,
+                "ring" => c.flight = true,
+                _ => warn("SIGMATRACE_MODE", &v, "expected log/ring", "log"),
+            }
+        }
+        if let Some(v) = get("SIGMATRACE_RING_MB") {
+            match v.trim().parse::<u32>() {
+                Ok(n) if (1..=MAX_RING_MB).contains(&n) => c.ring_mb = n,
+                _ => warn(
+                    "SIGMATRACE_RING_MB",
+                    &v,
+                    &format!("expected whole MiB, 1..{MAX_RING_MB}"),
+                    &DEFAULT_RING_MB.to_string(),
+                ),
+            }
+        }
         if let Some(v) = get("SIGMATRACE_DEBUG_PANIC").filter(|v| !v.is_empty()) {
             c.debug_panic = Some(v);
         }
@@ -323,8 +351,19 @@ impl Config {
             diag: self.diag,
             clock: self.clock,
             snapshot_ms: self.snapshot_ms,
-            prefault_chunks: self.prefault_chunks,
+            prefault_chunks: self.ring_chunks(),
+            flight_recorder: self.flight,
             clock_skew: self.clock_skew,
+        }
+    }
+
+    /// Chunks in each thread's ring: `SIGMATRACE_PREFAULT_CHUNKS`, or for the flight
+    /// recorder `SIGMATRACE_RING_MB` in chunks (at least 2).
+    pub fn ring_chunks(&self) -> u32 {
+        if self.flight {
+            ((self.ring_mb as u64 * (1 << 20)) / self.chunk_size as u64).clamp(2, 1 << 20) as u32
+        } else {
+            self.prefault_chunks
         }
     }
 
@@ -529,6 +568,9 @@ mod tests {
             ("SIGMATRACE_POLL", "sometimes", "using 1"),
             ("SIGMATRACE_POLL_SPIN", "-1", "using 2000"),
             ("SIGMATRACE_KERNEL_TIMING", "cupti", "using events"),
+            ("SIGMATRACE_MODE", "flight", "using log"),
+            ("SIGMATRACE_RING_MB", "0", "using 64"),
+            ("SIGMATRACE_RING_MB", "1.5", "using 64"),
         ];
         for (var, value, used) in cases {
             let c = cfg(&[(var, value)]);
@@ -554,6 +596,33 @@ mod tests {
         assert_eq!(format_size(3 << 20), "3M");
         assert_eq!(format_size(1000), "1000");
         assert_eq!(parse_size(&format_size(1536 << 10)), Some(1536 << 10));
+    }
+
+    #[test]
+    fn flight_recorder_mode_and_ring_size() {
+        let c = cfg(&[]);
+        assert!(!c.flight);
+        assert_eq!(c.log_settings().prefault_chunks, DEFAULT_PREFAULT_CHUNKS);
+        let c = cfg(&[("SIGMATRACE_MODE", "Ring")]);
+        assert!(c.flight && c.warnings.is_empty());
+        let s = c.log_settings();
+        assert!(s.flight_recorder);
+        assert_eq!(s.prefault_chunks, 64, "64 MiB of 1 MiB chunks");
+        let c = cfg(&[
+            ("SIGMATRACE_MODE", "ring"),
+            ("SIGMATRACE_RING_MB", "3"),
+            ("SIGMATRACE_CHUNK_BYTES", "64K"),
+        ]);
+        assert_eq!(c.log_settings().prefault_chunks, 48);
+        let c = cfg(&[
+            ("SIGMATRACE_MODE", "ring"),
+            ("SIGMATRACE_RING_MB", "1"),
+            ("SIGMATRACE_CHUNK_BYTES", "64M"),
+        ]);
+        assert_eq!(c.log_settings().prefault_chunks, 2, "at least two chunks");
+        let c = cfg(&[("SIGMATRACE_MODE", "log"), ("SIGMATRACE_RING_MB", "8")]);
+        assert!(!c.log_settings().flight_recorder);
+        assert_eq!(c.log_settings().prefault_chunks, DEFAULT_PREFAULT_CHUNKS);
     }
 
     #[test]

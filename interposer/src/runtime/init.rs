@@ -8,7 +8,7 @@ use std::sync::Once;
 use crate::ffi::dl;
 use crate::record;
 use crate::runtime::config::{self, Config};
-use crate::runtime::{cq_owners, gpu, guard, kernels, queues};
+use crate::runtime::{cq_owners, flight, gpu, guard, kernels, queues};
 use crate::sink::{self, Diag};
 
 static DONE: AtomicBool = AtomicBool::new(false);
@@ -32,6 +32,9 @@ fn init_once() {
             sink::configure(config.log_settings());
             for w in &config.warnings {
                 sink::diag(Diag::Error, w);
+            }
+            if config.flight && !config.disabled {
+                flight::install();
             }
             // SAFETY: registering plain extern "C" handlers without arguments.
             unsafe {

@@ -6,6 +6,7 @@
 //! - [`guard`]: every hook body runs inside it; a panic disables tracing, never the program.
 //! - [`singleton`]: the one leak-once, fork-forgotten holder the background components use.
 //! - [`cq_owners`]: which QPs complete into which CQ (completions without a QP number).
+//! - [`flight`]: the flight recorder's SIGUSR2 dump request.
 //! - [`queues`] (ring discovery and the host poller), [`gpu`] (the device-side poller),
 //!   [`kernels`] (kernel launch timing), and [`internal`] (their own CUDA calls stay
 //!   untraced).
@@ -15,6 +16,7 @@
 
 pub mod config;
 pub mod cq_owners;
+pub mod flight;
 pub mod gpu;
 pub mod guard;
 pub mod init;

@@ -63,6 +63,10 @@ pub struct LogSettings {
     /// Chunks in each thread's ring, drained by the background thread (0 = no rings: chunks
     /// are written in place, the background thread prepares them ahead).
     pub prefault_chunks: u32,
+    /// Flight recorder (`SIGMATRACE_MODE=ring`): the rings (`prefault_chunks` each) are the
+    /// log — never drained, each thread's oldest chunk reused when its ring is full (its
+    /// records counted as dropped); dumps on request ([`request_dump`]).
+    pub flight_recorder: bool,
     /// `SIGMATRACE_DEBUG_CLOCK_SKEW`: the clock error to inject.
     pub clock_skew: Option<ClockSkew>,
 }
@@ -115,7 +119,11 @@ fn process() -> Option<&'static Process> {
                 Diag::Info,
                 &format!("sigmatrace: writing {}", writer.path().display()),
             );
-            start_background(writer.clone(), config.prefault_chunks);
+            start_background(
+                writer.clone(),
+                config.prefault_chunks,
+                config.flight_recorder,
+            );
             let p = Box::into_raw(Box::new(Process { writer }));
             PROCESS.store(p, Ordering::Release);
             // SAFETY: just leaked, never freed.
@@ -138,11 +146,16 @@ fn process() -> Option<&'static Process> {
 /// log. It blocks every signal (process-directed signals keep going to the program's
 /// threads), polls every 200 µs while chunks are being finished and backs off to 20 ms when
 /// idle, and stops preparing on an I/O error (the appending thread then meets and reports it).
-fn start_background(writer: LogWriter, ring_chunks: u32) {
+/// Flight recorder: the drain only hands back idle rings' pages, and a requested dump
+/// ([`request_dump`]) is done within one idle period (≤ 20 ms).
+fn start_background(writer: LogWriter, ring_chunks: u32, flight: bool) {
     let mut ahead = if writer.has_rings() { 0 } else { ring_chunks };
     let body = move || {
         let mut idle_us = 200;
         loop {
+            if flight {
+                dump_if_requested(&writer);
+            }
             let mut busy = writer.drain().chunks > 0;
             busy |= match writer.prefault_ahead(ahead) {
                 Ok(n) => n < ahead,
@@ -174,6 +187,53 @@ fn start_background(writer: LogWriter, ring_chunks: u32) {
             );
         }
     }
+}
+
+/// Dumps requested ([`request_dump`]) and dumps done, since the process (or fork child)
+/// started.
+static DUMPS_REQUESTED: AtomicU64 = AtomicU64::new(0);
+static DUMPS_DONE: AtomicU64 = AtomicU64::new(0);
+
+/// Asks the background thread for a flight-recorder dump (copy every thread's ring into the
+/// log, `LogWriter::dump_rings`). Async-signal-safe: one atomic add (the SIGUSR2 handler).
+pub fn request_dump() {
+    DUMPS_REQUESTED.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Dumps done so far (for tests and the C API).
+pub fn dumps_done() -> u64 {
+    DUMPS_DONE.load(Ordering::Acquire)
+}
+
+/// Background thread: one dump for any number of requests since the last one.
+fn dump_if_requested(writer: &LogWriter) {
+    let requested = DUMPS_REQUESTED.load(Ordering::Relaxed);
+    if requested == DUMPS_DONE.load(Ordering::Relaxed) {
+        return;
+    }
+    let d = writer.dump_rings();
+    DUMPS_DONE.store(requested, Ordering::Release);
+    let level = if d.refused > 0 {
+        Diag::Error
+    } else {
+        Diag::Info
+    };
+    diag(
+        level,
+        &format!(
+            "sigmatrace: flight recorder dump: {} chunks ({} bytes) copied into the log{}",
+            d.chunks,
+            d.bytes,
+            if d.refused > 0 {
+                format!(
+                    ", {} not copied (size cap SIGMATRACE_MAX_BYTES reached or write error)",
+                    d.refused
+                )
+            } else {
+                String::new()
+            }
+        ),
+    );
 }
 
 /// The process's log writer (creating the log if needed), for components that write from
@@ -289,6 +349,12 @@ fn create_log(config: &LogSettings) -> Result<LogWriter, CreateError> {
         .attrs
         .push(format!("sigmatrace_version={}", env!("CARGO_PKG_VERSION")));
     header.attrs.push(format!("trace_mask={:#x}", config.trace));
+    if config.flight_recorder {
+        let ring = config.prefault_chunks as u64 * config.chunk_size as u64;
+        header
+            .attrs
+            .push(format!("flight_recorder=ring_bytes:{ring}"));
+    }
     if let Some((k, origin)) = skew::active() {
         header
             .attrs
@@ -299,6 +365,7 @@ fn create_log(config: &LogSettings) -> Result<LogWriter, CreateError> {
         chunk_size: config.chunk_size,
         max_bytes: config.max_bytes,
         ring_chunks: config.prefault_chunks,
+        flight_recorder: config.flight_recorder,
         ..Default::default()
     };
     let period = (hz as u128 * config.snapshot_ms as u128 / 1000).max(1) as u64;
@@ -425,6 +492,8 @@ pub fn after_fork_in_child() {
     PERIOD.store(u64::MAX, Ordering::Relaxed);
     HZ.store(0, Ordering::Relaxed);
     REPORTED_WRITE_ERROR.store(false, Ordering::Relaxed);
+    DUMPS_REQUESTED.store(0, Ordering::Relaxed);
+    DUMPS_DONE.store(0, Ordering::Relaxed);
     thread::reset_in_child();
 }
 

@@ -115,36 +115,37 @@ impl Shared {
             .filter(|&i| ring.state[i].load(Ordering::Acquire) == FULL)
             .min_by_key(|&i| index_of(ring.slots[i]))?;
         let slot = ring.slots[i];
-        // SAFETY: the slot is a whole chunk of the caller's own ring inside the mapping; it is
-        // FULL (nobody appends to it) and the busy flag keeps dumps out; the header words are
-        // accessed atomically as everywhere else.
-        let (magic, commit) = unsafe {
-            let magic = (*(base.add(slot) as *const AtomicU32)).swap(0, Ordering::AcqRel);
-            let commit =
-                (*(base.add(slot + COMMIT_OFFSET) as *const AtomicU64)).load(Ordering::Acquire);
-            (magic, commit)
+        // The chunk's events are counted while it is still whole (FULL: nobody appends, the
+        // busy flag keeps dumps out), so that between dropping it (its magic zeroed) and
+        // counting it there are only the few stores of `add_dropped`: a SIGKILL there is the
+        // one case where its records are neither in the file nor counted.
+        // SAFETY: the commit word of a chunk header inside the mapping, accessed atomically.
+        let commit = unsafe {
+            (*(base.add(slot + COMMIT_OFFSET) as *const AtomicU64)).load(Ordering::Acquire)
         };
         let bytes = (commit as u32).min(self.chunk_size - CHUNK_HEADER_SIZE as u32);
         let from = ring.preserved[i].swap(0, Ordering::Relaxed).min(bytes);
-        if magic == CHUNK_MAGIC && from < bytes {
-            // SAFETY: committed record bytes of the chunk, inside the slot; nobody writes them.
-            let records = unsafe {
-                std::slice::from_raw_parts(
-                    base.add(slot + CHUNK_HEADER_SIZE + from as usize),
-                    (bytes - from) as usize,
-                )
-            };
-            self.count_overwritten(records);
+        // SAFETY: committed record bytes of the chunk, inside the slot; nobody writes them.
+        let records = unsafe {
+            std::slice::from_raw_parts(
+                base.add(slot + CHUNK_HEADER_SIZE + from as usize),
+                (bytes - from) as usize,
+            )
+        };
+        let mut per_kind = [0u64; LOSS_SLOTS];
+        let total = count_events(records, &mut per_kind);
+        // SAFETY: the chunk's magic, a 4-aligned u32 of our mapping, accessed atomically.
+        let magic = unsafe { (*(base.add(slot) as *const AtomicU32)).swap(0, Ordering::AcqRel) };
+        if magic == CHUNK_MAGIC {
+            self.add_dropped(total, &per_kind);
         }
         ring.state[i].store(FILLING, Ordering::Relaxed);
         Some(i)
     }
 
-    /// Adds the events among `records` to the header's dropped counter and loss table (and,
-    /// for the log's first loss, its time: now).
-    fn count_overwritten(&self, records: &[u8]) {
-        let mut per_kind = [0u64; LOSS_SLOTS];
-        let total = count_events(records, &mut per_kind);
+    /// Adds `total` dropped events, `per_kind` of each kind, to the header's dropped counter
+    /// and loss table (and, for the log's first loss, its time: now).
+    fn add_dropped(&self, total: u64, per_kind: &[u64; LOSS_SLOTS]) {
         if total == 0 {
             return;
         }
