@@ -274,3 +274,27 @@ fn sigkill_leaves_the_last_ring() {
     );
     assert_window(&ids, end);
 }
+
+#[test]
+fn bad_mode_and_ring_size_give_one_line_each_and_the_log_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = flight(&["run", "1000"])
+        .env("SIGMATRACE_MODE", "flight")
+        .env("SIGMATRACE_RING_MB", "0")
+        .traced(dir.path())
+        .run(LIMIT);
+    assert!(out.ok(), "{out:?}");
+    assert_eq!(
+        out.stderr,
+        "sigmatrace: SIGMATRACE_MODE=\"flight\" is invalid (expected log/ring); using log\n\
+         sigmatrace: SIGMATRACE_RING_MB=\"0\" is invalid (expected whole MiB, 1..65536); using 64\n"
+    );
+    let t = only_log(dir.path());
+    let log = LogFile::open(&t.path).unwrap();
+    assert!(!log
+        .header()
+        .attrs
+        .iter()
+        .any(|a| a.starts_with("flight_recorder=")));
+    assert_eq!(check_accounting(&t, 1000), (0..1000).collect::<Vec<u64>>());
+}
