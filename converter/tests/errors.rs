@@ -14,22 +14,14 @@ fn truncated_log_is_salvaged_with_a_warning() {
     let victim = &truth.files[1];
     let len = std::fs::metadata(victim).unwrap().len();
     let cut = len - len / 3 - 1000;
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .open(victim)
-        .unwrap();
-    f.set_len(cut).unwrap();
+    common::truncate(victim, cut);
+    let rep = common::convert_dir(dir.path(), "t.perfetto-trace").unwrap();
     let out = dir.path().join("t.perfetto-trace");
-    let rep = convert_with_report(&[dir.path().to_owned()], &out, &common::two_jobs()).unwrap();
-    let name = victim.file_name().unwrap().to_string_lossy().to_string();
-    let w = rep
-        .summary
-        .warnings
-        .iter()
-        .find(|w| w.contains(&name) && w.contains("truncated"));
+    let w = common::warning_about(&rep, victim, "truncated");
     assert!(
         w.is_some(),
-        "warning about {name}: {:?}",
+        "warning about {}: {:?}",
+        victim.display(),
         rep.summary.warnings
     );
     assert!(w.unwrap().contains("offset "), "{w:?}");
@@ -53,8 +45,8 @@ fn corrupt_record_is_skipped_with_offset() {
     let off = 4096 + (1 << 14) + 64 + 5 * 64;
     bytes[off..off + 8].copy_from_slice(&[30, 0, 7, 0, 0, 0, 0, 0]);
     std::fs::write(victim, &bytes).unwrap();
+    let rep = common::convert_dir(dir.path(), "c.perfetto-trace").unwrap();
     let out = dir.path().join("c.perfetto-trace");
-    let rep = convert_with_report(&[dir.path().to_owned()], &out, &common::two_jobs()).unwrap();
     let w = rep
         .summary
         .warnings
@@ -72,8 +64,7 @@ fn newer_major_version_is_a_clear_error_and_can_be_skipped() {
     let mut bytes = std::fs::read(victim).unwrap();
     bytes[8..10].copy_from_slice(&99u16.to_ne_bytes());
     std::fs::write(victim, &bytes).unwrap();
-    let out = dir.path().join("v.perfetto-trace");
-    let err = convert_with_report(&[dir.path().to_owned()], &out, &common::two_jobs())
+    let err = common::convert_dir(dir.path(), "v.perfetto-trace")
         .err()
         .expect("must fail");
     assert!(matches!(err, ConvertError::Read(_)));
@@ -86,6 +77,7 @@ fn newer_major_version_is_a_clear_error_and_can_be_skipped() {
         skip_unreadable: true,
         ..common::two_jobs()
     };
+    let out = dir.path().join("v.perfetto-trace");
     let rep = convert_with_report(&[dir.path().to_owned()], &out, &o).unwrap();
     assert_eq!(rep.summary.processes, 1);
     assert!(rep

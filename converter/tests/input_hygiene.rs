@@ -7,8 +7,6 @@ mod common;
 
 use std::process::Command;
 
-use sigmatrace_convert::convert_with_report;
-
 const EXE: &str = env!("CARGO_BIN_EXE_sigmatrace-convert");
 
 fn run_cli(args: &[&std::ffi::OsStr]) -> (Option<i32>, String) {
@@ -28,20 +26,10 @@ fn log_cut_at_a_chunk_boundary_reports_the_missing_chunks() {
     assert!(allocated >= 4, "{allocated} chunks");
     // Exactly after the first chunk: every chunk in the file is whole.
     let cut = 4096 + (1 << 14);
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(victim)
-        .unwrap()
-        .set_len(cut)
-        .unwrap();
+    common::truncate(victim, cut);
+    let rep = common::convert_dir(dir.path(), "t.perfetto-trace").unwrap();
     let out = dir.path().join("t.perfetto-trace");
-    let rep = convert_with_report(&[dir.path().to_owned()], &out, &common::two_jobs()).unwrap();
-    let name = victim.file_name().unwrap().to_string_lossy().to_string();
-    let w = rep
-        .summary
-        .warnings
-        .iter()
-        .find(|w| w.contains(&name) && w.contains("not in the file"))
+    let w = common::warning_about(&rep, victim, "not in the file")
         .unwrap_or_else(|| panic!("no warning: {:?}", rep.summary.warnings));
     assert!(
         w.contains(&format!("offset {cut}")) && w.contains(&format!("the last {} ", allocated - 1)),
@@ -61,13 +49,12 @@ fn log_cut_at_a_chunk_boundary_reports_the_missing_chunks() {
 #[test]
 fn a_copy_in_a_subdirectory_counts_once() {
     let (dir, truth) = common::small_ring();
-    let out = dir.path().join("a.perfetto-trace");
-    let clean = convert_with_report(&[dir.path().to_owned()], &out, &common::two_jobs()).unwrap();
+    let clean = common::convert_dir(dir.path(), "a.perfetto-trace").unwrap();
     let sub = dir.path().join("backup");
     std::fs::create_dir(&sub).unwrap();
     let copy = sub.join("copy-of-rank.log");
     std::fs::copy(&truth.files[0], &copy).unwrap();
-    let rep = convert_with_report(&[dir.path().to_owned()], &out, &common::two_jobs()).unwrap();
+    let rep = common::convert_dir(dir.path(), "a.perfetto-trace").unwrap();
     assert_eq!(rep.summary.processes, 2);
     assert_eq!(rep.summary.records, clean.summary.records);
     assert_eq!(rep.summary.totals.flows_out, clean.summary.totals.flows_out);
@@ -96,8 +83,8 @@ fn damaged_and_unreadable_logs_are_named_and_the_rest_converted() {
         [&sigmatrace_schemas::MAGIC[..], &[0u8; 92]].concat(),
     )
     .unwrap();
+    let rep = common::convert_dir(dir.path(), "d.perfetto-trace").unwrap();
     let out = dir.path().join("d.perfetto-trace");
-    let rep = convert_with_report(&[dir.path().to_owned()], &out, &common::two_jobs()).unwrap();
     assert_eq!(rep.summary.processes, 2, "the two good logs");
     let has = |file: &str, what: &str| {
         rep.summary
@@ -135,8 +122,7 @@ fn a_damaged_record_names_the_skipped_byte_range() {
     }
     bytes[at + 2..at + 4].copy_from_slice(&12u16.to_ne_bytes());
     std::fs::write(victim, &bytes).unwrap();
-    let out = dir.path().join("r.perfetto-trace");
-    let rep = convert_with_report(&[dir.path().to_owned()], &out, &common::two_jobs()).unwrap();
+    let rep = common::convert_dir(dir.path(), "r.perfetto-trace").unwrap();
     let w = rep
         .summary
         .warnings

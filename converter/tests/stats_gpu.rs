@@ -281,6 +281,33 @@ fn barrier_rounds(
     }
 }
 
+/// A signalled RDMA WRITE of `bytes` posted through verbs on `qpn` at `ts`.
+fn verbs_write(t: &mut ChunkWriter, ts: u64, qpn: u32, wr_id: u64, bytes: u32) {
+    t.append(&PostSend {
+        hdr: RecordHeader::of::<PostSend>(2),
+        ts,
+        wr_id,
+        qpn,
+        bytes,
+        opcode: 0,
+        num_sge: 1,
+        ..Default::default()
+    });
+}
+
+/// The completion of [`verbs_write`] `wr_id` at `ts` (CQ 0xcc).
+fn write_completed(t: &mut ChunkWriter, ts: u64, qpn: u32, wr_id: u64) {
+    t.append(&WorkCompletion {
+        hdr: RecordHeader::of::<WorkCompletion>(0),
+        ts,
+        wr_id,
+        cq: 0xcc,
+        qpn,
+        opcode: 1,
+        ..Default::default()
+    });
+}
+
 /// Verbs-posted traffic: rank 1's writes to rank 2 (counted from completions) and rank 2's
 /// writes to rank 3, posted and also observed.
 fn verbs_posted(
@@ -295,25 +322,8 @@ fn verbs_posted(
         let q = qpn_to(1, 2);
         for k in 0..5u64 {
             let ts = 60_000_000 + k * 1_000;
-            t.append(&PostSend {
-                hdr: RecordHeader::of::<PostSend>(2),
-                ts,
-                wr_id: k,
-                qpn: q,
-                bytes: 3000,
-                opcode: 0,
-                num_sge: 1,
-                ..Default::default()
-            });
-            t.append(&WorkCompletion {
-                hdr: RecordHeader::of::<WorkCompletion>(0),
-                ts: ts + 500,
-                wr_id: k,
-                cq: 0xcc,
-                qpn: q,
-                opcode: 1,
-                ..Default::default()
-            });
+            verbs_write(t, ts, q, k, 3000);
+            write_completed(t, ts + 500, q, k);
         }
         bytes[1][2] += 5 * 3000;
     }
@@ -323,16 +333,7 @@ fn verbs_posted(
         let q = qpn_to(2, 3);
         for k in 0..3u64 {
             let ts = 61_000_000 + k * 1_000;
-            t.append(&PostSend {
-                hdr: RecordHeader::of::<PostSend>(2),
-                ts,
-                wr_id: k,
-                qpn: q,
-                bytes: 512,
-                opcode: 0,
-                num_sge: 1,
-                ..Default::default()
-            });
+            verbs_write(t, ts, q, k, 512);
             wqe(
                 t,
                 ts + 100,
@@ -342,15 +343,7 @@ fn verbs_posted(
                 512,
                 (0x9000, 0x77, 0),
             );
-            t.append(&WorkCompletion {
-                hdr: RecordHeader::of::<WorkCompletion>(0),
-                ts: ts + 500,
-                wr_id: k,
-                cq: 0xcc,
-                qpn: q,
-                opcode: 1,
-                ..Default::default()
-            });
+            write_completed(t, ts + 500, q, k);
             bytes[2][3] += 512;
         }
     }

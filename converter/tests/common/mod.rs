@@ -103,3 +103,33 @@ pub fn two_jobs() -> sigmatrace_convert::ConvertOptions {
         ..Default::default()
     }
 }
+
+/// Converts every log in `dir` into `dir/<trace>` with [`two_jobs`].
+pub fn convert_dir(
+    dir: &Path,
+    trace: &str,
+) -> Result<sigmatrace_convert::Report, sigmatrace_convert::ConvertError> {
+    sigmatrace_convert::convert_with_report(&[dir.to_owned()], &dir.join(trace), &two_jobs())
+}
+
+/// The summary warning of `rep` that names the file `log` and says `what`.
+pub fn warning_about<'a>(
+    rep: &'a sigmatrace_convert::Report,
+    log: &Path,
+    what: &str,
+) -> Option<&'a String> {
+    let name = log.file_name().unwrap().to_string_lossy().to_string();
+    rep.summary
+        .warnings
+        .iter()
+        .find(|w| w.contains(&name) && w.contains(what))
+}
+
+/// Cuts the file `path` to `len` bytes.
+pub fn truncate(path: &Path, len: u64) {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .and_then(|f| f.set_len(len))
+        .expect("truncate");
+}
