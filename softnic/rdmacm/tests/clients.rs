@@ -138,10 +138,11 @@ fn rping() {
 
 #[test]
 fn ucmatose() {
-    let (s, c, plain) = tcp_pair(
-        &[
+    // Server (-b) and client (-s) differ only in how they name the address.
+    let side = |flag| {
+        [
             "ucmatose",
-            "-b",
+            flag,
             "127.0.1.1",
             "-p",
             PORT,
@@ -149,19 +150,9 @@ fn ucmatose() {
             "15",
             "-S",
             "200",
-        ],
-        &[
-            "ucmatose",
-            "-s",
-            "127.0.1.1",
-            "-p",
-            PORT,
-            "-C",
-            "15",
-            "-S",
-            "200",
-        ],
-    );
+        ]
+    };
+    let (s, c, plain) = tcp_pair(&side("-b"), &side("-s"));
     assert!(
         plain.server.stdout.contains("disconnected"),
         "{}",
