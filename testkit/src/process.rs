@@ -33,6 +33,25 @@ pub fn output_ok(cmd: &mut Command) -> Output {
     out
 }
 
+/// Converts the logs in `dir` into `trace` with the built `sigmatrace-convert` (`--stats
+/// --quiet`); returns its stdout and stderr, panics with them unless it succeeds.
+pub fn convert_logs(dir: &Path, trace: &Path) -> String {
+    let out = Command::new(crate::artifact("sigmatrace-convert"))
+        .arg(dir)
+        .arg("-o")
+        .arg(trace)
+        .args(["--stats", "--quiet"])
+        .output()
+        .expect("sigmatrace-convert runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "sigmatrace-convert failed:\n{text}");
+    text
+}
+
 /// A child process leading its own process group, killed (with the group) when dropped.
 pub struct Guarded(pub Option<Child>);
 

@@ -5,7 +5,9 @@
 use std::path::PathBuf;
 
 pub use sigmatrace_testkit::trace::validate;
-pub use sigmatrace_testkit::{artifact, build_dir, free_port, output_ok, workspace_root, Guarded};
+pub use sigmatrace_testkit::{
+    artifact, build_dir, convert_logs, free_port, output_ok, workspace_root, Guarded,
+};
 
 /// A file under `fixtures/` of the repository.
 pub fn fixture(rel: &str) -> PathBuf {

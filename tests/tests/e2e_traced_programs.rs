@@ -36,23 +36,6 @@ fn finish(c: Guarded, what: &str) -> String {
     text
 }
 
-fn convert(dir: &Path, trace: &Path) -> String {
-    let out = Command::new(artifact("sigmatrace-convert"))
-        .arg(dir)
-        .arg("-o")
-        .arg(trace)
-        .args(["--stats", "--quiet"])
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "sigmatrace-convert failed:\n{text}");
-    text
-}
-
 #[test]
 fn rc_pingpong_pair_traced_converted_and_matched() {
     let tmp = tempfile::tempdir().unwrap();
@@ -83,7 +66,7 @@ fn rc_pingpong_pair_traced_converted_and_matched() {
     );
 
     let trace = tmp.path().join("pingpong.perfetto-trace");
-    convert(&out, &trace);
+    convert_logs(&out, &trace);
     // Each side sends `iters` 4096-byte messages, each matched to the peer's receive (a flow).
     let v = validate(&trace, &[&format!("flows={}", 2 * iters), "slices=400"]);
     assert!(v["stats"]["flows"].as_u64().unwrap() >= 2 * iters, "{v:#}");
@@ -147,7 +130,7 @@ fn ring_allreduce_four_nodes_traced_converted_and_matched() {
         assert!(text.contains("result verified"), "{text}");
     }
     let trace = tmp.path().join("ring.perfetto-trace");
-    convert(&out, &trace);
+    convert_logs(&out, &trace);
     // Per iteration each rank writes 2*(ranks-1) chunks to its right neighbour.
     let writes = ranks as u64 * iters * 2 * (ranks as u64 - 1);
     let v = validate(
