@@ -4,7 +4,8 @@
 //! overwritten is counted per kind in the header's loss table (recorded + dropped = what the
 //! program did, exactly), the converter converts it and reports the loss; SIGUSR2 dumps the
 //! rings into the log while the program keeps running; after abort(), SIGSEGV or SIGKILL
-//! the last window is in the file and the program ended exactly as untraced.
+//! the last window is in the file and the program ended exactly as untraced. And a real
+//! program: `ib_write_bw` on softnic, kept + dropped = its `-n` WRs and their completions.
 
 mod common;
 use common::*;
@@ -297,4 +298,73 @@ fn bad_mode_and_ring_size_give_one_line_each_and_the_log_mode() {
         .iter()
         .any(|a| a.starts_with("flight_recorder=")));
     assert_eq!(check_accounting(&t, 1000), (0..1000).collect::<Vec<u64>>());
+}
+
+/// `ib_write_bw -n ITERS -Q 25 -s 8` on softnic (server node 1, client node 2), both traced
+/// in ring mode into `logs/{server,client}`; the client's output and exit code.
+fn ib_write_bw_ring(logs: &Path, iters: u64) -> (Out, Out) {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port().to_string();
+    let fabric = dir.path().join("fabric").display().to_string();
+    let iters = iters.to_string();
+    let side = |node: &str, client: bool| {
+        let mut v = vec![
+            softnic_run().display().to_string(),
+            "--node".into(),
+            node.into(),
+            "--fabric".into(),
+            fabric.clone(),
+            "--".into(),
+            system_bin("ib_write_bw"),
+        ];
+        v.extend(["-n", &iters, "-Q", "25", "-s", "8", "-p", &port].map(String::from));
+        if client {
+            v.push("localhost".into());
+        }
+        let sub = if client { "client" } else { "server" };
+        ring(Cmd::new(&v)).traced(&logs.join(sub))
+    };
+    let server = side("1", false).spawn();
+    let t0 = std::time::Instant::now();
+    while !listening(port.parse().unwrap()) && t0.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let client = side("2", true).spawn().wait(LIMIT);
+    (server.wait(LIMIT), client)
+}
+
+#[test]
+fn ib_write_bw_on_softnic_keeps_the_last_ring_with_exact_accounting() {
+    const ITERS: u64 = 100_000;
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    let (server, client) = ib_write_bw_ring(&logs, ITERS);
+    assert!(server.ok() && client.ok(), "{server:?}\n{client:?}");
+    let t = only_log(&logs.join("client"));
+    assert!(t.clean, "nothing torn");
+    let sends = t.sends().len() as u64;
+    let lost_sends = lost(&t.path, RecordKind::PostSend);
+    assert!(lost_sends > 0, "the ring wrapped ({sends} posts kept)");
+    assert_eq!(sends + lost_sends, ITERS, "posts recorded + dropped");
+    // perftest signals every 25th WR (and the last): one completion each.
+    assert_eq!(
+        t.wcs().len() as u64 + lost(&t.path, RecordKind::WorkCompletion),
+        ITERS / 25,
+        "completions recorded + dropped"
+    );
+    // The control records of the start were overwritten too, and counted.
+    assert_eq!(
+        t.qps().len() as u64 + lost(&t.path, RecordKind::QpCreate),
+        1,
+        "the client's QP creation"
+    );
+    // The file is the header and one ring.
+    let size = std::fs::metadata(&t.path).unwrap().len();
+    assert_eq!(size, HEADER_SIZE as u64 + RING_CHUNKS * CHUNK);
+    let trace_dir = tempfile::tempdir().unwrap();
+    let text = convert(&logs, &trace_dir.path().join("t.perfetto-trace"));
+    assert!(
+        text.contains(&format!("PostSend {lost_sends}")),
+        "the converter reports the dropped posts:\n{text}"
+    );
 }
