@@ -13,13 +13,15 @@
 //! (terminate) is replaced by "dump": that is what the mode asks for. A handler the program
 //! installs later replaces ours (then SIGUSR2 is the program's, and no dump is made).
 
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::sink::{self, Diag};
 
 /// The disposition found before ours: handler address (or `SIG_DFL`) and its `sa_flags`.
 static PREVIOUS: AtomicUsize = AtomicUsize::new(libc::SIG_DFL);
 static PREVIOUS_FLAGS: AtomicI32 = AtomicI32::new(0);
+/// SIGUSR2s handled (dump requests).
+static HANDLED: AtomicU64 = AtomicU64::new(0);
 
 /// Whether the SIGUSR2 dump handler was installed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,9 +50,17 @@ pub fn install() -> Installed {
         let mut new: libc::sigaction = std::mem::zeroed();
         new.sa_sigaction = on_sigusr2 as *const () as usize;
         new.sa_mask = old.sa_mask;
+        // The previous handler's flags where they change what the program sees (restarted
+        // system calls, alternate stack, nesting); with no previous handler, system calls
+        // the signal interrupts are restarted (the program never sees an EINTR of ours).
+        let kept = libc::SA_RESTART | libc::SA_ONSTACK | libc::SA_NODEFER;
         new.sa_flags = libc::SA_SIGINFO
-            | libc::SA_RESTART
-            | (old.sa_flags & (libc::SA_ONSTACK | libc::SA_NODEFER));
+            | (old.sa_flags & kept)
+            | if old.sa_sigaction == libc::SIG_DFL {
+                libc::SA_RESTART
+            } else {
+                0
+            };
         if libc::sigaction(libc::SIGUSR2, &new, std::ptr::null_mut()) != 0 {
             return Installed::Failed;
         }
@@ -65,6 +75,7 @@ pub fn install() -> Installed {
 /// The SIGUSR2 handler: requests a dump (one atomic add), then runs the previous handler.
 extern "C" fn on_sigusr2(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     sink::request_dump();
+    HANDLED.fetch_add(1, Ordering::Relaxed);
     let prev = PREVIOUS.load(Ordering::Relaxed);
     if prev == libc::SIG_DFL || prev == libc::SIG_IGN {
         return;
@@ -83,5 +94,43 @@ extern "C" fn on_sigusr2(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut
         // SAFETY: the address was installed by the program as a plain handler.
         let f: Handler = unsafe { std::mem::transmute::<usize, Handler>(prev) };
         f(sig);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static PREVIOUS_RAN: AtomicU64 = AtomicU64::new(0);
+
+    extern "C" fn previous(sig: libc::c_int) {
+        assert_eq!(sig, libc::SIGUSR2);
+        PREVIOUS_RAN.fetch_add(1, Ordering::Relaxed);
+    }
+
+    #[test]
+    fn the_handler_requests_a_dump_and_chains_to_the_one_before() {
+        // SAFETY: installing a plain handler that only does an atomic add; raise() delivers
+        // the signal to this thread, which runs both handlers before raise returns.
+        unsafe {
+            let mut prev: libc::sigaction = std::mem::zeroed();
+            prev.sa_sigaction = previous as *const () as usize;
+            prev.sa_flags = 0; // no SA_RESTART: calls it interrupts fail with EINTR
+            libc::sigaction(libc::SIGUSR2, &prev, std::ptr::null_mut());
+            assert_eq!(install(), Installed::Yes);
+            let before = HANDLED.load(Ordering::Relaxed);
+            libc::raise(libc::SIGUSR2);
+            libc::raise(libc::SIGUSR2);
+            assert_eq!(HANDLED.load(Ordering::Relaxed) - before, 2);
+            assert_eq!(PREVIOUS_RAN.load(Ordering::Relaxed), 2, "chained each time");
+            let mut now: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(libc::SIGUSR2, std::ptr::null(), &mut now);
+            assert_eq!(now.sa_sigaction, on_sigusr2 as *const () as usize);
+            assert_eq!(
+                now.sa_flags & libc::SA_RESTART,
+                0,
+                "the previous handler's flags"
+            );
+        }
     }
 }
