@@ -27,7 +27,7 @@ use sigmatrace_schemas::records::Record;
 use crate::align::topology::{Process, Topology};
 use crate::model::ModelEvent;
 use crate::read::verbs;
-use crate::report::section::{ReportCtx, Section};
+use crate::report::section::{matrix_table, ReportCtx, Section};
 use sigmatrace_mlx5::wqe::opcode as mlx5;
 
 fn is_verbs_atomic(op: u8) -> bool {
@@ -437,7 +437,7 @@ impl Section for TrafficSkew {
             out,
             "== Inter-node traffic skew (payload bytes; {wqes} observed WQEs, {wrs} completed WRs; {lost} bytes without a known peer)"
         );
-        table(out, &labels, &nm);
+        matrix_table(out, &labels, &nm);
         let s = skew(&nm, labels.len());
         let _ = writeln!(
             out,
@@ -478,23 +478,6 @@ impl Section for TrafficSkew {
     }
     fn as_any(&self) -> &dyn Any {
         self
-    }
-}
-
-fn table(out: &mut String, labels: &[String], m: &[u64]) {
-    let n = labels.len();
-    let w = labels.iter().map(|l| l.len()).max().unwrap_or(4).max(12);
-    let _ = write!(out, "{:<w$}", "");
-    for l in labels {
-        let _ = write!(out, " {l:>w$}");
-    }
-    out.push('\n');
-    for i in 0..n {
-        let _ = write!(out, "{:<w$}", labels[i]);
-        for j in 0..n {
-            let _ = write!(out, " {:>w$}", m[i * n + j]);
-        }
-        out.push('\n');
     }
 }
 

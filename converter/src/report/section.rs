@@ -54,3 +54,23 @@ impl Observer for SectionSet {
 }
 
 // ---------------------------------------------------------------------------------------------
+
+/// A square matrix (`labels.len()` rows of as many columns, row-major) as a text table: a
+/// header line of the labels, then one line per row, columns right-aligned.
+pub fn matrix_table(out: &mut String, labels: &[String], m: &[u64]) {
+    use std::fmt::Write;
+    let n = labels.len();
+    let w = labels.iter().map(|l| l.len()).max().unwrap_or(4).max(12);
+    let _ = write!(out, "{:<w$}", "");
+    for l in labels {
+        let _ = write!(out, " {l:>w$}");
+    }
+    out.push('\n');
+    for (i, l) in labels.iter().enumerate() {
+        let _ = write!(out, "{l:<w$}");
+        for v in &m[i * n..(i + 1) * n] {
+            let _ = write!(out, " {v:>w$}");
+        }
+        out.push('\n');
+    }
+}

@@ -10,45 +10,119 @@ use crate::align::topology::{Process, Topology};
 use crate::model::ModelEvent;
 use crate::read::verbs;
 
-use crate::report::section::{ReportCtx, Section};
+use crate::report::section::{matrix_table, ReportCtx, Section};
 
 /// Rank × rank and node × node traffic (bytes and operations): successful WRs posted through
 /// verbs, and WQEs the observer saw in queue memory (directly posted, GPU-initiated style).
 /// A QP whose WQEs were observed counts those only (its verbs posts, if any, are the same
 /// work seen twice), as in the skew section.
+///
+/// A process's instance keeps one row of sums per QP and peer (no per-WR state, nothing of
+/// the other processes); the merged instance holds the two matrices.
 #[derive(Default)]
 pub struct Traffic {
     n: usize,
-    /// [src][dst] bytes moved src → dst (READ counts towards the initiator).
+    /// [src][dst] bytes moved src → dst (READ counts towards the initiator); filled by
+    /// [`Section::merge`] (empty in a process's own instance).
     pub bytes: Vec<u64>,
     /// [initiator][target] operations.
     pub ops: Vec<u64>,
-    /// Per QP of this section's processes: what its completed WRs added (taken back out
-    /// when its first WQE is observed), or `None` once WQEs are observed.
-    per_qp: crate::fastmap::FastMap<(usize, u32), Option<QpAdded>>,
+    /// This process's QPs (by QPN): what their completed WRs and observed WQEs added.
+    qps: Vec<QpSums>,
+    index: crate::fastmap::FastMap<u32, usize>,
+    /// The QP last looked up: (qpn, index + 1).
+    last: (u32, usize),
+    proc_: usize,
 }
 
-/// What one QP's completed WRs added to the matrices: (cell, bytes, ops).
-type QpAdded = Vec<(usize, u64, u64)>;
+/// What one QP number's operations added, per peer process: verbs WRs and observed WQEs
+/// apart; the observed WQEs replace the WRs once there is one.
+#[derive(Default)]
+struct QpSums {
+    verbs: Vec<PeerSums>,
+    observed: Vec<PeerSums>,
+    /// Whether a WQE of this QP was observed.
+    seen: bool,
+}
+
+/// Bytes initiator → peer and peer → initiator, operations initiator → peer.
+#[derive(Clone, Copy)]
+struct PeerSums {
+    peer: usize,
+    fwd: u64,
+    back: u64,
+    ops: u64,
+}
+
+impl PeerSums {
+    fn add(list: &mut Vec<PeerSums>, peer: usize, kind: OpKind, bytes: u64) {
+        let i = match list.iter().position(|s| s.peer == peer) {
+            Some(i) => i,
+            None => {
+                list.push(PeerSums {
+                    peer,
+                    fwd: 0,
+                    back: 0,
+                    ops: 0,
+                });
+                list.len() - 1
+            }
+        };
+        let s = &mut list[i];
+        s.ops += 1;
+        match kind {
+            OpKind::Read => s.back += bytes,
+            OpKind::Atomic => {
+                s.fwd += 8;
+                s.back += 8;
+            }
+            OpKind::Other => s.fwd += bytes,
+        }
+    }
+}
 
 impl Traffic {
-    /// One operation `src` → `peer` of `opcode`'s kind and `bytes`; returns the cells and
-    /// what went into each.
-    fn count(&mut self, src: usize, peer: usize, kind: OpKind, bytes: u64) -> QpAdded {
-        let (fwd, back) = (src * self.n + peer, peer * self.n + src);
-        self.ops[fwd] += 1;
-        let cells = match kind {
-            OpKind::Read => vec![(back, bytes, 0)],
-            OpKind::Atomic => vec![(fwd, 8, 0), (back, 8, 0)],
-            OpKind::Other => vec![(fwd, bytes, 0)],
-        };
-        for &(c, b, _) in &cells {
-            self.bytes[c] += b;
+    /// The sums of QP `qpn` of this instance's process `p`.
+    #[inline]
+    fn qp(&mut self, p: usize, qpn: u32) -> &mut QpSums {
+        if self.last.1 == 0 || self.last.0 != qpn {
+            let qps = &mut self.qps;
+            let i = *self.index.entry(qpn).or_insert_with(|| {
+                qps.push(QpSums::default());
+                qps.len() - 1
+            });
+            self.last = (qpn, i + 1);
         }
-        let mut out = cells;
-        out.push((fwd, 0, 1));
-        out
+        self.proc_ = p;
+        &mut self.qps[self.last.1 - 1]
     }
+
+    /// Adds this instance's per-QP sums to `bytes` and `ops` (n × n).
+    fn fold_into(&self, bytes: &mut [u64], ops: &mut [u64]) {
+        let (n, src) = (self.n, self.proc_);
+        for q in &self.qps {
+            for s in if q.seen { &q.observed } else { &q.verbs } {
+                bytes[src * n + s.peer] += s.fwd;
+                bytes[s.peer * n + src] += s.back;
+                ops[src * n + s.peer] += s.ops;
+            }
+        }
+    }
+
+    /// The two matrices (bytes, operations), n × n.
+    fn matrices(&self) -> (std::borrow::Cow<'_, [u64]>, std::borrow::Cow<'_, [u64]>) {
+        if self.bytes.len() == self.n * self.n && self.qps.is_empty() {
+            return (self.bytes.as_slice().into(), self.ops.as_slice().into());
+        }
+        let (mut b, mut o) = (vec![0; self.n * self.n], vec![0; self.n * self.n]);
+        if self.bytes.len() == b.len() {
+            b.copy_from_slice(&self.bytes);
+            o.copy_from_slice(&self.ops);
+        }
+        self.fold_into(&mut b, &mut o);
+        (b.into(), o.into())
+    }
+
     /// Node × node aggregation of a process matrix.
     pub fn by_node(&self, topo: &Topology, m: &[u64]) -> Vec<u64> {
         let h = topo.hosts.len();
@@ -62,17 +136,23 @@ impl Traffic {
     }
 }
 
+/// How a verbs opcode moves bytes.
+fn verbs_kind(opcode: u8) -> OpKind {
+    match opcode {
+        verbs::wr::RDMA_READ => OpKind::Read,
+        verbs::wr::ATOMIC_CMP_AND_SWP | verbs::wr::ATOMIC_FETCH_AND_ADD => OpKind::Atomic,
+        _ => OpKind::Other,
+    }
+}
+
 impl Section for Traffic {
     fn key(&self) -> &'static str {
         "traffic"
     }
     fn fresh(&self, topo: &Topology) -> Box<dyn Section> {
-        let n = topo.procs.len();
         Box::new(Traffic {
-            n,
-            bytes: vec![0; n * n],
-            ops: vec![0; n * n],
-            per_qp: Default::default(),
+            n: topo.procs.len(),
+            ..Default::default()
         })
     }
     fn observe(&mut self, p: &Process, ev: &ModelEvent<'_>) {
@@ -85,23 +165,9 @@ impl Section for Traffic {
         } = *ev
         {
             if let Some((pp, _)) = qp.peer {
-                if matches!(self.per_qp.get(&(p.index, qp.qpn)), Some(None)) {
-                    return;
-                }
-                let kind = match opcode {
-                    verbs::wr::RDMA_READ => OpKind::Read,
-                    verbs::wr::ATOMIC_CMP_AND_SWP | verbs::wr::ATOMIC_FETCH_AND_ADD => {
-                        OpKind::Atomic
-                    }
-                    _ => OpKind::Other,
-                };
-                let added = self.count(p.index, pp, kind, bytes as u64);
-                if let Some(v) = self
-                    .per_qp
-                    .entry((p.index, qp.qpn))
-                    .or_insert_with(|| Some(Vec::new()))
-                {
-                    v.extend(added);
+                let q = self.qp(p.index, qp.qpn);
+                if !q.seen {
+                    PeerSums::add(&mut q.verbs, pp, verbs_kind(opcode), bytes as u64);
                 }
             }
         }
@@ -114,13 +180,6 @@ impl Section for Traffic {
         let Some((pp, _)) = p.qp(w.qpn).and_then(|q| q.peer) else {
             return;
         };
-        // The first observed WQE of a QP: what its verbs posts added comes back out.
-        if let Some(Some(added)) = self.per_qp.insert((p.index, w.qpn), None) {
-            for (c, b, o) in added {
-                self.bytes[c] -= b;
-                self.ops[c] -= o;
-            }
-        }
         let kind = if w.opcode == mlx5::RDMA_READ {
             OpKind::Read
         } else if mlx5::is_atomic(w.opcode) {
@@ -128,57 +187,64 @@ impl Section for Traffic {
         } else {
             OpKind::Other
         };
-        self.count(p.index, pp, kind, w.bytes as u64);
+        // From the first observed WQE of a QP on, its verbs posts no longer count.
+        let q = self.qp(p.index, w.qpn);
+        q.seen = true;
+        q.verbs = Vec::new();
+        PeerSums::add(&mut q.observed, pp, kind, w.bytes as u64);
     }
     fn merge(&mut self, other: Box<dyn Section>) {
         if let Ok(o) = other.into_any().downcast::<Traffic>() {
             if self.n == 0 {
-                *self = *o;
-                return;
+                self.n = o.n;
             }
-            for (a, b) in self.bytes.iter_mut().zip(&o.bytes) {
-                *a += b;
+            let cells = self.n * self.n;
+            if self.bytes.len() != cells {
+                self.bytes = vec![0; cells];
+                self.ops = vec![0; cells];
             }
-            for (a, b) in self.ops.iter_mut().zip(&o.ops) {
-                *a += b;
+            if o.bytes.len() == cells {
+                for (a, b) in self.bytes.iter_mut().zip(&o.bytes) {
+                    *a += b;
+                }
+                for (a, b) in self.ops.iter_mut().zip(&o.ops) {
+                    *a += b;
+                }
             }
-            self.per_qp.extend(o.per_qp);
+            o.fold_into(&mut self.bytes, &mut self.ops);
         }
     }
     fn text(&self, ctx: &ReportCtx<'_>, out: &mut String) {
+        let (bytes, ops) = self.matrices();
         let labels: Vec<String> = ctx.topo.procs.iter().map(|p| p.label()).collect();
         matrix_text(
             out,
             "Traffic rank × rank (bytes, row = source)",
             &labels,
-            &self.bytes,
-            self.n,
+            &bytes,
         );
         matrix_text(
             out,
             "Operations rank × rank (row = initiator)",
             &labels,
-            &self.ops,
-            self.n,
+            &ops,
         );
         let hl: Vec<String> = ctx.topo.hosts.iter().map(|h| h.name.clone()).collect();
-        let h = hl.len();
         matrix_text(
             out,
             "Traffic node × node (bytes)",
             &hl,
-            &self.by_node(ctx.topo, &self.bytes),
-            h,
+            &self.by_node(ctx.topo, &bytes),
         );
         matrix_text(
             out,
             "Operations node × node",
             &hl,
-            &self.by_node(ctx.topo, &self.ops),
-            h,
+            &self.by_node(ctx.topo, &ops),
         );
     }
     fn json(&self, ctx: &ReportCtx<'_>) -> Value {
+        let (bytes, ops) = self.matrices();
         let rows = |m: &[u64], n: usize| -> Vec<Vec<u64>> {
             (0..n).map(|i| m[i * n..(i + 1) * n].to_vec()).collect()
         };
@@ -186,9 +252,9 @@ impl Section for Traffic {
         json!({
             "ranks": ctx.topo.procs.iter().map(|p| p.label()).collect::<Vec<_>>(),
             "nodes": ctx.topo.hosts.iter().map(|h| h.name.clone()).collect::<Vec<_>>(),
-            "rank_bytes": rows(&self.bytes, self.n), "rank_ops": rows(&self.ops, self.n),
-            "node_bytes": rows(&self.by_node(ctx.topo, &self.bytes), h),
-            "node_ops": rows(&self.by_node(ctx.topo, &self.ops), h),
+            "rank_bytes": rows(&bytes, self.n), "rank_ops": rows(&ops, self.n),
+            "node_bytes": rows(&self.by_node(ctx.topo, &bytes), h),
+            "node_ops": rows(&self.by_node(ctx.topo, &ops), h),
         })
     }
     fn into_any(self: Box<Self>) -> Box<dyn Any> {
@@ -199,21 +265,9 @@ impl Section for Traffic {
     }
 }
 
-fn matrix_text(out: &mut String, title: &str, labels: &[String], m: &[u64], n: usize) {
+fn matrix_text(out: &mut String, title: &str, labels: &[String], m: &[u64]) {
     let _ = writeln!(out, "== {title}");
-    let w = labels.iter().map(|l| l.len()).max().unwrap_or(4).max(12);
-    let _ = write!(out, "{:<w$}", "");
-    for l in labels {
-        let _ = write!(out, " {l:>w$}");
-    }
-    out.push('\n');
-    for i in 0..n {
-        let _ = write!(out, "{:<w$}", labels[i]);
-        for j in 0..n {
-            let _ = write!(out, " {:>w$}", m[i * n + j]);
-        }
-        out.push('\n');
-    }
+    matrix_table(out, labels, m);
     out.push('\n');
 }
 
@@ -228,6 +282,8 @@ enum OpKind {
 
 // ---------------------------------------------------------------------------------------------
 
+/// Buckets a latency can fall in (`bucket(u64::MAX)` < this).
+#[cfg(test)]
 const BUCKETS: usize = 1024;
 
 fn bucket(v: u64) -> usize {
@@ -310,7 +366,6 @@ impl QpTable {
             rows.push(QpRow {
                 proc_: p,
                 qpn,
-                hist: vec![0; BUCKETS],
                 ..Default::default()
             });
             rows.len() - 1
@@ -345,7 +400,11 @@ impl Section for QpTable {
                 }
                 let lat = (done - post).max(0) as u64;
                 r.max_ns = r.max_ns.max(lat);
-                r.hist[bucket(lat)] += 1;
+                let b = bucket(lat);
+                if b >= r.hist.len() {
+                    r.hist.resize(b + 1, 0);
+                }
+                r.hist[b] += 1;
             }
             ModelEvent::RecvDone { qp, status, .. } => {
                 let r = self.row(p.index, qp.qpn);
@@ -358,14 +417,29 @@ impl Section for QpTable {
     }
     fn merge(&mut self, other: Box<dyn Section>) {
         if let Ok(o) = other.into_any().downcast::<QpTable>() {
-            self.rows.extend(o.rows);
-            self.rows.sort_by_key(|r| (r.proc_, r.qpn));
-            self.index = self
-                .rows
-                .iter()
-                .enumerate()
-                .map(|(i, r)| ((r.proc_, r.qpn), i))
-                .collect();
+            let mut rows = o.rows;
+            rows.sort_by_key(|r| (r.proc_, r.qpn));
+            let key = |r: &QpRow| (r.proc_, r.qpn);
+            // Processes merge in order: their rows go after the ones merged before.
+            let after = match (self.rows.last(), rows.first()) {
+                (Some(a), Some(b)) => key(a) < key(b),
+                _ => true,
+            };
+            if after {
+                for r in rows {
+                    self.index.insert(key(&r), self.rows.len());
+                    self.rows.push(r);
+                }
+            } else {
+                self.rows.extend(rows);
+                self.rows.sort_by_key(key);
+                self.index = self
+                    .rows
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| (key(r), i))
+                    .collect();
+            }
             self.cache = Default::default();
         }
     }
