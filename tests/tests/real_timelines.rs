@@ -13,7 +13,6 @@
 //!
 //! Run with `--nocapture` to see what each case measured.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -22,6 +21,10 @@ use sigmatrace_convert::read::input::LogInput;
 use sigmatrace_convert::{ConvertOptions, Report};
 use sigmatrace_integration::*;
 use sigmatrace_testkit::listening;
+
+#[path = "timelines/round_trips.rs"]
+mod round_trips;
+use round_trips::RoundTrips;
 
 /// Injected clock errors (offset ns, drift ppb) by softnic node (1-based, cycled).
 const SKEWS: [(i64, i64); 8] = [
@@ -194,38 +197,8 @@ fn check_alignment(logs: &Path, report: &Report, m: &mut Measured) {
         .iter()
         .map(|p| LogInput::open(&p.path).unwrap())
         .collect();
-    // Round trips between two domains, each on one clock: a message x → y from domain a to
-    // b, then the first message b sends back after y (x2 ≥ y, both on b's clock), received
-    // at y2 on a's clock: y2 − x. An offset between the two clocks is known to within half
-    // the tightest round trip (more cannot be known from messages).
-    let dom_of: BTreeMap<usize, usize> = a
-        .domains
-        .iter()
-        .enumerate()
-        .flat_map(|(d, da)| da.procs.iter().map(move |&p| (p, d)))
-        .collect();
-    let mut msgs: BTreeMap<(usize, usize), Vec<(i64, i64)>> = BTreeMap::new();
-    sigmatrace_convert::align::join(&inputs, topo, |pr| {
-        let k = (dom_of[&pr.sender.0], dom_of[&pr.receiver]);
-        msgs.entry(k).or_default().push((pr.x, pr.y));
-    });
-    for v in msgs.values_mut() {
-        v.sort_unstable();
-    }
-    let min_rtt = |x: usize, y: usize| -> Option<i64> {
-        let (go, back) = (msgs.get(&(x, y))?, msgs.get(&(y, x))?);
-        go.iter()
-            .filter_map(|&(x1, y1)| {
-                let i = back.partition_point(|b| b.0 < y1);
-                back.get(i).map(|&(_, y2)| y2 - x1)
-            })
-            .min()
-    };
-    let half_rt = |x: usize, y: usize| {
-        let r1 = min_rtt(x, y);
-        let r2 = min_rtt(y, x);
-        r1.into_iter().chain(r2).min().map(|r| r as f64 / 2.0)
-    };
+    let rt = RoundTrips::new(&inputs, topo, a);
+    let half_rt = |x: usize, y: usize| rt.half(x, y);
     // The output time line is the reference's clock: true time = output time − its error.
     let r = a.reference_domain;
     let error_at = |d: usize, t: i64| {
