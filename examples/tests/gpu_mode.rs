@@ -20,7 +20,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::observed::{check_barriers, check_exactly_once, check_skew, read_logs, stats_json};
-use common::workloads::{RANKS, SERIAL};
+use common::workloads::{MOE_ARGS, RANKS, SERIAL};
 use common::{artifact, build_dir, run_ranks_env, Run, Tracing};
 use serde_json::{json, Value};
 use sigmatrace_schemas::records::discovery;
@@ -203,17 +203,7 @@ fn bfs_gpu_initobj_traced() {
 #[test]
 fn moe_gpu_devx_traced() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let args = [
-        "--zipf",
-        "1.2",
-        "--iters",
-        "2",
-        "--signal-every",
-        "8",
-        "--depth",
-        "1024",
-    ];
-    let run = run("moe", "devx", &args);
+    let run = run("moe", "devx", MOE_ARGS);
     check_gpu_run(&run, "sigmatrace_moe");
     check_exactly_once(
         &run.books(RANKS),

@@ -62,6 +62,20 @@ pub fn bfs(mode: &str, disc: u32, tracing: Tracing) {
     check_barriers(&stats_json(&run.log_dir()), &truth, MAX_DELAY_NS);
 }
 
+/// The MoE runs' skew, iterations and signalling. Rings of 1024 WQEBBs: the busiest QPs
+/// (≈ 1700 WQEs) wrap once, and the poller has 1024 posts of slack before a starved poll
+/// would lose (and count) WQEs.
+pub const MOE_ARGS: &[&str] = &[
+    "--zipf",
+    "1.2",
+    "--iters",
+    "2",
+    "--signal-every",
+    "8",
+    "--depth",
+    "1024",
+];
+
 /// MoE in `mode` under `tracing`: WQEs observed exactly once, traffic matrix and skew as in
 /// the truth.
 pub fn moe(mode: &str, disc: u32, tracing: Tracing) {
@@ -70,20 +84,7 @@ pub fn moe(mode: &str, disc: u32, tracing: Tracing) {
         "moe",
         mode,
         RANKS,
-        // Rings of 1024 WQEBBs: the busiest QPs (≈ 1700 WQEs) wrap once, and the poller has
-        // 1024 posts of slack before a starved poll would lose (and count) WQEs.
-        &[
-            "--threads",
-            "2",
-            "--zipf",
-            "1.2",
-            "--iters",
-            "2",
-            "--signal-every",
-            "8",
-            "--depth",
-            "1024",
-        ],
+        &[&["--threads", "2"], MOE_ARGS].concat(),
         tracing,
         LIMIT,
     );
