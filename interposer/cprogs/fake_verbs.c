@@ -117,30 +117,29 @@ static int f_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_sen
 	return 0;
 }
 
-static int f_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+/* Takes receive WRs until the one with FAIL_ID, which fails with `err`; `taken` counts them. */
+static int take_recvs(struct ibv_recv_wr *wr, struct ibv_recv_wr **bad, int err, long *taken)
 {
-	(void)qp;
 	for (; wr; wr = wr->next) {
 		if (wr->wr_id == FAIL_ID) {
 			*bad = wr;
-			return EINVAL;
+			return err;
 		}
-		count(&prov.recvs, 1);
+		count(taken, 1);
 	}
 	return 0;
+}
+
+static int f_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	(void)qp;
+	return take_recvs(wr, bad, EINVAL, &prov.recvs);
 }
 
 static int f_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
 	(void)srq;
-	for (; wr; wr = wr->next) {
-		if (wr->wr_id == FAIL_ID) {
-			*bad = wr;
-			return ENOMEM;
-		}
-		count(&prov.srq_recvs, 1);
-	}
-	return 0;
+	return take_recvs(wr, bad, ENOMEM, &prov.srq_recvs);
 }
 
 static int f_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
@@ -456,6 +455,13 @@ static void basic(void)
 	ibv_end_poll(cqx);
 }
 
+/* A signalled SEND of one SGE. */
+static struct ibv_send_wr signalled_send(uint64_t id, struct ibv_sge *s)
+{
+	return (struct ibv_send_wr){ .wr_id = id, .sg_list = s, .num_sge = 1, .opcode = IBV_WR_SEND,
+				     .send_flags = IBV_SEND_SIGNALED };
+}
+
 static void post_n(struct ibv_context *ctx, struct ibv_qp *qp, long n)
 {
 	(void)ctx;
@@ -463,9 +469,7 @@ static void post_n(struct ibv_context *ctx, struct ibv_qp *qp, long n)
 	struct ibv_sge s = { (uintptr_t)buf, 64, 1 };
 	struct ibv_wc wc[16];
 	for (long i = 0; i < n; i++) {
-		struct ibv_send_wr w = { .wr_id = (uint64_t)i, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_SEND,
-					 .send_flags = IBV_SEND_SIGNALED },
-				   *bad;
+		struct ibv_send_wr w = signalled_send((uint64_t)i, &s), *bad;
 		check(ibv_post_send(qp, &w, &bad) == 0, "post");
 		check(ibv_poll_cq(qp->send_cq, 16, wc) == 1 && wc[0].wr_id == (uint64_t)i, "poll");
 	}
@@ -486,9 +490,7 @@ static void clock_probe(long n, long ms)
 	struct ibv_sge s = { (uintptr_t)buf, 64, 1 };
 	struct ibv_wc wc[16];
 	for (long i = 0; i < n; i++) {
-		struct ibv_send_wr w = { .wr_id = (uint64_t)i, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_SEND,
-					 .send_flags = IBV_SEND_SIGNALED },
-				   *bad;
+		struct ibv_send_wr w = signalled_send((uint64_t)i, &s), *bad;
 		uint64_t before = raw_ns();
 		check(ibv_post_send(qp, &w, &bad) == 0, "post");
 		uint64_t after = raw_ns();
