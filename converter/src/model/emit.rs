@@ -316,25 +316,34 @@ pub fn static_tracks(topo: &Topology) -> Vec<TrackDef> {
 #[derive(Default)]
 pub struct NameCache {
     map: crate::fastmap::FastMap<(u8, u8, u32, u8), Name>,
-    last_wr: Option<((u8, u32), Name)>,
-    last_inferred: Option<((u8, u32), Name)>,
+    /// The last (opcode, bytes) and name of kind 0 (send WRs) and of kind 2 (inferred).
+    last: [Option<((u8, u32), Name)>; 2],
 }
 
 impl NameCache {
     /// Name of a send-queue WR slice: "WRITE 4 KiB".
     #[inline]
     pub fn wr(&mut self, sink: &mut dyn TraceSink, opcode: u8, bytes: u32) -> Name {
-        match self.last_wr {
+        self.remembered(sink, 0, opcode, bytes)
+    }
+
+    /// Name of kind 0 ("WRITE 4 KiB") or 2 ("inferred WRITE 4 KiB") for (opcode, bytes): the
+    /// last one of the kind, else the map's (interned on first use).
+    #[inline]
+    fn remembered(&mut self, sink: &mut dyn TraceSink, kind: u8, opcode: u8, bytes: u32) -> Name {
+        let last = &mut self.last[kind as usize / 2];
+        match *last {
             Some((k, n)) if k == (opcode, bytes) => n,
             _ => {
-                let n = *self.map.entry((0, opcode, bytes, 0)).or_insert_with(|| {
+                let n = *self.map.entry((kind, opcode, bytes, 0)).or_insert_with(|| {
                     sink.name(&format!(
-                        "{} {}",
+                        "{}{} {}",
+                        if kind == 0 { "" } else { "inferred " },
                         verbs::wr_name(opcode),
                         verbs::size_label(bytes as u64)
                     ))
                 });
-                self.last_wr = Some(((opcode, bytes), n));
+                *last = Some(((opcode, bytes), n));
                 n
             }
         }
@@ -370,20 +379,7 @@ impl NameCache {
     /// Name of an inferred arrival on a target QP.
     #[inline]
     pub fn inferred(&mut self, sink: &mut dyn TraceSink, opcode: u8, bytes: u32) -> Name {
-        match self.last_inferred {
-            Some((k, n)) if k == (opcode, bytes) => n,
-            _ => {
-                let n = *self.map.entry((2, opcode, bytes, 0)).or_insert_with(|| {
-                    sink.name(&format!(
-                        "inferred {} {}",
-                        verbs::wr_name(opcode),
-                        verbs::size_label(bytes as u64)
-                    ))
-                });
-                self.last_inferred = Some(((opcode, bytes), n));
-                n
-            }
-        }
+        self.remembered(sink, 2, opcode, bytes)
     }
 
     /// Name of a failed completion marker.

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use crate::fastz::FastZ;
+use crate::fastz::{FastZ, WINDOW};
 use crate::proto::{self, TracePacket};
 use crate::{ArgKey, ArgValue, CounterUnit, Extra, Name, TraceSink, TrackDef, TrackKind};
 
@@ -56,6 +56,27 @@ pub(crate) fn put_varint(buf: &mut Vec<u8>, mut v: u64) {
 #[inline]
 fn varint_len(v: u64) -> usize {
     (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
+}
+
+/// `v` (< 2⁵⁶) as a varint in the low bytes of a little-endian word, and its length: the 7-bit
+/// groups spread into bytes without a loop, continuation bits on all bytes but the last.
+#[inline(always)]
+fn varint_word(v: u64) -> Option<(u64, usize)> {
+    if v >= 1 << 56 {
+        return None;
+    }
+    let mut w = v & 0x7f;
+    w |= (v << 1) & 0x7f00;
+    w |= (v << 2) & 0x7f_0000;
+    w |= (v << 3) & 0x7f00_0000;
+    w |= (v << 4) & 0x7f_0000_0000;
+    w |= (v << 5) & 0x7f00_0000_0000;
+    w |= (v << 6) & 0x7f_0000_0000_0000;
+    w |= (v << 7) & 0x7f00_0000_0000_0000;
+    let n = varint_len(v);
+    // Bytes 0..n−1 carry the continuation bit (n ≥ 1, so the shift is at most 56).
+    let cont = 0x8080_8080_8080_8080 & ((1u64 << (8 * (n - 1))) - 1);
+    Some((w | cont, n))
 }
 
 /// Frames an encoded message as a `Trace.packet` entry.
@@ -177,6 +198,42 @@ pub struct PerfettoSeq {
     key_ids: HashMap<String, u32>,
     /// Structured compression of the packets as they are written ([`PerfettoSeq::compressed`]).
     z: Option<Box<FastZ>>,
+    /// With `z`: the last plain small packet per (track, type) slot ([`Template`]), allocated
+    /// on first use.
+    templates: Vec<Template>,
+    /// Current block's number: templates of earlier blocks are stale.
+    epoch: u32,
+}
+
+/// Where the last plain small packet (no counter value, flows or args) of a track and event
+/// type is in the current block: a repeat of it (same track, type and name) is the same bytes
+/// up to its timestamp delta, copied instead of encoded and handed to [`FastZ::repeat`]
+/// as a match at a known distance.
+#[derive(Clone, Copy, Default)]
+struct Template {
+    track: u64,
+    /// Event type << 32 | name iid (0: none).
+    kind: u64,
+    /// Offset of the packet in the block.
+    at: usize,
+    epoch: u32,
+    /// Bytes before the timestamp varint (its tag included), and the varint's length.
+    plen: u8,
+    tlen: u8,
+    /// Its timestamp delta.
+    ts: u64,
+}
+
+/// Bytes a repeat copies from its template in one fixed-size copy (a template packet's bytes
+/// before the timestamp are fewer: at most 30).
+const REPEAT_COPY: usize = 32;
+
+/// Template slots per sequence (direct-mapped by track and type).
+const TEMPLATE_SLOTS: usize = 1024;
+
+#[inline(always)]
+fn template_slot(track: u64, ty: i32) -> usize {
+    ((track << 2 | (ty as u64 & 3)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 54) as usize
 }
 
 /// Candidate-table type slots of non-event packets (event types are 1..=4).
@@ -202,6 +259,8 @@ impl PerfettoSeq {
             keys: Vec::new(),
             key_ids: HashMap::new(),
             z: None,
+            templates: Vec::new(),
+            epoch: 1,
         }
     }
 
@@ -290,6 +349,68 @@ impl PerfettoSeq {
         self.interned.extend_from_slice(s);
     }
 
+    /// Writes a plain small packet as a repeat of the last one of its track, type and name in
+    /// this block ([`Template`]): its bytes up to the timestamp copied, the frame length and
+    /// the timestamp delta written, compressed as a match at the known distance. False when
+    /// there is no such packet within the compressor's window (the slot is made ready).
+    #[inline]
+    fn repeat(&mut self, ty: i32, track: u64, name: Option<Name>, tsf: u64) -> bool {
+        if self.templates.is_empty() {
+            self.templates = vec![Template::default(); TEMPLATE_SLOTS];
+        }
+        let slot = template_slot(track, ty);
+        let t = self.templates[slot];
+        let start = self.buf.len();
+        let kind = (ty as u64) << 32 | name.map_or(0, |n| n.0 as u64 + 1);
+        if t.epoch != self.epoch || t.track != track || t.kind != kind || start - t.at > WINDOW {
+            return false;
+        }
+        let Some(z) = &mut self.z else {
+            return false;
+        };
+        let plen = t.plen as usize;
+        let tlen = varint_len(tsf);
+        if t.at + REPEAT_COPY <= start && tlen <= 8 {
+            // One fixed-size copy: the template's first bytes, the frame length, the delta.
+            let mut a = [0u8; REPEAT_COPY + 8];
+            a[..REPEAT_COPY].copy_from_slice(&self.buf[t.at..t.at + REPEAT_COPY]);
+            if let Some((w, _)) = varint_word(tsf) {
+                a[plen..plen + 8].copy_from_slice(&w.to_le_bytes());
+            }
+            a[1] = (plen - 2 + tlen) as u8;
+            self.buf.extend_from_slice(&a);
+            self.buf.truncate(start + plen + tlen);
+        } else {
+            self.buf.extend_from_within(t.at..t.at + plen);
+            put_varint(&mut self.buf, tsf);
+            self.buf[start + 1] = (plen - 2 + tlen) as u8;
+        }
+        // Equal leading bytes of the two deltas: of equal length, their bytes differ where
+        // their 7-bit groups do.
+        let same_len = t.tlen as usize == tlen;
+        let tail_eq = if same_len {
+            ((t.ts ^ tsf).trailing_zeros() as usize / 7).min(tlen)
+        } else {
+            0
+        };
+        z.repeat(
+            &self.buf,
+            start,
+            start - t.at,
+            plen,
+            same_len,
+            tail_eq,
+            ty as usize,
+        );
+        self.templates[slot] = Template {
+            at: start,
+            tlen: tlen as u8,
+            ts: tsf,
+            ..t
+        };
+        true
+    }
+
     /// Writes one TrackEvent packet. Any field order is valid protobuf; for the structured
     /// compressor small packets put what repeats from event to event first and what varies
     /// last — sequence id, then the track event (type, track, name, counter value, flows), then
@@ -325,12 +446,28 @@ impl PerfettoSeq {
             && self.interned.is_empty()
             && extra.flows.len() + extra.terminating.len() <= 2
         {
+            let plain = value.is_none() && extra.flows.is_empty() && extra.terminating.is_empty();
+            if plain && self.repeat(ty, track, name, tsf) {
+                return;
+            }
             let start = self.buf.len();
             let len = small_packet(&mut self.buf, self.seq, ty, track, name, value, extra, tsf);
             if let Some(z) = &mut self.z {
                 z.packet(&self.buf, start, (track << 3 | ty as u64) + 1, ty as usize);
             }
             debug_assert_eq!(self.buf.len(), start + len);
+            if plain {
+                let tlen = varint_len(tsf);
+                self.templates[template_slot(track, ty)] = Template {
+                    track,
+                    kind: (ty as u64) << 32 | name.map_or(0, |n| n.0 as u64 + 1),
+                    at: start,
+                    epoch: self.epoch,
+                    plen: (len - tlen) as u8,
+                    tlen: tlen as u8,
+                    ts: tsf,
+                };
+            }
             return;
         }
         let te = &mut self.scratch;
@@ -409,15 +546,25 @@ fn small_packet(
     extra: &Extra<'_>,
     tsf: u64,
 ) -> usize {
+    /// Writes `v` as a varint at `a[*p..]`: one byte, or up to eight in one word store.
     #[inline(always)]
-    fn var(a: &mut [u8; 112], p: &mut usize, mut v: u64) {
-        while v >= 0x80 {
-            a[*p] = v as u8 | 0x80;
-            v >>= 7;
+    fn var(a: &mut [u8; 112], p: &mut usize, v: u64) {
+        if v < 0x80 {
+            a[*p] = v as u8;
+            *p += 1;
+        } else if let Some((w, n)) = varint_word(v) {
+            a[*p..*p + 8].copy_from_slice(&w.to_le_bytes());
+            *p += n;
+        } else {
+            let mut v = v;
+            while v >= 0x80 {
+                a[*p] = v as u8 | 0x80;
+                v >>= 7;
+                *p += 1;
+            }
+            a[*p] = v as u8;
             *p += 1;
         }
-        a[*p] = v as u8;
-        *p += 1;
     }
     // Worst case: 2 + 6 + 2 + (2 + 11 + 6 + 12 + 2 × 10) + 11 = 72 bytes, so both length
     // fields take one byte.
@@ -578,6 +725,7 @@ impl TraceSink for PerfettoSeq {
                 }
                 let out = z.finish_with(&self.buf, frame_compressed);
                 self.buf.clear();
+                self.epoch = self.epoch.wrapping_add(1).max(1);
                 out
             }
             None => std::mem::replace(&mut self.buf, Vec::with_capacity(1 << 20)),
@@ -586,197 +734,4 @@ impl TraceSink for PerfettoSeq {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use prost::Message;
-
-    fn decode(bytes: &[u8]) -> proto::Trace {
-        proto::Trace::decode(bytes).expect("valid trace")
-    }
-
-    #[test]
-    fn hand_encoded_events_match_prost() {
-        let mut s = PerfettoSeq::new(7, false, 0);
-        let n = s.name("RDMA_WRITE 4 KiB");
-        let k = s.arg_key("wr_id");
-        let k2 = s.arg_key("peer");
-        let args = [(k, ArgValue::U64(300)), (k2, ArgValue::Str("rank 5"))];
-        s.begin(
-            1_700_000_000_123_456_789,
-            4242,
-            n,
-            &Extra {
-                args: &args,
-                flows: &[0xdead_beef_0000_0001],
-                terminating: &[],
-            },
-        );
-        s.end(1_700_000_000_123_457_000, 4242, &Extra::NONE);
-        s.counter(1_700_000_000_123_457_001, 99, -5);
-        let bytes = s.take();
-        let t = decode(&bytes);
-        assert_eq!(t.packet.len(), 4); // sequence start + 3 events
-        let p = &t.packet[1];
-        let expect = TracePacket {
-            timestamp: Some(1_700_000_000_123_456_789),
-            trusted_packet_sequence_id: Some(7),
-            track_event: Some(proto::TrackEvent {
-                r#type: Some(proto::TYPE_SLICE_BEGIN),
-                track_uuid: Some(4242),
-                name_iid: Some(1),
-                debug_annotations: vec![
-                    proto::DebugAnnotation {
-                        name_iid: Some(1),
-                        uint_value: Some(300),
-                        ..Default::default()
-                    },
-                    proto::DebugAnnotation {
-                        name_iid: Some(2),
-                        string_value: Some("rank 5".into()),
-                        ..Default::default()
-                    },
-                ],
-                flow_ids: vec![0xdead_beef_0000_0001],
-                ..Default::default()
-            }),
-            interned_data: Some(proto::InternedData {
-                event_names: vec![proto::InternedName {
-                    iid: Some(1),
-                    name: Some("RDMA_WRITE 4 KiB".into()),
-                }],
-                debug_annotation_names: vec![
-                    proto::InternedName {
-                        iid: Some(1),
-                        name: Some("wr_id".into()),
-                    },
-                    proto::InternedName {
-                        iid: Some(2),
-                        name: Some("peer".into()),
-                    },
-                ],
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        assert_eq!(p, &expect);
-        // Same fields as prost's encoding of the message (only their order differs): the
-        // packets are exactly as long, so nothing is duplicated or left over.
-        let mut framed = Vec::new();
-        frame_packet(&mut framed, &expect);
-        let start = {
-            let mut f = Vec::new();
-            frame_packet(&mut f, &t.packet[0]);
-            f.len()
-        };
-        let mut ours = Vec::new();
-        frame_packet(&mut ours, p);
-        assert_eq!(ours, framed);
-        let len = bytes[start + 1] as usize + 2;
-        assert_eq!(len, framed.len());
-        // Every packet (the small-packet path too) holds exactly the fields prost sees.
-        let total: usize = t
-            .packet
-            .iter()
-            .map(|p| {
-                let mut f = Vec::new();
-                frame_packet(&mut f, p);
-                f.len()
-            })
-            .sum();
-        assert_eq!(total, bytes.len());
-        let end = t.packet[2].track_event.as_ref().unwrap();
-        assert_eq!(end.r#type, Some(proto::TYPE_SLICE_END));
-        assert_eq!(end.track_uuid, Some(4242));
-        assert_eq!(t.packet[2].timestamp, Some(1_700_000_000_123_457_000));
-        assert_eq!(
-            t.packet[3].track_event.as_ref().unwrap().counter_value,
-            Some(-5)
-        );
-    }
-
-    #[test]
-    fn incremental_timestamps_are_deltas() {
-        let mut s = PerfettoSeq::new(3, true, 1000);
-        let n = s.name("x");
-        s.begin(1500, 1, n, &Extra::NONE);
-        s.end(1700, 1, &Extra::NONE);
-        // Out of order input is clamped to the previous timestamp.
-        s.instant(1600, 1, n, &Extra::NONE);
-        let t = decode(&s.take());
-        let first = &t.packet[0];
-        assert_eq!(
-            first.sequence_flags,
-            Some(proto::SEQ_INCREMENTAL_STATE_CLEARED)
-        );
-        let cs = first.clock_snapshot.as_ref().unwrap();
-        assert_eq!(cs.clocks[0].is_incremental, Some(true));
-        assert_eq!(cs.clocks[0].timestamp, Some(1000));
-        let ts: Vec<_> = t.packet[1..].iter().map(|p| p.timestamp.unwrap()).collect();
-        assert_eq!(ts, vec![500, 200, 0]);
-    }
-
-    #[test]
-    fn compressed_block_round_trips() {
-        let mut s = PerfettoSeq::new(1, false, 0);
-        let n = s.name("a");
-        for i in 0..100 {
-            s.instant(i, 5, n, &Extra::NONE);
-        }
-        let raw = s.take();
-        let block = compress_block(&raw, 1);
-        let outer = decode(&block);
-        assert_eq!(outer.packet.len(), 1);
-        let z = outer.packet[0].compressed_packets.as_ref().unwrap();
-        let mut d = flate2::read::ZlibDecoder::new(&z[..]);
-        let mut inner = Vec::new();
-        std::io::Read::read_to_end(&mut d, &mut inner).unwrap();
-        assert_eq!(inner, raw);
-        assert!(block.len() < raw.len() / 3);
-    }
-
-    #[test]
-    fn compressed_sequences_decode_to_the_plain_packets() {
-        let run = |s: &mut PerfettoSeq| {
-            let n = s.name("WRITE 4 KiB");
-            let k = s.arg_key("wr_id");
-            let mut out = Vec::new();
-            for i in 0..30_000u64 {
-                let track = 100 + i % 5;
-                s.begin(1000 + i * 37, track, n, &Extra::NONE);
-                let args = [(k, ArgValue::U64(i))];
-                let flows = [i << 3];
-                s.instant(
-                    1010 + i * 37,
-                    track,
-                    n,
-                    &Extra {
-                        args: &args,
-                        flows: &flows,
-                        terminating: &[],
-                    },
-                );
-                s.end(1020 + i * 37, track, &Extra::NONE);
-                s.counter(1020 + i * 37, 7, (i % 9) as i64);
-                if i % 10_000 == 9_999 {
-                    out.push(s.take());
-                }
-            }
-            out
-        };
-        let plain = run(&mut PerfettoSeq::new(4, true, 1000));
-        let packed = run(&mut PerfettoSeq::new(4, true, 1000).compressed());
-        assert_eq!(plain.len(), packed.len());
-        for (p, z) in plain.iter().zip(&packed) {
-            let outer = decode(z);
-            assert_eq!(outer.packet.len(), 1);
-            let data = outer.packet[0].compressed_packets.as_ref().unwrap();
-            let mut d = flate2::read::ZlibDecoder::new(&data[..]);
-            let mut inner = Vec::new();
-            std::io::Read::read_to_end(&mut d, &mut inner).unwrap();
-            // Same packets (the compressed sequence orders small packets' fields differently).
-            assert_eq!(decode(&inner), decode(p));
-            assert_eq!(inner.len(), p.len());
-            assert!(z.len() * 4 < p.len(), "{} vs {}", z.len(), p.len());
-        }
-    }
-}
+mod tests;

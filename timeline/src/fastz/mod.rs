@@ -11,97 +11,21 @@
 //! The output is an ordinary zlib stream: any inflate (the trace processor's zlib, flate2)
 //! decodes it; the tests decode every block and compare it with the raw bytes.
 
+mod codes;
+
+use codes::*;
+
 /// Tokens per deflate block (each block gets new Huffman codes).
 const BLOCK_TOKENS: usize = 1 << 15;
-/// Deflate window.
-const WINDOW: usize = 32768;
+/// Deflate window: the farthest distance a match may reach back.
+pub const WINDOW: usize = 32768;
 /// Candidate table size (direct-mapped by key hash).
 const KEY_SLOTS: usize = 4096;
-
-const LEN_BASE: [u16; 29] = [
-    3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 23, 27, 31, 35, 43, 51, 59, 67, 83, 99, 115, 131,
-    163, 195, 227, 258,
-];
-const LEN_EXTRA: [u8; 29] = [
-    0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0,
-];
-const DIST_BASE: [u16; 30] = [
-    1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33, 49, 65, 97, 129, 193, 257, 385, 513, 769, 1025, 1537,
-    2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577,
-];
-const DIST_EXTRA: [u8; 30] = [
-    0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13,
-    13,
-];
-/// Order in which code-length code lengths are sent.
-const CL_ORDER: [usize; 19] = [
-    16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15,
-];
-
-/// Static lookup tables: length → length code index, distance → distance code.
-struct Tables {
-    len_code: [u8; 259],
-    /// Distance code of d − 1 for d ≤ 256 ...
-    dist_lo: [u8; 256],
-    /// ... and of (d − 1) >> 7 for larger distances.
-    dist_hi: [u8; 256],
-}
-
-const fn tables() -> Tables {
-    let mut t = Tables {
-        len_code: [0; 259],
-        dist_lo: [0; 256],
-        dist_hi: [0; 256],
-    };
-    let mut c = 0;
-    while c < 29 {
-        let lo = LEN_BASE[c] as usize;
-        let hi = if c + 1 < 29 {
-            LEN_BASE[c + 1] as usize
-        } else {
-            259
-        };
-        let mut l = lo;
-        while l < hi {
-            t.len_code[l] = c as u8;
-            l += 1;
-        }
-        c += 1;
-    }
-    // Length 258 has its own code (28), not the last range of code 27.
-    t.len_code[258] = 28;
-    let mut c = 0;
-    while c < 30 {
-        let lo = DIST_BASE[c] as usize;
-        let hi = if c + 1 < 30 {
-            DIST_BASE[c + 1] as usize
-        } else {
-            32769
-        };
-        let mut d = lo;
-        while d < hi {
-            if d <= 256 {
-                t.dist_lo[d - 1] = c as u8;
-            } else {
-                t.dist_hi[(d - 1) >> 7] = c as u8;
-            }
-            d += 1;
-        }
-        c += 1;
-    }
-    t
-}
-
-static TABLES: Tables = tables();
-
-#[inline]
-fn dist_code(d: usize) -> usize {
-    if d <= 256 {
-        TABLES.dist_lo[d - 1] as usize
-    } else {
-        TABLES.dist_hi[(d - 1) >> 7] as usize
-    }
-}
+/// Bytes compared per step (one equality mask).
+const SEG: usize = 64;
+/// Trailing bytes of a small packet that may differ from a candidate that is still taken at
+/// once (the timestamp delta's tag and varint, written last).
+const TAIL: usize = 3;
 
 /// LSB-first bit writer. Each `put` stores the whole 64-bit accumulator and advances by the
 /// completed bytes (no branch); `out` keeps 8 bytes of slack past `pos` ([`Bits::room`]).
@@ -114,11 +38,17 @@ struct Bits {
 
 impl Bits {
     /// Room for `bytes` more bytes.
+    #[inline(always)]
     fn room(&mut self, bytes: usize) {
         let need = self.pos + bytes + 8;
         if self.out.len() < need {
-            self.out.resize(need.max(2 * self.out.len()), 0);
+            self.grow(need);
         }
+    }
+
+    #[cold]
+    fn grow(&mut self, need: usize) {
+        self.out.resize(need.max(2 * self.out.len()), 0);
     }
 
     /// Appends the low `n` bits of `v` (n ≤ 56; call [`Bits::room`] first).
@@ -141,207 +71,6 @@ impl Bits {
         }
         self.acc = 0;
         self.n = 0;
-    }
-}
-
-/// A canonical Huffman code: per symbol (bit-reversed code, length).
-struct Code {
-    codes: Vec<(u16, u8)>,
-}
-
-/// Code lengths (≤ `limit`) for the frequencies; symbols with frequency 0 get length 0. At
-/// least two symbols always get a code (inflate rejects a one-symbol code for literals).
-fn code_lengths(freq: &[u32], limit: u32) -> Vec<u8> {
-    let n = freq.len();
-    let mut syms: Vec<(u32, usize)> = (0..n)
-        .filter(|&i| freq[i] > 0)
-        .map(|i| (freq[i], i))
-        .collect();
-    let mut lens = vec![0u8; n];
-    // Pad to two used symbols.
-    let mut i = 0;
-    while syms.len() < 2 && i < n {
-        if freq[i] == 0 {
-            syms.push((1, i));
-        }
-        i += 1;
-    }
-    syms.sort_unstable();
-    let m = syms.len();
-    // Huffman tree by the two-queue method over the sorted leaves.
-    // Nodes 0..m are leaves, m.. internal; parent links give depths.
-    let mut weight: Vec<u64> = syms.iter().map(|s| s.0 as u64).collect();
-    let mut parent = vec![usize::MAX; 2 * m];
-    let (mut leaf, mut inner) = (0usize, m);
-    weight.reserve(m);
-    for next in m..2 * m - 1 {
-        let pick = |leaf: &mut usize, inner: &mut usize, weight: &Vec<u64>| -> usize {
-            if *leaf < m && (*inner >= next || weight[*leaf] <= weight[*inner]) {
-                *leaf += 1;
-                *leaf - 1
-            } else {
-                *inner += 1;
-                *inner - 1
-            }
-        };
-        let a = pick(&mut leaf, &mut inner, &weight);
-        let b = pick(&mut leaf, &mut inner, &weight);
-        weight.push(weight[a] + weight[b]);
-        parent[a] = next;
-        parent[b] = next;
-    }
-    let root = 2 * m - 2;
-    let mut depth = vec![0u32; 2 * m - 1];
-    for v in (0..root).rev() {
-        depth[v] = depth[parent[v]] + 1;
-    }
-    // Count leaves per length; fold lengths over the limit back (Kraft repair).
-    let mut count = [0u32; 64];
-    for d in &depth[..m] {
-        count[(*d).min(63) as usize] += 1;
-    }
-    let lim = limit as usize;
-    for l in lim + 1..64 {
-        count[lim] += count[l];
-        count[l] = 0;
-    }
-    let mut kraft: u64 = (1..=lim).map(|l| (count[l] as u64) << (lim - l)).sum();
-    while kraft > 1u64 << lim {
-        count[lim] -= 1;
-        for l in (1..lim).rev() {
-            if count[l] > 0 {
-                count[l] -= 1;
-                count[l + 1] += 2;
-                break;
-            }
-        }
-        kraft -= 1;
-    }
-    // The most frequent symbols (end of `syms`) get the shortest lengths.
-    let mut it = syms.iter().rev();
-    for (l, &c) in count.iter().enumerate().take(lim + 1).skip(1) {
-        for _ in 0..c {
-            if let Some(&(_, s)) = it.next() {
-                lens[s] = l as u8;
-            }
-        }
-    }
-    lens
-}
-
-fn canonical(lens: &[u8]) -> Code {
-    let mut bl_count = [0u16; 16];
-    for &l in lens {
-        bl_count[l as usize] += 1;
-    }
-    bl_count[0] = 0;
-    let mut next = [0u16; 16];
-    let mut code = 0u16;
-    for b in 1..16 {
-        code = (code + bl_count[b - 1]) << 1;
-        next[b] = code;
-    }
-    let codes = lens
-        .iter()
-        .map(|&l| {
-            if l == 0 {
-                return (0, 0);
-            }
-            let c = next[l as usize];
-            next[l as usize] += 1;
-            (c.reverse_bits() >> (16 - l as u32), l)
-        })
-        .collect();
-    Code { codes }
-}
-
-/// Run-length codes of a code-length sequence: (symbol 0..18, extra value).
-fn rle(lens: &[u8]) -> Vec<(u8, u8)> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < lens.len() {
-        let l = lens[i];
-        let mut run = 1;
-        while i + run < lens.len() && lens[i + run] == l {
-            run += 1;
-        }
-        i += run;
-        if l == 0 {
-            while run >= 11 {
-                let r = run.min(138);
-                out.push((18, (r - 11) as u8));
-                run -= r;
-            }
-            if run >= 3 {
-                out.push((17, (run - 3) as u8));
-                run = 0;
-            }
-            for _ in 0..run {
-                out.push((0, 0));
-            }
-        } else {
-            out.push((l, 0));
-            run -= 1;
-            while run >= 3 {
-                let r = run.min(6);
-                out.push((16, (r - 3) as u8));
-                run -= r;
-            }
-            for _ in 0..run {
-                out.push((l, 0));
-            }
-        }
-    }
-    out
-}
-
-/// Huffman codes of the current block, packed as `code | length << 16` (code bit-reversed).
-struct Tables2 {
-    lit: [u32; 286],
-    dist: [u32; 30],
-    /// Match length 3..=MAX_MATCH → its length symbol's code with the extra bits appended.
-    len: [u32; MAX_MATCH + 1],
-}
-
-/// Longest deflate match.
-const MAX_MATCH: usize = 258;
-/// Bytes compared per step (one equality mask).
-const SEG: usize = 64;
-
-impl Tables2 {
-    fn from_lengths(ll: &[u8], dl: &[u8]) -> Self {
-        // Canonical codes depend on the count of codes per length over the whole alphabet
-        // given (the fixed code has 288 literal/length symbols, two of them unused).
-        let lit = canonical(ll);
-        let dist = canonical(dl);
-        let mut t = Tables2 {
-            lit: [0; 286],
-            dist: [0; 30],
-            len: [0; MAX_MATCH + 1],
-        };
-        for (o, &(c, l)) in t.lit.iter_mut().zip(&lit.codes) {
-            *o = c as u32 | (l as u32) << 16;
-        }
-        for (o, &(c, l)) in t.dist.iter_mut().zip(&dist.codes) {
-            *o = c as u32 | (l as u32) << 16;
-        }
-        for len in 3..=MAX_MATCH {
-            let lc = TABLES.len_code[len] as usize;
-            let (c, l) = lit.codes[257 + lc];
-            let e = LEN_EXTRA[lc] as u32;
-            let v = c as u32 | (len as u32 - LEN_BASE[lc] as u32) << l;
-            // Fits: 15 code bits + 5 extra bits, length in the top 8 bits.
-            t.len[len] = v | (l as u32 + e) << 24;
-        }
-        t
-    }
-
-    /// The fixed Huffman code of RFC 1951 (BTYPE 01).
-    fn fixed() -> Self {
-        let mut ll = [8u8; 288];
-        ll[144..256].fill(9);
-        ll[256..280].fill(7);
-        Self::from_lengths(&ll, &[5u8; 32])
     }
 }
 
@@ -548,7 +277,9 @@ impl FastZ {
         // (mask of the first segment, distance, estimated cost in bits)
         let mut best = (0u64, 0usize, u32::MAX);
         // The latest distance first: it continues the pending match, and is taken without
-        // looking further when at most one byte differs.
+        // looking further when at most one byte differs or only the packet's last `TAIL`
+        // bytes (where small packets keep their timestamp delta: no other candidate can do
+        // better than one match and those literals).
         let dr = if self.last_dist <= start {
             self.last_dist
         } else {
@@ -563,7 +294,9 @@ impl FastZ {
             }
             best = (m, dr, self.cost(m, seg, dr));
         }
-        if best.1 == 0 || (seg as u32 - best.0.count_ones()) > 1 {
+        let good = (seg as u32 - best.0.count_ones()) <= 1
+            || (full.is_some() && (!best.0).trailing_zeros() as usize + TAIL >= seg);
+        if best.1 == 0 || !good {
             for d in [dist(ck), dist(ct), dist(cp)] {
                 if d == 0 || d == best.1 || d == dr {
                     continue;
@@ -672,6 +405,68 @@ impl FastZ {
             self.end_block();
             self.start_block();
         }
+    }
+
+    /// Tokenizes one packet `buf[start..]` that the caller knows repeats the packet `d` bytes
+    /// earlier (the last one of its track and type) in its first byte, its bytes `2..plen`,
+    /// the `tail_eq` bytes after them and, when `same_len`, its second byte (the frame
+    /// length): nothing is compared or searched. A pending match at `d` goes on, else the
+    /// packet is one match at `d` and literals. `ty` (< 8) as in [`FastZ::packet`].
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub fn repeat(
+        &mut self,
+        buf: &[u8],
+        start: usize,
+        d: usize,
+        plen: usize,
+        same_len: bool,
+        tail_eq: usize,
+        ty: usize,
+    ) {
+        debug_assert_eq!(start, self.done);
+        let end = buf.len();
+        let n = end - start;
+        debug_assert!(2 <= plen && plen + tail_eq <= n && n <= SEG && d <= start && d <= WINDOW);
+        let abs = self.stream + start as u64;
+        self.by_type[ty & 7] = abs + 1;
+        self.prev = abs + 1;
+        self.bits.room(2 * n + 32);
+        let cont = self.pend_len > 0 && self.pend_dist == d;
+        let head = if same_len {
+            0
+        } else {
+            // The first byte joins a pending match at `d`, else it is a literal (as is the
+            // frame length).
+            if cont {
+                self.run(buf, start, 1, d);
+            } else {
+                self.lits(buf, start, start + 1);
+            }
+            self.lits(buf, start + 1, start + 2);
+            2
+        };
+        let eq = plen - head + tail_eq;
+        if eq >= 3 || (eq > 0 && self.pend_len > 0 && self.pend_dist == d) {
+            self.run(buf, start + head, eq, d);
+            self.lits(buf, start + head + eq, end);
+        } else {
+            self.lits(buf, start + head, end);
+        }
+        self.packet_done(buf, end);
+    }
+
+    /// Writes the pending match (which ends at `from`), then `buf[from..to]` as literals.
+    #[inline(always)]
+    fn lits(&mut self, buf: &[u8], from: usize, to: usize) {
+        if from == to {
+            return;
+        }
+        self.flush(buf, from);
+        for &b in &buf[from..to] {
+            self.lit(b);
+        }
+        self.tokens += to - from;
     }
 
     /// Tokenizes bytes that have no useful candidates (literals and plain runs).

@@ -1,0 +1,310 @@
+//! Deflate code tables of [`super::FastZ`]: the static length/distance tables, Huffman code
+//! lengths under a limit, canonical codes, the run-length coding of a dynamic block header.
+
+pub(super) const LEN_BASE: [u16; 29] = [
+    3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 23, 27, 31, 35, 43, 51, 59, 67, 83, 99, 115, 131,
+    163, 195, 227, 258,
+];
+pub(super) const LEN_EXTRA: [u8; 29] = [
+    0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0,
+];
+pub(super) const DIST_BASE: [u16; 30] = [
+    1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33, 49, 65, 97, 129, 193, 257, 385, 513, 769, 1025, 1537,
+    2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577,
+];
+pub(super) const DIST_EXTRA: [u8; 30] = [
+    0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13,
+    13,
+];
+/// Order in which code-length code lengths are sent.
+pub(super) const CL_ORDER: [usize; 19] = [
+    16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15,
+];
+
+/// Static lookup tables: length → length code index, distance → distance code.
+pub(super) struct Tables {
+    pub(super) len_code: [u8; 259],
+    /// Distance code of d − 1 for d ≤ 256 ...
+    pub(super) dist_lo: [u8; 256],
+    /// ... and of (d − 1) >> 7 for larger distances.
+    pub(super) dist_hi: [u8; 256],
+}
+
+/// Sets `out[(v - off) >> shift] = c` for every value `v` in `lo..=hi` whose code is `c`:
+/// code `c` covers `base[c]` up to the next base (the last one up to `end`, exclusive).
+const fn fill_codes(
+    out: &mut [u8],
+    base: &[u16],
+    end: usize,
+    (lo, hi): (usize, usize),
+    (off, shift): (usize, u32),
+) {
+    let mut c = 0;
+    while c < base.len() {
+        let next = if c + 1 < base.len() {
+            base[c + 1] as usize
+        } else {
+            end
+        };
+        let mut v = base[c] as usize;
+        while v < next {
+            if v >= lo && v <= hi {
+                out[(v - off) >> shift] = c as u8;
+            }
+            v += 1;
+        }
+        c += 1;
+    }
+}
+
+const fn tables() -> Tables {
+    let mut t = Tables {
+        len_code: [0; 259],
+        dist_lo: [0; 256],
+        dist_hi: [0; 256],
+    };
+    fill_codes(&mut t.len_code, &LEN_BASE, 259, (0, 258), (0, 0));
+    // Length 258 has its own code (28), not the last range of code 27.
+    t.len_code[258] = 28;
+    fill_codes(&mut t.dist_lo, &DIST_BASE, 32769, (1, 256), (1, 0));
+    fill_codes(&mut t.dist_hi, &DIST_BASE, 32769, (257, 32768), (1, 7));
+    t
+}
+
+pub(super) static TABLES: Tables = tables();
+
+#[inline]
+pub(super) fn dist_code(d: usize) -> usize {
+    if d <= 256 {
+        TABLES.dist_lo[d - 1] as usize
+    } else {
+        TABLES.dist_hi[(d - 1) >> 7] as usize
+    }
+}
+
+/// A canonical Huffman code: per symbol (bit-reversed code, length).
+pub(super) struct Code {
+    pub(super) codes: Vec<(u16, u8)>,
+}
+
+/// Code lengths (≤ `limit`) for the frequencies; symbols with frequency 0 get length 0. At
+/// least two symbols always get a code (inflate rejects a one-symbol code for literals).
+pub(super) fn code_lengths(freq: &[u32], limit: u32) -> Vec<u8> {
+    let n = freq.len();
+    let mut syms: Vec<(u32, usize)> = (0..n)
+        .filter(|&i| freq[i] > 0)
+        .map(|i| (freq[i], i))
+        .collect();
+    let mut lens = vec![0u8; n];
+    // Pad to two used symbols.
+    let mut i = 0;
+    while syms.len() < 2 && i < n {
+        if freq[i] == 0 {
+            syms.push((1, i));
+        }
+        i += 1;
+    }
+    syms.sort_unstable();
+    let m = syms.len();
+    // Huffman tree by the two-queue method over the sorted leaves.
+    // Nodes 0..m are leaves, m.. internal; parent links give depths.
+    let mut weight: Vec<u64> = syms.iter().map(|s| s.0 as u64).collect();
+    let mut parent = vec![usize::MAX; 2 * m];
+    let (mut leaf, mut inner) = (0usize, m);
+    weight.reserve(m);
+    for next in m..2 * m - 1 {
+        let pick = |leaf: &mut usize, inner: &mut usize, weight: &Vec<u64>| -> usize {
+            if *leaf < m && (*inner >= next || weight[*leaf] <= weight[*inner]) {
+                *leaf += 1;
+                *leaf - 1
+            } else {
+                *inner += 1;
+                *inner - 1
+            }
+        };
+        let a = pick(&mut leaf, &mut inner, &weight);
+        let b = pick(&mut leaf, &mut inner, &weight);
+        weight.push(weight[a] + weight[b]);
+        parent[a] = next;
+        parent[b] = next;
+    }
+    let root = 2 * m - 2;
+    let mut depth = vec![0u32; 2 * m - 1];
+    for v in (0..root).rev() {
+        depth[v] = depth[parent[v]] + 1;
+    }
+    // Count leaves per length; fold lengths over the limit back (Kraft repair).
+    let mut count = [0u32; 64];
+    for d in &depth[..m] {
+        count[(*d).min(63) as usize] += 1;
+    }
+    let lim = limit as usize;
+    for l in lim + 1..64 {
+        count[lim] += count[l];
+        count[l] = 0;
+    }
+    let mut kraft: u64 = (1..=lim).map(|l| (count[l] as u64) << (lim - l)).sum();
+    while kraft > 1u64 << lim {
+        count[lim] -= 1;
+        for l in (1..lim).rev() {
+            if count[l] > 0 {
+                count[l] -= 1;
+                count[l + 1] += 2;
+                break;
+            }
+        }
+        kraft -= 1;
+    }
+    // The most frequent symbols (end of `syms`) get the shortest lengths.
+    let mut it = syms.iter().rev();
+    for (l, &c) in count.iter().enumerate().take(lim + 1).skip(1) {
+        for _ in 0..c {
+            if let Some(&(_, s)) = it.next() {
+                lens[s] = l as u8;
+            }
+        }
+    }
+    lens
+}
+
+pub(super) fn canonical(lens: &[u8]) -> Code {
+    let mut bl_count = [0u16; 16];
+    for &l in lens {
+        bl_count[l as usize] += 1;
+    }
+    bl_count[0] = 0;
+    let mut next = [0u16; 16];
+    let mut code = 0u16;
+    for b in 1..16 {
+        code = (code + bl_count[b - 1]) << 1;
+        next[b] = code;
+    }
+    let codes = lens
+        .iter()
+        .map(|&l| {
+            if l == 0 {
+                return (0, 0);
+            }
+            let c = next[l as usize];
+            next[l as usize] += 1;
+            (c.reverse_bits() >> (16 - l as u32), l)
+        })
+        .collect();
+    Code { codes }
+}
+
+/// Run-length codes of a code-length sequence: (symbol 0..18, extra value).
+pub(super) fn rle(lens: &[u8]) -> Vec<(u8, u8)> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lens.len() {
+        let l = lens[i];
+        let mut run = 1;
+        while i + run < lens.len() && lens[i + run] == l {
+            run += 1;
+        }
+        i += run;
+        if l == 0 {
+            while run >= 11 {
+                let r = run.min(138);
+                out.push((18, (r - 11) as u8));
+                run -= r;
+            }
+            if run >= 3 {
+                out.push((17, (run - 3) as u8));
+                run = 0;
+            }
+            for _ in 0..run {
+                out.push((0, 0));
+            }
+        } else {
+            out.push((l, 0));
+            run -= 1;
+            while run >= 3 {
+                let r = run.min(6);
+                out.push((16, (r - 3) as u8));
+                run -= r;
+            }
+            for _ in 0..run {
+                out.push((l, 0));
+            }
+        }
+    }
+    out
+}
+
+/// Huffman codes of the current block, packed as `code | length << 16` (code bit-reversed).
+pub(super) struct Tables2 {
+    pub(super) lit: [u32; 286],
+    pub(super) dist: [u32; 30],
+    /// Match length 3..=MAX_MATCH → its length symbol's code with the extra bits appended.
+    pub(super) len: [u32; MAX_MATCH + 1],
+}
+
+/// Longest deflate match.
+pub(super) const MAX_MATCH: usize = 258;
+
+impl Tables2 {
+    pub(super) fn from_lengths(ll: &[u8], dl: &[u8]) -> Self {
+        // Canonical codes depend on the count of codes per length over the whole alphabet
+        // given (the fixed code has 288 literal/length symbols, two of them unused).
+        let lit = canonical(ll);
+        let dist = canonical(dl);
+        let mut t = Tables2 {
+            lit: [0; 286],
+            dist: [0; 30],
+            len: [0; MAX_MATCH + 1],
+        };
+        for (o, &(c, l)) in t.lit.iter_mut().zip(&lit.codes) {
+            *o = c as u32 | (l as u32) << 16;
+        }
+        for (o, &(c, l)) in t.dist.iter_mut().zip(&dist.codes) {
+            *o = c as u32 | (l as u32) << 16;
+        }
+        for len in 3..=MAX_MATCH {
+            let lc = TABLES.len_code[len] as usize;
+            let (c, l) = lit.codes[257 + lc];
+            let e = LEN_EXTRA[lc] as u32;
+            let v = c as u32 | (len as u32 - LEN_BASE[lc] as u32) << l;
+            // Fits: 15 code bits + 5 extra bits, length in the top 8 bits.
+            t.len[len] = v | (l as u32 + e) << 24;
+        }
+        t
+    }
+
+    /// The fixed Huffman code of RFC 1951 (BTYPE 01).
+    pub(super) fn fixed() -> Self {
+        let mut ll = [8u8; 288];
+        ll[144..256].fill(9);
+        ll[256..280].fill(7);
+        Self::from_lengths(&ll, &[5u8; 32])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every length and distance maps to the code whose range holds it (RFC 1951, 3.2.5).
+    #[test]
+    fn length_and_distance_codes_cover_their_ranges() {
+        for len in 3..=258usize {
+            let c = TABLES.len_code[len] as usize;
+            let span = 1usize << LEN_EXTRA[c];
+            assert!(
+                (LEN_BASE[c] as usize..LEN_BASE[c] as usize + span).contains(&len),
+                "length {len}: code {c}"
+            );
+        }
+        assert_eq!(TABLES.len_code[258], 28);
+        assert_eq!(TABLES.len_code[257], 27);
+        for d in 1..=32768usize {
+            let c = dist_code(d);
+            let span = 1usize << DIST_EXTRA[c];
+            assert!(
+                (DIST_BASE[c] as usize..DIST_BASE[c] as usize + span).contains(&d),
+                "distance {d}: code {c}"
+            );
+        }
+    }
+}
