@@ -116,6 +116,22 @@ fn convert(dir: &Path, trace: &Path) -> String {
     text
 }
 
+/// The posts kept from the start — the first chunk, kept for the control records it holds
+/// (the device, written before the first post) — and the last window, ending at `end`.
+fn assert_start_and_window(ids: &[u64], end: u64) {
+    assert_eq!(ids[0], 0, "the first chunk is kept (control records)");
+    let gap = ids
+        .windows(2)
+        .position(|w| w[1] != w[0] + 1)
+        .expect("a gap after the kept start")
+        + 1;
+    assert!(
+        gap as u64 <= CHUNK / 64,
+        "{gap} posts kept with the first chunk"
+    );
+    assert_window(&ids[gap..], end);
+}
+
 #[test]
 fn a_long_run_keeps_the_last_ring_and_counts_the_rest_exactly() {
     const N: u64 = 100_000;
@@ -131,16 +147,19 @@ fn a_long_run_keeps_the_last_ring_and_counts_the_rest_exactly() {
     let t = only_log(&logs);
     assert!(t.clean, "nothing torn");
     let ids = check_accounting(&t, N);
-    assert_window(&ids, N);
+    assert_start_and_window(&ids, N);
     let log = LogFile::open(&t.path).unwrap();
     assert!(log
         .header()
         .attrs
         .contains(&"flight_recorder=ring_bytes:1048576".to_string()));
-    // Memory and file stay one ring: the file is the header and the ring, nothing else.
+    // Memory and file stay one ring: the file is the header, the ring and the first chunk
+    // (kept for its control records: its committed bytes), nothing else.
     let size = std::fs::metadata(&t.path).unwrap().len();
-    assert_eq!(size, HEADER_SIZE as u64 + RING_CHUNKS * CHUNK);
-    assert_eq!(log.chunks().len() as u64, RING_CHUNKS);
+    let ring_end = HEADER_SIZE as u64 + RING_CHUNKS * CHUNK;
+    assert!(size > ring_end && size <= ring_end + CHUNK, "{size}");
+    assert_eq!(log.chunks().len() as u64, RING_CHUNKS + 1);
+    assert_eq!(t.devices().len(), 1, "the device's record kept");
 
     // The converter converts it and reports what the flight recorder dropped, per kind.
     let text = convert(&logs, &dir.path().join("t.perfetto-trace"));
@@ -172,14 +191,14 @@ fn sigusr2_dumps_the_rings_and_recording_goes_on() {
         .iter()
         .position(|&i| i >= N)
         .expect("posts after the dump");
-    assert_window(&ids[..split], N);
+    assert_start_and_window(&ids[..split], N);
     assert_window(&ids[split..], N + K);
     // The dump's copies are chunks beyond the ring.
     let log = LogFile::open(&t.path).unwrap();
     assert!(log.chunks().len() as u64 > RING_CHUNKS);
     let size = std::fs::metadata(&t.path).unwrap().len();
     assert!(
-        size <= HEADER_SIZE as u64 + 2 * RING_CHUNKS * CHUNK,
+        size <= HEADER_SIZE as u64 + (2 * RING_CHUNKS + 1) * CHUNK,
         "{size}"
     );
     let trace_dir = tempfile::tempdir().unwrap();
@@ -229,7 +248,7 @@ fn fatal(mode: &str, signal: i32) {
     let t = only_log(dir.path());
     assert!(t.clean);
     let ids = check_accounting(&t, N);
-    assert_window(&ids, N);
+    assert_start_and_window(&ids, N);
 }
 
 #[test]
@@ -273,7 +292,7 @@ fn sigkill_leaves_the_last_ring() {
         accounted <= end && end - accounted <= CHUNK / 64,
         "posts recorded + dropped up to the kill: {accounted} of {end}"
     );
-    assert_window(&ids, end);
+    assert_start_and_window(&ids, end);
 }
 
 #[test]
@@ -352,15 +371,22 @@ fn ib_write_bw_on_softnic_keeps_the_last_ring_with_exact_accounting() {
         ITERS / 25,
         "completions recorded + dropped"
     );
-    // The control records of the start were overwritten too, and counted.
-    assert_eq!(
-        t.qps().len() as u64 + lost(&t.path, RecordKind::QpCreate),
-        1,
-        "the client's QP creation"
+    // The control records of the start are kept: the QP, its connection, its MR.
+    assert_eq!(t.qps().len(), 1, "the client's QP creation");
+    assert_eq!(lost(&t.path, RecordKind::QpCreate), 0);
+    assert!(
+        t.modifies().iter().any(|m| m.new_state == 3),
+        "its RTR transition"
     );
-    // The file is the header and one ring.
+    assert!(!t.mrs().is_empty());
+    // The file is the header, one ring and the chunks kept for their control records.
     let size = std::fs::metadata(&t.path).unwrap().len();
-    assert_eq!(size, HEADER_SIZE as u64 + RING_CHUNKS * CHUNK);
+    let chunks = LogFile::open(&t.path).unwrap().chunks().len() as u64;
+    assert!(
+        chunks > RING_CHUNKS && chunks <= RING_CHUNKS + 4,
+        "{chunks} chunks"
+    );
+    assert!(size <= HEADER_SIZE as u64 + chunks * CHUNK, "{size}");
     let trace_dir = tempfile::tempdir().unwrap();
     let text = convert(&logs, &trace_dir.path().join("t.perfetto-trace"));
     assert!(

@@ -54,6 +54,9 @@ pub(crate) struct Ring {
     /// log by a dump (0: none); and the lock that keeps a dump and a reuse of a slot apart.
     preserved: Box<[AtomicU32]>,
     busy: AtomicBool,
+    /// Flight recorder: per slot, whether the background thread looked at its (FULL) chunk
+    /// for control records (reset when the slot is reused).
+    checked: Box<[AtomicBool]>,
 }
 
 impl Ring {
@@ -69,6 +72,7 @@ impl Ring {
             released: AtomicBool::new(false),
             preserved: (0..n).map(|_| AtomicU32::new(0)).collect(),
             busy: AtomicBool::new(false),
+            checked: (0..n).map(|_| AtomicBool::new(false)).collect(),
         }
     }
 
@@ -101,7 +105,12 @@ impl Shared {
         let mut done = Drained::default();
         for ring in rings {
             if self.flight {
-                self.release_if_idle(ring); // a flight recorder's rings are the log
+                // A flight recorder's rings are the log; chunks with control records are
+                // kept before their slot is reused.
+                let kept = self.keep_control_chunks(ring);
+                done.chunks += kept.chunks;
+                done.bytes += kept.bytes;
+                self.release_if_idle(ring);
                 continue;
             }
             for (i, state) in ring.state.iter().enumerate() {

@@ -10,6 +10,14 @@
 //! context, not events), so records in the file + the loss table = what the writer was given.
 //! Chunk indices are sequence numbers (their order), not file positions.
 //!
+//! Control records (devices, PDs, MRs, CQs, SRQs, QPs and their transitions, AHs, strings
+//! and process attributes, discovered queues, GPU memory — every kind but the frequent data
+//! kinds, see [`is_control`]) describe the objects the data records name; losing the ones
+//! written at start-up would leave the end of a long run without its QPs and peers. So the
+//! background thread looks at each FULL chunk once ([`Shared::keep_control_chunks`]) and
+//! copies one that holds a control record into the log (as a dump does) before its slot is
+//! reused: those records stay, up to the size cap; the chunk's data records stay with them.
+//!
 //! A dump ([`Shared::dump_rings`], e.g. on a signal, run by the background thread) copies
 //! every ring chunk into fresh chunk positions of the log (within the size cap), oldest first,
 //! with its index and the records committed at the copy; the slot remembers how many of its
@@ -77,6 +85,52 @@ fn event_kind(kind: u16) -> Option<u16> {
     }
 }
 
+/// Whether records of `kind` are control records (kept, see the module documentation): all
+/// but clock snapshots, completion-channel events, the data path (posts, completions, empty
+/// polls, observed WQEs/CQEs, overruns), kernel launches/executions/clock pairs and the
+/// compact records' context.
+pub(crate) fn is_control(kind: u16) -> bool {
+    use RecordKind as K;
+    const FREQUENT: [RecordKind; 18] = [
+        K::ClockSnapshot,
+        K::CqEvent,
+        K::PostSend,
+        K::PostRecv,
+        K::PostError,
+        K::WorkCompletion,
+        K::EmptyPolls,
+        K::WqeObserved,
+        K::CqeObserved,
+        K::ObserveOverrun,
+        K::KernelLaunch,
+        K::KernelExec,
+        K::GpuClockPair,
+        K::TimeBase,
+        K::SlotBind,
+        K::PostSendCompact,
+        K::PostRecvCompact,
+        K::CompletionCompact,
+    ];
+    !FREQUENT.iter().any(|&k| k as u16 == kind)
+}
+
+/// Whether `bytes` (whole records) hold a control record.
+fn has_control(bytes: &[u8]) -> bool {
+    let mut pos = 0;
+    while pos + 8 <= bytes.len() {
+        let kind = u16::from_ne_bytes([bytes[pos], bytes[pos + 1]]);
+        let len = u16::from_ne_bytes([bytes[pos + 2], bytes[pos + 3]]) as usize;
+        if len < 8 || !len.is_multiple_of(8) || pos + len > bytes.len() {
+            return false;
+        }
+        if is_control(kind) {
+            return true;
+        }
+        pos += len;
+    }
+    false
+}
+
 /// Counts the events among the records in `bytes` (whole records, from a record boundary),
 /// per kind; stops at the first malformed length.
 pub(crate) fn count_events(bytes: &[u8], per_kind: &mut [u64; LOSS_SLOTS]) -> u64 {
@@ -124,7 +178,17 @@ impl Shared {
             (*(base.add(slot + COMMIT_OFFSET) as *const AtomicU64)).load(Ordering::Acquire)
         };
         let bytes = (commit as u32).min(self.chunk_size - CHUNK_HEADER_SIZE as u32);
-        let from = ring.preserved[i].swap(0, Ordering::Relaxed).min(bytes);
+        let mut from = ring.preserved[i].swap(0, Ordering::Relaxed).min(bytes);
+        if !ring.checked[i].swap(false, Ordering::Relaxed) && from < bytes {
+            // The background thread did not get to it: keep its control records here.
+            // SAFETY: committed record bytes of the chunk, inside the slot; nobody writes them.
+            let all = unsafe {
+                std::slice::from_raw_parts(base.add(slot + CHUNK_HEADER_SIZE), bytes as usize)
+            };
+            if has_control(all) && self.copy_into_log(slot, commit) {
+                from = bytes;
+            }
+        }
         // SAFETY: committed record bytes of the chunk, inside the slot; nobody writes them.
         let records = unsafe {
             std::slice::from_raw_parts(
@@ -162,6 +226,50 @@ impl Shared {
             let ts = self.now().max(1);
             let _ = first.compare_exchange(0, ts, Ordering::Relaxed, Ordering::Relaxed);
         }
+    }
+
+    /// Copies each FULL chunk of `ring` not looked at yet that holds a control record into
+    /// the log (see the module documentation); what it copied.
+    pub(crate) fn keep_control_chunks(&self, ring: &Ring) -> Dumped {
+        let mut done = Dumped::default();
+        let unchecked = |i: usize| {
+            ring.state[i].load(Ordering::Acquire) == FULL
+                && !ring.checked[i].load(Ordering::Relaxed)
+        };
+        if !(0..ring.slots.len()).any(unchecked) {
+            return done;
+        }
+        let _busy = Busy::take(&ring.busy);
+        let base = self.map.as_mut_ptr();
+        for i in (0..ring.slots.len()).filter(|&i| unchecked(i)) {
+            ring.checked[i].store(true, Ordering::Relaxed);
+            let slot = ring.slots[i];
+            // SAFETY: the commit word of a chunk header inside the mapping, accessed atomically.
+            let commit = unsafe {
+                (*(base.add(slot + COMMIT_OFFSET) as *const AtomicU64)).load(Ordering::Acquire)
+            };
+            let bytes = commit as u32;
+            let from = ring.preserved[i].load(Ordering::Relaxed);
+            if bytes <= from || bytes > self.chunk_size - CHUNK_HEADER_SIZE as u32 {
+                continue;
+            }
+            // SAFETY: committed record bytes of a FULL chunk (nobody writes them; the busy
+            // flag keeps its owner from reusing the slot meanwhile).
+            let records = unsafe {
+                std::slice::from_raw_parts(base.add(slot + CHUNK_HEADER_SIZE), bytes as usize)
+            };
+            if !has_control(records) {
+                continue;
+            }
+            if self.copy_into_log(slot, commit) {
+                ring.preserved[i].store(bytes, Ordering::Relaxed);
+                done.chunks += 1;
+                done.bytes += bytes as u64;
+            } else {
+                done.refused += 1;
+            }
+        }
+        done
     }
 
     /// Copies every ring's chunks (FULL and FILLING, oldest first) into fresh positions of
@@ -438,5 +546,45 @@ mod tests {
         assert_eq!(*posts.last().unwrap(), 3009);
         assert!(posts.contains(&1009) && posts.contains(&(1009 - 100)));
         assert!(posts.windows(2).any(|p| p[1] > p[0] + 1), "a counted gap");
+    }
+
+    #[test]
+    fn a_chunk_with_control_records_is_kept_not_dropped() {
+        for drainer in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("f.sigmalog");
+            let log = flight_log(&path, 4);
+            let mut w = log.thread_writer(1);
+            assert!(w.append_meta(RecordKind::ThreadName, 0, 5, 1, b"main"));
+            for i in 0..5_000 {
+                assert!(w.append(&post(i)));
+                if drainer && i % 50 == 0 {
+                    log.drain(); // looks at each finished chunk before it is reused
+                }
+            }
+            drop(w);
+            let (posts, _, lost, chunks) = read(&path);
+            let lost_posts = lost.iter().find(|l| l.0 == RecordKind::PostSend as u16);
+            assert_eq!(
+                posts.len() as u64 + lost_posts.unwrap().1,
+                5_000,
+                "{drainer}"
+            );
+            assert!(
+                lost.iter().all(|l| l.0 == RecordKind::PostSend as u16),
+                "{lost:?}"
+            );
+            assert_eq!(chunks, 5, "the ring and the kept first chunk ({drainer})");
+            assert_eq!(posts[0], 0, "the first chunk's posts are kept with it");
+            assert_eq!(*posts.last().unwrap(), 4_999);
+            let log = LogFile::open(&path).unwrap();
+            let names = log
+                .chunks()
+                .iter()
+                .flat_map(|c| log.records(c))
+                .filter(|r| matches!(r.as_ref().unwrap().decode(), Ok(Record::ThreadName(_))))
+                .count();
+            assert_eq!(names, 1);
+        }
     }
 }
