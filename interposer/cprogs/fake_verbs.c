@@ -100,8 +100,13 @@ static enum ibv_wc_opcode wc_op(enum ibv_wr_opcode op)
 
 /* --- the fake provider's data path ------------------------------------------------------ */
 
+/* `placed` mode: the WR id whose provider call raises SIGUSR1 (0 = none). */
+static volatile uint64_t raise_at;
+
 static int f_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
+	if (wr && raise_at && wr->wr_id == raise_at)
+		raise(SIGUSR1); /* the handler runs here, inside the provider call */
 	for (; wr; wr = wr->next) {
 		if (wr->wr_id == FAIL_ID) {
 			*bad = wr;
@@ -583,6 +588,59 @@ static void plain_sends(void)
 	check(ibv_poll_cq(cq, 8, wc) == 4, "four completions");
 }
 
+/* Single-WR writes the tracer records before the provider call: one the provider refuses,
+ * and two during whose provider call a signal handler posts a write of its own (one of them
+ * refused too). Then plain writes again. */
+static struct ibv_qp *placed_qp;
+static struct ibv_sge placed_sge;
+
+static void placed_handler(int sig)
+{
+	(void)sig;
+	struct ibv_send_wr w = { .wr_id = raise_at + 100, .sg_list = &placed_sge, .num_sge = 1,
+				 .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED },
+			   *bad = NULL;
+	w.wr.rdma.remote_addr = 0x2000;
+	w.wr.rdma.rkey = 0x44;
+	check(ibv_post_send(placed_qp, &w, &bad) == 0, "handler's write");
+}
+
+static void placed_sends(void)
+{
+	char buf[64];
+	struct ibv_context *ctx = new_ctx();
+	struct ibv_cq *cq = new_cq(ctx);
+	struct ibv_qp *qp = &new_qp(ctx, IBV_QPT_RC, cq)->qp;
+	placed_qp = qp;
+	placed_sge = (struct ibv_sge){ (uintptr_t)buf, 8, 1 };
+	signal(SIGUSR1, placed_handler);
+	struct ibv_send_wr w = { .wr_id = 1, .sg_list = &placed_sge, .num_sge = 1,
+				 .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED },
+			   *bad = NULL;
+	w.wr.rdma.remote_addr = 0x1000;
+	w.wr.rdma.rkey = 0x33;
+	check(ibv_post_send(qp, &w, &bad) == 0, "write 1");
+	w.wr_id = FAIL_ID;
+	check(ibv_post_send(qp, &w, &bad) == EINVAL && bad == &w, "refused write");
+	w.wr_id = 2;
+	check(ibv_post_send(qp, &w, &bad) == 0, "write 2");
+	w.wr_id = 3;
+	raise_at = 3;
+	check(ibv_post_send(qp, &w, &bad) == 0, "write 3 (handler posts 103)");
+	w.wr_id = FAIL_ID;
+	raise_at = FAIL_ID;
+	bad = NULL;
+	check(ibv_post_send(qp, &w, &bad) == EINVAL && bad == &w, "refused write (handler posts 0xdeae+99)");
+	raise_at = 0;
+	w.wr_id = 4;
+	check(ibv_post_send(qp, &w, &bad) == 0, "write 4");
+	w = (struct ibv_send_wr){ .wr_id = 5, .sg_list = &placed_sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+				  .send_flags = IBV_SEND_SIGNALED };
+	check(ibv_post_send(qp, &w, &bad) == 0, "send 5");
+	struct ibv_wc wc[16];
+	check(ibv_poll_cq(cq, 16, wc) == 7, "seven completions");
+}
+
 static void dlsym_check(void)
 {
 	/* RTLD_NEXT from the main program must still mean "after the main program". */
@@ -610,6 +668,8 @@ int main(int argc, char **argv)
 		basic();
 	} else if (!strcmp(mode, "plain")) {
 		plain_sends();
+	} else if (!strcmp(mode, "placed")) {
+		placed_sends();
 	} else if (!strcmp(mode, "post")) {
 		post_fresh(a);
 	} else if (!strcmp(mode, "threads")) {

@@ -80,3 +80,52 @@ fn single_writes_and_sends_are_recorded_exactly_whether_or_not_they_fit_the_comp
         vec![(1, 8, qpn), (2, 8, qpn), (3, 8, qpn), (4, 8, qpn)]
     );
 }
+
+const FAIL_ID: u64 = 0xdead;
+const EINVAL: u32 = 22;
+
+/// Single writes are recorded before the provider call and published after it (the hook's
+/// placed record): a WR the provider refuses leaves its `PostError` and no `PostSend`; a
+/// signal handler that posts during the provider call is recorded, and so is the interrupted
+/// WR, after it (as when recording after the call), whether the provider accepted it or not;
+/// nothing is recorded twice or dropped, and plain writes after that are recorded as before.
+#[test]
+fn sends_recorded_before_the_provider_call_survive_refusals_and_signal_handlers() {
+    let dir = tempfile::tempdir().unwrap();
+    let argv = vec![cprog("fake_verbs").display().to_string(), "placed".into()];
+    let out = Cmd::new(&argv)
+        .traced(dir.path())
+        .run(Duration::from_secs(60));
+    assert!(out.ok(), "{out:?}");
+    let t = only_log(dir.path());
+    let sends: Vec<_> = t
+        .sends()
+        .iter()
+        .map(|s| (s.wr_id, s.opcode, s.remote_addr, s.rkey, s.bytes))
+        .collect();
+    assert_eq!(
+        sends,
+        vec![
+            (1, WR_RDMA_WRITE, 0x1000, 0x33, 8),
+            (2, WR_RDMA_WRITE, 0x1000, 0x33, 8),
+            (103, WR_RDMA_WRITE, 0x2000, 0x44, 8),
+            (3, WR_RDMA_WRITE, 0x1000, 0x33, 8),
+            (FAIL_ID + 100, WR_RDMA_WRITE, 0x2000, 0x44, 8),
+            (4, WR_RDMA_WRITE, 0x1000, 0x33, 8),
+            (5, WR_SEND, 0, 0, 8),
+        ]
+    );
+    let qpn = t.sends()[0].qpn;
+    assert!(t.sends().iter().all(|s| s.qpn == qpn && s.ts > 0));
+    // Each post's time is taken before its provider call: the handler's write, posted
+    // during the provider call of WR 3, is later than WR 3's time.
+    let ts = |id: u64| t.sends().iter().find(|s| s.wr_id == id).unwrap().ts;
+    assert!(ts(3) <= ts(103) && ts(1) <= ts(2) && ts(2) <= ts(3));
+    let errors: Vec<_> = t
+        .errors()
+        .iter()
+        .map(|e| (e.bad_wr_id, e.hdr.aux, e.qpn))
+        .collect();
+    assert_eq!(errors, vec![(FAIL_ID, EINVAL, qpn), (FAIL_ID, EINVAL, qpn)]);
+    assert_eq!(t.wcs().len(), 7);
+}

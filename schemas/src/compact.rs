@@ -165,6 +165,9 @@ pub(crate) struct SlotTable {
     pub(crate) base: u64,
     /// The chunk's generation, in bits 48–63 of every key bound in it (never 0).
     gen: u64,
+    /// `gen | slot_role::SEND << 40`: the part of a send slot's key that is the same for
+    /// every queue of the chunk.
+    send_tag: u64,
     /// Per slot: (object, qpn | source << 32 | role << 40 | generation).
     keys: [[u64; 2]; WRITER_SLOTS],
 }
@@ -174,6 +177,7 @@ impl SlotTable {
         SlotTable {
             base: 0,
             gen: 1 << 48,
+            send_tag: 1 << 48 | (slot_role::SEND as u64) << 40,
             keys: [[0; 2]; WRITER_SLOTS],
         }
     }
@@ -186,6 +190,18 @@ impl SlotTable {
             self.keys = [[0; 2]; WRITER_SLOTS];
             self.gen = 1 << 48;
         }
+        self.send_tag = self.gen | (slot_role::SEND as u64) << 40;
+    }
+}
+
+/// `ChunkWriter::place_limit` for a chunk of capacity `cap`: positions below it have room for
+/// a compact `PostSend` and its bookkeeping; 0 when the writer does not compact.
+pub(crate) const fn place_limit(cap: u32, compact: bool) -> u32 {
+    let need = size_of::<PostSendCompact>() as u32 + BOOKKEEPING;
+    if compact && cap >= need {
+        cap - need + 1
+    } else {
+        0
     }
 }
 
@@ -251,6 +267,57 @@ impl ChunkWriter {
                 }
             }),
         )
+    }
+
+    /// Writes the compact `PostSend` at `ts` of `head` and `body()` at the append position
+    /// *without publishing it* — for a caller that records a send before handing it to the
+    /// provider and publishes it ([`publish_placed_send`](Self::publish_placed_send)) only
+    /// once the provider accepted it. Only when it fits the compact form and needs no
+    /// bookkeeping — the current chunk has room, its time base is within reach and the queue
+    /// has its slot — so that nothing but the record's own bytes is written: returns false
+    /// otherwise (nothing written, nothing counted; the caller records the send the ordinary
+    /// way, which writes the bookkeeping for the next one). No call, so the caller's scratch
+    /// registers are enough.
+    #[inline(always)]
+    pub fn place_plain_send(
+        &mut self,
+        ts: u64,
+        head: &SendHead,
+        body: impl FnOnce() -> SendBody,
+    ) -> bool {
+        const SIZE: u32 = size_of::<PostSendCompact>() as u32;
+        let Some(addr_op) = pack_addr_op(head.remote_addr, head.opcode, head.flags, head.num_sge)
+        else {
+            return false;
+        };
+        let dts = ts.wrapping_sub(self.slots.base);
+        // SEND slots are always bound with object 0: the key alone identifies the binding.
+        let key = head.qpn as u64 | (head.source as u64) << 32 | self.slots.send_tag;
+        let i = slot_of(0, head.qpn);
+        if self.pos() >= self.place_limit || dts >= DTS_LIMIT || self.slots.keys[i][1] != key {
+            return false;
+        }
+        // SAFETY: `place_limit` leaves room for this record inside our exclusively owned
+        // chunk; the position is 8-aligned and the record is Pod.
+        let c = unsafe { &mut *(self.at_pos() as *mut PostSendCompact) };
+        let b = body();
+        *c = PostSendCompact {
+            kind: PostSendCompact::KIND as u16,
+            len: SIZE as u16,
+            tslot: dts as u32 | (i as u32) << DTS_BITS,
+            wr_id: b.wr_id,
+            addr_op,
+            rkey: b.rkey,
+            bytes: b.bytes,
+        };
+        true
+    }
+
+    /// Publishes the record [`place_plain_send`](Self::place_plain_send) placed; nothing may
+    /// have been written through this writer since.
+    #[inline(always)]
+    pub fn publish_placed_send(&mut self) {
+        self.publish(size_of::<PostSendCompact>() as u32);
     }
 
     /// `append` of a `PostRecv`: compact when it fits.
@@ -347,6 +414,21 @@ impl ChunkWriter {
         if self.pos() + size + BOOKKEEPING > self.cap && !self.roll(full_kind::<C>()) {
             return false;
         }
+        self.fill_slotted(ts, object, key, fill);
+        self.publish(size);
+        true
+    }
+
+    /// Writes the compact record `C` of [`append_slotted`](Self::append_slotted) after the
+    /// bookkeeping it needs, unpublished; the caller checked the room.
+    #[inline(always)]
+    fn fill_slotted<C: FixedRecord>(
+        &mut self,
+        ts: u64,
+        object: u64,
+        key: u64,
+        fill: impl FnOnce(&mut C, u32),
+    ) {
         let mut dts = ts.wrapping_sub(self.slots.base);
         if dts >= DTS_LIMIT {
             self.put_time_base(ts);
@@ -357,13 +439,11 @@ impl ChunkWriter {
         if self.slots.keys[i] != [object, key] {
             self.put_slot_bind(i, object, key);
         }
-        // SAFETY: the room check above covers the bookkeeping and this record inside our
+        // SAFETY: the caller's room check covers the bookkeeping and this record inside our
         // exclusively owned chunk; the position is 8-aligned and C is Pod.
         let rec = unsafe { &mut *(self.at_pos() as *mut C) };
         // Unpublished until `publish`: the order of its stores does not matter.
         fill(rec, dts as u32 | (i as u32) << DTS_BITS);
-        self.publish(size);
-        true
     }
 
     /// Appends a `TimeBase` (unpublished: the next record's publish covers it).

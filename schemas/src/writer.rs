@@ -429,6 +429,7 @@ impl LogWriter {
             base: std::ptr::null_mut(),
             commit: 0,
             cap: 0,
+            place_limit: 0,
             tid,
             exhausted: false,
             ring: None,
@@ -492,6 +493,9 @@ pub struct ChunkWriter {
     /// append position). One word, so publishing is one add and two stores.
     pub(crate) commit: u64,
     pub(crate) cap: u32,
+    /// Positions below it have room for a placed compact send and its bookkeeping (0 when
+    /// the writer does not compact or has no chunk): `place_plain_send`'s one room check.
+    pub(crate) place_limit: u32,
     tid: u32,
     exhausted: bool,
     /// This thread's ring (allocated with its first chunk, when the log has rings) and the
@@ -634,6 +638,7 @@ impl ChunkWriter {
                 self.commit = 0;
                 self.slots.new_chunk();
                 self.cap = self.shared.chunk_size - CHUNK_HEADER_SIZE as u32 - MARKER_ROOM;
+                self.place_limit = crate::compact::place_limit(self.cap, self.compact);
                 true
             }
             None => {
@@ -646,6 +651,7 @@ impl ChunkWriter {
                 }
                 self.base = std::ptr::null_mut();
                 self.cap = 0;
+                self.place_limit = 0;
                 self.commit = 0;
                 false
             }

@@ -244,6 +244,64 @@ fn ud_operands(w: &ibv_send_wr) -> Operands {
     }
 }
 
+const _: () = assert!(IBV_WR_RDMA_WRITE == 0 && IBV_WR_SEND == 2);
+
+/// An `ibv_post_send` about to be handed to the provider at `ts`: when it is one RDMA write or send WR with one SGE on a connected QP, places its record *before* the
+/// provider call (`sink::place_plain_send`; the hook publishes it after the call with
+/// `sink::publish_placed`). Returns whether it placed the record, and `ts` again: when it
+/// did not (another shape, or nothing placed) the hook records the call after it
+/// ([`sends_ok`] / [`sends_list`]) at that time. (Handed back so that the hook keeps
+/// nothing but its arguments across this call.) It makes no call and cannot panic.
+///
+/// Out of line: it has the scratch registers to itself, and the hook keeps only its three
+/// arguments across the provider call.
+///
+/// # Safety
+/// `qp` live, `wr` the program's list (null or valid), both as passed to the provider.
+#[inline(never)]
+pub unsafe fn place_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr, ts: u64) -> (bool, u64) {
+    // SAFETY: wr is null or the program's first WR; qp is live.
+    unsafe {
+        if wr.is_null() {
+            return (false, ts);
+        }
+        let op = (*wr).opcode;
+        // RDMA write (0) or send (2), one WR, one SGE, not UD (whose sends use the `ud` arm).
+        if op & !2 != 0
+            || !(*wr).next.is_null()
+            || (*wr).num_sge != 1
+            || (*qp).qp_type == IBV_QPT_UD
+        {
+            return (false, ts);
+        }
+    }
+    // All ones for an RDMA write (0), zero for a send (2): the `rdma` arm's operands are
+    // taken only for a write (a send's record has address and rkey 0), without a branch.
+    // SAFETY: wr is the program's non-null WR (checked above).
+    let write_mask = (unsafe { (*wr).opcode } as u64 >> 1).wrapping_sub(1);
+    // SAFETY (both closures): qp is a live QP of an instrumented context; wr the program's
+    // single WR with one SGE (the provider reads the same); the `rdma` arm lies inside the
+    // WR whatever the opcode (for a send its bytes are masked off).
+    let head = || unsafe {
+        SendHead {
+            qpn: (*qp).qp_num,
+            source: post_source::POST_SEND,
+            remote_addr: (*wr).wr.rdma.remote_addr & write_mask,
+            flags: (*wr).send_flags,
+            num_sge: 1,
+            opcode: (*wr).opcode as u8,
+        }
+    };
+    let body = || unsafe {
+        SendBody {
+            wr_id: (*wr).wr_id,
+            rkey: (*wr).wr.rdma.rkey & write_mask as u32,
+            bytes: (*(*wr).sg_list).length,
+        }
+    };
+    (sink::place_plain_send(ts, head, body), ts)
+}
+
 /// Records the WRs of an `ibv_post_send` the provider accepted (it returned 0).
 ///
 /// # Safety

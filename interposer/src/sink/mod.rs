@@ -438,7 +438,10 @@ fn create_unique(
 // ---------------------------------------------------------------------------------------------
 // Per-thread writer (thread.rs holds the thread-local block)
 
-pub use thread::{enter, with_existing_thread, with_thread, Out, Thread, STATE_BYTES};
+pub use thread::{
+    abandon_placed, enter, place_plain_send, placed_ts, publish_placed, with_existing_thread,
+    with_thread, Out, Thread, STATE_BYTES,
+};
 
 /// Set once the disk-full line was printed.
 static REPORTED_WRITE_ERROR: AtomicBool = AtomicBool::new(false);

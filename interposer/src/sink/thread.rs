@@ -14,7 +14,7 @@
 //! byte pattern a valid value, so the view is sound whatever type reads it.
 
 use std::mem::MaybeUninit;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{compiler_fence, Ordering};
 
 use sigmatrace_schemas::{
     compact::{CompletionBody, CompletionHead, SendBody, SendHead},
@@ -29,15 +29,30 @@ use bytemuck::Pod;
 const READY: u8 = 1;
 /// Bit of `gate` set while this thread is inside the sink.
 const BUSY: u8 = 2;
+/// `gate` while this thread is in a provider call after placing a record it will publish once
+/// the call returns ([`place_plain_send`]): not [`READY`], so a signal handler recording
+/// meanwhile goes through `prepare`, which marks the placed record [`OVERWRITTEN`].
+const PENDING: u8 = 4;
+/// Bit of `Local::dirty`: something was appended while a placed record was pending (it may
+/// have been written over).
+const OVERWRITTEN: u8 = 1;
+/// Bit of `Local::dirty`: a record was refused (re-entry) and is still to be reported.
+const MISSED: u8 = 2;
 
 /// Every field is valid when all-zero (the initial state of a thread's block).
 #[repr(C)]
 struct Local {
     /// [`READY`], or 0 (not ready: no writer yet, or drops to report), possibly | [`BUSY`]
-    /// while this thread is inside the sink (a signal handler re-entering is refused).
+    /// while this thread is inside the sink (a signal handler re-entering is refused), or
+    /// [`PENDING`].
     gate: u8,
+    /// [`OVERWRITTEN`] | [`MISSED`]: what a pending placed record must not be published
+    /// after. Next to `gate`, so that one 16-bit load tests both.
+    dirty: u8,
     /// Whether `sink.writer` is initialised.
     has_writer: bool,
+    /// The time of the placed record while [`PENDING`] (for recording the call again).
+    pending_ts: u64,
     /// Records refused while busy, reported as a `Dropped` record later.
     missed: u64,
     sink: Sink,
@@ -187,7 +202,13 @@ fn prepare(l: &mut Local, create: bool) -> bool {
     if l.gate & BUSY != 0 {
         l.missed = l.missed.saturating_add(1);
         l.gate = BUSY; // not READY: the outer call reports the drops on its next record
+        l.dirty |= MISSED;
         return false;
+    }
+    if l.gate & PENDING != 0 {
+        // A signal handler records while the interrupted call's placed record is pending: it
+        // appends where that record lies; the interrupted call sees this and records again.
+        l.dirty |= OVERWRITTEN;
     }
     if !l.has_writer {
         let p = if create {
@@ -216,8 +237,101 @@ fn prepare(l: &mut Local, create: bool) -> bool {
             count,
         });
     }
+    l.dirty &= !MISSED;
     l.gate = READY;
     true
+}
+
+/// Records a plain send (RDMA write or send, one SGE, connected QP) *before* its provider
+/// call: its compact `PostSend` at `ts` is written at the append position of this thread's
+/// chunk, unpublished, and only [`publish_placed`] after the call makes it visible. Returns
+/// false (nothing placed; the caller records after the call, as for any other post) when
+/// the thread is not ready (first use, inside the sink already, something to report), a
+/// clock snapshot is due, or the send has no compact form or no room in the current chunk.
+/// While the call runs the thread is [`PENDING`]: a signal handler may record meanwhile (its
+/// records go where the placed one lies, and mark it [`OVERWRITTEN`]).
+#[inline(always)]
+pub fn place_plain_send(
+    ts: u64,
+    head: impl FnOnce() -> SendHead,
+    body: impl FnOnce() -> SendBody,
+) -> bool {
+    let l = local_ptr();
+    // SAFETY: `l` is this thread's block (valid, all fields valid when zero). `gate` and
+    // `dirty` are accessed with volatile single loads/stores: a signal handler on this thread
+    // can change them between any two instructions, and each decision below rests on one load.
+    unsafe {
+        let gd = std::ptr::addr_of!((*l).gate).cast::<u16>();
+        if gd.read_volatile() != u16::from_ne_bytes([READY, 0]) || Out::snapshot_due(ts) {
+            return false;
+        }
+        let gate = std::ptr::addr_of_mut!((*l).gate);
+        gate.write_volatile(READY | BUSY);
+        compiler_fence(Ordering::SeqCst);
+        // READY means the writer is initialised; BUSY makes it ours until PENDING.
+        let w = (*l).sink.writer.assume_init_mut();
+        let placed = w.place_plain_send(ts, &head(), body);
+        compiler_fence(Ordering::SeqCst);
+        if placed {
+            (*l).pending_ts = ts;
+            gate.write_volatile(PENDING);
+        } else {
+            // As `Thread::drop`: READY again unless a handler was refused meanwhile.
+            gate.write_volatile(gate.read_volatile() & !BUSY);
+        }
+        placed
+    }
+}
+
+/// After the provider call of a [`place_plain_send`] that placed its record: publishes it
+/// when `accepted` (the provider returned success) and nothing was recorded or refused on this
+/// thread meanwhile, and returns true. Otherwise publishes nothing and returns false: the
+/// caller then calls [`abandon_placed`] and records the call the ordinary way (the placed
+/// bytes are written over).
+#[inline(always)]
+pub fn publish_placed(accepted: bool) -> bool {
+    let l = local_ptr();
+    // SAFETY: as in `place_plain_send`. The thread is PENDING (set there), so `has_writer`.
+    unsafe {
+        let gate = std::ptr::addr_of_mut!((*l).gate);
+        // From here a signal handler's record is refused (as inside any recording), so the
+        // check below cannot be overtaken.
+        gate.write_volatile(READY | BUSY);
+        compiler_fence(Ordering::SeqCst);
+        if !accepted || std::ptr::addr_of!((*l).dirty).read_volatile() != 0 {
+            // The caller calls `abandon_placed` (out of line) before recording the call.
+            return false;
+        }
+        (*l).sink.writer.assume_init_mut().publish_placed_send();
+        compiler_fence(Ordering::SeqCst);
+        gate.write_volatile(gate.read_volatile() & !BUSY);
+        true
+    }
+}
+
+/// The time of the record [`place_plain_send`] placed, for recording its call again after
+/// [`publish_placed`] returned false (only [`place_plain_send`] writes it, and it cannot run
+/// while a placed record is pending: see [`PENDING`] and [`OVERWRITTEN`]).
+#[inline(always)]
+pub fn placed_ts() -> u64 {
+    // SAFETY: this thread's block; a plain u64 field.
+    unsafe { std::ptr::addr_of!((*local_ptr()).pending_ts).read_volatile() }
+}
+
+/// After [`publish_placed`] returned false (the thread is still inside the sink): drops the
+/// placed record and leaves the sink not ready, so the next record goes through `prepare`
+/// (which reports refused records). The call is then recorded the ordinary way.
+#[cold]
+#[inline(never)]
+pub fn abandon_placed() {
+    let l = local_ptr();
+    // SAFETY: this thread's block; single volatile loads and stores as in `publish_placed`.
+    unsafe {
+        let dirty = std::ptr::addr_of_mut!((*l).dirty);
+        dirty.write_volatile(dirty.read_volatile() & !OVERWRITTEN);
+        compiler_fence(Ordering::SeqCst);
+        std::ptr::addr_of_mut!((*l).gate).write_volatile(0);
+    }
 }
 
 /// Fork child: forget the parent's writer (its chunk is the parent's; writing through the
@@ -227,6 +341,7 @@ pub(super) fn reset_in_child() {
     let l = unsafe { &mut *local_ptr() };
     l.has_writer = false; // the old ChunkWriter is leaked, never dropped
     l.gate = 0;
+    l.dirty = 0;
     l.missed = 0;
     l.sink.reported_full = false;
     l.state.0.fill(0);
@@ -431,7 +546,7 @@ mod tests {
     fn an_all_zero_block_is_an_empty_local() {
         // SAFETY: this test's own thread block, never used by anything else in this thread.
         let l = unsafe { &*local_ptr() };
-        assert!(l.gate == 0 && !l.has_writer && l.missed == 0);
+        assert!(l.gate == 0 && l.dirty == 0 && !l.has_writer && l.missed == 0);
         assert!(l.state.0.iter().all(|&b| b == 0));
     }
 }

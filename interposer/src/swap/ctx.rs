@@ -207,19 +207,99 @@ unsafe extern "C" fn post_send<const S: usize>(
         // SAFETY: forwarding the program's own arguments to the provider.
         return unsafe { real(qp, wr, bad) };
     }
-    let ts = sink::now();
-    // Loaded after the timestamp: nothing but the arguments and `ts` is live across the
-    // provider call (fewer registers to save).
-    let real: PostSendFn = orig(S, POST_SEND);
     // SAFETY: as above.
+    unsafe { post_send_traced::<S>(qp, wr, bad) }
+}
+
+/// [`post_send`] when sends are traced (its own function, so that the untraced forwarding
+/// saves no registers). The common shape — one RDMA write or send WR with one SGE on a
+/// connected QP — is recorded before the provider call, when its fields are at hand
+/// (`datapath::place_send`), and published after it once the provider accepted it: only
+/// the three arguments live across the call. Every other call is recorded after it.
+///
+/// # Safety
+/// The program's arguments to `ibv_post_send`.
+#[inline(never)]
+unsafe fn post_send_traced<const S: usize>(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad: *mut *mut ibv_send_wr,
+) -> c_int {
+    // Not inside `guard::run`: `place_send` makes no call and has nothing that can panic
+    // (no indexing that is not proven in bounds, no arithmetic that can overflow-check), so
+    // there is nothing to contain, and no landing pad keeps registers busy here. The time
+    // goes through it (and back) so that it is not kept across that call either.
+    // SAFETY: the program's own arguments, as the provider receives them.
+    let (placed, ts) = unsafe { datapath::place_send(qp, wr, sink::now()) };
+    if !placed {
+        // SAFETY: per caller.
+        return unsafe { post_send_unplaced::<S>(qp, wr, bad, ts) };
+    }
+    let real: PostSendFn = orig(S, POST_SEND);
+    // SAFETY: forwarding the program's own arguments to the provider.
     let rc = unsafe { real(qp, wr, bad) };
+    if sink::publish_placed(rc == 0) {
+        return 0;
+    }
+    // SAFETY: per caller.
+    unsafe { post_send_unpublished(qp, wr, bad, rc) }
+}
+
+/// [`post_send_traced`] when its placed record was not published — the provider refused the
+/// WR, or something was recorded meanwhile (a signal handler): the call is recorded the
+/// ordinary way, at the placed record's time.
+///
+/// # Safety
+/// As [`post_send_traced`].
+#[cold]
+#[inline(never)]
+unsafe fn post_send_unpublished(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad: *mut *mut ibv_send_wr,
+    rc: c_int,
+) -> c_int {
+    sink::abandon_placed();
+    // SAFETY: per caller.
+    unsafe { post_send_after(qp, wr, bad, rc, sink::placed_ts()) }
+}
+
+/// [`post_send_traced`] when nothing was placed: the call is recorded after it.
+///
+/// # Safety
+/// As [`post_send_traced`].
+#[inline(never)]
+unsafe fn post_send_unplaced<const S: usize>(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad: *mut *mut ibv_send_wr,
+    ts: u64,
+) -> c_int {
+    let real: PostSendFn = orig(S, POST_SEND);
+    // SAFETY: forwarding the program's own arguments to the provider.
+    let rc = unsafe { real(qp, wr, bad) };
+    // SAFETY: per caller.
+    unsafe { post_send_after(qp, wr, bad, rc, ts) }
+}
+
+/// The recording of an `ibv_post_send` after its provider call returned `rc`.
+///
+/// # Safety
+/// As `datapath::sends_list`.
+#[inline(always)]
+unsafe fn post_send_after(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad: *mut *mut ibv_send_wr,
+    rc: c_int,
+    ts: u64,
+) -> c_int {
     if rc != 0 {
-        // SAFETY: as above; `bad` is the program's out-pointer.
+        // SAFETY: per caller.
         return unsafe { post_send_failed(qp, wr, bad, rc, ts) };
     }
-    // SAFETY: the list is the program's and still valid; the provider does not free it.
+    // SAFETY: per caller.
     guard::run("post_send", || unsafe { datapath::sends_ok(qp, wr, ts) });
-    // A constant: `rc` need not survive the recording.
     0
 }
 
