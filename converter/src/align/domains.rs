@@ -63,10 +63,7 @@ pub fn clock_domains(inputs: &[LogInput], topo: &Topology) -> Domains {
     let mut index: BTreeMap<DomainKey, usize> = BTreeMap::new();
     let mut out = Domains::default();
     for p in &topo.procs {
-        let h = inputs
-            .iter()
-            .find(|i| i.path == p.path)
-            .map(|i| i.file.header());
+        let h = p.log_in(inputs).map(|i| i.file.header());
         let key = match h {
             Some(h) => {
                 let skew = h

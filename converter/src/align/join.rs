@@ -248,8 +248,5 @@ fn message(
 }
 
 pub(crate) fn inputs_for<'a>(inputs: &'a [LogInput], p: &Process) -> &'a LogInput {
-    inputs
-        .iter()
-        .find(|i| i.path == p.path)
-        .expect("every process has its input")
+    p.log_in(inputs).expect("every process has its input")
 }

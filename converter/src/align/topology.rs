@@ -90,6 +90,8 @@ impl Qp {
 pub struct Process {
     pub index: usize,
     pub path: PathBuf,
+    /// Index of the process's log in the inputs the topology was built from.
+    pub input: usize,
     pub rank: Option<u32>,
     pub pid: u32,
     pub host: usize,
@@ -126,6 +128,15 @@ pub struct Process {
 }
 
 impl Process {
+    /// The process's log among `inputs` (those the topology was built from: by index, else
+    /// by path).
+    pub fn log_in<'a>(&self, inputs: &'a [LogInput]) -> Option<&'a LogInput> {
+        match inputs.get(self.input) {
+            Some(i) if i.path == self.path => Some(i),
+            _ => inputs.iter().find(|i| i.path == self.path),
+        }
+    }
+
     /// "rank 3" or "pid 1234".
     pub fn label(&self) -> String {
         match self.rank {
@@ -309,6 +320,7 @@ impl Topology {
             let mut p = Process {
                 index,
                 path: inp.path.clone(),
+                input: i,
                 rank: h.rank.rank,
                 pid: h.pid,
                 host,

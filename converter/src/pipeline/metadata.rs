@@ -50,9 +50,11 @@ pub(super) fn label_alignment(
     topo: &Topology,
     a: &Alignment,
 ) {
+    let by_track: std::collections::HashMap<u64, &crate::align::topology::Process> =
+        topo.procs.iter().map(|p| (p.track, p)).collect();
     for d in statics.iter_mut() {
         if let sigmatrace_timeline::TrackKind::Process { labels, .. } = &mut d.kind {
-            let Some(p) = topo.procs.iter().find(|p| p.track == d.uuid) else {
+            let Some(p) = by_track.get(&d.uuid) else {
                 continue;
             };
             if let Some(h) = a.hosts.get(p.host) {

@@ -194,11 +194,7 @@ impl ModelPass<'_> {
         tx: std::sync::mpsc::SyncSender<Block>,
     ) -> ProcResult {
         let p = &self.topo.procs[index];
-        let input = self
-            .inputs
-            .iter()
-            .find(|i| i.path == p.path)
-            .expect("input of process");
+        let input = p.log_in(self.inputs).expect("input of process");
         let (mut sink, mut kernel_sink) = self.sinks(p);
         let mut obs = SectionSet(template.iter().map(|s| s.fresh(self.topo)).collect());
         // Track uuids from the process's own range: the same whatever the worker order.

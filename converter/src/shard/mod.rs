@@ -145,6 +145,11 @@ fn publish_meta(
     warnings: &[String],
 ) -> Result<(), ConvertError> {
     let local = Topology::build(own, scans);
+    // Each log's process (the topology orders processes by rank, not by log).
+    let mut proc_of = vec![0; own.len()];
+    for p in &local.procs {
+        proc_of[p.input] = p.index;
+    }
     let dir = ex.logs_dir(ex.rank);
     std::fs::create_dir_all(&dir).map_err(|source| ConvertError::Output {
         path: dir.clone(),
@@ -154,11 +159,7 @@ fn publish_meta(
     e.strs(warnings);
     e.u64(own.len() as u64);
     for (n, (input, s)) in own.iter().zip(scans).enumerate() {
-        let p = local
-            .procs
-            .iter()
-            .find(|p| p.path == input.path)
-            .expect("every log is a process");
+        let p = &local.procs[proc_of[n]];
         let name = format!("{n}.log");
         extract::write(input, p, &dir.join(&name))?;
         e.str(&input.path.to_string_lossy());
