@@ -57,6 +57,11 @@ pub(crate) struct Ring {
     /// Flight recorder: per slot, whether the background thread looked at its (FULL) chunk
     /// for control records (reset when the slot is reused).
     checked: Box<[AtomicBool]>,
+    /// Flight recorder: per slot, the events of its (FULL) chunk per kind, counted by the
+    /// background thread when it looked at it (`precounted`), so that reusing the slot
+    /// needs no scan on the owner's thread.
+    precounted: Box<[AtomicBool]>,
+    counts: Box<[[AtomicU64; crate::header::LOSS_SLOTS]]>,
 }
 
 impl Ring {
@@ -73,6 +78,10 @@ impl Ring {
             preserved: (0..n).map(|_| AtomicU32::new(0)).collect(),
             busy: AtomicBool::new(false),
             checked: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            precounted: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            counts: (0..n)
+                .map(|_| std::array::from_fn(|_| AtomicU64::new(0)))
+                .collect(),
         }
     }
 

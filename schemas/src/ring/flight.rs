@@ -8,6 +8,8 @@
 //! then each record of it that no dump preserved is counted as dropped under its kind in the
 //! header's loss table (compact records under their full kind; `TimeBase`/`SlotBind` are
 //! context, not events), so records in the file + the loss table = what the writer was given.
+//! The background thread counts each FULL chunk's events ahead when it looks at it (below),
+//! so the owner usually only adds them; it scans the chunk itself when it got there first.
 //! Chunk indices are sequence numbers (their order), not file positions.
 //!
 //! Control records (devices, PDs, MRs, CQs, SRQs, QPs and their transitions, AHs, strings
@@ -179,6 +181,7 @@ impl Shared {
         };
         let bytes = (commit as u32).min(self.chunk_size - CHUNK_HEADER_SIZE as u32);
         let mut from = ring.preserved[i].swap(0, Ordering::Relaxed).min(bytes);
+        let precounted = ring.precounted[i].swap(false, Ordering::Relaxed) && from == 0;
         if !ring.checked[i].swap(false, Ordering::Relaxed) && from < bytes {
             // The background thread did not get to it: keep its control records here.
             // SAFETY: committed record bytes of the chunk, inside the slot; nobody writes them.
@@ -197,7 +200,16 @@ impl Shared {
             )
         };
         let mut per_kind = [0u64; LOSS_SLOTS];
-        let total = count_events(records, &mut per_kind);
+        let total = if precounted {
+            // Counted by the background thread (the whole chunk; no dump preserved any):
+            // the total in slot 0, which no kind uses.
+            for (n, c) in per_kind.iter_mut().zip(ring.counts[i].iter()).skip(1) {
+                *n = c.load(Ordering::Relaxed);
+            }
+            ring.counts[i][0].load(Ordering::Relaxed)
+        } else {
+            count_events(records, &mut per_kind)
+        };
         // SAFETY: the chunk's magic, a 4-aligned u32 of our mapping, accessed atomically.
         let magic = unsafe { (*(base.add(slot) as *const AtomicU32)).swap(0, Ordering::AcqRel) };
         if magic == CHUNK_MAGIC {
@@ -259,6 +271,15 @@ impl Shared {
                 std::slice::from_raw_parts(base.add(slot + CHUNK_HEADER_SIZE), bytes as usize)
             };
             if !has_control(records) {
+                if from == 0 {
+                    // Count its events now, off the owner's thread (see `reuse_oldest`).
+                    let mut per_kind = [0u64; LOSS_SLOTS];
+                    per_kind[0] = count_events(records, &mut per_kind);
+                    for (c, n) in ring.counts[i].iter().zip(per_kind) {
+                        c.store(n, Ordering::Relaxed);
+                    }
+                    ring.precounted[i].store(true, Ordering::Relaxed);
+                }
                 continue;
             }
             if self.copy_into_log(slot, commit) {
@@ -474,37 +495,45 @@ mod tests {
 
     #[test]
     fn a_full_ring_reuses_its_oldest_chunk_and_counts_its_records_as_dropped() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("f.sigmalog");
-        let log = flight_log(&path, 4);
-        let mut w = log.thread_writer(1);
-        const N: u64 = 20_000;
-        for i in 0..N {
-            assert!(w.append(&post(i)));
-            if i % 4 == 0 {
-                assert!(w.append(&wc(i)));
+        // Counted by the owner when it reuses the slot, or ahead by the background thread.
+        for drainer in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("f.sigmalog");
+            let log = flight_log(&path, 4);
+            let mut w = log.thread_writer(1);
+            const N: u64 = 20_000;
+            for i in 0..N {
+                assert!(w.append(&post(i)));
+                if i % 4 == 0 {
+                    assert!(w.append(&wc(i)));
+                }
+                if drainer && i % 30 == 0 {
+                    log.drain();
+                }
             }
+            drop(w);
+            let (posts, wcs, lost, chunks) = read(&path);
+            assert_eq!(chunks, 4, "the ring's 4 chunks and nothing else");
+            let first = posts[0];
+            assert!(first > N / 2, "only the end is kept (first kept {first})");
+            assert_eq!(
+                posts,
+                (first..N).collect::<Vec<_>>(),
+                "the last posts, once"
+            );
+            let lost_of = |k: RecordKind| lost.iter().find(|l| l.0 == k as u16).map_or(0, |l| l.1);
+            assert_eq!(posts.len() as u64 + lost_of(RecordKind::PostSend), N);
+            assert_eq!(wcs + lost_of(RecordKind::WorkCompletion), N / 4);
+            assert_eq!(lost.len(), 2, "{lost:?}");
+            let l = LogFile::open(&path).unwrap().losses();
+            assert_eq!(l.total, N - posts.len() as u64 + N / 4 - wcs);
+            let size = std::fs::metadata(&path).unwrap().len();
+            assert_eq!(
+                size,
+                (HEADER_SIZE + 4 * CS as usize) as u64,
+                "the file is the ring"
+            );
         }
-        drop(w);
-        let (posts, wcs, lost, chunks) = read(&path);
-        assert_eq!(chunks, 4, "the ring's 4 chunks and nothing else");
-        let first = posts[0];
-        assert!(first > N / 2, "only the end is kept (first kept {first})");
-        assert_eq!(
-            posts,
-            (first..N).collect::<Vec<_>>(),
-            "the last posts, each once"
-        );
-        let lost_of = |k: RecordKind| lost.iter().find(|l| l.0 == k as u16).map_or(0, |l| l.1);
-        assert_eq!(posts.len() as u64 + lost_of(RecordKind::PostSend), N);
-        assert_eq!(wcs + lost_of(RecordKind::WorkCompletion), N / 4);
-        assert_eq!(lost.len(), 2, "{lost:?}");
-        let size = std::fs::metadata(&path).unwrap().len();
-        assert_eq!(
-            size,
-            (HEADER_SIZE + 4 * CS as usize) as u64,
-            "the file is the ring"
-        );
     }
 
     #[test]
