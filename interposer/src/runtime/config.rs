@@ -321,6 +321,9 @@ impl Config {
                 ),
             }
         }
+        if c.flight {
+            c.fit_ring(&mut warn);
+        }
         if let Some(v) = get("SIGMATRACE_DEBUG_PANIC").filter(|v| !v.is_empty()) {
             c.debug_panic = Some(v);
         }
@@ -354,6 +357,31 @@ impl Config {
             prefault_chunks: self.ring_chunks(),
             flight_recorder: self.flight,
             clock_skew: self.clock_skew,
+        }
+    }
+
+    /// Flight recorder: the size cap must hold one ring (and a chunk): else the ring is made
+    /// smaller (one warning naming `SIGMATRACE_RING_MB`), or, when not even 1 MiB fits, the
+    /// mode falls back to `log` (one warning naming `SIGMATRACE_MODE`).
+    fn fit_ring(&mut self, warn: &mut impl FnMut(&str, &str, &str, &str)) {
+        let chunk = self.chunk_size as u64;
+        let fits = |c: &Config| (c.ring_chunks() as u64 + 1) * chunk + 4096 <= c.max_bytes;
+        if fits(self) {
+            return;
+        }
+        let why = format!(
+            "a ring does not fit SIGMATRACE_MAX_BYTES={}",
+            format_size(self.max_bytes)
+        );
+        let was = self.ring_mb.to_string();
+        self.ring_mb =
+            (self.max_bytes.saturating_sub(4096 + chunk) >> 20).min(MAX_RING_MB as u64) as u32;
+        if self.ring_mb >= 1 && fits(self) {
+            warn("SIGMATRACE_RING_MB", &was, &why, &self.ring_mb.to_string());
+        } else {
+            self.ring_mb = DEFAULT_RING_MB;
+            self.flight = false;
+            warn("SIGMATRACE_MODE", "ring", &why, "log");
         }
     }
 
@@ -620,6 +648,29 @@ mod tests {
             ("SIGMATRACE_CHUNK_BYTES", "64M"),
         ]);
         assert_eq!(c.log_settings().prefault_chunks, 2, "at least two chunks");
+        // The size cap must hold a ring: a smaller ring, or log mode when not even 1 MiB fits.
+        let c = cfg(&[("SIGMATRACE_MODE", "ring"), ("SIGMATRACE_MAX_BYTES", "16M")]);
+        assert_eq!((c.flight, c.ring_mb), (true, 14));
+        assert_eq!(
+            c.warnings,
+            vec!["sigmatrace: SIGMATRACE_RING_MB=\"64\" is invalid (a ring does not fit SIGMATRACE_MAX_BYTES=16M); using 14"]
+        );
+        let c = cfg(&[
+            ("SIGMATRACE_MODE", "ring"),
+            ("SIGMATRACE_MAX_BYTES", "1M"),
+            ("SIGMATRACE_CHUNK_BYTES", "64K"),
+        ]);
+        assert!(!c.flight);
+        assert_eq!(
+            c.warnings,
+            vec!["sigmatrace: SIGMATRACE_MODE=\"ring\" is invalid (a ring does not fit SIGMATRACE_MAX_BYTES=1M); using log"]
+        );
+        let c = cfg(&[("SIGMATRACE_MODE", "ring"), ("SIGMATRACE_MAX_BYTES", "66M")]);
+        assert!(
+            c.flight && c.ring_mb == 64 && c.warnings.is_empty(),
+            "{:?}",
+            c.warnings
+        );
         let c = cfg(&[("SIGMATRACE_MODE", "log"), ("SIGMATRACE_RING_MB", "8")]);
         assert!(!c.log_settings().flight_recorder);
         assert_eq!(c.log_settings().prefault_chunks, DEFAULT_PREFAULT_CHUNKS);
