@@ -4,10 +4,11 @@
  * once; WR i has wr_id TAG | i (i counting up from 0 across phases; the tag keeps clear of
  * fake_verbs' failing wr_id), so a log's posts say exactly which it kept.
  *
- * usage: flight run N | usr2 N K | abort N | segv N
+ * usage: flight run N | usr2 N K [M] | abort N | segv N
  *   run N     N WRs, then exit 0
  *   usr2 N K  N WRs, raise(SIGUSR2), sleep 2 s (the tracer's background thread dumps its
- *             rings), K more WRs, exit 0 (untraced, SIGUSR2's default action ends it)
+ *             rings), K more WRs, exit 0 (untraced, SIGUSR2's default action ends it); with
+ *             M: then a second SIGUSR2, sleep 2 s, M more WRs
  *   abort N   N WRs, then abort()
  *   segv N    N WRs, then raise(SIGSEGV)
  * Prints "posted <n>" before it ends (flushed), and fake_verbs' provider counters when it
@@ -37,6 +38,7 @@ int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "";
 	long a = argc > 2 ? atol(argv[2]) : 0, b = argc > 3 ? atol(argv[3]) : 0;
+	long m = argc > 4 ? atol(argv[4]) : -1;
 	struct ibv_context *ctx = new_ctx();
 	struct ibv_qp *qp = &new_qp(ctx, IBV_QPT_RC, new_cq(ctx))->qp;
 	post_range(qp, 0, a);
@@ -46,6 +48,12 @@ int main(int argc, char **argv)
 		sleep(2);
 		post_range(qp, a, b);
 		a += b;
+		if (m >= 0) {
+			raise(SIGUSR2);
+			sleep(2);
+			post_range(qp, a, m);
+			a += m;
+		}
 	} else if (!strcmp(mode, "abort")) {
 		printf("posted %ld\n", a);
 		fflush(stdout);
@@ -56,7 +64,7 @@ int main(int argc, char **argv)
 		raise(SIGSEGV);
 		return 5; /* not reached with SIGSEGV's default action */
 	} else {
-		fprintf(stderr, "usage: flight run N | usr2 N K | abort N | segv N\n");
+		fprintf(stderr, "usage: flight run N | usr2 N K [M] | abort N | segv N\n");
 		return 2;
 	}
 	printf("posted %ld\n", a);

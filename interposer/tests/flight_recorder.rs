@@ -207,6 +207,46 @@ fn sigusr2_dumps_the_rings_and_recording_goes_on() {
 }
 
 #[test]
+fn a_second_sigusr2_copies_only_what_changed_since_the_first() {
+    const N: u64 = 40_000;
+    const K: u64 = 100; // less than a chunk: the second dump has little new to copy
+    const M: u64 = 40_000;
+    let dir = tempfile::tempdir().unwrap();
+    let args = [N, K, M].map(|n| n.to_string());
+    let out = ring(flight(&["usr2", &args[0], &args[1], &args[2]]))
+        .env("SIGMATRACE_DIAG", "info")
+        .traced(dir.path())
+        .run(LIMIT);
+    assert!(out.ok(), "{out:?}");
+    let dumps: Vec<u64> = out
+        .stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("sigmatrace: flight recorder dump: "))
+        .map(|l| l.split(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(dumps.len(), 2, "{}", out.stderr);
+    assert!(
+        dumps[0] >= RING_CHUNKS - 1,
+        "the first dump copies the ring: {dumps:?}"
+    );
+    assert!(
+        (1..=2).contains(&dumps[1]),
+        "the second copies the chunk that grew (and a new one): {dumps:?}"
+    );
+    let t = only_log(dir.path());
+    assert!(t.clean);
+    let ids = check_accounting(&t, N + K + M);
+    // The first dump's window and the second's join (N + K - 1 is the last post before the
+    // second signal); then the last ring.
+    let split = ids
+        .iter()
+        .position(|&i| i >= N + K)
+        .expect("posts after the dumps");
+    assert_start_and_window(&ids[..split], N + K);
+    assert_window(&ids[split..], N + K + M);
+}
+
+#[test]
 fn sigusr2_ignored_by_the_program_stays_ignored() {
     let dir = tempfile::tempdir().unwrap();
     let prog = cprog("flight").display().to_string();
