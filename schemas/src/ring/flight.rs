@@ -4,10 +4,11 @@
 //! nothing: the rings *are* the log (they lie inside the file, so the last `ring_chunks`
 //! chunks of every thread are in it at exit, after a crash or a `SIGKILL`, with nothing to
 //! copy). When a thread finds no FREE slot it reuses the slot of its oldest chunk
-//! ([`Shared::reuse_oldest`]): the slot's magic is zeroed first (the chunk reads as unused),
-//! then each record of it that no dump preserved is counted as dropped under its kind in the
-//! header's loss table (compact records under their full kind; `TimeBase`/`SlotBind` are
-//! context, not events), so records in the file + the loss table = what the writer was given.
+//! ([`Shared::reuse_oldest`]): the events among its records that no dump preserved are
+//! counted per kind (compact records under their full kind; `TimeBase`/`SlotBind` are
+//! context, not events), its magic is zeroed (the chunk reads as unused) and the counts are
+//! added to the header's dropped counter and loss table, so records in the file + the loss
+//! table = what the writer was given.
 //! The background thread counts each FULL chunk's events ahead when it looks at it (below),
 //! so the owner usually only adds them; it scans the chunk itself when it got there first.
 //! Chunk indices are sequence numbers (their order), not file positions.
@@ -157,8 +158,10 @@ pub(crate) fn count_events(bytes: &[u8], per_kind: &mut [u64; LOSS_SLOTS]) -> u6
 
 impl Shared {
     /// The slot of the oldest chunk of `ring` (its owner's call, when no slot is FREE): the
-    /// chunk is dropped — magic zeroed, then its records not preserved by a dump counted in
-    /// the loss table — and the slot is handed back FILLING. `None` when no slot is FULL.
+    /// chunk is dropped — kept in the log first if it holds control records the background
+    /// thread did not keep, else its events not preserved by a dump counted, its magic
+    /// zeroed, the counts added to the loss table — and the slot is handed back FILLING.
+    /// `None` when no slot is FULL.
     pub(crate) fn reuse_oldest(&self, ring: &Ring) -> Option<usize> {
         let _busy = Busy::take(&ring.busy);
         let base = self.map.as_mut_ptr();
@@ -307,13 +310,12 @@ impl Shared {
                     let st = ring.state[i].load(Ordering::Acquire);
                     st == FULL || st == FILLING
                 })
-                // SAFETY: the index field of a chunk header inside the mapping (stable while
-                // the slot holds this chunk; the busy flag keeps it from being reused).
                 .map(|i| {
-                    (
-                        unsafe { std::ptr::read(base.add(ring.slots[i] + 4) as *const u32) },
-                        i,
-                    )
+                    // SAFETY: the index field of a chunk header inside the mapping (stable
+                    // while the slot holds this chunk; the busy flag keeps it from reuse).
+                    let index =
+                        unsafe { std::ptr::read(base.add(ring.slots[i] + 4) as *const u32) };
+                    (index, i)
                 })
                 .collect();
             live.sort_unstable();
