@@ -144,13 +144,10 @@ impl Scenario {
 /// True start of the run (ns since the epoch).
 pub const T_START: u64 = 1_700_000_000_000_000_000;
 
-/// Expected results.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Truth {
-    pub files: Vec<PathBuf>,
-    /// [src][dst] bytes moved and [initiator][target] operations (successful WRs).
-    pub bytes: Vec<Vec<u64>>,
-    pub ops: Vec<Vec<u64>>,
+/// What adds up over ranks: operations, records and the span of traffic (one rank's share
+/// or a whole set's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Counts {
     pub send_wrs: u64,
     pub failed_wrs: u64,
     pub recv_completions: u64,
@@ -159,9 +156,57 @@ pub struct Truth {
     pub one_sided: u64,
     pub records: u64,
     pub wr_events: u64,
-    /// Earliest and latest true time of traffic.
+    /// Earliest and latest true time of traffic (`u64::MAX` and 0 while there is none).
     pub t_first: u64,
     pub t_last: u64,
+}
+
+impl Default for Counts {
+    fn default() -> Counts {
+        Counts {
+            send_wrs: 0,
+            failed_wrs: 0,
+            recv_completions: 0,
+            flows: 0,
+            one_sided: 0,
+            records: 0,
+            wr_events: 0,
+            t_first: u64::MAX,
+            t_last: 0,
+        }
+    }
+}
+
+impl Counts {
+    /// Adds another share.
+    pub fn add(&mut self, o: &Counts) {
+        self.send_wrs += o.send_wrs;
+        self.failed_wrs += o.failed_wrs;
+        self.recv_completions += o.recv_completions;
+        self.flows += o.flows;
+        self.one_sided += o.one_sided;
+        self.records += o.records;
+        self.wr_events += o.wr_events;
+        self.t_first = self.t_first.min(o.t_first);
+        self.t_last = self.t_last.max(o.t_last);
+    }
+}
+
+/// Expected results. The counts read as fields of the truth (`truth.flows`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Truth {
+    pub files: Vec<PathBuf>,
+    /// [src][dst] bytes moved and [initiator][target] operations (successful WRs).
+    pub bytes: Vec<Vec<u64>>,
+    pub ops: Vec<Vec<u64>>,
+    pub counts: Counts,
+}
+
+impl std::ops::Deref for Truth {
+    type Target = Counts;
+    fn deref(&self) -> &Counts {
+        &self.counts
+    }
 }
 
 impl Truth {
@@ -169,7 +214,6 @@ impl Truth {
         Truth {
             bytes: vec![vec![0; n]; n],
             ops: vec![vec![0; n]; n],
-            t_first: u64::MAX,
             ..Default::default()
         }
     }
@@ -181,15 +225,7 @@ impl Truth {
             self.bytes[i][j] += bytes;
             self.ops[i][j] += ops;
         }
-        self.send_wrs += p.send_wrs;
-        self.failed_wrs += p.failed_wrs;
-        self.recv_completions += p.recv_completions;
-        self.flows += p.flows;
-        self.one_sided += p.one_sided;
-        self.records += p.records;
-        self.wr_events += p.wr_events;
-        self.t_first = self.t_first.min(p.t_first);
-        self.t_last = self.t_last.max(p.t_last);
+        self.counts.add(&p.counts);
     }
 }
 

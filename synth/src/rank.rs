@@ -30,15 +30,7 @@ pub(crate) struct RankTruth {
     pub file: PathBuf,
     /// (src, dst) → [bytes, operations]; only pairs this rank initiates.
     pub traffic: BTreeMap<(usize, usize), [u64; 2]>,
-    pub send_wrs: u64,
-    pub failed_wrs: u64,
-    pub recv_completions: u64,
-    pub flows: u64,
-    pub one_sided: u64,
-    pub records: u64,
-    pub wr_events: u64,
-    pub t_first: u64,
-    pub t_last: u64,
+    pub counts: crate::Counts,
 }
 
 /// The directions a rank sends on (`my`) and receives on (`theirs`).
@@ -85,10 +77,7 @@ pub(crate) fn write_rank(
         clk,
         t0: w.thread_writer(5000 + r as u32),
         t1: w.thread_writer(5001 + r as u32),
-        truth: RankTruth {
-            t_first: u64::MAX,
-            ..Default::default()
-        },
+        truth: RankTruth::default(),
         recv_posted: HashMap::new(),
         recv_done: HashMap::new(),
     };
@@ -186,7 +175,7 @@ impl RankLog<'_> {
         for (i, &di) in my.iter().enumerate() {
             self.connect(di, self.clk.ts(SETUP + 1000 * i as u64));
         }
-        self.truth.records += 1 + my.len() as u64 * 4;
+        self.truth.counts.records += 1 + my.len() as u64 * 4;
     }
 
     fn connect(&mut self, di: usize, ts: u64) {
@@ -254,8 +243,8 @@ impl RankLog<'_> {
     fn prepost(&mut self, theirs: &[usize]) {
         for &di in theirs {
             for _ in 0..PREPOSTED_RECVS {
-                self.truth.records += 1;
-                self.truth.wr_events += 1;
+                self.truth.counts.records += 1;
+                self.truth.counts.wr_events += 1;
                 self.post_recv(di, self.clk.ts(SETUP + 100_000));
             }
         }
@@ -305,7 +294,7 @@ impl RankLog<'_> {
                     next_snap
                 };
                 self.t0.append(&self.clk.snapshot(at));
-                self.truth.records += 1;
+                self.truth.counts.records += 1;
                 next_snap += sc.snapshot_every_ns;
             }
             self.event(&s);
@@ -314,7 +303,7 @@ impl RankLog<'_> {
             }
         }
         self.t0.append(&self.clk.snapshot(next_snap));
-        self.truth.records += 1;
+        self.truth.counts.records += 1;
     }
 
     /// Writes the current event of stream `s` (its message `s.k - 1`).
@@ -323,10 +312,10 @@ impl RankLog<'_> {
         let k = s.k - 1;
         let ts = self.clk.ts(s.t);
         let truth = &mut self.truth;
-        truth.t_first = truth.t_first.min(s.t);
-        truth.t_last = truth.t_last.max(s.t);
-        truth.records += 1;
-        truth.wr_events += 1;
+        truth.counts.t_first = truth.counts.t_first.min(s.t);
+        truth.counts.t_last = truth.counts.t_last.max(s.t);
+        truth.counts.records += 1;
+        truth.counts.wr_events += 1;
         match s.ev {
             Ev::Post => self.post_send(s.dir, d, k, ts),
             Ev::Complete => self.complete(d, k, ts),
@@ -361,10 +350,10 @@ impl RankLog<'_> {
         });
         let t = &mut self.truth;
         if Some(k) == d.fail_at {
-            t.failed_wrs += 1;
+            t.counts.failed_wrs += 1;
             return;
         }
-        t.send_wrs += 1;
+        t.counts.send_wrs += 1;
         t.traffic.entry((d.src, d.dst)).or_default()[1] += 1;
         let mut add = |i: usize, j: usize, b: u64| t.traffic.entry((i, j)).or_default()[0] += b;
         match op {
@@ -376,10 +365,10 @@ impl RankLog<'_> {
             _ => add(d.src, d.dst, bytes as u64),
         }
         if ibv::consumes_recv(op) {
-            t.flows += 1;
+            t.counts.flows += 1;
         }
         if ibv::one_sided(op) {
-            t.one_sided += 1;
+            t.counts.one_sided += 1;
         }
     }
 
@@ -438,6 +427,6 @@ impl RankLog<'_> {
             ..Default::default()
         });
         *self.recv_done.entry(di).or_default() += 1;
-        self.truth.recv_completions += 1;
+        self.truth.counts.recv_completions += 1;
     }
 }

@@ -1,10 +1,14 @@
 //! The byte format of what shards exchange: a shard's logs' pass-1 results ([`Scan`]) and
 //! per-QP counts, little-endian, length-prefixed. Written and read only by the same binary
 //! during one conversion, so it carries a magic and nothing else for versioning.
+//!
+//! Every exchanged type is [`Wire`]: one definition gives both directions, and a struct's
+//! fields are listed once ([`wire_struct!`], which destructures without `..`: a new field
+//! must be added there).
 
 #![forbid(unsafe_code)]
 
-use bytemuck::Pod;
+use sigmatrace_schemas::records::{ClockSnapshot, DeviceOpen, GpuClockPair, QpCreate, QpModify};
 
 use crate::error::ConvertError;
 use crate::read::input::RecordIssue;
@@ -12,6 +16,12 @@ use crate::read::scan::{QpCounts, Scan};
 
 /// First bytes of every exchanged binary file.
 pub const MAGIC: &[u8; 8] = b"STSHARD1";
+
+/// A value that is written to and read from the exchange format.
+pub trait Wire: Sized {
+    fn put(&self, e: &mut Enc);
+    fn get(d: &mut Dec<'_>) -> Result<Self, ConvertError>;
+}
 
 /// An encoder into a byte vector.
 #[derive(Default)]
@@ -21,15 +31,15 @@ impl Enc {
     pub fn new() -> Enc {
         Enc(MAGIC.to_vec())
     }
+    pub fn put<T: Wire>(&mut self, v: &T) {
+        v.put(self);
+    }
     pub fn u64(&mut self, v: u64) {
         self.0.extend_from_slice(&v.to_le_bytes());
     }
-    pub fn bytes(&mut self, b: &[u8]) {
-        self.u64(b.len() as u64);
-        self.0.extend_from_slice(b);
-    }
     pub fn str(&mut self, s: &str) {
-        self.bytes(s.as_bytes());
+        self.u64(s.len() as u64);
+        self.0.extend_from_slice(s.as_bytes());
     }
     pub fn strs(&mut self, v: &[String]) {
         self.u64(v.len() as u64);
@@ -37,84 +47,13 @@ impl Enc {
             self.str(s);
         }
     }
-    pub fn pods<T: Pod>(&mut self, v: &[T]) {
-        self.u64(v.len() as u64);
-        self.0.extend_from_slice(bytemuck::cast_slice(v));
-    }
-    fn counts(&mut self, c: &QpCounts) {
-        for v in [c.consuming_sends, c.recv_ok, c.posts, c.completions] {
-            self.u64(v);
-        }
+    pub fn scan(&mut self, s: &Scan) {
+        s.put(self);
     }
     pub fn qp_counts(&mut self, v: &[QpCounts]) {
         self.u64(v.len() as u64);
         for c in v {
-            self.counts(c);
-        }
-    }
-
-    /// Every field of a scan (the destructuring names them all: a new field must be added here).
-    pub fn scan(&mut self, s: &Scan) {
-        let Scan {
-            snapshots,
-            gpu_pairs,
-            devices,
-            qp_creates,
-            qp_modifies,
-            strings,
-            thread_names,
-            min_ts,
-            max_ts,
-            records,
-            wr_events,
-            per_qp,
-            dropped,
-            dropped_by_kind,
-            first_loss_ts,
-            overrun,
-            unknown_records,
-            issues,
-        } = s;
-        self.pods(snapshots);
-        self.pods(gpu_pairs);
-        self.pods(devices);
-        self.pods(qp_creates);
-        self.pods(qp_modifies);
-        self.u64(strings.len() as u64);
-        for (ns, key, text) in strings {
-            self.u64(u64::from(*ns));
-            self.u64(*key);
-            self.str(text);
-        }
-        self.u64(thread_names.len() as u64);
-        for (tid, name) in thread_names {
-            self.u64(*tid);
-            self.str(name);
-        }
-        for v in [*min_ts, *max_ts, *records, *wr_events] {
-            self.u64(v);
-        }
-        let mut qps: Vec<(&u32, &QpCounts)> = per_qp.iter().collect();
-        qps.sort_by_key(|e| *e.0);
-        self.u64(qps.len() as u64);
-        for (qpn, c) in qps {
-            self.u64(u64::from(*qpn));
-            self.counts(c);
-        }
-        self.u64(*dropped);
-        self.u64(dropped_by_kind.len() as u64);
-        for (kind, n) in dropped_by_kind {
-            self.u64(u64::from(*kind));
-            self.u64(*n);
-        }
-        self.u64(first_loss_ts.map_or(0, |_| 1));
-        self.u64(first_loss_ts.unwrap_or(0));
-        self.u64(*overrun);
-        self.u64(*unknown_records);
-        self.u64(issues.len() as u64);
-        for i in issues {
-            self.u64(i.offset);
-            self.str(&i.what);
+            c.put(self);
         }
     }
 }
@@ -152,6 +91,9 @@ impl<'a> Dec<'a> {
         self.pos = end;
         Ok(s)
     }
+    pub fn get<T: Wire>(&mut self) -> Result<T, ConvertError> {
+        T::get(self)
+    }
     pub fn u64(&mut self) -> Result<u64, ConvertError> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8")))
     }
@@ -162,101 +104,178 @@ impl<'a> Dec<'a> {
             .filter(|&n| n <= self.b.len())
             .ok_or_else(|| ConvertError::Shard(format!("{}: bad length {n}", self.what)))
     }
-    pub fn bytes(&mut self) -> Result<&'a [u8], ConvertError> {
-        let n = self.len()?;
-        self.take(n)
-    }
     pub fn str(&mut self) -> Result<String, ConvertError> {
-        Ok(String::from_utf8_lossy(self.bytes()?).into_owned())
+        let n = self.len()?;
+        Ok(String::from_utf8_lossy(self.take(n)?).into_owned())
     }
     pub fn strs(&mut self) -> Result<Vec<String>, ConvertError> {
-        let n = self.len()?;
-        (0..n).map(|_| self.str()).collect()
+        self.get()
     }
-    pub fn pods<T: Pod>(&mut self) -> Result<Vec<T>, ConvertError> {
-        let n = self.len()?;
-        let size = std::mem::size_of::<T>();
-        let b = self.take(n.saturating_mul(size))?;
-        Ok(b.chunks_exact(size.max(1))
-            .map(bytemuck::pod_read_unaligned)
-            .collect())
-    }
-    fn counts(&mut self) -> Result<QpCounts, ConvertError> {
-        Ok(QpCounts {
-            consuming_sends: self.u64()?,
-            recv_ok: self.u64()?,
-            posts: self.u64()?,
-            completions: self.u64()?,
-        })
+    pub fn scan(&mut self) -> Result<Scan, ConvertError> {
+        self.get()
     }
     pub fn qp_counts(&mut self) -> Result<Vec<QpCounts>, ConvertError> {
-        let n = self.len()?;
-        (0..n).map(|_| self.counts()).collect()
-    }
-
-    pub fn scan(&mut self) -> Result<Scan, ConvertError> {
-        let snapshots = self.pods()?;
-        let gpu_pairs = self.pods()?;
-        let devices = self.pods()?;
-        let qp_creates = self.pods()?;
-        let qp_modifies = self.pods()?;
-        let n = self.len()?;
-        let mut strings = Vec::with_capacity(n);
-        for _ in 0..n {
-            strings.push((self.u64()? as u32, self.u64()?, self.str()?));
-        }
-        let n = self.len()?;
-        let mut thread_names = Vec::with_capacity(n);
-        for _ in 0..n {
-            thread_names.push((self.u64()?, self.str()?));
-        }
-        let (min_ts, max_ts, records, wr_events) =
-            (self.u64()?, self.u64()?, self.u64()?, self.u64()?);
-        let n = self.len()?;
-        let mut per_qp = crate::fastmap::FastMap::default();
-        for _ in 0..n {
-            let qpn = self.u64()? as u32;
-            per_qp.insert(qpn, self.counts()?);
-        }
-        let dropped = self.u64()?;
-        let n = self.len()?;
-        let mut dropped_by_kind = Vec::with_capacity(n);
-        for _ in 0..n {
-            dropped_by_kind.push((self.u64()? as u16, self.u64()?));
-        }
-        let has_loss = self.u64()? != 0;
-        let loss_ts = self.u64()?;
-        let (overrun, unknown_records) = (self.u64()?, self.u64()?);
-        let n = self.len()?;
-        let mut issues = Vec::with_capacity(n);
-        for _ in 0..n {
-            issues.push(RecordIssue {
-                offset: self.u64()?,
-                what: self.str()?,
-            });
-        }
-        Ok(Scan {
-            snapshots,
-            gpu_pairs,
-            devices,
-            qp_creates,
-            qp_modifies,
-            strings,
-            thread_names,
-            min_ts,
-            max_ts,
-            records,
-            wr_events,
-            per_qp,
-            dropped,
-            dropped_by_kind,
-            first_loss_ts: has_loss.then_some(loss_ts),
-            overrun,
-            unknown_records,
-            issues,
-        })
+        self.get()
     }
 }
+
+impl Wire for u64 {
+    fn put(&self, e: &mut Enc) {
+        e.u64(*self);
+    }
+    fn get(d: &mut Dec<'_>) -> Result<u64, ConvertError> {
+        d.u64()
+    }
+}
+
+/// Narrower integers travel as u64 (the value is checked on the way back).
+macro_rules! wire_narrow {
+    ($($t:ty),*) => {$(
+        impl Wire for $t {
+            fn put(&self, e: &mut Enc) {
+                e.u64(u64::from(*self));
+            }
+            fn get(d: &mut Dec<'_>) -> Result<$t, ConvertError> {
+                let v = d.u64()?;
+                <$t>::try_from(v).map_err(|_| {
+                    ConvertError::Shard(format!("{}: value {v} out of range", d.what))
+                })
+            }
+        }
+    )*};
+}
+wire_narrow!(u16, u32);
+
+impl Wire for String {
+    fn put(&self, e: &mut Enc) {
+        e.str(self);
+    }
+    fn get(d: &mut Dec<'_>) -> Result<String, ConvertError> {
+        d.str()
+    }
+}
+
+/// Records of the log format travel as their bytes.
+macro_rules! wire_pod {
+    ($($t:ty),*) => {$(
+        impl Wire for $t {
+            fn put(&self, e: &mut Enc) {
+                e.0.extend_from_slice(bytemuck::bytes_of(self));
+            }
+            fn get(d: &mut Dec<'_>) -> Result<$t, ConvertError> {
+                Ok(bytemuck::pod_read_unaligned(d.take(std::mem::size_of::<$t>())?))
+            }
+        }
+    )*};
+}
+wire_pod!(ClockSnapshot, GpuClockPair, DeviceOpen, QpCreate, QpModify);
+
+/// A length, then the elements.
+impl<T: Wire> Wire for Vec<T> {
+    fn put(&self, e: &mut Enc) {
+        e.u64(self.len() as u64);
+        for v in self {
+            v.put(e);
+        }
+    }
+    fn get(d: &mut Dec<'_>) -> Result<Vec<T>, ConvertError> {
+        let n = d.len()?;
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            out.push(T::get(d)?);
+        }
+        Ok(out)
+    }
+}
+
+/// A flag, then the value (0 when absent).
+impl Wire for Option<u64> {
+    fn put(&self, e: &mut Enc) {
+        e.u64(self.map_or(0, |_| 1));
+        e.u64(self.unwrap_or(0));
+    }
+    fn get(d: &mut Dec<'_>) -> Result<Option<u64>, ConvertError> {
+        let (has, v) = (d.u64()? != 0, d.u64()?);
+        Ok(has.then_some(v))
+    }
+}
+
+impl<A: Wire, B: Wire> Wire for (A, B) {
+    fn put(&self, e: &mut Enc) {
+        self.0.put(e);
+        self.1.put(e);
+    }
+    fn get(d: &mut Dec<'_>) -> Result<(A, B), ConvertError> {
+        Ok((A::get(d)?, B::get(d)?))
+    }
+}
+
+impl<A: Wire, B: Wire, C: Wire> Wire for (A, B, C) {
+    fn put(&self, e: &mut Enc) {
+        self.0.put(e);
+        self.1.put(e);
+        self.2.put(e);
+    }
+    fn get(d: &mut Dec<'_>) -> Result<(A, B, C), ConvertError> {
+        Ok((A::get(d)?, B::get(d)?, C::get(d)?))
+    }
+}
+
+/// Per-QP counts, sorted by QPN (the same bytes whatever the map's order).
+impl Wire for crate::fastmap::FastMap<u32, QpCounts> {
+    fn put(&self, e: &mut Enc) {
+        let mut qps: Vec<(u32, QpCounts)> = self.iter().map(|(&q, &c)| (q, c)).collect();
+        qps.sort_by_key(|e| e.0);
+        qps.put(e);
+    }
+    fn get(d: &mut Dec<'_>) -> Result<Self, ConvertError> {
+        Ok(Vec::<(u32, QpCounts)>::get(d)?.into_iter().collect())
+    }
+}
+
+/// A struct as its fields in order, each field named once for both directions.
+macro_rules! wire_struct {
+    ($t:ident { $($f:ident),* $(,)? }) => {
+        impl Wire for $t {
+            fn put(&self, e: &mut Enc) {
+                let $t { $($f),* } = self;
+                $($f.put(e);)*
+            }
+            fn get(d: &mut Dec<'_>) -> Result<$t, ConvertError> {
+                // Struct expression fields are evaluated in the order written.
+                Ok($t { $($f: Wire::get(d)?),* })
+            }
+        }
+    };
+}
+
+wire_struct!(QpCounts {
+    consuming_sends,
+    recv_ok,
+    posts,
+    completions
+});
+wire_struct!(RecordIssue { offset, what });
+wire_struct!(Scan {
+    snapshots,
+    gpu_pairs,
+    devices,
+    qp_creates,
+    qp_modifies,
+    strings,
+    thread_names,
+    min_ts,
+    max_ts,
+    records,
+    wr_events,
+    per_qp,
+    dropped,
+    dropped_by_kind,
+    first_loss_ts,
+    overrun,
+    unknown_records,
+    issues,
+});
 
 #[cfg(test)]
 mod tests {
