@@ -109,6 +109,11 @@ fn fit(points: &[(u64, i64)], default_slope: f64) -> (LinearMap, f64) {
     } else {
         (slope, (sy - slope * sx) / n)
     };
+    placed(points, x0, y0, icpt, slope)
+}
+
+/// The map of `slope` through (`x0`, `y0` + `icpt`) and its largest residual over `points`.
+fn placed(points: &[(u64, i64)], x0: u64, y0: i64, icpt: f64, slope: f64) -> (LinearMap, f64) {
     let map = LinearMap {
         x0,
         out0: y0.saturating_add(icpt.round() as i64),
@@ -218,15 +223,7 @@ pub fn fit_snapshots(
                 .map(|&(x, y)| y.wrapping_sub(y0) as f64 - slope * x.wrapping_sub(x0) as i64 as f64)
                 .sum::<f64>()
                 / n;
-            let map = LinearMap {
-                x0,
-                out0: y0.saturating_add(icpt.round() as i64),
-                slope,
-            };
-            let resid = p
-                .iter()
-                .map(|&(x, y)| map.map(x).wrapping_sub(y).unsigned_abs() as f64)
-                .fold(0.0, f64::max);
+            let (map, resid) = placed(p, x0, y0, icpt, slope);
             (map, resid, p.len())
         })
         .collect()

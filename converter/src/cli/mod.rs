@@ -7,7 +7,7 @@ mod args;
 use sigmatrace_convert::import::nsys::{cli as nsys_cli, NsysOptions};
 use sigmatrace_convert::report::{heatmap_svg, Traffic};
 use sigmatrace_convert::shard::{self, Launch};
-use sigmatrace_convert::{ConvertError, ConvertOptions};
+use sigmatrace_convert::{ConvertError, ConvertOptions, Summary};
 
 pub use args::Cli;
 use args::{options, Cmd, ConvertArgs, StatsArgs};
@@ -115,17 +115,23 @@ fn convert(a: ConvertArgs) -> Result<(), ConvertError> {
     if a.stats {
         print!("{}", report.text());
     }
+    print_done(s, &a.output.display().to_string(), "phases");
+    Ok(())
+}
+
+/// The phase times (with `SIGMATRACE_TIMING` set) and the closing line of a conversion that
+/// wrote `written`.
+fn print_done(s: &Summary, written: &str, phases: &str) {
     if std::env::var_os("SIGMATRACE_TIMING").is_some() {
         let p: Vec<String> = s
             .phases
             .iter()
             .map(|(n, t)| format!("{n} {t:.3}s"))
             .collect();
-        eprintln!("phases: {}", p.join(", "));
+        eprintln!("{phases}: {}", p.join(", "));
     }
     eprintln!(
-        "{}: {} processes on {} hosts, {} WR events, {} slices, {} flows, {} bytes ({:.2} B/WR event) in {:.2} s",
-        a.output.display(),
+        "{written}: {} processes on {} hosts, {} WR events, {} slices, {} flows, {} bytes ({:.2} B/WR event) in {:.2} s",
         s.processes,
         s.hosts,
         s.wr_events,
@@ -135,7 +141,6 @@ fn convert(a: ConvertArgs) -> Result<(), ConvertError> {
         s.output_bytes as f64 / s.wr_events.max(1) as f64,
         s.elapsed_s
     );
-    Ok(())
 }
 
 /// The default command under a launcher: this process's shard (see `sigmatrace_convert::shard`).
@@ -159,14 +164,6 @@ fn convert_sharded(a: &ConvertArgs, opts: &ConvertOptions, l: &Launch) -> Result
     for w in &s.warnings {
         eprintln!("warning: {w}");
     }
-    if std::env::var_os("SIGMATRACE_TIMING").is_some() {
-        let p: Vec<String> = s
-            .phases
-            .iter()
-            .map(|(n, t)| format!("{n} {t:.3}s"))
-            .collect();
-        eprintln!("phases (rank 0): {}", p.join(", "));
-    }
     let written: Vec<String> = if a.per_shard {
         (0..r.shards)
             .map(|k| shard::per_shard_path(&a.output, k).display().to_string())
@@ -174,18 +171,7 @@ fn convert_sharded(a: &ConvertArgs, opts: &ConvertOptions, l: &Launch) -> Result
     } else {
         vec![a.output.display().to_string()]
     };
-    eprintln!(
-        "{}: {} processes on {} hosts, {} WR events, {} slices, {} flows, {} bytes ({:.2} B/WR event) in {:.2} s",
-        written.join(", "),
-        s.processes,
-        s.hosts,
-        s.wr_events,
-        s.totals.slices,
-        s.totals.flows_out,
-        s.output_bytes,
-        s.output_bytes as f64 / s.wr_events.max(1) as f64,
-        s.elapsed_s
-    );
+    print_done(s, &written.join(", "), "phases (rank 0)");
     eprintln!(
         "converted in {} shards ({}; rank 0 modelled {} processes of hosts {})",
         r.shards,

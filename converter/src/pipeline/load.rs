@@ -25,6 +25,19 @@ pub(crate) struct Loaded {
     pub(crate) wr_events: u64,
 }
 
+/// Whether the rank and host filters of `opts` select the log with header `h`.
+pub(crate) fn selected(opts: &ConvertOptions, h: &sigmatrace_schemas::FileHeader) -> bool {
+    let rank_ok = opts
+        .ranks
+        .as_ref()
+        .is_none_or(|rs| h.rank.rank.is_some_and(|r| rs.contains(&r)));
+    let host_ok = opts
+        .hosts
+        .as_ref()
+        .is_none_or(|hs| hs.contains(&h.hostname));
+    rank_ok && host_ok
+}
+
 /// Opens the logs (in parallel), keeps those the rank and host filters select and warns about
 /// salvaged damage and newer minor versions.
 fn open_inputs(
@@ -32,17 +45,7 @@ fn open_inputs(
     opts: &ConvertOptions,
     warnings: &mut Vec<String>,
 ) -> Result<Vec<LogInput>, ConvertError> {
-    let opened = crate::read::open::open_logs(paths, opts.skip_unreadable, |h| {
-        let rank_ok = opts
-            .ranks
-            .as_ref()
-            .is_none_or(|rs| h.rank.rank.is_some_and(|r| rs.contains(&r)));
-        let host_ok = opts
-            .hosts
-            .as_ref()
-            .is_none_or(|hs| hs.contains(&h.hostname));
-        rank_ok && host_ok
-    })?;
+    let opened = crate::read::open::open_logs(paths, opts.skip_unreadable, |h| selected(opts, h))?;
     warnings.extend(opened.warnings);
     if opened.inputs.is_empty() {
         return Err(ConvertError::NothingSelected(format!(

@@ -27,6 +27,7 @@ use crate::progress::Progress;
 use crate::report::default_sections;
 
 pub(crate) use load::load_scanned;
+pub(crate) use load::selected;
 pub(crate) use load::Loaded;
 pub use options::ConvertOptions;
 pub use options::Report;

@@ -13,6 +13,7 @@
 //!   file mapping the pages only leave this process; a later access faults them back in from
 //!   the file with the same contents, so slices handed out stay valid).
 
+use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
@@ -45,10 +46,15 @@ impl MappedLog {
         let file = std::fs::File::open(path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
         if len < HEADER_SIZE as u64 {
-            return Err(ReadError::TooShort {
-                path: path.to_owned(),
-                len,
-            });
+            // Too short to map as a log: the reader's header check says why (too short, or
+            // not a log at all) — unless the file has grown since.
+            let mut b = Vec::with_capacity(HEADER_SIZE);
+            std::io::Read::read_to_end(&mut (&file).take(HEADER_SIZE as u64), &mut b)
+                .map_err(io)?;
+            return match LogView::parse(&b, path) {
+                Err(e) => Err(e),
+                Ok(_) => MappedLog::open(path),
+            };
         }
         let len = usize::try_from(len).map_err(|_| {
             io(std::io::Error::new(

@@ -119,15 +119,7 @@ fn open_seen(
     opts: &ConvertOptions,
 ) -> Result<(Vec<LogInput>, Vec<String>), ConvertError> {
     let opened = crate::read::open::open_logs(paths, opts.skip_unreadable, |h| {
-        let rank_ok = opts
-            .ranks
-            .as_ref()
-            .is_none_or(|rs| h.rank.rank.is_some_and(|r| rs.contains(&r)));
-        let host_ok = opts
-            .hosts
-            .as_ref()
-            .is_none_or(|hs| hs.contains(&h.hostname));
-        rank_ok && host_ok
+        crate::pipeline::selected(opts, h)
     });
     match opened {
         Ok(o) => Ok((o.inputs, o.warnings)),
