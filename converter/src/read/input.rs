@@ -385,7 +385,11 @@ impl<'a> ThreadCursor<'a> {
             let ts = record_ts(r.record_bytes()).unwrap_or(self.last_ts);
             self.last_ts = ts;
             // Stable insertion: after every record with a time ≤ ts (usually at the end).
-            let mut at = self.window.len();
+            if self.window.back().is_none_or(|b| b.0 <= ts) {
+                self.window.push_back((ts, r));
+                continue;
+            }
+            let mut at = self.window.len() - 1;
             while at > 0 && self.window[at - 1].0 > ts {
                 at -= 1;
             }
