@@ -160,7 +160,7 @@ fn bfs_gpu_initobj_traced() {
         "--span",
         "700",
         "--delays-us",
-        "0,40000,80000,120000",
+        common::workloads::DELAYS,
         "--rotate",
     ];
     let run = run("bfs", "initobj", &args);

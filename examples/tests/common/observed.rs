@@ -287,8 +287,9 @@ pub const CLOCK_SLACK_NS: i64 = 5_000_000;
 ///   per observation path (the callers'), not the delays a run happened to measure;
 /// * observed spread within `max_delay_ns + CLOCK_SLACK_NS` of the true spread;
 /// * the slowest rank equal to the true one in every round whose true margin (slowest minus
-///   second slowest) exceeds that same tolerance — with the workload's ranks 40 ms apart and
-///   tolerances below that, at least half of the rounds must be that decisive.
+///   second slowest) exceeds that same tolerance — with the ranks' configured delays (the
+///   truth's `delays_us`) further apart than the tolerance by at least half of it, at least
+///   half of the rounds must be that decisive.
 pub fn check_barriers(stats: &Value, truth: &Value, max_delay_ns: i64) {
     let rounds = stats["barriers"]["rounds"]
         .as_array()
@@ -300,9 +301,11 @@ pub fn check_barriers(stats: &Value, truth: &Value, max_delay_ns: i64) {
         "barrier rounds: {:#}",
         stats["barriers"]
     );
+    let spacing = delay_spacing_ns(want);
     assert!(
-        max_delay_ns + CLOCK_SLACK_NS < 40_000_000,
-        "tolerances as wide as the workload's 40 ms barrier spacing decide nothing"
+        3 * (max_delay_ns + CLOCK_SLACK_NS) <= 2 * spacing,
+        "tolerances of {} ns against the workload's {spacing} ns barrier delay spacing decide nothing",
+        max_delay_ns + CLOCK_SLACK_NS
     );
     let counter = &truth["barrier_counter"];
     let mut decisive = 0;
@@ -354,6 +357,25 @@ pub fn check_barriers(stats: &Value, truth: &Value, max_delay_ns: i64) {
         "only {decisive} of {} rounds had a slowest rank clear of the observation delays",
         rounds.len()
     );
+}
+
+/// The smallest gap between two ranks' configured barrier delays in any round of the truth
+/// (ns): what separates the slowest rank from the second slowest before compute jitter.
+fn delay_spacing_ns(rounds: &[Value]) -> i64 {
+    rounds
+        .iter()
+        .flat_map(|w| {
+            let mut d: Vec<i64> = w["delays_us"]
+                .as_array()
+                .expect("truth delays_us")
+                .iter()
+                .map(|v| v.as_i64().unwrap() * 1000)
+                .collect();
+            d.sort_unstable();
+            d.windows(2).map(|p| p[1] - p[0]).collect::<Vec<_>>()
+        })
+        .min()
+        .expect("truth rounds of at least two ranks")
 }
 
 /// The `stats` skew section equals the MoE ground truth: the node × node byte matrix exactly
