@@ -639,6 +639,19 @@ static void placed_sends(void)
 	check(ibv_post_send(qp, &w, &bad) == 0, "send 5");
 	struct ibv_wc wc[16];
 	check(ibv_poll_cq(cq, 16, wc) == 7, "seven completions");
+	/* One poll whose completions the tracer's hot path takes in part: a second QP's first
+	 * completion (its slot not yet bound) between two of the first QP's. */
+	struct ibv_qp *qp2 = &new_qp(ctx, IBV_QPT_RC, cq)->qp;
+	w.opcode = IBV_WR_RDMA_WRITE;
+	w.wr.rdma.remote_addr = 0x1000;
+	w.wr.rdma.rkey = 0x33;
+	w.wr_id = 6;
+	check(ibv_post_send(qp, &w, &bad) == 0, "write 6");
+	w.wr_id = 7;
+	check(ibv_post_send(qp2, &w, &bad) == 0, "write 7 on the second QP");
+	w.wr_id = 8;
+	check(ibv_post_send(qp, &w, &bad) == 0, "write 8");
+	check(ibv_poll_cq(cq, 16, wc) == 3, "three completions");
 }
 
 static void dlsym_check(void)

@@ -398,6 +398,54 @@ impl ChunkWriter {
         )
     }
 
+    /// Appends and publishes the compact `WorkCompletion` at `ts` of `head` and `body()` —
+    /// what [`try_append_plain_completion`](Self::try_append_plain_completion) appends — only
+    /// when it needs no bookkeeping: the current chunk has room, its time base is within
+    /// reach and the queue has its slot. Returns false otherwise (nothing written, nothing
+    /// counted: the caller appends it the ordinary way, which writes the bookkeeping for the
+    /// next one). No call, so the caller's scratch registers are enough.
+    #[inline(always)]
+    pub fn append_bound_completion(
+        &mut self,
+        ts: u64,
+        cq: u64,
+        head: &CompletionHead,
+        body: impl FnOnce() -> CompletionBody,
+    ) -> bool {
+        const SIZE: u32 = size_of::<CompletionCompact>() as u32;
+        let dts = ts.wrapping_sub(self.slots.base);
+        let key = head.qpn as u64 | (slot_role::COMPLETION as u64) << 40 | self.slots.gen;
+        let i = slot_of(cq, head.qpn);
+        // `place_limit` is 0 when the writer does not compact, and leaves room for a record
+        // of this size and more.
+        if self.pos() >= self.place_limit
+            || dts >= DTS_LIMIT
+            || head.src_qp >> 24 != 0
+            || head.flags >= 256
+            || self.slots.keys[i] != [cq, key]
+        {
+            return false;
+        }
+        // SAFETY: `place_limit` leaves room for this record inside our exclusively owned
+        // chunk; the position is 8-aligned and the record is Pod.
+        let r = unsafe { &mut *(self.at_pos() as *mut CompletionCompact) };
+        let b = body();
+        *r = CompletionCompact {
+            kind: CompletionCompact::KIND as u16,
+            len: SIZE as u16,
+            tslot: dts as u32 | (i as u32) << DTS_BITS,
+            wr_id: b.wr_id,
+            byte_len: b.byte_len,
+            imm: b.imm,
+            src_qp_flags: head.src_qp | head.flags << 24,
+            slid: b.slid,
+            status: b.status,
+            opcode: b.opcode,
+        };
+        self.publish(SIZE);
+        true
+    }
+
     /// Appends the compact record `C` (filled whole by `fill`, given its `tslot` word) of the
     /// queue (`object`, `key` = qpn | source | role), after the
     /// `TimeBase` and `SlotBind` it needs; all published with one store. Drops are counted

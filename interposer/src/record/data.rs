@@ -243,14 +243,40 @@ pub fn completion(ts: u64, cq: u64, c: &Completion) -> WorkCompletion {
     }
 }
 
+/// One completion of a poll of `cq` at `ts`, recorded on the hot path (no call) when the
+/// thread is ready, no empty-poll run is open, no clock snapshot is due and its compact
+/// record needs no bookkeeping (`head` decodes what decides its form, `None` for a vendor
+/// error; `body` the rest); false when nothing was written: [`completions`] records it and
+/// the rest of the poll.
+#[inline(always)]
+pub fn bound_completion(
+    cq: u64,
+    ts: u64,
+    head: impl FnOnce() -> Option<CompletionHead>,
+    body: impl FnOnce() -> CompletionBody,
+) -> bool {
+    let Some(mut t) = sink::enter_ready() else {
+        return false;
+    };
+    if t.state::<ThreadState>().runs.any_open() || t.snapshot_due(ts) {
+        return false;
+    }
+    match head() {
+        Some(h) => t.append_bound_completion(ts, cq, &h, body),
+        None => false,
+    }
+}
+
 /// The completions a poll of `cq` returned (the hot path). For the `i`-th, `head(i)`
 /// decodes what decides its compact form (`None`: it has a vendor error) and `body(i)` the
 /// rest, read straight into the compact record; `entry(i)` decodes the full record (out of
-/// line, when the compact form does not hold it). Closes the CQ's empty-poll run first.
+/// line, when the compact form does not hold it), from the `first`-th on (those before were
+/// recorded by [`bound_completion`]). Closes the CQ's empty-poll run first.
 #[inline(always)]
 pub fn completions(
     cq: u64,
     ts: u64,
+    first: usize,
     n: usize,
     mut head: impl FnMut(usize) -> Option<CompletionHead>,
     mut body: impl FnMut(usize) -> CompletionBody,
@@ -258,7 +284,7 @@ pub fn completions(
 ) {
     if let Some(mut t) = sink::enter() {
         work_returned(&mut t, cq);
-        for i in 0..n {
+        for i in first..n {
             let recorded = match head(i) {
                 Some(h) => t.append_plain_completion_raw(ts, &h, || body(i)),
                 None => false,

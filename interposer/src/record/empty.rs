@@ -108,6 +108,12 @@ impl Runs {
         Some(out)
     }
 
+    /// Whether any run is open (a poll that returned work may have one to close).
+    #[inline(always)]
+    pub fn any_open(&self) -> bool {
+        self.open != 0
+    }
+
     /// `cq` returned work: closes its run, if any.
     #[inline]
     pub fn work(&mut self, cq: u64) -> Option<EmptyPolls> {

@@ -439,8 +439,8 @@ fn create_unique(
 // Per-thread writer (thread.rs holds the thread-local block)
 
 pub use thread::{
-    abandon_placed, enter, place_plain_send, placed_ts, publish_placed, with_existing_thread,
-    with_thread, Out, Thread, STATE_BYTES,
+    abandon_placed, enter, enter_ready, place_plain_send, placed_ts, publish_placed,
+    with_existing_thread, with_thread, Out, Thread, STATE_BYTES,
 };
 
 /// Set once the disk-full line was printed.

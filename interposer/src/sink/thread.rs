@@ -164,6 +164,26 @@ pub fn enter() -> Option<Thread<'static>> {
     enter_with(true)
 }
 
+/// Like [`enter`] but only when the thread is ready right away (`None` otherwise, where
+/// `enter` would take its out-of-line preparation): for a hot path that makes no call and
+/// falls back to `enter`.
+#[inline(always)]
+pub fn enter_ready() -> Option<Thread<'static>> {
+    // SAFETY: as in `enter_with`.
+    let l: &'static mut Local = unsafe { &mut *local_ptr() };
+    if l.gate != READY {
+        return None;
+    }
+    l.gate = READY | BUSY;
+    // READY: the writer is initialised.
+    Some(Thread {
+        out: Out { s: &mut l.sink },
+        state: &mut l.state,
+        gate: &mut l.gate,
+        _not_send: std::marker::PhantomData,
+    })
+}
+
 /// Runs `f` inside the sink (see [`enter`]).
 #[inline(always)]
 pub fn with_thread<R>(f: impl FnOnce(&mut Thread<'_>) -> R) -> Option<R> {
@@ -404,6 +424,20 @@ impl<'a> Thread<'a> {
             Some(true) => {}
         }
         true
+    }
+
+    /// `ChunkWriter::append_bound_completion`: the compact `WorkCompletion` when it needs no
+    /// bookkeeping (no snapshot check); false when nothing was written.
+    #[inline(always)]
+    pub fn append_bound_completion(
+        &mut self,
+        ts: u64,
+        cq: u64,
+        head: &CompletionHead,
+        body: impl FnOnce() -> CompletionBody,
+    ) -> bool {
+        // SAFETY: an Out's writer is initialised.
+        unsafe { self.out.s.writer() }.append_bound_completion(ts, cq, head, body)
     }
 
     /// [`Out::snapshot_due`].
