@@ -15,7 +15,7 @@ use sigmatrace_timeline::{CounterUnit, Extra, Name, TraceSink, TrackDef, TrackKi
 pub const MAX_GROUPS: usize = 16;
 
 /// Pending bytes after which a group's block goes out (each group keeps one block in memory).
-const GROUP_BLOCK: usize = 256 << 10;
+const GROUP_BLOCK: usize = 512 << 10;
 
 /// The group of the process's QP `qi` (its WR lanes, inferred arrivals and counters): QPs
 /// are spread over groups 1.. so that each group's bursts repeat within the compressor's
@@ -329,24 +329,26 @@ impl NameCache {
 
     /// Name of kind 0 ("WRITE 4 KiB") or 2 ("inferred WRITE 4 KiB") for (opcode, bytes): the
     /// last one of the kind, else the map's (interned on first use).
-    #[inline]
+    #[inline(always)]
     fn remembered(&mut self, sink: &mut dyn TraceSink, kind: u8, opcode: u8, bytes: u32) -> Name {
-        let last = &mut self.last[kind as usize / 2];
-        match *last {
+        match self.last[kind as usize / 2] {
             Some((k, n)) if k == (opcode, bytes) => n,
-            _ => {
-                let n = *self.map.entry((kind, opcode, bytes, 0)).or_insert_with(|| {
-                    sink.name(&format!(
-                        "{}{} {}",
-                        if kind == 0 { "" } else { "inferred " },
-                        verbs::wr_name(opcode),
-                        verbs::size_label(bytes as u64)
-                    ))
-                });
-                *last = Some(((opcode, bytes), n));
-                n
-            }
+            _ => self.look_up(sink, kind, opcode, bytes),
         }
+    }
+
+    #[inline(never)]
+    fn look_up(&mut self, sink: &mut dyn TraceSink, kind: u8, opcode: u8, bytes: u32) -> Name {
+        let n = *self.map.entry((kind, opcode, bytes, 0)).or_insert_with(|| {
+            sink.name(&format!(
+                "{}{} {}",
+                if kind == 0 { "" } else { "inferred " },
+                verbs::wr_name(opcode),
+                verbs::size_label(bytes as u64)
+            ))
+        });
+        self.last[kind as usize / 2] = Some(((opcode, bytes), n));
+        n
     }
 
     /// Name of a receive slice / receive completion.

@@ -374,7 +374,9 @@ impl PerfettoSeq {
             // One fixed-size copy: the template's first bytes, the frame length, the delta.
             let mut a = [0u8; REPEAT_COPY + 8];
             a[..REPEAT_COPY].copy_from_slice(&self.buf[t.at..t.at + REPEAT_COPY]);
-            if let Some((w, _)) = varint_word(tsf) {
+            if tsf < 0x80 {
+                a[plen] = tsf as u8;
+            } else if let Some((w, _)) = varint_word(tsf) {
                 a[plen..plen + 8].copy_from_slice(&w.to_le_bytes());
             }
             a[1] = (plen - 2 + tlen) as u8;
