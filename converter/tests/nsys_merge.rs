@@ -480,6 +480,7 @@ fn merge_with_a_sigmatrace_log_set_places_and_aligns_by_host_and_pid() {
 /// payloads and an unterminated range.
 fn nvtx_export(path: &Path) {
     let tid: i64 = (1 << 48) + (4242 << 24) + 4243;
+    let json = r#"{"a":1}"#;
     let sql = format!(
         "CREATE TABLE StringIds(id INTEGER PRIMARY KEY, value TEXT NOT NULL);
          INSERT INTO StringIds VALUES (1, 'worker');
@@ -499,7 +500,7 @@ fn nvtx_export(path: &Path) {
            (500, 900, 60, 'async B', {tid}, NULL, NULL),
            (1500, NULL, 59, 'never ended', {tid}, NULL, NULL);
          INSERT INTO NVTX_EVENTS(start, eventType, text, globalTid, doubleValue) VALUES (250, 34, 'mark', {tid}, 2.5);
-         INSERT INTO NVTX_EVENTS(start, eventType, text, globalTid, jsonText) VALUES (260, 34, 'json', {tid}, '{{\"a\":1}}');"
+         INSERT INTO NVTX_EVENTS(start, eventType, text, globalTid, jsonText) VALUES (260, 34, 'json', {tid}, '{json}');"
     );
     let conn = rusqlite_conn(path);
     conn.execute_batch(&sql).unwrap();

@@ -131,70 +131,236 @@ impl Default for ObserveConfig {
 }
 
 impl ObserveConfig {
-    fn parse(get: &impl Fn(&str) -> Option<String>, warnings: &mut Vec<String>) -> ObserveConfig {
-        let mut o = ObserveConfig::default();
-        let mut flag = |var: &str, dst: &mut bool| {
-            if let Some(v) = get(var) {
-                match parse_bool(&v) {
-                    Some(b) => *dst = b,
-                    None => warnings.push(invalid(
-                        var,
-                        &v,
-                        "expected 1/0/true/false",
-                        if *dst { "1" } else { "0" },
-                    )),
-                }
-            }
-        };
-        flag("SIGMATRACE_POLL", &mut o.host_poll);
-        flag("SIGMATRACE_DEVICE_POLL", &mut o.device_poll);
-        let mut number =
-            |var: &str, range: std::ops::RangeInclusive<u64>, used: &str| -> Option<u64> {
-                let v = get(var)?;
-                match v.trim().parse::<u64>() {
-                    Ok(n) if range.contains(&n) => Some(n),
-                    _ => {
-                        let expected = format!("expected {}..{}", range.start(), range.end());
-                        warnings.push(invalid(var, &v, &expected, used));
-                        None
-                    }
-                }
-            };
-        if let Some(n) = number("SIGMATRACE_POLL_SPIN", 0..=10_000_000, "2000") {
-            o.spin_passes = n as u32;
-        }
-        if let Some(n) = number("SIGMATRACE_POLL_MIN_SLEEP_US", 1..=1_000_000, "50") {
-            o.min_sleep_us = n;
-        }
-        if let Some(n) = number("SIGMATRACE_POLL_MAX_SLEEP_US", 1..=10_000_000, "1000") {
-            o.max_sleep_us = n;
-        }
-        if let Some(n) = number("SIGMATRACE_POLL_CPU", 0..=4095, "no pinning") {
-            o.poll_cpu = Some(n as u32);
-        }
-        if o.max_sleep_us < o.min_sleep_us {
-            warnings.push(invalid(
+    /// The longest idle sleep cannot be below the first: it is raised to it (one line).
+    fn fit_sleeps(&mut self, warn: &mut impl FnMut(&str, &str, &str, &str)) {
+        if self.max_sleep_us < self.min_sleep_us {
+            let (was, used) = (self.max_sleep_us.to_string(), self.min_sleep_us.to_string());
+            warn(
                 "SIGMATRACE_POLL_MAX_SLEEP_US",
-                &o.max_sleep_us.to_string(),
+                &was,
                 "below the minimum sleep",
-                &o.min_sleep_us.to_string(),
-            ));
-            o.max_sleep_us = o.min_sleep_us;
+                &used,
+            );
+            self.max_sleep_us = self.min_sleep_us;
         }
-        if let Some(v) = get("SIGMATRACE_KERNEL_TIMING") {
-            match v.trim().to_ascii_lowercase().as_str() {
-                "events" | "1" | "on" => o.kernel_timing = true,
-                "off" | "0" | "none" => o.kernel_timing = false,
-                _ => warnings.push(invalid(
-                    "SIGMATRACE_KERNEL_TIMING",
-                    &v,
-                    "expected events/off",
-                    "events",
-                )),
-            }
-        }
-        o
     }
+}
+
+/// One `SIGMATRACE_*` variable: how its value is stored into the configuration, and the
+/// value used instead of one that cannot be used (for its stderr line, [`invalid`]).
+struct Setting {
+    var: &'static str,
+    /// Stores the value; `Err(what was expected)` leaves the configuration as it was.
+    parse: fn(&str, &mut Config) -> Result<(), String>,
+    /// The value used instead, as the line names it (the default).
+    used: fn() -> String,
+}
+
+/// Every variable [`Config::from_lookup`] reads, in the order their lines are printed.
+/// `SIGMATRACE_DIR` and `SIGMATRACE_DEBUG_PANIC` take any value (empty: unset).
+const SETTINGS: &[Setting] = &[
+    Setting {
+        var: "SIGMATRACE_DISABLE",
+        parse: |v, c| set(&mut c.disabled, flag(v)),
+        used: || "0".into(),
+    },
+    Setting {
+        var: "SIGMATRACE_DIR",
+        parse: |v, c| {
+            if !v.is_empty() {
+                c.output_dir = PathBuf::from(v);
+            }
+            Ok(())
+        },
+        used: || DEFAULT_DIR.into(),
+    },
+    Setting {
+        var: "SIGMATRACE_MAX_BYTES",
+        parse: |v, c| {
+            let n = parse_size(v).filter(|&n| n >= 64 << 10);
+            set(&mut c.max_bytes, n.ok_or("expected a size >= 64K".into()))
+        },
+        used: || format_size(DEFAULT_MAX_BYTES),
+    },
+    Setting {
+        var: "SIGMATRACE_CHUNK_BYTES",
+        parse: |v, c| {
+            let ok = |n: &u64| n.is_power_of_two() && (16 << 10..=64 << 20).contains(n);
+            let n = parse_size(v).filter(ok).map(|n| n as u32);
+            let expected = "expected a power of two between 16K and 64M";
+            set(&mut c.chunk_size, n.ok_or(expected.into()))
+        },
+        used: || format_size(DEFAULT_CHUNK as u64),
+    },
+    Setting {
+        var: "SIGMATRACE_TRACE",
+        parse: |v, c| {
+            let bits = parse_trace(v).map_err(|bad| format!("unknown category {bad:?}"));
+            set(&mut c.trace, bits)
+        },
+        used: || "all".into(),
+    },
+    Setting {
+        var: "SIGMATRACE_DIAG",
+        parse: |v, c| {
+            let words = [
+                (Diag::Off, &["off", "0", "none"][..]),
+                (Diag::Error, &["error", "1"]),
+                (Diag::Info, &["info", "2"]),
+                (Diag::Debug, &["debug", "3"]),
+            ];
+            let diag = keyword(v, &words, "expected off/error/info/debug");
+            set(&mut c.diag, diag)
+        },
+        used: || "error".into(),
+    },
+    Setting {
+        var: "SIGMATRACE_CLOCK",
+        parse: |v, c| {
+            let words = [
+                (ClockChoice::Auto, &["auto"][..]),
+                (ClockChoice::Tsc, &["tsc"]),
+                (ClockChoice::MonotonicRaw, &["monotonic_raw", "monotonic"]),
+            ];
+            let clock = keyword(v, &words, "expected auto/tsc/monotonic_raw");
+            set(&mut c.clock, clock)
+        },
+        used: || "auto".into(),
+    },
+    Setting {
+        var: "SIGMATRACE_SNAPSHOT_MS",
+        parse: |v, c| set(&mut c.snapshot_ms, number(v, 1..=60_000)),
+        used: || DEFAULT_SNAPSHOT_MS.to_string(),
+    },
+    Setting {
+        var: "SIGMATRACE_PREFAULT_CHUNKS",
+        parse: |v, c| {
+            set(
+                &mut c.prefault_chunks,
+                number(v, 0..=1024).map(|n| n as u32),
+            )
+        },
+        used: || DEFAULT_PREFAULT_CHUNKS.to_string(),
+    },
+    Setting {
+        var: "SIGMATRACE_MODE",
+        parse: |v, c| {
+            let words = [(false, &["log"][..]), (true, &["ring"])];
+            set(&mut c.flight, keyword(v, &words, "expected log/ring"))
+        },
+        used: || "log".into(),
+    },
+    Setting {
+        var: "SIGMATRACE_RING_MB",
+        parse: |v, c| {
+            let n = number(v, 1..=MAX_RING_MB as u64).map(|n| n as u32);
+            let expected = || format!("expected whole MiB, 1..{MAX_RING_MB}");
+            set(&mut c.ring_mb, n.map_err(|_| expected()))
+        },
+        used: || DEFAULT_RING_MB.to_string(),
+    },
+    Setting {
+        var: "SIGMATRACE_DEBUG_PANIC",
+        parse: |v, c| {
+            if !v.is_empty() {
+                c.debug_panic = Some(v.to_string());
+            }
+            Ok(())
+        },
+        used: || "none".into(),
+    },
+    Setting {
+        var: "SIGMATRACE_DEBUG_CLOCK_SKEW",
+        parse: |v, c| {
+            if v.trim().is_empty() {
+                return Ok(());
+            }
+            let expected =
+                "expected <offset_ns>,<drift_ppb> (|offset| <= 1000 s, |drift| <= 1e6 ppb)";
+            let skew = ClockSkew::parse(v).map(Some).ok_or(expected.into());
+            set(&mut c.clock_skew, skew)
+        },
+        used: || "no skew".into(),
+    },
+    Setting {
+        var: "SIGMATRACE_POLL",
+        parse: |v, c| set(&mut c.observe.host_poll, flag(v)),
+        used: || bool_text(ObserveConfig::default().host_poll),
+    },
+    Setting {
+        var: "SIGMATRACE_DEVICE_POLL",
+        parse: |v, c| set(&mut c.observe.device_poll, flag(v)),
+        used: || bool_text(ObserveConfig::default().device_poll),
+    },
+    Setting {
+        var: "SIGMATRACE_POLL_SPIN",
+        parse: |v, c| {
+            let n = number(v, 0..=10_000_000).map(|n| n as u32);
+            set(&mut c.observe.spin_passes, n)
+        },
+        used: || ObserveConfig::default().spin_passes.to_string(),
+    },
+    Setting {
+        var: "SIGMATRACE_POLL_MIN_SLEEP_US",
+        parse: |v, c| set(&mut c.observe.min_sleep_us, number(v, 1..=1_000_000)),
+        used: || ObserveConfig::default().min_sleep_us.to_string(),
+    },
+    Setting {
+        var: "SIGMATRACE_POLL_MAX_SLEEP_US",
+        parse: |v, c| set(&mut c.observe.max_sleep_us, number(v, 1..=10_000_000)),
+        used: || ObserveConfig::default().max_sleep_us.to_string(),
+    },
+    Setting {
+        var: "SIGMATRACE_POLL_CPU",
+        parse: |v, c| {
+            let cpu = number(v, 0..=4095).map(|n| Some(n as u32));
+            set(&mut c.observe.poll_cpu, cpu)
+        },
+        used: || "no pinning".into(),
+    },
+    Setting {
+        var: "SIGMATRACE_KERNEL_TIMING",
+        parse: |v, c| {
+            let words = [
+                (true, &["events", "1", "on"][..]),
+                (false, &["off", "0", "none"]),
+            ];
+            let timing = keyword(v, &words, "expected events/off");
+            set(&mut c.observe.kernel_timing, timing)
+        },
+        used: || "events".into(),
+    },
+];
+
+/// Stores a parsed value; an error leaves `dst` as it was.
+fn set<T>(dst: &mut T, value: Result<T, String>) -> Result<(), String> {
+    *dst = value?;
+    Ok(())
+}
+
+/// [`parse_bool`], or what was expected.
+fn flag(v: &str) -> Result<bool, String> {
+    parse_bool(v).ok_or_else(|| "expected 1/0/true/false".into())
+}
+
+/// A flag's value as a setting's line names it.
+fn bool_text(b: bool) -> String {
+    (if b { "1" } else { "0" }).into()
+}
+
+/// A whole number in `range`, or what was expected.
+fn number(v: &str, range: std::ops::RangeInclusive<u64>) -> Result<u64, String> {
+    match v.trim().parse::<u64>() {
+        Ok(n) if range.contains(&n) => Ok(n),
+        _ => Err(format!("expected {}..{}", range.start(), range.end())),
+    }
+}
+
+/// The value one of `words` (case-insensitive) stands for, or `expected`.
+fn keyword<T: Copy>(v: &str, words: &[(T, &[&str])], expected: &str) -> Result<T, String> {
+    let v = v.trim().to_ascii_lowercase();
+    let hit = words.iter().find(|(_, names)| names.contains(&v.as_str()));
+    hit.map(|&(value, _)| value).ok_or_else(|| expected.into())
 }
 
 impl Config {
@@ -203,142 +369,27 @@ impl Config {
         Config::from_lookup(|k| std::env::var(k).ok())
     }
 
-    /// Parses with an explicit lookup (testable).
+    /// Parses with an explicit lookup (testable): each of [`SETTINGS`] that is set, then the
+    /// checks of settings against each other (a flight-recorder ring that does not fit the
+    /// size cap, a longest poller sleep below the first), one line each in
+    /// [`Config::warnings`].
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Config {
         let mut c = Config::default();
         let mut warnings = Vec::new();
+        for s in SETTINGS {
+            if let Some(v) = get(s.var) {
+                if let Err(expected) = (s.parse)(&v, &mut c) {
+                    warnings.push(invalid(s.var, &v, &expected, &(s.used)()));
+                }
+            }
+        }
         let mut warn = |var: &str, v: &str, expected: &str, used: &str| {
             warnings.push(invalid(var, v, expected, used))
         };
-        if let Some(v) = get("SIGMATRACE_DISABLE") {
-            match parse_bool(&v) {
-                Some(b) => c.disabled = b,
-                None => warn("SIGMATRACE_DISABLE", &v, "expected 1/0/true/false", "0"),
-            }
-        }
-        if let Some(v) = get("SIGMATRACE_DIR").filter(|v| !v.is_empty()) {
-            c.output_dir = PathBuf::from(v);
-        }
-        if let Some(v) = get("SIGMATRACE_MAX_BYTES") {
-            match parse_size(&v) {
-                Some(n) if n >= 64 << 10 => c.max_bytes = n,
-                _ => warn(
-                    "SIGMATRACE_MAX_BYTES",
-                    &v,
-                    "expected a size >= 64K",
-                    &format_size(DEFAULT_MAX_BYTES),
-                ),
-            }
-        }
-        if let Some(v) = get("SIGMATRACE_CHUNK_BYTES") {
-            match parse_size(&v) {
-                Some(n) if n.is_power_of_two() && (16 << 10..=64 << 20).contains(&n) => {
-                    c.chunk_size = n as u32
-                }
-                _ => warn(
-                    "SIGMATRACE_CHUNK_BYTES",
-                    &v,
-                    "expected a power of two between 16K and 64M",
-                    &format_size(DEFAULT_CHUNK as u64),
-                ),
-            }
-        }
-        if let Some(v) = get("SIGMATRACE_TRACE") {
-            match parse_trace(&v) {
-                Ok(bits) => c.trace = bits,
-                Err(bad) => warn(
-                    "SIGMATRACE_TRACE",
-                    &v,
-                    &format!("unknown category {bad:?}"),
-                    "all",
-                ),
-            }
-        }
-        if let Some(v) = get("SIGMATRACE_DIAG") {
-            match v.trim().to_ascii_lowercase().as_str() {
-                "off" | "0" | "none" => c.diag = Diag::Off,
-                "error" | "1" => c.diag = Diag::Error,
-                "info" | "2" => c.diag = Diag::Info,
-                "debug" | "3" => c.diag = Diag::Debug,
-                _ => warn(
-                    "SIGMATRACE_DIAG",
-                    &v,
-                    "expected off/error/info/debug",
-                    "error",
-                ),
-            }
-        }
-        if let Some(v) = get("SIGMATRACE_CLOCK") {
-            match v.trim().to_ascii_lowercase().as_str() {
-                "auto" => c.clock = ClockChoice::Auto,
-                "tsc" => c.clock = ClockChoice::Tsc,
-                "monotonic_raw" | "monotonic" => c.clock = ClockChoice::MonotonicRaw,
-                _ => warn(
-                    "SIGMATRACE_CLOCK",
-                    &v,
-                    "expected auto/tsc/monotonic_raw",
-                    "auto",
-                ),
-            }
-        }
-        if let Some(v) = get("SIGMATRACE_SNAPSHOT_MS") {
-            match v.trim().parse::<u64>() {
-                Ok(ms) if (1..=60_000).contains(&ms) => c.snapshot_ms = ms,
-                _ => warn(
-                    "SIGMATRACE_SNAPSHOT_MS",
-                    &v,
-                    "expected 1..60000",
-                    &DEFAULT_SNAPSHOT_MS.to_string(),
-                ),
-            }
-        }
-        if let Some(v) = get("SIGMATRACE_PREFAULT_CHUNKS") {
-            match v.trim().parse::<u32>() {
-                Ok(n) if n <= 1024 => c.prefault_chunks = n,
-                _ => warn(
-                    "SIGMATRACE_PREFAULT_CHUNKS",
-                    &v,
-                    "expected 0..1024",
-                    &DEFAULT_PREFAULT_CHUNKS.to_string(),
-                ),
-            }
-        }
-        if let Some(v) = get("SIGMATRACE_MODE") {
-            match v.trim().to_ascii_lowercase().as_str() {
-                "log" => c.flight = false,
-                "ring" => c.flight = true,
-                _ => warn("SIGMATRACE_MODE", &v, "expected log/ring", "log"),
-            }
-        }
-        if let Some(v) = get("SIGMATRACE_RING_MB") {
-            match v.trim().parse::<u32>() {
-                Ok(n) if (1..=MAX_RING_MB).contains(&n) => c.ring_mb = n,
-                _ => warn(
-                    "SIGMATRACE_RING_MB",
-                    &v,
-                    &format!("expected whole MiB, 1..{MAX_RING_MB}"),
-                    &DEFAULT_RING_MB.to_string(),
-                ),
-            }
-        }
         if c.flight {
             c.fit_ring(&mut warn);
         }
-        if let Some(v) = get("SIGMATRACE_DEBUG_PANIC").filter(|v| !v.is_empty()) {
-            c.debug_panic = Some(v);
-        }
-        if let Some(v) = get("SIGMATRACE_DEBUG_CLOCK_SKEW").filter(|v| !v.trim().is_empty()) {
-            match ClockSkew::parse(&v) {
-                Some(k) => c.clock_skew = Some(k),
-                None => warn(
-                    "SIGMATRACE_DEBUG_CLOCK_SKEW",
-                    &v,
-                    "expected <offset_ns>,<drift_ppb> (|offset| <= 1000 s, |drift| <= 1e6 ppb)",
-                    "no skew",
-                ),
-            }
-        }
-        c.observe = ObserveConfig::parse(&get, &mut warnings);
+        c.observe.fit_sleeps(&mut warn);
         c.warnings = warnings;
         c
     }
@@ -499,6 +550,16 @@ mod tests {
         assert_eq!(c.initial_mask(), cat::ALL);
         assert_eq!(c.output_dir, PathBuf::from("sigmatrace-out"));
         assert_eq!(c.diag, Diag::Error);
+        let empty = [
+            ("SIGMATRACE_DIR", ""),
+            ("SIGMATRACE_DEBUG_PANIC", ""),
+            ("SIGMATRACE_DEBUG_CLOCK_SKEW", " "),
+        ];
+        assert_eq!(
+            cfg(&empty),
+            Config::default(),
+            "empty values count as unset"
+        );
     }
 
     #[test]
@@ -599,7 +660,20 @@ mod tests {
             ("SIGMATRACE_MODE", "flight", "using log"),
             ("SIGMATRACE_RING_MB", "0", "using 64"),
             ("SIGMATRACE_RING_MB", "1.5", "using 64"),
+            ("SIGMATRACE_DEVICE_POLL", "gpu", "using 1"),
+            ("SIGMATRACE_POLL_MIN_SLEEP_US", "0", "using 50"),
+            ("SIGMATRACE_POLL_MAX_SLEEP_US", "10000001", "using 1000"),
+            ("SIGMATRACE_POLL_CPU", "4096", "using no pinning"),
+            ("SIGMATRACE_DEBUG_CLOCK_SKEW", "1,2,3", "using no skew"),
         ];
+        // Every setting that can be invalid has a case (the two that take any value aside).
+        let covered: std::collections::BTreeSet<&str> = cases.iter().map(|c| c.0).collect();
+        let settings: std::collections::BTreeSet<&str> = SETTINGS
+            .iter()
+            .map(|s| s.var)
+            .filter(|v| !matches!(*v, "SIGMATRACE_DIR" | "SIGMATRACE_DEBUG_PANIC"))
+            .collect();
+        assert_eq!(covered, settings);
         for (var, value, used) in cases {
             let c = cfg(&[(var, value)]);
             assert_eq!(c.warnings.len(), 1, "{var}: {:?}", c.warnings);
