@@ -65,19 +65,9 @@ type FModLoad = unsafe extern "C" fn(*mut CUmodule, *const c_void) -> c_int;
 type FModFunc = unsafe extern "C" fn(*mut CUfunction, CUmodule, *const c_char) -> c_int;
 type FPrio = unsafe extern "C" fn(*mut c_int, *mut c_int) -> c_int;
 type FStream = unsafe extern "C" fn(*mut CUstream, c_uint, c_int) -> c_int;
-type FLaunch = unsafe extern "C" fn(
-    CUfunction,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    CUstream,
-    *mut *mut c_void,
-    *mut *mut c_void,
-) -> c_int;
+/// `cuLaunchKernel` (handles as `u64`: the one definition the interposer and the test
+/// double share).
+type FLaunch = sigmatrace_cuda_abi::LaunchKernelFn;
 
 /// Driver entry points.
 #[allow(non_snake_case)]
@@ -383,7 +373,7 @@ impl DevicePoller {
         // StRingHeader*, StEvent*, u64); the pointed-to values outlive the launch call.
         check("cuLaunchKernel", unsafe {
             (f.cuLaunchKernel)(
-                function,
+                function as u64,
                 1,
                 1,
                 1,
@@ -391,7 +381,7 @@ impl DevicePoller {
                 1,
                 1,
                 0,
-                stream,
+                stream as u64,
                 params.as_mut_ptr(),
                 std::ptr::null_mut(),
             )

@@ -33,6 +33,16 @@ fn memory(e: CudaMemEvent, ret: c_int) {
     }
 }
 
+/// What a successful call wrote to the program's out pointer (`None` when the call failed or
+/// the pointer is null).
+///
+/// # Safety
+/// `out` null or the program's out pointer of the call that returned `ret`.
+unsafe fn written<T: Copy>(out: *const T, ret: c_int) -> Option<T> {
+    // SAFETY: non-null, and written by the successful call.
+    (ret == 0 && !out.is_null()).then(|| unsafe { *out })
+}
+
 /// `cuMemAlloc_v2`.
 ///
 /// # Safety
@@ -41,12 +51,8 @@ pub unsafe fn cu_mem_alloc(dptr: *mut u64, size: usize, ret: c_int) {
     if is_internal() {
         return;
     }
-    // SAFETY: written by the successful call.
-    let ptr = if ret == 0 && !dptr.is_null() {
-        unsafe { *dptr }
-    } else {
-        0
-    };
+    // SAFETY: the program's out pointer.
+    let ptr = unsafe { written(dptr, ret) }.unwrap_or(0);
     memory(
         CudaMemEvent::DeviceAlloc {
             ptr,
@@ -83,12 +89,8 @@ pub unsafe fn cu_mem_host_alloc(pp: *mut *mut c_void, size: usize, flags: c_uint
     if is_internal() {
         return;
     }
-    // SAFETY: written by the successful call.
-    let ptr = if ret == 0 && !pp.is_null() {
-        unsafe { *pp as u64 }
-    } else {
-        0
-    };
+    // SAFETY: the program's out pointer.
+    let ptr = unsafe { written(pp, ret) }.map_or(0, |p| p as u64);
     memory(
         CudaMemEvent::HostAlloc {
             ptr,
@@ -147,22 +149,11 @@ pub unsafe fn cu_mem_host_get_device_pointer(
     _f: c_uint,
     ret: c_int,
 ) {
-    if is_internal() {
-        return;
+    if !is_internal() {
+        // SAFETY: the program's out pointer.
+        let device = unsafe { written(dptr, ret) }.unwrap_or(0);
+        device_pointer(p, device, ret);
     }
-    // SAFETY: written by the successful call.
-    let device = if ret == 0 && !dptr.is_null() {
-        unsafe { *dptr }
-    } else {
-        0
-    };
-    memory(
-        CudaMemEvent::DevicePointer {
-            host: p as u64,
-            device,
-        },
-        ret,
-    );
 }
 
 /// `cuMemHostGetDevicePointer` (legacy 32-bit device pointer).
@@ -175,22 +166,17 @@ pub unsafe fn cu_mem_host_get_device_pointer_v1(
     _f: c_uint,
     ret: c_int,
 ) {
-    if is_internal() {
-        return;
+    if !is_internal() {
+        // SAFETY: the program's out pointer.
+        let device = unsafe { written(dptr, ret) }.map_or(0, u64::from);
+        device_pointer(p, device, ret);
     }
-    // SAFETY: written by the successful call.
-    let device = if ret == 0 && !dptr.is_null() {
-        unsafe { *dptr as u64 }
-    } else {
-        0
-    };
-    memory(
-        CudaMemEvent::DevicePointer {
-            host: p as u64,
-            device,
-        },
-        ret,
-    );
+}
+
+/// The device address of host memory `p` (0 when the call failed).
+fn device_pointer(p: *mut c_void, device: u64, ret: c_int) {
+    let host = p as u64;
+    memory(CudaMemEvent::DevicePointer { host, device }, ret);
 }
 
 // --- kernels ----------------------------------------------------------------------------------
@@ -208,16 +194,8 @@ pub unsafe fn cu_module_get_function(f: *mut u64, _module: u64, name: *const c_c
     kernels::name_function(h, n.to_bytes());
 }
 
-/// `CUlaunchConfig` (CUDA 12): grid, block, shared memory, stream, attributes.
-#[repr(C)]
-pub struct CuLaunchConfig {
-    pub grid: [c_uint; 3],
-    pub block: [c_uint; 3],
-    pub shared_mem: c_uint,
-    pub stream: u64,
-    pub attrs: *mut c_void,
-    pub num_attrs: c_uint,
-}
+/// `CUlaunchConfig`, as the hook table names it.
+pub use sigmatrace_cuda_abi::LaunchConfig as CuLaunchConfig;
 
 type Launch = Option<kernels::Launch>;
 
@@ -247,44 +225,64 @@ fn after(
     }
 }
 
-/// Before `cuLaunchKernel` (`PTSZ`: `cuLaunchKernel_ptsz`).
-#[allow(clippy::too_many_arguments)]
-pub fn launch_pre<const PTSZ: bool>(
-    _f: u64,
-    _gx: c_uint,
-    _gy: c_uint,
-    _gz: c_uint,
-    _bx: c_uint,
-    _by: c_uint,
-    _bz: c_uint,
-    _shm: c_uint,
-    stream: u64,
-    _p: *mut *mut c_void,
-    _e: *mut *mut c_void,
-) -> Launch {
-    before::<PTSZ>(stream)
+/// The handlers of a grid launch — `cuLaunchKernel` and `cuLaunchCooperativeKernel`, which
+/// take the same arguments but `extra` (cooperative launches have none) — from one
+/// parameter list: `$pre` (`PTSZ`: the `_ptsz` variant) starts the timing, `$post` ends it.
+macro_rules! grid_launch {
+    ($(#[$doc:meta])* $pre:ident, $post:ident, $api:expr $(, $extra:ident)?) => {
+        $(#[$doc])*
+        #[allow(clippy::too_many_arguments)]
+        pub fn $pre<const PTSZ: bool>(
+            _f: u64,
+            _gx: c_uint,
+            _gy: c_uint,
+            _gz: c_uint,
+            _bx: c_uint,
+            _by: c_uint,
+            _bz: c_uint,
+            _shm: c_uint,
+            stream: u64,
+            _p: *mut *mut c_void,
+            $($extra: *mut *mut c_void,)?
+        ) -> Launch {
+            before::<PTSZ>(stream)
+        }
+
+        $(#[$doc])*
+        #[allow(clippy::too_many_arguments)]
+        pub fn $post(
+            st: Launch,
+            f: u64,
+            gx: c_uint,
+            gy: c_uint,
+            gz: c_uint,
+            bx: c_uint,
+            by: c_uint,
+            bz: c_uint,
+            shm: c_uint,
+            _stream: u64,
+            _p: *mut *mut c_void,
+            $($extra: *mut *mut c_void,)?
+            ret: c_int,
+        ) {
+            after(st, $api, f, [gx, gy, gz], [bx, by, bz], shm, ret);
+        }
+    };
 }
 
-/// `cuLaunchKernel[_ptsz]`.
-#[allow(clippy::too_many_arguments)]
-pub fn launch(
-    st: Launch,
-    f: u64,
-    gx: c_uint,
-    gy: c_uint,
-    gz: c_uint,
-    bx: c_uint,
-    by: c_uint,
-    bz: c_uint,
-    shm: c_uint,
-    _stream: u64,
-    _p: *mut *mut c_void,
-    _e: *mut *mut c_void,
-    ret: c_int,
-) {
-    let api = launch_api::CU_LAUNCH_KERNEL;
-    after(st, api, f, [gx, gy, gz], [bx, by, bz], shm, ret);
-}
+grid_launch!(
+    /// `cuLaunchKernel[_ptsz]`.
+    launch_pre,
+    launch,
+    launch_api::CU_LAUNCH_KERNEL,
+    _e
+);
+grid_launch!(
+    /// `cuLaunchCooperativeKernel[_ptsz]`.
+    coop_pre,
+    coop,
+    launch_api::CU_LAUNCH_COOPERATIVE_KERNEL
+);
 
 /// Before `cuLaunchKernelEx` (`PTSZ`: `cuLaunchKernelEx_ptsz`).
 ///
@@ -322,41 +320,4 @@ pub unsafe fn launch_ex(
         let api = launch_api::CU_LAUNCH_KERNEL_EX;
         after(st, api, f, c.grid, c.block, c.shared_mem, ret);
     }
-}
-
-/// Before `cuLaunchCooperativeKernel` (`PTSZ`: `cuLaunchCooperativeKernel_ptsz`).
-#[allow(clippy::too_many_arguments)]
-pub fn coop_pre<const PTSZ: bool>(
-    _f: u64,
-    _gx: c_uint,
-    _gy: c_uint,
-    _gz: c_uint,
-    _bx: c_uint,
-    _by: c_uint,
-    _bz: c_uint,
-    _shm: c_uint,
-    stream: u64,
-    _p: *mut *mut c_void,
-) -> Launch {
-    before::<PTSZ>(stream)
-}
-
-/// `cuLaunchCooperativeKernel[_ptsz]`.
-#[allow(clippy::too_many_arguments)]
-pub fn coop(
-    st: Launch,
-    f: u64,
-    gx: c_uint,
-    gy: c_uint,
-    gz: c_uint,
-    bx: c_uint,
-    by: c_uint,
-    bz: c_uint,
-    shm: c_uint,
-    _stream: u64,
-    _p: *mut *mut c_void,
-    ret: c_int,
-) {
-    let api = launch_api::CU_LAUNCH_COOPERATIVE_KERNEL;
-    after(st, api, f, [gx, gy, gz], [bx, by, bz], shm, ret);
 }

@@ -1,7 +1,6 @@
-//! The C layouts and driver signatures the double shares with the programs that call it
-//! (its probe and its tests include this file with `#[path]`: the crate is a cdylib only).
-
-use std::ffi::{c_int, c_uint, c_void};
+//! The C layouts the double shares with the programs that call it: its own launch record,
+//! and the driver's launch layouts and signatures (from `sigmatrace-cuda-abi`). Its probe and
+//! its tests include this file with `#[path]`: the crate is a cdylib only.
 
 /// One recorded launch (`sigmatrace_cuda_double_launch`).
 #[repr(C)]
@@ -19,47 +18,8 @@ pub struct LaunchRecord {
     pub first_param: u64,
 }
 
-/// `CUlaunchConfig` prefix (grid, block, shared memory, stream), CUDA 12 layout.
-#[repr(C)]
-pub struct LaunchConfig {
-    pub grid: [c_uint; 3],
-    pub block: [c_uint; 3],
-    pub shared_mem: c_uint,
-    pub stream: u64,
-    pub attrs: *mut c_void,
-    pub num_attrs: c_uint,
-}
-
-/// `cuLaunchKernel`: function, grid x/y/z, block x/y/z, shared memory, stream, kernel
-/// parameters, extra (result as the raw CUresult code).
-pub type LaunchKernelFn = unsafe extern "C" fn(
-    u64,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    u64,
-    *mut *mut c_void,
-    *mut *mut c_void,
-) -> c_int;
-
-/// `cuLaunchKernelEx`: configuration, function, kernel parameters, extra.
-pub type LaunchKernelExFn =
-    unsafe extern "C" fn(*const LaunchConfig, u64, *mut *mut c_void, *mut *mut c_void) -> c_int;
-
-/// `cuLaunchCooperativeKernel`: as [`LaunchKernelFn`] without `extra`.
-pub type LaunchCooperativeKernelFn = unsafe extern "C" fn(
-    u64,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    u64,
-    *mut *mut c_void,
-) -> c_int;
+/// The driver's launch layouts and signatures: one definition, the interposer's and the
+/// device poller's too.
+pub use sigmatrace_cuda_abi::{
+    LaunchConfig, LaunchCooperativeKernelFn, LaunchKernelExFn, LaunchKernelFn,
+};

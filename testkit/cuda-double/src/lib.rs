@@ -24,7 +24,7 @@ mod timing;
 
 pub use abi::{LaunchConfig, LaunchRecord};
 
-pub type CUresult = c_int;
+pub type CUresult = sigmatrace_cuda_abi::CuResult;
 pub(crate) const SUCCESS: CUresult = 0;
 pub(crate) const INVALID_VALUE: CUresult = 1;
 const NOT_INITIALIZED: CUresult = 3;
@@ -426,42 +426,38 @@ unsafe fn record_launch(
     unsafe { exec::launch(&name, params, grid, block, stream) }.unwrap_or(SUCCESS)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuLaunchKernel(
-    f: u64,
-    gx: c_uint,
-    gy: c_uint,
-    gz: c_uint,
-    bx: c_uint,
-    by: c_uint,
-    bz: c_uint,
-    shm: c_uint,
-    stream: u64,
-    params: *mut *mut c_void,
-    _extra: *mut *mut c_void,
-) -> CUresult {
-    count("cuLaunchKernel");
-    // SAFETY: see record_launch.
-    unsafe { record_launch(1, f, [gx, gy, gz], [bx, by, bz], shm, stream, params) }
+/// `cuLaunchKernel` and `cuLaunchCooperativeKernel`: the same arguments but `extra`
+/// (cooperative launches have none), recorded by one definition.
+macro_rules! grid_launch {
+    ($name:ident, $api:expr $(, $extra:ident)?) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            f: u64,
+            gx: c_uint,
+            gy: c_uint,
+            gz: c_uint,
+            bx: c_uint,
+            by: c_uint,
+            bz: c_uint,
+            shm: c_uint,
+            stream: u64,
+            params: *mut *mut c_void,
+            $($extra: *mut *mut c_void,)?
+        ) -> CUresult {
+            count(stringify!($name));
+            // SAFETY: see record_launch.
+            unsafe { record_launch($api, f, [gx, gy, gz], [bx, by, bz], shm, stream, params) }
+        }
+    };
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cuLaunchCooperativeKernel(
-    f: u64,
-    gx: c_uint,
-    gy: c_uint,
-    gz: c_uint,
-    bx: c_uint,
-    by: c_uint,
-    bz: c_uint,
-    shm: c_uint,
-    stream: u64,
-    params: *mut *mut c_void,
-) -> CUresult {
-    count("cuLaunchCooperativeKernel");
-    // SAFETY: see record_launch.
-    unsafe { record_launch(3, f, [gx, gy, gz], [bx, by, bz], shm, stream, params) }
-}
+grid_launch!(cuLaunchKernel, 1, _extra);
+grid_launch!(cuLaunchCooperativeKernel, 3);
+
+// The exports have the driver's signatures, as the callers' one definition states them.
+const _: abi::LaunchKernelFn = cuLaunchKernel;
+const _: abi::LaunchCooperativeKernelFn = cuLaunchCooperativeKernel;
+const _: abi::LaunchKernelExFn = cuLaunchKernelEx;
 
 #[no_mangle]
 pub unsafe extern "C" fn cuLaunchKernelEx(

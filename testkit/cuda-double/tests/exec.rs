@@ -9,11 +9,8 @@
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-// The double's C layouts and signatures; this test calls only cuLaunchKernel through them.
-#[allow(dead_code)]
-#[path = "../src/abi.rs"]
-mod abi;
-use abi::LaunchKernelFn;
+// The driver's launch signature (the one definition); this test calls only cuLaunchKernel.
+use sigmatrace_cuda_abi::LaunchKernelFn;
 
 fn lib() -> *mut c_void {
     let exe = std::env::current_exe().expect("current_exe");
