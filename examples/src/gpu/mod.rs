@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::cluster::{write_json, Cluster};
-use crate::workload::Res;
+use crate::workload::{RankOptions, Res};
 use clock::{ClockFit, ClockPair};
 use driver::{Gpu, GpuError, HostMap, Module};
 use qp::{check_outcomes, GpuQps};
@@ -64,10 +64,48 @@ impl GpuRun {
         v
     }
 
+    /// One run of a workload kernel (BFS, MoE), the part they share: clock pairs before; the
+    /// cluster's rings, `host` and the status words mapped; the QPs built; `args` makes the
+    /// argument struct; kernel `entry` of `ptx` runs as one block of `opts.threads` threads
+    /// ([`Self::run_kernel`]); its status words are checked (`failed` says what an error code
+    /// means) and the report written ([`Self::report`], for `opts.rank` into `opts.out`).
+    ///
+    /// # Safety
+    /// Every range of `host` stays allocated until this returns.
+    pub unsafe fn run_workload<A: Copy>(
+        &self,
+        c: &Cluster,
+        opts: &RankOptions,
+        (ptx, entry): (&str, &'static str),
+        host: &[(u64, u64)],
+        args: impl FnOnce(&Mapped) -> Res<A>,
+        failed: impl FnOnce(&[u32; 4]) -> String,
+    ) -> Res<(GpuReport, [u32; 4])> {
+        let before = self.clock_pairs(16)?;
+        let status = KernelStatus::default();
+        let mut host = host.to_vec();
+        host.push(status.range());
+        // SAFETY: the caller's ranges outlive `map` (dropped when this returns), and so do the
+        // status words.
+        let map = unsafe { self.map(c, &host)? };
+        let qps = GpuQps::build(&self.gpu, &map, c, LOG_CAP)?;
+        let mapped = Mapped {
+            gpu: &self.gpu,
+            map: &map,
+            qps: qps.array.ptr,
+            status: map.dev(status.range().0)?,
+        };
+        let a = args(&mapped)?;
+        let k = self.run_kernel(ptx, entry, opts.threads as u32, &a, before)?;
+        let st = status.check(failed)?;
+        let report = self.report(&k, c, &qps, map.bytes(), opts.rank, &opts.out)?;
+        Ok((report, st))
+    }
+
     /// Runs kernel `entry` of `ptx` as one block of `block` threads with the argument struct
     /// `args` — against the test double, first checked to be as large as its host build's — and
     /// waits for it; then takes the clock pairs after it (`before`: those taken before).
-    pub fn run_kernel<A: Copy>(
+    fn run_kernel<A: Copy>(
         &self,
         ptx: &str,
         entry: &'static str,
@@ -103,7 +141,7 @@ impl GpuRun {
 
     /// After a kernel that succeeded: the QPs' bookkeeping logs, checked, become the cluster's
     /// posted WQEs, and `gpu.<rank>.json` is written into `out`.
-    pub fn report(
+    fn report(
         &self,
         k: &KernelRun,
         c: &Cluster,
@@ -144,6 +182,25 @@ impl GpuRun {
         r.extend_from_slice(extra);
         // SAFETY: the caller's contract; the rings live as long as the cluster.
         unsafe { HostMap::register(&self.gpu, &r) }
+    }
+}
+
+/// What a workload's argument struct is made of ([`GpuRun::run_workload`]): the device (to
+/// upload to), the device addresses of the mapped host ranges, the QPs' array, the status
+/// words.
+pub struct Mapped<'a> {
+    pub gpu: &'a Gpu,
+    map: &'a HostMap,
+    /// Device address of the QPs' array ([`GpuQps`]).
+    pub qps: u64,
+    /// Device address of the status words ([`KernelStatus`]).
+    pub status: u64,
+}
+
+impl Mapped<'_> {
+    /// The device address of a mapped host address.
+    pub fn dev(&self, host: u64) -> Result<u64, GpuError> {
+        self.map.dev(host)
     }
 }
 

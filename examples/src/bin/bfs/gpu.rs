@@ -6,8 +6,7 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use sigmatrace_examples::gpu::qp::GpuQps;
-use sigmatrace_examples::gpu::{host_range, GpuRun, KernelStatus, LOG_CAP};
+use sigmatrace_examples::gpu::{host_range, GpuRun, Mapped};
 use sigmatrace_examples::kernels;
 use sigmatrace_examples::workload::Res;
 
@@ -65,11 +64,8 @@ struct BfsArgs {
 pub fn run(r: &Rank) -> Res<(u32, Vec<Arrival>)> {
     let a = r.a;
     let gr = GpuRun::open()?;
-    let g = &gr.gpu;
-    let before = gr.clock_pairs(16)?;
     let arrival_ns: Vec<AtomicU64> = (0..MAX_ROUNDS).map(|_| AtomicU64::new(0)).collect();
     let arrival_last: Vec<AtomicU32> = (0..MAX_ROUNDS).map(|_| AtomicU32::new(0)).collect();
-    let status = KernelStatus::default();
     let host = [
         host_range(r.outbox.as_slice()),
         host_range(r.inbox.as_slice()),
@@ -78,11 +74,7 @@ pub fn run(r: &Rank) -> Res<(u32, Vec<Arrival>)> {
         host_range(&r.level),
         host_range(&arrival_ns),
         host_range(&arrival_last),
-        status.range(),
     ];
-    // SAFETY: the regions, levels and result arrays outlive `map` (dropped at the end).
-    let map = unsafe { gr.map(r.c, &host)? };
-    let qps = GpuQps::build(g, &map, r.c, LOG_CAP)?;
     let mut adj_ptr = vec![0u32];
     let mut adj = Vec::new();
     for n in &r.adj {
@@ -106,52 +98,48 @@ pub fn run(r: &Rank) -> Res<(u32, Vec<Arrival>)> {
             pad: 0,
         })
         .collect();
-    let d = |p: u64| map.dev(p);
-    let args = BfsArgs {
-        rank: a.opts.rank,
-        nranks: a.opts.ranks,
-        nlocal: r.nlocal,
-        words: r.words as u32,
-        max_rounds: MAX_ROUNDS,
-        ndelays: delays.len() as u32,
-        rotate: a.rotate as u32,
-        outbox_lkey: r.outbox.lkey(),
-        scratch_lkey: r.scratch.lkey(),
-        pad: 0,
-        counter: r.peers[0].counter.addr,
-        counter_rkey: r.peers[0].counter.rkey,
-        pad2: 0,
-        delays_ns: g.upload(&delays)?.ptr,
-        adj_ptr: g.upload(&adj_ptr)?.ptr,
-        adj: g.upload(&adj)?.ptr,
-        level: d(r.level.as_ptr() as u64)?,
-        frontier: g.upload(&frontier)?.ptr,
-        stage: g.alloc(a.opts.ranks as usize * r.words * 8)?.ptr,
-        outbox: d(r.outbox.addr())?,
-        inbox: d(r.inbox.addr())?,
-        scratch: d(r.scratch.addr())?,
-        release: d(r.release.addr())?,
-        peers: g.upload(&peers)?.ptr,
-        qps: qps.array.ptr,
-        arrival_ns: d(arrival_ns.as_ptr() as u64)?,
-        arrival_last: d(arrival_last.as_ptr() as u64)?,
-        status: d(status.range().0)?,
+    let args = |m: &Mapped| -> Res<BfsArgs> {
+        let g = m.gpu;
+        Ok(BfsArgs {
+            rank: a.opts.rank,
+            nranks: a.opts.ranks,
+            nlocal: r.nlocal,
+            words: r.words as u32,
+            max_rounds: MAX_ROUNDS,
+            ndelays: delays.len() as u32,
+            rotate: a.rotate as u32,
+            outbox_lkey: r.outbox.lkey(),
+            scratch_lkey: r.scratch.lkey(),
+            pad: 0,
+            counter: r.peers[0].counter.addr,
+            counter_rkey: r.peers[0].counter.rkey,
+            pad2: 0,
+            delays_ns: g.upload(&delays)?.ptr,
+            adj_ptr: g.upload(&adj_ptr)?.ptr,
+            adj: g.upload(&adj)?.ptr,
+            level: m.dev(r.level.as_ptr() as u64)?,
+            frontier: g.upload(&frontier)?.ptr,
+            stage: g.alloc(a.opts.ranks as usize * r.words * 8)?.ptr,
+            outbox: m.dev(r.outbox.addr())?,
+            inbox: m.dev(r.inbox.addr())?,
+            scratch: m.dev(r.scratch.addr())?,
+            release: m.dev(r.release.addr())?,
+            peers: g.upload(&peers)?.ptr,
+            qps: m.qps,
+            arrival_ns: m.dev(arrival_ns.as_ptr() as u64)?,
+            arrival_last: m.dev(arrival_last.as_ptr() as u64)?,
+            status: m.status,
+        })
     };
-    let k = gr.run_kernel(
-        kernels::BFS_PTX,
-        kernels::BFS_ENTRY,
-        a.opts.threads as u32,
-        &args,
-        before,
-    )?;
-    let st = status.check(|st| {
+    let failed = |st: &[u32; 4]| {
         format!(
             "bfs kernel failed: code {} detail {:#x} (round {})",
             st[1], st[2], st[3]
         )
-    })?;
-    let report = gr.report(&k, r.c, &qps, map.bytes(), a.opts.rank, &a.opts.out)?;
-    drop(map);
+    };
+    let kernel = (kernels::BFS_PTX, kernels::BFS_ENTRY);
+    // SAFETY: the regions, levels and arrival arrays outlive the call.
+    let (report, st) = unsafe { gr.run_workload(r.c, &a.opts, kernel, &host, args, failed)? };
     let fit = report.clock.ok_or("no clock fit")?;
     let rounds = st[3].min(MAX_ROUNDS);
     let arrivals = (0..rounds)

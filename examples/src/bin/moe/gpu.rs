@@ -4,8 +4,7 @@
 //! GPU. The host passes the routing (pairs per destination and per source, in slot order)
 //! and reads back each QP's bookkeeping.
 
-use sigmatrace_examples::gpu::qp::GpuQps;
-use sigmatrace_examples::gpu::{host_range, GpuRun, KernelStatus, LOG_CAP};
+use sigmatrace_examples::gpu::{host_range, GpuRun, Mapped};
 use sigmatrace_examples::kernels;
 use sigmatrace_examples::workload::Res;
 
@@ -62,9 +61,6 @@ pub fn run(r: &Rank) -> Res<()> {
     let a = r.a;
     let me = a.opts.rank;
     let gr = GpuRun::open()?;
-    let g = &gr.gpu;
-    let before = gr.clock_pairs(16)?;
-    let status = KernelStatus::default();
     let host = [
         host_range(r.tokens.as_slice()),
         host_range(r.recv.as_slice()),
@@ -72,11 +68,7 @@ pub fn run(r: &Rank) -> Res<()> {
         host_range(r.combine.as_slice()),
         host_range(r.flags.as_slice()),
         host_range(r.flag_src.as_slice()),
-        status.range(),
     ];
-    // SAFETY: the regions and the status words outlive `map` (dropped at the end).
-    let map = unsafe { gr.map(r.c, &host)? };
-    let qps = GpuQps::build(g, &map, r.c, LOG_CAP)?;
     let (mut send_ptr, mut send_token, mut send_expert) = (vec![0u32], Vec::new(), Vec::new());
     let (mut recv_ptr, mut recv_expert) = (vec![0u32], Vec::new());
     for p in 0..a.opts.ranks {
@@ -104,51 +96,47 @@ pub fn run(r: &Rank) -> Res<()> {
             pad2: 0,
         })
         .collect();
-    let d = |p: u64| map.dev(p);
-    let args = MoeArgs {
-        rank: me,
-        nranks: a.opts.ranks,
-        ntokens: a.tokens,
-        words: r.words as u32,
-        iters: a.iters,
-        max_slots: r.max_slots as u32,
-        signal_every: a.signal_every,
-        pad: 0,
-        tokens_lkey: r.tokens.lkey(),
-        results_lkey: r.results.lkey(),
-        flag_src_lkey: r.flag_src.lkey(),
-        pad2: 0,
-        tokens: d(r.tokens.addr())?,
-        recv: d(r.recv.addr())?,
-        results: d(r.results.addr())?,
-        combine: d(r.combine.addr())?,
-        flags: d(r.flags.addr())?,
-        flag_src: d(r.flag_src.addr())?,
-        peers: g.upload(&peers)?.ptr,
-        qps: qps.array.ptr,
-        send_ptr: g.upload(&send_ptr)?.ptr,
-        send_token: g.upload(&send_token)?.ptr,
-        send_expert: g.upload(&send_expert)?.ptr,
-        recv_ptr: g.upload(&recv_ptr)?.ptr,
-        recv_expert: g.upload(&recv_expert)?.ptr,
-        status: d(status.range().0)?,
+    let args = |m: &Mapped| -> Res<MoeArgs> {
+        Ok(MoeArgs {
+            rank: me,
+            nranks: a.opts.ranks,
+            ntokens: a.tokens,
+            words: r.words as u32,
+            iters: a.iters,
+            max_slots: r.max_slots as u32,
+            signal_every: a.signal_every,
+            pad: 0,
+            tokens_lkey: r.tokens.lkey(),
+            results_lkey: r.results.lkey(),
+            flag_src_lkey: r.flag_src.lkey(),
+            pad2: 0,
+            tokens: m.dev(r.tokens.addr())?,
+            recv: m.dev(r.recv.addr())?,
+            results: m.dev(r.results.addr())?,
+            combine: m.dev(r.combine.addr())?,
+            flags: m.dev(r.flags.addr())?,
+            flag_src: m.dev(r.flag_src.addr())?,
+            peers: m.gpu.upload(&peers)?.ptr,
+            qps: m.qps,
+            send_ptr: m.gpu.upload(&send_ptr)?.ptr,
+            send_token: m.gpu.upload(&send_token)?.ptr,
+            send_expert: m.gpu.upload(&send_expert)?.ptr,
+            recv_ptr: m.gpu.upload(&recv_ptr)?.ptr,
+            recv_expert: m.gpu.upload(&recv_expert)?.ptr,
+            status: m.status,
+        })
     };
-    let k = gr.run_kernel(
-        kernels::MOE_PTX,
-        kernels::MOE_ENTRY,
-        a.opts.threads as u32,
-        &args,
-        before,
-    )?;
-    let st = status.check(|st| {
+    let failed = |st: &[u32; 4]| {
         format!(
             "moe kernel failed: code {} details {} {:#x} after {} iterations",
             st[1], st[2], st[3], st[0]
         )
-    })?;
+    };
+    let kernel = (kernels::MOE_PTX, kernels::MOE_ENTRY);
+    // SAFETY: the regions outlive the call.
+    let (_, st) = unsafe { gr.run_workload(r.c, &a.opts, kernel, &host, args, failed)? };
     if st[0] != a.iters {
         return Err(format!("moe kernel ran {} of {} iterations", st[0], a.iters).into());
     }
-    gr.report(&k, r.c, &qps, map.bytes(), me, &a.opts.out)?;
     Ok(())
 }
