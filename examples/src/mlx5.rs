@@ -247,6 +247,80 @@ pub struct PostedWqe {
     pub ds: u8,
 }
 
+/// What both ways of posting (direct, [`DirectQp`]; verbs, `poster::VerbsQp`) keep per QP:
+/// the WQEs retired by completions, the signalling of every `signal_every`-th WQE, and the
+/// workload's log of what it posted.
+pub(crate) struct PostBook {
+    /// WQEs retired by completions (free-running).
+    pub(crate) retired: AtomicU64,
+    /// Every `signal_every`-th WQE asks for a CQE even when the caller did not, so the ring
+    /// never fills with unsignalled WQEs.
+    signal_every: u64,
+    log: Mutex<Vec<PostedWqe>>,
+}
+
+impl PostBook {
+    pub(crate) fn new(signal_every: u64) -> PostBook {
+        PostBook {
+            retired: AtomicU64::new(0),
+            signal_every,
+            log: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Whether WQE `idx` asks for a CQE (`asked`: the caller's wish).
+    pub(crate) fn signaled(&self, idx: u64, asked: bool) -> bool {
+        asked || idx % self.signal_every == self.signal_every - 1
+    }
+
+    /// Logs WQE `idx` as posted.
+    pub(crate) fn record(&self, idx: u64, w: &WqeOp, fm_ce_se: u8) {
+        let (raddr, rkey) = w.remote();
+        let posted = PostedWqe {
+            index: idx,
+            wqe_index: idx as u16,
+            opcode: w.opcode(),
+            bytes: w.bytes(),
+            raddr,
+            rkey,
+            compare_add: w.compare_add(),
+            fm_ce_se,
+            ds: w.ds(),
+        };
+        self.log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(posted);
+    }
+
+    /// Every WQE posted so far, in index order.
+    pub(crate) fn posted(&self) -> Vec<PostedWqe> {
+        let mut v = self.log.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        v.sort_by_key(|w| w.index);
+        v
+    }
+
+    /// Makes `progress` until `done(retired)` holds, backing off between tries; `timeout`'s
+    /// error once [`WAIT_LIMIT`] has passed since `start`.
+    pub(crate) fn wait_until<E>(
+        &self,
+        start: Instant,
+        done: impl Fn(u64) -> bool,
+        progress: impl Fn() -> Result<(), E>,
+        timeout: impl Fn() -> E,
+    ) -> Result<(), E> {
+        let mut bo = Backoff::new();
+        while !done(self.retired.load(Ordering::Acquire)) {
+            progress()?;
+            if start.elapsed() > WAIT_LIMIT {
+                return Err(timeout());
+            }
+            bo.snooze();
+        }
+        Ok(())
+    }
+}
+
 /// A QP posted IBGDA-style by any number of threads.
 pub struct DirectQp {
     sq: SendRing,
@@ -255,15 +329,11 @@ pub struct DirectQp {
     resv: AtomicU64,
     /// WQEBBs published (doorbell rung); the next poster waits for its turn here.
     ready: AtomicU64,
-    /// WQEBBs retired by CQEs.
-    retired: AtomicU64,
     cq_ci: Mutex<u64>,
     failed: Mutex<Option<String>>,
     failed_flag: AtomicU32,
-    /// Every `signal_every`-th WQEBB asks for a CQE even when the caller did not, so the
-    /// ring never fills with unsignalled WQEs.
-    signal_every: u64,
-    log: Mutex<Vec<PostedWqe>>,
+    /// WQEBBs retired by CQEs, signalling, the log.
+    book: PostBook,
 }
 
 // SAFETY: the raw pointers address queue memory that lives as long as the QP (softnic's rings
@@ -281,12 +351,10 @@ impl DirectQp {
             cq,
             resv: AtomicU64::new(0),
             ready: AtomicU64::new(0),
-            retired: AtomicU64::new(0),
             cq_ci: Mutex::new(0),
             failed: Mutex::new(None),
             failed_flag: AtomicU32::new(0),
-            signal_every: (sq.wqe_cnt as u64 / 4).max(1),
-            log: Mutex::new(Vec::new()),
+            book: PostBook::new((sq.wqe_cnt as u64 / 4).max(1)),
         }
     }
 
@@ -325,15 +393,11 @@ impl DirectQp {
         let idx = self.resv.fetch_add(1, Ordering::Relaxed);
         let depth = self.sq.wqe_cnt as u64;
         let start = Instant::now();
-        let mut bo = Backoff::new();
-        while idx + 1 - self.retired.load(Ordering::Acquire) > depth {
-            self.progress()?;
-            if start.elapsed() > WAIT_LIMIT {
-                return Err(self.timeout(idx));
-            }
-            bo.snooze();
-        }
-        let signaled = signaled || idx % self.signal_every == self.signal_every - 1;
+        let room = |retired| idx + 1 - retired <= depth;
+        let timeout = || self.timeout(idx);
+        self.book
+            .wait_until(start, room, || self.progress(), timeout)?;
+        let signaled = self.book.signaled(idx, signaled);
         let fm_ce_se = if signaled { CE_CQE_ALWAYS } else { 0 };
         let bytes = encode(w, idx as u16, self.sq.qpn, fm_ce_se);
         let slot = (idx & (depth - 1)) as usize;
@@ -352,21 +416,7 @@ impl DirectQp {
             }
             bo.snooze();
         }
-        let (raddr, rkey) = w.remote();
-        self.log
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(PostedWqe {
-                index: idx,
-                wqe_index: idx as u16,
-                opcode: w.opcode(),
-                bytes: w.bytes(),
-                raddr,
-                rkey,
-                compare_add: w.compare_add(),
-                fm_ce_se,
-                ds: w.ds(),
-            });
+        self.book.record(idx, w, fm_ce_se);
         let pi = (idx + 1) as u16;
         fence(Ordering::SeqCst);
         // SAFETY: dbrec points to the QP's 8-byte doorbell record; [1] is the send word. The
@@ -415,10 +465,10 @@ impl DirectQp {
                 self.failed_flag.store(1, Ordering::Release);
                 return Err(e);
             }
-            let r = self.retired.load(Ordering::Relaxed);
+            let r = self.book.retired.load(Ordering::Relaxed);
             let done = r + (c.wqe_counter.wrapping_sub(r as u16)) as u64 + 1;
             if done > r {
-                self.retired.store(done, Ordering::Release);
+                self.book.retired.store(done, Ordering::Release);
             }
         }
         drop(ci);
@@ -428,23 +478,15 @@ impl DirectQp {
     /// Waits until WQE `idx` (and every earlier one) completed. `idx` must be signalled or
     /// followed by a signalled WQE.
     pub fn wait(&self, idx: u64) -> Result<(), DirectError> {
-        let start = Instant::now();
-        let mut bo = Backoff::new();
-        while self.retired.load(Ordering::Acquire) <= idx {
-            self.progress()?;
-            if start.elapsed() > WAIT_LIMIT {
-                return Err(self.timeout(idx));
-            }
-            bo.snooze();
-        }
-        Ok(())
+        let done = |retired| retired > idx;
+        let timeout = || self.timeout(idx);
+        self.book
+            .wait_until(Instant::now(), done, || self.progress(), timeout)
     }
 
     /// Every WQE posted so far, in index order.
     pub fn posted(&self) -> Vec<PostedWqe> {
-        let mut v = self.log.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        v.sort_by_key(|w| w.index);
-        v
+        self.book.posted()
     }
 }
 

@@ -2,12 +2,12 @@
 //! ([`DirectQp`]) or `ibv_post_send` / `ibv_poll_cq` ([`VerbsQp`]), with the same interface
 //! and the same WQE bookkeeping.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
 use crate::dv::QueueError;
-use crate::mlx5::{self, Backoff, DirectQp, PostedWqe, WqeOp};
+use crate::mlx5::{self, DirectQp, PostBook, PostedWqe, WqeOp};
 use crate::verbs::ffi::*;
 
 fn rc_err(call: &'static str, rc: i32) -> QueueError {
@@ -22,11 +22,10 @@ pub struct VerbsQp {
     qp: *mut ibv_qp,
     cq: *mut ibv_cq,
     next: Mutex<u64>,
-    retired: AtomicU64,
     cq_lock: Mutex<()>,
     failed: AtomicU32,
-    signal_every: u64,
-    log: Mutex<Vec<PostedWqe>>,
+    /// WRs retired by completions, signalling, the log.
+    book: PostBook,
 }
 
 // SAFETY: verbs objects are thread-safe to post/poll (posting is serialised by `next`, polling
@@ -41,11 +40,9 @@ impl VerbsQp {
             qp,
             cq,
             next: Mutex::new(0),
-            retired: AtomicU64::new(0),
             cq_lock: Mutex::new(()),
             failed: AtomicU32::new(0),
-            signal_every: 16,
-            log: Mutex::new(Vec::new()),
+            book: PostBook::new(16),
         }
     }
 
@@ -57,16 +54,11 @@ impl VerbsQp {
     fn post(&self, w: &WqeOp, signaled: bool) -> Result<u64, QueueError> {
         let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
         let idx = *next;
-        let start = Instant::now();
-        let mut bo = Backoff::new();
-        while idx + 1 - self.retired.load(Ordering::Acquire) > 64 {
-            self.progress()?;
-            if start.elapsed() > mlx5::WAIT_LIMIT {
-                return Err(self.timeout(idx));
-            }
-            bo.snooze();
-        }
-        let signaled = signaled || idx % self.signal_every == self.signal_every - 1;
+        let room = |retired| idx + 1 - retired <= 64;
+        let timeout = || self.timeout(idx);
+        self.book
+            .wait_until(Instant::now(), room, || self.progress(), timeout)?;
+        let signaled = self.book.signaled(idx, signaled);
         // SAFETY: the WR and SGE live across the call; the provider copies them.
         unsafe {
             let mut wr: ibv_send_wr = std::mem::zeroed();
@@ -128,20 +120,8 @@ impl VerbsQp {
             if rc != 0 {
                 return Err(rc_err("ibv_post_send", rc));
             }
-            self.log
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(PostedWqe {
-                    index: idx,
-                    wqe_index: idx as u16,
-                    opcode: w.opcode(),
-                    bytes: w.bytes(),
-                    raddr,
-                    rkey,
-                    compare_add: w.compare_add(),
-                    fm_ce_se: if signaled { mlx5::CE_CQE_ALWAYS } else { 0 },
-                    ds: w.ds(),
-                });
+            let fm_ce_se = if signaled { mlx5::CE_CQE_ALWAYS } else { 0 };
+            self.book.record(idx, w, fm_ce_se);
         }
         *next += 1;
         Ok(idx)
@@ -186,23 +166,17 @@ impl VerbsQp {
                         status: c.status,
                     });
                 }
-                self.retired.fetch_max(c.wr_id + 1, Ordering::AcqRel);
+                self.book.retired.fetch_max(c.wr_id + 1, Ordering::AcqRel);
             }
         }
         Ok(())
     }
 
     fn wait(&self, idx: u64) -> Result<(), QueueError> {
-        let start = Instant::now();
-        let mut bo = Backoff::new();
-        while self.retired.load(Ordering::Acquire) <= idx {
-            self.progress()?;
-            if start.elapsed() > mlx5::WAIT_LIMIT {
-                return Err(self.timeout(idx));
-            }
-            bo.snooze();
-        }
-        Ok(())
+        let done = |retired| retired > idx;
+        let timeout = || self.timeout(idx);
+        self.book
+            .wait_until(Instant::now(), done, || self.progress(), timeout)
     }
 }
 
@@ -255,11 +229,7 @@ impl Poster {
     pub fn posted(&self) -> Vec<PostedWqe> {
         match self {
             Poster::Direct(q) => q.posted(),
-            Poster::Verbs(q) => {
-                let mut v = q.log.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                v.sort_by_key(|w| w.index);
-                v
-            }
+            Poster::Verbs(q) => q.book.posted(),
         }
     }
 }
