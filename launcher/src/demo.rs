@@ -111,11 +111,6 @@ pub fn demo(opts: &DemoOptions) -> Result<DemoOutcome, LaunchError> {
     let lib = artifacts::interposer()?;
     let softnic = artifacts::softnic_run()?;
     let workload = artifacts::ring_allreduce()?;
-    clear_previous(&opts.out_dir)?;
-    let scratch = opts.out_dir.join(format!(".demo-{}", std::process::id()));
-    let rendezvous = scratch.join("rendezvous");
-    let fabric = scratch.join("fabric");
-    std::fs::create_dir_all(&fabric).map_err(|e| LaunchError::Io(fabric.clone(), e))?;
     let elems = opts.elems.div_ceil(opts.ranks as usize) * opts.ranks as usize;
     if !opts.quiet {
         eprintln!(
@@ -123,48 +118,17 @@ pub fn demo(opts: &DemoOptions) -> Result<DemoOutcome, LaunchError> {
             opts.ranks, elems, opts.iters
         );
     }
-    let ranks = opts.ranks.to_string();
-    let ring_args = |r: u32| -> Vec<String> {
-        vec![
-            "--rank".into(),
-            r.to_string(),
-            "--ranks".into(),
-            ranks.clone(),
-            "--rendezvous".into(),
-            rendezvous.display().to_string(),
-            "--elems".into(),
-            elems.to_string(),
-            "--iters".into(),
-            opts.iters.to_string(),
-        ]
+    let ring_args = |_: &Path| {
+        let iters = opts.iters.to_string();
+        vec!["--elems".into(), elems.to_string(), "--iters".into(), iters]
     };
-    let mut children = spawn_ranks(
-        opts,
-        &softnic,
-        &lib,
-        &fabric,
-        &opts.out_dir,
-        &workload,
-        ring_args,
-    )?;
-    let rank_output = wait_all(&mut children, opts.timeout);
-    let _ = std::fs::remove_dir_all(&scratch);
-    let rank_output = rank_output?;
+    let out = &opts.out_dir;
+    let (rank_output, logs) = run_ranks(opts, &softnic, &lib, out, &workload, ring_args)?;
     if !opts.quiet {
         for line in &rank_output {
             eprintln!("  {line}");
         }
     }
-    let logs: Vec<PathBuf> = {
-        let mut v: Vec<PathBuf> = std::fs::read_dir(&opts.out_dir)
-            .map_err(|e| LaunchError::Io(opts.out_dir.clone(), e))?
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|x| x == "sigmalog"))
-            .collect();
-        v.sort();
-        v
-    };
     if logs.len() != opts.ranks as usize {
         return Err(LaunchError::Workload(format!(
             "expected {} logs in {}, found {}",
@@ -197,6 +161,49 @@ pub struct MoeOutcome {
     pub trace: PathBuf,
     pub rank_output: Vec<String>,
     pub report_text: String,
+}
+
+/// One phase's ranks: the previous run's logs in `dir` removed, one process per rank under
+/// softnic with the tracer preloaded (`--rank R --ranks N --rendezvous DIR`, then `extra`
+/// given the phase's scratch folder), all waited for, the scratch folder removed; returns each
+/// rank's stdout and the logs the ranks wrote into `dir`, sorted.
+fn run_ranks(
+    opts: &DemoOptions,
+    softnic: &Path,
+    lib: &Path,
+    dir: &Path,
+    workload: &Path,
+    extra: impl Fn(&Path) -> Vec<String>,
+) -> Result<(Vec<String>, Vec<PathBuf>), LaunchError> {
+    clear_previous(dir)?;
+    let scratch = dir.join(format!(".demo-{}", std::process::id()));
+    let rendezvous = scratch.join("rendezvous");
+    let fabric = scratch.join("fabric");
+    std::fs::create_dir_all(&fabric).map_err(|e| LaunchError::Io(fabric.clone(), e))?;
+    let args = |r: u32| -> Vec<String> {
+        let mut v = vec![
+            "--rank".into(),
+            r.to_string(),
+            "--ranks".into(),
+            opts.ranks.to_string(),
+            "--rendezvous".into(),
+            rendezvous.display().to_string(),
+        ];
+        v.extend(extra(&scratch));
+        v
+    };
+    let rank_output = spawn_ranks(opts, softnic, lib, &fabric, dir, workload, args)
+        .and_then(|mut children| wait_all(&mut children, opts.timeout));
+    let _ = std::fs::remove_dir_all(&scratch);
+    let rank_output = rank_output?;
+    let mut logs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| LaunchError::Io(dir.to_owned(), e))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "sigmalog"))
+        .collect();
+    logs.sort();
+    Ok((rank_output, logs))
 }
 
 /// One process per rank under softnic with the tracer preloaded, logs into `log_dir`.
@@ -247,45 +254,19 @@ fn spawn_ranks(
 fn moe_phase(opts: &DemoOptions, softnic: &Path, lib: &Path) -> Result<MoeOutcome, LaunchError> {
     let workload = artifacts::locate("moe", "SIGMATRACE_DEMO_MOE")?;
     let dir = opts.out_dir.join("moe");
-    clear_previous(&dir)?;
-    let scratch = dir.join(format!(".demo-{}", std::process::id()));
-    let fabric = scratch.join("fabric");
-    std::fs::create_dir_all(&fabric).map_err(|e| LaunchError::Io(fabric.clone(), e))?;
     if !opts.quiet {
         eprintln!(
             "sigmatrace demo: the same {} nodes run a skewed Mixture-of-Experts all-to-all, posting mlx5 WQEs directly (GPU-initiated style), traced by watching the rings",
             opts.ranks
         );
     }
-    let ranks = opts.ranks.to_string();
-    let rendezvous = scratch.join("rendezvous");
-    let args = |r: u32| -> Vec<String> {
-        vec![
-            "--rank".into(),
-            r.to_string(),
-            "--ranks".into(),
-            ranks.clone(),
-            "--rendezvous".into(),
-            rendezvous.display().to_string(),
-            "--out".into(),
-            scratch.join("truth").display().to_string(),
-        ]
-    };
-    let mut children = spawn_ranks(opts, softnic, lib, &fabric, &dir, &workload, args)?;
-    let rank_output = wait_all(&mut children, opts.timeout);
-    let _ = std::fs::remove_dir_all(&scratch);
-    let rank_output = rank_output?;
+    let truth = |scratch: &Path| vec!["--out".into(), scratch.join("truth").display().to_string()];
+    let (rank_output, logs) = run_ranks(opts, softnic, lib, &dir, &workload, truth)?;
     if !opts.quiet {
         for line in rank_output.iter().flat_map(|o| o.lines().last()) {
             eprintln!("  {line}");
         }
     }
-    let logs: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .map_err(|e| LaunchError::Io(dir.clone(), e))?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "sigmalog"))
-        .collect();
     let trace = dir.join("moe.perfetto-trace");
     let report = sigmatrace_convert::convert_with_report(
         &logs,
