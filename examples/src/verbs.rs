@@ -231,25 +231,14 @@ pub fn rc_connect_steps(
         rtr.ah_attr.grh.dgid.raw = remote.gid;
         rtr.ah_attr.grh.hop_limit = 1;
     }
-    let rtr_mask = IBV_QP_STATE
-        | IBV_QP_AV
-        | IBV_QP_PATH_MTU
-        | IBV_QP_DEST_QPN
-        | IBV_QP_RQ_PSN
-        | IBV_QP_MAX_DEST_RD_ATOMIC
-        | IBV_QP_MIN_RNR_TIMER;
+    let rtr_mask = RC_RTR_ATTRS;
     let mut rts = zeroed();
     rts.qp_state = IBV_QPS_RTS;
     rts.timeout = 14;
     rts.retry_cnt = 7;
     rts.rnr_retry = 7;
     rts.max_rd_atomic = rd_atomic;
-    let rts_mask = IBV_QP_STATE
-        | IBV_QP_TIMEOUT
-        | IBV_QP_RETRY_CNT
-        | IBV_QP_RNR_RETRY
-        | IBV_QP_SQ_PSN
-        | IBV_QP_MAX_QP_RD_ATOMIC;
+    let rts_mask = RC_RTS_ATTRS;
     [
         ("ibv_modify_qp(INIT)", init, init_mask),
         ("ibv_modify_qp(RTR)", rtr, rtr_mask),

@@ -16,6 +16,26 @@
 )]
 include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 
+/// The attributes an RC QP's `INIT → RTR` transition requires (the IB spec's modify-QP
+/// table, as `ibv_modify_qp(3)` lists it; rdma-core's headers do not carry the table):
+/// softnic's transition check, its librdmacm and devx paths and the example workloads use
+/// this one definition.
+pub const RC_RTR_ATTRS: ibv_qp_attr_mask = IBV_QP_STATE
+    | IBV_QP_AV
+    | IBV_QP_PATH_MTU
+    | IBV_QP_DEST_QPN
+    | IBV_QP_RQ_PSN
+    | IBV_QP_MAX_DEST_RD_ATOMIC
+    | IBV_QP_MIN_RNR_TIMER;
+
+/// The attributes an RC QP's `RTR → RTS` transition requires (as [`RC_RTR_ATTRS`]).
+pub const RC_RTS_ATTRS: ibv_qp_attr_mask = IBV_QP_STATE
+    | IBV_QP_SQ_PSN
+    | IBV_QP_TIMEOUT
+    | IBV_QP_RETRY_CNT
+    | IBV_QP_RNR_RETRY
+    | IBV_QP_MAX_QP_RD_ATOMIC;
+
 /// `<rdma/rdma_cma.h>` and `<rdma/rdma_verbs.h>`: the `rdma_*` types and `RDMA_*` / `RAI_*`
 /// constants. It re-exports the crate root, so `verbs_sys::rdma_cm::*` is the whole set and
 /// an `ibv_*` type met through an `rdma_*` struct is the root's.

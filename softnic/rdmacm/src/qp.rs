@@ -470,13 +470,7 @@ fn init_qp_attr(cm: &mut Cm, key: usize, a: &mut ibv_qp_attr) -> CmResult<i32> {
             a.max_dest_rd_atomic = st.responder_resources;
             a.min_rnr_timer = 12;
             crate::verbs::set_av(&mut a.ah_attr, p.lid, &p.gid);
-            IBV_QP_STATE
-                | IBV_QP_AV
-                | IBV_QP_PATH_MTU
-                | IBV_QP_DEST_QPN
-                | IBV_QP_RQ_PSN
-                | IBV_QP_MAX_DEST_RD_ATOMIC
-                | IBV_QP_MIN_RNR_TIMER
+            RC_RTR_ATTRS
         }
         IBV_QPS_RTS if ud => {
             a.sq_psn = 0;
@@ -489,12 +483,7 @@ fn init_qp_attr(cm: &mut Cm, key: usize, a: &mut ibv_qp_attr) -> CmResult<i32> {
             a.retry_cnt = st.retry_count;
             a.rnr_retry = p.rnr_retry_count.min(7);
             a.max_rd_atomic = st.initiator_depth;
-            IBV_QP_STATE
-                | IBV_QP_TIMEOUT
-                | IBV_QP_RETRY_CNT
-                | IBV_QP_RNR_RETRY
-                | IBV_QP_SQ_PSN
-                | IBV_QP_MAX_QP_RD_ATOMIC
+            RC_RTS_ATTRS
         }
         _ => return einval(),
     };

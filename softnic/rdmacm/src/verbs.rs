@@ -189,17 +189,7 @@ pub fn qp_connect(qp: *mut ibv_qp, p: &Path) -> i32 {
         ..Default::default()
     };
     set_av(&mut a.ah_attr, p.dlid, &p.dgid);
-    let rc = modify(
-        qp,
-        &mut a,
-        IBV_QP_STATE
-            | IBV_QP_AV
-            | IBV_QP_PATH_MTU
-            | IBV_QP_DEST_QPN
-            | IBV_QP_RQ_PSN
-            | IBV_QP_MAX_DEST_RD_ATOMIC
-            | IBV_QP_MIN_RNR_TIMER,
-    );
+    let rc = modify(qp, &mut a, RC_RTR_ATTRS);
     if rc != 0 {
         return rc;
     }
@@ -212,16 +202,7 @@ pub fn qp_connect(qp: *mut ibv_qp, p: &Path) -> i32 {
         max_rd_atomic: p.initiator_depth,
         ..Default::default()
     };
-    modify(
-        qp,
-        &mut a,
-        IBV_QP_STATE
-            | IBV_QP_TIMEOUT
-            | IBV_QP_RETRY_CNT
-            | IBV_QP_RNR_RETRY
-            | IBV_QP_SQ_PSN
-            | IBV_QP_MAX_QP_RD_ATOMIC,
-    )
+    modify(qp, &mut a, RC_RTS_ATTRS)
 }
 
 /// Moves a QP to ERR (flushing its work requests), as rdma_disconnect does.

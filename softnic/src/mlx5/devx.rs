@@ -324,13 +324,7 @@ unsafe fn modify_qp_cmd(qp: *mut ibv_qp, i: *const u8, inlen: usize) -> Result<(
             a.rq_psn = r & 0x00ff_ffff;
             a.min_rnr_timer = ((r >> 24) & 0x1f) as u8;
             a.max_dest_rd_atomic = (1u32 << ((be32(i, 168) >> 21) & 7)).min(MAX_RD_ATOMIC) as u8;
-            IBV_QP_STATE
-                | IBV_QP_AV
-                | IBV_QP_PATH_MTU
-                | IBV_QP_DEST_QPN
-                | IBV_QP_RQ_PSN
-                | IBV_QP_MAX_DEST_RD_ATOMIC
-                | IBV_QP_MIN_RNR_TIMER
+            RC_RTR_ATTRS
         }
         OP_RTR2RTS => {
             a.qp_state = IBV_QPS_RTS;
@@ -340,12 +334,7 @@ unsafe fn modify_qp_cmd(qp: *mut ibv_qp, i: *const u8, inlen: usize) -> Result<(
             a.retry_cnt = ((r >> 16) & 7) as u8;
             a.rnr_retry = ((r >> 13) & 7) as u8;
             a.max_rd_atomic = (1u32 << ((r >> 21) & 7)).min(MAX_RD_ATOMIC) as u8;
-            IBV_QP_STATE
-                | IBV_QP_SQ_PSN
-                | IBV_QP_TIMEOUT
-                | IBV_QP_RETRY_CNT
-                | IBV_QP_RNR_RETRY
-                | IBV_QP_MAX_QP_RD_ATOMIC
+            RC_RTS_ATTRS
         }
         OP_2ERR => {
             a.qp_state = IBV_QPS_ERR;

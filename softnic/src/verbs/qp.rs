@@ -288,21 +288,8 @@ fn transition_masks(cur: u32, next: u32, t: u32) -> Option<(u32, u32)> {
         }
         (IBV_QPS_INIT, IBV_QPS_RTR) => Some(match t {
             IBV_QPT_RC => (
-                s | IBV_QP_AV
-                    | IBV_QP_PATH_MTU
-                    | IBV_QP_DEST_QPN
-                    | IBV_QP_RQ_PSN
-                    | IBV_QP_MAX_DEST_RD_ATOMIC
-                    | IBV_QP_MIN_RNR_TIMER,
-                s | IBV_QP_AV
-                    | IBV_QP_PATH_MTU
-                    | IBV_QP_DEST_QPN
-                    | IBV_QP_RQ_PSN
-                    | IBV_QP_MAX_DEST_RD_ATOMIC
-                    | IBV_QP_MIN_RNR_TIMER
-                    | IBV_QP_ALT_PATH
-                    | IBV_QP_ACCESS_FLAGS
-                    | IBV_QP_PKEY_INDEX,
+                RC_RTR_ATTRS,
+                RC_RTR_ATTRS | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX,
             ),
             IBV_QPT_UC => (
                 s | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN,
@@ -318,16 +305,8 @@ fn transition_masks(cur: u32, next: u32, t: u32) -> Option<(u32, u32)> {
         }),
         (IBV_QPS_RTR, IBV_QPS_RTS) => Some(match t {
             IBV_QPT_RC => (
-                s | IBV_QP_SQ_PSN
-                    | IBV_QP_TIMEOUT
-                    | IBV_QP_RETRY_CNT
-                    | IBV_QP_RNR_RETRY
-                    | IBV_QP_MAX_QP_RD_ATOMIC,
-                s | IBV_QP_SQ_PSN
-                    | IBV_QP_TIMEOUT
-                    | IBV_QP_RETRY_CNT
-                    | IBV_QP_RNR_RETRY
-                    | IBV_QP_MAX_QP_RD_ATOMIC
+                RC_RTS_ATTRS,
+                RC_RTS_ATTRS
                     | IBV_QP_CUR_STATE
                     | IBV_QP_ALT_PATH
                     | IBV_QP_ACCESS_FLAGS
