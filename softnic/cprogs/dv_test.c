@@ -124,7 +124,6 @@ static void post_rq(void *addr, uint32_t len, uint32_t lkey)
 
 static void verbs_setup(int sq_depth, int cqe)
 {
-	struct peer_info m;
 	sn_init(&S, 1 << 20, ALL_ACCESS);
 	CHECK(mlx5dv_is_supported(S.ctx->device), "mlx5dv_is_supported");
 	struct mlx5dv_context dc = { 0 };
@@ -136,10 +135,7 @@ static void verbs_setup(int sq_depth, int cqe)
 					       .max_recv_sge = 2, .max_inline_data = 64 } };
 	S.qp = ibv_create_qp(S.pd, &a);
 	CHECK(S.qp, "create qp");
-	qp_init(S.qp, 0);
-	my_info(&S, &m, 9);
-	xfer(&m, &P, sizeof(m));
-	qp_rtr_rts(S.qp, &P, P.qpn, 9, 7, 1);
+	P = sn_connect(&S, 9);
 	struct mlx5dv_pd dpd;
 	struct mlx5dv_obj o = { .qp = { S.qp, &D.qp }, .cq = { S.cq, &D.cq }, .pd = { S.pd, &dpd } };
 	CHECK(mlx5dv_init_obj(&o, MLX5DV_OBJ_QP | MLX5DV_OBJ_CQ | MLX5DV_OBJ_PD) == 0, "mlx5dv_init_obj");
@@ -342,7 +338,6 @@ static void mode_mixed(void)
 /* SRQ ring: receive WQEs linked by next_wqe_index, consumed in list order, recycled at the tail. */
 static void mode_srq(void)
 {
-	struct peer_info m;
 	struct mlx5dv_srq ds;
 	struct ibv_srq *srq = NULL;
 	sn_init(&S, 1 << 20, ALL_ACCESS);
@@ -356,10 +351,7 @@ static void mode_srq(void)
 					       .max_recv_sge = 1 } };
 	S.qp = ibv_create_qp(S.pd, &a);
 	CHECK(S.qp, "create qp");
-	qp_init(S.qp, 0);
-	my_info(&S, &m, 3);
-	xfer(&m, &P, sizeof(m));
-	qp_rtr_rts(S.qp, &P, P.qpn, 3, 7, 1);
+	P = sn_connect(&S, 3);
 	struct mlx5dv_obj o = { .qp = { S.qp, &D.qp }, .cq = { S.cq, &D.cq }, .srq = { srq, &ds } };
 	CHECK(mlx5dv_init_obj(&o, MLX5DV_OBJ_QP | MLX5DV_OBJ_CQ | (server ? MLX5DV_OBJ_SRQ : 0)) == 0, "init_obj");
 	D.qpn = S.qp->qp_num;

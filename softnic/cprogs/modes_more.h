@@ -165,12 +165,8 @@ static void mode_events(void)
 	ibv_destroy_cq(S.cq);
 	S.cq = ibv_create_cq(S.ctx, 64, (void *)0x5eed, chan, 0);
 	CHECK(S.cq, "create cq with channel");
-	struct peer_info m;
 	S.qp = make_qp(&S, IBV_QPT_RC, NULL, 1);
-	qp_init(S.qp, 0);
-	my_info(&S, &m, 1);
-	xfer(&m, &P, sizeof(m));
-	qp_rtr_rts(S.qp, &P, P.qpn, 1, 7, 1);
+	P = sn_connect(&S, 1);
 	if (server) {
 		for (int i = 0; i < 3; i++)
 			post_recv(S.qp, NULL, 60 + i, S.buf + i * 4096, 4096, S.mr->lkey);
@@ -235,7 +231,6 @@ static int poll_ex(struct ibv_cq_ex *cq, int n, uint64_t *ids, enum ibv_wc_opcod
 
 static void mode_wrapi(void)
 {
-	struct peer_info m;
 	sn_init(&S, 1 << 20, ALL_ACCESS);
 	struct ibv_device_attr_ex dx;
 	CHECK(ibv_query_device_ex(S.ctx, NULL, &dx) == 0, "query_device_ex");
@@ -258,10 +253,7 @@ static void mode_wrapi(void)
 	CHECK(S.qp, "create_qp_ex: %s", strerror(errno));
 	struct ibv_qp_ex *qx = ibv_qp_to_qp_ex(S.qp);
 	CHECK(qx, "qp_to_qp_ex");
-	qp_init(S.qp, 0);
-	my_info(&S, &m, 3);
-	xfer(&m, &P, sizeof(m));
-	qp_rtr_rts(S.qp, &P, P.qpn, 3, 7, 1);
+	P = sn_connect(&S, 3);
 	uint64_t ids[8], ts[8];
 	enum ibv_wc_opcode ops[8];
 	if (server) {

@@ -11,13 +11,9 @@ static struct peer_info P;
 
 static void setup(void)
 {
-	struct peer_info m;
 	sn_init(&S, 1 << 20, ALL_ACCESS);
 	S.qp = make_qp(&S, IBV_QPT_RC, NULL, 0);
-	qp_init(S.qp, 0);
-	my_info(&S, &m, 5);
-	xfer(&m, &P, sizeof(m));
-	qp_rtr_rts(S.qp, &P, P.qpn, 5, 7, 1);
+	P = sn_connect(&S, 5);
 }
 
 static void post_wr(enum ibv_wr_opcode op, uint64_t id, void *buf, int flags, uint64_t raddr)
@@ -33,9 +29,7 @@ static void rate(long iters)
 {
 	volatile uint64_t *dst = (uint64_t *)S.buf;
 	if (server) {
-		sync_peer();
-		sync_peer();
-		CHECK(*dst == (uint64_t)iters, "last write %llu", (unsigned long long)*dst);
+		rate_target(dst, iters);
 		return;
 	}
 	uint64_t *src = (uint64_t *)(S.buf + 4096);

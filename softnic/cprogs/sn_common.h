@@ -88,6 +88,15 @@ static inline void sync_peer(void)
 	xfer(&a, &b, 1);
 }
 
+/* The target of a write-rate run: waits for the start and the end; the last write the
+ * initiator made must be `iters`. */
+static inline void rate_target(volatile uint64_t *dst, long iters)
+{
+	sync_peer();
+	sync_peer();
+	CHECK(*dst == (uint64_t)iters, "last write %llu", (unsigned long long)*dst);
+}
+
 struct sn {
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
@@ -183,6 +192,18 @@ static inline void my_info(struct sn *s, struct peer_info *m, uint32_t psn)
 	m->rkey = s->mr->rkey;
 	m->addr = (uintptr_t)s->buf;
 	memcpy(m->gid, s->gid.raw, 16);
+}
+
+/* Takes `s->qp` to INIT, swaps addresses with the peer (start PSN `psn` both ways), connects
+ * it to the peer's QP (RNR retry 7, minimum RNR timer 1) and returns the peer's address. */
+static inline struct peer_info sn_connect(struct sn *s, uint32_t psn)
+{
+	struct peer_info m, peer;
+	qp_init(s->qp, 0);
+	my_info(s, &m, psn);
+	xfer(&m, &peer, sizeof(m));
+	qp_rtr_rts(s->qp, &peer, peer.qpn, psn, 7, 1);
+	return peer;
 }
 
 /* Polls one completion (fails after 10 s). */

@@ -60,20 +60,10 @@ fn traced_like_untraced(
     };
     let (server, client) = (own(server), own(client));
     let plain = run_pair(&server, &client, ready, None);
-    assert!(
-        plain.server.ok() && plain.client.ok(),
-        "{server:?} / {client:?} untraced:\n{:#?}\n{:#?}",
-        plain.server,
-        plain.client
-    );
+    plain.assert_ok(&format!("{server:?} / {client:?} untraced:"));
     let logs = tempfile::tempdir().unwrap();
     let traced = run_pair(&server, &client, ready, Some(logs.path()));
-    assert!(
-        traced.server.ok() && traced.client.ok(),
-        "{server:?} / {client:?} traced:\n{:#?}\n{:#?}",
-        traced.server,
-        traced.client
-    );
+    traced.assert_ok(&format!("{server:?} / {client:?} traced:"));
     for (p, t, who) in [
         (&plain.server, &traced.server, "server"),
         (&plain.client, &traced.client, "client"),

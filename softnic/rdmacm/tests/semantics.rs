@@ -22,12 +22,7 @@ fn reject_private_data_migrate_establish_disconnect() {
     let plain = run_pair(&server, &client, ("106", port), None);
     let traced = run_pair(&server, &client, ("106", port), Some(logs.path()));
     for run in [&plain, &traced] {
-        assert!(
-            run.server.ok() && run.client.ok(),
-            "{:#?}\n{:#?}",
-            run.server,
-            run.client
-        );
+        run.assert_ok("cm_test");
         assert_eq!(
             run.server.stdout,
             "ok: listening\nok: first request rejected\nok: established on the migrated channel\nok: disconnected\n"
@@ -51,12 +46,7 @@ fn peer_exit_without_disconnect_is_reported() {
     ];
     let client = vec![cm_test(), "client-vanish".into(), "127.0.1.1".into(), p];
     let run = run_pair(&server, &client, ("106", port), None);
-    assert!(
-        run.server.ok() && run.client.ok(),
-        "{:#?}\n{:#?}",
-        run.server,
-        run.client
-    );
+    run.assert_ok("cm_test vanish");
     assert_eq!(
         run.client.stdout,
         "ok: established, exiting without disconnect\n"

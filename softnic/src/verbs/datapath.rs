@@ -577,24 +577,28 @@ unsafe extern "C" fn wr_send_imm(q: *mut ibv_qp_ex, imm: __be32) {
         w.imm = imm;
     }
 }
+/// A new WR of `opcode` to `raddr` under `rkey` (RDMA and atomic operations).
+unsafe fn wr_remote(
+    q: *mut ibv_qp_ex,
+    opcode: u32,
+    rkey: u32,
+    raddr: u64,
+) -> Option<&'static mut SendWqe> {
+    let w = wr_new(q, opcode)?;
+    w.rkey = rkey;
+    w.raddr = raddr;
+    Some(w)
+}
 unsafe extern "C" fn wr_rdma_write(q: *mut ibv_qp_ex, rkey: u32, raddr: u64) {
-    if let Some(w) = wr_new(q, IBV_WR_RDMA_WRITE) {
-        w.rkey = rkey;
-        w.raddr = raddr;
-    }
+    wr_remote(q, IBV_WR_RDMA_WRITE, rkey, raddr);
 }
 unsafe extern "C" fn wr_rdma_write_imm(q: *mut ibv_qp_ex, rkey: u32, raddr: u64, imm: __be32) {
-    if let Some(w) = wr_new(q, IBV_WR_RDMA_WRITE_WITH_IMM) {
-        w.rkey = rkey;
-        w.raddr = raddr;
+    if let Some(w) = wr_remote(q, IBV_WR_RDMA_WRITE_WITH_IMM, rkey, raddr) {
         w.imm = imm;
     }
 }
 unsafe extern "C" fn wr_rdma_read(q: *mut ibv_qp_ex, rkey: u32, raddr: u64) {
-    if let Some(w) = wr_new(q, IBV_WR_RDMA_READ) {
-        w.rkey = rkey;
-        w.raddr = raddr;
-    }
+    wr_remote(q, IBV_WR_RDMA_READ, rkey, raddr);
 }
 unsafe extern "C" fn wr_atomic_cmp_swp(
     q: *mut ibv_qp_ex,
@@ -603,17 +607,13 @@ unsafe extern "C" fn wr_atomic_cmp_swp(
     cmp: u64,
     swp: u64,
 ) {
-    if let Some(w) = wr_new(q, IBV_WR_ATOMIC_CMP_AND_SWP) {
-        w.rkey = rkey;
-        w.raddr = raddr;
+    if let Some(w) = wr_remote(q, IBV_WR_ATOMIC_CMP_AND_SWP, rkey, raddr) {
         w.compare = cmp;
         w.swap = swp;
     }
 }
 unsafe extern "C" fn wr_atomic_fetch_add(q: *mut ibv_qp_ex, rkey: u32, raddr: u64, add: u64) {
-    if let Some(w) = wr_new(q, IBV_WR_ATOMIC_FETCH_AND_ADD) {
-        w.rkey = rkey;
-        w.raddr = raddr;
+    if let Some(w) = wr_remote(q, IBV_WR_ATOMIC_FETCH_AND_ADD, rkey, raddr) {
         w.compare = add;
     }
 }

@@ -23,6 +23,18 @@ pub struct Pair {
     pub client: Out,
 }
 
+impl Pair {
+    /// Both programs succeeded; else a panic showing both outputs, after `what`.
+    pub fn assert_ok(&self, what: &str) {
+        assert!(
+            self.server.ok() && self.client.ok(),
+            "{what}\n{:#?}\n{:#?}",
+            self.server,
+            self.client
+        );
+    }
+}
+
 /// Runs server and client (full argv each) under softnic-run as nodes 1 and 2 on a fresh
 /// fabric, the client once the server's CM id is bound; traced into `logs` if given.
 pub fn run_pair(
