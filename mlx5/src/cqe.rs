@@ -50,8 +50,13 @@ pub struct Cqe {
 impl Cqe {
     /// Whether this is an error CQE (REQ_ERR / RESP_ERR).
     pub fn is_error(&self) -> bool {
-        self.opcode == opcode::REQ_ERR || self.opcode == opcode::RESP_ERR
+        is_error_opcode(self.opcode)
     }
+}
+
+/// REQ_ERR / RESP_ERR: the opcodes whose bytes 54..55 are syndromes, not timestamp.
+fn is_error_opcode(op: u8) -> bool {
+    op == opcode::REQ_ERR || op == opcode::RESP_ERR
 }
 
 /// Decodes the 64-byte CQE in `b` (`b.len() >= 64`). For 128-byte CQEs pass the second half
@@ -60,7 +65,7 @@ pub fn decode(b: &[u8]) -> Cqe {
     let op_own = b[63];
     let opcode = op_own >> 4;
     let sop_qpn = be::get32(b, 56);
-    let err = opcode == self::opcode::REQ_ERR || opcode == self::opcode::RESP_ERR;
+    let err = is_error_opcode(opcode);
     Cqe {
         opcode,
         owner: op_own & 1,
@@ -80,40 +85,29 @@ pub fn decode(b: &[u8]) -> Cqe {
     }
 }
 
-/// Fields of a CQE to encode.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct CqeFields {
-    pub opcode: u8,
-    pub wqe_counter: u16,
-    pub byte_cnt: u32,
-    pub qpn: u32,
-    pub send_opcode: u8,
-    pub timestamp: u64,
-    pub syndrome: u8,
-    pub vendor_syndrome: u8,
-    pub imm: u32,
-    pub src_qp: u32,
-}
-
-/// Encodes a 64-byte CQE (the inverse of [`decode`]) for free-running index `n` of a ring of `cqe_cnt` entries (the owner
-/// bit is set for that index).
-pub fn encode(f: &CqeFields, n: u32, cqe_cnt: u32) -> [u8; 64] {
+/// Encodes a 64-byte CQE, the inverse of [`decode`], for free-running index `n` of a ring of
+/// `cqe_cnt` entries: the owner bit is the one for that index (`c.owner` is not used); the
+/// syndromes are written for error CQEs only, over bytes 54 and 55 of the timestamp.
+pub fn encode(c: &Cqe, n: u32, cqe_cnt: u32) -> [u8; 64] {
     let mut b = [0u8; 64];
-    be::put32(&mut b, 24, f.src_qp & 0x00ff_ffff);
-    be::put32(&mut b, 36, f.imm);
-    be::put32(&mut b, 44, f.byte_cnt);
-    be::put64(&mut b, 48, f.timestamp);
-    if f.opcode == opcode::REQ_ERR || f.opcode == opcode::RESP_ERR {
-        b[54] = f.vendor_syndrome;
-        b[55] = f.syndrome;
+    be::put32(&mut b, 24, c.src_qp & 0x00ff_ffff);
+    be::put32(&mut b, 32, c.srqn_uidx);
+    be::put32(&mut b, 36, c.imm_inval_pkey);
+    be::put32(&mut b, 44, c.byte_cnt);
+    be::put64(&mut b, 48, c.timestamp);
+    if c.is_error() {
+        b[54] = c.vendor_syndrome;
+        b[55] = c.syndrome;
     }
     be::put32(
         &mut b,
         56,
-        (f.send_opcode as u32) << 24 | (f.qpn & 0x00ff_ffff),
+        (c.send_opcode as u32) << 24 | (c.qpn & 0x00ff_ffff),
     );
-    be::put16(&mut b, 60, f.wqe_counter);
-    b[63] = f.opcode << 4 | expected_owner(n, cqe_cnt);
+    be::put16(&mut b, 60, c.wqe_counter);
+    b[62] = c.signature;
+    b[63] =
+        c.opcode << 4 | (c.format & 3) << 2 | (c.solicited as u8) << 1 | expected_owner(n, cqe_cnt);
     b
 }
 

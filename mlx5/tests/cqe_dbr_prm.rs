@@ -1,7 +1,7 @@
 //! CQE64, doorbell records and PRM devx commands: hand-built bytes at the README's offsets,
 //! and every encoder decoded back to what it encoded.
 
-use sigmatrace_mlx5::cqe::{self, ClockInfo, CqeFields, TsFormat};
+use sigmatrace_mlx5::cqe::{self, ClockInfo, Cqe, TsFormat};
 use sigmatrace_mlx5::prm::{
     self, AddressPath, CmdOut, Command, CreateCqIn, CreateQpIn, ModifyQpIn, RdmaParams,
 };
@@ -48,7 +48,7 @@ fn hand_built_cqe() {
         ),
         (13, 0x88, 0x05, 0, 0)
     );
-    let f = CqeFields {
+    let f = Cqe {
         opcode: 13,
         wqe_counter: 0x42,
         byte_cnt: 8192,
@@ -57,8 +57,9 @@ fn hand_built_cqe() {
         timestamp: 0x0102_0304_0506_0708,
         syndrome: 5,
         vendor_syndrome: 0x88,
-        imm: 0,
+        imm_inval_pkey: 0,
         src_qp: 0x1234,
+        ..Cqe::default()
     };
     assert_eq!(cqe::encode(&f, 0, 4), b);
 }
@@ -72,7 +73,7 @@ fn owner_bit_phases() {
     }
     // Lap 0 entries carry owner 0, lap 1 owner 1, lap 2 owner 0 again.
     for n in 0..12u32 {
-        let e = cqe::encode(&CqeFields::default(), n, cnt);
+        let e = cqe::encode(&Cqe::default(), n, cnt);
         assert!(cqe::is_valid(e[63], n, cnt));
         assert!(
             !cqe::is_valid(e[63], n + cnt, cnt),
@@ -340,4 +341,36 @@ fn create_cq_oi_bit_is_bit_17_of_the_first_cqc_dword() {
     assert!(prm::decode_create_cq(&cmd).unwrap().oi);
     cmd[16..20].copy_from_slice(&(1u32 << 16).to_be_bytes());
     assert!(!prm::decode_create_cq(&cmd).unwrap().oi);
+}
+
+#[test]
+fn encode_is_the_inverse_of_decode() {
+    let ok = Cqe {
+        opcode: cqe::opcode::RESP_SEND_IMM,
+        owner: 1,
+        solicited: true,
+        format: 1,
+        wqe_counter: 0xbeef,
+        byte_cnt: 4096,
+        qpn: 0x12_3456,
+        send_opcode: 0,
+        timestamp: 0x0102_0304_0506_0708,
+        syndrome: 0,
+        vendor_syndrome: 0,
+        imm_inval_pkey: 0xdead_beef,
+        src_qp: 0xab_cdef,
+        srqn_uidx: 0x77,
+        signature: 0x5a,
+    };
+    // Index 4 of a 4-entry ring is in lap 1: owner 1.
+    assert_eq!(cqe::decode(&cqe::encode(&ok, 4, 4)), ok);
+    let err = Cqe {
+        opcode: cqe::opcode::REQ_ERR,
+        owner: 0,
+        timestamp: 0,
+        syndrome: 0x05,
+        vendor_syndrome: 0x88,
+        ..ok
+    };
+    assert_eq!(cqe::decode(&cqe::encode(&err, 0, 4)), err);
 }

@@ -171,7 +171,7 @@ impl SimCq {
     }
 
     /// Writes the next CQE (owner bit for its index; body first, `op_own` last).
-    pub fn produce(&mut self, f: &cqe::CqeFields) -> u32 {
+    pub fn produce(&mut self, f: &cqe::Cqe) -> u32 {
         let n = self.produced;
         let e = cqe::encode(f, n, self.cqe_cnt);
         let off = (n & (self.cqe_cnt - 1)) as usize * 64;

@@ -2,7 +2,7 @@
 //! reference pass over simulated queues) are drained into records; losses counted exactly;
 //! GPU/host clock pairs map %globaltimer to the log clock.
 
-use sigmatrace_mlx5::cqe::CqeFields;
+use sigmatrace_mlx5::cqe::Cqe;
 use sigmatrace_mlx5::wqe::{self, opcode, Transport, WqeBuilder};
 use sigmatrace_observe::device::{
     self, cpu_reference_pass, ClockMap, DeviceDrain, EventBuffer, Watch,
@@ -104,7 +104,7 @@ fn drained_events_match_posted_wqes_and_cqes() {
         p.resize(p.len().next_multiple_of(64), 0);
         posted.push(wqe::decode(&p, Transport::Rc).unwrap());
         sq.post(&b);
-        cq.produce(&CqeFields {
+        cq.produce(&Cqe {
             wqe_counter: round as u16,
             qpn: 0x77,
             byte_cnt: round,

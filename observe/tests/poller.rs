@@ -220,7 +220,7 @@ fn forced_overrun_counted_exactly_by_the_poller() {
     // CQ: 40 completions, all consumed by the program before the poller looks (one DBR
     // update at the end), so 40 − 16 = 24 are provably lost.
     for n in 0..40u32 {
-        cq.produce(&sigmatrace_mlx5::cqe::CqeFields {
+        cq.produce(&sigmatrace_mlx5::cqe::Cqe {
             wqe_counter: n as u16,
             qpn: 0x55,
             ..Default::default()

@@ -1,7 +1,7 @@
 //! Ring watchers on simulated host queues: wrap-around, multi-WQEBB WQEs, owner-bit phases,
 //! overruns counted exactly.
 
-use sigmatrace_mlx5::cqe::CqeFields;
+use sigmatrace_mlx5::cqe::Cqe;
 use sigmatrace_mlx5::wqe::{self, opcode, Transport, WqeBuilder};
 use sigmatrace_observe::sim::{SimCq, SimSendQueue};
 use sigmatrace_observe::{CqWatcher, Observation, SendWatcher};
@@ -184,8 +184,8 @@ fn cq_poll(w: &mut CqWatcher, cq: &SimCq) -> (Vec<u32>, u64) {
     (idx, lost)
 }
 
-fn cqe(n: u32) -> CqeFields {
-    CqeFields {
+fn cqe(n: u32) -> Cqe {
+    Cqe {
         wqe_counter: n as u16,
         byte_cnt: n,
         qpn: 0x42,
@@ -251,7 +251,7 @@ fn cq_lap_detected_without_consumer_index() {
 fn cq_records_carry_fields() {
     let mut cq = SimCq::new(0x31, 4, true);
     let mut w = CqWatcher::new(cq.desc(), 0, None, &cq.memory()).unwrap();
-    cq.produce(&CqeFields {
+    cq.produce(&Cqe {
         opcode: 13,
         wqe_counter: 0x77,
         byte_cnt: 0,
@@ -260,8 +260,9 @@ fn cq_records_carry_fields() {
         timestamp: 5,
         syndrome: 5,
         vendor_syndrome: 0x81,
-        imm: 0,
+        imm_inval_pkey: 0,
         src_qp: 0,
+        ..Cqe::default()
     });
     let mut recs = Vec::new();
     w.poll(&cq.memory(), 99, &mut |o| recs.push(o)).unwrap();
