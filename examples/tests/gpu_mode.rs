@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use common::observed::{check_barriers, check_exactly_once, check_skew, read_logs, stats_json};
 use common::workloads::{MOE_ARGS, RANKS, SERIAL};
-use common::{artifact, build_dir, run_ranks_env, Run, Tracing};
+use common::{artifact, build_dir, run_ranks, Run, Tracing};
 use serde_json::{json, Value};
 use sigmatrace_schemas::records::discovery;
 
@@ -64,7 +64,7 @@ fn run(workload: &str, mode: &str, args: &[&str]) -> Run {
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let mut all = vec!["--gpu", "--threads", threads()];
     all.extend_from_slice(args);
-    run_ranks_env(
+    run_ranks(
         workload,
         mode,
         RANKS,

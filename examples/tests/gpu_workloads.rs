@@ -84,6 +84,7 @@ fn bfs(mode: &str) {
         &["--threads", "2", "--delays-us", &delays, "--rotate"],
         Tracing::Off,
         LIMIT,
+        &[],
     );
     for (r, l) in run.logs.iter().enumerate() {
         assert!(
@@ -204,7 +205,7 @@ fn moe(mode: &str, skew_args: &[&str]) -> Value {
         "8",
     ];
     args.extend_from_slice(skew_args);
-    let run = run_ranks("moe", mode, RANKS, &args, Tracing::Off, LIMIT);
+    let run = run_ranks("moe", mode, RANKS, &args, Tracing::Off, LIMIT, &[]);
     for (r, l) in run.logs.iter().enumerate() {
         assert!(
             l.contains("dispatched and combined, results verified"),

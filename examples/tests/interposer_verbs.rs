@@ -15,7 +15,15 @@ use common::{run_ranks, Tracing};
 #[test]
 fn bfs_verbs_traced_barriers() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let run = run_ranks("bfs", "verbs", RANKS, BFS_ARGS, Tracing::Interposer, LIMIT);
+    let run = run_ranks(
+        "bfs",
+        "verbs",
+        RANKS,
+        BFS_ARGS,
+        Tracing::Interposer,
+        LIMIT,
+        &[],
+    );
     let books = run.books(RANKS);
     check_posted_exactly_once(&books, &read_logs(&run.log_dir()));
     // Arrival = the FETCH_ADD's PostSend time: µs after the workload's own stamp unless the
@@ -37,6 +45,7 @@ fn moe_verbs_traced_skew() {
         &["--threads", "2", "--zipf", "1.2", "--iters", "2"],
         Tracing::Interposer,
         LIMIT,
+        &[],
     );
     let books = run.books(RANKS);
     check_posted_exactly_once(&books, &read_logs(&run.log_dir()));

@@ -76,46 +76,46 @@ pub enum QueueDesc {
 impl QueueDesc {
     /// The schemas record announcing this queue.
     pub fn to_record(&self, ts: u64) -> QueueDiscovered {
-        match self {
-            QueueDesc::Send(s) => QueueDiscovered {
-                hdr: RecordHeader::of::<QueueDiscovered>(
-                    queue_kind::SEND | (s.memory as u32) << 8 | s.discovery << 16,
+        // Kind and discovery (the header's aux, with the memory), then the record's fields.
+        let (kind, found, r) = match self {
+            QueueDesc::Send(s) => (
+                queue_kind::SEND,
+                s.discovery,
+                (
+                    s.base,
+                    s.dbrec,
+                    s.doorbell,
+                    s.qpn,
+                    s.wqebbs,
+                    WQEBB as u32,
+                    s.cqn,
                 ),
-                ts,
-                base: s.base,
-                dbrec: s.dbrec,
-                doorbell: s.doorbell,
-                number: s.qpn,
-                depth: s.wqebbs,
-                stride: WQEBB as u32,
-                cqn: s.cqn,
-            },
-            QueueDesc::Cq(c) => QueueDiscovered {
-                hdr: RecordHeader::of::<QueueDiscovered>(
-                    queue_kind::CQ | (c.memory as u32) << 8 | c.discovery << 16,
+            ),
+            QueueDesc::Cq(c) => (
+                queue_kind::CQ,
+                c.discovery,
+                (
+                    c.base, c.dbrec, c.doorbell, c.cqn, c.cqe_cnt, c.cqe_size, c.cqn,
                 ),
-                ts,
-                base: c.base,
-                dbrec: c.dbrec,
-                doorbell: c.doorbell,
-                number: c.cqn,
-                depth: c.cqe_cnt,
-                stride: c.cqe_size,
-                cqn: c.cqn,
-            },
-            QueueDesc::Uar(u) => QueueDiscovered {
-                hdr: RecordHeader::of::<QueueDiscovered>(
-                    queue_kind::UAR | (mem_kind::IO as u32) << 8 | discovery::DEVX << 16,
-                ),
-                ts,
-                base: u.base_addr,
-                dbrec: 0,
-                doorbell: u.reg_addr,
-                number: u.page_id,
-                depth: 0,
-                stride: 0,
-                cqn: 0,
-            },
+            ),
+            QueueDesc::Uar(u) => (
+                queue_kind::UAR,
+                discovery::DEVX,
+                (u.base_addr, 0, u.reg_addr, u.page_id, 0, 0, 0),
+            ),
+        };
+        let aux = kind | (self.memory() as u32) << 8 | found << 16;
+        let (base, dbrec, doorbell, number, depth, stride, cqn) = r;
+        QueueDiscovered {
+            hdr: RecordHeader::of::<QueueDiscovered>(aux),
+            ts,
+            base,
+            dbrec,
+            doorbell,
+            number,
+            depth,
+            stride,
+            cqn,
         }
     }
 
@@ -145,5 +145,27 @@ impl QueueDesc {
             QueueDesc::Cq(c) => c.cqe_cnt as u64 * c.cqe_size as u64,
             QueueDesc::Uar(_) => 0,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_uar_is_announced_as_io_memory_found_by_devx() {
+        let u = UarDesc {
+            page_id: 7,
+            reg_addr: 0x1800,
+            base_addr: 0x1000,
+            mmap_off: 0,
+            device_alias: 0,
+        };
+        let r = QueueDesc::Uar(u).to_record(9);
+        let aux = queue_kind::UAR | (mem_kind::IO as u32) << 8 | discovery::DEVX << 16;
+        assert_eq!(r.hdr, RecordHeader::of::<QueueDiscovered>(aux));
+        let fields = (r.ts, r.base, r.dbrec, r.doorbell, r.number);
+        assert_eq!(fields, (9, 0x1000, 0, 0x1800, 7));
+        assert_eq!((r.depth, r.stride, r.cqn), (0, 0, 0));
     }
 }

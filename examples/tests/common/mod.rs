@@ -58,21 +58,9 @@ impl Run {
 }
 
 /// Runs `workload` on `ranks` simulated nodes (rank r on node r+1), each under softnic-run,
-/// with `args` after the common ones and `env` added. Panics (with every rank's output) if a
-/// rank fails or the run exceeds `limit`.
+/// with `args` after the common ones and `env` added to every rank's environment. Panics
+/// (with every rank's output) if a rank fails or the run exceeds `limit`.
 pub fn run_ranks(
-    workload: &str,
-    mode: &str,
-    ranks: u32,
-    args: &[&str],
-    tracing: Tracing,
-    limit: Duration,
-) -> Run {
-    run_ranks_env(workload, mode, ranks, args, tracing, limit, &[])
-}
-
-/// [`run_ranks`] with extra environment variables for every rank.
-pub fn run_ranks_env(
     workload: &str,
     mode: &str,
     ranks: u32,

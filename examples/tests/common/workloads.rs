@@ -48,7 +48,7 @@ pub const BFS_ARGS: &[&str] = &[
 /// self-recorded, also that the truth has at least 5 barrier rounds.
 pub fn bfs(mode: &str, disc: u32, tracing: Tracing) {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let run = run_ranks("bfs", mode, RANKS, BFS_ARGS, tracing, LIMIT);
+    let run = run_ranks("bfs", mode, RANKS, BFS_ARGS, tracing, LIMIT, &[]);
     let books = run.books(RANKS);
     let logs = read_logs(&run.log_dir());
     if tracing == Tracing::Interposer {
@@ -89,6 +89,7 @@ pub fn moe(mode: &str, disc: u32, tracing: Tracing) {
         &[&["--threads", "2"], MOE_ARGS].concat(),
         tracing,
         LIMIT,
+        &[],
     );
     let books = run.books(RANKS);
     let logs = read_logs(&run.log_dir());
