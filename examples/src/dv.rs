@@ -245,27 +245,7 @@ fn init_obj(qp: *mut ibv_qp, cq: *mut ibv_cq) -> Result<(SendRing, CqRing), Queu
             ));
         }
         if let Some(o) = selfobs::get() {
-            o.on_init_obj(
-                InitObjQp {
-                    qpn: (*qp).qp_num,
-                    qp_type: (*qp).qp_type,
-                    dbrec: dqp.dbrec as u64,
-                    sq_buf: dqp.sq.buf as u64,
-                    sq_wqe_cnt: dqp.sq.wqe_cnt,
-                    sq_stride: dqp.sq.stride,
-                    bf_reg: dqp.bf.reg as u64,
-                    bf_size: dqp.bf.size,
-                    send_cqn: dcq.cqn,
-                },
-                InitObjCq {
-                    cqn: dcq.cqn,
-                    buf: dcq.buf as u64,
-                    dbrec: dcq.dbrec as u64,
-                    cqe_cnt: dcq.cqe_cnt,
-                    cqe_size: dcq.cqe_size,
-                    cq_uar: dcq.cq_uar as u64,
-                },
-            );
+            o.on_init_obj(InitObjQp::of(&*qp, &dqp, dcq.cqn), InitObjCq::of(&dcq));
         }
         Ok((
             SendRing {

@@ -20,6 +20,7 @@ use crate::umem::{MemRange, MemoryMap, Umem, UmemError, UmemRegistry};
 use sigmatrace_mlx5::cqe::TsFormat;
 use sigmatrace_mlx5::prm::{self, Command, ModifyQpIn, PrmError};
 use sigmatrace_mlx5::wqe::Transport;
+use verbs_sys::{ibv_qp, mlx5dv_cq, mlx5dv_qp};
 
 /// `CU_MEMHOSTREGISTER_IOMEMORY`: the registered range is a device's I/O (doorbell) page.
 pub const CU_MEMHOSTREGISTER_IOMEMORY: u32 = 0x04;
@@ -49,6 +50,38 @@ pub struct InitObjCq {
     pub cqe_cnt: u32,
     pub cqe_size: u32,
     pub cq_uar: u64,
+}
+
+impl InitObjQp {
+    /// From the program's QP and what `mlx5dv_init_obj` filled in for it (`send_cqn`: the
+    /// CQN of its send CQ when known, else 0).
+    pub fn of(qp: &ibv_qp, out: &mlx5dv_qp, send_cqn: u32) -> InitObjQp {
+        InitObjQp {
+            qpn: qp.qp_num,
+            qp_type: qp.qp_type,
+            dbrec: out.dbrec as u64,
+            sq_buf: out.sq.buf as u64,
+            sq_wqe_cnt: out.sq.wqe_cnt,
+            sq_stride: out.sq.stride,
+            bf_reg: out.bf.reg as u64,
+            bf_size: out.bf.size,
+            send_cqn,
+        }
+    }
+}
+
+impl InitObjCq {
+    /// From what `mlx5dv_init_obj` filled in for a CQ.
+    pub fn of(out: &mlx5dv_cq) -> InitObjCq {
+        InitObjCq {
+            cqn: out.cqn,
+            buf: out.buf as u64,
+            dbrec: out.dbrec as u64,
+            cqe_cnt: out.cqe_cnt,
+            cqe_size: out.cqe_size,
+            cq_uar: out.cq_uar as u64,
+        }
+    }
 }
 
 /// What `mlx5dv_devx_alloc_uar` returned.

@@ -48,14 +48,7 @@ pub unsafe fn mlx5dv_init_obj(obj: *mut mlx5dv_obj, obj_type: u64, ret: c_int) {
     if obj_type & MLX5DV_OBJ_CQ as u64 != 0 && !o.cq.in_.is_null() && !o.cq.out.is_null() {
         // SAFETY: out pointer filled by the successful call.
         let c = unsafe { &*o.cq.out };
-        let d = InitObjCq {
-            cqn: c.cqn,
-            buf: c.buf as u64,
-            dbrec: c.dbrec as u64,
-            cqe_cnt: c.cqe_cnt,
-            cqe_size: c.cqe_size,
-            cq_uar: c.cq_uar as u64,
-        };
+        let d = InitObjCq::of(c);
         inner.cqns.insert(o.cq.in_ as u64, c.cqn);
         if let Some(q) = inner.disc.on_init_obj_cq(&d) {
             queues::discovered(&mut inner, Key::Cq(o.cq.in_ as u64), q);
@@ -64,17 +57,8 @@ pub unsafe fn mlx5dv_init_obj(obj: *mut mlx5dv_obj, obj_type: u64, ret: c_int) {
     if obj_type & MLX5DV_OBJ_QP as u64 != 0 && !o.qp.in_.is_null() && !o.qp.out.is_null() {
         // SAFETY: live QP (the program's) and the filled out struct.
         let (qp, out) = unsafe { (&*o.qp.in_, &*o.qp.out) };
-        let d = InitObjQp {
-            qpn: qp.qp_num,
-            qp_type: qp.qp_type,
-            dbrec: out.dbrec as u64,
-            sq_buf: out.sq.buf as u64,
-            sq_wqe_cnt: out.sq.wqe_cnt,
-            sq_stride: out.sq.stride,
-            bf_reg: out.bf.reg as u64,
-            bf_size: out.bf.size,
-            send_cqn: inner.cqns.get(&(qp.send_cq as u64)).copied().unwrap_or(0),
-        };
+        let send_cqn = inner.cqns.get(&(qp.send_cq as u64)).copied();
+        let d = InitObjQp::of(qp, out, send_cqn.unwrap_or(0));
         if let Some(q) = inner.disc.on_init_obj_qp(&d) {
             queues::discovered(&mut inner, Key::Qp(o.qp.in_ as u64), q);
         }
