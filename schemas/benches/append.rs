@@ -5,16 +5,6 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use sigmatrace_schemas::*;
 use std::time::{Duration, Instant};
 
-fn header() -> FileHeader {
-    let ts = Timestamper::detect();
-    FileHeader::for_current_process(
-        ts.source(),
-        1_000_000_000,
-        ts.snapshot(),
-        DEFAULT_CHUNK_SIZE,
-    )
-}
-
 fn record(i: u64) -> PostSend {
     PostSend {
         hdr: RecordHeader::of::<PostSend>(2),
@@ -33,7 +23,7 @@ fn fresh(dir: &std::path::Path, name: &str, records: u64) -> LogWriter {
     let _ = std::fs::remove_file(&path);
     LogWriter::create(
         &path,
-        &header(),
+        &FileHeader::uncalibrated(DEFAULT_CHUNK_SIZE),
         WriterOptions {
             chunk_size: 1 << 20,
             max_bytes: (records * 64 * 2).max(64 << 20),

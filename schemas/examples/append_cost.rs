@@ -14,12 +14,7 @@ fn main() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("cost.sigmalog");
     let ts = Timestamper::detect();
-    let h = FileHeader::for_current_process(
-        ts.source(),
-        1_000_000_000,
-        ts.snapshot(),
-        DEFAULT_CHUNK_SIZE,
-    );
+    let h = FileHeader::uncalibrated(DEFAULT_CHUNK_SIZE);
     let w = LogWriter::create(
         &path,
         &h,

@@ -11,7 +11,7 @@ fn main() {
     for (i, records) in [3u64, 70, 200].into_iter().enumerate() {
         let path = dir.join(format!("seed-{i}.sigmalog"));
         let _ = std::fs::remove_file(&path);
-        let h = FileHeader::for_current_process(ts.source(), 1_000_000_000, ts.snapshot(), 4096);
+        let h = FileHeader::uncalibrated(4096);
         let w = LogWriter::create(
             &path,
             &h,

@@ -211,6 +211,14 @@ pub struct FileHeader {
 }
 
 impl FileHeader {
+    /// [`Self::for_current_process`] with the detected timestamp source
+    /// ([`Timestamper::detect`](crate::Timestamper::detect)), a nominal 1 GHz rate and a clock
+    /// snapshot taken now: for tests, benchmarks and tools whose timestamps need no calibration.
+    pub fn uncalibrated(chunk_size: u32) -> Self {
+        let ts = crate::Timestamper::detect();
+        Self::for_current_process(ts.source(), 1_000_000_000, ts.snapshot(), chunk_size)
+    }
+
     /// A header describing the current process. `tsc_hz` and `start` come from the caller.
     pub fn for_current_process(
         ts_source: TimestampSource,

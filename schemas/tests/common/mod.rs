@@ -6,13 +6,7 @@ use std::path::Path;
 
 /// A header for the current process with a fixed clock snapshot.
 pub fn test_header() -> FileHeader {
-    let ts = Timestamper::detect();
-    FileHeader::for_current_process(
-        ts.source(),
-        1_000_000_000,
-        ts.snapshot(),
-        DEFAULT_CHUNK_SIZE,
-    )
+    FileHeader::uncalibrated(DEFAULT_CHUNK_SIZE)
 }
 
 /// Creates a writer with the given chunk size and cap.
