@@ -138,11 +138,7 @@ pub fn demo(opts: &DemoOptions) -> Result<DemoOutcome, LaunchError> {
         )));
     }
     let trace = opts.out_dir.join("demo.perfetto-trace");
-    let report = sigmatrace_convert::convert_with_report(
-        &logs,
-        &trace,
-        &sigmatrace_convert::ConvertOptions::default(),
-    )?;
+    let report = crate::convert(&logs, &trace)?;
     let report_text = report.text();
     let moe = moe_phase(opts, &softnic, &lib)?;
     Ok(DemoOutcome {
@@ -268,11 +264,7 @@ fn moe_phase(opts: &DemoOptions, softnic: &Path, lib: &Path) -> Result<MoeOutcom
         }
     }
     let trace = dir.join("moe.perfetto-trace");
-    let report = sigmatrace_convert::convert_with_report(
-        &logs,
-        &trace,
-        &sigmatrace_convert::ConvertOptions::default(),
-    )?;
+    let report = crate::convert(&logs, &trace)?;
     // The skew section is what this phase is about.
     let text = report.text();
     let report_text = text

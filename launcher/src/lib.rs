@@ -30,3 +30,13 @@ pub enum LaunchError {
     #[error("conversion failed: {0}")]
     Convert(#[from] sigmatrace_convert::ConvertError),
 }
+
+/// Converts `logs` into the Perfetto trace `trace` with the default options; the report of
+/// what was converted.
+pub(crate) fn convert(
+    logs: &[PathBuf],
+    trace: &std::path::Path,
+) -> Result<sigmatrace_convert::Report, LaunchError> {
+    let opts = sigmatrace_convert::ConvertOptions::default();
+    Ok(sigmatrace_convert::convert_with_report(logs, trace, &opts)?)
+}

@@ -182,11 +182,7 @@ pub fn run(opts: &RunOptions, cmd: &[OsString]) -> Result<RunOutcome, LaunchErro
         );
     } else if convert {
         let out = opts.out_dir.join("trace.perfetto-trace");
-        let report = sigmatrace_convert::convert_with_report(
-            &logs,
-            &out,
-            &sigmatrace_convert::ConvertOptions::default(),
-        )?;
+        let report = crate::convert(&logs, &out)?;
         if !opts.quiet {
             eprintln!("{}", report.text());
             eprintln!(

@@ -12,11 +12,7 @@ fn ptx_assembles_for_sm80_and_sm90_and_is_up_to_date() {
         .arg(script)
         .output()
         .expect("run check-ptx.sh");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = sigmatrace_testkit::output_text(&out);
     assert!(out.status.success(), "check-ptx.sh failed:\n{text}");
     assert!(text.contains("8 assemblies ok"), "{text}");
     for f in [

@@ -33,6 +33,16 @@ pub fn output_ok(cmd: &mut Command) -> Output {
     out
 }
 
+/// A finished process's stdout followed by its stderr, as text.
+pub fn output_text(out: &Output) -> String {
+    let (o, e) = (&out.stdout, &out.stderr);
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(o),
+        String::from_utf8_lossy(e)
+    )
+}
+
 /// Converts the logs in `dir` into `trace` with the built `sigmatrace-convert` (`--stats
 /// --quiet`); returns its stdout and stderr, panics with them unless it succeeds.
 pub fn convert_logs(dir: &Path, trace: &Path) -> String {
@@ -43,11 +53,7 @@ pub fn convert_logs(dir: &Path, trace: &Path) -> String {
         .args(["--stats", "--quiet"])
         .output()
         .expect("sigmatrace-convert runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = output_text(&out);
     assert!(out.status.success(), "sigmatrace-convert failed:\n{text}");
     text
 }
@@ -74,12 +80,7 @@ impl Guarded {
                     .expect("not finished yet")
                     .wait_with_output()
                     .expect("output");
-                let text = format!(
-                    "{}{}",
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                return (out.status.success(), text);
+                return (out.status.success(), output_text(&out));
             }
             assert!(
                 start.elapsed() < timeout,

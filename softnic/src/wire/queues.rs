@@ -12,6 +12,33 @@ pub(crate) fn before(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) < 0
 }
 
+/// The pieces of `len` message bytes starting at offset `off` of a scatter/gather list: for
+/// each, its host address, its offset in the `len` bytes and its length.
+fn sge_pieces(
+    sges: &[ibv_sge],
+    off: usize,
+    len: usize,
+) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
+    let (mut skip, mut done) = (off, 0usize);
+    sges.iter()
+        .map_while(move |s| {
+            if done == len {
+                return None;
+            }
+            let l = s.length as usize;
+            if skip >= l {
+                skip -= l;
+                return Some(None);
+            }
+            let n = (l - skip).min(len - done);
+            let piece = (s.addr as usize + skip, done, n);
+            done += n;
+            skip = 0;
+            Some(Some(piece))
+        })
+        .flatten()
+}
+
 /// Copies `dst.len()` bytes starting at message offset `off` out of the WQE's data.
 ///
 /// # Safety
@@ -21,25 +48,9 @@ pub(crate) unsafe fn gather(w: &SendWqe, off: u32, dst: &mut [u8]) {
         dst.copy_from_slice(&w.inline_buf[off as usize..off as usize + dst.len()]);
         return;
     }
-    let mut skip = off as usize;
-    let mut done = 0usize;
-    for s in &w.sge[..w.num_sge as usize] {
-        if done == dst.len() {
-            break;
-        }
-        let l = s.length as usize;
-        if skip >= l {
-            skip -= l;
-            continue;
-        }
-        let n = (l - skip).min(dst.len() - done);
-        std::ptr::copy_nonoverlapping(
-            (s.addr as usize + skip) as *const u8,
-            dst[done..].as_mut_ptr(),
-            n,
-        );
-        done += n;
-        skip = 0;
+    let sges = &w.sge[..w.num_sge as usize];
+    for (addr, at, n) in sge_pieces(sges, off as usize, dst.len()) {
+        std::ptr::copy_nonoverlapping(addr as *const u8, dst[at..].as_mut_ptr(), n);
     }
 }
 
@@ -48,21 +59,8 @@ pub(crate) unsafe fn gather(w: &SendWqe, off: u32, dst: &mut [u8]) {
 /// # Safety
 /// SGE addresses must have been validated against registered memory.
 pub(crate) unsafe fn scatter(sges: &[ibv_sge], off: usize, src: &[u8]) {
-    let mut skip = off;
-    let mut done = 0usize;
-    for s in sges {
-        if done == src.len() {
-            break;
-        }
-        let l = s.length as usize;
-        if skip >= l {
-            skip -= l;
-            continue;
-        }
-        let n = (l - skip).min(src.len() - done);
-        std::ptr::copy_nonoverlapping(src[done..].as_ptr(), (s.addr as usize + skip) as *mut u8, n);
-        done += n;
-        skip = 0;
+    for (addr, at, n) in sge_pieces(sges, off, src.len()) {
+        std::ptr::copy_nonoverlapping(src[at..].as_ptr(), addr as *mut u8, n);
     }
 }
 
