@@ -126,26 +126,14 @@ __device__ u64 bfs_barrier(const BfsArgs &a, u32 epoch, u32 active, u64 *prev_to
     if (epoch <= a.max_rounds) a.arrival_last[epoch - 1] = last;
     if (last) {
         u64 rel = epoch | ((old + add) >> 32) << 32;
-        st_store_u64(&a.scratch[1], rel);
-        __threadfence_system();
-        u64 posted[64];
-        for (u32 p = 0; p < a.nranks; p++) {
-            if (p == a.rank) continue;
-            StWr wr;
-            wr.opcode = ST_OP_RDMA_WRITE;
-            wr.laddr = (u64)&a.scratch[1];
-            wr.lkey = a.scratch_lkey;
-            wr.len = 8;
-            wr.raddr = a.peers[p].release;
-            wr.rkey = a.peers[p].release_rkey;
-            wr.add = 0;
-            posted[p] = st_post(a.qps[p], wr, true);
-        }
-        for (u32 p = 0; p < a.nranks; p++) {
-            if (p == a.rank) continue;
-            u32 e = posted[p] == ~0ull ? 1 : st_wait(a.qps[p], posted[p]);
-            if (e) bfs_error(a, 4, e);
-        }
+        auto release = [&](u32 p, u64 &raddr, u32 &rkey) {
+            raddr = a.peers[p].release;
+            rkey = a.peers[p].release_rkey;
+        };
+        u32 peer;
+        u32 e = st_write8_to_peers(a.qps, a.nranks, a.rank, &a.scratch[1], a.scratch_lkey, rel,
+                                   release, &peer);
+        if (e) bfs_error(a, 4, e);
         st_store_u64(a.release, rel);
     } else {
         u64 start = st_globaltimer();

@@ -97,26 +97,14 @@ __device__ void moe_post_share(const MoeArgs &a, u32 dst, u32 count, bool dispat
 
 // Thread 0: writes `value` into slot `base + rank` of every peer's flags, waits for all.
 __device__ void moe_send_flags(const MoeArgs &a, u32 base, u64 value) {
-    st_store_u64(a.flag_src, value);
-    __threadfence_system();
-    u64 posted[64];
-    for (u32 d = 0; d < a.nranks; d++) {
-        if (d == a.rank) continue;
-        StWr wr;
-        wr.opcode = ST_OP_RDMA_WRITE;
-        wr.laddr = (u64)a.flag_src;
-        wr.lkey = a.flag_src_lkey;
-        wr.len = 8;
-        wr.raddr = a.peers[d].flags + (u64)(base + a.rank) * 8;
-        wr.rkey = a.peers[d].flags_rkey;
-        wr.add = 0;
-        posted[d] = st_post(a.qps[d], wr, true);
-    }
-    for (u32 d = 0; d < a.nranks; d++) {
-        if (d == a.rank) continue;
-        u32 f = posted[d] == ~0ull ? 1 : st_wait(a.qps[d], posted[d]);
-        if (f) moe_error(a, 3, d, f);
-    }
+    auto slot = [&](u32 d, u64 &raddr, u32 &rkey) {
+        raddr = a.peers[d].flags + (u64)(base + a.rank) * 8;
+        rkey = a.peers[d].flags_rkey;
+    };
+    u32 d;
+    u32 f = st_write8_to_peers(a.qps, a.nranks, a.rank, a.flag_src, a.flag_src_lkey, value, slot,
+                               &d);
+    if (f) moe_error(a, 3, d, f);
 }
 
 __device__ void moe_wait_flags(const MoeArgs &a, u32 base, u64 value) {

@@ -233,3 +233,36 @@ __device__ u32 st_post_wait(const StQp &q, const StWr &wr) {
     if (i == ~0ull) return st_load_u32(&q.st->failed);
     return st_wait(q, i);
 }
+
+// Stores `value` into the registered word `src` (`lkey`) and RDMA WRITEs it to each of the
+// `nranks` ranks but `me` — rank p's word at the address and rkey `target(p, raddr, rkey)`
+// sets — all posted (signalled) before any is waited for. Returns 0, or the error of the
+// first rank whose write failed (1: it could not be posted), that rank in `*failed_rank`.
+template <typename Target>
+__device__ u32 st_write8_to_peers(const StQp *qps, u32 nranks, u32 me, u64 *src, u32 lkey,
+                                  u64 value, Target target, u32 *failed_rank) {
+    st_store_u64(src, value);
+    __threadfence_system();
+    u64 posted[64];
+    for (u32 p = 0; p < nranks; p++) {
+        if (p == me) continue;
+        StWr wr;
+        wr.opcode = ST_OP_RDMA_WRITE;
+        wr.laddr = (u64)src;
+        wr.lkey = lkey;
+        wr.len = 8;
+        target(p, wr.raddr, wr.rkey);
+        wr.add = 0;
+        posted[p] = st_post(qps[p], wr, true);
+    }
+    u32 err = 0;
+    for (u32 p = 0; p < nranks; p++) {
+        if (p == me) continue;
+        u32 e = posted[p] == ~0ull ? 1 : st_wait(qps[p], posted[p]);
+        if (e && !err) {
+            err = e;
+            *failed_rank = p;
+        }
+    }
+    return err;
+}
