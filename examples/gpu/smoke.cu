@@ -25,27 +25,27 @@ struct SmokeMappedArgs {
     u64 limit_ns;
 };
 
+// Waits until the host-mapped word `p` is non-zero and returns it; 0 once `limit_ns` have
+// passed since `start`.
+__device__ u64 smoke_wait_nonzero(u64 *p, u64 start, u64 limit_ns) {
+    u64 v;
+    while ((v = st_load_u64(p)) == 0) {
+        if (st_globaltimer() - start > limit_ns) return 0;
+        st_relax();
+    }
+    return v;
+}
+
 extern "C" __global__ void sigmatrace_smoke_mapped(SmokeMappedArgs a) {
     if (threadIdx.x != 0 || blockIdx.x != 0) return;
     u64 start = st_globaltimer();
-    u64 v;
-    while ((v = st_load_u64(&a.cell[0])) == 0) {
-        if (st_globaltimer() - start > a.limit_ns) {
-            st_store_u64(&a.cell[3], 2);
-            return;
-        }
-        st_relax();
+    u64 v = smoke_wait_nonzero(&a.cell[0], start, a.limit_ns);
+    if (v) {
+        st_store_u64(&a.cell[1], 2 * v + 1);
+        __threadfence_system();
     }
-    st_store_u64(&a.cell[1], 2 * v + 1);
-    __threadfence_system();
-    while (st_load_u64(&a.cell[2]) == 0) {
-        if (st_globaltimer() - start > a.limit_ns) {
-            st_store_u64(&a.cell[3], 2);
-            return;
-        }
-        st_relax();
-    }
-    st_store_u64(&a.cell[3], 1);
+    bool stopped = v && smoke_wait_nonzero(&a.cell[2], start, a.limit_ns);
+    st_store_u64(&a.cell[3], stopped ? 1 : 2);
     __threadfence_system();
 }
 
