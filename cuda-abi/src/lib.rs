@@ -27,39 +27,35 @@ pub struct LaunchConfig {
     pub num_attrs: c_uint,
 }
 
-/// `cuLaunchKernel`: function, grid x/y/z, block x/y/z, shared memory, stream, kernel
-/// parameters, extra.
-pub type LaunchKernelFn = unsafe extern "C" fn(
-    u64,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    u64,
-    *mut *mut c_void,
-    *mut *mut c_void,
-) -> CuResult;
+/// The signature of a grid launch: function, grid x/y/z, block x/y/z, shared memory, stream,
+/// kernel parameters, then the launch's own trailing arguments.
+macro_rules! grid_launch_fn {
+    ($($extra:ty),*) => {
+        unsafe extern "C" fn(
+            u64,
+            c_uint,
+            c_uint,
+            c_uint,
+            c_uint,
+            c_uint,
+            c_uint,
+            c_uint,
+            u64,
+            *mut *mut c_void
+            $(, $extra)*
+        ) -> CuResult
+    };
+}
+
+/// `cuLaunchKernel`: a grid launch with `extra`.
+pub type LaunchKernelFn = grid_launch_fn!(*mut *mut c_void);
+
+/// `cuLaunchCooperativeKernel`: a grid launch without `extra`.
+pub type LaunchCooperativeKernelFn = grid_launch_fn!();
 
 /// `cuLaunchKernelEx`: configuration, function, kernel parameters, extra.
 pub type LaunchKernelExFn =
     unsafe extern "C" fn(*const LaunchConfig, u64, *mut *mut c_void, *mut *mut c_void) -> CuResult;
-
-/// `cuLaunchCooperativeKernel`: as [`LaunchKernelFn`] without `extra`.
-pub type LaunchCooperativeKernelFn = unsafe extern "C" fn(
-    u64,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    c_uint,
-    u64,
-    *mut *mut c_void,
-) -> CuResult;
 
 #[cfg(test)]
 mod tests {
