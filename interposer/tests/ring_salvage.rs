@@ -40,9 +40,10 @@ fn a_killed_program_leaves_every_record_once_drained_or_in_its_ring() {
     let home = |c: &sigmatrace_schemas::ChunkInfo| HEADER_SIZE as u64 + c.header.index as u64 * cs;
     let in_ring = log.chunks().iter().filter(|c| c.offset != home(c)).count();
     let drained = log.chunks().len() - in_ring;
-    assert!(in_ring >= 1, "the live chunk is read from its ring slot");
     assert!(
-        drained >= 50,
-        "{drained} chunks drained (about 100 written)"
+        (1..=4).contains(&in_ring),
+        "{in_ring} chunks in ring slots: the live chunk at least, at most the ring's 4"
     );
+    // 50 000 compact sends and completions: 3.2 MB, about 49 chunks of 64 KiB.
+    assert!(drained >= 40, "{drained} chunks drained (about 49 written)");
 }

@@ -243,14 +243,13 @@ pub fn completion(ts: u64, cq: u64, c: &Completion) -> WorkCompletion {
     }
 }
 
-/// One completion of a poll of `cq` at `ts`, recorded on the hot path (no call) when the
-/// thread is ready, no empty-poll run is open, no clock snapshot is due and its compact
-/// record needs no bookkeeping (`head` decodes what decides its form, `None` for a vendor
-/// error; `body` the rest); false when nothing was written: [`completions`] records it and
-/// the rest of the poll.
+/// One completion of a poll at `ts`, recorded on the hot path (no call) when the thread is
+/// ready, no empty-poll run is open and its compact record needs no bookkeeping (a due clock
+/// snapshot included; `head` decodes what decides its form, `None` when it has none; `body`
+/// the rest); false when nothing was written: [`completions`] records it and the rest of the
+/// poll.
 #[inline(always)]
 pub fn bound_completion(
-    cq: u64,
     ts: u64,
     head: impl FnOnce() -> Option<CompletionHead>,
     body: impl FnOnce() -> CompletionBody,
@@ -258,11 +257,11 @@ pub fn bound_completion(
     let Some(mut t) = sink::enter_ready() else {
         return false;
     };
-    if t.state::<ThreadState>().runs.any_open() || t.snapshot_due(ts) {
+    if t.state::<ThreadState>().runs.any_open() {
         return false;
     }
     match head() {
-        Some(h) => t.append_bound_completion(ts, cq, &h, body),
+        Some(h) => t.append_bound_completion(ts, &h, body),
         None => false,
     }
 }

@@ -21,8 +21,8 @@ mod thread;
 
 pub use skew::ClockSkew;
 pub use switches::{
-    cat, current_timestamper, diag, diag_enabled, disable, is_disabled, mask, now, snapshot,
-    tracing, ClockChoice, Diag,
+    cat, current_timestamper, diag, diag_enabled, disable, fast, is_disabled, is_fast, mask, now,
+    snapshot, tracing, tsc, ClockChoice, Diag,
 };
 
 use std::path::{Path, PathBuf};
@@ -439,7 +439,7 @@ fn create_unique(
 // Per-thread writer (thread.rs holds the thread-local block)
 
 pub use thread::{
-    abandon_placed, enter, enter_ready, place_plain_send, placed_ts, publish_placed,
+    abandon_placed, enter, enter_ready, place_plain_send, placed_args, placed_ts, publish_placed,
     with_existing_thread, with_thread, Out, Thread, STATE_BYTES,
 };
 

@@ -77,6 +77,37 @@ const SKEWED: u8 = 0x80;
 static DIAG: AtomicU8 = AtomicU8::new(Diag::Error as u8);
 /// Set once tracing disabled itself (the stderr line is printed once).
 static DISABLED: AtomicBool = AtomicBool::new(false);
+/// The hot paths' switches ([`fast`]), derived from `MASK` and `CLOCK` whenever they
+/// change: one load and test decides a hot path.
+static FAST: [AtomicBool; 2] = [const { AtomicBool::new(false) }; 2];
+
+/// The hot paths' switches ([`is_fast`]).
+pub mod fast {
+    /// Sends are traced and timestamps are plain TSC reads ([`super::tsc`]).
+    pub const SEND: usize = 0;
+    /// Completions are traced and timestamps are plain TSC reads.
+    pub const POLL: usize = 1;
+}
+
+/// Whether the hot path `which` ([`fast`]) is on: its category is traced and [`now`] is a
+/// plain TSC read ([`tsc`]).
+#[inline(always)]
+pub fn is_fast(which: usize) -> bool {
+    FAST[which].load(Ordering::Relaxed)
+}
+
+/// The TSC: [`now`] when a [`fast`] bit is on.
+#[inline(always)]
+pub fn tsc() -> u64 {
+    rdtsc()
+}
+
+/// Derives `FAST` from `MASK` and `CLOCK`.
+fn set_fast() {
+    let tsc = CLOCK.load(Ordering::Relaxed) == TimestampSource::Tsc as u8;
+    FAST[fast::SEND].store(tsc && tracing(cat::SEND), Ordering::Relaxed);
+    FAST[fast::POLL].store(tsc && tracing(cat::COMPLETIONS), Ordering::Relaxed);
+}
 
 /// Whether any of the `cat` bits is being traced.
 #[inline(always)]
@@ -135,6 +166,7 @@ pub(super) fn set(
     if !DISABLED.load(Ordering::Relaxed) {
         MASK.store(initial_mask, Ordering::Release);
     }
+    set_fast();
 }
 
 /// The timestamp source of the log's records (unskewed: for readings that go through
@@ -155,6 +187,9 @@ pub fn snapshot() -> sigmatrace_schemas::ClockSnapshot {
 /// Stops tracing for good: prints one stderr line (at `Diag::Error`) and makes every hook
 /// forward untraced from now on.
 pub fn disable(reason: &str) {
+    for f in &FAST {
+        f.store(false, Ordering::Relaxed);
+    }
     MASK.store(0, Ordering::Release);
     if !DISABLED.swap(true, Ordering::AcqRel) {
         diag(

@@ -53,6 +53,9 @@ struct Local {
     has_writer: bool,
     /// The time of the placed record while [`PENDING`] (for recording the call again).
     pending_ts: u64,
+    /// The arguments of the call whose record is [`PENDING`] (for recording it again): kept
+    /// here rather than in registers across the provider call.
+    pending_args: [usize; 3],
     /// Records refused while busy, reported as a `Dropped` record later.
     missed: u64,
     sink: Sink,
@@ -74,7 +77,7 @@ struct Sink {
     writer: MaybeUninit<ChunkWriter>,
 }
 
-const BLOCK: usize = 4096;
+const BLOCK: usize = 8192;
 const _: () = assert!(std::mem::size_of::<Local>() <= BLOCK && std::mem::align_of::<Local>() <= 64);
 
 #[cfg(target_arch = "x86_64")]
@@ -97,13 +100,14 @@ core::arch::global_asm!(
 fn local_ptr() -> *mut Local {
     let p: usize;
     // SAFETY: loads the block's static-TLS offset from its GOT slot and adds this thread's
-    // thread pointer (%fs:0); reads only, no side effects.
+    // thread pointer (%fs:0); reads only, no side effects. Both are constant for the thread
+    // (`nomem`: the compiler may reuse one result within a function).
     unsafe {
         core::arch::asm!(
             "mov {p}, qword ptr [rip + sigmatrace_tls_block@GOTTPOFF]",
             "add {p}, qword ptr fs:[0]",
             p = out(reg) p,
-            options(pure, readonly, nostack),
+            options(pure, nomem, nostack),
         )
     };
     p as *mut Local
@@ -243,7 +247,9 @@ fn prepare(l: &mut Local, create: bool) -> bool {
         };
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() } as u32;
-        l.sink.writer = MaybeUninit::new(p.writer.thread_writer(tid));
+        let mut w = p.writer.thread_writer(tid);
+        w.set_horizon(super::NEXT_SNAPSHOT.load(Ordering::Relaxed));
+        l.sink.writer = MaybeUninit::new(w);
         l.has_writer = true;
         l.sink.reported_full = false;
     }
@@ -263,53 +269,65 @@ fn prepare(l: &mut Local, create: bool) -> bool {
 }
 
 /// Records a plain send (RDMA write or send, one SGE, connected QP) *before* its provider
-/// call: its compact `PostSend` at `ts` is written at the append position of this thread's
-/// chunk, unpublished, and only [`publish_placed`] after the call makes it visible. Returns
-/// false (nothing placed; the caller records after the call, as for any other post) when
-/// the thread is not ready (first use, inside the sink already, something to report), a
-/// clock snapshot is due, or the send has no compact form or no room in the current chunk.
+/// call, when sends are on the hot path (`fast::SEND`): its compact `PostSend` at the TSC
+/// read now is written at the append position of this thread's chunk, unpublished, and only
+/// [`publish_placed`] after the call makes it visible. `args` (the call's) are kept in the
+/// thread's block, for the call ([`placed_args`]) and for recording it again.
+/// `Err(args)` (nothing placed; the caller records after the call, as for any other post)
+/// when the thread is not ready (first use, inside the sink already, something to report),
+/// the send has no compact form, or needs bookkeeping first: no room in the current chunk,
+/// a time base out of reach, its queue's slot not bound, or a clock snapshot due (the
+/// writer's horizon, see [`Out::snapshot_check`]). The arguments are handed back from the
+/// block where they were kept, so that the caller keeps none in registers meanwhile.
 /// While the call runs the thread is [`PENDING`]: a signal handler may record meanwhile (its
 /// records go where the placed one lies, and mark it [`OVERWRITTEN`]).
 #[inline(always)]
 pub fn place_plain_send(
-    ts: u64,
     head: impl FnOnce() -> SendHead,
     body: impl FnOnce() -> SendBody,
-) -> bool {
+    args: [usize; 3],
+) -> Result<(), [usize; 3]> {
     let l = local_ptr();
     // SAFETY: `l` is this thread's block (valid, all fields valid when zero). `gate` and
     // `dirty` are accessed with volatile single loads/stores: a signal handler on this thread
     // can change them between any two instructions, and each decision below rests on one load.
     unsafe {
         let gd = std::ptr::addr_of!((*l).gate).cast::<u16>();
-        if gd.read_volatile() != u16::from_ne_bytes([READY, 0]) || Out::snapshot_due(ts) {
-            return false;
+        if gd.read_volatile() != u16::from_ne_bytes([READY, 0]) {
+            return Err(args);
         }
         let gate = std::ptr::addr_of_mut!((*l).gate);
         gate.write_volatile(READY | BUSY);
         compiler_fence(Ordering::SeqCst);
-        // READY means the writer is initialised; BUSY makes it ours until PENDING.
+        // BUSY: the block's `pending_args` are ours (a handler placing a send of its own is
+        // refused) until PENDING, or until they are read back below.
+        let kept = std::ptr::addr_of_mut!((*l).pending_args);
+        kept.write(args);
+        // READY means the writer is initialised.
         let w = (*l).sink.writer.assume_init_mut();
-        let placed = w.place_plain_send(ts, &head(), body);
-        compiler_fence(Ordering::SeqCst);
-        if placed {
+        // `fast::SEND`, the caller's condition, says that timestamps are TSC reads.
+        let ts = super::tsc();
+        if w.place_plain_send(ts, &head(), body) {
             (*l).pending_ts = ts;
+            compiler_fence(Ordering::SeqCst);
             gate.write_volatile(PENDING);
-        } else {
-            // As `Thread::drop`: READY again unless a handler was refused meanwhile.
-            gate.write_volatile(gate.read_volatile() & !BUSY);
+            return Ok(());
         }
-        placed
+        let args = kept.read_volatile();
+        compiler_fence(Ordering::SeqCst);
+        // As `Thread::drop`: READY again unless a handler was refused meanwhile.
+        gate.write_volatile(gate.read_volatile() & !BUSY);
+        Err(args)
     }
 }
 
 /// After the provider call of a [`place_plain_send`] that placed its record: publishes it
-/// when `accepted` (the provider returned success) and nothing was recorded or refused on this
-/// thread meanwhile, and returns true. Otherwise publishes nothing and returns false: the
-/// caller then calls [`abandon_placed`] and records the call the ordinary way (the placed
-/// bytes are written over).
+/// when the provider accepted it (returned `rc` 0) and nothing was recorded or refused on
+/// this thread meanwhile, and returns true. Otherwise publishes nothing and returns false:
+/// the caller then calls [`abandon_placed`] and records the call the ordinary way (the
+/// placed bytes are written over).
 #[inline(always)]
-pub fn publish_placed(accepted: bool) -> bool {
+pub fn publish_placed(rc: i32) -> bool {
     let l = local_ptr();
     // SAFETY: as in `place_plain_send`. The thread is PENDING (set there), so `has_writer`.
     unsafe {
@@ -318,7 +336,8 @@ pub fn publish_placed(accepted: bool) -> bool {
         // check below cannot be overtaken.
         gate.write_volatile(READY | BUSY);
         compiler_fence(Ordering::SeqCst);
-        if !accepted || std::ptr::addr_of!((*l).dirty).read_volatile() != 0 {
+        let dirty = std::ptr::addr_of!((*l).dirty).read_volatile();
+        if rc as u32 | dirty as u32 != 0 {
             // The caller calls `abandon_placed` (out of line) before recording the call.
             return false;
         }
@@ -336,6 +355,13 @@ pub fn publish_placed(accepted: bool) -> bool {
 pub fn placed_ts() -> u64 {
     // SAFETY: this thread's block; a plain u64 field.
     unsafe { std::ptr::addr_of!((*local_ptr()).pending_ts).read_volatile() }
+}
+
+/// The arguments [`place_plain_send`] kept with the record it placed (as [`placed_ts`]).
+#[inline(always)]
+pub fn placed_args() -> [usize; 3] {
+    // SAFETY: this thread's block; plain words.
+    unsafe { std::ptr::addr_of!((*local_ptr()).pending_args).read_volatile() }
 }
 
 /// After [`publish_placed`] returned false (the thread is still inside the sink): drops the
@@ -427,23 +453,17 @@ impl<'a> Thread<'a> {
     }
 
     /// `ChunkWriter::append_bound_completion`: the compact `WorkCompletion` when it needs no
-    /// bookkeeping (no snapshot check); false when nothing was written.
+    /// bookkeeping (a due snapshot included: the writer's horizon); false when nothing was
+    /// written.
     #[inline(always)]
     pub fn append_bound_completion(
         &mut self,
         ts: u64,
-        cq: u64,
         head: &CompletionHead,
         body: impl FnOnce() -> CompletionBody,
     ) -> bool {
         // SAFETY: an Out's writer is initialised.
-        unsafe { self.out.s.writer() }.append_bound_completion(ts, cq, head, body)
-    }
-
-    /// [`Out::snapshot_due`].
-    #[inline(always)]
-    pub fn snapshot_due(&self, ts: u64) -> bool {
-        Out::snapshot_due(ts)
+        unsafe { self.out.s.writer() }.append_bound_completion(ts, head, body)
     }
 
     /// Appends a metadata record (StringDef, Annotation, ThreadName).
@@ -524,10 +544,14 @@ impl Out<'_> {
     }
 
     /// Writes the periodic clock snapshot if it is due at `ts` (the timestamp of the record
-    /// just written).
+    /// just written). The writer's hot paths take no record at or after its horizon, which is
+    /// kept at or before the due time (the due time only grows): passing it sends a record
+    /// here, which writes the snapshot when it is due, and else moves the horizon up to the
+    /// due time another thread's snapshot set.
     #[inline(always)]
     pub fn snapshot_check(&mut self, ts: u64) {
-        if ts >= super::NEXT_SNAPSHOT.load(Ordering::Relaxed) {
+        // SAFETY: an Out's writer is initialised.
+        if ts >= unsafe { self.s.writer() }.horizon() {
             snapshot_due(self.s, ts);
         }
     }
@@ -546,6 +570,8 @@ impl Out<'_> {
 // The cold paths take the writer's parts, not `&mut Out`, so the hot paths never need the
 // `Out` itself in memory.
 
+/// [`Out::snapshot_check`] past the writer's horizon: the snapshot if it is due (the first
+/// thread to get there writes it), then the horizon moved up to the next due time.
 #[cold]
 #[inline(never)]
 fn snapshot_due(s: &mut Sink, ts: u64) {
@@ -560,6 +586,8 @@ fn snapshot_due(s: &mut Sink, ts: u64) {
     {
         append_failed(s);
     }
+    // SAFETY: as above.
+    unsafe { s.writer() }.set_horizon(super::NEXT_SNAPSHOT.load(Ordering::Relaxed));
 }
 
 #[cold]

@@ -197,7 +197,48 @@ fn orig<F: Copy>(s: usize, word: usize) -> F {
     unsafe { as_fn::<F>(CTX.word(s, word)) }
 }
 
+/// `ibv_post_send`. The hot path — sends traced with TSC timestamps, one RDMA write or send
+/// WR with one SGE on a connected QP — is recorded before the provider call, when its fields
+/// are at hand (`datapath::place_send`, which keeps the three arguments in the thread's
+/// block), and published after it once the provider accepted it: only `rc` lives across
+/// the call, so this function saves no register. Every other call is recorded after the
+/// provider call ([`post_send_unplaced`]). Not inside `guard::run`: the hot path makes no
+/// call and cannot panic; everything else goes through functions that are `extern "C"`
+/// (cannot unwind), so that no landing pad is needed here and they are tail calls.
 unsafe extern "C" fn post_send<const S: usize>(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad: *mut *mut ibv_send_wr,
+) -> c_int {
+    if !sink::is_fast(sink::fast::SEND) {
+        // SAFETY: the program's own arguments.
+        return unsafe { post_send_other::<S>(qp, wr, bad) };
+    }
+    // SAFETY: the program's own arguments, as the provider receives them.
+    if let Err([qp, wr, bad]) = unsafe { datapath::place_send(qp, wr, bad) } {
+        // SAFETY: as above (handed back).
+        return unsafe { post_send_unplaced::<S>(qp as _, wr as _, bad as _) };
+    }
+    let real: PostSendFn = orig(S, POST_SEND);
+    // Reloaded from the thread's block (where `place_send` kept them), so that the placing
+    // has every scratch register.
+    let [qp, wr, bad] = sink::placed_args();
+    // SAFETY: forwarding the program's own arguments to the provider.
+    let rc = unsafe { real(qp as _, wr as _, bad as _) };
+    if sink::publish_placed(rc) {
+        return rc;
+    }
+    // SAFETY: the placed call's arguments are kept in the thread's block.
+    unsafe { post_send_unpublished(rc) }
+}
+
+/// [`post_send`] off the hot path: sends untraced (forwarded), or timestamps that are not
+/// plain TSC reads (recorded after the call).
+///
+/// # Safety
+/// The program's arguments to `ibv_post_send`.
+#[inline(never)]
+unsafe extern "C" fn post_send_other<const S: usize>(
     qp: *mut ibv_qp,
     wr: *mut ibv_send_wr,
     bad: *mut *mut ibv_send_wr,
@@ -207,74 +248,41 @@ unsafe extern "C" fn post_send<const S: usize>(
         // SAFETY: forwarding the program's own arguments to the provider.
         return unsafe { real(qp, wr, bad) };
     }
-    // SAFETY: as above.
-    unsafe { post_send_traced::<S>(qp, wr, bad) }
+    // SAFETY: per caller.
+    unsafe { post_send_unplaced::<S>(qp, wr, bad) }
 }
 
-/// [`post_send`] when sends are traced (its own function, so that the untraced forwarding
-/// saves no registers). The common shape — one RDMA write or send WR with one SGE on a
-/// connected QP — is recorded before the provider call, when its fields are at hand
-/// (`datapath::place_send`), and published after it once the provider accepted it: only
-/// the three arguments live across the call. Every other call is recorded after it.
+/// [`post_send`] when its placed record was not published — the provider refused the WR, or
+/// something was recorded meanwhile (a signal handler): the call (its arguments and time
+/// kept by `sink::place_plain_send`) is recorded the ordinary way, at the placed record's
+/// time.
+///
+/// # Safety
+/// Only right after `sink::publish_placed` returned false.
+#[cold]
+#[inline(never)]
+unsafe extern "C" fn post_send_unpublished(rc: c_int) -> c_int {
+    let [qp, wr, bad] = sink::placed_args();
+    let ts = sink::placed_ts();
+    sink::abandon_placed();
+    // SAFETY: the arguments of the interrupted call, still the program's.
+    let rc = unsafe { post_send_after(qp as _, wr as _, bad as _, rc, ts) };
+    // Opaque, so that the hook does not keep `rc` across this call but jumps here.
+    std::hint::black_box(rc)
+}
+
+/// [`post_send`] when nothing was placed: the call is recorded after it (at the time read
+/// before it).
 ///
 /// # Safety
 /// The program's arguments to `ibv_post_send`.
 #[inline(never)]
-unsafe fn post_send_traced<const S: usize>(
+unsafe extern "C" fn post_send_unplaced<const S: usize>(
     qp: *mut ibv_qp,
     wr: *mut ibv_send_wr,
     bad: *mut *mut ibv_send_wr,
 ) -> c_int {
-    // Not inside `guard::run`: `place_send` makes no call and has nothing that can panic
-    // (no indexing that is not proven in bounds, no arithmetic that can overflow-check), so
-    // there is nothing to contain, and no landing pad keeps registers busy here. The time
-    // goes through it (and back) so that it is not kept across that call either.
-    // SAFETY: the program's own arguments, as the provider receives them.
-    let (placed, ts) = unsafe { datapath::place_send(qp, wr, sink::now()) };
-    if !placed {
-        // SAFETY: per caller.
-        return unsafe { post_send_unplaced::<S>(qp, wr, bad, ts) };
-    }
-    let real: PostSendFn = orig(S, POST_SEND);
-    // SAFETY: forwarding the program's own arguments to the provider.
-    let rc = unsafe { real(qp, wr, bad) };
-    if sink::publish_placed(rc == 0) {
-        return 0;
-    }
-    // SAFETY: per caller.
-    unsafe { post_send_unpublished(qp, wr, bad, rc) }
-}
-
-/// [`post_send_traced`] when its placed record was not published — the provider refused the
-/// WR, or something was recorded meanwhile (a signal handler): the call is recorded the
-/// ordinary way, at the placed record's time.
-///
-/// # Safety
-/// As [`post_send_traced`].
-#[cold]
-#[inline(never)]
-unsafe fn post_send_unpublished(
-    qp: *mut ibv_qp,
-    wr: *mut ibv_send_wr,
-    bad: *mut *mut ibv_send_wr,
-    rc: c_int,
-) -> c_int {
-    sink::abandon_placed();
-    // SAFETY: per caller.
-    unsafe { post_send_after(qp, wr, bad, rc, sink::placed_ts()) }
-}
-
-/// [`post_send_traced`] when nothing was placed: the call is recorded after it.
-///
-/// # Safety
-/// As [`post_send_traced`].
-#[inline(never)]
-unsafe fn post_send_unplaced<const S: usize>(
-    qp: *mut ibv_qp,
-    wr: *mut ibv_send_wr,
-    bad: *mut *mut ibv_send_wr,
-    ts: u64,
-) -> c_int {
+    let ts = sink::now();
     let real: PostSendFn = orig(S, POST_SEND);
     // SAFETY: forwarding the program's own arguments to the provider.
     let rc = unsafe { real(qp, wr, bad) };
@@ -365,16 +373,34 @@ unsafe extern "C" fn post_srq_recv<const S: usize>(
     rc
 }
 
+/// `ibv_poll_cq`. The hot path — one completion returned, completions traced with TSC
+/// timestamps — records it without a call (`datapath::polled_fast`); every other poll goes
+/// to [`poll_cq_recorded`] (`extern "C"`, a tail call).
 unsafe extern "C" fn poll_cq<const S: usize>(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
     let real: PollCqFn = orig(S, POLL_CQ);
     // SAFETY: forwarding the program's own arguments to the provider.
     let rc = unsafe { real(cq, n, wc) };
+    // SAFETY: the provider filled wc[0] (rc is 1).
+    if rc == 1 && sink::is_fast(sink::fast::POLL) && unsafe { datapath::polled_fast(cq, wc) } {
+        return 1;
+    }
+    // SAFETY: the provider filled wc[0..rc].
+    unsafe { poll_cq_recorded(cq, wc, rc) }
+}
+
+/// The recording of an `ibv_poll_cq` that returned `rc`, off the hot path.
+///
+/// # Safety
+/// `wc` must hold `rc` completions written by the provider.
+#[inline(never)]
+unsafe extern "C" fn poll_cq_recorded(cq: *mut ibv_cq, wc: *mut ibv_wc, rc: c_int) -> c_int {
     let mask = sink::mask();
     if mask & (cat::COMPLETIONS | cat::EMPTY_POLLS) != 0 {
-        // SAFETY: the provider filled wc[0..rc].
+        // SAFETY: per caller.
         guard::run("poll_cq", || unsafe { datapath::polled(cq, wc, rc, mask) });
     }
-    rc
+    // Opaque, so that the hook keeps no `rc` across this call but jumps here.
+    std::hint::black_box(rc)
 }
 
 unsafe extern "C" fn req_notify_cq<const S: usize>(
