@@ -52,9 +52,36 @@ const COMPLETION_C: u16 = RecordKind::CompletionCompact as u16;
 /// bits) and SGE count (3 bits) — or `None` when they do not fit.
 #[inline(always)]
 pub fn pack_addr_op(remote_addr: u64, opcode: u8, flags: u32, num_sge: u16) -> Option<u64> {
-    let fits = (remote_addr >> 48) | (flags >> 5) as u64 | (num_sge >> 3) as u64 == 0;
     let word = remote_addr | (opcode as u64) << 48 | (flags as u64) << 56 | (num_sge as u64) << 61;
-    fits.then_some(word)
+    addr_op_fits(remote_addr, flags, num_sge).then_some(word)
+}
+
+/// Whether [`pack_addr_op`] holds these.
+#[inline(always)]
+fn addr_op_fits(remote_addr: u64, flags: u32, num_sge: u16) -> bool {
+    (remote_addr >> 48) | (flags >> 5) as u64 | (num_sge >> 3) as u64 == 0
+}
+
+/// Writes [`pack_addr_op`]'s word at `dst` (it must fit): on little-endian machines as the
+/// address and two bytes over its top two (fewer operations than assembling the word).
+///
+/// # Safety
+/// `dst` writable and aligned; `addr_op_fits` holds.
+#[inline(always)]
+unsafe fn put_addr_op(dst: *mut u64, remote_addr: u64, opcode: u8, flags: u32, num_sge: u16) {
+    // SAFETY: per caller.
+    unsafe {
+        if cfg!(target_endian = "little") {
+            dst.write(remote_addr);
+            let top = dst.cast::<u8>();
+            top.add(6).write(opcode);
+            top.add(7).write(flags as u8 | (num_sge as u8) << 5);
+        } else {
+            let word =
+                remote_addr | (opcode as u64) << 48 | (flags as u64) << 56 | (num_sge as u64) << 61;
+            dst.write(word);
+        }
+    }
 }
 
 /// What decides whether a send WR without immediate data or atomic operands (RDMA write,

@@ -265,20 +265,19 @@ pub unsafe fn place_send(
     bad: *mut *mut ibv_send_wr,
 ) -> Result<(), [usize; 3]> {
     let args = [qp as usize, wr as usize, bad as usize];
-    // SAFETY: wr is null or the program's first WR; qp is live.
-    unsafe {
-        if wr.is_null() {
-            return Err(args);
-        }
-        let op = (*wr).opcode;
-        // RDMA write (0) or send (2), one WR, one SGE, not UD (whose sends use the `ud` arm).
-        if op & !2 != 0
-            || !(*wr).next.is_null()
-            || (*wr).num_sge != 1
-            || (*qp).qp_type == IBV_QPT_UD
-        {
-            return Err(args);
-        }
+    if wr.is_null() {
+        return Err(args);
+    }
+    // SAFETY: wr is the program's non-null first WR: `num_sge` and `opcode` are its two
+    // adjacent 4-byte words at an 8-aligned offset (checked below), read as one.
+    let shape = unsafe { std::ptr::addr_of!((*wr).num_sge).cast::<u64>().read() };
+    // One SGE and an RDMA write (0) or send (2); one WR; not UD (whose sends use the `ud`
+    // arm).
+    // SAFETY: wr as above; qp is live.
+    if shape & !SEND_BIT != ONE_SGE_WRITE
+        || unsafe { !(*wr).next.is_null() || (*qp).qp_type == IBV_QPT_UD }
+    {
+        return Err(args);
     }
     // All ones for an RDMA write (0), zero for a send (2): the `rdma` arm's operands are
     // taken only for a write (a send's record has address and rkey 0), without a branch (a
@@ -307,6 +306,21 @@ pub unsafe fn place_send(
     };
     sink::place_plain_send(head, body, args)
 }
+
+/// `num_sge` and `opcode` of a one-SGE WR of `opcode`, as [`place_send`] reads them (one
+/// native-endian word, `num_sge` first).
+const fn wr_shape(opcode: u32) -> u64 {
+    let (a, b) = (1i32.to_ne_bytes(), opcode.to_ne_bytes());
+    u64::from_ne_bytes([a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]])
+}
+const ONE_SGE_WRITE: u64 = wr_shape(IBV_WR_RDMA_WRITE);
+/// The one bit in which a one-SGE send's word differs from a write's.
+const SEND_BIT: u64 = wr_shape(IBV_WR_SEND) ^ ONE_SGE_WRITE;
+const _: () = assert!(
+    std::mem::offset_of!(ibv_send_wr, opcode) == std::mem::offset_of!(ibv_send_wr, num_sge) + 4
+        && std::mem::offset_of!(ibv_send_wr, num_sge) % 8 == 0
+        && SEND_BIT.count_ones() == 1
+);
 
 /// Records the WRs of an `ibv_post_send` the provider accepted (it returned 0).
 ///
@@ -572,6 +586,7 @@ pub unsafe fn polled(cq: *mut ibv_cq, wc: *const ibv_wc, rc: c_int, mask: u32) {
 unsafe fn polled_one(cq: u64, w: *const ibv_wc, ts: u64) -> bool {
     // SAFETY (both): per caller.
     data::bound_completion(
+        cq,
         ts,
         || wc_head(cq, unsafe { &*w }),
         || wc_body(unsafe { &*w }),
@@ -608,7 +623,7 @@ pub unsafe fn polled_fast(cq: *mut ibv_cq, wc: *const ibv_wc) -> bool {
         imm: 0,
         ..wc_body(w)
     };
-    data::bound_completion(sink::tsc(), head, body)
+    data::bound_completion(cq as u64, sink::tsc(), head, body)
 }
 
 /// What decides a completion's compact form (`None`: it has a vendor error).

@@ -132,6 +132,15 @@ impl Runs {
         Some(out)
     }
 
+    /// The [`bucket`]s of the CQs with an open run: a completion of a CQ outside them has no
+    /// run to close first.
+    pub fn open_buckets(&self) -> u8 {
+        self.runs
+            .iter()
+            .filter(|r| r.count != 0)
+            .fold(0, |m, r| m | bucket(r.cq))
+    }
+
     /// Closes every run.
     pub fn drain(&mut self) -> impl Iterator<Item = EmptyPolls> + '_ {
         self.open = 0;
@@ -141,6 +150,12 @@ impl Runs {
             out
         })
     }
+}
+
+/// `cq`'s bit among 8 buckets of CQ handles ([`Runs::open_buckets`]).
+#[inline(always)]
+pub fn bucket(cq: u64) -> u8 {
+    1 << ((cq >> 6) & 7)
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! bits in one atomic mask), the timestamp source, the diagnostics level, and whether tracing
 //! disabled itself. Plain atomics: reading them costs one load, setting them never blocks.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU8, Ordering};
 
 use sigmatrace_schemas::clock::{clock_ns, rdtsc};
 use sigmatrace_schemas::{TimestampSource, Timestamper};
@@ -96,6 +96,17 @@ pub fn is_fast(which: usize) -> bool {
     FAST[which].load(Ordering::Relaxed)
 }
 
+/// What `ibv_poll_cq` returns when its hot path may take the poll: 1 when
+/// `is_fast(fast::POLL)` (one completion), else `i32::MIN` (no provider returns that), so
+/// that one compare decides it.
+#[inline(always)]
+pub fn fast_poll_rc() -> i32 {
+    FAST_POLL_RC.load(Ordering::Relaxed)
+}
+
+/// [`fast_poll_rc`].
+static FAST_POLL_RC: AtomicI32 = AtomicI32::new(i32::MIN);
+
 /// The TSC: [`now`] when a [`fast`] bit is on.
 #[inline(always)]
 pub fn tsc() -> u64 {
@@ -107,6 +118,12 @@ fn set_fast() {
     let tsc = CLOCK.load(Ordering::Relaxed) == TimestampSource::Tsc as u8;
     FAST[fast::SEND].store(tsc && tracing(cat::SEND), Ordering::Relaxed);
     FAST[fast::POLL].store(tsc && tracing(cat::COMPLETIONS), Ordering::Relaxed);
+    let rc = if tsc && tracing(cat::COMPLETIONS) {
+        1
+    } else {
+        i32::MIN
+    };
+    FAST_POLL_RC.store(rc, Ordering::Relaxed);
 }
 
 /// Whether any of the `cat` bits is being traced.
@@ -190,6 +207,7 @@ pub fn disable(reason: &str) {
     for f in &FAST {
         f.store(false, Ordering::Relaxed);
     }
+    FAST_POLL_RC.store(i32::MIN, Ordering::Relaxed);
     MASK.store(0, Ordering::Release);
     if !DISABLED.swap(true, Ordering::AcqRel) {
         diag(

@@ -14,7 +14,7 @@
 //! byte pattern a valid value, so the view is sound whatever type reads it.
 
 use std::mem::MaybeUninit;
-use std::sync::atomic::{compiler_fence, Ordering};
+use std::sync::atomic::{compiler_fence, AtomicU64, Ordering};
 
 use sigmatrace_schemas::{
     compact::{CompletionBody, CompletionHead, SendBody, SendHead},
@@ -49,6 +49,9 @@ struct Local {
     /// [`OVERWRITTEN`] | [`MISSED`]: what a pending placed record must not be published
     /// after. Next to `gate`, so that one 16-bit load tests both.
     dirty: u8,
+    /// Bits the layer above holds the hot completion path off for ([`Thread::hold_hot`],
+    /// [`enter_ready`]).
+    hold: u8,
     /// Whether `sink.writer` is initialised.
     has_writer: bool,
     /// The time of the placed record while [`PENDING`] (for recording the call again).
@@ -56,8 +59,9 @@ struct Local {
     /// The arguments of the call whose record is [`PENDING`] (for recording it again): kept
     /// here rather than in registers across the provider call.
     pending_args: [usize; 3],
-    /// Records refused while busy, reported as a `Dropped` record later.
-    missed: u64,
+    /// Records refused while busy, reported as a `Dropped` record later (atomic only so that
+    /// reading and clearing it is one instruction a handler cannot fall between).
+    missed: AtomicU64,
     sink: Sink,
     state: StateArea,
 }
@@ -79,6 +83,7 @@ struct Sink {
 
 const BLOCK: usize = 8192;
 const _: () = assert!(std::mem::size_of::<Local>() <= BLOCK && std::mem::align_of::<Local>() <= 64);
+const _: () = assert!(std::mem::offset_of!(Local, has_writer) == 3 && size_of::<bool>() == 1);
 
 #[cfg(target_arch = "x86_64")]
 core::arch::global_asm!(
@@ -149,14 +154,18 @@ pub struct Thread<'a> {
     pub out: Out<'a>,
     state: &'a mut StateArea,
     gate: &'a mut u8,
+    hold: &'a mut u8,
     _not_send: std::marker::PhantomData<*mut ()>,
 }
 
 impl Drop for Thread<'_> {
     #[inline(always)]
     fn drop(&mut self) {
-        // READY again — unless a signal handler was refused meanwhile (it cleared READY).
-        *self.gate &= !BUSY;
+        // READY again — unless a signal handler was refused meanwhile (it cleared READY, so
+        // that the next record reports the refusal: read here, not assumed).
+        let gate: *mut u8 = self.gate;
+        // SAFETY: our own gate byte; a volatile read and write (a handler may have changed it).
+        unsafe { gate.write_volatile(gate.read_volatile() & !BUSY) };
     }
 }
 
@@ -168,24 +177,24 @@ pub fn enter() -> Option<Thread<'static>> {
     enter_with(true)
 }
 
-/// Like [`enter`] but only when the thread is ready right away (`None` otherwise, where
-/// `enter` would take its out-of-line preparation): for a hot path that makes no call and
-/// falls back to `enter`.
+/// Like [`enter`] but only when the thread is ready right away and the hot completion path
+/// is not held off for any of the bits `of` ([`Thread::hold_hot`]); `None` otherwise, where
+/// `enter` would take its out-of-line preparation: for the hot completion path, which makes
+/// no call and falls back to `enter`.
 #[inline(always)]
-pub fn enter_ready() -> Option<Thread<'static>> {
+pub fn enter_ready(of: u8) -> Option<Thread<'static>> {
     // SAFETY: as in `enter_with`.
     let l: &'static mut Local = unsafe { &mut *local_ptr() };
-    if l.gate != READY {
+    // gate READY, dirty 0, nothing held (and `has_writer`, implied by READY): one load; when
+    // something is held, whether it is one of `of`.
+    let word = std::ptr::addr_of!(l.gate).cast::<u32>();
+    // SAFETY: `gate`, `dirty`, `hold` and `has_writer` are the block's first four bytes
+    // (repr(C), the block is 64-byte aligned), read as one word.
+    let word = unsafe { word.read() }.to_ne_bytes();
+    if word != [READY, 0, 0, 1] && (word[..2] != [READY, 0] || word[2] & of != 0) {
         return None;
     }
-    l.gate = READY | BUSY;
-    // READY: the writer is initialised.
-    Some(Thread {
-        out: Out { s: &mut l.sink },
-        state: &mut l.state,
-        gate: &mut l.gate,
-        _not_send: std::marker::PhantomData,
-    })
+    Some(inside(l))
 }
 
 /// Runs `f` inside the sink (see [`enter`]).
@@ -206,34 +215,54 @@ fn enter_with(create: bool) -> Option<Thread<'static>> {
     // and the returned Thread cannot leave the thread (not Send) nor outlive the hook call
     // that holds it in practice.
     let l: &'static mut Local = unsafe { &mut *local_ptr() };
-    if l.gate != READY && !prepare(l, create) {
+    // Not READY, or READY with something to report (a refusal during a preparation, a
+    // pending record written over): `prepare`.
+    let gd = std::ptr::addr_of!(l.gate).cast::<u16>();
+    // SAFETY: `gate` and `dirty`, the block's first two bytes, read as one word.
+    if unsafe { gd.read_volatile() } != u16::from_ne_bytes([READY, 0]) && !prepare(l, create) {
         return None;
     }
+    Some(inside(l))
+}
+
+/// Enters the sink on a ready block (READY: the writer is initialised, so `Out` may be made).
+#[inline(always)]
+fn inside(l: &'static mut Local) -> Thread<'static> {
     l.gate = READY | BUSY;
-    // prepare() or an earlier call initialised the writer (has_writer): Out may be made.
-    Some(Thread {
+    Thread {
         out: Out { s: &mut l.sink },
         state: &mut l.state,
         gate: &mut l.gate,
+        hold: &mut l.hold,
         _not_send: std::marker::PhantomData,
-    })
+    }
 }
 
 /// The uncommon cases: re-entry, first use on this thread, drops to report.
 #[cold]
 #[inline(never)]
 fn prepare(l: &mut Local, create: bool) -> bool {
-    if l.gate & BUSY != 0 {
-        l.missed = l.missed.saturating_add(1);
-        l.gate = BUSY; // not READY: the outer call reports the drops on its next record
-        l.dirty |= MISSED;
+    let gate = std::ptr::addr_of_mut!(l.gate);
+    let dirty = std::ptr::addr_of_mut!(l.dirty);
+    // SAFETY (all volatile accesses): this thread's own gate and dirty bytes; a signal handler
+    // on this thread may change them between any two instructions.
+    let g = unsafe { gate.read_volatile() };
+    if g & BUSY != 0 {
+        l.missed.fetch_add(1, Ordering::Relaxed);
+        // Not READY: the outer call reports the drops on its next record.
+        unsafe { gate.write_volatile(BUSY) };
+        unsafe { dirty.write_volatile(dirty.read_volatile() | MISSED) };
         return false;
     }
-    if l.gate & PENDING != 0 {
+    if g & PENDING != 0 {
         // A signal handler records while the interrupted call's placed record is pending: it
         // appends where that record lies; the interrupted call sees this and records again.
-        l.dirty |= OVERWRITTEN;
+        unsafe { dirty.write_volatile(dirty.read_volatile() | OVERWRITTEN) };
     }
+    // From here a handler interrupting this preparation (or the log's creation and its lock)
+    // is refused and counted, like one interrupting a record.
+    unsafe { gate.write_volatile(BUSY) };
+    compiler_fence(Ordering::SeqCst);
     if !l.has_writer {
         let p = if create {
             process()
@@ -243,6 +272,8 @@ fn prepare(l: &mut Local, create: bool) -> bool {
             (!p.is_null()).then(|| unsafe { &*p })
         };
         let Some(p): Option<&Process> = p else {
+            compiler_fence(Ordering::SeqCst);
+            unsafe { gate.write_volatile(0) };
             return false;
         };
         // SAFETY: gettid has no preconditions.
@@ -253,8 +284,13 @@ fn prepare(l: &mut Local, create: bool) -> bool {
         l.has_writer = true;
         l.sink.reported_full = false;
     }
-    if l.missed != 0 {
-        let count = std::mem::take(&mut l.missed);
+    // Cleared before the count is taken: a refusal after this sets it again (and is reported
+    // now or by the next record, which comes here again for it).
+    unsafe { dirty.write_volatile(dirty.read_volatile() & !MISSED) };
+    compiler_fence(Ordering::SeqCst);
+    // One instruction: a refusal cannot fall between reading and clearing the count.
+    let count = l.missed.swap(0, Ordering::Relaxed);
+    if count != 0 {
         // SAFETY: has_writer.
         let w = unsafe { l.sink.writer() };
         w.append(&Dropped {
@@ -263,8 +299,8 @@ fn prepare(l: &mut Local, create: bool) -> bool {
             count,
         });
     }
-    l.dirty &= !MISSED;
-    l.gate = READY;
+    compiler_fence(Ordering::SeqCst);
+    unsafe { gate.write_volatile(READY) };
     true
 }
 
@@ -307,8 +343,9 @@ pub fn place_plain_send(
         let w = (*l).sink.writer.assume_init_mut();
         // `fast::SEND`, the caller's condition, says that timestamps are TSC reads.
         let ts = super::tsc();
+        // (Unused unless placed; stored now, so that `ts` need not be kept.)
+        (*l).pending_ts = ts;
         if w.place_plain_send(ts, &head(), body) {
-            (*l).pending_ts = ts;
             compiler_fence(Ordering::SeqCst);
             gate.write_volatile(PENDING);
             return Ok(());
@@ -388,7 +425,8 @@ pub(super) fn reset_in_child() {
     l.has_writer = false; // the old ChunkWriter is leaked, never dropped
     l.gate = 0;
     l.dirty = 0;
-    l.missed = 0;
+    l.hold = 0;
+    l.missed.store(0, Ordering::Relaxed);
     l.sink.reported_full = false;
     l.state.0.fill(0);
 }
@@ -472,6 +510,14 @@ impl<'a> Thread<'a> {
         if !unsafe { self.out.s.writer() }.append_meta(kind, aux, now(), key, payload) {
             append_failed(self.out.s);
         }
+    }
+
+    /// Holds the hot completion path ([`enter_ready`]) off for the bits `held` (the layer
+    /// above has bookkeeping some completions must go through first: open empty-poll runs of
+    /// their CQs).
+    #[inline(always)]
+    pub fn hold_hot(&mut self, held: u8) {
+        *self.hold = held;
     }
 
     /// The snapshot period in timestamp units (`u64::MAX` before the log exists).
@@ -608,7 +654,8 @@ mod tests {
     fn an_all_zero_block_is_an_empty_local() {
         // SAFETY: this test's own thread block, never used by anything else in this thread.
         let l = unsafe { &*local_ptr() };
-        assert!(l.gate == 0 && l.dirty == 0 && !l.has_writer && l.missed == 0);
+        assert!(l.gate == 0 && l.dirty == 0 && !l.has_writer);
+        assert_eq!(l.missed.load(Ordering::Relaxed), 0);
         assert!(l.state.0.iter().all(|&b| b == 0));
     }
 }

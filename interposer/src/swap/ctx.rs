@@ -380,9 +380,14 @@ unsafe extern "C" fn poll_cq<const S: usize>(cq: *mut ibv_cq, n: c_int, wc: *mut
     let real: PollCqFn = orig(S, POLL_CQ);
     // SAFETY: forwarding the program's own arguments to the provider.
     let rc = unsafe { real(cq, n, wc) };
-    // SAFETY: the provider filled wc[0] (rc is 1).
-    if rc == 1 && sink::is_fast(sink::fast::POLL) && unsafe { datapath::polled_fast(cq, wc) } {
-        return 1;
+    // One compare: 1 when the hot path is on (`sink::fast::POLL`), else never `rc`.
+    if rc == sink::fast_poll_rc() {
+        // SAFETY: the provider filled wc[0] (rc is 1).
+        if unsafe { datapath::polled_fast(cq, wc) } {
+            return 1;
+        }
+        // SAFETY: as above. (1, not `rc`: nothing keeps `rc` on this path.)
+        return unsafe { poll_cq_recorded(cq, wc, 1) };
     }
     // SAFETY: the provider filled wc[0..rc].
     unsafe { poll_cq_recorded(cq, wc, rc) }

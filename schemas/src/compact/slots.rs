@@ -15,8 +15,8 @@ use crate::records::{
 use crate::writer::ChunkWriter;
 
 use super::{
-    pack_addr_op, post_recv_fits, CompletionBody, CompletionHead, SendBody, SendHead, BOOKKEEPING,
-    COMPLETION_C, DTS_BITS, DTS_LIMIT, POST_RECV_C, POST_SEND_C,
+    addr_op_fits, pack_addr_op, post_recv_fits, put_addr_op, CompletionBody, CompletionHead,
+    SendBody, SendHead, BOOKKEEPING, COMPLETION_C, DTS_BITS, DTS_LIMIT, POST_RECV_C, POST_SEND_C,
 };
 
 /// Slots per role in the writer's table (readers accept any slot 0–255).
@@ -230,32 +230,34 @@ impl ChunkWriter {
         head: &SendHead,
         body: impl FnOnce() -> SendBody,
     ) -> bool {
-        const SIZE: u32 = size_of::<PostSendCompact>() as u32;
-        let Some(addr_op) = pack_addr_op(head.remote_addr, head.opcode, head.flags, head.num_sge)
-        else {
+        let h = head;
+        if !addr_op_fits(h.remote_addr, h.flags, h.num_sge) {
             return false;
-        };
+        }
         let dts = ts.wrapping_sub(self.slots.base);
-        let i = head.qpn as usize % WRITER_SLOTS;
+        let i = h.qpn as usize % WRITER_SLOTS;
         if dts >= self.slots.lim
             || self.pos() >= self.place_limit
-            || self.slots.send[i] != send_key(head)
+            || self.slots.send[i] != send_key(h)
         {
             return false;
         }
+        let c = self.at_pos() as *mut PostSendCompact;
+        let tslot = dts as u32 | self.slots.hi[SEND_REGION + i];
         // SAFETY: `place_limit` leaves room for this record inside our exclusively owned
-        // chunk; the position is 8-aligned and the record is Pod.
-        let c = unsafe { &mut *(self.at_pos() as *mut PostSendCompact) };
-        let b = body();
-        *c = PostSendCompact {
-            kind: PostSendCompact::KIND as u16,
-            len: SIZE as u16,
-            tslot: dts as u32 | self.slots.hi[SEND_REGION + i],
-            wr_id: b.wr_id,
-            addr_op,
-            rkey: b.rkey,
-            bytes: b.bytes,
-        };
+        // chunk; the position is 8-aligned; each field is written once.
+        unsafe {
+            std::ptr::addr_of_mut!((*c).kind)
+                .cast::<u32>()
+                .write(kind_len::<PostSendCompact>());
+            std::ptr::addr_of_mut!((*c).tslot).write(tslot);
+            let addr_op = std::ptr::addr_of_mut!((*c).addr_op);
+            put_addr_op(addr_op, h.remote_addr, h.opcode, h.flags, h.num_sge);
+            let b = body();
+            std::ptr::addr_of_mut!((*c).wr_id).write(b.wr_id);
+            std::ptr::addr_of_mut!((*c).rkey).write(b.rkey);
+            std::ptr::addr_of_mut!((*c).bytes).write(b.bytes);
+        }
         true
     }
 
@@ -371,11 +373,11 @@ impl ChunkWriter {
         {
             return false;
         }
-        // SAFETY: `place_limit` leaves room for this record inside our exclusively owned
-        // chunk; the position is 8-aligned and the record is Pod.
-        let r = unsafe { &mut *(self.at_pos() as *mut CompletionCompact) };
+        let r = self.at_pos() as *mut CompletionCompact;
         let tslot = dts as u32 | self.slots.hi[COMPLETION_REGION + i];
-        fill_completion(r, tslot, head.src_qp | head.flags << 24, body);
+        // SAFETY: `place_limit` leaves room for this record inside our exclusively owned
+        // chunk; the position is 8-aligned.
+        unsafe { fill_completion(r, tslot, head, body) };
         self.publish(SIZE);
         true
     }
@@ -453,29 +455,62 @@ impl ChunkWriter {
     }
 }
 
-/// Writes a compact `WorkCompletion`. Its own function so that `r` is known not to alias
-/// what `body` reads (the compiler may then interleave the reads and the stores, keeping
-/// fewer values in registers).
+/// Writes a compact `WorkCompletion`: the words at hand first, then `body`'s fields as they
+/// are read (it may read memory the record could alias as far as the compiler knows, so its
+/// reads stay after these stores and fewer values are held in registers at once).
+///
+/// # Safety
+/// `r` must be a writable, aligned record slot the caller owns.
 #[inline(always)]
-fn fill_completion(
-    r: &mut CompletionCompact,
+unsafe fn fill_completion(
+    r: *mut CompletionCompact,
     tslot: u32,
-    src_qp_flags: u32,
+    head: &CompletionHead,
     body: impl FnOnce() -> CompletionBody,
 ) {
-    let b = body();
-    *r = CompletionCompact {
-        kind: CompletionCompact::KIND as u16,
-        len: size_of::<CompletionCompact>() as u16,
-        tslot,
-        wr_id: b.wr_id,
-        byte_len: b.byte_len,
-        imm: b.imm,
-        src_qp_flags,
-        slid: b.slid,
-        status: b.status,
-        opcode: b.opcode,
-    };
+    // SAFETY: per caller; each field is written once.
+    unsafe {
+        let kind_len = kind_len::<CompletionCompact>();
+        std::ptr::addr_of_mut!((*r).kind)
+            .cast::<u32>()
+            .write(kind_len);
+        std::ptr::addr_of_mut!((*r).tslot).write(tslot);
+        // `src_qp_flags` (they fit): on little-endian machines `src_qp` and the flags byte
+        // over its top byte (fewer operations than assembling the word).
+        let sqf = std::ptr::addr_of_mut!((*r).src_qp_flags);
+        if cfg!(target_endian = "little") {
+            sqf.write(head.src_qp);
+            sqf.cast::<u8>().add(3).write(head.flags as u8);
+        } else {
+            sqf.write(head.src_qp | head.flags << 24);
+        }
+        let b = body();
+        std::ptr::addr_of_mut!((*r).wr_id).write(b.wr_id);
+        // `byte_len` and `imm` as one word (a constant `imm` costs nothing then).
+        let (n, i) = (b.byte_len.to_ne_bytes(), b.imm.to_ne_bytes());
+        let pair = u64::from_ne_bytes([n[0], n[1], n[2], n[3], i[0], i[1], i[2], i[3]]);
+        std::ptr::addr_of_mut!((*r).byte_len)
+            .cast::<u64>()
+            .write(pair);
+        std::ptr::addr_of_mut!((*r).slid).write(b.slid);
+        std::ptr::addr_of_mut!((*r).status).write(b.status);
+        std::ptr::addr_of_mut!((*r).opcode).write(b.opcode);
+    }
+}
+
+const _: () = assert!(
+    std::mem::offset_of!(CompletionCompact, imm)
+        == std::mem::offset_of!(CompletionCompact, byte_len) + 4
+        && std::mem::offset_of!(CompletionCompact, byte_len) % 8 == 0
+);
+
+/// The first word of a compact record `C`: `kind` and `len` (u16 each, in this order).
+const fn kind_len<C: FixedRecord>() -> u32 {
+    let (k, l) = (
+        (C::KIND as u16).to_ne_bytes(),
+        (size_of::<C>() as u16).to_ne_bytes(),
+    );
+    u32::from_ne_bytes([k[0], k[1], l[0], l[1]])
 }
 
 /// The role of a compact kind's slots.
@@ -547,10 +582,16 @@ mod tests {
         }
     }
 
-    /// The records a test writes and expects back: (wr_id, ts, qpn, is a completion).
+    /// What a send's record says besides its id, time and QPN.
+    fn sig(h: &SendHead) -> u64 {
+        h.remote_addr ^ (h.flags as u64) << 48 ^ (h.opcode as u64) << 56
+    }
+
+    /// The records a test writes and expects back: (wr_id, ts, qpn, [`sig`] for a send, 0
+    /// for a completion).
     struct Hot {
         w: ChunkWriter,
-        want: Vec<(u64, u64, u32, bool)>,
+        want: Vec<(u64, u64, u32, u64)>,
     }
 
     impl Hot {
@@ -558,7 +599,7 @@ mod tests {
             let placed = self.w.place_plain_send(ts, &h, sbody(wr_id));
             if placed {
                 self.w.publish_placed_send();
-                self.want.push((wr_id, ts, h.qpn, false));
+                self.want.push((wr_id, ts, h.qpn, sig(&h)));
             }
             placed
         }
@@ -568,13 +609,13 @@ mod tests {
                 self.w.try_append_plain_send(ts, &h, sbody(wr_id)),
                 Some(true)
             );
-            self.want.push((wr_id, ts, h.qpn, false));
+            self.want.push((wr_id, ts, h.qpn, sig(&h)));
         }
 
         fn bound(&mut self, ts: u64, h: CompletionHead, wr_id: u64) -> bool {
             let done = self.w.append_bound_completion(ts, &h, cbody(wr_id));
             if done {
-                self.want.push((wr_id, ts, h.qpn, true));
+                self.want.push((wr_id, ts, h.qpn, 0));
             }
             done
         }
@@ -582,7 +623,7 @@ mod tests {
         fn complete(&mut self, ts: u64, h: CompletionHead, wr_id: u64) {
             let r = self.w.try_append_plain_completion(ts, &h, cbody(wr_id));
             assert_eq!(r, Some(true));
-            self.want.push((wr_id, ts, h.qpn, true));
+            self.want.push((wr_id, ts, h.qpn, 0));
         }
     }
 
@@ -615,6 +656,14 @@ mod tests {
         h.complete(T0 + 1, wc(cq, q, 0, 0), 3);
         // Both bound (one region each): hot.
         assert!(h.place(T0 + 2, send(q, 0x1000, 2), 4));
+        // A send (opcode 2, no address) with every flag the compact form holds, and the
+        // largest address it holds.
+        let s = SendHead {
+            opcode: 2,
+            ..send(q, 0, 31)
+        };
+        assert!(h.place(T0 + 2, s, 40));
+        assert!(h.place(T0 + 2, send(q, (1 << 48) - 1, 0), 41));
         assert!(h.bound(T0 + 3, wc(cq, q, 0x42, 2), 5));
         // Another queue, the same QP on another CQ, QP q + 64 (the same send slot): not bound.
         assert!(!h.place(T0 + 4, send(q + 1, 0x1000, 2), 6));
@@ -668,15 +717,21 @@ mod tests {
             for r in file.records(c) {
                 match r.unwrap().decode().unwrap() {
                     Record::PostSend(s) => {
-                        assert_eq!(
-                            (s.remote_addr, s.rkey, s.hdr.aux, s.bytes),
-                            (0x1000, 7, 2, 8)
-                        );
-                        got.push((s.wr_id, s.ts, s.qpn, false));
+                        assert_eq!((s.rkey, s.bytes, s.num_sge, s.imm), (7, 8, 1, 0));
+                        let h = SendHead {
+                            qpn: s.qpn,
+                            source: s.source,
+                            remote_addr: s.remote_addr,
+                            flags: s.hdr.aux,
+                            num_sge: s.num_sge,
+                            opcode: s.opcode,
+                        };
+                        got.push((s.wr_id, s.ts, s.qpn, sig(&h)));
                     }
                     Record::WorkCompletion(w) => {
                         assert_eq!((w.cq, w.slid, w.byte_len, w.opcode), (cq, 3, 8, 1));
-                        got.push((w.wr_id, w.ts, w.qpn, true));
+                        assert_eq!((w.imm, w.vendor_err, w.hw_ts), (0, 0, 0));
+                        got.push((w.wr_id, w.ts, w.qpn, 0));
                     }
                     other => panic!("{other:?}"),
                 }
