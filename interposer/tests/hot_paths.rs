@@ -29,10 +29,7 @@ fn hex(s: &str) -> u64 {
 /// poll — are recorded exactly as the program got them, in order.
 #[test]
 fn every_completion_is_recorded_as_returned_whichever_path_takes_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = Cmd::new(&hot_paths(&["polls"]))
-        .traced(dir.path())
-        .run(LIMIT);
+    let (out, t, _dir) = traced_run(&hot_paths(&["polls"]), &[], LIMIT);
     assert!(out.ok(), "{out:?}");
     let mut want = Vec::new();
     let mut empties: BTreeMap<u64, u64> = BTreeMap::new();
@@ -48,7 +45,6 @@ fn every_completion_is_recorded_as_returned_whichever_path_takes_it() {
         }
     }
     assert_eq!(want.len(), 24, "{}", out.stdout);
-    let t = only_log(dir.path());
     assert!(t.clean);
     let got: Vec<(u64, Vec<u64>)> = t
         .wcs()
@@ -101,17 +97,13 @@ fn every_completion_is_recorded_as_returned_whichever_path_takes_it() {
 /// plus the counted refusals are exactly what it did.
 #[test]
 fn a_signal_storm_loses_nothing_uncounted() {
-    let dir = tempfile::tempdir().unwrap();
     let n = 200_000u64;
-    let out = Cmd::new(&hot_paths(&["storm", &n.to_string()]))
-        .env("SIGMATRACE_CHUNK_BYTES", "16K")
-        .traced(dir.path())
-        .run(LIMIT);
+    let argv = hot_paths(&["storm", &n.to_string()]);
+    let (out, t, _dir) = traced_run(&argv, &[("SIGMATRACE_CHUNK_BYTES", "16K")], LIMIT);
     assert!(out.ok(), "{out:?}");
     let line = out.stdout.lines().find(|l| l.starts_with("storm")).unwrap();
     let handler: u64 = line.split_whitespace().last().unwrap().parse().unwrap();
     assert!(handler >= 100, "{line}: the timer must interrupt the loop");
-    let t = only_log(dir.path());
     assert!(t.clean);
     let (mine, theirs): (Vec<_>, Vec<_>) = t.sends().into_iter().partition(|s| s.wr_id < 1 << 40);
     let ids = |v: &[sigmatrace_schemas::PostSend]| v.iter().map(|s| s.wr_id).collect::<Vec<_>>();

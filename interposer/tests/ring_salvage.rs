@@ -15,17 +15,13 @@ const POSTS: u64 = 50_000;
 
 #[test]
 fn a_killed_program_leaves_every_record_once_drained_or_in_its_ring() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = Cmd::new(&[
+    let argv = [
         cprog("fake_verbs").display().to_string(),
         "killed".into(),
         POSTS.to_string(),
-    ])
-    .env("SIGMATRACE_CHUNK_BYTES", "64K")
-    .traced(dir.path())
-    .run(LIMIT);
+    ];
+    let (out, t, _dir) = traced_run(&argv, &[("SIGMATRACE_CHUNK_BYTES", "64K")], LIMIT);
     assert_eq!(out.code, None, "killed by SIGKILL: {out:?}");
-    let t = only_log(dir.path());
     assert!(t.clean, "nothing torn");
     assert_eq!(
         t.sends().iter().map(|s| s.wr_id).collect::<Vec<_>>(),

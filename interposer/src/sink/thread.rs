@@ -462,13 +462,12 @@ impl<'a> Thread<'a> {
         body: impl FnOnce() -> SendBody,
     ) -> bool {
         // SAFETY: an Out's writer is initialised.
-        match unsafe { self.out.s.writer() }.try_append_plain_send(ts, head, body) {
-            None => return false,
-            Some(false) => append_failed(self.out.s),
-            Some(true) => {}
+        let r = unsafe { self.out.s.writer() }.try_append_plain_send(ts, head, body);
+        let compact = self.out.compact_appended(r);
+        if compact {
+            self.out.snapshot_check(ts);
         }
-        self.out.snapshot_check(ts);
-        true
+        compact
     }
 
     /// Appends the compact `WorkCompletion` of a plain completion without the snapshot
@@ -482,12 +481,8 @@ impl<'a> Thread<'a> {
         body: impl FnOnce() -> CompletionBody,
     ) -> bool {
         // SAFETY: an Out's writer is initialised.
-        match unsafe { self.out.s.writer() }.try_append_plain_completion(ts, head, body) {
-            None => return false,
-            Some(false) => append_failed(self.out.s),
-            Some(true) => {}
-        }
-        true
+        let r = unsafe { self.out.s.writer() }.try_append_plain_completion(ts, head, body);
+        self.out.compact_appended(r)
     }
 
     /// `ChunkWriter::append_bound_completion`: the compact `WorkCompletion` when it needs no
@@ -576,6 +571,16 @@ impl Out<'_> {
                 None
             }
         }
+    }
+
+    /// What a `ChunkWriter::try_append_plain_*` did: false when the record had no compact
+    /// form (nothing written), else true — after reporting a writer that ran dry.
+    #[inline(always)]
+    fn compact_appended(&mut self, r: Option<bool>) -> bool {
+        if r == Some(false) {
+            append_failed(self.s);
+        }
+        r.is_some()
     }
 
     /// Writes a clock snapshot now.

@@ -336,20 +336,42 @@ unsafe extern "C" fn post_recv<const S: usize>(
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    let real: PostRecvFn = orig(S, POST_RECV);
+    // SAFETY: the program's arguments to `ibv_post_recv`, read as the provider reads them.
+    unsafe {
+        recv_post(
+            "post_recv",
+            orig(S, POST_RECV),
+            (qp, wr, bad),
+            datapath::recvs_qp,
+        )
+    }
+}
+
+/// The body of the receive-side post hooks (`ibv_post_recv`, `ibv_post_srq_recv`,
+/// `ibv_post_wq_recv`, `ibv_post_srq_ops`): forwards to `real` exactly once; when receives
+/// are traced, the time is taken before the provider sees the list (a message can arrive
+/// into the buffer as soon as it returns) and the call is handed to `record` inside the
+/// panic guard.
+///
+/// # Safety
+/// The program's arguments to the post; `record` reads them (and the provider's result) as
+/// the provider does.
+#[inline(always)]
+unsafe fn recv_post<O, W>(
+    name: &'static str,
+    real: unsafe extern "C" fn(*mut O, *mut W, *mut *mut W) -> c_int,
+    (o, wr, bad): (*mut O, *mut W, *mut *mut W),
+    record: unsafe fn(*mut O, *mut W, *mut *mut W, c_int, u64),
+) -> c_int {
     if !sink::tracing(cat::RECV) {
         // SAFETY: forwarding the program's own arguments to the provider.
-        return unsafe { real(qp, wr, bad) };
+        return unsafe { real(o, wr, bad) };
     }
-    // The post's time is taken before the provider sees it (a message can arrive into the
-    // buffer as soon as the provider returns).
     let ts = sink::now();
     // SAFETY: as above.
-    let rc = unsafe { real(qp, wr, bad) };
-    // SAFETY: as in post_send.
-    guard::run("post_recv", || unsafe {
-        datapath::recvs_qp(qp, wr, bad, rc, ts)
-    });
+    let rc = unsafe { real(o, wr, bad) };
+    // SAFETY: per caller.
+    guard::run(name, || unsafe { record(o, wr, bad, rc, ts) });
     rc
 }
 
@@ -358,19 +380,9 @@ unsafe extern "C" fn post_srq_recv<const S: usize>(
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    let real: PostSrqRecvFn = orig(S, POST_SRQ_RECV);
-    if !sink::tracing(cat::RECV) {
-        // SAFETY: forwarding the program's own arguments to the provider.
-        return unsafe { real(srq, wr, bad) };
-    }
-    let ts = sink::now();
-    // SAFETY: as above.
-    let rc = unsafe { real(srq, wr, bad) };
-    // SAFETY: as in post_send.
-    guard::run("post_srq_recv", || unsafe {
-        datapath::recvs_srq(srq, wr, bad, rc, ts)
-    });
-    rc
+    let real = orig(S, POST_SRQ_RECV);
+    // SAFETY: the program's arguments to `ibv_post_srq_recv`.
+    unsafe { recv_post("post_srq_recv", real, (srq, wr, bad), datapath::recvs_srq) }
 }
 
 /// `ibv_poll_cq`. The hot path — one completion returned, completions traced with TSC
@@ -486,19 +498,9 @@ unsafe extern "C" fn post_srq_ops<const S: usize>(
     op: *mut ibv_ops_wr,
     bad: *mut *mut ibv_ops_wr,
 ) -> c_int {
-    let real: PostSrqOpsFn = orig(S, POST_SRQ_OPS);
-    if !sink::tracing(cat::RECV) {
-        // SAFETY: forwarding the program's own arguments to the provider.
-        return unsafe { real(srq, op, bad) };
-    }
-    let ts = sink::now();
-    // SAFETY: as above.
-    let rc = unsafe { real(srq, op, bad) };
-    // SAFETY: the op list is the program's and still valid.
-    guard::run("post_srq_ops", || unsafe {
-        datapath::srq_ops(srq, op, bad, rc, ts)
-    });
-    rc
+    let real = orig(S, POST_SRQ_OPS);
+    // SAFETY: the program's arguments to `ibv_post_srq_ops`.
+    unsafe { recv_post("post_srq_ops", real, (srq, op, bad), datapath::srq_ops) }
 }
 
 unsafe extern "C" fn open_qp<const S: usize>(
@@ -554,18 +556,8 @@ unsafe extern "C" fn wq_recv<const S: usize>(
 ) -> c_int {
     // SAFETY: slot S word 0 is the provider's post_recv of this WQ kind.
     let real: WqRecvFn = unsafe { as_fn(WQ.word(S, 0)) };
-    if !sink::tracing(cat::RECV) {
-        // SAFETY: forwarding the program's own arguments to the provider.
-        return unsafe { real(wq, wr, bad) };
-    }
-    let ts = sink::now();
-    // SAFETY: as above.
-    let rc = unsafe { real(wq, wr, bad) };
-    // SAFETY: as in post_send.
-    guard::run("wq_recv", || unsafe {
-        datapath::recvs_wq(wq, wr, bad, rc, ts)
-    });
-    rc
+    // SAFETY: the program's arguments to `ibv_post_wq_recv`.
+    unsafe { recv_post("wq_recv", real, (wq, wr, bad), datapath::recvs_wq) }
 }
 
 /// Type-erased view used by the fake-device benchmark and the C API.
