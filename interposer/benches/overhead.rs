@@ -203,8 +203,9 @@ fn message_rate_section(dir: &Path, lib: &Path, tmp: &Path, logs: &Path, rounds:
     );
 }
 
-/// Peak RSS (kB) and user+system seconds of a command run under `/usr/bin/time -v`.
-fn time_v(cmd: &mut Command) -> (u64, f64) {
+/// Peak RSS (kB) and user+system seconds of a command run under `/usr/bin/time -v`, and the
+/// tracer's background-thread CPU seconds (its `SIGMATRACE_DIAG=info` exit line; 0 without).
+fn time_v(cmd: &mut Command) -> (u64, f64, f64) {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{cmd:?} failed: {err}");
@@ -214,9 +215,15 @@ fn time_v(cmd: &mut Command) -> (u64, f64) {
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or_else(|| panic!("no {name:?} in {err}"))
     };
+    let background = err
+        .lines()
+        .find_map(|l| l.strip_prefix("sigmatrace: background thread CPU "))
+        .and_then(|v| v.trim_end_matches(" s").parse().ok())
+        .unwrap_or(0.0);
     (
         field("Maximum resident set size (kbytes):") as u64,
         field("User time (seconds):") + field("System time (seconds):"),
+        background,
     )
 }
 
@@ -229,7 +236,7 @@ fn write_bw_run(
     fabric: &Path,
     port: u32,
     traced_into: Option<(&Path, &Path)>,
-) -> (u64, f64) {
+) -> (u64, f64, f64) {
     let side = |node: &str| {
         let mut c = Command::new(softnic);
         c.args(["--node", node, "--fabric"]).arg(fabric).arg("--");
@@ -256,7 +263,7 @@ fn write_bw_run(
     c.arg("localhost");
     client.arg(c.get_program()).args(c.get_args());
     if let Some((lib, logs)) = traced_into {
-        traced(&mut client, lib, logs);
+        traced(&mut client, lib, logs).env("SIGMATRACE_DIAG", "info");
     }
     let r = time_v(&mut client);
     let _ = server.wait();
@@ -296,8 +303,8 @@ fn write_bw_memory(dir: &Path, lib: &Path, tmp: &Path) {
     let logs = tmp.join("bw-logs");
     let fabric = tmp.join("bw-fabric");
     let base = 20_000 + std::process::id() % 20_000;
-    let (mut rss, mut cpu, mut per_event, mut per_wr) =
-        ([vec![], vec![]], [vec![], vec![]], vec![], vec![]);
+    let (mut rss, mut cpu, mut per_event, mut per_wr, mut bg) =
+        ([vec![], vec![]], [vec![], vec![]], vec![], vec![], vec![]);
     for round in 0..rounds as u32 {
         let u = write_bw_run(&softnic, &iters, &fabric, base + 2 * round, None);
         let t = write_bw_run(
@@ -309,15 +316,17 @@ fn write_bw_memory(dir: &Path, lib: &Path, tmp: &Path) {
         );
         let (bytes, posts, events) = log_volume(&logs);
         let _ = std::fs::remove_dir_all(&logs);
-        for (i, (r, c)) in [u, t].into_iter().enumerate() {
+        for (i, (r, c, _)) in [u, t].into_iter().enumerate() {
             rss[i].push(r as f64 / 1024.0);
             cpu[i].push(c);
         }
-        per_event.push((t.1 - u.1) * 1e9 / events.max(1) as f64);
+        let per = |s: f64| s * 1e9 / events.max(1) as f64;
+        per_event.push(per(t.1 - u.1));
+        bg.push(per(t.2));
         per_wr.push(bytes as f64 / posts.max(1) as f64);
         println!(
-            "  pair {round}: client CPU {:.2} s untraced, {:.2} s traced; {posts} posted WRs, {events} WR events, {:.1} MB of log",
-            u.1, t.1, bytes as f64 / 1e6
+            "  pair {round}: client CPU {:.2} s untraced, {:.2} s traced (background thread {:.2} s); {posts} posted WRs, {events} WR events, {:.1} MB of log",
+            u.1, t.1, t.2, bytes as f64 / 1e6
         );
     }
     let added: Vec<f64> = rss[1].iter().zip(&rss[0]).map(|(t, u)| t - u).collect();
@@ -334,4 +343,8 @@ fn write_bw_memory(dir: &Path, lib: &Path, tmp: &Path) {
         summary(&cpu[1], 2)
     );
     println!("tracer CPU per WR event: {} ns", summary(&per_event, 1));
+    println!(
+        "  of which the background thread (drain to the file): {} ns",
+        summary(&bg, 1)
+    );
 }

@@ -94,13 +94,30 @@ fn every_completion_is_recorded_as_returned_whichever_path_takes_it() {
 /// (its records are refused and counted) or inside a provider call whose record is placed
 /// (the placed record is recorded again after it): over many chunks (16 KiB) and time bases,
 /// the program's own records are all there, in order, and the handler's recorded events
-/// plus the counted refusals are exactly what it did.
+/// plus the counted refusals are exactly what it did. (And the exit line with the background
+/// thread's CPU time, at `SIGMATRACE_DIAG=info`.)
 #[test]
 fn a_signal_storm_loses_nothing_uncounted() {
     let n = 200_000u64;
     let argv = hot_paths(&["storm", &n.to_string()]);
-    let (out, t, _dir) = traced_run(&argv, &[("SIGMATRACE_CHUNK_BYTES", "16K")], LIMIT);
+    let env = [
+        ("SIGMATRACE_CHUNK_BYTES", "16K"),
+        ("SIGMATRACE_DIAG", "info"),
+    ];
+    let (out, t, _dir) = traced_run(&argv, &env, LIMIT);
     assert!(out.ok(), "{out:?}");
+    // The exit line the overhead bench reads: the background thread drained ~780 chunks.
+    let bg: Vec<f64> = out
+        .stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("sigmatrace: background thread CPU "))
+        .map(|v| v.trim_end_matches(" s").parse().unwrap())
+        .collect();
+    assert!(
+        bg.len() == 1 && bg[0] > 0.0 && bg[0] < 60.0,
+        "{}",
+        out.stderr
+    );
     let line = out.stdout.lines().find(|l| l.starts_with("storm")).unwrap();
     let handler: u64 = line.split_whitespace().last().unwrap().parse().unwrap();
     assert!(handler >= 100, "{line}: the timer must interrupt the loop");

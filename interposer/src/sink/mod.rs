@@ -26,7 +26,7 @@ pub use switches::{
 };
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use sigmatrace_schemas::clock::clock_ns;
@@ -180,13 +180,40 @@ fn start_background(writer: LogWriter, ring_chunks: u32, flight: bool) {
             .name("sigmatrace-prep".into())
             .spawn(body);
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-        if spawned.is_err() {
-            diag(
+        match spawned {
+            Ok(h) => {
+                use std::os::unix::thread::JoinHandleExt;
+                BACKGROUND.store(h.as_pthread_t() as usize, Ordering::Relaxed);
+            }
+            Err(_) => diag(
                 Diag::Info,
                 "sigmatrace: no background chunk preparer (thread creation failed)",
-            );
+            ),
         }
     }
+}
+
+/// The background thread (`pthread_t`, 0 until it runs).
+static BACKGROUND: AtomicUsize = AtomicUsize::new(0);
+
+/// CPU time the background thread has used so far, in ns (`None` without one).
+pub fn background_cpu_ns() -> Option<u64> {
+    let t = BACKGROUND.load(Ordering::Relaxed);
+    if t == 0 {
+        return None;
+    }
+    let mut clock: libc::clockid_t = 0;
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is the running background thread (it never exits); both out-pointers are
+    // valid locals.
+    let ok = unsafe {
+        libc::pthread_getcpuclockid(t as libc::pthread_t, &mut clock) == 0
+            && libc::clock_gettime(clock, &mut ts) == 0
+    };
+    ok.then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
 }
 
 /// Dumps requested ([`request_dump`]) and dumps done, since the process (or fork child)
@@ -497,6 +524,7 @@ pub fn after_fork_in_child() {
     REPORTED_WRITE_ERROR.store(false, Ordering::Relaxed);
     DUMPS_REQUESTED.store(0, Ordering::Relaxed);
     DUMPS_DONE.store(0, Ordering::Relaxed);
+    BACKGROUND.store(0, Ordering::Relaxed);
     thread::reset_in_child();
 }
 
