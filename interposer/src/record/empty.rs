@@ -163,6 +163,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn open_buckets_are_the_buckets_of_the_open_runs() {
+        let mut r = Runs::new();
+        let (a, b) = (0x1000, 0x1040); // buckets 0 and 1
+        assert_eq!(r.open_buckets(), 0);
+        r.empty(a, 1, 1000);
+        r.empty(b, 2, 1000);
+        assert_eq!(r.open_buckets(), bucket(a) | bucket(b));
+        assert_ne!(bucket(a), bucket(b));
+        r.work(a);
+        assert_eq!(r.open_buckets(), bucket(b));
+        r.drain().for_each(drop);
+        assert_eq!(r.open_buckets(), 0);
+    }
+
+    #[test]
     fn a_run_closes_when_its_cq_returns_work() {
         let mut r = Runs::new();
         for ts in 10..15 {

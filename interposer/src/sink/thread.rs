@@ -554,9 +554,8 @@ impl Out<'_> {
 
     /// Reserves a slot for one record, to be filled in place and committed
     /// ([`Reserved::commit`]); the hot paths' alternative to [`Out::append`] (no copy of the
-    /// record). It writes no clock snapshot: the caller either runs [`Out::snapshot_check`]
-    /// after the commit, or first asks [`Out::snapshot_due`] and, when one is due, appends
-    /// the record instead (`append` writes the snapshot after the record).
+    /// record). It writes no clock snapshot: the caller runs [`Out::snapshot_check`] after
+    /// the commit.
     #[inline(always)]
     pub fn reserve<R: FixedRecord>(&mut self) -> Option<Reserved<'_, R>> {
         let s: *mut Sink = self.s;
@@ -586,12 +585,6 @@ impl Out<'_> {
     /// Writes a clock snapshot now.
     pub fn snapshot_now(&mut self) {
         self.append_raw(&super::snapshot());
-    }
-
-    /// Whether the periodic clock snapshot is due at `ts`.
-    #[inline(always)]
-    pub fn snapshot_due(ts: u64) -> bool {
-        ts >= super::NEXT_SNAPSHOT.load(Ordering::Relaxed)
     }
 
     /// Writes the periodic clock snapshot if it is due at `ts` (the timestamp of the record
