@@ -11,38 +11,30 @@
 //!    chunk preparation on a background thread).
 //! 2. `valgrind --tool=callgrind`: instructions per op of the same loops (inclusive cost of
 //!    each loop function / ops), traced minus untraced.
-//! 3. Memory and log volume: Debian's `ib_write_bw -q 16 -s 8 -n N` client over softnic,
-//!    untraced and traced: peak RSS (`/usr/bin/time -v`), log bytes per WR, and the CPU the
-//!    tracer adds (traced − untraced user+system time of the client process, all its threads)
-//!    per WR event recorded.
+//! 3. Memory, log volume and tracer CPU: Debian's `ib_write_bw -q 16 -s 8 -n N` client over
+//!    softnic, untraced and traced runs interleaved (`OVERHEAD_BW_ROUNDS` pairs): peak RSS
+//!    (`/usr/bin/time -v`), log bytes per WR, and `tracer CPU per WR event` — traced −
+//!    untraced user+system time of the client process (all its threads, the tracer's
+//!    background thread included) per WR event recorded, median and range over the pairs.
 //! 4. softnic message rate (cprogs/loopback.c `rate`): 8-byte RDMA writes, 64 in flight, one in
-//!    16 signaled; traced and untraced processes alternate; median msgs/s and their ratio.
+//!    16 signaled; traced and untraced processes alternate; median msgs/s and the ratio
+//!    traced/untraced (per pair: median and range).
 //!
-//! Timing on a shared, virtualised 2-core machine is noisy: the spread is printed with each
-//! number. Environment: `OVERHEAD_ROUNDS` (default 9), `OVERHEAD_WRITES` (default 2000000),
-//! `OVERHEAD_BW_ITERS` (default 1000000, `ib_write_bw -n`), `OVERHEAD_SECTIONS` (default
-//! `1,2,3,4`: which sections to run).
+//! The bench builds `libsigmatrace.so` (release) first, and refuses one older than the
+//! interposer's or the schemas' sources. Timing on a shared, virtualised 2-core machine is
+//! noisy: the spread is printed with each number, and the load average before and after.
+//! Environment: `OVERHEAD_ROUNDS` (default 9), `OVERHEAD_WRITES` (default 2000000),
+//! `OVERHEAD_BW_ITERS` (default 1000000, `ib_write_bw -n`), `OVERHEAD_BW_ROUNDS` (default 3),
+//! `OVERHEAD_SECTIONS` (default `1,2,3,4`: which sections to run).
 
+mod common;
+
+use common::{env_num, fresh_lib, load, median};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn release_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/release/deps")
-        .to_path_buf()
-}
-
 fn cprog(name: &str) -> PathBuf {
     Path::new(env!("OUT_DIR")).join("cprogs").join(name)
-}
-
-fn env_num(k: &str, d: u64) -> u64 {
-    std::env::var(k)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(d)
 }
 
 fn run(cmd: &mut Command) -> String {
@@ -61,15 +53,11 @@ fn traced<'a>(cmd: &'a mut Command, lib: &Path, logs: &Path) -> &'a mut Command 
     cmd.env("LD_PRELOAD", lib).env("SIGMATRACE_DIR", logs)
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
 fn main() {
-    let dir = release_dir();
+    let dir = sigmatrace_testkit::build_dir();
     let lib = dir.join("libsigmatrace.so");
-    assert!(lib.exists(), "{} missing", lib.display());
+    fresh_lib(&lib);
+    println!("load average at start: {}", load());
     let tmp = tempfile::tempdir().expect("tempdir");
     let logs = tmp.path().join("logs");
     let rounds = env_num("OVERHEAD_ROUNDS", 9);
@@ -88,6 +76,19 @@ fn main() {
     if section("4") {
         message_rate_section(&dir, &lib, tmp.path(), &logs, rounds);
     }
+    println!("load average at end: {}", load());
+}
+
+/// Median and range of `v`, formatted with `prec` decimals.
+fn summary(v: &[f64], prec: usize) -> String {
+    let mut s = v.to_vec();
+    let m = median(&mut s);
+    format!(
+        "{m:.prec$} (range {:.prec$}..{:.prec$}, {} runs)",
+        s[0],
+        s[s.len() - 1],
+        s.len()
+    )
 }
 
 /// Section 1: the no-op device's hook cost.
@@ -172,42 +173,39 @@ fn message_rate_section(dir: &Path, lib: &Path, tmp: &Path, logs: &Path, rounds:
     };
     let (mut plain, mut tr) = (Vec::new(), Vec::new());
     let fabric = tmp.join("fabric");
+    let rate_run = || {
+        let mut c = Command::new(&softnic);
+        c.arg("--fabric")
+            .arg(&fabric)
+            .arg("--")
+            .arg(cprog("loopback_linked"))
+            .args(["rate", &writes]);
+        c
+    };
     for _ in 0..rounds {
-        let mut c = Command::new(&softnic);
-        c.arg("--fabric")
-            .arg(&fabric)
-            .arg("--")
-            .arg(cprog("loopback_linked"))
-            .args(["rate", &writes]);
-        plain.push(rate(&run(&mut c)));
-        let mut c = Command::new(&softnic);
-        c.arg("--fabric")
-            .arg(&fabric)
-            .arg("--")
-            .arg(cprog("loopback_linked"))
-            .args(["rate", &writes]);
-        tr.push(rate(&run(traced(&mut c, &lib, &logs))));
+        plain.push(rate(&run(&mut rate_run())));
+        tr.push(rate(&run(traced(&mut rate_run(), &lib, &logs))));
         let _ = std::fs::remove_dir_all(&logs);
     }
-    let spread = |v: &[f64]| {
-        let (lo, hi) = v
-            .iter()
-            .fold((f64::MAX, 0f64), |(a, b), &x| (a.min(x), b.max(x)));
-        format!("{lo:.0}..{hi:.0}")
-    };
     let (p, t) = (median(&mut plain.clone()), median(&mut tr.clone()));
-    println!("untraced {p:.0} msgs/s (range {})", spread(&plain));
-    println!("traced   {t:.0} msgs/s (range {})", spread(&tr));
+    println!("untraced {} msgs/s", summary(&plain, 0));
+    println!("traced   {} msgs/s", summary(&tr, 0));
     println!(
-        "time per message: untraced {:.1} ns, traced {:.1} ns; traced/untraced = {:.3}",
+        "time per message: untraced {:.1} ns, traced {:.1} ns",
         1e9 / p,
-        1e9 / t,
-        p / t
+        1e9 / t
+    );
+    let pairs: Vec<f64> = tr.iter().zip(&plain).map(|(t, p)| t / p).collect();
+    println!(
+        "softnic message rate traced/untraced: {:.3} (medians); per pair {}",
+        t / p,
+        summary(&pairs, 3)
     );
 }
 
-/// Peak RSS (kB) and user+system seconds of a command run under `/usr/bin/time -v`.
-fn time_v(cmd: &mut Command) -> (u64, f64) {
+/// Peak RSS (kB) and user+system seconds of a command run under `/usr/bin/time -v`, and the
+/// tracer's background-thread CPU seconds (its `SIGMATRACE_DIAG=info` exit line; 0 without).
+fn time_v(cmd: &mut Command) -> (u64, f64, f64) {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{cmd:?} failed: {err}");
@@ -217,16 +215,85 @@ fn time_v(cmd: &mut Command) -> (u64, f64) {
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or_else(|| panic!("no {name:?} in {err}"))
     };
+    let background = err
+        .lines()
+        .find_map(|l| l.strip_prefix("sigmatrace: background thread CPU "))
+        .and_then(|v| v.trim_end_matches(" s").parse().ok())
+        .unwrap_or(0.0);
     (
         field("Maximum resident set size (kbytes):") as u64,
         field("User time (seconds):") + field("System time (seconds):"),
+        background,
     )
 }
 
-/// Section 3: `ib_write_bw -q 16 -s 8 -n N` over softnic, untraced then traced (client only).
+/// One `ib_write_bw -q 16 -s 8 -n <iters>` client run over softnic (its server on another
+/// softnic node, untraced): peak RSS (kB) and user+system seconds of the client, traced into
+/// `logs` when given.
+fn write_bw_run(
+    softnic: &Path,
+    iters: &str,
+    fabric: &Path,
+    port: u32,
+    traced_into: Option<(&Path, &Path)>,
+) -> (u64, f64, f64) {
+    let side = |node: &str| {
+        let mut c = Command::new(softnic);
+        c.args(["--node", node, "--fabric"]).arg(fabric).arg("--");
+        c.arg("/usr/bin/ib_write_bw").args([
+            "-q",
+            "16",
+            "-s",
+            "8",
+            "-n",
+            iters,
+            "-p",
+            &port.to_string(),
+        ]);
+        c
+    };
+    let mut server = side("1")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("server");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let mut client = Command::new("/usr/bin/time");
+    client.arg("-v");
+    let mut c = side("2");
+    c.arg("localhost");
+    client.arg(c.get_program()).args(c.get_args());
+    if let Some((lib, logs)) = traced_into {
+        traced(&mut client, lib, logs).env("SIGMATRACE_DIAG", "info");
+    }
+    let r = time_v(&mut client);
+    let _ = server.wait();
+    r
+}
+
+/// Bytes, posted WRs and WR events (posts, receives, completions) of the logs in `logs`.
+fn log_volume(logs: &Path) -> (u64, u64, u64) {
+    use sigmatrace_schemas::RecordKind as K;
+    let (mut bytes, mut posts, mut events) = (0u64, 0u64, 0u64);
+    for e in std::fs::read_dir(logs).expect("log directory").flatten() {
+        bytes += e.metadata().map(|m| m.len()).unwrap_or(0);
+        let log = sigmatrace_schemas::LogFile::open(&e.path()).expect("log");
+        for c in log.chunks() {
+            for r in log.records(c).flatten() {
+                let k = K::from_id(r.kind);
+                posts += (k == Some(K::PostSend)) as u64;
+                events += matches!(k, Some(K::PostSend | K::PostRecv | K::WorkCompletion)) as u64;
+            }
+        }
+    }
+    (bytes, posts, events)
+}
+
+/// Section 3: `ib_write_bw -q 16 -s 8 -n N` over softnic, untraced and traced runs interleaved
+/// (client only): peak RSS, log volume, and the CPU the tracer adds per WR event.
 fn write_bw_memory(dir: &Path, lib: &Path, tmp: &Path) {
     let iters = env_num("OVERHEAD_BW_ITERS", 1_000_000).to_string();
-    println!("== 3. memory: ib_write_bw -q 16 -s 8 -n {iters} client over softnic");
+    let rounds = env_num("OVERHEAD_BW_ROUNDS", 3).max(1);
+    println!("== 3. memory and tracer CPU: ib_write_bw -q 16 -s 8 -n {iters} client over softnic ({rounds} untraced/traced pairs, interleaved)");
     let softnic = dir.join("softnic-run");
     let bw = Path::new("/usr/bin/ib_write_bw");
     if !softnic.exists() || !bw.exists() || !Path::new("/usr/bin/time").exists() {
@@ -234,67 +301,50 @@ fn write_bw_memory(dir: &Path, lib: &Path, tmp: &Path) {
         return;
     }
     let logs = tmp.join("bw-logs");
-    let mut results = Vec::new();
-    for traced_run in [false, true] {
-        let fabric = tmp.join(format!("bw-fabric-{traced_run}"));
-        let port = (20_000 + std::process::id() % 20_000 + traced_run as u32).to_string();
-        let side = |node: &str| {
-            let mut c = Command::new(&softnic);
-            c.args(["--node", node, "--fabric"]).arg(&fabric).arg("--");
-            c.arg(bw)
-                .args(["-q", "16", "-s", "8", "-n", &iters, "-p", &port]);
-            c
-        };
-        let mut server = side("1")
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("server");
-        std::thread::sleep(std::time::Duration::from_millis(1500));
-        let mut client = Command::new("/usr/bin/time");
-        client.arg("-v");
-        let mut c = side("2");
-        c.arg("localhost");
-        client.arg(c.get_program()).args(c.get_args());
-        if traced_run {
-            traced(&mut client, lib, &logs);
+    let fabric = tmp.join("bw-fabric");
+    let base = 20_000 + std::process::id() % 20_000;
+    let (mut rss, mut cpu, mut per_event, mut per_wr, mut bg) =
+        ([vec![], vec![]], [vec![], vec![]], vec![], vec![], vec![]);
+    for round in 0..rounds as u32 {
+        let u = write_bw_run(&softnic, &iters, &fabric, base + 2 * round, None);
+        let t = write_bw_run(
+            &softnic,
+            &iters,
+            &fabric,
+            base + 2 * round + 1,
+            Some((lib, &logs)),
+        );
+        let (bytes, posts, events) = log_volume(&logs);
+        let _ = std::fs::remove_dir_all(&logs);
+        for (i, (r, c, _)) in [u, t].into_iter().enumerate() {
+            rss[i].push(r as f64 / 1024.0);
+            cpu[i].push(c);
         }
-        results.push(time_v(&mut client));
-        let _ = server.wait();
+        let per = |s: f64| s * 1e9 / events.max(1) as f64;
+        per_event.push(per(t.1 - u.1));
+        bg.push(per(t.2));
+        per_wr.push(bytes as f64 / posts.max(1) as f64);
+        println!(
+            "  pair {round}: client CPU {:.2} s untraced, {:.2} s traced (background thread {:.2} s); {posts} posted WRs, {events} WR events, {:.1} MB of log",
+            u.1, t.1, t.2, bytes as f64 / 1e6
+        );
     }
-    let ((rss_u, cpu_u), (rss_t, cpu_t)) = (results[0], results[1]);
+    let added: Vec<f64> = rss[1].iter().zip(&rss[0]).map(|(t, u)| t - u).collect();
     println!(
-        "peak RSS: untraced {} MB, traced {} MB (+{} MB)",
-        rss_u / 1024,
-        rss_t / 1024,
-        rss_t.saturating_sub(rss_u) / 1024
+        "peak RSS: untraced {} MB, traced {} MB",
+        summary(&rss[0], 0),
+        summary(&rss[1], 0)
     );
-    let (mut bytes, mut posts, mut events) = (0u64, 0u64, 0u64);
-    for e in std::fs::read_dir(&logs).expect("log directory").flatten() {
-        bytes += e.metadata().map(|m| m.len()).unwrap_or(0);
-        let log = sigmatrace_schemas::LogFile::open(&e.path()).expect("log");
-        for c in log.chunks() {
-            for r in log.records(c).flatten() {
-                let k = r.kind;
-                posts += (k == sigmatrace_schemas::RecordKind::PostSend as u16) as u64;
-                events += matches!(
-                    sigmatrace_schemas::RecordKind::from_id(k),
-                    Some(
-                        sigmatrace_schemas::RecordKind::PostSend
-                            | sigmatrace_schemas::RecordKind::PostRecv
-                            | sigmatrace_schemas::RecordKind::WorkCompletion
-                    )
-                ) as u64;
-            }
-        }
-    }
-    let _ = std::fs::remove_dir_all(&logs);
+    println!("peak RSS added by the tracer: {} MB", summary(&added, 1));
+    println!("log bytes per WR: {}", summary(&per_wr, 1));
     println!(
-        "log: {:.1} MB, {posts} posted WRs, {events} WR events: {:.1} log bytes per WR",
-        bytes as f64 / 1e6,
-        bytes as f64 / posts.max(1) as f64
+        "client CPU: untraced {} s, traced {} s",
+        summary(&cpu[0], 2),
+        summary(&cpu[1], 2)
     );
+    println!("tracer CPU per WR event: {} ns", summary(&per_event, 1));
     println!(
-        "client CPU: untraced {cpu_u:.2} s, traced {cpu_t:.2} s; tracer CPU per WR event: {:.0} ns",
-        (cpu_t - cpu_u) * 1e9 / events.max(1) as f64
+        "  of which the background thread (drain to the file): {} ns",
+        summary(&bg, 1)
     );
 }

@@ -19,30 +19,13 @@
 //!
 //! Environment: `POLLER_ROUNDS` (default 5), `POLLER_WRITES` (default 1000000).
 
+mod common;
+
+use common::{env_num, fresh_lib, median};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use sigmatrace_schemas::{queue_kind, string_ns, LogFile, Record};
-
-fn release_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/release/deps")
-        .to_path_buf()
-}
-
-fn env_num(k: &str, d: u64) -> u64 {
-    std::env::var(k)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(d)
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
 
 /// What one traced run's log says.
 #[derive(Default, Debug, Clone, Copy)]
@@ -173,7 +156,8 @@ fn rate_of(out: &str) -> f64 {
 }
 
 fn main() {
-    let dir = release_dir();
+    let dir = sigmatrace_testkit::build_dir();
+    fresh_lib(&dir.join("libsigmatrace.so"));
     let r = Runner {
         run: dir.join("softnic-run"),
         prog: Path::new(env!("OUT_DIR")).join("cprogs").join("ibgda"),

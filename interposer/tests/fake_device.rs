@@ -318,12 +318,8 @@ fn exec_starts_a_second_log_for_the_same_pid() {
 
 #[test]
 fn a_process_killed_by_a_signal_leaves_every_committed_record() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = Cmd::new(&fake(&["killed", "3000"]))
-        .traced(dir.path())
-        .run(LIMIT);
+    let (out, t, _dir) = traced_run(&fake(&["killed", "3000"]), &[], LIMIT);
     assert_eq!(out.code, None, "killed by SIGKILL: {out:?}");
-    let t = only_log(dir.path());
     assert!(t.clean, "nothing torn");
     assert_eq!(
         t.sends().iter().map(|s| s.wr_id).collect::<Vec<_>>(),

@@ -10,18 +10,20 @@ use std::time::Duration;
 
 const WR_RDMA_WRITE: u8 = 0;
 const WR_SEND: u8 = 2;
+/// The log of cprogs/fake_verbs.c `mode`, traced.
+fn fake_verbs(mode: &str) -> Trace {
+    let argv = [cprog("fake_verbs").display().to_string(), mode.into()];
+    let (out, t, _dir) = traced_run(&argv, &[], Duration::from_secs(60));
+    assert!(out.ok(), "{out:?}");
+    t
+}
+
 const SIGNALED: u32 = 2;
 const INLINE: u32 = 8;
 
 #[test]
 fn single_writes_and_sends_are_recorded_exactly_whether_or_not_they_fit_the_compact_form() {
-    let dir = tempfile::tempdir().unwrap();
-    let argv = vec![cprog("fake_verbs").display().to_string(), "plain".into()];
-    let out = Cmd::new(&argv)
-        .traced(dir.path())
-        .run(Duration::from_secs(60));
-    assert!(out.ok(), "{out:?}");
-    let t = only_log(dir.path());
+    let t = fake_verbs("plain");
     let sends: Vec<_> = t
         .sends()
         .iter()
@@ -91,13 +93,7 @@ const EINVAL: u32 = 22;
 /// nothing is recorded twice or dropped, and plain writes after that are recorded as before.
 #[test]
 fn sends_recorded_before_the_provider_call_survive_refusals_and_signal_handlers() {
-    let dir = tempfile::tempdir().unwrap();
-    let argv = vec![cprog("fake_verbs").display().to_string(), "placed".into()];
-    let out = Cmd::new(&argv)
-        .traced(dir.path())
-        .run(Duration::from_secs(60));
-    assert!(out.ok(), "{out:?}");
-    let t = only_log(dir.path());
+    let t = fake_verbs("placed");
     let sends: Vec<_> = t
         .sends()
         .iter()

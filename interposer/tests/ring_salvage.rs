@@ -15,17 +15,13 @@ const POSTS: u64 = 50_000;
 
 #[test]
 fn a_killed_program_leaves_every_record_once_drained_or_in_its_ring() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = Cmd::new(&[
+    let argv = [
         cprog("fake_verbs").display().to_string(),
         "killed".into(),
         POSTS.to_string(),
-    ])
-    .env("SIGMATRACE_CHUNK_BYTES", "64K")
-    .traced(dir.path())
-    .run(LIMIT);
+    ];
+    let (out, t, _dir) = traced_run(&argv, &[("SIGMATRACE_CHUNK_BYTES", "64K")], LIMIT);
     assert_eq!(out.code, None, "killed by SIGKILL: {out:?}");
-    let t = only_log(dir.path());
     assert!(t.clean, "nothing torn");
     assert_eq!(
         t.sends().iter().map(|s| s.wr_id).collect::<Vec<_>>(),
@@ -40,9 +36,10 @@ fn a_killed_program_leaves_every_record_once_drained_or_in_its_ring() {
     let home = |c: &sigmatrace_schemas::ChunkInfo| HEADER_SIZE as u64 + c.header.index as u64 * cs;
     let in_ring = log.chunks().iter().filter(|c| c.offset != home(c)).count();
     let drained = log.chunks().len() - in_ring;
-    assert!(in_ring >= 1, "the live chunk is read from its ring slot");
     assert!(
-        drained >= 50,
-        "{drained} chunks drained (about 100 written)"
+        (1..=4).contains(&in_ring),
+        "{in_ring} chunks in ring slots: the live chunk at least, at most the ring's 4"
     );
+    // 50 000 compact sends and completions: 3.2 MB, about 49 chunks of 64 KiB.
+    assert!(drained >= 40, "{drained} chunks drained (about 49 written)");
 }

@@ -50,7 +50,50 @@ fn a_threads_records_are_in_time_order_around_clock_snapshots() {
             snapshots >= 3,
             "{clock}: {snapshots} snapshots: the periodic ones must fall among the posts"
         );
+        let hz = t.header.as_ref().expect("header").tsc_hz;
+        check_cadence(&t, hz / 1000, clock);
     }
+}
+
+/// The snapshot cadence (one thread): a periodic snapshot follows the first record at or
+/// after the due time, and the next one is due one period after that record's time — so
+/// every record after a snapshot is earlier than its trigger's time plus the period, except
+/// the next snapshot's own trigger, which is not. (The hot paths take no record past their
+/// horizon, which must never be later than the due time.)
+fn check_cadence(t: &Trace, period: u64, clock: &str) {
+    let hot = |r: &Rec| match r {
+        Rec::PostSend(s) => Some(s.ts),
+        Rec::Wc(w) => Some(w.ts),
+        _ => None,
+    };
+    let order: Vec<&Rec> = t.order.iter().map(|(_, r)| r).collect();
+    let snaps: Vec<usize> = (0..order.len())
+        .filter(|&i| matches!(order[i], Rec::Snapshot(_)))
+        .collect();
+    let mut checked = 0;
+    for w in snaps.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        let trigger = a.checked_sub(1).and_then(|i| hot(order[i]));
+        let (Some(trigger), Some(next)) = (trigger, hot(order[b - 1])) else {
+            continue;
+        };
+        let due = trigger + period;
+        for r in &order[a + 1..b - 1] {
+            if let Some(ts) = hot(r) {
+                assert!(
+                    ts < due,
+                    "{clock}: a record at {ts}, due {due}, before a snapshot"
+                );
+            }
+        }
+        let last = b + 1 == order.len() || snaps.last() == Some(&b);
+        assert!(
+            last || next >= due,
+            "{clock}: a snapshot after {next}, due only at {due}"
+        );
+        checked += 1;
+    }
+    assert!(checked >= 2, "{clock}: {checked} periods checked");
 }
 
 /// The log's map from its timestamp scale to the true (de-skewed) `CLOCK_MONOTONIC_RAW`, taken

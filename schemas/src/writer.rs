@@ -592,7 +592,13 @@ impl ChunkWriter {
     /// The append position in the current chunk (bytes after the chunk header).
     #[inline(always)]
     pub(crate) fn pos(&self) -> u32 {
-        self.commit as u32
+        // The commit word's low half, loaded by itself where it is first in memory: a 32-bit
+        // load zero-extends, so the hot paths index the chunk with it directly.
+        #[cfg(target_endian = "little")]
+        // SAFETY: the first 4 bytes of our own, initialised `commit` field.
+        return unsafe { std::ptr::addr_of!(self.commit).cast::<u32>().read() };
+        #[cfg(not(target_endian = "little"))]
+        return self.commit as u32;
     }
 
     /// The address of the append position.

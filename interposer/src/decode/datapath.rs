@@ -246,37 +246,42 @@ fn ud_operands(w: &ibv_send_wr) -> Operands {
 
 const _: () = assert!(IBV_WR_RDMA_WRITE == 0 && IBV_WR_SEND == 2);
 
-/// An `ibv_post_send` about to be handed to the provider at `ts`: when it is one RDMA write or send WR with one SGE on a connected QP, places its record *before* the
-/// provider call (`sink::place_plain_send`; the hook publishes it after the call with
-/// `sink::publish_placed`). Returns whether it placed the record, and `ts` again: when it
-/// did not (another shape, or nothing placed) the hook records the call after it
-/// ([`sends_ok`] / [`sends_list`]) at that time. (Handed back so that the hook keeps
-/// nothing but its arguments across this call.) It makes no call and cannot panic.
-///
-/// Out of line: it has the scratch registers to itself, and the hook keeps only its three
-/// arguments across the provider call.
+/// An `ibv_post_send` about to be handed to the provider: when it is one RDMA write
+/// or send WR with one SGE on a connected QP, places its record *before* the provider call
+/// (`sink::place_plain_send`, which keeps the three arguments for the call; the hook
+/// publishes the record after the call with `sink::publish_placed`). `Err` with the
+/// arguments when it placed nothing (another shape, or `sink::place_plain_send` refused):
+/// the hook then records the call after it ([`sends_ok`] / [`sends_list`]). It makes no call and cannot panic (no indexing that is
+/// not proven in bounds, no arithmetic that can overflow-check), so the hook needs no
+/// `guard::run` around it, and no landing pad keeps registers busy there.
 ///
 /// # Safety
-/// `qp` live, `wr` the program's list (null or valid), both as passed to the provider.
-#[inline(never)]
-pub unsafe fn place_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr, ts: u64) -> (bool, u64) {
-    // SAFETY: wr is null or the program's first WR; qp is live.
-    unsafe {
-        if wr.is_null() {
-            return (false, ts);
-        }
-        let op = (*wr).opcode;
-        // RDMA write (0) or send (2), one WR, one SGE, not UD (whose sends use the `ud` arm).
-        if op & !2 != 0
-            || !(*wr).next.is_null()
-            || (*wr).num_sge != 1
-            || (*qp).qp_type == IBV_QPT_UD
-        {
-            return (false, ts);
-        }
+/// `qp` live, `wr` the program's list (null or valid), `bad` its out-pointer, all as passed
+/// to the provider.
+#[inline(always)]
+pub unsafe fn place_send(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad: *mut *mut ibv_send_wr,
+) -> Result<(), [usize; 3]> {
+    let args = [qp as usize, wr as usize, bad as usize];
+    if wr.is_null() {
+        return Err(args);
+    }
+    // SAFETY: wr is the program's non-null first WR: `num_sge` and `opcode` are its two
+    // adjacent 4-byte words at an 8-aligned offset (checked below), read as one.
+    let shape = unsafe { std::ptr::addr_of!((*wr).num_sge).cast::<u64>().read() };
+    // One SGE and an RDMA write (0) or send (2); one WR; not UD (whose sends use the `ud`
+    // arm).
+    // SAFETY: wr as above; qp is live.
+    if shape & !SEND_BIT != ONE_SGE_WRITE
+        || unsafe { !(*wr).next.is_null() || (*qp).qp_type == IBV_QPT_UD }
+    {
+        return Err(args);
     }
     // All ones for an RDMA write (0), zero for a send (2): the `rdma` arm's operands are
-    // taken only for a write (a send's record has address and rkey 0), without a branch.
+    // taken only for a write (a send's record has address and rkey 0), without a branch (a
+    // copy of the placing per opcode costs more: the compiler merges their tails).
     // SAFETY: wr is the program's non-null WR (checked above).
     let write_mask = (unsafe { (*wr).opcode } as u64 >> 1).wrapping_sub(1);
     // SAFETY (both closures): qp is a live QP of an instrumented context; wr the program's
@@ -299,8 +304,23 @@ pub unsafe fn place_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr, ts: u64) -> (boo
             bytes: (*(*wr).sg_list).length,
         }
     };
-    (sink::place_plain_send(ts, head, body), ts)
+    sink::place_plain_send(head, body, args)
 }
+
+/// `num_sge` and `opcode` of a one-SGE WR of `opcode`, as [`place_send`] reads them (one
+/// native-endian word, `num_sge` first).
+const fn wr_shape(opcode: u32) -> u64 {
+    let (a, b) = (1i32.to_ne_bytes(), opcode.to_ne_bytes());
+    u64::from_ne_bytes([a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]])
+}
+const ONE_SGE_WRITE: u64 = wr_shape(IBV_WR_RDMA_WRITE);
+/// The one bit in which a one-SGE send's word differs from a write's.
+const SEND_BIT: u64 = wr_shape(IBV_WR_SEND) ^ ONE_SGE_WRITE;
+const _: () = assert!(
+    std::mem::offset_of!(ibv_send_wr, opcode) == std::mem::offset_of!(ibv_send_wr, num_sge) + 4
+        && std::mem::offset_of!(ibv_send_wr, num_sge) % 8 == 0
+        && SEND_BIT.count_ones() == 1
+);
 
 /// Records the WRs of an `ibv_post_send` the provider accepted (it returned 0).
 ///
@@ -571,6 +591,39 @@ unsafe fn polled_one(cq: u64, w: *const ibv_wc, ts: u64) -> bool {
         || wc_head(cq, unsafe { &*w }),
         || wc_body(unsafe { &*w }),
     )
+}
+
+/// The hook's hot path for a poll that returned one completion `wc` of `cq`, when
+/// `sink::fast::POLL` is on: records it (`data::bound_completion`, at the TSC read now) when
+/// it needs nothing but its compact record — no vendor error, no immediate data or
+/// invalidated rkey, its queue's slot bound, no bookkeeping due; false when nothing was
+/// written (the hook then records the poll the ordinary way, [`polled`]). No call, nothing
+/// that can panic (as [`place_send`]).
+///
+/// # Safety
+/// `wc` must be a completion written by the provider.
+#[inline(always)]
+pub unsafe fn polled_fast(cq: *mut ibv_cq, wc: *const ibv_wc) -> bool {
+    // SAFETY: per caller.
+    let w = unsafe { &*wc };
+    // The flags a compact record holds (below 256), but for immediate data and invalidation.
+    const PLAIN_FLAGS: u32 = 0xff & !(IBV_WC_WITH_IMM | IBV_WC_WITH_INV);
+    let head = || {
+        (w.vendor_err == 0 && w.src_qp >> 24 == 0 && w.wc_flags & !PLAIN_FLAGS == 0).then_some(
+            CompletionHead {
+                cq: cq as u64,
+                qpn: w.qp_num,
+                src_qp: w.src_qp,
+                flags: w.wc_flags,
+            },
+        )
+    };
+    // Without immediate data or an invalidated rkey (checked in `head`) `imm` is 0.
+    let body = || CompletionBody {
+        imm: 0,
+        ..wc_body(w)
+    };
+    data::bound_completion(cq as u64, sink::tsc(), head, body)
 }
 
 /// What decides a completion's compact form (`None`: it has a vendor error).

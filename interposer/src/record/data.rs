@@ -10,7 +10,7 @@ use sigmatrace_schemas::{
     post_source, FixedRecord, PostError, PostRecv, PostSend, RecordHeader, WorkCompletion,
 };
 
-use super::ThreadState;
+use super::{empty, ThreadState};
 use crate::sink::{self, Thread};
 
 /// A send work request as posted (decoded from `ibv_send_wr` or built by `ibv_wr_*`).
@@ -244,10 +244,10 @@ pub fn completion(ts: u64, cq: u64, c: &Completion) -> WorkCompletion {
 }
 
 /// One completion of a poll of `cq` at `ts`, recorded on the hot path (no call) when the
-/// thread is ready, no empty-poll run is open, no clock snapshot is due and its compact
-/// record needs no bookkeeping (`head` decodes what decides its form, `None` for a vendor
-/// error; `body` the rest); false when nothing was written: [`completions`] records it and
-/// the rest of the poll.
+/// thread is ready, no empty-poll run of `cq` may be open (its bucket is not held) and its compact record needs no bookkeeping (a due clock
+/// snapshot included; `head` decodes what decides its form, `None` when it has none; `body`
+/// the rest); false when nothing was written: [`completions`] records it and the rest of the
+/// poll.
 #[inline(always)]
 pub fn bound_completion(
     cq: u64,
@@ -255,14 +255,12 @@ pub fn bound_completion(
     head: impl FnOnce() -> Option<CompletionHead>,
     body: impl FnOnce() -> CompletionBody,
 ) -> bool {
-    let Some(mut t) = sink::enter_ready() else {
+    // Not while the CQ may have an open empty-poll run (`hold_hot`: it is closed first).
+    let Some(mut t) = sink::enter_ready(empty::bucket(cq)) else {
         return false;
     };
-    if t.state::<ThreadState>().runs.any_open() || t.snapshot_due(ts) {
-        return false;
-    }
     match head() {
-        Some(h) => t.append_bound_completion(ts, cq, &h, body),
+        Some(h) => t.append_bound_completion(ts, &h, body),
         None => false,
     }
 }
@@ -324,7 +322,11 @@ pub fn completion_ex(cq: u64, ts: u64, c: &Completion) {
 pub fn empty_poll(cq: u64, ts: u64) {
     if let Some(mut t) = sink::enter() {
         let span = t.period();
-        if let Some(rec) = t.state::<ThreadState>().runs.empty(cq, ts, span) {
+        let runs = &mut t.state::<ThreadState>().runs;
+        let closed = runs.empty(cq, ts, span);
+        let open = runs.open_buckets();
+        t.hold_hot(open);
+        if let Some(rec) = closed {
             t.append(&rec);
         }
     }
@@ -333,7 +335,11 @@ pub fn empty_poll(cq: u64, ts: u64) {
 /// A poll of `cq` returned work: closes its empty run first.
 #[inline(always)]
 fn work_returned(t: &mut Thread<'_>, cq: u64) {
-    if let Some(rec) = t.state::<ThreadState>().runs.work(cq) {
+    let runs = &mut t.state::<ThreadState>().runs;
+    let closed = runs.work(cq);
+    let open = runs.open_buckets();
+    t.hold_hot(open);
+    if let Some(rec) = closed {
         t.append(&rec);
     }
 }

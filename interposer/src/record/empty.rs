@@ -132,6 +132,15 @@ impl Runs {
         Some(out)
     }
 
+    /// The [`bucket`]s of the CQs with an open run: a completion of a CQ outside them has no
+    /// run to close first.
+    pub fn open_buckets(&self) -> u8 {
+        self.runs
+            .iter()
+            .filter(|r| r.count != 0)
+            .fold(0, |m, r| m | bucket(r.cq))
+    }
+
     /// Closes every run.
     pub fn drain(&mut self) -> impl Iterator<Item = EmptyPolls> + '_ {
         self.open = 0;
@@ -143,9 +152,30 @@ impl Runs {
     }
 }
 
+/// `cq`'s bit among 8 buckets of CQ handles ([`Runs::open_buckets`]).
+#[inline(always)]
+pub fn bucket(cq: u64) -> u8 {
+    1 << ((cq >> 6) & 7)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn open_buckets_are_the_buckets_of_the_open_runs() {
+        let mut r = Runs::new();
+        let (a, b) = (0x1000, 0x1040); // buckets 0 and 1
+        assert_eq!(r.open_buckets(), 0);
+        r.empty(a, 1, 1000);
+        r.empty(b, 2, 1000);
+        assert_eq!(r.open_buckets(), bucket(a) | bucket(b));
+        assert_ne!(bucket(a), bucket(b));
+        r.work(a);
+        assert_eq!(r.open_buckets(), bucket(b));
+        r.drain().for_each(drop);
+        assert_eq!(r.open_buckets(), 0);
+    }
 
     #[test]
     fn a_run_closes_when_its_cq_returns_work() {

@@ -91,6 +91,7 @@ pub fn at_exit() {
             out.append_raw(&rec);
         }
         out.snapshot_now();
+        t.hold_hot(0);
     });
 }
 

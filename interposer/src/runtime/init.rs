@@ -67,6 +67,11 @@ extern "C" fn at_exit() {
         kernels::at_exit();
         queues::at_exit();
         record::at_exit();
+        if let Some(ns) = sink::background_cpu_ns().filter(|_| sink::diag_enabled(Diag::Info)) {
+            let s = ns as f64 / 1e9;
+            let line = format!("sigmatrace: background thread CPU {s:.6} s");
+            sink::diag(Diag::Info, &line);
+        }
     });
 }
 

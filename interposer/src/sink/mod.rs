@@ -21,12 +21,12 @@ mod thread;
 
 pub use skew::ClockSkew;
 pub use switches::{
-    cat, current_timestamper, diag, diag_enabled, disable, is_disabled, mask, now, snapshot,
-    tracing, ClockChoice, Diag,
+    cat, current_timestamper, diag, diag_enabled, disable, fast, fast_poll_rc, is_disabled,
+    is_fast, mask, now, snapshot, tracing, tsc, ClockChoice, Diag,
 };
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use sigmatrace_schemas::clock::clock_ns;
@@ -180,13 +180,40 @@ fn start_background(writer: LogWriter, ring_chunks: u32, flight: bool) {
             .name("sigmatrace-prep".into())
             .spawn(body);
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-        if spawned.is_err() {
-            diag(
+        match spawned {
+            Ok(h) => {
+                use std::os::unix::thread::JoinHandleExt;
+                BACKGROUND.store(h.as_pthread_t() as usize, Ordering::Relaxed);
+            }
+            Err(_) => diag(
                 Diag::Info,
                 "sigmatrace: no background chunk preparer (thread creation failed)",
-            );
+            ),
         }
     }
+}
+
+/// The background thread (`pthread_t`, 0 until it runs).
+static BACKGROUND: AtomicUsize = AtomicUsize::new(0);
+
+/// CPU time the background thread has used so far, in ns (`None` without one).
+pub fn background_cpu_ns() -> Option<u64> {
+    let t = BACKGROUND.load(Ordering::Relaxed);
+    if t == 0 {
+        return None;
+    }
+    let mut clock: libc::clockid_t = 0;
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is the running background thread (it never exits); both out-pointers are
+    // valid locals.
+    let ok = unsafe {
+        libc::pthread_getcpuclockid(t as libc::pthread_t, &mut clock) == 0
+            && libc::clock_gettime(clock, &mut ts) == 0
+    };
+    ok.then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
 }
 
 /// Dumps requested ([`request_dump`]) and dumps done, since the process (or fork child)
@@ -439,7 +466,7 @@ fn create_unique(
 // Per-thread writer (thread.rs holds the thread-local block)
 
 pub use thread::{
-    abandon_placed, enter, enter_ready, place_plain_send, placed_ts, publish_placed,
+    abandon_placed, enter, enter_ready, place_plain_send, placed_args, placed_ts, publish_placed,
     with_existing_thread, with_thread, Out, Thread, STATE_BYTES,
 };
 
@@ -497,6 +524,7 @@ pub fn after_fork_in_child() {
     REPORTED_WRITE_ERROR.store(false, Ordering::Relaxed);
     DUMPS_REQUESTED.store(0, Ordering::Relaxed);
     DUMPS_DONE.store(0, Ordering::Relaxed);
+    BACKGROUND.store(0, Ordering::Relaxed);
     thread::reset_in_child();
 }
 

@@ -2,7 +2,7 @@
 //! bits in one atomic mask), the timestamp source, the diagnostics level, and whether tracing
 //! disabled itself. Plain atomics: reading them costs one load, setting them never blocks.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU8, Ordering};
 
 use sigmatrace_schemas::clock::{clock_ns, rdtsc};
 use sigmatrace_schemas::{TimestampSource, Timestamper};
@@ -77,6 +77,54 @@ const SKEWED: u8 = 0x80;
 static DIAG: AtomicU8 = AtomicU8::new(Diag::Error as u8);
 /// Set once tracing disabled itself (the stderr line is printed once).
 static DISABLED: AtomicBool = AtomicBool::new(false);
+/// The hot paths' switches ([`fast`]), derived from `MASK` and `CLOCK` whenever they
+/// change: one load and test decides a hot path.
+static FAST: [AtomicBool; 2] = [const { AtomicBool::new(false) }; 2];
+
+/// The hot paths' switches ([`is_fast`]).
+pub mod fast {
+    /// Sends are traced and timestamps are plain TSC reads ([`super::tsc`]).
+    pub const SEND: usize = 0;
+    /// Completions are traced and timestamps are plain TSC reads.
+    pub const POLL: usize = 1;
+}
+
+/// Whether the hot path `which` ([`fast`]) is on: its category is traced and [`now`] is a
+/// plain TSC read ([`tsc`]).
+#[inline(always)]
+pub fn is_fast(which: usize) -> bool {
+    FAST[which].load(Ordering::Relaxed)
+}
+
+/// What `ibv_poll_cq` returns when its hot path may take the poll: 1 when
+/// `is_fast(fast::POLL)` (one completion), else `i32::MIN` (no provider returns that), so
+/// that one compare decides it.
+#[inline(always)]
+pub fn fast_poll_rc() -> i32 {
+    FAST_POLL_RC.load(Ordering::Relaxed)
+}
+
+/// [`fast_poll_rc`].
+static FAST_POLL_RC: AtomicI32 = AtomicI32::new(i32::MIN);
+
+/// The TSC: [`now`] when a [`fast`] bit is on.
+#[inline(always)]
+pub fn tsc() -> u64 {
+    rdtsc()
+}
+
+/// Derives `FAST` from `MASK` and `CLOCK`.
+fn set_fast() {
+    let tsc = CLOCK.load(Ordering::Relaxed) == TimestampSource::Tsc as u8;
+    FAST[fast::SEND].store(tsc && tracing(cat::SEND), Ordering::Relaxed);
+    FAST[fast::POLL].store(tsc && tracing(cat::COMPLETIONS), Ordering::Relaxed);
+    let rc = if tsc && tracing(cat::COMPLETIONS) {
+        1
+    } else {
+        i32::MIN
+    };
+    FAST_POLL_RC.store(rc, Ordering::Relaxed);
+}
 
 /// Whether any of the `cat` bits is being traced.
 #[inline(always)]
@@ -135,6 +183,7 @@ pub(super) fn set(
     if !DISABLED.load(Ordering::Relaxed) {
         MASK.store(initial_mask, Ordering::Release);
     }
+    set_fast();
 }
 
 /// The timestamp source of the log's records (unskewed: for readings that go through
@@ -155,6 +204,10 @@ pub fn snapshot() -> sigmatrace_schemas::ClockSnapshot {
 /// Stops tracing for good: prints one stderr line (at `Diag::Error`) and makes every hook
 /// forward untraced from now on.
 pub fn disable(reason: &str) {
+    for f in &FAST {
+        f.store(false, Ordering::Relaxed);
+    }
+    FAST_POLL_RC.store(i32::MIN, Ordering::Relaxed);
     MASK.store(0, Ordering::Release);
     if !DISABLED.swap(true, Ordering::AcqRel) {
         diag(

@@ -14,7 +14,7 @@
 //! byte pattern a valid value, so the view is sound whatever type reads it.
 
 use std::mem::MaybeUninit;
-use std::sync::atomic::{compiler_fence, Ordering};
+use std::sync::atomic::{compiler_fence, AtomicU64, Ordering};
 
 use sigmatrace_schemas::{
     compact::{CompletionBody, CompletionHead, SendBody, SendHead},
@@ -49,12 +49,19 @@ struct Local {
     /// [`OVERWRITTEN`] | [`MISSED`]: what a pending placed record must not be published
     /// after. Next to `gate`, so that one 16-bit load tests both.
     dirty: u8,
+    /// Bits the layer above holds the hot completion path off for ([`Thread::hold_hot`],
+    /// [`enter_ready`]).
+    hold: u8,
     /// Whether `sink.writer` is initialised.
     has_writer: bool,
     /// The time of the placed record while [`PENDING`] (for recording the call again).
     pending_ts: u64,
-    /// Records refused while busy, reported as a `Dropped` record later.
-    missed: u64,
+    /// The arguments of the call whose record is [`PENDING`] (for recording it again): kept
+    /// here rather than in registers across the provider call.
+    pending_args: [usize; 3],
+    /// Records refused while busy, reported as a `Dropped` record later (atomic only so that
+    /// reading and clearing it is one instruction a handler cannot fall between).
+    missed: AtomicU64,
     sink: Sink,
     state: StateArea,
 }
@@ -74,8 +81,9 @@ struct Sink {
     writer: MaybeUninit<ChunkWriter>,
 }
 
-const BLOCK: usize = 4096;
+const BLOCK: usize = 8192;
 const _: () = assert!(std::mem::size_of::<Local>() <= BLOCK && std::mem::align_of::<Local>() <= 64);
+const _: () = assert!(std::mem::offset_of!(Local, has_writer) == 3 && size_of::<bool>() == 1);
 
 #[cfg(target_arch = "x86_64")]
 core::arch::global_asm!(
@@ -97,13 +105,14 @@ core::arch::global_asm!(
 fn local_ptr() -> *mut Local {
     let p: usize;
     // SAFETY: loads the block's static-TLS offset from its GOT slot and adds this thread's
-    // thread pointer (%fs:0); reads only, no side effects.
+    // thread pointer (%fs:0); reads only, no side effects. Both are constant for the thread
+    // (`nomem`: the compiler may reuse one result within a function).
     unsafe {
         core::arch::asm!(
             "mov {p}, qword ptr [rip + sigmatrace_tls_block@GOTTPOFF]",
             "add {p}, qword ptr fs:[0]",
             p = out(reg) p,
-            options(pure, readonly, nostack),
+            options(pure, nomem, nostack),
         )
     };
     p as *mut Local
@@ -145,14 +154,18 @@ pub struct Thread<'a> {
     pub out: Out<'a>,
     state: &'a mut StateArea,
     gate: &'a mut u8,
+    hold: &'a mut u8,
     _not_send: std::marker::PhantomData<*mut ()>,
 }
 
 impl Drop for Thread<'_> {
     #[inline(always)]
     fn drop(&mut self) {
-        // READY again — unless a signal handler was refused meanwhile (it cleared READY).
-        *self.gate &= !BUSY;
+        // READY again — unless a signal handler was refused meanwhile (it cleared READY, so
+        // that the next record reports the refusal: read here, not assumed).
+        let gate: *mut u8 = self.gate;
+        // SAFETY: our own gate byte; a volatile read and write (a handler may have changed it).
+        unsafe { gate.write_volatile(gate.read_volatile() & !BUSY) };
     }
 }
 
@@ -164,24 +177,24 @@ pub fn enter() -> Option<Thread<'static>> {
     enter_with(true)
 }
 
-/// Like [`enter`] but only when the thread is ready right away (`None` otherwise, where
-/// `enter` would take its out-of-line preparation): for a hot path that makes no call and
-/// falls back to `enter`.
+/// Like [`enter`] but only when the thread is ready right away and the hot completion path
+/// is not held off for any of the bits `of` ([`Thread::hold_hot`]); `None` otherwise, where
+/// `enter` would take its out-of-line preparation: for the hot completion path, which makes
+/// no call and falls back to `enter`.
 #[inline(always)]
-pub fn enter_ready() -> Option<Thread<'static>> {
+pub fn enter_ready(of: u8) -> Option<Thread<'static>> {
     // SAFETY: as in `enter_with`.
     let l: &'static mut Local = unsafe { &mut *local_ptr() };
-    if l.gate != READY {
+    // gate READY, dirty 0, nothing held (and `has_writer`, implied by READY): one load; when
+    // something is held, whether it is one of `of`.
+    let word = std::ptr::addr_of!(l.gate).cast::<u32>();
+    // SAFETY: `gate`, `dirty`, `hold` and `has_writer` are the block's first four bytes
+    // (repr(C), the block is 64-byte aligned), read as one word.
+    let word = unsafe { word.read() }.to_ne_bytes();
+    if word != [READY, 0, 0, 1] && (word[..2] != [READY, 0] || word[2] & of != 0) {
         return None;
     }
-    l.gate = READY | BUSY;
-    // READY: the writer is initialised.
-    Some(Thread {
-        out: Out { s: &mut l.sink },
-        state: &mut l.state,
-        gate: &mut l.gate,
-        _not_send: std::marker::PhantomData,
-    })
+    Some(inside(l))
 }
 
 /// Runs `f` inside the sink (see [`enter`]).
@@ -202,34 +215,54 @@ fn enter_with(create: bool) -> Option<Thread<'static>> {
     // and the returned Thread cannot leave the thread (not Send) nor outlive the hook call
     // that holds it in practice.
     let l: &'static mut Local = unsafe { &mut *local_ptr() };
-    if l.gate != READY && !prepare(l, create) {
+    // Not READY, or READY with something to report (a refusal during a preparation, a
+    // pending record written over): `prepare`.
+    let gd = std::ptr::addr_of!(l.gate).cast::<u16>();
+    // SAFETY: `gate` and `dirty`, the block's first two bytes, read as one word.
+    if unsafe { gd.read_volatile() } != u16::from_ne_bytes([READY, 0]) && !prepare(l, create) {
         return None;
     }
+    Some(inside(l))
+}
+
+/// Enters the sink on a ready block (READY: the writer is initialised, so `Out` may be made).
+#[inline(always)]
+fn inside(l: &'static mut Local) -> Thread<'static> {
     l.gate = READY | BUSY;
-    // prepare() or an earlier call initialised the writer (has_writer): Out may be made.
-    Some(Thread {
+    Thread {
         out: Out { s: &mut l.sink },
         state: &mut l.state,
         gate: &mut l.gate,
+        hold: &mut l.hold,
         _not_send: std::marker::PhantomData,
-    })
+    }
 }
 
 /// The uncommon cases: re-entry, first use on this thread, drops to report.
 #[cold]
 #[inline(never)]
 fn prepare(l: &mut Local, create: bool) -> bool {
-    if l.gate & BUSY != 0 {
-        l.missed = l.missed.saturating_add(1);
-        l.gate = BUSY; // not READY: the outer call reports the drops on its next record
-        l.dirty |= MISSED;
+    let gate = std::ptr::addr_of_mut!(l.gate);
+    let dirty = std::ptr::addr_of_mut!(l.dirty);
+    // SAFETY (all volatile accesses): this thread's own gate and dirty bytes; a signal handler
+    // on this thread may change them between any two instructions.
+    let g = unsafe { gate.read_volatile() };
+    if g & BUSY != 0 {
+        l.missed.fetch_add(1, Ordering::Relaxed);
+        // Not READY: the outer call reports the drops on its next record.
+        unsafe { gate.write_volatile(BUSY) };
+        unsafe { dirty.write_volatile(dirty.read_volatile() | MISSED) };
         return false;
     }
-    if l.gate & PENDING != 0 {
+    if g & PENDING != 0 {
         // A signal handler records while the interrupted call's placed record is pending: it
         // appends where that record lies; the interrupted call sees this and records again.
-        l.dirty |= OVERWRITTEN;
+        unsafe { dirty.write_volatile(dirty.read_volatile() | OVERWRITTEN) };
     }
+    // From here a handler interrupting this preparation (or the log's creation and its lock)
+    // is refused and counted, like one interrupting a record.
+    unsafe { gate.write_volatile(BUSY) };
+    compiler_fence(Ordering::SeqCst);
     if !l.has_writer {
         let p = if create {
             process()
@@ -239,16 +272,25 @@ fn prepare(l: &mut Local, create: bool) -> bool {
             (!p.is_null()).then(|| unsafe { &*p })
         };
         let Some(p): Option<&Process> = p else {
+            compiler_fence(Ordering::SeqCst);
+            unsafe { gate.write_volatile(0) };
             return false;
         };
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() } as u32;
-        l.sink.writer = MaybeUninit::new(p.writer.thread_writer(tid));
+        let mut w = p.writer.thread_writer(tid);
+        w.set_horizon(super::NEXT_SNAPSHOT.load(Ordering::Relaxed));
+        l.sink.writer = MaybeUninit::new(w);
         l.has_writer = true;
         l.sink.reported_full = false;
     }
-    if l.missed != 0 {
-        let count = std::mem::take(&mut l.missed);
+    // Cleared before the count is taken: a refusal after this sets it again (and is reported
+    // now or by the next record, which comes here again for it).
+    unsafe { dirty.write_volatile(dirty.read_volatile() & !MISSED) };
+    compiler_fence(Ordering::SeqCst);
+    // One instruction: a refusal cannot fall between reading and clearing the count.
+    let count = l.missed.swap(0, Ordering::Relaxed);
+    if count != 0 {
         // SAFETY: has_writer.
         let w = unsafe { l.sink.writer() };
         w.append(&Dropped {
@@ -257,59 +299,72 @@ fn prepare(l: &mut Local, create: bool) -> bool {
             count,
         });
     }
-    l.dirty &= !MISSED;
-    l.gate = READY;
+    compiler_fence(Ordering::SeqCst);
+    unsafe { gate.write_volatile(READY) };
     true
 }
 
 /// Records a plain send (RDMA write or send, one SGE, connected QP) *before* its provider
-/// call: its compact `PostSend` at `ts` is written at the append position of this thread's
-/// chunk, unpublished, and only [`publish_placed`] after the call makes it visible. Returns
-/// false (nothing placed; the caller records after the call, as for any other post) when
-/// the thread is not ready (first use, inside the sink already, something to report), a
-/// clock snapshot is due, or the send has no compact form or no room in the current chunk.
+/// call, when sends are on the hot path (`fast::SEND`): its compact `PostSend` at the TSC
+/// read now is written at the append position of this thread's chunk, unpublished, and only
+/// [`publish_placed`] after the call makes it visible. `args` (the call's) are kept in the
+/// thread's block, for the call ([`placed_args`]) and for recording it again.
+/// `Err(args)` (nothing placed; the caller records after the call, as for any other post)
+/// when the thread is not ready (first use, inside the sink already, something to report),
+/// the send has no compact form, or needs bookkeeping first: no room in the current chunk,
+/// a time base out of reach, its queue's slot not bound, or a clock snapshot due (the
+/// writer's horizon, see [`Out::snapshot_check`]). The arguments are handed back from the
+/// block where they were kept, so that the caller keeps none in registers meanwhile.
 /// While the call runs the thread is [`PENDING`]: a signal handler may record meanwhile (its
 /// records go where the placed one lies, and mark it [`OVERWRITTEN`]).
 #[inline(always)]
 pub fn place_plain_send(
-    ts: u64,
     head: impl FnOnce() -> SendHead,
     body: impl FnOnce() -> SendBody,
-) -> bool {
+    args: [usize; 3],
+) -> Result<(), [usize; 3]> {
     let l = local_ptr();
     // SAFETY: `l` is this thread's block (valid, all fields valid when zero). `gate` and
     // `dirty` are accessed with volatile single loads/stores: a signal handler on this thread
     // can change them between any two instructions, and each decision below rests on one load.
     unsafe {
         let gd = std::ptr::addr_of!((*l).gate).cast::<u16>();
-        if gd.read_volatile() != u16::from_ne_bytes([READY, 0]) || Out::snapshot_due(ts) {
-            return false;
+        if gd.read_volatile() != u16::from_ne_bytes([READY, 0]) {
+            return Err(args);
         }
         let gate = std::ptr::addr_of_mut!((*l).gate);
         gate.write_volatile(READY | BUSY);
         compiler_fence(Ordering::SeqCst);
-        // READY means the writer is initialised; BUSY makes it ours until PENDING.
+        // BUSY: the block's `pending_args` are ours (a handler placing a send of its own is
+        // refused) until PENDING, or until they are read back below.
+        let kept = std::ptr::addr_of_mut!((*l).pending_args);
+        kept.write(args);
+        // READY means the writer is initialised.
         let w = (*l).sink.writer.assume_init_mut();
-        let placed = w.place_plain_send(ts, &head(), body);
-        compiler_fence(Ordering::SeqCst);
-        if placed {
-            (*l).pending_ts = ts;
+        // `fast::SEND`, the caller's condition, says that timestamps are TSC reads.
+        let ts = super::tsc();
+        // (Unused unless placed; stored now, so that `ts` need not be kept.)
+        (*l).pending_ts = ts;
+        if w.place_plain_send(ts, &head(), body) {
+            compiler_fence(Ordering::SeqCst);
             gate.write_volatile(PENDING);
-        } else {
-            // As `Thread::drop`: READY again unless a handler was refused meanwhile.
-            gate.write_volatile(gate.read_volatile() & !BUSY);
+            return Ok(());
         }
-        placed
+        let args = kept.read_volatile();
+        compiler_fence(Ordering::SeqCst);
+        // As `Thread::drop`: READY again unless a handler was refused meanwhile.
+        gate.write_volatile(gate.read_volatile() & !BUSY);
+        Err(args)
     }
 }
 
 /// After the provider call of a [`place_plain_send`] that placed its record: publishes it
-/// when `accepted` (the provider returned success) and nothing was recorded or refused on this
-/// thread meanwhile, and returns true. Otherwise publishes nothing and returns false: the
-/// caller then calls [`abandon_placed`] and records the call the ordinary way (the placed
-/// bytes are written over).
+/// when the provider accepted it (returned `rc` 0) and nothing was recorded or refused on
+/// this thread meanwhile, and returns true. Otherwise publishes nothing and returns false:
+/// the caller then calls [`abandon_placed`] and records the call the ordinary way (the
+/// placed bytes are written over).
 #[inline(always)]
-pub fn publish_placed(accepted: bool) -> bool {
+pub fn publish_placed(rc: i32) -> bool {
     let l = local_ptr();
     // SAFETY: as in `place_plain_send`. The thread is PENDING (set there), so `has_writer`.
     unsafe {
@@ -318,7 +373,8 @@ pub fn publish_placed(accepted: bool) -> bool {
         // check below cannot be overtaken.
         gate.write_volatile(READY | BUSY);
         compiler_fence(Ordering::SeqCst);
-        if !accepted || std::ptr::addr_of!((*l).dirty).read_volatile() != 0 {
+        let dirty = std::ptr::addr_of!((*l).dirty).read_volatile();
+        if rc as u32 | dirty as u32 != 0 {
             // The caller calls `abandon_placed` (out of line) before recording the call.
             return false;
         }
@@ -336,6 +392,13 @@ pub fn publish_placed(accepted: bool) -> bool {
 pub fn placed_ts() -> u64 {
     // SAFETY: this thread's block; a plain u64 field.
     unsafe { std::ptr::addr_of!((*local_ptr()).pending_ts).read_volatile() }
+}
+
+/// The arguments [`place_plain_send`] kept with the record it placed (as [`placed_ts`]).
+#[inline(always)]
+pub fn placed_args() -> [usize; 3] {
+    // SAFETY: this thread's block; plain words.
+    unsafe { std::ptr::addr_of!((*local_ptr()).pending_args).read_volatile() }
 }
 
 /// After [`publish_placed`] returned false (the thread is still inside the sink): drops the
@@ -362,7 +425,8 @@ pub(super) fn reset_in_child() {
     l.has_writer = false; // the old ChunkWriter is leaked, never dropped
     l.gate = 0;
     l.dirty = 0;
-    l.missed = 0;
+    l.hold = 0;
+    l.missed.store(0, Ordering::Relaxed);
     l.sink.reported_full = false;
     l.state.0.fill(0);
 }
@@ -398,13 +462,12 @@ impl<'a> Thread<'a> {
         body: impl FnOnce() -> SendBody,
     ) -> bool {
         // SAFETY: an Out's writer is initialised.
-        match unsafe { self.out.s.writer() }.try_append_plain_send(ts, head, body) {
-            None => return false,
-            Some(false) => append_failed(self.out.s),
-            Some(true) => {}
+        let r = unsafe { self.out.s.writer() }.try_append_plain_send(ts, head, body);
+        let compact = self.out.compact_appended(r);
+        if compact {
+            self.out.snapshot_check(ts);
         }
-        self.out.snapshot_check(ts);
-        true
+        compact
     }
 
     /// Appends the compact `WorkCompletion` of a plain completion without the snapshot
@@ -418,32 +481,22 @@ impl<'a> Thread<'a> {
         body: impl FnOnce() -> CompletionBody,
     ) -> bool {
         // SAFETY: an Out's writer is initialised.
-        match unsafe { self.out.s.writer() }.try_append_plain_completion(ts, head, body) {
-            None => return false,
-            Some(false) => append_failed(self.out.s),
-            Some(true) => {}
-        }
-        true
+        let r = unsafe { self.out.s.writer() }.try_append_plain_completion(ts, head, body);
+        self.out.compact_appended(r)
     }
 
     /// `ChunkWriter::append_bound_completion`: the compact `WorkCompletion` when it needs no
-    /// bookkeeping (no snapshot check); false when nothing was written.
+    /// bookkeeping (a due snapshot included: the writer's horizon); false when nothing was
+    /// written.
     #[inline(always)]
     pub fn append_bound_completion(
         &mut self,
         ts: u64,
-        cq: u64,
         head: &CompletionHead,
         body: impl FnOnce() -> CompletionBody,
     ) -> bool {
         // SAFETY: an Out's writer is initialised.
-        unsafe { self.out.s.writer() }.append_bound_completion(ts, cq, head, body)
-    }
-
-    /// [`Out::snapshot_due`].
-    #[inline(always)]
-    pub fn snapshot_due(&self, ts: u64) -> bool {
-        Out::snapshot_due(ts)
+        unsafe { self.out.s.writer() }.append_bound_completion(ts, head, body)
     }
 
     /// Appends a metadata record (StringDef, Annotation, ThreadName).
@@ -452,6 +505,14 @@ impl<'a> Thread<'a> {
         if !unsafe { self.out.s.writer() }.append_meta(kind, aux, now(), key, payload) {
             append_failed(self.out.s);
         }
+    }
+
+    /// Holds the hot completion path ([`enter_ready`]) off for the bits `held` (the layer
+    /// above has bookkeeping some completions must go through first: open empty-poll runs of
+    /// their CQs).
+    #[inline(always)]
+    pub fn hold_hot(&mut self, held: u8) {
+        *self.hold = held;
     }
 
     /// The snapshot period in timestamp units (`u64::MAX` before the log exists).
@@ -493,9 +554,8 @@ impl Out<'_> {
 
     /// Reserves a slot for one record, to be filled in place and committed
     /// ([`Reserved::commit`]); the hot paths' alternative to [`Out::append`] (no copy of the
-    /// record). It writes no clock snapshot: the caller either runs [`Out::snapshot_check`]
-    /// after the commit, or first asks [`Out::snapshot_due`] and, when one is due, appends
-    /// the record instead (`append` writes the snapshot after the record).
+    /// record). It writes no clock snapshot: the caller runs [`Out::snapshot_check`] after
+    /// the commit.
     #[inline(always)]
     pub fn reserve<R: FixedRecord>(&mut self) -> Option<Reserved<'_, R>> {
         let s: *mut Sink = self.s;
@@ -512,22 +572,30 @@ impl Out<'_> {
         }
     }
 
+    /// What a `ChunkWriter::try_append_plain_*` did: false when the record had no compact
+    /// form (nothing written), else true — after reporting a writer that ran dry.
+    #[inline(always)]
+    fn compact_appended(&mut self, r: Option<bool>) -> bool {
+        if r == Some(false) {
+            append_failed(self.s);
+        }
+        r.is_some()
+    }
+
     /// Writes a clock snapshot now.
     pub fn snapshot_now(&mut self) {
         self.append_raw(&super::snapshot());
     }
 
-    /// Whether the periodic clock snapshot is due at `ts`.
-    #[inline(always)]
-    pub fn snapshot_due(ts: u64) -> bool {
-        ts >= super::NEXT_SNAPSHOT.load(Ordering::Relaxed)
-    }
-
     /// Writes the periodic clock snapshot if it is due at `ts` (the timestamp of the record
-    /// just written).
+    /// just written). The writer's hot paths take no record at or after its horizon, which is
+    /// kept at or before the due time (the due time only grows): passing it sends a record
+    /// here, which writes the snapshot when it is due, and else moves the horizon up to the
+    /// due time another thread's snapshot set.
     #[inline(always)]
     pub fn snapshot_check(&mut self, ts: u64) {
-        if ts >= super::NEXT_SNAPSHOT.load(Ordering::Relaxed) {
+        // SAFETY: an Out's writer is initialised.
+        if ts >= unsafe { self.s.writer() }.horizon() {
             snapshot_due(self.s, ts);
         }
     }
@@ -546,6 +614,8 @@ impl Out<'_> {
 // The cold paths take the writer's parts, not `&mut Out`, so the hot paths never need the
 // `Out` itself in memory.
 
+/// [`Out::snapshot_check`] past the writer's horizon: the snapshot if it is due (the first
+/// thread to get there writes it), then the horizon moved up to the next due time.
 #[cold]
 #[inline(never)]
 fn snapshot_due(s: &mut Sink, ts: u64) {
@@ -560,6 +630,8 @@ fn snapshot_due(s: &mut Sink, ts: u64) {
     {
         append_failed(s);
     }
+    // SAFETY: as above.
+    unsafe { s.writer() }.set_horizon(super::NEXT_SNAPSHOT.load(Ordering::Relaxed));
 }
 
 #[cold]
@@ -580,7 +652,8 @@ mod tests {
     fn an_all_zero_block_is_an_empty_local() {
         // SAFETY: this test's own thread block, never used by anything else in this thread.
         let l = unsafe { &*local_ptr() };
-        assert!(l.gate == 0 && l.dirty == 0 && !l.has_writer && l.missed == 0);
+        assert!(l.gate == 0 && l.dirty == 0 && !l.has_writer);
+        assert_eq!(l.missed.load(Ordering::Relaxed), 0);
         assert!(l.state.0.iter().all(|&b| b == 0));
     }
 }

@@ -36,39 +36,24 @@ type StartFn = unsafe extern "C" fn(Cq, *mut ibv_poll_cq_attr) -> c_int;
 type NextFn = unsafe extern "C" fn(Cq) -> c_int;
 
 /// (word, offset in ibv_cq_ex, wc_flags bit that makes the reader valid; 0 = always).
-const READERS: [(usize, usize, u64); 9] = [
-    (OPCODE, offset_of!(ibv_cq_ex, read_opcode), 0),
-    (VENDOR_ERR, offset_of!(ibv_cq_ex, read_vendor_err), 0),
-    (WC_FLAGS, offset_of!(ibv_cq_ex, read_wc_flags), 0),
-    (
-        BYTE_LEN,
-        offset_of!(ibv_cq_ex, read_byte_len),
-        IBV_WC_EX_WITH_BYTE_LEN as u64,
-    ),
-    (
-        IMM,
-        offset_of!(ibv_cq_ex, read_imm_data),
-        IBV_WC_EX_WITH_IMM as u64,
-    ),
-    (
-        QP_NUM,
-        offset_of!(ibv_cq_ex, read_qp_num),
-        IBV_WC_EX_WITH_QP_NUM as u64,
-    ),
-    (
-        SRC_QP,
-        offset_of!(ibv_cq_ex, read_src_qp),
-        IBV_WC_EX_WITH_SRC_QP as u64,
-    ),
-    (
-        SLID,
-        offset_of!(ibv_cq_ex, read_slid),
-        IBV_WC_EX_WITH_SLID as u64,
-    ),
+macro_rules! readers {
+    ($(($word:ident, $field:ident, $bit:expr)),* $(,)?) => {
+        [$(($word, offset_of!(ibv_cq_ex, $field), $bit as u64)),*]
+    };
+}
+const READERS: [(usize, usize, u64); 9] = readers![
+    (OPCODE, read_opcode, 0),
+    (VENDOR_ERR, read_vendor_err, 0),
+    (WC_FLAGS, read_wc_flags, 0),
+    (BYTE_LEN, read_byte_len, IBV_WC_EX_WITH_BYTE_LEN),
+    (IMM, read_imm_data, IBV_WC_EX_WITH_IMM),
+    (QP_NUM, read_qp_num, IBV_WC_EX_WITH_QP_NUM),
+    (SRC_QP, read_src_qp, IBV_WC_EX_WITH_SRC_QP),
+    (SLID, read_slid, IBV_WC_EX_WITH_SLID),
     (
         COMPLETION_TS,
-        offset_of!(ibv_cq_ex, read_completion_ts),
-        IBV_WC_EX_WITH_COMPLETION_TIMESTAMP as u64,
+        read_completion_ts,
+        IBV_WC_EX_WITH_COMPLETION_TIMESTAMP
     ),
 ];
 

@@ -197,7 +197,48 @@ fn orig<F: Copy>(s: usize, word: usize) -> F {
     unsafe { as_fn::<F>(CTX.word(s, word)) }
 }
 
+/// `ibv_post_send`. The hot path — sends traced with TSC timestamps, one RDMA write or send
+/// WR with one SGE on a connected QP — is recorded before the provider call, when its fields
+/// are at hand (`datapath::place_send`, which keeps the three arguments in the thread's
+/// block), and published after it once the provider accepted it: only `rc` lives across
+/// the call, so this function saves no register. Every other call is recorded after the
+/// provider call ([`post_send_unplaced`]). Not inside `guard::run`: the hot path makes no
+/// call and cannot panic; everything else goes through functions that are `extern "C"`
+/// (cannot unwind), so that no landing pad is needed here and they are tail calls.
 unsafe extern "C" fn post_send<const S: usize>(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad: *mut *mut ibv_send_wr,
+) -> c_int {
+    if !sink::is_fast(sink::fast::SEND) {
+        // SAFETY: the program's own arguments.
+        return unsafe { post_send_other::<S>(qp, wr, bad) };
+    }
+    // SAFETY: the program's own arguments, as the provider receives them.
+    if let Err([qp, wr, bad]) = unsafe { datapath::place_send(qp, wr, bad) } {
+        // SAFETY: as above (handed back).
+        return unsafe { post_send_unplaced::<S>(qp as _, wr as _, bad as _) };
+    }
+    let real: PostSendFn = orig(S, POST_SEND);
+    // Reloaded from the thread's block (where `place_send` kept them), so that the placing
+    // has every scratch register.
+    let [qp, wr, bad] = sink::placed_args();
+    // SAFETY: forwarding the program's own arguments to the provider.
+    let rc = unsafe { real(qp as _, wr as _, bad as _) };
+    if sink::publish_placed(rc) {
+        return rc;
+    }
+    // SAFETY: the placed call's arguments are kept in the thread's block.
+    unsafe { post_send_unpublished(rc) }
+}
+
+/// [`post_send`] off the hot path: sends untraced (forwarded), or timestamps that are not
+/// plain TSC reads (recorded after the call).
+///
+/// # Safety
+/// The program's arguments to `ibv_post_send`.
+#[inline(never)]
+unsafe extern "C" fn post_send_other<const S: usize>(
     qp: *mut ibv_qp,
     wr: *mut ibv_send_wr,
     bad: *mut *mut ibv_send_wr,
@@ -207,74 +248,41 @@ unsafe extern "C" fn post_send<const S: usize>(
         // SAFETY: forwarding the program's own arguments to the provider.
         return unsafe { real(qp, wr, bad) };
     }
-    // SAFETY: as above.
-    unsafe { post_send_traced::<S>(qp, wr, bad) }
+    // SAFETY: per caller.
+    unsafe { post_send_unplaced::<S>(qp, wr, bad) }
 }
 
-/// [`post_send`] when sends are traced (its own function, so that the untraced forwarding
-/// saves no registers). The common shape — one RDMA write or send WR with one SGE on a
-/// connected QP — is recorded before the provider call, when its fields are at hand
-/// (`datapath::place_send`), and published after it once the provider accepted it: only
-/// the three arguments live across the call. Every other call is recorded after it.
+/// [`post_send`] when its placed record was not published — the provider refused the WR, or
+/// something was recorded meanwhile (a signal handler): the call (its arguments and time
+/// kept by `sink::place_plain_send`) is recorded the ordinary way, at the placed record's
+/// time.
+///
+/// # Safety
+/// Only right after `sink::publish_placed` returned false.
+#[cold]
+#[inline(never)]
+unsafe extern "C" fn post_send_unpublished(rc: c_int) -> c_int {
+    let [qp, wr, bad] = sink::placed_args();
+    let ts = sink::placed_ts();
+    sink::abandon_placed();
+    // SAFETY: the arguments of the interrupted call, still the program's.
+    let rc = unsafe { post_send_after(qp as _, wr as _, bad as _, rc, ts) };
+    // Opaque, so that the hook does not keep `rc` across this call but jumps here.
+    std::hint::black_box(rc)
+}
+
+/// [`post_send`] when nothing was placed: the call is recorded after it (at the time read
+/// before it).
 ///
 /// # Safety
 /// The program's arguments to `ibv_post_send`.
 #[inline(never)]
-unsafe fn post_send_traced<const S: usize>(
+unsafe extern "C" fn post_send_unplaced<const S: usize>(
     qp: *mut ibv_qp,
     wr: *mut ibv_send_wr,
     bad: *mut *mut ibv_send_wr,
 ) -> c_int {
-    // Not inside `guard::run`: `place_send` makes no call and has nothing that can panic
-    // (no indexing that is not proven in bounds, no arithmetic that can overflow-check), so
-    // there is nothing to contain, and no landing pad keeps registers busy here. The time
-    // goes through it (and back) so that it is not kept across that call either.
-    // SAFETY: the program's own arguments, as the provider receives them.
-    let (placed, ts) = unsafe { datapath::place_send(qp, wr, sink::now()) };
-    if !placed {
-        // SAFETY: per caller.
-        return unsafe { post_send_unplaced::<S>(qp, wr, bad, ts) };
-    }
-    let real: PostSendFn = orig(S, POST_SEND);
-    // SAFETY: forwarding the program's own arguments to the provider.
-    let rc = unsafe { real(qp, wr, bad) };
-    if sink::publish_placed(rc == 0) {
-        return 0;
-    }
-    // SAFETY: per caller.
-    unsafe { post_send_unpublished(qp, wr, bad, rc) }
-}
-
-/// [`post_send_traced`] when its placed record was not published — the provider refused the
-/// WR, or something was recorded meanwhile (a signal handler): the call is recorded the
-/// ordinary way, at the placed record's time.
-///
-/// # Safety
-/// As [`post_send_traced`].
-#[cold]
-#[inline(never)]
-unsafe fn post_send_unpublished(
-    qp: *mut ibv_qp,
-    wr: *mut ibv_send_wr,
-    bad: *mut *mut ibv_send_wr,
-    rc: c_int,
-) -> c_int {
-    sink::abandon_placed();
-    // SAFETY: per caller.
-    unsafe { post_send_after(qp, wr, bad, rc, sink::placed_ts()) }
-}
-
-/// [`post_send_traced`] when nothing was placed: the call is recorded after it.
-///
-/// # Safety
-/// As [`post_send_traced`].
-#[inline(never)]
-unsafe fn post_send_unplaced<const S: usize>(
-    qp: *mut ibv_qp,
-    wr: *mut ibv_send_wr,
-    bad: *mut *mut ibv_send_wr,
-    ts: u64,
-) -> c_int {
+    let ts = sink::now();
     let real: PostSendFn = orig(S, POST_SEND);
     // SAFETY: forwarding the program's own arguments to the provider.
     let rc = unsafe { real(qp, wr, bad) };
@@ -328,20 +336,42 @@ unsafe extern "C" fn post_recv<const S: usize>(
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    let real: PostRecvFn = orig(S, POST_RECV);
+    // SAFETY: the program's arguments to `ibv_post_recv`, read as the provider reads them.
+    unsafe {
+        recv_post(
+            "post_recv",
+            orig(S, POST_RECV),
+            (qp, wr, bad),
+            datapath::recvs_qp,
+        )
+    }
+}
+
+/// The body of the receive-side post hooks (`ibv_post_recv`, `ibv_post_srq_recv`,
+/// `ibv_post_wq_recv`, `ibv_post_srq_ops`): forwards to `real` exactly once; when receives
+/// are traced, the time is taken before the provider sees the list (a message can arrive
+/// into the buffer as soon as it returns) and the call is handed to `record` inside the
+/// panic guard.
+///
+/// # Safety
+/// The program's arguments to the post; `record` reads them (and the provider's result) as
+/// the provider does.
+#[inline(always)]
+unsafe fn recv_post<O, W>(
+    name: &'static str,
+    real: unsafe extern "C" fn(*mut O, *mut W, *mut *mut W) -> c_int,
+    (o, wr, bad): (*mut O, *mut W, *mut *mut W),
+    record: unsafe fn(*mut O, *mut W, *mut *mut W, c_int, u64),
+) -> c_int {
     if !sink::tracing(cat::RECV) {
         // SAFETY: forwarding the program's own arguments to the provider.
-        return unsafe { real(qp, wr, bad) };
+        return unsafe { real(o, wr, bad) };
     }
-    // The post's time is taken before the provider sees it (a message can arrive into the
-    // buffer as soon as the provider returns).
     let ts = sink::now();
     // SAFETY: as above.
-    let rc = unsafe { real(qp, wr, bad) };
-    // SAFETY: as in post_send.
-    guard::run("post_recv", || unsafe {
-        datapath::recvs_qp(qp, wr, bad, rc, ts)
-    });
+    let rc = unsafe { real(o, wr, bad) };
+    // SAFETY: per caller.
+    guard::run(name, || unsafe { record(o, wr, bad, rc, ts) });
     rc
 }
 
@@ -350,31 +380,44 @@ unsafe extern "C" fn post_srq_recv<const S: usize>(
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    let real: PostSrqRecvFn = orig(S, POST_SRQ_RECV);
-    if !sink::tracing(cat::RECV) {
-        // SAFETY: forwarding the program's own arguments to the provider.
-        return unsafe { real(srq, wr, bad) };
-    }
-    let ts = sink::now();
-    // SAFETY: as above.
-    let rc = unsafe { real(srq, wr, bad) };
-    // SAFETY: as in post_send.
-    guard::run("post_srq_recv", || unsafe {
-        datapath::recvs_srq(srq, wr, bad, rc, ts)
-    });
-    rc
+    let real = orig(S, POST_SRQ_RECV);
+    // SAFETY: the program's arguments to `ibv_post_srq_recv`.
+    unsafe { recv_post("post_srq_recv", real, (srq, wr, bad), datapath::recvs_srq) }
 }
 
+/// `ibv_poll_cq`. The hot path — one completion returned, completions traced with TSC
+/// timestamps — records it without a call (`datapath::polled_fast`); every other poll goes
+/// to [`poll_cq_recorded`] (`extern "C"`, a tail call).
 unsafe extern "C" fn poll_cq<const S: usize>(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) -> c_int {
     let real: PollCqFn = orig(S, POLL_CQ);
     // SAFETY: forwarding the program's own arguments to the provider.
     let rc = unsafe { real(cq, n, wc) };
+    // One compare: 1 when the hot path is on (`sink::fast::POLL`), else never `rc`.
+    if rc == sink::fast_poll_rc() {
+        // SAFETY: the provider filled wc[0] (rc is 1).
+        if unsafe { datapath::polled_fast(cq, wc) } {
+            return 1;
+        }
+        // SAFETY: as above. (1, not `rc`: nothing keeps `rc` on this path.)
+        return unsafe { poll_cq_recorded(cq, wc, 1) };
+    }
+    // SAFETY: the provider filled wc[0..rc].
+    unsafe { poll_cq_recorded(cq, wc, rc) }
+}
+
+/// The recording of an `ibv_poll_cq` that returned `rc`, off the hot path.
+///
+/// # Safety
+/// `wc` must hold `rc` completions written by the provider.
+#[inline(never)]
+unsafe extern "C" fn poll_cq_recorded(cq: *mut ibv_cq, wc: *mut ibv_wc, rc: c_int) -> c_int {
     let mask = sink::mask();
     if mask & (cat::COMPLETIONS | cat::EMPTY_POLLS) != 0 {
-        // SAFETY: the provider filled wc[0..rc].
+        // SAFETY: per caller.
         guard::run("poll_cq", || unsafe { datapath::polled(cq, wc, rc, mask) });
     }
-    rc
+    // Opaque, so that the hook keeps no `rc` across this call but jumps here.
+    std::hint::black_box(rc)
 }
 
 unsafe extern "C" fn req_notify_cq<const S: usize>(
@@ -455,19 +498,9 @@ unsafe extern "C" fn post_srq_ops<const S: usize>(
     op: *mut ibv_ops_wr,
     bad: *mut *mut ibv_ops_wr,
 ) -> c_int {
-    let real: PostSrqOpsFn = orig(S, POST_SRQ_OPS);
-    if !sink::tracing(cat::RECV) {
-        // SAFETY: forwarding the program's own arguments to the provider.
-        return unsafe { real(srq, op, bad) };
-    }
-    let ts = sink::now();
-    // SAFETY: as above.
-    let rc = unsafe { real(srq, op, bad) };
-    // SAFETY: the op list is the program's and still valid.
-    guard::run("post_srq_ops", || unsafe {
-        datapath::srq_ops(srq, op, bad, rc, ts)
-    });
-    rc
+    let real = orig(S, POST_SRQ_OPS);
+    // SAFETY: the program's arguments to `ibv_post_srq_ops`.
+    unsafe { recv_post("post_srq_ops", real, (srq, op, bad), datapath::srq_ops) }
 }
 
 unsafe extern "C" fn open_qp<const S: usize>(
@@ -523,18 +556,8 @@ unsafe extern "C" fn wq_recv<const S: usize>(
 ) -> c_int {
     // SAFETY: slot S word 0 is the provider's post_recv of this WQ kind.
     let real: WqRecvFn = unsafe { as_fn(WQ.word(S, 0)) };
-    if !sink::tracing(cat::RECV) {
-        // SAFETY: forwarding the program's own arguments to the provider.
-        return unsafe { real(wq, wr, bad) };
-    }
-    let ts = sink::now();
-    // SAFETY: as above.
-    let rc = unsafe { real(wq, wr, bad) };
-    // SAFETY: as in post_send.
-    guard::run("wq_recv", || unsafe {
-        datapath::recvs_wq(wq, wr, bad, rc, ts)
-    });
-    rc
+    // SAFETY: the program's arguments to `ibv_post_wq_recv`.
+    unsafe { recv_post("wq_recv", real, (wq, wr, bad), datapath::recvs_wq) }
 }
 
 /// Type-erased view used by the fake-device benchmark and the C API.

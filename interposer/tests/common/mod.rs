@@ -316,6 +316,25 @@ impl Trace {
 }
 
 /// The single log in `dir` (asserts there is exactly one).
+/// Runs `argv` traced into a fresh directory, with `env` set: what it printed, the one log it
+/// left, and the directory (the log is deleted with it).
+pub fn traced_run(
+    argv: &[String],
+    env: &[(&str, &str)],
+    limit: std::time::Duration,
+) -> (Out, Trace, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cmd = env
+        .iter()
+        .fold(Cmd::new(argv), |c, (k, v)| c.env(k, v))
+        .traced(dir.path());
+    let out = cmd.run(limit);
+    let logs = logs_in(dir.path());
+    assert_eq!(logs.len(), 1, "expected one log: {logs:?}; {out:?}");
+    let t = Trace::open(&logs[0]);
+    (out, t, dir)
+}
+
 pub fn only_log(dir: &Path) -> Trace {
     let logs = logs_in(dir);
     assert_eq!(

@@ -1,0 +1,743 @@
+//! The writer's side of the compact encoding: the per-chunk time base and slot table, and the
+//! [`ChunkWriter`] appends of the three hot kinds (see the parent module for the format).
+//!
+//! The slot table has one region per role — send posts (slots 0–63), completions (64–127),
+//! receive posts (128–191) — each direct-mapped by queue, so a queue's sends, receives and
+//! completions never evict each other, and a lookup is one or two compares: a send slot holds
+//! `qpn | source << 32` (its object is always 0), a completion slot the CQ handle and the QPN,
+//! a receive slot the SRQ handle and `qpn | source << 32`. The table is cleared at every new
+//! chunk (a few hundred bytes per chunk, nothing per record).
+
+use crate::records::{
+    slot_role, CompletionCompact, FixedRecord, PostRecv, PostRecvCompact, PostSend,
+    PostSendCompact, RecordHeader, RecordKind, SlotBind, TimeBase, WorkCompletion,
+};
+use crate::writer::ChunkWriter;
+
+use super::{
+    addr_op_fits, pack_addr_op, post_recv_fits, put_addr_op, CompletionBody, CompletionHead,
+    SendBody, SendHead, BOOKKEEPING, COMPLETION_C, DTS_BITS, DTS_LIMIT, POST_RECV_C, POST_SEND_C,
+};
+
+/// Slots per role in the writer's table (readers accept any slot 0–255).
+pub const WRITER_SLOTS: usize = 64;
+/// First slot of each role's region.
+const SEND_REGION: usize = 0;
+const COMPLETION_REGION: usize = WRITER_SLOTS;
+const RECV_REGION: usize = 2 * WRITER_SLOTS;
+/// A send or receive slot's key when it is not bound (`qpn | source << 32` never is this).
+const UNBOUND: u64 = u64::MAX;
+/// A completion slot's QPN when it is not bound (QPNs have 24 bits).
+const UNBOUND_QPN: u32 = u32::MAX;
+
+/// A writer's compact-encoding context for its current chunk.
+pub(crate) struct SlotTable {
+    /// Time base of the chunk's compact records.
+    pub(crate) base: u64,
+    /// The hot paths' one time check: a record at `ts` with `ts - base` (wrapping) below it
+    /// needs no `TimeBase` and comes before the horizon ([`ChunkWriter::set_horizon`]).
+    pub(crate) lim: u64,
+    horizon: u64,
+    /// Send slots: `qpn | source << 32`.
+    pub(crate) send: [u64; WRITER_SLOTS],
+    /// Completion slots: the CQ handle and the QPN.
+    pub(crate) cq: [u64; WRITER_SLOTS],
+    pub(crate) cq_qpn: [u32; WRITER_SLOTS],
+    /// Receive slots: the SRQ handle (0 if none) and `qpn | source << 32`.
+    recv: [[u64; 2]; WRITER_SLOTS],
+    /// Every slot's `tslot` bits (slot << 24), read by the hot paths.
+    pub(crate) hi: [u32; 3 * WRITER_SLOTS],
+}
+
+impl SlotTable {
+    pub(crate) fn new() -> SlotTable {
+        SlotTable {
+            base: 0,
+            lim: DTS_LIMIT,
+            horizon: u64::MAX,
+            send: [UNBOUND; WRITER_SLOTS],
+            cq: [0; WRITER_SLOTS],
+            cq_qpn: [UNBOUND_QPN; WRITER_SLOTS],
+            recv: [[0, UNBOUND]; WRITER_SLOTS],
+            hi: std::array::from_fn(|i| (i as u32) << DTS_BITS),
+        }
+    }
+
+    /// A new chunk: base 0, no slot bound.
+    pub(crate) fn new_chunk(&mut self) {
+        self.send = [UNBOUND; WRITER_SLOTS];
+        self.cq_qpn = [UNBOUND_QPN; WRITER_SLOTS];
+        self.recv = [[0, UNBOUND]; WRITER_SLOTS];
+        self.set_base(0);
+    }
+
+    fn set_base(&mut self, base: u64) {
+        self.base = base;
+        self.lim = self.horizon.saturating_sub(base).min(DTS_LIMIT);
+    }
+
+    /// The slot (in the whole table) of the queue (`object`, `key` = qpn | source << 32) in
+    /// `role`'s region, and whether it is bound to that queue.
+    #[inline(always)]
+    fn lookup(&self, role: u8, object: u64, key: u64) -> (usize, bool) {
+        let qpn = key as u32;
+        match role {
+            slot_role::SEND => {
+                let i = qpn as usize % WRITER_SLOTS;
+                (SEND_REGION + i, self.send[i] == key)
+            }
+            slot_role::COMPLETION => {
+                let i = slot_of(object, qpn);
+                let bound = self.cq[i] == object && self.cq_qpn[i] == qpn;
+                (COMPLETION_REGION + i, bound)
+            }
+            _ => {
+                let i = slot_of(object, qpn);
+                (RECV_REGION + i, self.recv[i] == [object, key])
+            }
+        }
+    }
+
+    /// Binds `slot` (from `lookup`) to the queue; returns its role.
+    fn bind(&mut self, slot: usize, object: u64, key: u64) -> u8 {
+        let i = slot % WRITER_SLOTS;
+        match slot / WRITER_SLOTS {
+            0 => {
+                self.send[i] = key;
+                slot_role::SEND
+            }
+            1 => {
+                (self.cq[i], self.cq_qpn[i]) = (object, key as u32);
+                slot_role::COMPLETION
+            }
+            _ => {
+                self.recv[i] = [object, key];
+                slot_role::RECV
+            }
+        }
+    }
+}
+
+/// `ChunkWriter::place_limit` for a chunk of capacity `cap`: positions below it have room for
+/// a compact `PostSend` or `WorkCompletion` and its bookkeeping; 0 when the writer does not
+/// compact.
+pub(crate) const fn place_limit(cap: u32, compact: bool) -> u32 {
+    let need = size_of::<PostSendCompact>() as u32 + BOOKKEEPING;
+    if compact && cap >= need {
+        cap - need + 1
+    } else {
+        0
+    }
+}
+
+/// A queue's slot in its role's region.
+#[inline(always)]
+fn slot_of(object: u64, qpn: u32) -> usize {
+    ((object >> 6) as usize ^ qpn as usize) % WRITER_SLOTS
+}
+
+/// A send queue's key (`qpn | source << 32`).
+#[inline(always)]
+fn send_key(head: &SendHead) -> u64 {
+    head.qpn as u64 | (head.source as u64) << 32
+}
+
+impl ChunkWriter {
+    /// Lowers the hot paths' time horizon ([`place_plain_send`](Self::place_plain_send),
+    /// [`append_bound_completion`](Self::append_bound_completion)) to `ts`: they write nothing
+    /// for a record at or after it (the caller's own bookkeeping is due then, e.g. a clock
+    /// snapshot). Default: no horizon.
+    pub fn set_horizon(&mut self, ts: u64) {
+        self.slots.horizon = ts;
+        self.slots.set_base(self.slots.base);
+    }
+
+    /// The horizon [`set_horizon`](Self::set_horizon) set.
+    #[inline(always)]
+    pub fn horizon(&self) -> u64 {
+        self.slots.horizon
+    }
+
+    /// `append` of a `PostSend`: compact when it fits.
+    #[inline(always)]
+    pub(crate) fn append_post_send(&mut self, r: &PostSend) -> bool {
+        if r.imm == 0 && r.compare_add == 0 && r._pad == 0 {
+            let head = SendHead {
+                qpn: r.qpn,
+                source: r.source,
+                remote_addr: r.remote_addr,
+                flags: r.hdr.aux,
+                num_sge: r.num_sge,
+                opcode: r.opcode,
+            };
+            let body = || SendBody {
+                wr_id: r.wr_id,
+                rkey: r.rkey,
+                bytes: r.bytes,
+            };
+            if let Some(ok) = self.try_append_plain_send(r.ts, &head, body) {
+                return ok;
+            }
+        }
+        self.append_full(r)
+    }
+
+    /// Appends the compact form of the `PostSend` at `ts` of `head` and `body()` — what
+    /// `append` of that full record writes when it fits — and returns whether it was
+    /// recorded (false: dropped and counted, as `append`); `None` when it has no compact
+    /// form or the writer does not compact: nothing was written or counted, and the caller
+    /// appends the full record. The hot path's way to skip assembling the full record:
+    /// `body` is called only once the record's place is ready, so its fields are read
+    /// straight into the record.
+    #[inline(always)]
+    pub fn try_append_plain_send(
+        &mut self,
+        ts: u64,
+        head: &SendHead,
+        body: impl FnOnce() -> SendBody,
+    ) -> Option<bool> {
+        let addr_op = pack_addr_op(head.remote_addr, head.opcode, head.flags, head.num_sge)
+            .filter(|_| self.compact)?;
+        Some(
+            self.append_slotted(ts, 0, send_key(head), |c: &mut PostSendCompact, tslot| {
+                let b = body();
+                *c = PostSendCompact {
+                    kind: PostSendCompact::KIND as u16,
+                    len: size_of::<PostSendCompact>() as u16,
+                    tslot,
+                    wr_id: b.wr_id,
+                    addr_op,
+                    rkey: b.rkey,
+                    bytes: b.bytes,
+                }
+            }),
+        )
+    }
+
+    /// Writes the compact `PostSend` at `ts` of `head` and `body()` at the append position
+    /// *without publishing it* — for a caller that records a send before handing it to the
+    /// provider and publishes it ([`publish_placed_send`](Self::publish_placed_send)) only
+    /// once the provider accepted it. Only when it fits the compact form and needs no
+    /// bookkeeping — the current chunk has room, `ts` is within reach of its time base and
+    /// before the horizon, and the queue has its slot — so that nothing but the record's own
+    /// bytes is written: returns false otherwise (nothing written, nothing counted; the caller
+    /// records the send the ordinary way, which writes the bookkeeping for the next one). No
+    /// call, so the caller's scratch registers are enough.
+    #[inline(always)]
+    pub fn place_plain_send(
+        &mut self,
+        ts: u64,
+        head: &SendHead,
+        body: impl FnOnce() -> SendBody,
+    ) -> bool {
+        let h = head;
+        if !addr_op_fits(h.remote_addr, h.flags, h.num_sge) {
+            return false;
+        }
+        let dts = ts.wrapping_sub(self.slots.base);
+        let i = h.qpn as usize % WRITER_SLOTS;
+        if dts >= self.slots.lim
+            || self.pos() >= self.place_limit
+            || self.slots.send[i] != send_key(h)
+        {
+            return false;
+        }
+        let c = self.at_pos() as *mut PostSendCompact;
+        let tslot = dts as u32 | self.slots.hi[SEND_REGION + i];
+        // SAFETY: `place_limit` leaves room for this record inside our exclusively owned
+        // chunk; the position is 8-aligned; each field is written once.
+        unsafe {
+            std::ptr::addr_of_mut!((*c).kind)
+                .cast::<u32>()
+                .write(kind_len::<PostSendCompact>());
+            std::ptr::addr_of_mut!((*c).tslot).write(tslot);
+            let addr_op = std::ptr::addr_of_mut!((*c).addr_op);
+            put_addr_op(addr_op, h.remote_addr, h.opcode, h.flags, h.num_sge);
+            let b = body();
+            std::ptr::addr_of_mut!((*c).wr_id).write(b.wr_id);
+            std::ptr::addr_of_mut!((*c).rkey).write(b.rkey);
+            std::ptr::addr_of_mut!((*c).bytes).write(b.bytes);
+        }
+        true
+    }
+
+    /// Publishes the record [`place_plain_send`](Self::place_plain_send) placed; nothing may
+    /// have been written through this writer since.
+    #[inline(always)]
+    pub fn publish_placed_send(&mut self) {
+        self.publish(size_of::<PostSendCompact>() as u32);
+    }
+
+    /// `append` of a `PostRecv`: compact when it fits.
+    #[inline(always)]
+    pub(crate) fn append_post_recv(&mut self, r: &PostRecv) -> bool {
+        if !self.compact || !post_recv_fits(r) {
+            return self.append_full(r);
+        }
+        let key = r.qpn as u64 | (r.source as u64) << 32;
+        self.append_slotted(r.ts, r.srq, key, |c: &mut PostRecvCompact, tslot| {
+            *c = PostRecvCompact {
+                kind: PostRecvCompact::KIND as u16,
+                len: size_of::<PostRecvCompact>() as u16,
+                tslot,
+                wr_id: r.wr_id,
+                bytes: r.bytes,
+                num_sge: r.num_sge,
+                _pad: 0,
+            }
+        })
+    }
+
+    /// `append` of a `WorkCompletion`: compact when it fits.
+    #[inline(always)]
+    pub(crate) fn append_completion(&mut self, r: &WorkCompletion) -> bool {
+        if r.hw_ts == 0 && r.vendor_err == 0 {
+            let head = CompletionHead {
+                cq: r.cq,
+                qpn: r.qpn,
+                src_qp: r.src_qp,
+                flags: r.hdr.aux,
+            };
+            let body = || CompletionBody {
+                wr_id: r.wr_id,
+                byte_len: r.byte_len,
+                imm: r.imm,
+                slid: r.slid,
+                status: r.status,
+                opcode: r.opcode,
+            };
+            if let Some(ok) = self.try_append_plain_completion(r.ts, &head, body) {
+                return ok;
+            }
+        }
+        self.append_full(r)
+    }
+
+    /// Appends the compact form of the `WorkCompletion` at `ts` of `head` and `body()` — as
+    /// [`try_append_plain_send`](Self::try_append_plain_send) does for a send.
+    #[inline(always)]
+    pub fn try_append_plain_completion(
+        &mut self,
+        ts: u64,
+        head: &CompletionHead,
+        body: impl FnOnce() -> CompletionBody,
+    ) -> Option<bool> {
+        if !self.compact || !head.fits() {
+            return None;
+        }
+        let src_qp_flags = head.src_qp | head.flags << 24;
+        let key = head.qpn as u64;
+        Some(
+            self.append_slotted(ts, head.cq, key, |r: &mut CompletionCompact, tslot| {
+                let b = body();
+                *r = CompletionCompact {
+                    kind: CompletionCompact::KIND as u16,
+                    len: size_of::<CompletionCompact>() as u16,
+                    tslot,
+                    wr_id: b.wr_id,
+                    byte_len: b.byte_len,
+                    imm: b.imm,
+                    src_qp_flags,
+                    slid: b.slid,
+                    status: b.status,
+                    opcode: b.opcode,
+                }
+            }),
+        )
+    }
+
+    /// Appends and publishes the compact `WorkCompletion` at `ts` of `head` and `body()` —
+    /// what [`try_append_plain_completion`](Self::try_append_plain_completion) appends — only
+    /// when it needs no bookkeeping: the current chunk has room, `ts` is within reach of its
+    /// time base and before the horizon, and the queue has its slot. Returns false otherwise
+    /// (nothing written, nothing counted: the caller appends it the ordinary way, which
+    /// writes the bookkeeping for the next one). No call, so the caller's scratch registers
+    /// are enough.
+    #[inline(always)]
+    pub fn append_bound_completion(
+        &mut self,
+        ts: u64,
+        head: &CompletionHead,
+        body: impl FnOnce() -> CompletionBody,
+    ) -> bool {
+        const SIZE: u32 = size_of::<CompletionCompact>() as u32;
+        let dts = ts.wrapping_sub(self.slots.base);
+        let i = slot_of(head.cq, head.qpn);
+        // `place_limit` is 0 when the writer does not compact, and leaves room for a record
+        // of this size and more.
+        if dts >= self.slots.lim
+            || self.pos() >= self.place_limit
+            || !head.fits()
+            || self.slots.cq[i] != head.cq
+            || self.slots.cq_qpn[i] != head.qpn
+        {
+            return false;
+        }
+        let r = self.at_pos() as *mut CompletionCompact;
+        let tslot = dts as u32 | self.slots.hi[COMPLETION_REGION + i];
+        // SAFETY: `place_limit` leaves room for this record inside our exclusively owned
+        // chunk; the position is 8-aligned.
+        unsafe { fill_completion(r, tslot, head, body) };
+        self.publish(SIZE);
+        true
+    }
+
+    /// Appends the compact record `C` (filled whole by `fill`, given its `tslot` word) of the
+    /// queue (`object`, `key` = qpn | source << 32), after the `TimeBase` and `SlotBind` it
+    /// needs; all published with one store. Drops are counted as the full kind's.
+    #[inline(always)]
+    fn append_slotted<C: FixedRecord>(
+        &mut self,
+        ts: u64,
+        object: u64,
+        key: u64,
+        fill: impl FnOnce(&mut C, u32),
+    ) -> bool {
+        let size = size_of::<C>() as u32;
+        if self.pos() + size + BOOKKEEPING > self.cap && !self.roll(full_kind::<C>()) {
+            return false;
+        }
+        self.fill_slotted(ts, object, key, fill);
+        self.publish(size);
+        true
+    }
+
+    /// Writes the compact record `C` of [`append_slotted`](Self::append_slotted) after the
+    /// bookkeeping it needs, unpublished; the caller checked the room.
+    #[inline(always)]
+    fn fill_slotted<C: FixedRecord>(
+        &mut self,
+        ts: u64,
+        object: u64,
+        key: u64,
+        fill: impl FnOnce(&mut C, u32),
+    ) {
+        let mut dts = ts.wrapping_sub(self.slots.base);
+        if dts >= DTS_LIMIT {
+            self.put_time_base(ts);
+            dts = 0;
+        }
+        let (slot, bound) = self.slots.lookup(role::<C>(), object, key);
+        if !bound {
+            self.put_slot_bind(slot, object, key);
+        }
+        // SAFETY: the caller's room check covers the bookkeeping and this record inside our
+        // exclusively owned chunk; the position is 8-aligned and C is Pod.
+        let rec = unsafe { &mut *(self.at_pos() as *mut C) };
+        // Unpublished until `publish`: the order of its stores does not matter.
+        fill(rec, dts as u32 | (slot as u32) << DTS_BITS);
+    }
+
+    /// Appends a `TimeBase` (unpublished: the next record's publish covers it).
+    #[cold]
+    #[inline(never)]
+    fn put_time_base(&mut self, ts: u64) {
+        self.slots.set_base(ts);
+        self.put_unpublished(&TimeBase {
+            hdr: RecordHeader::of::<TimeBase>(0),
+            base: ts,
+        });
+    }
+
+    /// Binds `slot` and appends its `SlotBind` (unpublished).
+    #[cold]
+    #[inline(never)]
+    fn put_slot_bind(&mut self, slot: usize, object: u64, key: u64) {
+        let role = self.slots.bind(slot, object, key);
+        self.put_unpublished(&SlotBind {
+            hdr: RecordHeader::of::<SlotBind>(slot as u32),
+            object,
+            qpn: key as u32,
+            source: (key >> 32) as u8,
+            role,
+            _pad: 0,
+        });
+    }
+}
+
+/// Writes a compact `WorkCompletion`: the words at hand first, then `body`'s fields as they
+/// are read (it may read memory the record could alias as far as the compiler knows, so its
+/// reads stay after these stores and fewer values are held in registers at once).
+///
+/// # Safety
+/// `r` must be a writable, aligned record slot the caller owns.
+#[inline(always)]
+unsafe fn fill_completion(
+    r: *mut CompletionCompact,
+    tslot: u32,
+    head: &CompletionHead,
+    body: impl FnOnce() -> CompletionBody,
+) {
+    // SAFETY: per caller; each field is written once.
+    unsafe {
+        let kind_len = kind_len::<CompletionCompact>();
+        std::ptr::addr_of_mut!((*r).kind)
+            .cast::<u32>()
+            .write(kind_len);
+        std::ptr::addr_of_mut!((*r).tslot).write(tslot);
+        // `src_qp_flags` (they fit): on little-endian machines `src_qp` and the flags byte
+        // over its top byte (fewer operations than assembling the word).
+        let sqf = std::ptr::addr_of_mut!((*r).src_qp_flags);
+        if cfg!(target_endian = "little") {
+            sqf.write(head.src_qp);
+            sqf.cast::<u8>().add(3).write(head.flags as u8);
+        } else {
+            sqf.write(head.src_qp | head.flags << 24);
+        }
+        let b = body();
+        std::ptr::addr_of_mut!((*r).wr_id).write(b.wr_id);
+        // `byte_len` and `imm` as one word (a constant `imm` costs nothing then).
+        let (n, i) = (b.byte_len.to_ne_bytes(), b.imm.to_ne_bytes());
+        let pair = u64::from_ne_bytes([n[0], n[1], n[2], n[3], i[0], i[1], i[2], i[3]]);
+        std::ptr::addr_of_mut!((*r).byte_len)
+            .cast::<u64>()
+            .write(pair);
+        std::ptr::addr_of_mut!((*r).slid).write(b.slid);
+        std::ptr::addr_of_mut!((*r).status).write(b.status);
+        std::ptr::addr_of_mut!((*r).opcode).write(b.opcode);
+    }
+}
+
+const _: () = assert!(
+    std::mem::offset_of!(CompletionCompact, imm)
+        == std::mem::offset_of!(CompletionCompact, byte_len) + 4
+        && std::mem::offset_of!(CompletionCompact, byte_len) % 8 == 0
+);
+
+/// The first word of a compact record `C`: `kind` and `len` (u16 each, in this order).
+const fn kind_len<C: FixedRecord>() -> u32 {
+    let (k, l) = (
+        (C::KIND as u16).to_ne_bytes(),
+        (size_of::<C>() as u16).to_ne_bytes(),
+    );
+    u32::from_ne_bytes([k[0], k[1], l[0], l[1]])
+}
+
+/// The role of a compact kind's slots.
+const fn role<C: FixedRecord>() -> u8 {
+    match C::KIND as u16 {
+        POST_SEND_C => slot_role::SEND,
+        POST_RECV_C => slot_role::RECV,
+        _ => slot_role::COMPLETION,
+    }
+}
+
+/// The full kind a compact kind stands for (the kind its drops are counted as).
+const fn full_kind<C: FixedRecord>() -> u16 {
+    match C::KIND as u16 {
+        POST_SEND_C => RecordKind::PostSend as u16,
+        POST_RECV_C => RecordKind::PostRecv as u16,
+        COMPLETION_C => RecordKind::WorkCompletion as u16,
+        k => k,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::Timestamper;
+    use crate::header::FileHeader;
+    use crate::reader::LogFile;
+    use crate::records::Record;
+    use crate::writer::{LogWriter, WriterOptions};
+
+    const T0: u64 = 1 << 40;
+
+    fn send(qpn: u32, remote_addr: u64, flags: u32) -> SendHead {
+        SendHead {
+            qpn,
+            source: 0,
+            remote_addr,
+            flags,
+            num_sge: 1,
+            opcode: 0,
+        }
+    }
+
+    fn sbody(wr_id: u64) -> impl FnOnce() -> SendBody {
+        move || SendBody {
+            wr_id,
+            rkey: 7,
+            bytes: 8,
+        }
+    }
+
+    fn wc(cq: u64, qpn: u32, src_qp: u32, flags: u32) -> CompletionHead {
+        CompletionHead {
+            cq,
+            qpn,
+            src_qp,
+            flags,
+        }
+    }
+
+    fn cbody(wr_id: u64) -> impl FnOnce() -> CompletionBody {
+        move || CompletionBody {
+            wr_id,
+            byte_len: 8,
+            imm: 0,
+            slid: 3,
+            status: 0,
+            opcode: 1,
+        }
+    }
+
+    /// What a send's record says besides its id, time and QPN.
+    fn sig(h: &SendHead) -> u64 {
+        h.remote_addr ^ (h.flags as u64) << 48 ^ (h.opcode as u64) << 56
+    }
+
+    /// The records a test writes and expects back: (wr_id, ts, qpn, [`sig`] for a send, 0
+    /// for a completion).
+    struct Hot {
+        w: ChunkWriter,
+        want: Vec<(u64, u64, u32, u64)>,
+    }
+
+    impl Hot {
+        fn place(&mut self, ts: u64, h: SendHead, wr_id: u64) -> bool {
+            let placed = self.w.place_plain_send(ts, &h, sbody(wr_id));
+            if placed {
+                self.w.publish_placed_send();
+                self.want.push((wr_id, ts, h.qpn, sig(&h)));
+            }
+            placed
+        }
+
+        fn append(&mut self, ts: u64, h: SendHead, wr_id: u64) {
+            assert_eq!(
+                self.w.try_append_plain_send(ts, &h, sbody(wr_id)),
+                Some(true)
+            );
+            self.want.push((wr_id, ts, h.qpn, sig(&h)));
+        }
+
+        fn bound(&mut self, ts: u64, h: CompletionHead, wr_id: u64) -> bool {
+            let done = self.w.append_bound_completion(ts, &h, cbody(wr_id));
+            if done {
+                self.want.push((wr_id, ts, h.qpn, 0));
+            }
+            done
+        }
+
+        fn complete(&mut self, ts: u64, h: CompletionHead, wr_id: u64) {
+            let r = self.w.try_append_plain_completion(ts, &h, cbody(wr_id));
+            assert_eq!(r, Some(true));
+            self.want.push((wr_id, ts, h.qpn, 0));
+        }
+    }
+
+    /// The hot paths (`place_plain_send`, `append_bound_completion`) write a record only when
+    /// it needs nothing else — a chunk with room, a bound slot (sends and completions of one
+    /// queue each keep theirs), a time within reach of the base and before the horizon, a
+    /// compact form — and what they write reads back as what the ordinary append writes.
+    #[test]
+    fn hot_paths_write_only_records_that_need_no_bookkeeping() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hot.sigmalog");
+        let ts = Timestamper::detect();
+        let header = FileHeader::for_current_process(ts.source(), 1 << 30, ts.snapshot(), 4096);
+        let options = WriterOptions {
+            chunk_size: 4096,
+            max_bytes: 1 << 24,
+            ..Default::default()
+        };
+        let log = LogWriter::create(&path, &header, options).unwrap();
+        let mut h = Hot {
+            w: log.thread_writer(9),
+            want: Vec::new(),
+        };
+        let (q, cq) = (5, 0x9000);
+        // No chunk yet, then a chunk but no slot: nothing.
+        assert!(!h.place(T0, send(q, 0x1000, 2), 1));
+        assert!(!h.bound(T0, wc(cq, q, 0, 0), 1));
+        h.append(T0, send(q, 0x1000, 2), 2);
+        assert!(!h.bound(T0, wc(cq, q, 0, 0), 1));
+        h.complete(T0 + 1, wc(cq, q, 0, 0), 3);
+        // Both bound (one region each): hot.
+        assert!(h.place(T0 + 2, send(q, 0x1000, 2), 4));
+        // A send (opcode 2, no address) with every flag the compact form holds, and the
+        // largest address it holds.
+        let s = SendHead {
+            opcode: 2,
+            ..send(q, 0, 31)
+        };
+        assert!(h.place(T0 + 2, s, 40));
+        assert!(h.place(T0 + 2, send(q, (1 << 48) - 1, 0), 41));
+        assert!(h.bound(T0 + 3, wc(cq, q, 0x42, 2), 5));
+        // Another queue, the same QP on another CQ, QP q + 64 (the same send slot): not bound.
+        assert!(!h.place(T0 + 4, send(q + 1, 0x1000, 2), 6));
+        assert!(!h.place(T0 + 4, send(q + 64, 0x1000, 2), 6));
+        assert!(!h.bound(T0 + 4, wc(cq + 64, q, 0, 0), 6));
+        // No compact form.
+        assert!(!h.place(T0 + 4, send(q, 1 << 48, 2), 6));
+        assert!(!h.place(T0 + 4, send(q, 0x1000, 32), 6));
+        assert!(!h.bound(T0 + 4, wc(cq, q, 1 << 24, 0), 6));
+        assert!(!h.bound(T0 + 4, wc(cq, q, 0, 256), 6));
+        // The time: before the base, out of reach of it, at the last offset it reaches.
+        assert!(!h.place(T0 - 1, send(q, 0x1000, 2), 6));
+        assert!(!h.bound(T0 - 1, wc(cq, q, 0, 0), 6));
+        assert!(!h.place(T0 + DTS_LIMIT, send(q, 0x1000, 2), 6));
+        assert!(!h.bound(T0 + DTS_LIMIT, wc(cq, q, 0, 0), 6));
+        assert!(h.place(T0 + DTS_LIMIT - 1, send(q, 0x1000, 2), 6));
+        assert!(h.bound(T0 + DTS_LIMIT - 1, wc(cq, q, 0, 0), 7));
+        // The horizon, and a new base beyond it.
+        h.w.set_horizon(T0 + 100);
+        assert!(!h.place(T0 + 100, send(q, 0x1000, 2), 8));
+        assert!(!h.bound(T0 + 100, wc(cq, q, 0, 0), 8));
+        assert!(h.place(T0 + 99, send(q, 0x1000, 2), 8));
+        h.append(T0 + (1 << 30), send(q, 0x1000, 2), 9);
+        assert!(!h.place(T0 + (1 << 30) + 1, send(q, 0x1000, 2), 10));
+        h.w.set_horizon(u64::MAX);
+        assert!(h.place(T0 + (1 << 30) + 1, send(q, 0x1000, 2), 10));
+        // QP q + 64 takes the send slot: q is no longer hot, q + 64 is.
+        h.append(T0 + (1 << 30) + 2, send(q + 64, 0x1000, 2), 11);
+        assert!(!h.place(T0 + (1 << 30) + 3, send(q, 0x1000, 2), 12));
+        assert!(h.place(T0 + (1 << 30) + 3, send(q + 64, 0x1000, 2), 12));
+        // Until the chunk is full; then the ordinary append moves to a new chunk, where the
+        // slot is bound again.
+        let t = T0 + (1 << 30) + 4;
+        let mut id = 100;
+        while h.place(t, send(q + 64, 0x1000, 2), id) {
+            id += 1;
+        }
+        assert!((50..128).contains(&(id - 100)), "{} placed", id - 100);
+        let before = log.losses().total;
+        h.append(t, send(q + 64, 0x1000, 2), id);
+        assert!(!h.bound(t, wc(cq, q, 0, 0), id + 1));
+        h.complete(t, wc(cq, q, 0, 0), id + 1);
+        assert!(h.place(t, send(q + 64, 0x1000, 2), id + 2));
+        assert!(h.bound(t, wc(cq, q, 0, 0), id + 3));
+        assert_eq!(log.losses().total, before);
+        drop(h.w);
+        let file = LogFile::open(&path).unwrap();
+        assert!(file.salvage().is_clean(), "{:?}", file.salvage());
+        let mut got = Vec::new();
+        for c in file.chunks() {
+            for r in file.records(c) {
+                match r.unwrap().decode().unwrap() {
+                    Record::PostSend(s) => {
+                        assert_eq!((s.rkey, s.bytes, s.num_sge, s.imm), (7, 8, 1, 0));
+                        let h = SendHead {
+                            qpn: s.qpn,
+                            source: s.source,
+                            remote_addr: s.remote_addr,
+                            flags: s.hdr.aux,
+                            num_sge: s.num_sge,
+                            opcode: s.opcode,
+                        };
+                        got.push((s.wr_id, s.ts, s.qpn, sig(&h)));
+                    }
+                    Record::WorkCompletion(w) => {
+                        assert_eq!((w.cq, w.slid, w.byte_len, w.opcode), (cq, 3, 8, 1));
+                        assert_eq!((w.imm, w.vendor_err, w.hw_ts), (0, 0, 0));
+                        got.push((w.wr_id, w.ts, w.qpn, 0));
+                    }
+                    other => panic!("{other:?}"),
+                }
+            }
+        }
+        assert_eq!(got, h.want);
+        assert_eq!(file.chunks().len(), 2);
+    }
+}
