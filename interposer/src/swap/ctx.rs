@@ -61,72 +61,38 @@ enum Place {
     Ext(usize),
 }
 
+/// The swapped fields: (word, where it lives, the slots' hooks), one line per field.
+macro_rules! swapped {
+    ($($word:ident: $place:ident $field:ident as $ty:ty,)*) => {
+        [$((
+            $word,
+            swapped!(@place $place $field),
+            variants!($field as $ty).map(|f| f as usize),
+        )),*]
+    };
+    (@place Ops $field:ident) => {
+        Place::Ops(offset_of!(ibv_context, ops) + offset_of!(ibv_context_ops, $field))
+    };
+    (@place Ext $field:ident) => {
+        Place::Ext(offset_of!(verbs_context, $field))
+    };
+}
+
 fn fields() -> [(usize, Place, [usize; SLOTS]); WORDS] {
-    let ops = offset_of!(ibv_context, ops);
-    let o = |f: usize| Place::Ops(ops + f);
-    let u = |a: [usize; SLOTS]| a;
-    [
-        (
-            POST_SEND,
-            o(offset_of!(ibv_context_ops, post_send)),
-            u(variants!(post_send as PostSendFn).map(|f| f as usize)),
-        ),
-        (
-            POST_RECV,
-            o(offset_of!(ibv_context_ops, post_recv)),
-            u(variants!(post_recv as PostRecvFn).map(|f| f as usize)),
-        ),
-        (
-            POST_SRQ_RECV,
-            o(offset_of!(ibv_context_ops, post_srq_recv)),
-            variants!(post_srq_recv as PostSrqRecvFn).map(|f| f as usize),
-        ),
-        (
-            POLL_CQ,
-            o(offset_of!(ibv_context_ops, poll_cq)),
-            variants!(poll_cq as PollCqFn).map(|f| f as usize),
-        ),
-        (
-            REQ_NOTIFY_CQ,
-            o(offset_of!(ibv_context_ops, req_notify_cq)),
-            variants!(req_notify_cq as ReqNotifyFn).map(|f| f as usize),
-        ),
-        (
-            BIND_MW,
-            o(offset_of!(ibv_context_ops, bind_mw)),
-            variants!(bind_mw as BindMwFn).map(|f| f as usize),
-        ),
-        (
-            CREATE_QP_EX,
-            Place::Ext(offset_of!(verbs_context, create_qp_ex)),
-            variants!(create_qp_ex as CreateQpExFn).map(|f| f as usize),
-        ),
-        (
-            CREATE_CQ_EX,
-            Place::Ext(offset_of!(verbs_context, create_cq_ex)),
-            variants!(create_cq_ex as CreateCqExFn).map(|f| f as usize),
-        ),
-        (
-            CREATE_SRQ_EX,
-            Place::Ext(offset_of!(verbs_context, create_srq_ex)),
-            variants!(create_srq_ex as CreateSrqExFn).map(|f| f as usize),
-        ),
-        (
-            POST_SRQ_OPS,
-            Place::Ext(offset_of!(verbs_context, post_srq_ops)),
-            variants!(post_srq_ops as PostSrqOpsFn).map(|f| f as usize),
-        ),
-        (
-            OPEN_QP,
-            Place::Ext(offset_of!(verbs_context, open_qp)),
-            variants!(open_qp as OpenQpFn).map(|f| f as usize),
-        ),
-        (
-            CREATE_WQ,
-            Place::Ext(offset_of!(verbs_context, create_wq)),
-            variants!(create_wq as CreateWqFn).map(|f| f as usize),
-        ),
-    ]
+    swapped! {
+        POST_SEND: Ops post_send as PostSendFn,
+        POST_RECV: Ops post_recv as PostRecvFn,
+        POST_SRQ_RECV: Ops post_srq_recv as PostSrqRecvFn,
+        POLL_CQ: Ops poll_cq as PollCqFn,
+        REQ_NOTIFY_CQ: Ops req_notify_cq as ReqNotifyFn,
+        BIND_MW: Ops bind_mw as BindMwFn,
+        CREATE_QP_EX: Ext create_qp_ex as CreateQpExFn,
+        CREATE_CQ_EX: Ext create_cq_ex as CreateCqExFn,
+        CREATE_SRQ_EX: Ext create_srq_ex as CreateSrqExFn,
+        POST_SRQ_OPS: Ext post_srq_ops as PostSrqOpsFn,
+        OPEN_QP: Ext open_qp as OpenQpFn,
+        CREATE_WQ: Ext create_wq as CreateWqFn,
+    }
 }
 
 /// Result of [`instrument`].
