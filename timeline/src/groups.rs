@@ -37,6 +37,15 @@ impl PerfettoGroups {
     pub fn groups(&self) -> usize {
         self.seqs.len()
     }
+
+    /// Pending bytes at which a group's block is ready.
+    pub(crate) fn group_block(&self) -> usize {
+        self.group_block
+    }
+
+    pub(crate) fn seqs_mut(&mut self) -> &mut [PerfettoSeq] {
+        &mut self.seqs
+    }
 }
 
 impl TraceSink for PerfettoGroups {

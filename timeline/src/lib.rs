@@ -9,6 +9,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod batch;
 pub mod chrome;
 pub mod fastz;
 pub mod groups;
@@ -122,6 +123,11 @@ pub trait TraceSink: Send {
     fn counter(&mut self, ts: u64, track: u64, value: i64);
     /// Bytes encoded so far and not yet taken.
     fn pending_bytes(&self) -> usize;
+    /// Events recorded and not yet encoded: those a recording sink
+    /// ([`batch::Recorder`]) holds; 0 for a sink that encodes as it goes.
+    fn recorded(&self) -> usize {
+        0
+    }
     /// Takes the encoded bytes (whole packets / events), ready to be appended to the output.
     fn take(&mut self) -> Vec<u8>;
     /// The events that follow belong to group `g` (until the next call): a sink that keeps

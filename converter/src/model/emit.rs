@@ -25,11 +25,11 @@ pub fn qp_group(qi: usize) -> u32 {
     1 + (qi % (MAX_GROUPS - 1)) as u32
 }
 
-/// The Perfetto sink of process `p`'s events (not its GPU kernels): one sequence per group,
+/// The Perfetto sequences of process `p`'s events (not its GPU kernels): one sequence per group,
 /// group 0 with the process's own sequence id, the others with ids after the processes'
 /// and GPU sequences (`2n + 1 + index × 15 + g − 1`), incremental timestamps from `t_start`;
 /// compressed while encoding with `fast`.
-pub fn process_sink(topo: &Topology, p: &Process, t_start: u64, fast: bool) -> Box<dyn TraceSink> {
+pub fn process_groups(topo: &Topology, p: &Process, t_start: u64, fast: bool) -> PerfettoGroups {
     let n = topo.procs.len() as u32;
     let groups = 1 + p.qps.len().min(MAX_GROUPS - 1);
     let seqs = (0..groups)
@@ -47,7 +47,7 @@ pub fn process_sink(topo: &Topology, p: &Process, t_start: u64, fast: bool) -> B
             }
         })
         .collect();
-    Box::new(PerfettoGroups::new(seqs, GROUP_BLOCK))
+    PerfettoGroups::new(seqs, GROUP_BLOCK)
 }
 
 /// Output format.

@@ -315,7 +315,45 @@ impl FastZ {
                 }
             }
         }
-        let (mut mask, d, _) = best;
+        let (mask, d, _) = best;
+        self.tokens_at(buf, start, mask, d);
+    }
+
+    /// Tokenizes one small packet `buf[start..]` (at most 64 bytes) against the packet the
+    /// caller knows it resembles most, `d` bytes earlier (the last one of its track and type):
+    /// no other candidate is tried. `ty` as in [`FastZ::packet`].
+    #[inline]
+    pub fn against(&mut self, buf: &[u8], start: usize, d: usize, ty: usize) {
+        debug_assert_eq!(start, self.done);
+        let end = buf.len();
+        debug_assert!(0 < d && d <= start && d <= WINDOW && end - start <= SEG);
+        let abs = self.stream + start as u64;
+        self.by_type[ty & 7] = abs + 1;
+        self.prev = abs + 1;
+        self.bits.room(2 * (end - start) + 32);
+        let seg = end - start;
+        let full = u64::MAX >> (64 - seg.max(1));
+        // A packet equal throughout to the one at the latest match distance (the same place
+        // in the burst before) goes on with that match.
+        let dr = self.last_dist;
+        if dr != 0 && dr != d && dr <= start && eq_mask(buf, start, start - dr, seg) == full {
+            self.run(buf, start, seg, dr);
+            return self.packet_done(buf, end);
+        }
+        let m = eq_mask(buf, start, start - d, seg);
+        if seg > 0 && m == full {
+            self.run(buf, start, seg, d);
+            self.packet_done(buf, end);
+        } else {
+            self.tokens_at(buf, start, m, d);
+        }
+    }
+
+    /// Writes `buf[start..]` as runs of the bytes `d` earlier where `mask` (the equal bytes of
+    /// the first segment) says they are equal, and literals elsewhere.
+    #[inline(always)]
+    fn tokens_at(&mut self, buf: &[u8], start: usize, mut mask: u64, d: usize) {
+        let end = buf.len();
         let mut pos = start;
         loop {
             let seg = (end - pos).min(SEG);
@@ -452,6 +490,40 @@ impl FastZ {
             self.lits(buf, start + head + eq, end);
         } else {
             self.lits(buf, start + head, end);
+        }
+        self.packet_done(buf, end);
+    }
+
+    /// Takes one packet `buf[start..]` equal to the bytes `d` earlier when the match in
+    /// progress is at distance `d` and ends at `start`: the match goes on over it (nothing
+    /// compared or written). False (nothing done) otherwise. `ty` as in [`FastZ::packet`].
+    #[inline(always)]
+    pub fn extend(&mut self, buf: &[u8], start: usize, d: usize, ty: usize) -> bool {
+        if self.pend_len == 0 || self.pend_dist != d || start != self.done {
+            return false;
+        }
+        let end = buf.len();
+        let abs = self.stream + start as u64;
+        self.by_type[ty & 7] = abs + 1;
+        self.prev = abs + 1;
+        self.pend_len += end - start;
+        self.done = end;
+        if self.pend_len > MAX_MATCH {
+            self.long_match(buf, end);
+        }
+        true
+    }
+
+    /// A pending match longer than one token: the full-length tokens it holds are written
+    /// (the rest stays pending), and the block ends when it is full.
+    #[cold]
+    #[inline(never)]
+    fn long_match(&mut self, buf: &[u8], end: usize) {
+        self.bits.room(64);
+        while self.pend_len > MAX_MATCH {
+            self.matched(MAX_MATCH, self.pend_dist);
+            self.tokens += 1;
+            self.pend_len -= MAX_MATCH;
         }
         self.packet_done(buf, end);
     }
