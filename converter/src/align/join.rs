@@ -188,7 +188,7 @@ fn epoch_messages(
         let before = out.len();
         while cur.head_ts().is_some_and(|ts| ts < ts_end) {
             let (ts, r) = cur.pop(&mut issues).expect("head");
-            if let Some(m) = message(&r, ts, p, &mut cache, keys, ud) {
+            if let Some(m) = message(r, ts, p, &mut cache, keys, ud) {
                 out.push(m);
             }
         }

@@ -315,10 +315,10 @@ impl<'a> ProcessModel<'a> {
         flush: &mut dyn FnMut(Vec<u8>),
         batch: Option<usize>,
     ) -> bool {
-        for (ts, r) in recs.by_ref() {
+        while let Some((ts, r)) = recs.next() {
             let t = self.p.time(ts);
             self.last_t = self.last_t.max(t);
-            match Hot::of(&r) {
+            match Hot::of(r) {
                 Some(Hot::PostSend(ps)) => {
                     if ps.opcode == verbs::wr::ATOMIC_FETCH_AND_ADD
                         || ps.opcode == verbs::wr::ATOMIC_CMP_AND_SWP
@@ -337,7 +337,7 @@ impl<'a> ProcessModel<'a> {
                     self.completion(sink, obs, t, qi, wc)
                 }
                 None if Hot::is_hot_kind(r.kind) => continue,
-                None => self.other(sink, kernel_sink, obs, t, &r),
+                None => self.other(sink, kernel_sink, obs, t, r),
             }
             *n = n.wrapping_add(1);
             if n.is_multiple_of(1 << 16) {
