@@ -195,6 +195,10 @@ fn intern(ids: &mut HashMap<String, u32>, queue: &mut Vec<String>, s: &str) -> u
 }
 
 impl TraceSink for Recorder {
+    fn as_dyn(&mut self) -> &mut dyn TraceSink {
+        self
+    }
+
     fn name(&mut self, s: &str) -> Name {
         Name(intern(&mut self.name_ids, &mut self.batch.names, s))
     }

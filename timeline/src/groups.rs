@@ -49,6 +49,10 @@ impl PerfettoGroups {
 }
 
 impl TraceSink for PerfettoGroups {
+    fn as_dyn(&mut self) -> &mut dyn TraceSink {
+        self
+    }
+
     fn name(&mut self, s: &str) -> Name {
         // Every sequence interns the same names in the same order: one id for all.
         let ids: Vec<Name> = self.seqs.iter_mut().map(|q| q.name(s)).collect();

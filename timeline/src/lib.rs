@@ -123,6 +123,9 @@ pub trait TraceSink: Send {
     fn counter(&mut self, ts: u64, track: u64, value: i64);
     /// Bytes encoded so far and not yet taken.
     fn pending_bytes(&self) -> usize;
+    /// This sink as a trait object (for a caller generic over the sink type, on its paths that
+    /// take any sink).
+    fn as_dyn(&mut self) -> &mut dyn TraceSink;
     /// Events recorded and not yet encoded: those a recording sink
     /// ([`batch::Recorder`]) holds; 0 for a sink that encodes as it goes.
     fn recorded(&self) -> usize {
@@ -153,6 +156,9 @@ pub struct NullSink {
 }
 
 impl TraceSink for NullSink {
+    fn as_dyn(&mut self) -> &mut dyn TraceSink {
+        self
+    }
     fn name(&mut self, _: &str) -> Name {
         self.names += 1;
         Name(self.names)

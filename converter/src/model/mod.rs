@@ -305,11 +305,11 @@ impl<'a> ProcessModel<'a> {
     /// least that many events (true: more to come). Direct sinks hand their ready blocks to
     /// `flush` as they fill.
     #[allow(clippy::too_many_arguments)]
-    fn records(
+    fn records<S: TraceSink + ?Sized>(
         &mut self,
         recs: &mut crate::read::input::MergedRecords<'_>,
         n: &mut u32,
-        sink: &mut dyn TraceSink,
+        sink: &mut S,
         kernel_sink: &mut dyn TraceSink,
         obs: &mut dyn Observer,
         flush: &mut dyn FnMut(Vec<u8>),
@@ -337,7 +337,7 @@ impl<'a> ProcessModel<'a> {
                     self.completion(sink, obs, t, qi, wc)
                 }
                 None if Hot::is_hot_kind(r.kind) => continue,
-                None => self.other(sink, kernel_sink, obs, t, r),
+                None => self.other(sink.as_dyn(), kernel_sink, obs, t, r),
             }
             *n = n.wrapping_add(1);
             if n.is_multiple_of(1 << 16) {
@@ -402,9 +402,9 @@ impl<'a> ProcessModel<'a> {
         }
     }
 
-    fn post_send(
+    fn post_send<S: TraceSink + ?Sized>(
         &mut self,
-        sink: &mut dyn TraceSink,
+        sink: &mut S,
         t: i64,
         ts: u64,
         ps: &sigmatrace_schemas::records::PostSend,
@@ -441,9 +441,9 @@ impl<'a> ProcessModel<'a> {
         }
     }
 
-    fn post_recv(
+    fn post_recv<S: TraceSink + ?Sized>(
         &mut self,
-        sink: &mut dyn TraceSink,
+        sink: &mut S,
         t: i64,
         ts: u64,
         pr: &sigmatrace_schemas::records::PostRecv,
@@ -507,9 +507,9 @@ impl<'a> ProcessModel<'a> {
         });
     }
 
-    fn completion(
+    fn completion<S: TraceSink + ?Sized>(
         &mut self,
-        sink: &mut dyn TraceSink,
+        sink: &mut S,
         obs: &mut dyn Observer,
         t: i64,
         qi: Option<usize>,
@@ -536,7 +536,7 @@ impl<'a> ProcessModel<'a> {
         );
     }
 
-    fn account_throughput(&mut self, sink: &mut dyn TraceSink, t: i64, bytes: i64) {
+    fn account_throughput<S: TraceSink + ?Sized>(&mut self, sink: &mut S, t: i64, bytes: i64) {
         let bucket = t.div_euclid(THROUGHPUT_BUCKET);
         if bucket != self.throughput.0 {
             if self.throughput.0 != i64::MIN && self.drawn(t) {
@@ -553,9 +553,9 @@ impl<'a> ProcessModel<'a> {
         self.throughput.1 += bytes;
     }
 
-    fn send_completion(
+    fn send_completion<S: TraceSink + ?Sized>(
         &mut self,
-        sink: &mut dyn TraceSink,
+        sink: &mut S,
         obs: &mut dyn Observer,
         t: i64,
         qi: usize,
@@ -644,9 +644,9 @@ impl<'a> ProcessModel<'a> {
         }
     }
 
-    fn recv_completion(
+    fn recv_completion<S: TraceSink + ?Sized>(
         &mut self,
-        sink: &mut dyn TraceSink,
+        sink: &mut S,
         obs: &mut dyn Observer,
         t: i64,
         qi: usize,
@@ -718,7 +718,7 @@ impl<'a> ProcessModel<'a> {
     }
 
     /// Closes what is still open at the end of the log.
-    fn finish(&mut self, sink: &mut dyn TraceSink) {
+    fn finish<S: TraceSink + ?Sized>(&mut self, sink: &mut S) {
         let t = self.last_t;
         let args = [(self.keys.incomplete, ArgValue::Bool(true))];
         let extra = Extra {
@@ -753,6 +753,6 @@ impl<'a> ProcessModel<'a> {
                 }
             }
         }
-        self.observed.finish(sink, t);
+        self.observed.finish(sink.as_dyn(), t);
     }
 }

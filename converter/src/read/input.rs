@@ -270,7 +270,7 @@ impl<'a> ChunkRecords<'a> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn next_in_file(&mut self, issues: &mut Vec<RecordIssue>) -> Option<Decoded<'a>> {
         let rest = self.bytes.get(self.pos..)?;
         if rest.len() >= 8 {
@@ -404,7 +404,7 @@ impl<'a> ThreadCursor<'a> {
 
     /// Takes the head out of the window (its slot stays lent), refills the window and returns
     /// the head's slot.
-    #[inline]
+    #[inline(always)]
     fn take_head(&mut self, issues: &mut Vec<RecordIssue>) -> Option<usize> {
         if let Some(l) = self.lent.take() {
             self.free |= 1 << l;
@@ -423,7 +423,7 @@ impl<'a> ThreadCursor<'a> {
     /// Reads records until the window holds [`REORDER_WINDOW`] (or the thread ends), each
     /// decoded into a free slot and inserted after every record with a time ≤ its own
     /// (usually at the end).
-    #[inline]
+    #[inline(always)]
     fn fill(&mut self, issues: &mut Vec<RecordIssue>) {
         while self.len < REORDER_WINDOW {
             let slot = self.free.trailing_zeros() as usize;

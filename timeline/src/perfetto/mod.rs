@@ -713,6 +713,10 @@ fn fix_len(buf: &mut Vec<u8>, at: usize) {
 }
 
 impl TraceSink for PerfettoSeq {
+    fn as_dyn(&mut self) -> &mut dyn TraceSink {
+        self
+    }
+
     fn name(&mut self, s: &str) -> Name {
         if let Some(&i) = self.name_ids.get(s) {
             return Name(i);
