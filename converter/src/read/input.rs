@@ -146,7 +146,7 @@ pub fn release_chunk(input: &LogInput, chunk: &ChunkInfo) {
 /// How many consumed bytes of a chunk a reader keeps resident before it releases them: a
 /// process's reader holds about this much per writer thread, so that hundreds of logs read in
 /// lock-step (the causality join) stay within a flat memory budget whatever the chunk size.
-pub const RELEASE_WINDOW: usize = 64 << 10;
+pub const RELEASE_WINDOW: usize = 512 << 10;
 
 /// Timestamp of a record: every record kind has its `ts` at offset 8.
 #[inline]

@@ -417,21 +417,27 @@ impl FastZ {
     }
 
     /// Writes the pending match, which ends at `at` (as literals when shorter than 3).
-    #[inline]
+    #[inline(always)]
     fn flush(&mut self, buf: &[u8], at: usize) {
         let len = self.pend_len;
-        if len == 0 {
-            return;
-        }
         if len >= 3 {
             self.matched(len, self.pend_dist);
             self.tokens += 1;
-        } else {
-            for &b in &buf[at - len..at] {
-                self.lit(b);
-            }
-            self.tokens += len;
+            self.pend_len = 0;
+        } else if len > 0 {
+            self.flush_short(buf, at);
         }
+    }
+
+    /// A pending match of 1 or 2 bytes, written as literals.
+    #[cold]
+    #[inline(never)]
+    fn flush_short(&mut self, buf: &[u8], at: usize) {
+        let len = self.pend_len;
+        for &b in &buf[at - len..at] {
+            self.lit(b);
+        }
+        self.tokens += len;
         self.pend_len = 0;
     }
 
@@ -451,7 +457,7 @@ impl FastZ {
     /// length): nothing is compared or searched. A pending match at `d` goes on, else the
     /// packet is one match at `d` and literals. `ty` (< 8) as in [`FastZ::packet`].
     #[allow(clippy::too_many_arguments)]
-    #[inline]
+    #[inline(always)]
     pub fn repeat(
         &mut self,
         buf: &[u8],
