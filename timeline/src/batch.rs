@@ -23,11 +23,16 @@ const INSTANT: u8 = 3;
 const COUNTER: u8 = 4;
 /// A track declaration: `x` is its index in the group's side table.
 const TRACK: u8 = 5;
+/// A lane ([`TraceSink::lane`]): `x` is the parent, the side table holds the key.
+const LANE: u8 = 6;
 /// `meta` flags: `x` is a flow the event starts, or one it terminates; `x` indexes the side
 /// table (args, or more flows).
 const FLOW: u64 = 1 << 8;
 const TERM: u64 = 1 << 9;
 const SIDE: u64 = 1 << 10;
+
+/// Events a group's list has room for at first (it grows as needed and is reused).
+const FIRST_EVENTS: usize = 1024;
 
 /// One recorded event: time, track, one value (counter value, flow id or side index) and
 /// `meta` — type (low byte), flags, name index + 1 (high 32 bits; 0: none).
@@ -53,6 +58,7 @@ enum OwnedArg {
 #[derive(Clone, Debug)]
 enum Side {
     Track(Box<TrackDef>),
+    Lane(&'static str),
     Extra {
         args: Vec<(ArgKey, OwnedArg)>,
         flows: Vec<u64>,
@@ -92,6 +98,8 @@ impl EventBatch {
 /// intern them.
 pub struct Recorder {
     batch: EventBatch,
+    /// An encoded batch to record the next one into.
+    spare: Option<EventBatch>,
     cur: usize,
     events: usize,
     name_ids: HashMap<String, u32>,
@@ -104,9 +112,15 @@ impl Recorder {
         assert!(groups > 0, "at least one group");
         Recorder {
             batch: EventBatch {
-                groups: vec![GroupEvents::default(); groups],
+                groups: (0..groups)
+                    .map(|_| GroupEvents {
+                        evs: Vec::with_capacity(FIRST_EVENTS),
+                        side: Vec::new(),
+                    })
+                    .collect(),
                 ..Default::default()
             },
+            spare: None,
             cur: 0,
             events: 0,
             name_ids: HashMap::new(),
@@ -114,24 +128,37 @@ impl Recorder {
         }
     }
 
-    /// Takes the events recorded so far (the recorder starts an empty batch).
+    /// Takes the events recorded so far; the recorder goes on with the batch given back
+    /// last ([`Recorder::give_back`]), or a new one.
     pub fn take_batch(&mut self) -> EventBatch {
         self.events = 0;
-        let groups = self.batch.groups.len();
-        let cap = |g: &GroupEvents| g.evs.capacity();
-        let caps: Vec<usize> = self.batch.groups.iter().map(cap).collect();
-        let fresh = EventBatch {
-            groups: caps
-                .into_iter()
-                .map(|c| GroupEvents {
-                    evs: Vec::with_capacity(c),
-                    side: Vec::new(),
-                })
-                .collect(),
-            ..Default::default()
+        let fresh = match self.spare.take() {
+            Some(b) => b,
+            None => EventBatch {
+                groups: (0..self.batch.groups.len())
+                    .map(|_| GroupEvents {
+                        evs: Vec::with_capacity(FIRST_EVENTS),
+                        side: Vec::new(),
+                    })
+                    .collect(),
+                ..Default::default()
+            },
         };
-        debug_assert_eq!(fresh.groups.len(), groups);
         std::mem::replace(&mut self.batch, fresh)
+    }
+
+    /// Takes back an encoded batch ([`PerfettoGroups::encode`] empties it) to record into
+    /// again: its buffers keep their capacity.
+    pub fn give_back(&mut self, mut batch: EventBatch) {
+        if batch.groups.len() == self.batch.groups.len() {
+            for g in &mut batch.groups {
+                g.evs.clear();
+                g.side.clear();
+            }
+            batch.names.clear();
+            batch.keys.clear();
+            self.spare = Some(batch);
+        }
     }
 
     #[inline(always)]
@@ -219,6 +246,18 @@ impl TraceSink for Recorder {
         });
     }
 
+    fn lane(&mut self, uuid: u64, parent: u64, key: &'static str) {
+        let side = &mut self.batch.groups[self.cur].side;
+        side.push(Side::Lane(key));
+        let at = side.len() as u64 - 1;
+        self.push(Ev {
+            ts: at,
+            track: uuid,
+            x: parent,
+            meta: LANE as u64,
+        });
+    }
+
     #[inline]
     fn begin(&mut self, ts: u64, track: u64, name: Name, extra: &Extra<'_>) {
         self.event(ts, BEGIN, track, Some(name), extra);
@@ -283,6 +322,12 @@ pub(crate) fn replay_one(events: &GroupEvents, ev: &Ev, sink: &mut dyn TraceSink
     if ty == TRACK {
         if let Side::Track(def) = &events.side[ev.x as usize] {
             sink.track(def);
+        }
+        return;
+    }
+    if ty == LANE {
+        if let Side::Lane(key) = events.side[ev.ts as usize] {
+            sink.lane(ev.track, ev.x, key);
         }
         return;
     }
@@ -378,7 +423,7 @@ fn side_extra(side: &Side) -> Held<'_> {
             flows,
             terminating,
         },
-        Side::Track(_) => Held {
+        Side::Track(_) | Side::Lane(_) => Held {
             args: Vec::new(),
             flows: &[],
             terminating: &[],
@@ -390,7 +435,7 @@ impl PerfettoGroups {
     /// Encodes a recorded batch: every group's events into its sequence (the groups in
     /// parallel), then takes the blocks of the groups holding at least the group block, in
     /// group order (framed, compressed when the sequences compress).
-    pub fn encode(&mut self, batch: EventBatch) -> Vec<u8> {
+    pub fn encode(&mut self, batch: &EventBatch) -> Vec<u8> {
         let EventBatch {
             groups,
             names,
@@ -402,10 +447,10 @@ impl PerfettoGroups {
             .par_iter_mut()
             .zip(groups.par_iter())
             .map(|(seq, events)| {
-                for s in &names {
+                for s in names {
                     seq.name(s);
                 }
-                for k in &keys {
+                for k in keys {
                     seq.arg_key(k);
                 }
                 if !events.evs.is_empty() {
@@ -492,7 +537,9 @@ mod tests {
         for round in 0..4 {
             feed(&mut rec, round);
             assert_eq!(rec.recorded(), 3000 * 4 + 3);
-            got.extend(enc.encode(rec.take_batch()));
+            let b = rec.take_batch();
+            got.extend(enc.encode(&b));
+            rec.give_back(b);
         }
         got.extend(enc.take());
         assert!(want.len() > 1000);

@@ -113,6 +113,16 @@ pub trait TraceSink: Send {
     fn arg_key(&mut self, s: &str) -> ArgKey;
     /// Declares a track (once per trace, before its first event in file order).
     fn track(&mut self, def: &TrackDef);
+    /// Declares a lane: a slice track named `key` under `parent`, merged with its siblings of
+    /// the same key ([`TrackKind::Slices`] with `merge_key` = `key`) — what a sink may encode
+    /// without building a [`TrackDef`].
+    fn lane(&mut self, uuid: u64, parent: u64, key: &'static str) {
+        let mut def = TrackDef::slices(uuid, Some(parent), key);
+        def.kind = TrackKind::Slices {
+            merge_key: Some(key.to_string()),
+        };
+        self.track(&def);
+    }
     /// Opens a slice on `track`.
     fn begin(&mut self, ts: u64, track: u64, name: Name, extra: &Extra<'_>);
     /// Closes the most recent open slice on `track`; `extra.args` are added to it.

@@ -104,7 +104,7 @@ impl Lanes {
         sink: &mut S,
         uuids: &AtomicU64,
         parent: u64,
-        key: &str,
+        key: &'static str,
     ) -> (u32, u64) {
         while let Some(&w) = self.free.get(self.first_free_word) {
             if w != 0 {
@@ -123,14 +123,10 @@ impl Lanes {
         sink: &mut S,
         uuids: &AtomicU64,
         parent: u64,
-        key: &str,
+        key: &'static str,
     ) -> (u32, u64) {
         let uuid = uuids.fetch_add(1, Ordering::Relaxed);
-        let mut def = TrackDef::slices(uuid, Some(parent), key.to_string());
-        def.kind = TrackKind::Slices {
-            merge_key: Some(key.to_string()),
-        };
-        sink.track(&def);
+        sink.lane(uuid, parent, key);
         self.tracks.push(uuid);
         if self.tracks.len() > self.free.len() * 64 {
             self.free.push(0);

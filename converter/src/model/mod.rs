@@ -278,16 +278,20 @@ impl<'a> ProcessModel<'a> {
                             let limit = Some(BATCH_EVENTS);
                             self.records(&mut recs, &mut n, rec, kernel_sink, obs, &mut keep, limit)
                         },
-                        || ready.take().map(|b| enc.encode(b)),
+                        || ready.take().map(|b| (enc.encode(&b), b)),
                     );
-                    kernel.into_iter().chain(encoded).for_each(&mut *flush);
+                    kernel.into_iter().for_each(&mut *flush);
+                    if let Some((bytes, batch)) = encoded {
+                        flush(bytes);
+                        rec.give_back(batch);
+                    }
                     if !more {
                         break;
                     }
                     ready = Some(rec.take_batch());
                 }
                 self.finish(rec);
-                flush(enc.encode(rec.take_batch()));
+                flush(enc.encode(&rec.take_batch()));
                 flush(enc.take());
                 rec
             }

@@ -101,6 +101,9 @@ pub struct FastZ {
     pend_dist: usize,
     /// Distance of the latest match (0: none in this stream): the first candidate.
     last_dist: usize,
+    /// No stream started since the last one ended: the next packet starts one (a sequence
+    /// that ends never pays for the code tables of a block it does not write).
+    idle: bool,
 }
 
 impl Default for FastZ {
@@ -131,12 +134,23 @@ impl FastZ {
             pend_len: 0,
             pend_dist: 0,
             last_dist: 0,
+            idle: false,
         };
         z.start_stream();
         z
     }
 
+    /// Starts the stream if the last one ended (see `idle`).
+    #[inline(always)]
+    fn wake(&mut self) {
+        if self.idle {
+            self.start_stream();
+        }
+    }
+
+    #[cold]
     fn start_stream(&mut self) {
+        self.idle = false;
         self.bits.acc = 0;
         self.bits.n = 0;
         self.bits.pos = 0;
@@ -243,6 +257,7 @@ impl FastZ {
     /// packet; the one that matches most of the packet's first 64 bytes is used.
     #[inline]
     pub fn packet(&mut self, buf: &[u8], start: usize, key: u64, ty: usize) {
+        self.wake();
         debug_assert_eq!(start, self.done);
         let end = buf.len();
         let abs = self.stream + start as u64;
@@ -324,6 +339,7 @@ impl FastZ {
     /// no other candidate is tried. `ty` as in [`FastZ::packet`].
     #[inline]
     pub fn against(&mut self, buf: &[u8], start: usize, d: usize, ty: usize) {
+        self.wake();
         debug_assert_eq!(start, self.done);
         let end = buf.len();
         debug_assert!(0 < d && d <= start && d <= WINDOW && end - start <= SEG);
@@ -468,6 +484,7 @@ impl FastZ {
         tail_eq: usize,
         ty: usize,
     ) {
+        self.wake();
         debug_assert_eq!(start, self.done);
         let end = buf.len();
         let n = end - start;
@@ -560,6 +577,7 @@ impl FastZ {
 
     /// Like [`FastZ::finish`], handing the zlib bytes to `f` without copying them first.
     pub fn finish_with<R>(&mut self, buf: &[u8], f: impl FnOnce(&[u8]) -> R) -> R {
+        self.wake();
         debug_assert_eq!(buf.len(), self.done);
         self.bits.room(16);
         self.flush(buf, buf.len());
@@ -575,7 +593,7 @@ impl FastZ {
         self.bits.out[p..p + 4].copy_from_slice(&adler.to_be_bytes());
         let r = f(&self.bits.out[..p + 4]);
         self.stream += buf.len() as u64 + WINDOW as u64;
-        self.start_stream();
+        self.idle = true;
         r
     }
 }

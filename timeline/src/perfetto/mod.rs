@@ -41,6 +41,13 @@ const DA_POINTER: u8 = 0x38; // 7
                              // InternedData
 const ID_EVENT_NAMES: u8 = 0x12; // 2
 const ID_ANNOTATION_NAMES: u8 = 0x1a; // 3
+/// TracePacket.track_descriptor (60, LEN) and the TrackDescriptor fields of a lane.
+const TAG_TRACK_DESCRIPTOR: [u8; 2] = [0xe2, 0x03];
+const TD_UUID: u8 = 0x08; // 1, VARINT
+const TD_NAME: u8 = 0x12; // 2, LEN
+const TD_PARENT: u8 = 0x28; // 5, VARINT
+const TD_MERGE_BEHAVIOR: u8 = 0x78; // 15, VARINT
+const TD_MERGE_KEY: [u8; 2] = [0x82, 0x01]; // 16, LEN
 /// TracePacket.compressed_packets (50, LEN).
 const TAG_COMPRESSED: [u8; 2] = [0x92, 0x03];
 
@@ -255,7 +262,7 @@ impl PerfettoSeq {
             last_ts: base_ts,
             started: false,
             base_ts,
-            buf: Vec::with_capacity(1 << 20),
+            buf: Vec::with_capacity(1 << 18),
             interned: Vec::with_capacity(256),
             scratch: Vec::with_capacity(256),
             names: Vec::new(),
@@ -482,6 +489,21 @@ impl PerfettoSeq {
         };
     }
 
+    /// A lane's descriptor ([`lane_packet`]); the last descriptor of a lane of the same parent
+    /// (the same bytes but the uuid) is the compressor's first candidate.
+    fn lane_descriptor(&mut self, uuid: u64, parent: u64, key: &str) {
+        let at = self.buf.len();
+        lane_packet(&mut self.buf, uuid, parent, key);
+        if let Some(z) = &mut self.z {
+            z.packet(
+                &self.buf,
+                at,
+                (parent << 3 | TY_DESCRIPTOR as u64) + 1,
+                TY_DESCRIPTOR,
+            );
+        }
+    }
+
     /// Writes one TrackEvent packet. Any field order is valid protobuf; for the structured
     /// compressor small packets put what repeats from event to event first and what varies
     /// last — sequence id, then the track event (type, track, name, counter value, flows), then
@@ -583,6 +605,30 @@ impl PerfettoSeq {
             z.packet(buf, start, (track << 3 | ty as u64) + 1, ty as usize);
         }
     }
+}
+
+/// Appends the framed descriptor packet of a lane — a slice track `key` under `parent`,
+/// merged by the sibling merge key `key` — with the bytes prost writes for that
+/// [`TrackDef`] ([`descriptor_packet`]: fields in tag order), without building it.
+fn lane_packet(buf: &mut Vec<u8>, uuid: u64, parent: u64, key: &str) {
+    let k = key.len() as u64;
+    let td = 1 + varint_len(uuid) + 1 + varint_len(k) + key.len() + 1 + varint_len(parent) + 2;
+    let td = td + 2 + varint_len(k) + key.len();
+    buf.push(TAG_PACKET);
+    put_varint(buf, (2 + varint_len(td as u64) + td) as u64);
+    buf.extend_from_slice(&TAG_TRACK_DESCRIPTOR);
+    put_varint(buf, td as u64);
+    buf.push(TD_UUID);
+    put_varint(buf, uuid);
+    buf.push(TD_NAME);
+    put_varint(buf, k);
+    buf.extend_from_slice(key.as_bytes());
+    buf.push(TD_PARENT);
+    put_varint(buf, parent);
+    buf.extend_from_slice(&[TD_MERGE_BEHAVIOR, proto::MERGE_BY_SIBLING_MERGE_KEY as u8]);
+    buf.extend_from_slice(&TD_MERGE_KEY);
+    put_varint(buf, k);
+    buf.extend_from_slice(key.as_bytes());
 }
 
 /// Writes a packet without args or interned data (at most two flow ids) into a stack buffer
@@ -738,11 +784,29 @@ impl TraceSink for PerfettoSeq {
     }
 
     fn track(&mut self, def: &TrackDef) {
+        let lane = match &def.kind {
+            TrackKind::Slices { merge_key: Some(k) }
+                if *k == def.name
+                    && def.description.is_none()
+                    && def.order.is_none()
+                    && !def.explicit_child_order =>
+            {
+                def.parent
+            }
+            _ => None,
+        };
+        if let Some(parent) = lane {
+            return self.lane_descriptor(def.uuid, parent, &def.name);
+        }
         let at = self.buf.len();
         frame_packet(&mut self.buf, &descriptor_packet(def));
         if let Some(z) = &mut self.z {
             z.packet(&self.buf, at, 0, TY_DESCRIPTOR);
         }
+    }
+
+    fn lane(&mut self, uuid: u64, parent: u64, key: &'static str) {
+        self.lane_descriptor(uuid, parent, key);
     }
 
     #[inline]
