@@ -117,7 +117,7 @@ impl FastZ {
         let mut z = FastZ {
             lit_freq: [0; 286],
             dist_freq: [0; 30],
-            codes: Box::new(Tables2::fixed()),
+            codes: Box::new(Tables2::fixed().clone()),
             tokens: 0,
             bits: Bits {
                 out: Vec::new(),
@@ -168,7 +168,7 @@ impl FastZ {
     fn start_block(&mut self) {
         self.bits.room(512);
         if !self.trained {
-            *self.codes = Tables2::fixed();
+            self.codes.as_mut().clone_from(Tables2::fixed());
             self.bits.put(0b010, 3); // BFINAL 0, BTYPE 01
         } else {
             // Every symbol stays codable (+1): the block's own tokens are not known yet.
