@@ -145,6 +145,10 @@ impl ChromeSeq {
 }
 
 impl TraceSink for ChromeSeq {
+    fn as_dyn(&mut self) -> &mut dyn TraceSink {
+        self
+    }
+
     fn name(&mut self, s: &str) -> Name {
         if let Some(&i) = self.name_ids.get(s) {
             return Name(i);

@@ -37,9 +37,22 @@ impl PerfettoGroups {
     pub fn groups(&self) -> usize {
         self.seqs.len()
     }
+
+    /// Pending bytes at which a group's block is ready.
+    pub(crate) fn group_block(&self) -> usize {
+        self.group_block
+    }
+
+    pub(crate) fn seqs_mut(&mut self) -> &mut [PerfettoSeq] {
+        &mut self.seqs
+    }
 }
 
 impl TraceSink for PerfettoGroups {
+    fn as_dyn(&mut self) -> &mut dyn TraceSink {
+        self
+    }
+
     fn name(&mut self, s: &str) -> Name {
         // Every sequence interns the same names in the same order: one id for all.
         let ids: Vec<Name> = self.seqs.iter_mut().map(|q| q.name(s)).collect();

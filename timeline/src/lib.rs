@@ -9,6 +9,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod batch;
 pub mod chrome;
 pub mod fastz;
 pub mod groups;
@@ -112,6 +113,16 @@ pub trait TraceSink: Send {
     fn arg_key(&mut self, s: &str) -> ArgKey;
     /// Declares a track (once per trace, before its first event in file order).
     fn track(&mut self, def: &TrackDef);
+    /// Declares a lane: a slice track named `key` under `parent`, merged with its siblings of
+    /// the same key ([`TrackKind::Slices`] with `merge_key` = `key`) — what a sink may encode
+    /// without building a [`TrackDef`].
+    fn lane(&mut self, uuid: u64, parent: u64, key: &'static str) {
+        let mut def = TrackDef::slices(uuid, Some(parent), key);
+        def.kind = TrackKind::Slices {
+            merge_key: Some(key.to_string()),
+        };
+        self.track(&def);
+    }
     /// Opens a slice on `track`.
     fn begin(&mut self, ts: u64, track: u64, name: Name, extra: &Extra<'_>);
     /// Closes the most recent open slice on `track`; `extra.args` are added to it.
@@ -122,6 +133,14 @@ pub trait TraceSink: Send {
     fn counter(&mut self, ts: u64, track: u64, value: i64);
     /// Bytes encoded so far and not yet taken.
     fn pending_bytes(&self) -> usize;
+    /// This sink as a trait object (for a caller generic over the sink type, on its paths that
+    /// take any sink).
+    fn as_dyn(&mut self) -> &mut dyn TraceSink;
+    /// Events recorded and not yet encoded: those a recording sink
+    /// ([`batch::Recorder`]) holds; 0 for a sink that encodes as it goes.
+    fn recorded(&self) -> usize {
+        0
+    }
     /// Takes the encoded bytes (whole packets / events), ready to be appended to the output.
     fn take(&mut self) -> Vec<u8>;
     /// The events that follow belong to group `g` (until the next call): a sink that keeps
@@ -147,6 +166,9 @@ pub struct NullSink {
 }
 
 impl TraceSink for NullSink {
+    fn as_dyn(&mut self) -> &mut dyn TraceSink {
+        self
+    }
     fn name(&mut self, _: &str) -> Name {
         self.names += 1;
         Name(self.names)

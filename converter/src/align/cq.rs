@@ -83,8 +83,9 @@ pub fn recount(input: &LogInput, p: &impl QpTable) -> (Vec<QpCounts>, Vec<(u64, 
     let mut attributed = Vec::new();
     let mut seq = 0u64;
     let mut cache = IndexCache::default();
-    for (ts, r) in input.merged() {
-        match Hot::of(&r) {
+    let mut recs = input.merged();
+    while let Some((ts, r)) = recs.next() {
+        match Hot::of(r) {
             Some(Hot::PostSend(ps)) => {
                 let Some(qi) = p.qp_at(&mut cache, ps.qpn, ts) else {
                     continue;

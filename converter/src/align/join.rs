@@ -108,10 +108,16 @@ pub fn join(inputs: &[LogInput], topo: &Topology, mut f: impl FnMut(&Pair)) {
     let conns = conn_ends(topo);
     let epochs = (total / 2_000_000).clamp(1, 10_000) as i64;
     let step = ((hi - lo) / epochs).max(1) + 1;
+    // A process without a message to match (no consuming send or successful receive on a
+    // joined connection, no UD stream end: its scan counted none) is not read at all.
     let mut cursors: Vec<_> = topo
         .procs
         .iter()
-        .map(|p| inputs_for(inputs, p).thread_cursors())
+        .zip(&keys)
+        .map(|(p, keys)| match has_messages(p, keys, &topo.ud) {
+            true => inputs_for(inputs, p).thread_cursors(),
+            false => Vec::new(),
+        })
         .collect();
     let mut queues: Vec<ConnQueues> = (0..conns.len()).map(|_| ConnQueues::default()).collect();
     let mut end = lo;
@@ -151,6 +157,18 @@ pub fn join(inputs: &[LogInput], topo: &Topology, mut f: impl FnMut(&Pair)) {
     }
 }
 
+/// Whether process `p` has a message the join can match, by its scan's per-QP counts: a
+/// message-consuming send or a successful receive completion on a joined connection (the
+/// counts of the very records [`message`] takes), or an end of a UD stream.
+fn has_messages(p: &Process, keys: &[(u32, u32)], ud: &UdJoin) -> bool {
+    let ud_end = ud.send.get(p.index).is_some_and(|m| !m.is_empty())
+        || ud.recv.get(p.index).is_some_and(|m| !m.is_empty());
+    ud_end
+        || p.qps.iter().zip(keys).any(|(q, &(send, recv))| {
+            (send != 0 && q.counts.consuming_sends > 0) || (recv != 0 && q.counts.recv_ok > 0)
+        })
+}
+
 /// Process `p`'s messages before output time `end` (the epoch's end), from each of its
 /// threads in turn: (connection, is send, output time), in time order.
 fn epoch_messages(
@@ -170,7 +188,7 @@ fn epoch_messages(
         let before = out.len();
         while cur.head_ts().is_some_and(|ts| ts < ts_end) {
             let (ts, r) = cur.pop(&mut issues).expect("head");
-            if let Some(m) = message(&r, ts, p, &mut cache, keys, ud) {
+            if let Some(m) = message(r, ts, p, &mut cache, keys, ud) {
                 out.push(m);
             }
         }

@@ -133,6 +133,11 @@ fn apply(topo: &mut Topology, dom: &Domains, rt: &[i64], corr: &[(f64, f64)], t0
     }
 }
 
+/// Within a clock domain both ends of a message get the same linear correction, which keeps
+/// the sign of their difference; each written time is at most 1.5 ns from the exact one
+/// ([`solve::ROUNDING_MARGIN_NS`]), so only ends at most this far apart could change order.
+const NEAR_NS: i64 = 4;
+
 /// Per directed domain pair: message pairs and the lower hull of (x − t0, y − x).
 type PairHulls = BTreeMap<(usize, usize), (u64, Vec<(i64, i64)>)>;
 
@@ -142,6 +147,11 @@ struct Joined {
     pairs: u64,
     cross: u64,
     inverted: u64,
+    /// Of the inverted pairs, those within one clock domain.
+    inverted_within: u64,
+    /// Pairs within one clock domain whose two ends are at most [`NEAR_NS`] apart (in either
+    /// order): the only ones whose order a domain's correction could change.
+    near_within: u64,
     hulls: PairHulls,
     /// Earliest send and latest receive of the messages across domains (output ns).
     span: (i64, i64),
@@ -158,6 +168,8 @@ fn join_hulls(inputs: &[LogInput], topo: &Topology, dom: &Domains, t0: i64) -> J
         j.inverted += (pr.y < pr.x) as u64;
         let (a, b) = (dom.of_proc[pr.sender.0], dom.of_proc[pr.receiver]);
         if a == b {
+            j.inverted_within += (pr.y < pr.x) as u64;
+            j.near_within += ((pr.y - pr.x).abs() <= NEAR_NS) as u64;
             return;
         }
         j.cross += 1;
@@ -308,6 +320,8 @@ fn correct(
                 apply(topo, dom, rt, &corr, out.t0);
                 let after = if corr.iter().all(|&c| c == (0.0, 0.0)) {
                     j.inverted
+                } else if let Some(after) = inverted_after_without_join(j, &s) {
+                    after
                 } else {
                     verify(inputs, topo).1
                 };
@@ -332,6 +346,20 @@ fn correct(
         }
     }
     out.links = links.into_values().collect();
+}
+
+/// The pairs still inverted after the correction `s`, when they follow from the join of the
+/// uncorrected clocks without joining again: every kept constraint has at least
+/// [`solve::ROUNDING_MARGIN_NS`] of slack and none was dropped — then no pair across domains
+/// is inverted (a message's slack is linear in its point with a positive weight on the delay,
+/// so the smallest over all pairs is a hull vertex's, and the rounding of the trace's times
+/// moves the two ends by at most 3 ns against each other) — and no pair within a domain has
+/// its ends within [`NEAR_NS`] (those keep their order: the inverted ones stay inverted).
+/// `None`: join again and count.
+fn inverted_after_without_join(j: &Joined, s: &solve::Solved) -> Option<u64> {
+    let slack = s.min_slack_ns?;
+    (s.dropped.is_empty() && slack >= solve::ROUNDING_MARGIN_NS && j.near_within == 0)
+        .then_some(j.inverted_within)
 }
 
 /// Copies a solve's corrections, bounds and dropped constraints into the result.

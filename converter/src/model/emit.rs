@@ -25,11 +25,11 @@ pub fn qp_group(qi: usize) -> u32 {
     1 + (qi % (MAX_GROUPS - 1)) as u32
 }
 
-/// The Perfetto sink of process `p`'s events (not its GPU kernels): one sequence per group,
+/// The Perfetto sequences of process `p`'s events (not its GPU kernels): one sequence per group,
 /// group 0 with the process's own sequence id, the others with ids after the processes'
 /// and GPU sequences (`2n + 1 + index × 15 + g − 1`), incremental timestamps from `t_start`;
 /// compressed while encoding with `fast`.
-pub fn process_sink(topo: &Topology, p: &Process, t_start: u64, fast: bool) -> Box<dyn TraceSink> {
+pub fn process_groups(topo: &Topology, p: &Process, t_start: u64, fast: bool) -> PerfettoGroups {
     let n = topo.procs.len() as u32;
     let groups = 1 + p.qps.len().min(MAX_GROUPS - 1);
     let seqs = (0..groups)
@@ -47,7 +47,7 @@ pub fn process_sink(topo: &Topology, p: &Process, t_start: u64, fast: bool) -> B
             }
         })
         .collect();
-    Box::new(PerfettoGroups::new(seqs, GROUP_BLOCK))
+    PerfettoGroups::new(seqs, GROUP_BLOCK)
 }
 
 /// Output format.
@@ -99,12 +99,12 @@ pub struct Lanes {
 impl Lanes {
     /// Takes the lowest free lane (creating its track if needed); returns (lane, uuid).
     #[inline]
-    pub fn acquire(
+    pub fn acquire<S: TraceSink + ?Sized>(
         &mut self,
-        sink: &mut dyn TraceSink,
+        sink: &mut S,
         uuids: &AtomicU64,
         parent: u64,
-        key: &str,
+        key: &'static str,
     ) -> (u32, u64) {
         while let Some(&w) = self.free.get(self.first_free_word) {
             if w != 0 {
@@ -118,19 +118,15 @@ impl Lanes {
     }
 
     #[cold]
-    fn new_lane(
+    fn new_lane<S: TraceSink + ?Sized>(
         &mut self,
-        sink: &mut dyn TraceSink,
+        sink: &mut S,
         uuids: &AtomicU64,
         parent: u64,
-        key: &str,
+        key: &'static str,
     ) -> (u32, u64) {
         let uuid = uuids.fetch_add(1, Ordering::Relaxed);
-        let mut def = TrackDef::slices(uuid, Some(parent), key.to_string());
-        def.kind = TrackKind::Slices {
-            merge_key: Some(key.to_string()),
-        };
-        sink.track(&def);
+        sink.lane(uuid, parent, key);
         self.tracks.push(uuid);
         if self.tracks.len() > self.free.len() * 64 {
             self.free.push(0);
@@ -166,7 +162,14 @@ pub struct SampledCounter {
 }
 
 impl SampledCounter {
-    pub fn set(&mut self, sink: &mut dyn TraceSink, track: u64, t: i64, v: i64, interval: i64) {
+    pub fn set<S: TraceSink + ?Sized>(
+        &mut self,
+        sink: &mut S,
+        track: u64,
+        t: i64,
+        v: i64,
+        interval: i64,
+    ) {
         self.value = v;
         if v == self.last_emitted && !self.dirty {
             return;
@@ -181,7 +184,7 @@ impl SampledCounter {
         }
     }
 
-    pub fn flush(&mut self, sink: &mut dyn TraceSink, track: u64, t: i64) {
+    pub fn flush<S: TraceSink + ?Sized>(&mut self, sink: &mut S, track: u64, t: i64) {
         if self.dirty {
             sink.counter(t as u64, track, self.value);
             self.last_emitted = self.value;
@@ -323,14 +326,20 @@ pub struct NameCache {
 impl NameCache {
     /// Name of a send-queue WR slice: "WRITE 4 KiB".
     #[inline]
-    pub fn wr(&mut self, sink: &mut dyn TraceSink, opcode: u8, bytes: u32) -> Name {
+    pub fn wr<S: TraceSink + ?Sized>(&mut self, sink: &mut S, opcode: u8, bytes: u32) -> Name {
         self.remembered(sink, 0, opcode, bytes)
     }
 
     /// Name of kind 0 ("WRITE 4 KiB") or 2 ("inferred WRITE 4 KiB") for (opcode, bytes): the
     /// last one of the kind, else the map's (interned on first use).
     #[inline(always)]
-    fn remembered(&mut self, sink: &mut dyn TraceSink, kind: u8, opcode: u8, bytes: u32) -> Name {
+    fn remembered<S: TraceSink + ?Sized>(
+        &mut self,
+        sink: &mut S,
+        kind: u8,
+        opcode: u8,
+        bytes: u32,
+    ) -> Name {
         match self.last[kind as usize / 2] {
             Some((k, n)) if k == (opcode, bytes) => n,
             _ => self.look_up(sink, kind, opcode, bytes),
@@ -338,7 +347,13 @@ impl NameCache {
     }
 
     #[inline(never)]
-    fn look_up(&mut self, sink: &mut dyn TraceSink, kind: u8, opcode: u8, bytes: u32) -> Name {
+    fn look_up<S: TraceSink + ?Sized>(
+        &mut self,
+        sink: &mut S,
+        kind: u8,
+        opcode: u8,
+        bytes: u32,
+    ) -> Name {
         let n = *self.map.entry((kind, opcode, bytes, 0)).or_insert_with(|| {
             sink.name(&format!(
                 "{}{} {}",
@@ -352,9 +367,9 @@ impl NameCache {
     }
 
     /// Name of a receive slice / receive completion.
-    pub fn recv(
+    pub fn recv<S: TraceSink + ?Sized>(
         &mut self,
-        sink: &mut dyn TraceSink,
+        sink: &mut S,
         bytes: u32,
         imm: bool,
         completion: bool,
@@ -380,12 +395,17 @@ impl NameCache {
 
     /// Name of an inferred arrival on a target QP.
     #[inline]
-    pub fn inferred(&mut self, sink: &mut dyn TraceSink, opcode: u8, bytes: u32) -> Name {
+    pub fn inferred<S: TraceSink + ?Sized>(
+        &mut self,
+        sink: &mut S,
+        opcode: u8,
+        bytes: u32,
+    ) -> Name {
         self.remembered(sink, 2, opcode, bytes)
     }
 
     /// Name of a failed completion marker.
-    pub fn error(&mut self, sink: &mut dyn TraceSink, status: u8) -> Name {
+    pub fn error<S: TraceSink + ?Sized>(&mut self, sink: &mut S, status: u8) -> Name {
         *self
             .map
             .entry((3, status, 0, 0))

@@ -25,17 +25,18 @@ use crate::model::observed::ObservedState;
 use crate::read::hot::Hot;
 use crate::read::input::{LogInput, RecordIssue};
 use crate::read::verbs;
+use sigmatrace_timeline::batch::{EventBatch, Recorder};
+use sigmatrace_timeline::groups::PerfettoGroups;
 use sigmatrace_timeline::{ArgKey, ArgValue, Extra, TraceSink};
 
 /// What the model tells observers (stats sections).
 #[derive(Clone, Copy, Debug)]
 pub enum ModelEvent<'a> {
-    /// A send-queue WR completed (or failed). Times are output ns.
-    WrDone {
+    /// Send-queue WRs completed (or failed) by one completion at `done`, with its status, in
+    /// posting order. Times are output ns.
+    WrsDone {
         qp: &'a Qp,
-        opcode: u8,
-        bytes: u32,
-        post: i64,
+        wrs: &'a [DoneWr],
         done: i64,
         status: u8,
     },
@@ -48,13 +49,43 @@ pub enum ModelEvent<'a> {
     },
 }
 
+/// One WR of a [`ModelEvent::WrsDone`].
+#[derive(Clone, Copy, Debug)]
+pub struct DoneWr {
+    pub opcode: u8,
+    pub bytes: u32,
+    /// When it was posted (output ns).
+    pub post: i64,
+}
+
 /// Receives model events of one process.
-pub trait Observer {
+pub trait Observer: Send {
     fn observe(&mut self, p: &Process, ev: &ModelEvent<'_>);
     /// Raw records for report sections that need more than model events, at output time `t`:
     /// `WqeObserved`, `ObserveOverrun` and atomic `PostSend`s (see `report::direct`).
     fn record(&mut self, _p: &Process, _t: i64, _rec: &Record<'_>) {}
 }
+
+/// Where the model's events go: a sink that encodes them as they come, or a recorder whose
+/// batches the process's group encoders encode ([`ProcessModel::run`]).
+pub enum Output<'s> {
+    Direct(&'s mut dyn TraceSink),
+    Recorded(&'s mut Recorder, &'s mut PerfettoGroups),
+}
+
+impl Output<'_> {
+    /// The sink the model feeds.
+    pub fn sink(&mut self) -> &mut dyn TraceSink {
+        match self {
+            Output::Direct(s) => *s,
+            Output::Recorded(r, _) => *r,
+        }
+    }
+}
+
+/// Events per recorded batch: the model hands a batch to the encoders when it holds at least
+/// this many (checked every 256 records).
+const BATCH_EVENTS: usize = 1 << 15;
 
 /// Options of the model pass.
 #[derive(Clone, Debug, Default)]
@@ -149,6 +180,8 @@ pub struct ProcessModel<'a> {
     pub progress: Option<&'a AtomicU64>,
     /// The process's "tracer losses" track, once a loss marker needed it.
     loss_track: Option<u64>,
+    /// The WRs of the completion being modelled (reused).
+    done: Vec<DoneWr>,
 }
 
 const THROUGHPUT_BUCKET: i64 = 100_000;
@@ -191,6 +224,7 @@ impl<'a> ProcessModel<'a> {
             last_t: 0,
             progress: None,
             loss_track: None,
+            done: Vec::new(),
         }
     }
 
@@ -214,21 +248,81 @@ impl<'a> ProcessModel<'a> {
         }
     }
 
-    /// Processes every record of the log, flushing encoded blocks through `flush`.
+    /// Processes every record of the log, flushing encoded blocks through `flush`: into `out`
+    /// directly, or recorded and encoded in batches — each batch's groups encoded (in
+    /// parallel) while the next batch is modelled, the blocks flushed in batch order.
     pub fn run(
         &mut self,
         input: &LogInput,
-        sink: &mut dyn TraceSink,
+        out: Output<'_>,
         kernel_sink: &mut dyn TraceSink,
         obs: &mut dyn Observer,
         flush: &mut dyn FnMut(Vec<u8>),
     ) -> Vec<RecordIssue> {
         let mut recs = input.merged();
         let mut n = 0u32;
-        for (ts, r) in recs.by_ref() {
+        let sink = match out {
+            Output::Direct(sink) => {
+                self.records(&mut recs, &mut n, sink, kernel_sink, obs, flush, None);
+                self.finish(sink);
+                flush(sink.take());
+                sink
+            }
+            Output::Recorded(rec, enc) => {
+                let mut ready: Option<EventBatch> = None;
+                loop {
+                    let mut kernel = Vec::new();
+                    let (more, encoded) = rayon::join(
+                        || {
+                            let mut keep = |b: Vec<u8>| kernel.push(b);
+                            let limit = Some(BATCH_EVENTS);
+                            self.records(&mut recs, &mut n, rec, kernel_sink, obs, &mut keep, limit)
+                        },
+                        || ready.take().map(|b| (enc.encode(&b), b)),
+                    );
+                    kernel.into_iter().for_each(&mut *flush);
+                    if let Some((bytes, batch)) = encoded {
+                        flush(bytes);
+                        rec.give_back(batch);
+                    }
+                    if !more {
+                        break;
+                    }
+                    ready = Some(rec.take_batch());
+                }
+                self.finish(rec);
+                flush(enc.encode(&rec.take_batch()));
+                flush(enc.take());
+                rec
+            }
+        };
+        let _ = sink;
+        if let Some(p) = self.progress {
+            p.fetch_add((n % (1 << 16)) as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.totals.slices += self.observed.slices;
+        flush(kernel_sink.take());
+        std::mem::take(&mut recs.issues)
+    }
+
+    /// Models records until the end (false) or, with `batch`, until the recorder holds at
+    /// least that many events (true: more to come). Direct sinks hand their ready blocks to
+    /// `flush` as they fill.
+    #[allow(clippy::too_many_arguments)]
+    fn records<S: TraceSink + ?Sized>(
+        &mut self,
+        recs: &mut crate::read::input::MergedRecords<'_>,
+        n: &mut u32,
+        sink: &mut S,
+        kernel_sink: &mut dyn TraceSink,
+        obs: &mut dyn Observer,
+        flush: &mut dyn FnMut(Vec<u8>),
+        batch: Option<usize>,
+    ) -> bool {
+        while let Some((ts, r)) = recs.next() {
             let t = self.p.time(ts);
             self.last_t = self.last_t.max(t);
-            match Hot::of(&r) {
+            match Hot::of(r) {
                 Some(Hot::PostSend(ps)) => {
                     if ps.opcode == verbs::wr::ATOMIC_FETCH_AND_ADD
                         || ps.opcode == verbs::wr::ATOMIC_CMP_AND_SWP
@@ -247,33 +341,31 @@ impl<'a> ProcessModel<'a> {
                     self.completion(sink, obs, t, qi, wc)
                 }
                 None if Hot::is_hot_kind(r.kind) => continue,
-                None => self.other(sink, kernel_sink, obs, t, &r),
+                None => self.other(sink.as_dyn(), kernel_sink, obs, t, r),
             }
-            n = n.wrapping_add(1);
+            *n = n.wrapping_add(1);
             if n.is_multiple_of(1 << 16) {
                 if let Some(p) = self.progress {
                     p.fetch_add(1 << 16, std::sync::atomic::Ordering::Relaxed);
                 }
             }
             if n.is_multiple_of(256) {
-                let b = sink.take_ready(self.opts.block_bytes);
-                if !b.is_empty() {
-                    flush(b);
-                }
                 if kernel_sink.pending_bytes() >= self.opts.block_bytes {
                     flush(kernel_sink.take());
                 }
+                match batch {
+                    Some(events) if sink.recorded() >= events => return true,
+                    Some(_) => {}
+                    None => {
+                        let b = sink.take_ready(self.opts.block_bytes);
+                        if !b.is_empty() {
+                            flush(b);
+                        }
+                    }
+                }
             }
         }
-        if let Some(p) = self.progress {
-            p.fetch_add((n % (1 << 16)) as u64, std::sync::atomic::Ordering::Relaxed);
-        }
-        let issues = std::mem::take(&mut recs.issues);
-        self.finish(sink);
-        self.totals.slices += self.observed.slices;
-        flush(sink.take());
-        flush(kernel_sink.take());
-        issues
+        false
     }
 
     #[cold]
@@ -314,9 +406,9 @@ impl<'a> ProcessModel<'a> {
         }
     }
 
-    fn post_send(
+    fn post_send<S: TraceSink + ?Sized>(
         &mut self,
-        sink: &mut dyn TraceSink,
+        sink: &mut S,
         t: i64,
         ts: u64,
         ps: &sigmatrace_schemas::records::PostSend,
@@ -353,9 +445,9 @@ impl<'a> ProcessModel<'a> {
         }
     }
 
-    fn post_recv(
+    fn post_recv<S: TraceSink + ?Sized>(
         &mut self,
-        sink: &mut dyn TraceSink,
+        sink: &mut S,
         t: i64,
         ts: u64,
         pr: &sigmatrace_schemas::records::PostRecv,
@@ -419,9 +511,9 @@ impl<'a> ProcessModel<'a> {
         });
     }
 
-    fn completion(
+    fn completion<S: TraceSink + ?Sized>(
         &mut self,
-        sink: &mut dyn TraceSink,
+        sink: &mut S,
         obs: &mut dyn Observer,
         t: i64,
         qi: Option<usize>,
@@ -448,7 +540,7 @@ impl<'a> ProcessModel<'a> {
         );
     }
 
-    fn account_throughput(&mut self, sink: &mut dyn TraceSink, t: i64, bytes: i64) {
+    fn account_throughput<S: TraceSink + ?Sized>(&mut self, sink: &mut S, t: i64, bytes: i64) {
         let bucket = t.div_euclid(THROUGHPUT_BUCKET);
         if bucket != self.throughput.0 {
             if self.throughput.0 != i64::MIN && self.drawn(t) {
@@ -465,9 +557,9 @@ impl<'a> ProcessModel<'a> {
         self.throughput.1 += bytes;
     }
 
-    fn send_completion(
+    fn send_completion<S: TraceSink + ?Sized>(
         &mut self,
-        sink: &mut dyn TraceSink,
+        sink: &mut S,
         obs: &mut dyn Observer,
         t: i64,
         qi: usize,
@@ -530,18 +622,22 @@ impl<'a> ProcessModel<'a> {
             } else {
                 self.totals.wr_completed += 1;
             }
-            obs.observe(
-                self.p,
-                &ModelEvent::WrDone {
-                    qp: q,
-                    opcode: w.opcode,
-                    bytes: w.bytes,
-                    post: w.post,
-                    done: t,
-                    status: wc.status,
-                },
-            );
+            self.done.push(DoneWr {
+                opcode: w.opcode,
+                bytes: w.bytes,
+                post: w.post,
+            });
         }
+        obs.observe(
+            self.p,
+            &ModelEvent::WrsDone {
+                qp: q,
+                wrs: &self.done,
+                done: t,
+                status: wc.status,
+            },
+        );
+        self.done.clear();
         if self.drawn(t) {
             let st = &mut self.qps[qi];
             let iv = self.opts.detail.counter_interval();
@@ -552,9 +648,9 @@ impl<'a> ProcessModel<'a> {
         }
     }
 
-    fn recv_completion(
+    fn recv_completion<S: TraceSink + ?Sized>(
         &mut self,
-        sink: &mut dyn TraceSink,
+        sink: &mut S,
         obs: &mut dyn Observer,
         t: i64,
         qi: usize,
@@ -626,7 +722,7 @@ impl<'a> ProcessModel<'a> {
     }
 
     /// Closes what is still open at the end of the log.
-    fn finish(&mut self, sink: &mut dyn TraceSink) {
+    fn finish<S: TraceSink + ?Sized>(&mut self, sink: &mut S) {
         let t = self.last_t;
         let args = [(self.keys.incomplete, ArgValue::Bool(true))];
         let extra = Extra {
@@ -661,6 +757,6 @@ impl<'a> ProcessModel<'a> {
                 }
             }
         }
-        self.observed.finish(sink, t);
+        self.observed.finish(sink.as_dyn(), t);
     }
 }

@@ -69,7 +69,7 @@ fn count(input: &LogInput, ud_qps: &[u32]) -> Counts {
     let is_ud = |q: u32| ud_qps.binary_search(&q).is_ok();
     for mut cur in input.thread_cursors() {
         while let Some((ts, r)) = cur.pop(&mut issues) {
-            match Hot::of(&r) {
+            match Hot::of(r) {
                 Some(Hot::PostSend(ps)) if is_ud(ps.qpn) && verbs::consumes_recv(ps.opcode) => {
                     *c.send.entry((ps.qpn, ps.rkey, ps.remote_addr)).or_default() += 1;
                 }
@@ -98,7 +98,7 @@ fn send_times(input: &LogInput, keys: &[SendKey]) -> FastMap<SendKey, Vec<u64>> 
     let mut issues = Vec::new();
     for mut cur in input.thread_cursors() {
         while let Some((ts, r)) = cur.pop(&mut issues) {
-            if let Some(Hot::PostSend(ps)) = Hot::of(&r) {
+            if let Some(Hot::PostSend(ps)) = Hot::of(r) {
                 let k = (ps.qpn, ps.rkey, ps.remote_addr);
                 if verbs::consumes_recv(ps.opcode) && keys.contains(&k) {
                     out.entry(k).or_default().push(ts);

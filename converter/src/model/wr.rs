@@ -86,9 +86,9 @@ impl ProcessModel<'_> {
     /// for one-sided ops on a matched QP, its inferred arrival on the peer's track. Returns the
     /// two lanes.
     #[inline]
-    pub(super) fn begin_send(
+    pub(super) fn begin_send<S: TraceSink + ?Sized>(
         &mut self,
-        sink: &mut dyn TraceSink,
+        sink: &mut S,
         t: i64,
         qi: usize,
         ps: &PostSend,
@@ -136,9 +136,9 @@ impl ProcessModel<'_> {
     /// Opens the inferred arrival of a one-sided op on a lane of the peer QP's track; returns
     /// the lane.
     #[inline]
-    fn begin_inferred(
+    fn begin_inferred<S: TraceSink + ?Sized>(
         &mut self,
-        sink: &mut dyn TraceSink,
+        sink: &mut S,
         t: i64,
         qi: usize,
         ps: &PostSend,
@@ -204,7 +204,7 @@ impl ProcessModel<'_> {
     /// The track of QP `qi`'s arrival markers when receive slices are not drawn (created on
     /// first use).
     #[inline]
-    pub(super) fn arrivals_track(&mut self, sink: &mut dyn TraceSink, qi: usize) -> u64 {
+    pub(super) fn arrivals_track<S: TraceSink + ?Sized>(&mut self, sink: &mut S, qi: usize) -> u64 {
         let q = &self.p.qps[qi];
         let st = &mut self.qps[qi];
         if let Some(u) = st.arrivals {
@@ -225,9 +225,9 @@ impl ProcessModel<'_> {
     /// Ends a completed receive WR's slice and frees its lane (on the QP, or on whichever SRQ
     /// holds that lane).
     #[inline]
-    pub(super) fn end_recv(
+    pub(super) fn end_recv<S: TraceSink + ?Sized>(
         &mut self,
-        sink: &mut dyn TraceSink,
+        sink: &mut S,
         t: i64,
         qi: usize,
         r: OpenRecv,

@@ -9,7 +9,7 @@ use crate::align::Alignment;
 use crate::error::ConvertError;
 use crate::model::emit::{self, Format};
 use crate::model::order::Block;
-use crate::model::{ModelOptions, ProcessModel, ProcessTotals};
+use crate::model::{ModelOptions, Output, ProcessModel, ProcessTotals};
 use crate::pipeline::load::Loaded;
 use crate::pipeline::metadata::label_alignment;
 use crate::pipeline::metadata::perfetto_header;
@@ -18,7 +18,9 @@ use crate::pipeline::writer::Blocks;
 use crate::progress::Progress;
 use crate::read::input::LogInput;
 use crate::report::{default_sections, Section, SectionSet};
+use sigmatrace_timeline::batch::Recorder;
 use sigmatrace_timeline::chrome;
+use sigmatrace_timeline::groups::PerfettoGroups;
 use sigmatrace_timeline::perfetto::{self, PerfettoSeq};
 use sigmatrace_timeline::NullSink;
 use sigmatrace_timeline::TraceSink;
@@ -147,6 +149,14 @@ fn model_options(
 /// One process's model pass result: totals, its report sections, warnings.
 pub(crate) type ProcResult = (ProcessTotals, Vec<Box<dyn Section>>, Vec<String>);
 
+/// Where a process's events go: a sink that encodes them as they come (Chrome JSON, or
+/// nothing when no trace is written), or a recorder and the group sequences that encode its
+/// batches (Perfetto).
+enum ProcSink {
+    Direct(Box<dyn TraceSink>),
+    Recorded(Box<(Recorder, PerfettoGroups)>),
+}
+
 /// What every process's model pass shares.
 pub(super) struct ModelPass<'a> {
     topo: &'a Topology,
@@ -162,27 +172,31 @@ pub(super) struct ModelPass<'a> {
 }
 
 impl ModelPass<'_> {
-    /// The process's two sinks: its packet sequence (verbs WRs, observed WQEs, counters) and
-    /// that of its GPU kernels (absolute timestamps: executions arrive after they end).
-    fn sinks(
-        &self,
-        p: &crate::align::topology::Process,
-    ) -> (Box<dyn TraceSink>, Box<dyn TraceSink>) {
+    /// The process's two sinks: its events' (verbs WRs, observed WQEs, counters: Perfetto
+    /// output records them and encodes them in batches, one packet sequence per group) and
+    /// the packet sequence of its GPU kernels (absolute timestamps: executions arrive after
+    /// they end).
+    fn sinks(&self, p: &crate::align::topology::Process) -> (ProcSink, Box<dyn TraceSink>) {
         let kernel_seq = p.gpu_seq;
         match (self.json_tracks, self.output) {
-            (_, false) => (Box::new(NullSink::default()), Box::new(NullSink::default())),
+            (_, false) => (
+                ProcSink::Direct(Box::new(NullSink::default())),
+                Box::new(NullSink::default()),
+            ),
             (Some(tracks), _) => (
+                ProcSink::Direct(Box::new(chrome::ChromeSeq::new(tracks.clone()))),
                 Box::new(chrome::ChromeSeq::new(tracks.clone())),
-                Box::new(chrome::ChromeSeq::new(tracks.clone())),
             ),
-            (None, _) if self.blocks.fast => (
-                crate::model::emit::process_sink(self.topo, p, self.t_start, true),
-                Box::new(PerfettoSeq::new(kernel_seq, false, 0).compressed()),
-            ),
-            (None, _) => (
-                crate::model::emit::process_sink(self.topo, p, self.t_start, false),
-                Box::new(PerfettoSeq::new(kernel_seq, false, 0)),
-            ),
+            (None, _) => {
+                let fast = self.blocks.fast;
+                let groups = crate::model::emit::process_groups(self.topo, p, self.t_start, fast);
+                let kernel = PerfettoSeq::new(kernel_seq, false, 0);
+                let recorder = Recorder::new(groups.groups());
+                (
+                    ProcSink::Recorded(Box::new((recorder, groups))),
+                    Box::new(if fast { kernel.compressed() } else { kernel }),
+                )
+            }
         }
     }
 
@@ -199,14 +213,15 @@ impl ModelPass<'_> {
         let mut obs = SectionSet(template.iter().map(|s| s.fresh(self.topo)).collect());
         // Track uuids from the process's own range: the same whatever the worker order.
         let uuids = AtomicU64::new(self.topo.dynamic_uuids(index));
-        let mut model = ProcessModel::new(
-            self.topo,
-            self.ud,
-            p.index,
-            self.mopts,
-            &uuids,
-            sink.as_mut(),
-        );
+        let mut out = match &mut sink {
+            ProcSink::Direct(s) => Output::Direct(s.as_mut()),
+            ProcSink::Recorded(r) => {
+                let (rec, groups) = &mut **r;
+                Output::Recorded(rec, groups)
+            }
+        };
+        let mut model =
+            ProcessModel::new(self.topo, self.ud, p.index, self.mopts, &uuids, out.sink());
         model.progress = Some(self.progress.counter());
         let mut flush = |b: Vec<u8>| {
             if b.is_empty() || !self.output {
@@ -214,13 +229,7 @@ impl ModelPass<'_> {
             }
             let _ = tx.send(Block::Data(index, self.blocks.finish(b)));
         };
-        let issues = model.run(
-            input,
-            sink.as_mut(),
-            kernel_sink.as_mut(),
-            &mut obs,
-            &mut flush,
-        );
+        let issues = model.run(input, out, kernel_sink.as_mut(), &mut obs, &mut flush);
         let _ = tx.send(Block::Done(index));
         let warn = issues
             .into_iter()

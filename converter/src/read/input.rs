@@ -146,7 +146,7 @@ pub fn release_chunk(input: &LogInput, chunk: &ChunkInfo) {
 /// How many consumed bytes of a chunk a reader keeps resident before it releases them: a
 /// process's reader holds about this much per writer thread, so that hundreds of logs read in
 /// lock-step (the causality join) stay within a flat memory budget whatever the chunk size.
-pub const RELEASE_WINDOW: usize = 64 << 10;
+pub const RELEASE_WINDOW: usize = 512 << 10;
 
 /// Timestamp of a record: every record kind has its `ts` at offset 8.
 #[inline]
@@ -246,20 +246,31 @@ impl<'a> ChunkRecords<'a> {
     /// at a damaged record (then reported into `issues`).
     #[inline]
     pub fn next(&mut self, issues: &mut Vec<RecordIssue>) -> Option<RawRecord<'a>> {
+        let mut r = RawRecord::new(0, 0, &[]);
+        self.next_into(issues, &mut r).then_some(r)
+    }
+
+    /// [`ChunkRecords::next`] into `out` (false: none, `out` unchanged).
+    #[inline(always)]
+    pub fn next_into(&mut self, issues: &mut Vec<RecordIssue>, out: &mut RawRecord<'a>) -> bool {
         loop {
             // Compact records come out expanded, their context records are consumed.
-            match self.next_in_file(issues)? {
-                Decoded::Record(r) => return Some(r),
-                Decoded::Context => continue,
-                Decoded::Damaged(_) => {
-                    self.damaged(issues);
-                    return None;
+            match self.next_in_file(issues) {
+                Some(Decoded::Record(r)) => {
+                    *out = r;
+                    return true;
                 }
+                Some(Decoded::Context) => continue,
+                Some(Decoded::Damaged(_)) => {
+                    self.damaged(issues);
+                    return false;
+                }
+                None => return false,
             }
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn next_in_file(&mut self, issues: &mut Vec<RecordIssue>) -> Option<Decoded<'a>> {
         let rest = self.bytes.get(self.pos..)?;
         if rest.len() >= 8 {
@@ -323,39 +334,54 @@ impl<'a> ChunkRecords<'a> {
 /// changed. See schemas/FORMAT.md, "Record order".
 pub const REORDER_WINDOW: usize = 8;
 
+/// Ring slots of a cursor: the window's records, the one handed out last (valid until the
+/// next pop) and room to spare.
+const RING: usize = 16;
+
 /// One writer thread's records in time order (its chunks one after another, sorted within a
-/// window of [`REORDER_WINDOW`] records).
+/// window of [`REORDER_WINDOW`] records). The records read ahead stay in a ring of slots where
+/// they were decoded; only their slot numbers are sorted, and [`ThreadCursor::pop`] lends the
+/// record in place (no copy of the record).
 pub struct ThreadCursor<'a> {
     input: &'a LogInput,
     chunks: &'a [ChunkInfo],
     next_chunk: usize,
     iter: Option<ChunkRecords<'a>>,
-    head: Option<(u64, RawRecord<'a>)>,
-    /// Records read ahead, sorted by time (stable).
-    window: std::collections::VecDeque<(u64, RawRecord<'a>)>,
+    ring: Box<[(u64, RawRecord<'a>); RING]>,
+    /// Slots of the records read ahead, sorted by time (stable): `order[0]` is the head.
+    order: [u8; REORDER_WINDOW],
+    len: usize,
+    /// Free slots (bit i: slot i).
+    free: u16,
+    /// The slot lent by the last pop, freed by the next.
+    lent: Option<u8>,
     /// Timestamp of the record read last (for a record too short to carry one).
     last_ts: u64,
 }
 
 impl<'a> ThreadCursor<'a> {
     fn new(input: &'a LogInput, chunks: &'a [ChunkInfo], issues: &mut Vec<RecordIssue>) -> Self {
+        let none = (0, RawRecord::new(0, 0, &[]));
         let mut c = ThreadCursor {
             input,
             chunks,
             next_chunk: 0,
             iter: None,
-            head: None,
-            window: std::collections::VecDeque::with_capacity(REORDER_WINDOW),
+            ring: Box::new([none; RING]),
+            order: [0; REORDER_WINDOW],
+            len: 0,
+            free: u16::MAX,
+            lent: None,
             last_ts: 0,
         };
-        c.advance(issues);
+        c.fill(issues);
         c
     }
 
     /// Timestamp of the next record.
     #[inline]
     pub fn head_ts(&self) -> Option<u64> {
-        self.head.map(|h| h.0)
+        (self.len > 0).then(|| self.ring[self.order[0] as usize].0)
     }
 
     /// Releases every page of the chunk being read from the resident set, the head's included
@@ -368,57 +394,77 @@ impl<'a> ThreadCursor<'a> {
         }
     }
 
-    /// Takes the next record.
+    /// Takes the next record (lent until the next call).
     #[inline]
-    pub fn pop(&mut self, issues: &mut Vec<RecordIssue>) -> Option<(u64, RawRecord<'a>)> {
-        let h = self.head.take()?;
-        self.advance(issues);
-        Some(h)
+    pub fn pop(&mut self, issues: &mut Vec<RecordIssue>) -> Option<(u64, &RawRecord<'a>)> {
+        let h = self.take_head(issues)?;
+        let (ts, r) = &self.ring[h];
+        Some((*ts, r))
     }
 
-    #[inline]
-    fn advance(&mut self, issues: &mut Vec<RecordIssue>) {
-        while self.window.len() < REORDER_WINDOW {
-            let Some(r) = self.next_record(issues) else {
-                break;
+    /// Takes the head out of the window (its slot stays lent), refills the window and returns
+    /// the head's slot.
+    #[inline(always)]
+    fn take_head(&mut self, issues: &mut Vec<RecordIssue>) -> Option<usize> {
+        if let Some(l) = self.lent.take() {
+            self.free |= 1 << l;
+        }
+        if self.len == 0 {
+            return None;
+        }
+        let h = self.order[0];
+        self.order.copy_within(1..self.len, 0);
+        self.len -= 1;
+        self.lent = Some(h);
+        self.fill(issues);
+        Some(h as usize)
+    }
+
+    /// Reads records until the window holds [`REORDER_WINDOW`] (or the thread ends), each
+    /// decoded into a free slot and inserted after every record with a time ≤ its own
+    /// (usually at the end).
+    #[inline(always)]
+    fn fill(&mut self, issues: &mut Vec<RecordIssue>) {
+        while self.len < REORDER_WINDOW {
+            let slot = self.free.trailing_zeros() as usize;
+            let read = match self.iter.as_mut() {
+                Some(it) => it.next_into(issues, &mut self.ring[slot].1),
+                None => false,
             };
-            let ts = record_ts(r.record_bytes()).unwrap_or(self.last_ts);
-            self.last_ts = ts;
-            // Stable insertion: after every record with a time ≤ ts (usually at the end).
-            if self.window.back().is_none_or(|b| b.0 <= ts) {
-                self.window.push_back((ts, r));
-                continue;
+            if !read && !self.next_chunk_record(issues, slot) {
+                break;
             }
-            let mut at = self.window.len() - 1;
-            while at > 0 && self.window[at - 1].0 > ts {
+            let ts = record_ts(self.ring[slot].1.record_bytes()).unwrap_or(self.last_ts);
+            self.last_ts = ts;
+            self.ring[slot].0 = ts;
+            self.free &= !(1 << slot);
+            let mut at = self.len;
+            while at > 0 && self.ring[self.order[at - 1] as usize].0 > ts {
                 at -= 1;
             }
-            self.window.insert(at, (ts, r));
+            if at < self.len {
+                self.order.copy_within(at..self.len, at + 1);
+            }
+            self.order[at] = slot as u8;
+            self.len += 1;
         }
-        self.head = self.window.pop_front();
     }
 
-    /// The thread's next record in log order.
-    #[inline]
-    fn next_record(&mut self, issues: &mut Vec<RecordIssue>) -> Option<RawRecord<'a>> {
-        if let Some(r) = self.iter.as_mut().and_then(|it| it.next(issues)) {
-            return Some(r);
-        }
-        self.next_chunk_record(issues)
-    }
-
+    /// The thread's next record in log order from its next chunks, into ring slot `slot`.
     #[cold]
-    fn next_chunk_record(&mut self, issues: &mut Vec<RecordIssue>) -> Option<RawRecord<'a>> {
+    fn next_chunk_record(&mut self, issues: &mut Vec<RecordIssue>, slot: usize) -> bool {
         loop {
-            if let Some(r) = self.iter.as_mut().and_then(|it| it.next(issues)) {
-                return Some(r);
+            if let Some(it) = self.iter.as_mut() {
+                if it.next_into(issues, &mut self.ring[slot].1) {
+                    return true;
+                }
             }
             self.iter = None;
             if self.next_chunk > 0 {
                 release_chunk(self.input, &self.chunks[self.next_chunk - 1]);
             }
             if self.next_chunk >= self.chunks.len() {
-                return None;
+                return false;
             }
             let c = &self.chunks[self.next_chunk];
             self.next_chunk += 1;
@@ -438,7 +484,8 @@ impl Drop for MergedRecords<'_> {
 /// K-way merge of a process's per-thread record streams by timestamp.
 pub struct MergedRecords<'a> {
     cursors: Vec<ThreadCursor<'a>>,
-    /// The cursor that ran out last, parked at the next step.
+    /// The cursor that ran out last (its last record is the one lent), parked at the next
+    /// step.
     exhausted: Option<ThreadCursor<'a>>,
     /// Damaged records met so far.
     pub issues: Vec<RecordIssue>,
@@ -452,7 +499,7 @@ impl<'a> MergedRecords<'a> {
             .iter()
             .map(|(_, chunks)| ThreadCursor::new(input, chunks, &mut issues))
             .collect();
-        cursors.retain(|c| c.head.is_some());
+        cursors.retain(|c| c.len > 0);
         MergedRecords {
             cursors,
             exhausted: None,
@@ -462,18 +509,13 @@ impl<'a> MergedRecords<'a> {
 
     /// Timestamp of the next record without consuming it.
     pub fn peek_ts(&self) -> Option<u64> {
-        self.cursors
-            .iter()
-            .filter_map(|c| c.head.map(|h| h.0))
-            .min()
+        self.cursors.iter().filter_map(|c| c.head_ts()).min()
     }
-}
 
-impl<'a> Iterator for MergedRecords<'a> {
-    type Item = (u64, RawRecord<'a>);
-
+    /// The next record of the process in time order (lent until the next call).
     #[inline]
-    fn next(&mut self) -> Option<Self::Item> {
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Option<(u64, &RawRecord<'a>)> {
         if let Some(mut done) = self.exhausted.take() {
             done.park();
         }
@@ -481,15 +523,15 @@ impl<'a> Iterator for MergedRecords<'a> {
             0 => return None,
             1 => 0,
             2 => {
-                let a = self.cursors[0].head.map_or(u64::MAX, |h| h.0);
-                let b = self.cursors[1].head.map_or(u64::MAX, |h| h.0);
+                let a = self.cursors[0].head_ts().unwrap_or(u64::MAX);
+                let b = self.cursors[1].head_ts().unwrap_or(u64::MAX);
                 (b < a) as usize
             }
             _ => {
                 let mut best = 0;
                 let mut best_ts = u64::MAX;
                 for (i, c) in self.cursors.iter().enumerate() {
-                    if let Some((ts, _)) = c.head {
+                    if let Some(ts) = c.head_ts() {
                         if ts < best_ts {
                             best_ts = ts;
                             best = i;
@@ -500,16 +542,16 @@ impl<'a> Iterator for MergedRecords<'a> {
             }
         };
         let c = &mut self.cursors[best];
-        let out = c.head.take();
-        c.advance(&mut self.issues);
-        if c.head.is_none() {
+        let slot = c.take_head(&mut self.issues)?;
+        let cur = if c.len == 0 {
             // The caller reads the record returned now from the chunk's pages: the exhausted
             // cursor releases them at the next call (or when the merge is dropped).
-            if let Some(mut done) = self.exhausted.replace(self.cursors.swap_remove(best)) {
-                done.park();
-            }
-        }
-        out
+            self.exhausted.insert(self.cursors.swap_remove(best))
+        } else {
+            &self.cursors[best]
+        };
+        let (ts, r) = &cur.ring[slot];
+        Some((*ts, r))
     }
 }
 

@@ -377,30 +377,28 @@ impl Section for TrafficSkew {
         Box::new(TrafficSkew::default())
     }
     fn observe(&mut self, p: &Process, ev: &ModelEvent<'_>) {
-        if let ModelEvent::WrDone {
-            qp,
-            opcode,
-            bytes,
-            status: 0,
-            ..
+        if let ModelEvent::WrsDone {
+            qp, wrs, status: 0, ..
         } = *ev
         {
-            let write = matches!(
-                opcode,
-                verbs::wr::RDMA_WRITE
-                    | verbs::wr::RDMA_WRITE_WITH_IMM
-                    | verbs::wr::SEND
-                    | verbs::wr::SEND_WITH_IMM
-                    | verbs::wr::SEND_WITH_INV
-            );
             let e = self.entry(p, qp.qpn);
-            classify(
-                &mut e.posted,
-                bytes as u64,
-                opcode == verbs::wr::RDMA_READ,
-                write,
-                is_verbs_atomic(opcode),
-            );
+            for w in wrs {
+                let write = matches!(
+                    w.opcode,
+                    verbs::wr::RDMA_WRITE
+                        | verbs::wr::RDMA_WRITE_WITH_IMM
+                        | verbs::wr::SEND
+                        | verbs::wr::SEND_WITH_IMM
+                        | verbs::wr::SEND_WITH_INV
+                );
+                classify(
+                    &mut e.posted,
+                    w.bytes as u64,
+                    w.opcode == verbs::wr::RDMA_READ,
+                    write,
+                    is_verbs_atomic(w.opcode),
+                );
+            }
         }
     }
     fn record(&mut self, p: &Process, _t: i64, rec: &Record<'_>) {

@@ -156,18 +156,16 @@ impl Section for Traffic {
         })
     }
     fn observe(&mut self, p: &Process, ev: &ModelEvent<'_>) {
-        if let ModelEvent::WrDone {
-            qp,
-            opcode,
-            bytes,
-            status: 0,
-            ..
+        if let ModelEvent::WrsDone {
+            qp, wrs, status: 0, ..
         } = *ev
         {
             if let Some((pp, _)) = qp.peer {
                 let q = self.qp(p.index, qp.qpn);
                 if !q.seen {
-                    PeerSums::add(&mut q.verbs, pp, verbs_kind(opcode), bytes as u64);
+                    for w in wrs {
+                        PeerSums::add(&mut q.verbs, pp, verbs_kind(w.opcode), w.bytes as u64);
+                    }
                 }
             }
         }
@@ -383,28 +381,28 @@ impl Section for QpTable {
     }
     fn observe(&mut self, p: &Process, ev: &ModelEvent<'_>) {
         match *ev {
-            ModelEvent::WrDone {
+            ModelEvent::WrsDone {
                 qp,
-                bytes,
-                post,
+                wrs,
                 done,
                 status,
-                ..
             } => {
                 let r = self.row(p.index, qp.qpn);
-                r.ops += 1;
-                if status != 0 {
-                    r.errors += 1;
-                } else {
-                    r.bytes += bytes as u64;
+                for w in wrs {
+                    r.ops += 1;
+                    if status != 0 {
+                        r.errors += 1;
+                    } else {
+                        r.bytes += w.bytes as u64;
+                    }
+                    let lat = (done - w.post).max(0) as u64;
+                    r.max_ns = r.max_ns.max(lat);
+                    let b = bucket(lat);
+                    if b >= r.hist.len() {
+                        r.hist.resize(b + 1, 0);
+                    }
+                    r.hist[b] += 1;
                 }
-                let lat = (done - post).max(0) as u64;
-                r.max_ns = r.max_ns.max(lat);
-                let b = bucket(lat);
-                if b >= r.hist.len() {
-                    r.hist.resize(b + 1, 0);
-                }
-                r.hist[b] += 1;
             }
             ModelEvent::RecvDone { qp, status, .. } => {
                 let r = self.row(p.index, qp.qpn);

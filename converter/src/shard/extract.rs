@@ -52,7 +52,7 @@ pub fn write(input: &LogInput, p: &Process, path: &Path) -> Result<u64, ConvertE
     for ((tid, _), mut cur) in input.threads.iter().zip(input.thread_cursors()) {
         let mut w = log.thread_writer(*tid);
         while let Some((ts, r)) = cur.pop(&mut issues) {
-            let ok = match Hot::of(&r) {
+            let ok = match Hot::of(r) {
                 Some(Hot::PostSend(ps)) if verbs::consumes_recv(ps.opcode) => w.append(ps),
                 Some(Hot::Completion(wc)) if is_received_message(wc) && wc.qpn != 0 => w.append(wc),
                 Some(Hot::Completion(wc)) if is_received_message(wc) => {

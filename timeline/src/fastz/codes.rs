@@ -234,6 +234,7 @@ pub(super) fn rle(lens: &[u8]) -> Vec<(u8, u8)> {
 }
 
 /// Huffman codes of the current block, packed as `code | length << 16` (code bit-reversed).
+#[derive(Clone)]
 pub(super) struct Tables2 {
     pub(super) lit: [u32; 286],
     pub(super) dist: [u32; 30],
@@ -273,11 +274,15 @@ impl Tables2 {
     }
 
     /// The fixed Huffman code of RFC 1951 (BTYPE 01).
-    pub(super) fn fixed() -> Self {
-        let mut ll = [8u8; 288];
-        ll[144..256].fill(9);
-        ll[256..280].fill(7);
-        Self::from_lengths(&ll, &[5u8; 32])
+    /// The fixed code (RFC 1951, 3.2.6), built once.
+    pub(super) fn fixed() -> &'static Self {
+        static FIXED: std::sync::OnceLock<Tables2> = std::sync::OnceLock::new();
+        FIXED.get_or_init(|| {
+            let mut ll = [8u8; 288];
+            ll[144..256].fill(9);
+            ll[256..280].fill(7);
+            Self::from_lengths(&ll, &[5u8; 32])
+        })
     }
 }
 

@@ -101,6 +101,9 @@ pub struct FastZ {
     pend_dist: usize,
     /// Distance of the latest match (0: none in this stream): the first candidate.
     last_dist: usize,
+    /// No stream started since the last one ended: the next packet starts one (a sequence
+    /// that ends never pays for the code tables of a block it does not write).
+    idle: bool,
 }
 
 impl Default for FastZ {
@@ -114,7 +117,7 @@ impl FastZ {
         let mut z = FastZ {
             lit_freq: [0; 286],
             dist_freq: [0; 30],
-            codes: Box::new(Tables2::fixed()),
+            codes: Box::new(Tables2::fixed().clone()),
             tokens: 0,
             bits: Bits {
                 out: Vec::new(),
@@ -131,12 +134,23 @@ impl FastZ {
             pend_len: 0,
             pend_dist: 0,
             last_dist: 0,
+            idle: false,
         };
         z.start_stream();
         z
     }
 
+    /// Starts the stream if the last one ended (see `idle`).
+    #[inline(always)]
+    fn wake(&mut self) {
+        if self.idle {
+            self.start_stream();
+        }
+    }
+
+    #[cold]
     fn start_stream(&mut self) {
+        self.idle = false;
         self.bits.acc = 0;
         self.bits.n = 0;
         self.bits.pos = 0;
@@ -154,7 +168,7 @@ impl FastZ {
     fn start_block(&mut self) {
         self.bits.room(512);
         if !self.trained {
-            *self.codes = Tables2::fixed();
+            self.codes.as_mut().clone_from(Tables2::fixed());
             self.bits.put(0b010, 3); // BFINAL 0, BTYPE 01
         } else {
             // Every symbol stays codable (+1): the block's own tokens are not known yet.
@@ -243,6 +257,7 @@ impl FastZ {
     /// packet; the one that matches most of the packet's first 64 bytes is used.
     #[inline]
     pub fn packet(&mut self, buf: &[u8], start: usize, key: u64, ty: usize) {
+        self.wake();
         debug_assert_eq!(start, self.done);
         let end = buf.len();
         let abs = self.stream + start as u64;
@@ -315,7 +330,46 @@ impl FastZ {
                 }
             }
         }
-        let (mut mask, d, _) = best;
+        let (mask, d, _) = best;
+        self.tokens_at(buf, start, mask, d);
+    }
+
+    /// Tokenizes one small packet `buf[start..]` (at most 64 bytes) against the packet the
+    /// caller knows it resembles most, `d` bytes earlier (the last one of its track and type):
+    /// no other candidate is tried. `ty` as in [`FastZ::packet`].
+    #[inline]
+    pub fn against(&mut self, buf: &[u8], start: usize, d: usize, ty: usize) {
+        self.wake();
+        debug_assert_eq!(start, self.done);
+        let end = buf.len();
+        debug_assert!(0 < d && d <= start && d <= WINDOW && end - start <= SEG);
+        let abs = self.stream + start as u64;
+        self.by_type[ty & 7] = abs + 1;
+        self.prev = abs + 1;
+        self.bits.room(2 * (end - start) + 32);
+        let seg = end - start;
+        let full = u64::MAX >> (64 - seg.max(1));
+        // A packet equal throughout to the one at the latest match distance (the same place
+        // in the burst before) goes on with that match.
+        let dr = self.last_dist;
+        if dr != 0 && dr != d && dr <= start && eq_mask(buf, start, start - dr, seg) == full {
+            self.run(buf, start, seg, dr);
+            return self.packet_done(buf, end);
+        }
+        let m = eq_mask(buf, start, start - d, seg);
+        if seg > 0 && m == full {
+            self.run(buf, start, seg, d);
+            self.packet_done(buf, end);
+        } else {
+            self.tokens_at(buf, start, m, d);
+        }
+    }
+
+    /// Writes `buf[start..]` as runs of the bytes `d` earlier where `mask` (the equal bytes of
+    /// the first segment) says they are equal, and literals elsewhere.
+    #[inline(always)]
+    fn tokens_at(&mut self, buf: &[u8], start: usize, mut mask: u64, d: usize) {
+        let end = buf.len();
         let mut pos = start;
         loop {
             let seg = (end - pos).min(SEG);
@@ -379,21 +433,27 @@ impl FastZ {
     }
 
     /// Writes the pending match, which ends at `at` (as literals when shorter than 3).
-    #[inline]
+    #[inline(always)]
     fn flush(&mut self, buf: &[u8], at: usize) {
         let len = self.pend_len;
-        if len == 0 {
-            return;
-        }
         if len >= 3 {
             self.matched(len, self.pend_dist);
             self.tokens += 1;
-        } else {
-            for &b in &buf[at - len..at] {
-                self.lit(b);
-            }
-            self.tokens += len;
+            self.pend_len = 0;
+        } else if len > 0 {
+            self.flush_short(buf, at);
         }
+    }
+
+    /// A pending match of 1 or 2 bytes, written as literals.
+    #[cold]
+    #[inline(never)]
+    fn flush_short(&mut self, buf: &[u8], at: usize) {
+        let len = self.pend_len;
+        for &b in &buf[at - len..at] {
+            self.lit(b);
+        }
+        self.tokens += len;
         self.pend_len = 0;
     }
 
@@ -413,7 +473,7 @@ impl FastZ {
     /// length): nothing is compared or searched. A pending match at `d` goes on, else the
     /// packet is one match at `d` and literals. `ty` (< 8) as in [`FastZ::packet`].
     #[allow(clippy::too_many_arguments)]
-    #[inline]
+    #[inline(always)]
     pub fn repeat(
         &mut self,
         buf: &[u8],
@@ -424,6 +484,7 @@ impl FastZ {
         tail_eq: usize,
         ty: usize,
     ) {
+        self.wake();
         debug_assert_eq!(start, self.done);
         let end = buf.len();
         let n = end - start;
@@ -456,6 +517,40 @@ impl FastZ {
         self.packet_done(buf, end);
     }
 
+    /// Takes one packet `buf[start..]` equal to the bytes `d` earlier when the match in
+    /// progress is at distance `d` and ends at `start`: the match goes on over it (nothing
+    /// compared or written). False (nothing done) otherwise. `ty` as in [`FastZ::packet`].
+    #[inline(always)]
+    pub fn extend(&mut self, buf: &[u8], start: usize, d: usize, ty: usize) -> bool {
+        if self.pend_len == 0 || self.pend_dist != d || start != self.done {
+            return false;
+        }
+        let end = buf.len();
+        let abs = self.stream + start as u64;
+        self.by_type[ty & 7] = abs + 1;
+        self.prev = abs + 1;
+        self.pend_len += end - start;
+        self.done = end;
+        if self.pend_len > MAX_MATCH {
+            self.long_match(buf, end);
+        }
+        true
+    }
+
+    /// A pending match longer than one token: the full-length tokens it holds are written
+    /// (the rest stays pending), and the block ends when it is full.
+    #[cold]
+    #[inline(never)]
+    fn long_match(&mut self, buf: &[u8], end: usize) {
+        self.bits.room(64);
+        while self.pend_len > MAX_MATCH {
+            self.matched(MAX_MATCH, self.pend_dist);
+            self.tokens += 1;
+            self.pend_len -= MAX_MATCH;
+        }
+        self.packet_done(buf, end);
+    }
+
     /// Writes the pending match (which ends at `from`), then `buf[from..to]` as literals.
     #[inline(always)]
     fn lits(&mut self, buf: &[u8], from: usize, to: usize) {
@@ -482,6 +577,7 @@ impl FastZ {
 
     /// Like [`FastZ::finish`], handing the zlib bytes to `f` without copying them first.
     pub fn finish_with<R>(&mut self, buf: &[u8], f: impl FnOnce(&[u8]) -> R) -> R {
+        self.wake();
         debug_assert_eq!(buf.len(), self.done);
         self.bits.room(16);
         self.flush(buf, buf.len());
@@ -497,7 +593,7 @@ impl FastZ {
         self.bits.out[p..p + 4].copy_from_slice(&adler.to_be_bytes());
         let r = f(&self.bits.out[..p + 4]);
         self.stream += buf.len() as u64 + WINDOW as u64;
-        self.start_stream();
+        self.idle = true;
         r
     }
 }

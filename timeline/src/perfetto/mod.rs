@@ -41,6 +41,13 @@ const DA_POINTER: u8 = 0x38; // 7
                              // InternedData
 const ID_EVENT_NAMES: u8 = 0x12; // 2
 const ID_ANNOTATION_NAMES: u8 = 0x1a; // 3
+/// TracePacket.track_descriptor (60, LEN) and the TrackDescriptor fields of a lane.
+const TAG_TRACK_DESCRIPTOR: [u8; 2] = [0xe2, 0x03];
+const TD_UUID: u8 = 0x08; // 1, VARINT
+const TD_NAME: u8 = 0x12; // 2, LEN
+const TD_PARENT: u8 = 0x28; // 5, VARINT
+const TD_MERGE_BEHAVIOR: u8 = 0x78; // 15, VARINT
+const TD_MERGE_KEY: [u8; 2] = [0x82, 0x01]; // 16, LEN
 /// TracePacket.compressed_packets (50, LEN).
 const TAG_COMPRESSED: [u8; 2] = [0x92, 0x03];
 
@@ -228,12 +235,16 @@ struct Template {
 /// before the timestamp are fewer: at most 30).
 const REPEAT_COPY: usize = 32;
 
+/// The name part of the `kind` of a template that is not a plain packet (with a value or
+/// flows): no name index + 1 reaches it.
+const NOT_PLAIN: u64 = 1 << 31;
+
 /// Template slots per sequence (direct-mapped by track and type).
-const TEMPLATE_SLOTS: usize = 1024;
+const TEMPLATE_SLOTS: usize = 8192;
 
 #[inline(always)]
 fn template_slot(track: u64, ty: i32) -> usize {
-    ((track << 2 | (ty as u64 & 3)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 54) as usize
+    ((track << 2 | (ty as u64 & 3)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 51) as usize
 }
 
 /// Candidate-table type slots of non-event packets (event types are 1..=4).
@@ -251,7 +262,7 @@ impl PerfettoSeq {
             last_ts: base_ts,
             started: false,
             base_ts,
-            buf: Vec::with_capacity(1 << 20),
+            buf: Vec::with_capacity(1 << 18),
             interned: Vec::with_capacity(256),
             scratch: Vec::with_capacity(256),
             names: Vec::new(),
@@ -353,22 +364,47 @@ impl PerfettoSeq {
     /// this block ([`Template`]): its bytes up to the timestamp copied, the frame length and
     /// the timestamp delta written, compressed as a match at the known distance. False when
     /// there is no such packet within the compressor's window (the slot is made ready).
-    #[inline]
-    fn repeat(&mut self, ty: i32, track: u64, name: Option<Name>, tsf: u64) -> bool {
-        if self.templates.is_empty() {
-            self.templates = vec![Template::default(); TEMPLATE_SLOTS];
-        }
+    /// `name1`: the name + 1 (0: none); a template of this track, type and name in the
+    /// block means the name is interned already. The timestamp is taken only when the packet
+    /// is written.
+    #[inline(always)]
+    fn repeat(&mut self, ty: i32, track: u64, name1: u64, ts: u64) -> bool {
         let slot = template_slot(track, ty);
-        let t = self.templates[slot];
+        let Some(&t) = self.templates.get(slot) else {
+            return false;
+        };
         let start = self.buf.len();
-        let kind = (ty as u64) << 32 | name.map_or(0, |n| n.0 as u64 + 1);
+        let kind = (ty as u64) << 32 | name1;
         if t.epoch != self.epoch || t.track != track || t.kind != kind || start - t.at > WINDOW {
             return false;
         }
         let Some(z) = &mut self.z else {
             return false;
         };
+        let tsf = if self.incremental {
+            let ts = ts.max(self.last_ts);
+            let d = ts - self.last_ts;
+            self.last_ts = ts;
+            d
+        } else {
+            ts
+        };
         let plen = t.plen as usize;
+        let d = start - t.at;
+        if tsf == t.ts && t.at + REPEAT_COPY <= start {
+            // The same delta: the packet is its template's bytes, which continue the match
+            // in progress when that is at the template's distance.
+            let n = plen + t.tlen as usize;
+            let mut a = [0u8; REPEAT_COPY];
+            a.copy_from_slice(&self.buf[t.at..t.at + REPEAT_COPY]);
+            self.buf.extend_from_slice(&a);
+            self.buf.truncate(start + n);
+            if z.extend(&self.buf, start, d, ty as usize) {
+                self.templates[slot].at = start;
+                return true;
+            }
+            self.buf.truncate(start);
+        }
         let tlen = varint_len(tsf);
         if t.at + REPEAT_COPY <= start && tlen <= 8 {
             // One fixed-size copy: the template's first bytes, the frame length, the delta.
@@ -395,15 +431,7 @@ impl PerfettoSeq {
         } else {
             0
         };
-        z.repeat(
-            &self.buf,
-            start,
-            start - t.at,
-            plen,
-            same_len,
-            tail_eq,
-            ty as usize,
-        );
+        z.repeat(&self.buf, start, d, plen, same_len, tail_eq, ty as usize);
         self.templates[slot] = Template {
             at: start,
             tlen: tlen as u8,
@@ -411,6 +439,69 @@ impl PerfettoSeq {
             ..t
         };
         true
+    }
+
+    /// A packet without args or interned data (at most two flows), written in one piece
+    /// ([`small_packet`]) and compressed against the last packet of its track and type when
+    /// there is one in the block (else against the compressor's own candidates); it becomes
+    /// its track's template.
+    #[inline]
+    fn small_event(
+        &mut self,
+        (ty, track, tsf): (i32, u64, u64),
+        name: Option<Name>,
+        value: Option<i64>,
+        extra: &Extra<'_>,
+        plain: bool,
+    ) {
+        let name1 = name.map_or(0, |n| n.0 as u64 + 1);
+        if self.templates.is_empty() {
+            self.templates = vec![Template::default(); TEMPLATE_SLOTS];
+        }
+        let start = self.buf.len();
+        let len = small_packet(&mut self.buf, self.seq, ty, track, name, value, extra, tsf);
+        debug_assert_eq!(self.buf.len(), start + len);
+        let slot = template_slot(track, ty);
+        let t = self.templates[slot];
+        let shaped = t.epoch == self.epoch
+            && t.track == track
+            && t.kind >> 32 & 0xff == ty as u64
+            && start - t.at <= WINDOW;
+        if let Some(z) = &mut self.z {
+            if shaped {
+                // The last packet of its track and type: the same layout.
+                z.against(&self.buf, start, start - t.at, ty as usize);
+            } else {
+                z.packet(&self.buf, start, (track << 3 | ty as u64) + 1, ty as usize);
+            }
+        }
+        // A packet with a value or flows is a template for the layout only (`against`),
+        // never repeated by copy (its kind matches no plain packet's).
+        let tlen = varint_len(tsf);
+        self.templates[slot] = Template {
+            track,
+            kind: (ty as u64) << 32 | if plain { name1 } else { NOT_PLAIN },
+            at: start,
+            epoch: self.epoch,
+            plen: (len - tlen) as u8,
+            tlen: tlen as u8,
+            ts: tsf,
+        };
+    }
+
+    /// A lane's descriptor ([`lane_packet`]); the last descriptor of a lane of the same parent
+    /// (the same bytes but the uuid) is the compressor's first candidate.
+    fn lane_descriptor(&mut self, uuid: u64, parent: u64, key: &str) {
+        let at = self.buf.len();
+        lane_packet(&mut self.buf, uuid, parent, key);
+        if let Some(z) = &mut self.z {
+            z.packet(
+                &self.buf,
+                at,
+                (parent << 3 | TY_DESCRIPTOR as u64) + 1,
+                TY_DESCRIPTOR,
+            );
+        }
     }
 
     /// Writes one TrackEvent packet. Any field order is valid protobuf; for the structured
@@ -430,6 +521,14 @@ impl PerfettoSeq {
         if !self.started {
             self.start();
         }
+        let small = self.z.is_some()
+            && extra.args.is_empty()
+            && extra.flows.len() + extra.terminating.len() <= 2;
+        let plain = value.is_none() && extra.flows.is_empty() && extra.terminating.is_empty();
+        let name1 = name.map_or(0, |n| n.0 as u64 + 1);
+        if small && plain && self.repeat(ty, track, name1, ts) {
+            return;
+        }
         if let Some(n) = name {
             if !self.names[n.0 as usize].1 {
                 self.intern_name(n);
@@ -443,34 +542,8 @@ impl PerfettoSeq {
         let tsf = self.ts_field(ts);
         // With fastz the layout puts what varies last (see `small_packet`); plain and zlib
         // output keep field-number order, which zlib matches best.
-        if self.z.is_some()
-            && extra.args.is_empty()
-            && self.interned.is_empty()
-            && extra.flows.len() + extra.terminating.len() <= 2
-        {
-            let plain = value.is_none() && extra.flows.is_empty() && extra.terminating.is_empty();
-            if plain && self.repeat(ty, track, name, tsf) {
-                return;
-            }
-            let start = self.buf.len();
-            let len = small_packet(&mut self.buf, self.seq, ty, track, name, value, extra, tsf);
-            if let Some(z) = &mut self.z {
-                z.packet(&self.buf, start, (track << 3 | ty as u64) + 1, ty as usize);
-            }
-            debug_assert_eq!(self.buf.len(), start + len);
-            if plain {
-                let tlen = varint_len(tsf);
-                self.templates[template_slot(track, ty)] = Template {
-                    track,
-                    kind: (ty as u64) << 32 | name.map_or(0, |n| n.0 as u64 + 1),
-                    at: start,
-                    epoch: self.epoch,
-                    plen: (len - tlen) as u8,
-                    tlen: tlen as u8,
-                    ts: tsf,
-                };
-            }
-            return;
+        if small && self.interned.is_empty() {
+            return self.small_event((ty, track, tsf), name, value, extra, plain);
         }
         let te = &mut self.scratch;
         te.clear();
@@ -532,6 +605,30 @@ impl PerfettoSeq {
             z.packet(buf, start, (track << 3 | ty as u64) + 1, ty as usize);
         }
     }
+}
+
+/// Appends the framed descriptor packet of a lane — a slice track `key` under `parent`,
+/// merged by the sibling merge key `key` — with the bytes prost writes for that
+/// [`TrackDef`] ([`descriptor_packet`]: fields in tag order), without building it.
+fn lane_packet(buf: &mut Vec<u8>, uuid: u64, parent: u64, key: &str) {
+    let k = key.len() as u64;
+    let td = 1 + varint_len(uuid) + 1 + varint_len(k) + key.len() + 1 + varint_len(parent) + 2;
+    let td = td + 2 + varint_len(k) + key.len();
+    buf.push(TAG_PACKET);
+    put_varint(buf, (2 + varint_len(td as u64) + td) as u64);
+    buf.extend_from_slice(&TAG_TRACK_DESCRIPTOR);
+    put_varint(buf, td as u64);
+    buf.push(TD_UUID);
+    put_varint(buf, uuid);
+    buf.push(TD_NAME);
+    put_varint(buf, k);
+    buf.extend_from_slice(key.as_bytes());
+    buf.push(TD_PARENT);
+    put_varint(buf, parent);
+    buf.extend_from_slice(&[TD_MERGE_BEHAVIOR, proto::MERGE_BY_SIBLING_MERGE_KEY as u8]);
+    buf.extend_from_slice(&TD_MERGE_KEY);
+    put_varint(buf, k);
+    buf.extend_from_slice(key.as_bytes());
 }
 
 /// Writes a packet without args or interned data (at most two flow ids) into a stack buffer
@@ -662,6 +759,10 @@ fn fix_len(buf: &mut Vec<u8>, at: usize) {
 }
 
 impl TraceSink for PerfettoSeq {
+    fn as_dyn(&mut self) -> &mut dyn TraceSink {
+        self
+    }
+
     fn name(&mut self, s: &str) -> Name {
         if let Some(&i) = self.name_ids.get(s) {
             return Name(i);
@@ -683,11 +784,29 @@ impl TraceSink for PerfettoSeq {
     }
 
     fn track(&mut self, def: &TrackDef) {
+        let lane = match &def.kind {
+            TrackKind::Slices { merge_key: Some(k) }
+                if *k == def.name
+                    && def.description.is_none()
+                    && def.order.is_none()
+                    && !def.explicit_child_order =>
+            {
+                def.parent
+            }
+            _ => None,
+        };
+        if let Some(parent) = lane {
+            return self.lane_descriptor(def.uuid, parent, &def.name);
+        }
         let at = self.buf.len();
         frame_packet(&mut self.buf, &descriptor_packet(def));
         if let Some(z) = &mut self.z {
             z.packet(&self.buf, at, 0, TY_DESCRIPTOR);
         }
+    }
+
+    fn lane(&mut self, uuid: u64, parent: u64, key: &'static str) {
+        self.lane_descriptor(uuid, parent, key);
     }
 
     #[inline]
@@ -735,5 +854,6 @@ impl TraceSink for PerfettoSeq {
     }
 }
 
+mod replay;
 #[cfg(test)]
 mod tests;

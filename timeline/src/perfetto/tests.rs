@@ -273,3 +273,32 @@ fn compressed_sequences_decode_to_the_plain_packets() {
         assert!(z.len() * 4 < p.len(), "{} vs {}", z.len(), p.len());
     }
 }
+
+/// A lane's hand-written descriptor is the packet prost writes for its TrackDef.
+#[test]
+fn lane_descriptors_match_prost() {
+    for (uuid, parent, key) in [
+        (1u64, 2u64, "send"),
+        (0x1_2345_6789, 0x7fff_ffff_ffff, "inferred arrivals"),
+        (300, 1 << 40, "recv"),
+    ] {
+        let mut def = TrackDef::slices(uuid, Some(parent), key);
+        def.kind = TrackKind::Slices {
+            merge_key: Some(key.to_string()),
+        };
+        let mut want = Vec::new();
+        frame_packet(&mut want, &descriptor_packet(&def));
+        let mut got = Vec::new();
+        lane_packet(&mut got, uuid, parent, key);
+        assert_eq!(got, want, "{key}");
+        let mut s = PerfettoSeq::new(3, false, 0);
+        s.track(&def);
+        s.lane(uuid, parent, key);
+        let both = s.take();
+        assert_eq!(
+            both,
+            [want.clone(), want].concat(),
+            "track() and lane() write it"
+        );
+    }
+}

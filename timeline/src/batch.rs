@@ -1,0 +1,548 @@
+//! Recorded events, encoded later in batches: a producer feeds a [`Recorder`] (a
+//! [`TraceSink`] that only appends each event to its group's list, 32 bytes, no encoding)
+//! and hands the full [`EventBatch`] to [`PerfettoGroups::encode`], which encodes and
+//! compresses each group's events into its own sequence — the groups in parallel (rayon),
+//! while the producer records the next batch.
+//!
+//! The bytes do not depend on the number of threads: each group's sequence receives exactly
+//! its events in order, and after every batch the groups whose block is full are taken in
+//! group order ([`PerfettoGroups::encode`]) — the same as feeding the events to the groups
+//! directly and calling [`TraceSink::take_ready`] at every batch boundary.
+
+use std::collections::HashMap;
+
+use rayon::prelude::*;
+
+use crate::groups::PerfettoGroups;
+use crate::{ArgKey, ArgValue, Extra, Name, TraceSink, TrackDef};
+
+/// Event types of an [`Ev`] (its `meta`'s low byte).
+const BEGIN: u8 = 1;
+const END: u8 = 2;
+const INSTANT: u8 = 3;
+const COUNTER: u8 = 4;
+/// A track declaration: `x` is its index in the group's side table.
+const TRACK: u8 = 5;
+/// A lane ([`TraceSink::lane`]): `x` is the parent, the side table holds the key.
+const LANE: u8 = 6;
+/// `meta` flags: `x` is a flow the event starts, or one it terminates; `x` indexes the side
+/// table (args, or more flows).
+const FLOW: u64 = 1 << 8;
+const TERM: u64 = 1 << 9;
+const SIDE: u64 = 1 << 10;
+
+/// Events a group's list has room for at first (it grows as needed and is reused).
+const FIRST_EVENTS: usize = 1024;
+
+/// One recorded event: time, track, one value (counter value, flow id or side index) and
+/// `meta` — type (low byte), flags, name index + 1 (high 32 bits; 0: none).
+#[derive(Clone, Copy, Debug)]
+pub struct Ev {
+    pub ts: u64,
+    pub track: u64,
+    pub x: u64,
+    pub meta: u64,
+}
+
+/// An argument value held by the batch.
+#[derive(Clone, Debug)]
+enum OwnedArg {
+    U64(u64),
+    I64(i64),
+    Bool(bool),
+    Str(String),
+    Hex(u64),
+}
+
+/// What does not fit an [`Ev`]: a track declaration, or an event's args and flows.
+#[derive(Clone, Debug)]
+enum Side {
+    Track(Box<TrackDef>),
+    Lane(&'static str),
+    Extra {
+        args: Vec<(ArgKey, OwnedArg)>,
+        flows: Vec<u64>,
+        terminating: Vec<u64>,
+    },
+}
+
+/// One group's events of a batch.
+#[derive(Clone, Debug, Default)]
+pub struct GroupEvents {
+    evs: Vec<Ev>,
+    side: Vec<Side>,
+}
+
+/// The events recorded since the last batch: per group its events, and the names and arg
+/// keys interned meanwhile (in interning order).
+#[derive(Clone, Debug, Default)]
+pub struct EventBatch {
+    groups: Vec<GroupEvents>,
+    names: Vec<String>,
+    keys: Vec<String>,
+}
+
+impl EventBatch {
+    /// Events in the batch (all groups).
+    pub fn len(&self) -> usize {
+        self.groups.iter().map(|g| g.evs.len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A [`TraceSink`] that records events into an [`EventBatch`] per group (see the module
+/// documentation). Names and arg keys are interned here, in the order the encoders will
+/// intern them.
+pub struct Recorder {
+    batch: EventBatch,
+    /// An encoded batch to record the next one into.
+    spare: Option<EventBatch>,
+    cur: usize,
+    events: usize,
+    name_ids: HashMap<String, u32>,
+    key_ids: HashMap<String, u32>,
+}
+
+impl Recorder {
+    /// A recorder of `groups` groups (group `g` ≥ `groups` records into the last).
+    pub fn new(groups: usize) -> Recorder {
+        assert!(groups > 0, "at least one group");
+        Recorder {
+            batch: EventBatch {
+                groups: (0..groups)
+                    .map(|_| GroupEvents {
+                        evs: Vec::with_capacity(FIRST_EVENTS),
+                        side: Vec::new(),
+                    })
+                    .collect(),
+                ..Default::default()
+            },
+            spare: None,
+            cur: 0,
+            events: 0,
+            name_ids: HashMap::new(),
+            key_ids: HashMap::new(),
+        }
+    }
+
+    /// Takes the events recorded so far; the recorder goes on with the batch given back
+    /// last ([`Recorder::give_back`]), or a new one.
+    pub fn take_batch(&mut self) -> EventBatch {
+        self.events = 0;
+        let fresh = match self.spare.take() {
+            Some(b) => b,
+            None => EventBatch {
+                groups: (0..self.batch.groups.len())
+                    .map(|_| GroupEvents {
+                        evs: Vec::with_capacity(FIRST_EVENTS),
+                        side: Vec::new(),
+                    })
+                    .collect(),
+                ..Default::default()
+            },
+        };
+        std::mem::replace(&mut self.batch, fresh)
+    }
+
+    /// Takes back an encoded batch ([`PerfettoGroups::encode`] empties it) to record into
+    /// again: its buffers keep their capacity.
+    pub fn give_back(&mut self, mut batch: EventBatch) {
+        if batch.groups.len() == self.batch.groups.len() {
+            for g in &mut batch.groups {
+                g.evs.clear();
+                g.side.clear();
+            }
+            batch.names.clear();
+            batch.keys.clear();
+            self.spare = Some(batch);
+        }
+    }
+
+    #[inline(always)]
+    fn push(&mut self, ev: Ev) {
+        self.events += 1;
+        self.batch.groups[self.cur].evs.push(ev);
+    }
+
+    #[inline(always)]
+    fn event(&mut self, ts: u64, ty: u8, track: u64, name: Option<Name>, extra: &Extra<'_>) {
+        let meta = ty as u64 | name.map_or(0, |n| (n.0 as u64 + 1) << 32);
+        let (x, flag) = match (extra.args, extra.flows, extra.terminating) {
+            ([], [], []) => (0, 0),
+            ([], [f], []) => (*f, FLOW),
+            ([], [], [f]) => (*f, TERM),
+            _ => (self.side(extra), SIDE),
+        };
+        self.push(Ev {
+            ts,
+            track,
+            x,
+            meta: meta | flag,
+        });
+    }
+
+    #[cold]
+    fn side(&mut self, extra: &Extra<'_>) -> u64 {
+        let args = extra
+            .args
+            .iter()
+            .map(|&(k, v)| {
+                let v = match v {
+                    ArgValue::U64(x) => OwnedArg::U64(x),
+                    ArgValue::I64(x) => OwnedArg::I64(x),
+                    ArgValue::Bool(b) => OwnedArg::Bool(b),
+                    ArgValue::Str(s) => OwnedArg::Str(s.to_string()),
+                    ArgValue::Hex(x) => OwnedArg::Hex(x),
+                };
+                (k, v)
+            })
+            .collect();
+        let side = &mut self.batch.groups[self.cur].side;
+        side.push(Side::Extra {
+            args,
+            flows: extra.flows.to_vec(),
+            terminating: extra.terminating.to_vec(),
+        });
+        side.len() as u64 - 1
+    }
+}
+
+/// Interns `s` in `ids`, queueing a new one in `queue`.
+fn intern(ids: &mut HashMap<String, u32>, queue: &mut Vec<String>, s: &str) -> u32 {
+    if let Some(&i) = ids.get(s) {
+        return i;
+    }
+    let i = ids.len() as u32;
+    ids.insert(s.to_string(), i);
+    queue.push(s.to_string());
+    i
+}
+
+impl TraceSink for Recorder {
+    fn as_dyn(&mut self) -> &mut dyn TraceSink {
+        self
+    }
+
+    fn name(&mut self, s: &str) -> Name {
+        Name(intern(&mut self.name_ids, &mut self.batch.names, s))
+    }
+
+    fn arg_key(&mut self, s: &str) -> ArgKey {
+        ArgKey(intern(&mut self.key_ids, &mut self.batch.keys, s))
+    }
+
+    fn track(&mut self, def: &TrackDef) {
+        let side = &mut self.batch.groups[self.cur].side;
+        side.push(Side::Track(Box::new(def.clone())));
+        let x = side.len() as u64 - 1;
+        self.push(Ev {
+            ts: 0,
+            track: def.uuid,
+            x,
+            meta: TRACK as u64,
+        });
+    }
+
+    fn lane(&mut self, uuid: u64, parent: u64, key: &'static str) {
+        let side = &mut self.batch.groups[self.cur].side;
+        side.push(Side::Lane(key));
+        let at = side.len() as u64 - 1;
+        self.push(Ev {
+            ts: at,
+            track: uuid,
+            x: parent,
+            meta: LANE as u64,
+        });
+    }
+
+    #[inline]
+    fn begin(&mut self, ts: u64, track: u64, name: Name, extra: &Extra<'_>) {
+        self.event(ts, BEGIN, track, Some(name), extra);
+    }
+
+    #[inline]
+    fn end(&mut self, ts: u64, track: u64, extra: &Extra<'_>) {
+        self.event(ts, END, track, None, extra);
+    }
+
+    #[inline]
+    fn instant(&mut self, ts: u64, track: u64, name: Name, extra: &Extra<'_>) {
+        self.event(ts, INSTANT, track, Some(name), extra);
+    }
+
+    #[inline]
+    fn counter(&mut self, ts: u64, track: u64, value: i64) {
+        self.push(Ev {
+            ts,
+            track,
+            x: value as u64,
+            meta: COUNTER as u64,
+        });
+    }
+
+    /// Nothing is encoded here: the batch's events are pending.
+    fn pending_bytes(&self) -> usize {
+        0
+    }
+
+    /// Events recorded since the last [`Recorder::take_batch`].
+    fn recorded(&self) -> usize {
+        self.events
+    }
+
+    /// Nothing is encoded here ([`PerfettoGroups::encode`] encodes the batches).
+    fn take(&mut self) -> Vec<u8> {
+        Vec::new()
+    }
+
+    #[inline]
+    fn group(&mut self, g: u32) {
+        self.cur = (g as usize).min(self.batch.groups.len() - 1);
+    }
+}
+
+/// Feeds one group's recorded events to `sink`, in order.
+pub fn replay(events: &GroupEvents, sink: &mut dyn TraceSink) {
+    for ev in &events.evs {
+        replay_one(events, ev, sink);
+    }
+}
+
+/// Feeds one recorded event of `events` to `sink`.
+#[inline(never)]
+pub(crate) fn replay_one(events: &GroupEvents, ev: &Ev, sink: &mut dyn TraceSink) {
+    let ty = ev.meta as u8;
+    let name = match ev.meta >> 32 {
+        0 => None,
+        n => Some(Name(n as u32 - 1)),
+    };
+    if ty == TRACK {
+        if let Side::Track(def) = &events.side[ev.x as usize] {
+            sink.track(def);
+        }
+        return;
+    }
+    if ty == LANE {
+        if let Side::Lane(key) = events.side[ev.ts as usize] {
+            sink.lane(ev.track, ev.x, key);
+        }
+        return;
+    }
+    if ty == COUNTER {
+        sink.counter(ev.ts, ev.track, ev.x as i64);
+        return;
+    }
+    let one = [ev.x];
+    let owned;
+    let extra = if ev.meta & FLOW != 0 {
+        Extra {
+            flows: &one,
+            ..Extra::NONE
+        }
+    } else if ev.meta & TERM != 0 {
+        Extra {
+            terminating: &one,
+            ..Extra::NONE
+        }
+    } else if ev.meta & SIDE != 0 {
+        owned = side_extra(&events.side[ev.x as usize]);
+        owned.as_extra()
+    } else {
+        Extra::NONE
+    };
+    match (ty, name) {
+        (BEGIN, Some(n)) => sink.begin(ev.ts, ev.track, n, &extra),
+        (END, _) => sink.end(ev.ts, ev.track, &extra),
+        (INSTANT, Some(n)) => sink.instant(ev.ts, ev.track, n, &extra),
+        _ => debug_assert!(false, "recorded event of type {ty}"),
+    }
+}
+
+impl Ev {
+    /// The event's type (a Perfetto TrackEvent type: slice begin 1, end 2, instant 3,
+    /// counter 4) when it is one without args or flows and not a track declaration.
+    #[inline(always)]
+    pub(crate) fn plain_type(&self) -> Option<u8> {
+        let ty = self.meta as u8;
+        (self.meta & 0xff00 == 0 && ty < TRACK).then_some(ty)
+    }
+
+    /// The event's name + 1 (0: none).
+    #[inline(always)]
+    pub(crate) fn name1(&self) -> u64 {
+        self.meta >> 32
+    }
+}
+
+impl GroupEvents {
+    pub(crate) fn evs(&self) -> &[Ev] {
+        &self.evs
+    }
+}
+
+/// A side entry's args and flows, borrowed as [`Extra`] by [`Held::as_extra`].
+struct Held<'a> {
+    args: Vec<(ArgKey, ArgValue<'a>)>,
+    flows: &'a [u64],
+    terminating: &'a [u64],
+}
+
+impl Held<'_> {
+    fn as_extra(&self) -> Extra<'_> {
+        Extra {
+            args: &self.args,
+            flows: self.flows,
+            terminating: self.terminating,
+        }
+    }
+}
+
+fn side_extra(side: &Side) -> Held<'_> {
+    match side {
+        Side::Extra {
+            args,
+            flows,
+            terminating,
+        } => Held {
+            args: args
+                .iter()
+                .map(|(k, v)| {
+                    let v = match v {
+                        OwnedArg::U64(x) => ArgValue::U64(*x),
+                        OwnedArg::I64(x) => ArgValue::I64(*x),
+                        OwnedArg::Bool(b) => ArgValue::Bool(*b),
+                        OwnedArg::Str(s) => ArgValue::Str(s),
+                        OwnedArg::Hex(x) => ArgValue::Hex(*x),
+                    };
+                    (*k, v)
+                })
+                .collect(),
+            flows,
+            terminating,
+        },
+        Side::Track(_) | Side::Lane(_) => Held {
+            args: Vec::new(),
+            flows: &[],
+            terminating: &[],
+        },
+    }
+}
+
+impl PerfettoGroups {
+    /// Encodes a recorded batch: every group's events into its sequence (the groups in
+    /// parallel), then takes the blocks of the groups holding at least the group block, in
+    /// group order (framed, compressed when the sequences compress).
+    pub fn encode(&mut self, batch: &EventBatch) -> Vec<u8> {
+        let EventBatch {
+            groups,
+            names,
+            keys,
+        } = batch;
+        let block = self.group_block();
+        let seqs = self.seqs_mut();
+        let outs: Vec<Vec<u8>> = seqs
+            .par_iter_mut()
+            .zip(groups.par_iter())
+            .map(|(seq, events)| {
+                for s in names {
+                    seq.name(s);
+                }
+                for k in keys {
+                    seq.arg_key(k);
+                }
+                if !events.evs.is_empty() {
+                    seq.replay(events);
+                }
+                if seq.pending_bytes() >= block {
+                    seq.take()
+                } else {
+                    Vec::new()
+                }
+            })
+            .collect();
+        outs.concat()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::perfetto::PerfettoSeq;
+
+    /// A producer's events: three groups, flows, args, a counter, track declarations.
+    fn feed(s: &mut dyn TraceSink, round: u64) {
+        let n = s.name("WRITE 8 B");
+        let k = s.arg_key("status");
+        for i in 0..3000u64 {
+            let g = (i % 3) as u32;
+            let t = 1000 + 10 * i + round * 100_000;
+            s.group(g);
+            if i < 3 {
+                s.track(&TrackDef::slices(100 + g as u64 + round * 10, None, "lane"));
+            }
+            let track = 100 + g as u64 + round * 10;
+            let flows = [i];
+            let extra = Extra {
+                flows: &flows,
+                ..Extra::NONE
+            };
+            s.begin(t, track, n, if i % 7 == 0 { &extra } else { &Extra::NONE });
+            let args = [(k, ArgValue::Str("REM_ACCESS_ERR"))];
+            let failed = Extra {
+                args: &args,
+                ..Extra::NONE
+            };
+            s.end(
+                t + 5,
+                track,
+                if i % 11 == 0 { &failed } else { &Extra::NONE },
+            );
+            s.instant(
+                t + 5,
+                track,
+                n,
+                &Extra {
+                    terminating: &flows,
+                    ..Extra::NONE
+                },
+            );
+            s.counter(t + 5, 7 + g as u64, i as i64);
+        }
+    }
+
+    fn groups() -> PerfettoGroups {
+        let seqs = (0..3)
+            .map(|g| PerfettoSeq::new(1 + g, true, 1000).compressed())
+            .collect();
+        PerfettoGroups::new(seqs, 4096)
+    }
+
+    /// Recording and encoding in batches writes the same bytes as feeding the groups
+    /// directly and taking the ready blocks at every batch boundary.
+    #[test]
+    fn batches_encode_as_the_events_fed_directly() {
+        let mut direct = groups();
+        let mut want = Vec::new();
+        for round in 0..4 {
+            feed(&mut direct, round);
+            want.extend(direct.take_ready(usize::MAX));
+        }
+        want.extend(direct.take());
+        let mut enc = groups();
+        let mut rec = Recorder::new(3);
+        let mut got = Vec::new();
+        for round in 0..4 {
+            feed(&mut rec, round);
+            assert_eq!(rec.recorded(), 3000 * 4 + 3);
+            let b = rec.take_batch();
+            got.extend(enc.encode(&b));
+            rec.give_back(b);
+        }
+        got.extend(enc.take());
+        assert!(want.len() > 1000);
+        assert_eq!(got, want);
+    }
+}
