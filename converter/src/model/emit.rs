@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::align::topology::{Process, Qp, Topology};
 use crate::read::verbs;
+use sigmatrace_timeline::batch::Recorder;
 use sigmatrace_timeline::groups::PerfettoGroups;
 use sigmatrace_timeline::perfetto::PerfettoSeq;
 use sigmatrace_timeline::{CounterUnit, Extra, Name, TraceSink, TrackDef, TrackKind};
@@ -55,7 +56,10 @@ pub fn process_groups(
 /// ([`PerfettoSeq::renew`]: the same bytes as new sequences), so that their buffers stay
 /// allocated and resident instead of being freed and faulted in again for every process.
 #[derive(Default)]
-pub struct SeqPool(std::sync::Mutex<Vec<PerfettoSeq>>);
+pub struct SeqPool {
+    seqs: std::sync::Mutex<Vec<PerfettoSeq>>,
+    recorders: std::sync::Mutex<Vec<Recorder>>,
+}
 
 /// Most sequences a pool keeps (each holds up to a block and its tables, about 1 MiB).
 const POOL_SEQS: usize = 64;
@@ -63,7 +67,7 @@ const POOL_SEQS: usize = 64;
 impl SeqPool {
     /// A new incremental sequence `id` from `t_start`, compressed while written with `fast`.
     fn take(&self, id: u32, t_start: u64, fast: bool) -> PerfettoSeq {
-        let old = self.0.lock().ok().and_then(|mut v| {
+        let old = self.seqs.lock().ok().and_then(|mut v| {
             let i = v.iter().rposition(|s| s.is_compressed() == fast)?;
             Some(v.swap_remove(i))
         });
@@ -74,13 +78,26 @@ impl SeqPool {
         }
     }
 
-    /// Keeps a process's sequences, done, for the next processes.
-    pub fn put(&self, groups: PerfettoGroups) {
-        if let Ok(mut v) = self.0.lock() {
+    /// A recorder of `groups` groups.
+    pub fn recorder(&self, groups: usize) -> Recorder {
+        match self.recorders.lock().ok().and_then(|mut v| v.pop()) {
+            Some(r) => r.renew(groups),
+            None => Recorder::new(groups),
+        }
+    }
+
+    /// Keeps a process's recorder and sequences, done, for the next processes.
+    pub fn put(&self, recorder: Recorder, groups: PerfettoGroups) {
+        if let Ok(mut v) = self.seqs.lock() {
             for s in groups.into_seqs() {
                 if v.len() < POOL_SEQS {
                     v.push(s);
                 }
+            }
+        }
+        if let Ok(mut v) = self.recorders.lock() {
+            if v.len() < POOL_SEQS / 8 {
+                v.push(recorder);
             }
         }
     }

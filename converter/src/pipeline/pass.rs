@@ -194,7 +194,7 @@ impl ModelPass<'_> {
                 let fast = self.blocks.fast;
                 let groups = emit::process_groups(self.topo, p, self.t_start, fast, &self.pool);
                 let kernel = PerfettoSeq::new(kernel_seq, false, 0);
-                let recorder = Recorder::new(groups.groups());
+                let recorder = self.pool.recorder(groups.groups());
                 (
                     ProcSink::Recorded(Box::new((recorder, groups))),
                     Box::new(if fast { kernel.compressed() } else { kernel }),
@@ -235,7 +235,8 @@ impl ModelPass<'_> {
         let issues = model.run(input, out, kernel_sink.as_mut(), &mut obs, &mut flush);
         let _ = tx.send(Block::Done(index));
         if let ProcSink::Recorded(r) = sink {
-            self.pool.put(r.1);
+            let (recorder, groups) = *r;
+            self.pool.put(recorder, groups);
         }
         let warn = issues
             .into_iter()

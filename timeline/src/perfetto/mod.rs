@@ -286,13 +286,19 @@ impl PerfettoSeq {
         let mut buf = std::mem::take(&mut self.buf);
         buf.clear();
         let mut templates = std::mem::take(&mut self.templates);
-        templates.fill(Template::default());
+        // Templates of a later epoch than any written: none of the old ones is current (the
+        // slots are cleared only if the epochs would wrap).
+        let epoch = self.epoch.wrapping_add(1);
+        if epoch < self.epoch || epoch == 0 {
+            templates.fill(Template::default());
+        }
         let z = self.z.take().map(|mut z| {
             z.renew();
             z
         });
         let mut fresh = PerfettoSeq::new_in(seq, incremental, base_ts, buf);
         fresh.templates = templates;
+        fresh.epoch = epoch.max(1);
         fresh.z = z;
         fresh
     }
@@ -873,7 +879,12 @@ impl TraceSink for PerfettoSeq {
                 }
                 let out = z.finish_with(&self.buf, frame_compressed);
                 self.buf.clear();
-                self.epoch = self.epoch.wrapping_add(1).max(1);
+                self.epoch = self.epoch.wrapping_add(1);
+                if self.epoch == 0 {
+                    // Epochs wrapped: no slot may look current.
+                    self.templates.fill(Template::default());
+                    self.epoch = 1;
+                }
                 out
             }
             None => std::mem::replace(&mut self.buf, Vec::with_capacity(1 << 20)),
