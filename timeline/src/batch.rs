@@ -128,6 +128,32 @@ impl Recorder {
         }
     }
 
+    /// A recorder like [`Recorder::new`]'s in the buffers of `self` (a recorder that is done):
+    /// its batches' lists keep their capacity.
+    pub fn renew(mut self, groups: usize) -> Recorder {
+        let groups = groups.max(1);
+        let fit = |mut b: EventBatch| {
+            b.groups.resize_with(groups, GroupEvents::default);
+            for g in &mut b.groups {
+                g.evs.clear();
+                g.side.clear();
+            }
+            b.names.clear();
+            b.keys.clear();
+            b
+        };
+        self.name_ids.clear();
+        self.key_ids.clear();
+        Recorder {
+            batch: fit(std::mem::take(&mut self.batch)),
+            spare: self.spare.take().map(fit),
+            cur: 0,
+            events: 0,
+            name_ids: self.name_ids,
+            key_ids: self.key_ids,
+        }
+    }
+
     /// Takes the events recorded so far; the recorder goes on with the batch given back
     /// last ([`Recorder::give_back`]), or a new one.
     pub fn take_batch(&mut self) -> EventBatch {

@@ -38,6 +38,11 @@ impl PerfettoGroups {
         self.seqs.len()
     }
 
+    /// The sequences (for [`PerfettoSeq::renew`] once the groups are done).
+    pub fn into_seqs(self) -> Vec<PerfettoSeq> {
+        self.seqs
+    }
+
     /// Pending bytes at which a group's block is ready.
     pub(crate) fn group_block(&self) -> usize {
         self.group_block

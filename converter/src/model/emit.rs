@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::align::topology::{Process, Qp, Topology};
 use crate::read::verbs;
+use sigmatrace_timeline::batch::Recorder;
 use sigmatrace_timeline::groups::PerfettoGroups;
 use sigmatrace_timeline::perfetto::PerfettoSeq;
 use sigmatrace_timeline::{CounterUnit, Extra, Name, TraceSink, TrackDef, TrackKind};
@@ -29,7 +30,13 @@ pub fn qp_group(qi: usize) -> u32 {
 /// group 0 with the process's own sequence id, the others with ids after the processes'
 /// and GPU sequences (`2n + 1 + index × 15 + g − 1`), incremental timestamps from `t_start`;
 /// compressed while encoding with `fast`.
-pub fn process_groups(topo: &Topology, p: &Process, t_start: u64, fast: bool) -> PerfettoGroups {
+pub fn process_groups(
+    topo: &Topology,
+    p: &Process,
+    t_start: u64,
+    fast: bool,
+    pool: &SeqPool,
+) -> PerfettoGroups {
     let n = topo.procs.len() as u32;
     let groups = 1 + p.qps.len().min(MAX_GROUPS - 1);
     let seqs = (0..groups)
@@ -39,15 +46,61 @@ pub fn process_groups(topo: &Topology, p: &Process, t_start: u64, fast: bool) ->
             } else {
                 2 * n + 1 + p.index as u32 * (MAX_GROUPS as u32 - 1) + g as u32 - 1
             };
-            let s = PerfettoSeq::new(id, true, t_start);
-            if fast {
-                s.compressed()
-            } else {
-                s
-            }
+            pool.take(id, t_start, fast)
         })
         .collect();
     PerfettoGroups::new(seqs, GROUP_BLOCK)
+}
+
+/// Packet sequences of processes already modelled, renewed for the next ones
+/// ([`PerfettoSeq::renew`]: the same bytes as new sequences), so that their buffers stay
+/// allocated and resident instead of being freed and faulted in again for every process.
+#[derive(Default)]
+pub struct SeqPool {
+    seqs: std::sync::Mutex<Vec<PerfettoSeq>>,
+    recorders: std::sync::Mutex<Vec<Recorder>>,
+}
+
+/// Most sequences a pool keeps (each holds up to a block and its tables, about 1 MiB).
+const POOL_SEQS: usize = 64;
+
+impl SeqPool {
+    /// A new incremental sequence `id` from `t_start`, compressed while written with `fast`.
+    fn take(&self, id: u32, t_start: u64, fast: bool) -> PerfettoSeq {
+        let old = self.seqs.lock().ok().and_then(|mut v| {
+            let i = v.iter().rposition(|s| s.is_compressed() == fast)?;
+            Some(v.swap_remove(i))
+        });
+        match old {
+            Some(s) => s.renew(id, true, t_start),
+            None if fast => PerfettoSeq::new(id, true, t_start).compressed(),
+            None => PerfettoSeq::new(id, true, t_start),
+        }
+    }
+
+    /// A recorder of `groups` groups.
+    pub fn recorder(&self, groups: usize) -> Recorder {
+        match self.recorders.lock().ok().and_then(|mut v| v.pop()) {
+            Some(r) => r.renew(groups),
+            None => Recorder::new(groups),
+        }
+    }
+
+    /// Keeps a process's recorder and sequences, done, for the next processes.
+    pub fn put(&self, recorder: Recorder, groups: PerfettoGroups) {
+        if let Ok(mut v) = self.seqs.lock() {
+            for s in groups.into_seqs() {
+                if v.len() < POOL_SEQS {
+                    v.push(s);
+                }
+            }
+        }
+        if let Ok(mut v) = self.recorders.lock() {
+            if v.len() < POOL_SEQS / 8 {
+                v.push(recorder);
+            }
+        }
+    }
 }
 
 /// Output format.

@@ -86,6 +86,7 @@ impl Frame {
             output,
             blocks: Blocks::of(opts),
             t_start: self.t_start as u64,
+            pool: emit::SeqPool::default(),
         }
     }
 }
@@ -169,6 +170,8 @@ pub(super) struct ModelPass<'a> {
     output: bool,
     blocks: Blocks,
     t_start: u64,
+    /// The sequences of the processes done, for the next ones.
+    pool: emit::SeqPool,
 }
 
 impl ModelPass<'_> {
@@ -189,9 +192,9 @@ impl ModelPass<'_> {
             ),
             (None, _) => {
                 let fast = self.blocks.fast;
-                let groups = crate::model::emit::process_groups(self.topo, p, self.t_start, fast);
+                let groups = emit::process_groups(self.topo, p, self.t_start, fast, &self.pool);
                 let kernel = PerfettoSeq::new(kernel_seq, false, 0);
-                let recorder = Recorder::new(groups.groups());
+                let recorder = self.pool.recorder(groups.groups());
                 (
                     ProcSink::Recorded(Box::new((recorder, groups))),
                     Box::new(if fast { kernel.compressed() } else { kernel }),
@@ -231,6 +234,10 @@ impl ModelPass<'_> {
         };
         let issues = model.run(input, out, kernel_sink.as_mut(), &mut obs, &mut flush);
         let _ = tx.send(Block::Done(index));
+        if let ProcSink::Recorded(r) = sink {
+            let (recorder, groups) = *r;
+            self.pool.put(recorder, groups);
+        }
         let warn = issues
             .into_iter()
             .map(|i| format!("{}: offset {}: {}", p.path.display(), i.offset, i.what))

@@ -140,6 +140,27 @@ impl FastZ {
         z
     }
 
+    /// Makes this encoder what [`FastZ::new`] makes, keeping its buffers: the candidate
+    /// table's entries all lie before the next stream, where no packet ever takes them.
+    pub fn renew(&mut self) {
+        self.stream += self.done as u64 + WINDOW as u64 + 1;
+        self.lit_freq = [0; 286];
+        self.dist_freq = [0; 30];
+        self.tokens = 0;
+        self.bits.pos = 0;
+        self.bits.acc = 0;
+        self.bits.n = 0;
+        self.by_type = [0; 8];
+        self.prev = 0;
+        self.done = 0;
+        self.trained = false;
+        self.pend_len = 0;
+        self.pend_dist = 0;
+        self.last_dist = 0;
+        // `start_stream` puts the fixed code back (not trained) and resets the rest.
+        self.start_stream();
+    }
+
     /// Starts the stream if the last one ended (see `idle`).
     #[inline(always)]
     fn wake(&mut self) {

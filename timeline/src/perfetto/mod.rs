@@ -256,13 +256,17 @@ impl PerfettoSeq {
     /// previous event of the sequence starting at `base_ts` (events must then be fed in
     /// timestamp order; an earlier timestamp is written as equal to the previous one).
     pub fn new(seq: u32, incremental: bool, base_ts: u64) -> Self {
+        Self::new_in(seq, incremental, base_ts, Vec::with_capacity(1 << 18))
+    }
+
+    fn new_in(seq: u32, incremental: bool, base_ts: u64, buf: Vec<u8>) -> Self {
         PerfettoSeq {
             seq,
             incremental,
             last_ts: base_ts,
             started: false,
             base_ts,
-            buf: Vec::with_capacity(1 << 18),
+            buf,
             interned: Vec::with_capacity(256),
             scratch: Vec::with_capacity(256),
             names: Vec::new(),
@@ -273,6 +277,35 @@ impl PerfettoSeq {
             templates: Vec::new(),
             epoch: 1,
         }
+    }
+
+    /// A sequence like [`PerfettoSeq::new`]'s (compressed when `self` was) in the buffers of
+    /// `self`, a sequence that is done: the same bytes as a new one, without allocating
+    /// (and faulting in) its buffers again.
+    pub fn renew(mut self, seq: u32, incremental: bool, base_ts: u64) -> Self {
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.clear();
+        let mut templates = std::mem::take(&mut self.templates);
+        // Templates of a later epoch than any written: none of the old ones is current (the
+        // slots are cleared only if the epochs would wrap).
+        let epoch = self.epoch.wrapping_add(1);
+        if epoch < self.epoch || epoch == 0 {
+            templates.fill(Template::default());
+        }
+        let z = self.z.take().map(|mut z| {
+            z.renew();
+            z
+        });
+        let mut fresh = PerfettoSeq::new_in(seq, incremental, base_ts, buf);
+        fresh.templates = templates;
+        fresh.epoch = epoch.max(1);
+        fresh.z = z;
+        fresh
+    }
+
+    /// Whether the packets are compressed while written ([`PerfettoSeq::compressed`]).
+    pub fn is_compressed(&self) -> bool {
+        self.z.is_some()
     }
 
     /// Compresses the packets while they are written ([`crate::fastz`]): [`TraceSink::take`]
@@ -846,7 +879,12 @@ impl TraceSink for PerfettoSeq {
                 }
                 let out = z.finish_with(&self.buf, frame_compressed);
                 self.buf.clear();
-                self.epoch = self.epoch.wrapping_add(1).max(1);
+                self.epoch = self.epoch.wrapping_add(1);
+                if self.epoch == 0 {
+                    // Epochs wrapped: no slot may look current.
+                    self.templates.fill(Template::default());
+                    self.epoch = 1;
+                }
                 out
             }
             None => std::mem::replace(&mut self.buf, Vec::with_capacity(1 << 20)),
