@@ -403,6 +403,9 @@ static void mode_flush(void)
 	sync_peer();
 }
 
+/* rc_pair's retry_cnt 7 and timeout 14: 8 tries of 4.096 us << 14 (67.1 ms) each. */
+#define TRANSPORT_TIMEOUT_S (8 * 4.096e-6 * (1 << 14))
+
 /* The responder's process exits while the requester retries RNR forever (rnr_retry 7): the
  * requester completes with IBV_WC_RETRY_EXC_ERR instead of hanging. */
 static void mode_peer_exit(void)
@@ -415,8 +418,37 @@ static void mode_peer_exit(void)
 		_exit(0); /* no receive posted, QP never destroyed: the process just ends */
 	}
 	sync_peer();
+	double t0 = now_s();
 	CHECK(post_send(1, IBV_WR_SEND, S.buf, 64, S.mr->lkey, 0, 0, 0, 0) == 0, "post");
 	expect_wc(1, IBV_WC_RETRY_EXC_ERR);
+	CHECK(now_s() - t0 >= TRANSPORT_TIMEOUT_S, "retry counter exceeded before the transport timeout");
+}
+
+/* The responder receives one send, destroys its QP and exits; the requester's send after that
+ * finds nobody. As on a NIC it completes with IBV_WC_RETRY_EXC_ERR only once the transport
+ * timeout (retry_cnt 7 + 1 tries of 4.096 us << timeout 14) has passed, so a program posting
+ * past its peer's exit (ibv_srq_pingpong does) collects its other completions first. */
+static void mode_peer_gone(void)
+{
+	rc_pair(IBV_QPT_RC, ALL_ACCESS, 1, 7, 1);
+	if (server) {
+		post_recv(S.qp, NULL, 70, S.buf, 64, S.mr->lkey);
+		sync_peer();
+		expect_wc(70, IBV_WC_SUCCESS);
+		CHECK(ibv_destroy_qp(S.qp) == 0, "destroy qp");
+		sync_peer();
+		printf("OK peer_gone server\n");
+		fflush(stdout);
+		_exit(0);
+	}
+	sync_peer();
+	CHECK(post_send(1, IBV_WR_SEND, S.buf, 64, S.mr->lkey, 0, 0, 0, 0) == 0, "post");
+	expect_wc(1, IBV_WC_SUCCESS);
+	sync_peer();
+	double t0 = now_s();
+	CHECK(post_send(2, IBV_WR_SEND, S.buf, 64, S.mr->lkey, 0, 0, 0, 0) == 0, "post");
+	expect_wc(2, IBV_WC_RETRY_EXC_ERR);
+	CHECK(now_s() - t0 >= TRANSPORT_TIMEOUT_S, "retry counter exceeded before the transport timeout");
 }
 
 static int more_modes(const char *mode)
@@ -437,6 +469,8 @@ static int more_modes(const char *mode)
 		mode_flush();
 	else if (!strcmp(mode, "peer_exit"))
 		mode_peer_exit();
+	else if (!strcmp(mode, "peer_gone"))
+		mode_peer_gone();
 	else
 		return 0;
 	(void)use_channel;

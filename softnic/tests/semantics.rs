@@ -38,5 +38,6 @@ modes!(
     wrapi,
     query,
     flush,
-    peer_exit
+    peer_exit,
+    peer_gone
 );

@@ -168,6 +168,7 @@ fn reset_qp(
         min_rnr_timer: AtomicU32::new(0),
         rnr_retry: AtomicU32::new(0),
         retry_cnt: AtomicU32::new(0),
+        timeout: AtomicU32::new(0),
         max_rd_atomic: AtomicU32::new(1),
         sl: AtomicU32::new(0),
         sq: Mutex::new(SendQueue::new(cap.max_send_wr)),
@@ -447,6 +448,9 @@ pub unsafe extern "C" fn sv_ibv_modify_qp(
     if mask & IBV_QP_RETRY_CNT != 0 {
         q.retry_cnt.store(a.retry_cnt as u32, Ordering::Relaxed);
     }
+    if mask & IBV_QP_TIMEOUT != 0 {
+        q.timeout.store(a.timeout as u32, Ordering::Relaxed);
+    }
     if mask & IBV_QP_MAX_QP_RD_ATOMIC != 0 {
         q.max_rd_atomic
             .store(a.max_rd_atomic.max(1) as u32, Ordering::Relaxed);
@@ -546,8 +550,12 @@ pub unsafe extern "C" fn sv_ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
             .unwrap_or_else(|e| e.into_inner())
             .retain(|q| !Arc::ptr_eq(q, &inner));
     }
-    // Wait until no engine pass still works on this QP, then retire its name.
-    drop(inner.resp.lock().unwrap_or_else(|e| e.into_inner()));
+    // Wait until no engine pass still works on this QP, send the ACK a NIC would already have
+    // sent for what was received, then retire its name.
+    {
+        let mut r = inner.resp.lock().unwrap_or_else(|e| e.into_inner());
+        crate::wire::responder::flush_ack(&inner, &mut r);
+    }
     drop(inner.sq.lock().unwrap_or_else(|e| e.into_inner()));
     inner.state.store(IBV_QPS_RESET, Ordering::Release);
     inner.file.retire();

@@ -83,6 +83,11 @@ pub fn tx_pump(qp: &QpInner, sq: &mut SendQueue) -> bool {
         }
         let Some(peer) = peer else {
             if qp.qp_type == IBV_QPT_RC {
+                if !retries_exhausted(qp, sq) {
+                    qp.backlog.store(true, Ordering::Relaxed);
+                    break;
+                }
+                let w = sq.at(idx);
                 w.status = IBV_WC_RETRY_EXC_ERR;
                 w.st = WQE_DONE;
                 sq.next = idx.wrapping_add(1);
@@ -166,10 +171,37 @@ fn wqe_peer(qp: &QpInner, sq: &mut SendQueue, idx: u32) -> Option<std::sync::Arc
                 qp.dest_node.load(Ordering::Relaxed),
                 qp.dest_qpn.load(Ordering::Relaxed),
             );
+            if p.is_some() {
+                sq.peer_lost_since = None;
+            }
             sq.peer = p.clone();
             p
         }
     }
+}
+
+/// Longest a requester waits for a responder that has gone (the transport timeout of an
+/// `IBV_QP_TIMEOUT` of 0, infinite on hardware): softnic reports a vanished peer rather than hang.
+const MAX_TRANSPORT_WAIT: Duration = Duration::from_secs(4);
+
+/// Whether an RC requester with no responder would by now have spent its retries: a NIC resends
+/// an unacknowledged request `retry_cnt` times, each after the local ACK timeout (4.096 us ·
+/// 2^`timeout`), before it completes the WQE with `IBV_WC_RETRY_EXC_ERR`. softnic knows at once
+/// that nobody is there, but fails the WQE no earlier than a NIC would, so that a program which
+/// posts past its peer's exit (ibv_srq_pingpong can post one send per QP more than it needs)
+/// first collects its outstanding completions, as it does on hardware.
+fn retries_exhausted(qp: &QpInner, sq: &mut SendQueue) -> bool {
+    let since = *sq.peer_lost_since.get_or_insert_with(Instant::now);
+    let exp = qp.timeout.load(Ordering::Relaxed).min(31);
+    let tries = qp.retry_cnt.load(Ordering::Relaxed).min(7) + 1;
+    let wait = if exp == 0 {
+        MAX_TRANSPORT_WAIT
+    } else {
+        Duration::from_nanos(4096u64 << exp)
+            .saturating_mul(tries)
+            .min(MAX_TRANSPORT_WAIT)
+    };
+    since.elapsed() >= wait
 }
 
 /// Checks a WQE's SGEs against the PD once (inline data has none); false, with the WQE done
@@ -654,8 +686,14 @@ fn reap_dead_peer(qp: &QpInner) -> bool {
     let Ok(mut sq) = qp.sq.try_lock() else {
         return false;
     };
-    if sq.head == sq.next || !sq.peer.as_ref().is_some_and(|p| peer_gone(p)) {
-        return false;
+    // A responder acknowledges, then exits: its last ACKs may have arrived since this pass
+    // looked at the response ring. They count before the peer's absence does.
+    let acked = qp.file.resp().has_data() && process_resp(qp, &mut sq);
+    if sq.head == sq.next
+        || !sq.peer.as_ref().is_some_and(|p| peer_gone(p))
+        || !retries_exhausted(qp, &mut sq)
+    {
+        return acked;
     }
     let head = sq.head;
     let w = sq.at(head);

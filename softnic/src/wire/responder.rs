@@ -466,6 +466,12 @@ pub fn process_req(qp: &QpInner, r: &mut Responder) -> bool {
             Step::Blocked => break,
         }
     }
+    flush_ack(qp, r);
+    did
+}
+
+/// Sends a coalesced ACK still pending (if the requester's response ring has room).
+pub fn flush_ack(qp: &QpInner, r: &mut Responder) {
     if let Some(m) = r.ack_pending {
         if let Some(peer) = r.peer.clone() {
             let dst = qp.dest_qpn.load(Ordering::Relaxed);
@@ -475,5 +481,4 @@ pub fn process_req(qp: &QpInner, r: &mut Responder) -> bool {
             }
         }
     }
-    did
 }

@@ -381,6 +381,8 @@ pub struct SendQueue {
     pub rnr_left: u32,
     pub rnr_until: Option<std::time::Instant>,
     pub peer: Option<Arc<Peer>>,
+    /// When the requester first found its RC responder missing (see `engine::retries_exhausted`).
+    pub peer_lost_since: Option<std::time::Instant>,
 }
 
 impl SendQueue {
@@ -399,6 +401,7 @@ impl SendQueue {
             rnr_left: 0,
             rnr_until: None,
             peer: None,
+            peer_lost_since: None,
         }
     }
     pub fn len(&self) -> u32 {
@@ -470,6 +473,8 @@ pub struct QpInner {
     pub min_rnr_timer: AtomicU32,
     pub rnr_retry: AtomicU32,
     pub retry_cnt: AtomicU32,
+    /// The local ACK timeout exponent (`IBV_QP_TIMEOUT`).
+    pub timeout: AtomicU32,
     pub max_rd_atomic: AtomicU32,
     pub sl: AtomicU32,
     pub sq: Mutex<SendQueue>,
