@@ -217,18 +217,49 @@ pub fn completion_is_short(head: &CompletionHead, body: &CompletionBody) -> bool
     head.src_qp | head.flags | body.imm | body.slid as u32 | body.status as u32 == 0
 }
 
-/// The `WorkCompletion` a short one stands for.
-pub fn expand_completion_short(c: &CompletionShort, base: u64, s: &BoundSlot) -> WorkCompletion {
-    WorkCompletion {
-        hdr: RecordHeader::of::<WorkCompletion>(0),
-        ts: base + (c.tslot as u64 & (DTS_LIMIT - 1)),
-        wr_id: c.wr_id,
-        cq: s.object,
-        qpn: s.qpn,
-        byte_len: c.byte_len,
-        opcode: c.opcode as u8,
-        ..WorkCompletion::default()
+/// The `CompletionCompact` of a completion whose head [`fits`](CompletionHead::fits), at
+/// `tslot`.
+#[inline(always)]
+pub fn pack_completion(tslot: u32, head: &CompletionHead, b: &CompletionBody) -> CompletionCompact {
+    CompletionCompact {
+        kind: CompletionCompact::KIND as u16,
+        len: size_of::<CompletionCompact>() as u16,
+        tslot,
+        wr_id: b.wr_id,
+        byte_len: b.byte_len,
+        imm: b.imm,
+        src_qp_flags: head.src_qp | head.flags << 24,
+        slid: b.slid,
+        status: b.status,
+        opcode: b.opcode,
     }
+}
+
+/// The `CompletionShort` of a completion that [`completion_is_short`], at `tslot`.
+#[inline(always)]
+pub fn pack_completion_short(tslot: u32, b: &CompletionBody) -> CompletionShort {
+    CompletionShort {
+        kind: CompletionShort::KIND as u16,
+        len: size_of::<CompletionShort>() as u16,
+        tslot,
+        wr_id: b.wr_id,
+        byte_len: b.byte_len,
+        opcode: b.opcode as u32,
+    }
+}
+
+/// The `WorkCompletion` a short one stands for: that of the compact one with its fields and
+/// nothing else (the `opcode` word's low 8 bits).
+pub fn expand_completion_short(c: &CompletionShort, base: u64, s: &BoundSlot) -> WorkCompletion {
+    let (tslot, wr_id, byte_len, opcode) = (c.tslot, c.wr_id, c.byte_len, c.opcode as u8);
+    let compact = CompletionCompact {
+        tslot,
+        wr_id,
+        byte_len,
+        opcode,
+        ..CompletionCompact::default()
+    };
+    expand_completion(&compact, base, s)
 }
 
 /// A completion as the hot completion path reads it, straight from where the provider wrote

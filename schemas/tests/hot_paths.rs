@@ -216,6 +216,22 @@ fn hot_paths_write_only_records_that_need_no_bookkeeping() {
     drop(h.w);
     let file = LogFile::open(&path).unwrap();
     assert!(file.salvage().is_clean(), "{:?}", file.salvage());
+    assert_eq!(read_back(&file, cq), h.want);
+    assert_eq!(file.chunks().len(), 2);
+    // The two completions without source QP, flags or LID (ids 50 and the ordinary one at
+    // the new chunk) were written short, every other one compact.
+    let kinds = |k: RecordKind| -> usize {
+        let chunks = file.chunks();
+        let raw = chunks.iter().flat_map(|c| file.raw_records(c));
+        raw.filter(|r| r.as_ref().unwrap().kind == k as u16).count()
+    };
+    let completions = h.want.iter().filter(|w| w.3 >> 63 == 1).count();
+    assert_eq!(kinds(RecordKind::CompletionShort), 2);
+    assert_eq!(kinds(RecordKind::CompletionCompact), completions - 2);
+}
+
+/// The posts and completions (of the CQ `cq`) of `file` as [`Hot`] records them.
+fn read_back(file: &LogFile, cq: u64) -> Vec<(u64, u64, u32, u64)> {
     let mut got = Vec::new();
     for c in file.chunks() {
         for r in file.records(c) {
@@ -242,16 +258,5 @@ fn hot_paths_write_only_records_that_need_no_bookkeeping() {
             }
         }
     }
-    assert_eq!(got, h.want);
-    assert_eq!(file.chunks().len(), 2);
-    // The two completions without source QP, flags or LID (ids 50 and the ordinary one at
-    // the new chunk) were written short, every other one compact.
-    let kinds = |k: RecordKind| -> usize {
-        let chunks = file.chunks();
-        let raw = chunks.iter().flat_map(|c| file.raw_records(c));
-        raw.filter(|r| r.as_ref().unwrap().kind == k as u16).count()
-    };
-    let completions = h.want.iter().filter(|w| w.3 >> 63 == 1).count();
-    assert_eq!(kinds(RecordKind::CompletionShort), 2);
-    assert_eq!(kinds(RecordKind::CompletionCompact), completions - 2);
+    got
 }

@@ -625,25 +625,25 @@ impl<const HOT: bool> CompletionSource for Wc<'_, HOT> {
     #[inline(always)]
     fn is_short(&self) -> bool {
         let w = self.w;
-        // `src_qp` and `wc_flags` (adjacent, 8-aligned) as one word: no source QP, no flags
-        // (so no immediate data either).
-        // SAFETY: both fields of the provider's completion, read as one aligned word.
-        let qp_flags = unsafe { std::ptr::addr_of!(w.src_qp).cast::<u64>().read() };
-        // One test of all (no branch per field).
+        // One test of all (no branch per field): no source QP, no flags (so no immediate
+        // data either), no LID, success, no vendor error.
         const _: () = assert!(IBV_WC_SUCCESS == 0);
-        (w.vendor_err as u64 | qp_flags | w.slid as u64 | w.status as u64) == 0
+        (wc_qp_flags(w) | w.vendor_err as u64 | w.slid as u64 | w.status as u64) == 0
     }
 
     #[inline(always)]
     fn head(&self) -> Option<CompletionHead> {
         let w = self.w;
-        // The flags a compact record holds (below 256), but for immediate data and
-        // invalidation (the hot path's `imm` is 0).
+        // The source QP (24 bits) and the flags a compact record holds (below 256) but for
+        // immediate data and invalidation (the hot path's `imm` is 0), as one test of the word
+        // `is_short` read.
         const PLAIN_FLAGS: u32 = 0xff & !(IBV_WC_WITH_IMM | IBV_WC_WITH_INV);
-        if HOT && (w.src_qp >> 24 != 0 || w.wc_flags & !PLAIN_FLAGS != 0) {
-            return None;
+        const NOT_PLAIN: u64 = qp_flags_word(0xff00_0000, !PLAIN_FLAGS);
+        if !HOT {
+            return wc_head(self.cq, w);
         }
-        wc_head(self.cq, w)
+        // With the vendor error: one test, one branch.
+        (wc_qp_flags(w) & NOT_PLAIN | w.vendor_err as u64 == 0).then(|| head_of(self.cq, w))
     }
 
     #[inline(always)]
@@ -658,20 +658,39 @@ impl<const HOT: bool> CompletionSource for Wc<'_, HOT> {
     }
 }
 
-const _: () = assert!(
-    std::mem::offset_of!(ibv_wc, wc_flags) == std::mem::offset_of!(ibv_wc, src_qp) + 4
-        && std::mem::offset_of!(ibv_wc, src_qp) % 8 == 0
-);
+/// A completion's `src_qp` and `wc_flags` (adjacent, 8-aligned) as one word
+/// ([`qp_flags_word`]).
+#[inline(always)]
+fn wc_qp_flags(w: &ibv_wc) -> u64 {
+    const _: () = assert!(
+        std::mem::offset_of!(ibv_wc, wc_flags) == std::mem::offset_of!(ibv_wc, src_qp) + 4
+            && std::mem::offset_of!(ibv_wc, src_qp) % 8 == 0
+    );
+    // SAFETY: both fields of the provider's completion, read as one aligned word.
+    unsafe { std::ptr::addr_of!(w.src_qp).cast::<u64>().read() }
+}
+
+/// The word [`wc_qp_flags`] reads of a completion with this `src_qp` and `wc_flags`.
+const fn qp_flags_word(src_qp: u32, flags: u32) -> u64 {
+    let (q, f) = (src_qp.to_ne_bytes(), flags.to_ne_bytes());
+    u64::from_ne_bytes([q[0], q[1], q[2], q[3], f[0], f[1], f[2], f[3]])
+}
 
 /// What decides a completion's compact form (`None`: it has a vendor error).
 #[inline(always)]
 fn wc_head(cq: u64, w: &ibv_wc) -> Option<CompletionHead> {
-    (w.vendor_err == 0).then_some(CompletionHead {
+    (w.vendor_err == 0).then(|| head_of(cq, w))
+}
+
+/// A completion's [`CompletionHead`] (of the CQ `cq`).
+#[inline(always)]
+fn head_of(cq: u64, w: &ibv_wc) -> CompletionHead {
+    CompletionHead {
         cq,
         qpn: w.qp_num,
         src_qp: w.src_qp,
         flags: w.wc_flags,
-    })
+    }
 }
 
 /// The rest of a completion's compact form.
@@ -717,3 +736,6 @@ fn decode_wc(w: &ibv_wc) -> Completion {
         hw_ts: 0,
     }
 }
+
+#[cfg(test)]
+mod tests;

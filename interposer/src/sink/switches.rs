@@ -101,9 +101,7 @@ pub fn is_fast(which: usize) -> bool {
 /// that one compare decides it.
 #[inline(always)]
 pub fn fast_poll_rc() -> i32 {
-    // SAFETY: an aligned i32 only ever accessed atomically; a volatile load of it is one
-    // plain load (so that the compiler may fold it into the compare).
-    unsafe { FAST_POLL_RC.as_ptr().read_volatile() }
+    FAST_POLL_RC.load(Ordering::Relaxed)
 }
 
 /// [`fast_poll_rc`].

@@ -15,9 +15,10 @@ use crate::records::{
 use crate::writer::ChunkWriter;
 
 use super::{
-    addr_op_fits, completion_is_short, event_kind, pack_addr_op, post_recv_fits, put_addr_op,
-    CompletionBody, CompletionHead, CompletionSource, SendBody, SendHead, BOOKKEEPING, DTS_BITS,
-    DTS_LIMIT, POST_RECV_C, POST_SEND_C,
+    addr_op_fits, completion_is_short, event_kind, pack_addr_op, pack_completion,
+    pack_completion_short, post_recv_fits, put_addr_op, CompletionBody, CompletionHead,
+    CompletionSource, SendBody, SendHead, BOOKKEEPING, DTS_BITS, DTS_LIMIT, POST_RECV_C,
+    POST_SEND_C,
 };
 
 /// Slots per role in the writer's table (readers accept any slot 0–255).
@@ -330,30 +331,12 @@ impl ChunkWriter {
         let b = body();
         let (cq, key) = (head.cq, head.qpn as u64);
         Some(if completion_is_short(head, &b) {
-            self.append_slotted(ts, cq, key, |r: &mut CompletionShort, tslot| {
-                *r = CompletionShort {
-                    kind: CompletionShort::KIND as u16,
-                    len: size_of::<CompletionShort>() as u16,
-                    tslot,
-                    wr_id: b.wr_id,
-                    byte_len: b.byte_len,
-                    opcode: b.opcode as u32,
-                }
+            self.append_slotted(ts, cq, key, |r, tslot| {
+                *r = pack_completion_short(tslot, &b)
             })
         } else {
-            self.append_slotted(ts, cq, key, |r: &mut CompletionCompact, tslot| {
-                *r = CompletionCompact {
-                    kind: CompletionCompact::KIND as u16,
-                    len: size_of::<CompletionCompact>() as u16,
-                    tslot,
-                    wr_id: b.wr_id,
-                    byte_len: b.byte_len,
-                    imm: b.imm,
-                    src_qp_flags: head.src_qp | head.flags << 24,
-                    slid: b.slid,
-                    status: b.status,
-                    opcode: b.opcode,
-                }
+            self.append_slotted(ts, cq, key, |r, tslot| {
+                *r = pack_completion(tslot, head, &b)
             })
         })
     }
