@@ -40,9 +40,16 @@ fn truncated_log_is_salvaged_with_a_warning() {
 fn corrupt_record_is_skipped_with_offset() {
     let (dir, truth) = common::small_ring();
     let victim = &truth.files[0];
+    // Second chunk, a few records in (records are 24–64 bytes: the sixth's header, found by
+    // reading the log): a record header with an impossible length.
+    let off = {
+        let log = sigmatrace_schemas::LogFile::open(victim).unwrap();
+        let second = &log.chunks()[1];
+        assert_eq!(second.offset, 4096 + (1 << 14));
+        let sixth = log.raw_records(second).nth(5).unwrap().unwrap();
+        sixth.offset as usize
+    };
     let mut bytes = std::fs::read(victim).unwrap();
-    // Second chunk, a few records in: a record header with an impossible length.
-    let off = 4096 + (1 << 14) + 64 + 5 * 64;
     bytes[off..off + 8].copy_from_slice(&[30, 0, 7, 0, 0, 0, 0, 0]);
     std::fs::write(victim, &bytes).unwrap();
     let rep = common::convert_dir(dir.path(), "c.perfetto-trace").unwrap();

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use sigmatrace_convert::{convert_with_report, ConvertOptions};
 use sigmatrace_schemas::reader::LogFile;
+use sigmatrace_schemas::{FORMAT_MAJOR, FORMAT_MINOR};
 use sigmatrace_testkit::{free_port, listening, softnic_run, system_bin, Cmd};
 
 const ITERS: u64 = 500;
@@ -112,7 +113,7 @@ fn complete_interposer_logs_with_rings_convert_without_warnings() {
 #[test]
 fn only_a_newer_minor_of_the_same_major_is_newer() {
     // The golden v1 logs (ibv_rc_pingpong -n 10, format 1.0) stamped 1.2: 1.2 only added
-    // rings, which they do not use, so they are valid 1.2 logs — older than 2.0.
+    // rings, which they do not use, so they are valid 1.2 logs — older than 2.x.
     let dir = tempfile::tempdir().unwrap();
     let logs = dir.path().join("v1");
     std::fs::create_dir(&logs).unwrap();
@@ -143,10 +144,12 @@ fn only_a_newer_minor_of_the_same_major_is_newer() {
     );
     assert_eq!(s.processes, 2);
     assert_eq!(s.totals.flows_out, 20);
-    // A real 2.0 log stamped 2.1 is newer: one warning per log, naming both versions.
+    // A real log of this version stamped with the next minor is newer: one warning per log,
+    // naming both versions.
+    let (major, minor) = (FORMAT_MAJOR, FORMAT_MINOR);
     let files = traced_pingpong(dir.path());
     for f in &files {
-        set_version(f, 2, 1);
+        set_version(f, major, minor + 1);
     }
     let s = convert_with_report(&[dir.path().join("logs")], &out, &ConvertOptions::default())
         .unwrap()
@@ -154,9 +157,10 @@ fn only_a_newer_minor_of_the_same_major_is_newer() {
     let newer: Vec<&String> = s.warnings.iter().filter(|w| w.contains("newer")).collect();
     assert_eq!(newer.len(), 2, "{:?}", s.warnings);
     assert!(
-        newer
-            .iter()
-            .all(|w| w.contains("format 2.1 is newer than this reader's 2.0")),
+        newer.iter().all(|w| w.contains(&format!(
+            "format {major}.{} is newer than this reader's {major}.{minor}",
+            minor + 1
+        ))),
         "{newer:?}"
     );
     assert_eq!(s.warnings.len(), 2, "{:?}", s.warnings);

@@ -126,6 +126,14 @@ static struct ibv_wc plain(uint64_t id, uint32_t qpn)
 				.qp_num = qpn, .src_qp = 0x77, .slid = 5 };
 }
 
+/* A send-side completion as providers write it: no source QP, LID or flags (24-byte
+ * CompletionShort). */
+static struct ibv_wc bare(uint64_t id, uint32_t qpn)
+{
+	return (struct ibv_wc){ .wr_id = id, .opcode = IBV_WC_RDMA_WRITE, .byte_len = 64,
+				.qp_num = qpn };
+}
+
 static void polls(void)
 {
 	struct cq *a = new_cq(), *b = new_cq();
@@ -167,6 +175,20 @@ static void polls(void)
 	queue(a, w), queue(a, plain(43, 0x41)), queue(a, plain(44, 0x42));
 	poll(a, 8);
 	queue(a, plain(50, 0x42)), poll(a, 1);
+	/* Short ones (hot and not), each between ones that differ from short in one field:
+	 * a status without vendor error, a LID, a source QP, a flag. */
+	queue(a, bare(60, 0x40)), poll(a, 1);
+	queue(a, bare(61, 0x40)), poll(a, 1);
+	w = bare(62, 0x40), w.status = IBV_WC_WR_FLUSH_ERR;
+	queue(a, w), poll(a, 1);
+	queue(a, bare(63, 0x40)), poll(a, 1);
+	w = bare(64, 0x40), w.slid = 1;
+	queue(a, w), poll(a, 1);
+	w = bare(65, 0x40), w.src_qp = 1;
+	queue(a, w), poll(a, 1);
+	w = bare(66, 0x40), w.wc_flags = IBV_WC_GRH;
+	queue(a, w), poll(a, 1);
+	queue(a, bare(67, 0x40)), queue(a, bare(68, 0x41)), poll(a, 8);
 }
 
 /* --- storm ------------------------------------------------------------------------------ */

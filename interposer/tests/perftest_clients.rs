@@ -9,7 +9,7 @@ mod pair;
 use common::*;
 use pair::*;
 
-use sigmatrace_schemas::MrReg;
+use sigmatrace_schemas::{LogFile, MrReg, RecordKind};
 
 /// A perftest bandwidth run: `-n iters -Q cq_mod`, WRs of `opcode` carrying `bytes` each,
 /// completing with `wc_opcode`.
@@ -23,7 +23,7 @@ struct Bw {
 
 /// perftest's bandwidth client (run_iter_bw, one QP, post list 1): `-n` WRs, the one of
 /// index i signaled when i % cq_mod == cq_mod - 1 or it is the last; one completion per
-/// signaled WR.
+/// signaled WR, each written short.
 fn perftest_bw(bin: &str, args: &[&str], bw: &Bw) -> (Side, Side, tempfile::TempDir) {
     let (s, c, d) = traced_like_untraced(bin, args);
     check_connection(&s, &c);
@@ -57,6 +57,14 @@ fn perftest_bw(bin: &str, args: &[&str], bw: &Bw) -> (Side, Side, tempfile::Temp
         "{wcs:?}"
     );
     assert!(ct.recvs().is_empty(), "{bin}: the client receives nothing");
+    // Send-side completions of a connected QP (successful; no source QP, LID or flags): each
+    // written as a 24-byte `CompletionShort` (format 2.1).
+    let log = LogFile::open(&ct.path).unwrap();
+    let short = (log.chunks().iter())
+        .flat_map(|c| log.raw_records(c).map(Result::unwrap))
+        .filter(|r| r.kind == RecordKind::CompletionShort as u16)
+        .count();
+    assert_eq!(short, wcs.len(), "{bin}: every completion short");
     (s, c, d)
 }
 

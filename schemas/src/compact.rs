@@ -1,5 +1,7 @@
 //! Compact hot records (format 2): the one definition of how `PostSend`, `PostRecv` and
-//! `WorkCompletion` are packed into 24–32 bytes by the writer and expanded back by readers.
+//! `WorkCompletion` are packed into 24–32 bytes by the writer and expanded back by readers
+//! (a `WorkCompletion` into a [`CompletionCompact`], or a [`CompletionShort`] when all it
+//! holds is its id, length, status and opcode; format 2.1).
 //!
 //! A compact record carries a 24-bit time offset and an 8-bit slot instead of a 64-bit time
 //! and the per-queue constants (QPN, source, CQ or SRQ handle). Both refer to context set
@@ -22,8 +24,8 @@ use bytemuck::Pod;
 
 use crate::reader::RawRecord;
 use crate::records::{
-    slot_role, CompletionCompact, FixedRecord, PostRecv, PostRecvCompact, PostSend,
-    PostSendCompact, RecordHeader, RecordKind, SlotBind, TimeBase, WorkCompletion,
+    slot_role, CompletionCompact, CompletionShort, FixedRecord, PostRecv, PostRecvCompact,
+    PostSend, PostSendCompact, RecordHeader, RecordKind, SlotBind, TimeBase, WorkCompletion,
 };
 #[cfg(doc)]
 use crate::writer::ChunkWriter;
@@ -44,6 +46,20 @@ const SLOT_BIND: u16 = RecordKind::SlotBind as u16;
 const POST_SEND_C: u16 = RecordKind::PostSendCompact as u16;
 const POST_RECV_C: u16 = RecordKind::PostRecvCompact as u16;
 const COMPLETION_C: u16 = RecordKind::CompletionCompact as u16;
+const COMPLETION_S: u16 = RecordKind::CompletionShort as u16;
+
+/// The event kind a record of `kind` stands for: a compact kind's full kind, `None` for the
+/// context kinds (`TimeBase`, `SlotBind`: no event), any other kind itself. Drops and
+/// flight-recorder losses are counted under it.
+pub const fn event_kind(kind: u16) -> Option<u16> {
+    match kind {
+        POST_SEND_C => Some(RecordKind::PostSend as u16),
+        POST_RECV_C => Some(RecordKind::PostRecv as u16),
+        COMPLETION_C | COMPLETION_S => Some(RecordKind::WorkCompletion as u16),
+        TIME_BASE | SLOT_BIND => None,
+        k => Some(k),
+    }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Packing (writer) and expansion (reader), kind by kind
@@ -194,6 +210,74 @@ pub fn expand_completion(c: &CompletionCompact, base: u64, s: &BoundSlot) -> Wor
     }
 }
 
+/// Whether a completion without hardware time or vendor error has a [`CompletionShort`]:
+/// successful, without flags, source QP, LID or immediate data.
+#[inline(always)]
+pub fn completion_is_short(head: &CompletionHead, body: &CompletionBody) -> bool {
+    head.src_qp | head.flags | body.imm | body.slid as u32 | body.status as u32 == 0
+}
+
+/// The `CompletionCompact` of a completion whose head [`fits`](CompletionHead::fits), at
+/// `tslot`.
+#[inline(always)]
+pub fn pack_completion(tslot: u32, head: &CompletionHead, b: &CompletionBody) -> CompletionCompact {
+    CompletionCompact {
+        kind: CompletionCompact::KIND as u16,
+        len: size_of::<CompletionCompact>() as u16,
+        tslot,
+        wr_id: b.wr_id,
+        byte_len: b.byte_len,
+        imm: b.imm,
+        src_qp_flags: head.src_qp | head.flags << 24,
+        slid: b.slid,
+        status: b.status,
+        opcode: b.opcode,
+    }
+}
+
+/// The `CompletionShort` of a completion that [`completion_is_short`], at `tslot`.
+#[inline(always)]
+pub fn pack_completion_short(tslot: u32, b: &CompletionBody) -> CompletionShort {
+    CompletionShort {
+        kind: CompletionShort::KIND as u16,
+        len: size_of::<CompletionShort>() as u16,
+        tslot,
+        wr_id: b.wr_id,
+        byte_len: b.byte_len,
+        opcode: b.opcode as u32,
+    }
+}
+
+/// The `WorkCompletion` a short one stands for: that of the compact one with its fields and
+/// nothing else (the `opcode` word's low 8 bits).
+pub fn expand_completion_short(c: &CompletionShort, base: u64, s: &BoundSlot) -> WorkCompletion {
+    let (tslot, wr_id, byte_len, opcode) = (c.tslot, c.wr_id, c.byte_len, c.opcode as u8);
+    let compact = CompletionCompact {
+        tslot,
+        wr_id,
+        byte_len,
+        opcode,
+        ..CompletionCompact::default()
+    };
+    expand_completion(&compact, base, s)
+}
+
+/// A completion as the hot completion path reads it, straight from where the provider wrote
+/// it ([`ChunkWriter::append_bound_completion`]): each method reads only what it returns, so
+/// that the writer reads each field as it stores it.
+pub trait CompletionSource {
+    /// The completion's QPN (with the CQ, its slot's key).
+    fn qpn(&self) -> u32;
+    /// Whether it has a [`CompletionShort`]: status, vendor error, flags, source QP and LID
+    /// 0 (and so no immediate data) — [`completion_is_short`] of its head and body.
+    fn is_short(&self) -> bool;
+    /// What decides its [`CompletionCompact`]; `None` when it has none (a vendor error, or
+    /// fields the caller's hot path does not take).
+    fn head(&self) -> Option<CompletionHead>;
+    /// The rest of its compact form.
+    fn body(&self) -> CompletionBody;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Reader
 
@@ -235,7 +319,7 @@ impl ChunkDecoder {
     /// Reads one record (its file offset, kind and bytes, of the length of its kind).
     #[inline(always)]
     pub fn accept<'a>(&mut self, offset: u64, kind: u16, bytes: &'a [u8]) -> Decoded<'a> {
-        if !(TIME_BASE..=COMPLETION_C).contains(&kind) {
+        if !(TIME_BASE..=COMPLETION_S).contains(&kind) {
             return Decoded::Record(RawRecord::new(offset, kind, bytes));
         }
         self.compact(offset, kind, bytes)
@@ -272,10 +356,16 @@ impl ChunkDecoder {
                     expand_post_recv(&c, self.base, s)
                 })
             }
-            _ => {
+            COMPLETION_C => {
                 let c = read::<CompletionCompact>(bytes);
                 self.expand(offset, bytes, c.tslot, slot_role::COMPLETION, |s| {
                     expand_completion(&c, self.base, s)
+                })
+            }
+            _ => {
+                let c = read::<CompletionShort>(bytes);
+                self.expand(offset, bytes, c.tslot, slot_role::COMPLETION, |s| {
+                    expand_completion_short(&c, self.base, s)
                 })
             }
         }

@@ -32,4 +32,4 @@ pub const MAGIC: [u8; 8] = *b"SIGMATRC";
 /// Format major version: readers reject files with a larger major.
 pub const FORMAT_MAJOR: u16 = 2;
 /// Format minor version: additions only (new record kinds, new header tags).
-pub const FORMAT_MINOR: u16 = 0;
+pub const FORMAT_MINOR: u16 = 1;

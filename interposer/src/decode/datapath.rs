@@ -12,7 +12,7 @@
 use std::ffi::c_int;
 
 use sigmatrace_schemas::{
-    compact::{CompletionBody, CompletionHead, SendBody, SendHead},
+    compact::{CompletionBody, CompletionHead, CompletionSource, SendBody, SendHead},
     post_source,
 };
 
@@ -584,13 +584,12 @@ pub unsafe fn polled(cq: *mut ibv_cq, wc: *const ibv_wc, rc: c_int, mask: u32) {
 /// `w` must be a completion written by the provider.
 #[inline(never)]
 unsafe fn polled_one(cq: u64, w: *const ibv_wc, ts: u64) -> bool {
-    // SAFETY (both): per caller.
-    data::bound_completion(
+    // SAFETY: per caller.
+    let wc = Wc::<false> {
+        w: unsafe { &*w },
         cq,
-        ts,
-        || wc_head(cq, unsafe { &*w }),
-        || wc_body(unsafe { &*w }),
-    )
+    };
+    data::bound_completion(cq, ts, &wc)
 }
 
 /// The hook's hot path for a poll that returned one completion `wc` of `cq`, when
@@ -605,36 +604,93 @@ unsafe fn polled_one(cq: u64, w: *const ibv_wc, ts: u64) -> bool {
 #[inline(always)]
 pub unsafe fn polled_fast(cq: *mut ibv_cq, wc: *const ibv_wc) -> bool {
     // SAFETY: per caller.
-    let w = unsafe { &*wc };
-    // The flags a compact record holds (below 256), but for immediate data and invalidation.
-    const PLAIN_FLAGS: u32 = 0xff & !(IBV_WC_WITH_IMM | IBV_WC_WITH_INV);
-    let head = || {
-        (w.vendor_err == 0 && w.src_qp >> 24 == 0 && w.wc_flags & !PLAIN_FLAGS == 0).then_some(
-            CompletionHead {
-                cq: cq as u64,
-                qpn: w.qp_num,
-                src_qp: w.src_qp,
-                flags: w.wc_flags,
-            },
-        )
-    };
-    // Without immediate data or an invalidated rkey (checked in `head`) `imm` is 0.
-    let body = || CompletionBody {
-        imm: 0,
-        ..wc_body(w)
-    };
-    data::bound_completion(cq as u64, sink::tsc(), head, body)
+    let (w, cq) = (unsafe { &*wc }, cq as u64);
+    data::bound_completion(cq, sink::tsc(), &Wc::<true> { w, cq })
+}
+
+/// A completion the provider wrote, as the hot completion paths read it. `HOT`: the hook's
+/// own hot path ([`polled_fast`]), which takes no completion with immediate data or an
+/// invalidated rkey (so that `imm` is the constant 0 there).
+struct Wc<'a, const HOT: bool> {
+    w: &'a ibv_wc,
+    cq: u64,
+}
+
+impl<const HOT: bool> CompletionSource for Wc<'_, HOT> {
+    #[inline(always)]
+    fn qpn(&self) -> u32 {
+        self.w.qp_num
+    }
+
+    #[inline(always)]
+    fn is_short(&self) -> bool {
+        let w = self.w;
+        // One test of all (no branch per field): no source QP, no flags (so no immediate
+        // data either), no LID, success, no vendor error.
+        const _: () = assert!(IBV_WC_SUCCESS == 0);
+        (wc_qp_flags(w) | w.vendor_err as u64 | w.slid as u64 | w.status as u64) == 0
+    }
+
+    #[inline(always)]
+    fn head(&self) -> Option<CompletionHead> {
+        let w = self.w;
+        // The source QP (24 bits) and the flags a compact record holds (below 256) but for
+        // immediate data and invalidation (the hot path's `imm` is 0), as one test of the word
+        // `is_short` read.
+        const PLAIN_FLAGS: u32 = 0xff & !(IBV_WC_WITH_IMM | IBV_WC_WITH_INV);
+        const NOT_PLAIN: u64 = qp_flags_word(0xff00_0000, !PLAIN_FLAGS);
+        if !HOT {
+            return wc_head(self.cq, w);
+        }
+        // With the vendor error: one test, one branch.
+        (wc_qp_flags(w) & NOT_PLAIN | w.vendor_err as u64 == 0).then(|| head_of(self.cq, w))
+    }
+
+    #[inline(always)]
+    fn body(&self) -> CompletionBody {
+        let b = wc_body(self.w);
+        // Without immediate data or an invalidated rkey (checked in `head`) `imm` is 0.
+        if HOT {
+            CompletionBody { imm: 0, ..b }
+        } else {
+            b
+        }
+    }
+}
+
+/// A completion's `src_qp` and `wc_flags` (adjacent, 8-aligned) as one word
+/// ([`qp_flags_word`]).
+#[inline(always)]
+fn wc_qp_flags(w: &ibv_wc) -> u64 {
+    const _: () = assert!(
+        std::mem::offset_of!(ibv_wc, wc_flags) == std::mem::offset_of!(ibv_wc, src_qp) + 4
+            && std::mem::offset_of!(ibv_wc, src_qp) % 8 == 0
+    );
+    // SAFETY: both fields of the provider's completion, read as one aligned word.
+    unsafe { std::ptr::addr_of!(w.src_qp).cast::<u64>().read() }
+}
+
+/// The word [`wc_qp_flags`] reads of a completion with this `src_qp` and `wc_flags`.
+const fn qp_flags_word(src_qp: u32, flags: u32) -> u64 {
+    let (q, f) = (src_qp.to_ne_bytes(), flags.to_ne_bytes());
+    u64::from_ne_bytes([q[0], q[1], q[2], q[3], f[0], f[1], f[2], f[3]])
 }
 
 /// What decides a completion's compact form (`None`: it has a vendor error).
 #[inline(always)]
 fn wc_head(cq: u64, w: &ibv_wc) -> Option<CompletionHead> {
-    (w.vendor_err == 0).then_some(CompletionHead {
+    (w.vendor_err == 0).then(|| head_of(cq, w))
+}
+
+/// A completion's [`CompletionHead`] (of the CQ `cq`).
+#[inline(always)]
+fn head_of(cq: u64, w: &ibv_wc) -> CompletionHead {
+    CompletionHead {
         cq,
         qpn: w.qp_num,
         src_qp: w.src_qp,
         flags: w.wc_flags,
-    })
+    }
 }
 
 /// The rest of a completion's compact form.
@@ -680,3 +736,6 @@ fn decode_wc(w: &ibv_wc) -> Completion {
         hw_ts: 0,
     }
 }
+
+#[cfg(test)]
+mod tests;

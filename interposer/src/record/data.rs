@@ -6,7 +6,7 @@
 //! has to survive a call and no intermediate record is copied.
 
 use sigmatrace_schemas::{
-    compact::{CompletionBody, CompletionHead, SendBody, SendHead},
+    compact::{CompletionBody, CompletionHead, CompletionSource, SendBody, SendHead},
     post_source, FixedRecord, PostError, PostRecv, PostSend, RecordHeader, WorkCompletion,
 };
 
@@ -243,24 +243,15 @@ pub fn completion(ts: u64, cq: u64, c: &Completion) -> WorkCompletion {
     }
 }
 
-/// One completion of a poll of `cq` at `ts`, recorded on the hot path (no call) when the
-/// thread is ready, no empty-poll run of `cq` may be open (its bucket is not held) and its compact record needs no bookkeeping (a due clock
-/// snapshot included; `head` decodes what decides its form, `None` when it has none; `body`
-/// the rest); false when nothing was written: [`completions`] records it and the rest of the
-/// poll.
+/// One completion `wc` of a poll of `cq` at `ts`, recorded on the hot path (no call) when the
+/// thread is ready, no empty-poll run of `cq` may be open (its bucket is not held) and its
+/// compact record needs no bookkeeping (a due clock snapshot included); false when nothing
+/// was written: [`completions`] records it and the rest of the poll.
 #[inline(always)]
-pub fn bound_completion(
-    cq: u64,
-    ts: u64,
-    head: impl FnOnce() -> Option<CompletionHead>,
-    body: impl FnOnce() -> CompletionBody,
-) -> bool {
+pub fn bound_completion(cq: u64, ts: u64, wc: &impl CompletionSource) -> bool {
     // Not while the CQ may have an open empty-poll run (`hold_hot`: it is closed first).
-    let Some(mut t) = sink::enter_ready(empty::bucket(cq)) else {
-        return false;
-    };
-    match head() {
-        Some(h) => t.append_bound_completion(ts, &h, body),
+    match sink::enter_ready(empty::bucket(cq)) {
+        Some(mut t) => t.append_bound_completion(ts, cq, wc),
         None => false,
     }
 }

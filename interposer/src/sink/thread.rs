@@ -17,7 +17,7 @@ use std::mem::MaybeUninit;
 use std::sync::atomic::{compiler_fence, AtomicU64, Ordering};
 
 use sigmatrace_schemas::{
-    compact::{CompletionBody, CompletionHead, SendBody, SendHead},
+    compact::{CompletionBody, CompletionHead, CompletionSource, SendBody, SendHead},
     drop_reason, ChunkWriter, Dropped, FixedRecord, RecordHeader, RecordKind, Reserved,
 };
 
@@ -485,18 +485,18 @@ impl<'a> Thread<'a> {
         self.out.compact_appended(r)
     }
 
-    /// `ChunkWriter::append_bound_completion`: the compact `WorkCompletion` when it needs no
-    /// bookkeeping (a due snapshot included: the writer's horizon); false when nothing was
-    /// written.
+    /// `ChunkWriter::append_bound_completion`: the compact `WorkCompletion` of `wc` when it
+    /// needs no bookkeeping (a due snapshot included: the writer's horizon); false when
+    /// nothing was written.
     #[inline(always)]
     pub fn append_bound_completion(
         &mut self,
         ts: u64,
-        head: &CompletionHead,
-        body: impl FnOnce() -> CompletionBody,
+        cq: u64,
+        wc: &impl CompletionSource,
     ) -> bool {
         // SAFETY: an Out's writer is initialised.
-        unsafe { self.out.s.writer() }.append_bound_completion(ts, head, body)
+        unsafe { self.out.s.writer() }.append_bound_completion(ts, cq, wc)
     }
 
     /// Appends a metadata record (StringDef, Annotation, ThreadName).

@@ -9,14 +9,16 @@
 //! chunk (a few hundred bytes per chunk, nothing per record).
 
 use crate::records::{
-    slot_role, CompletionCompact, FixedRecord, PostRecv, PostRecvCompact, PostSend,
-    PostSendCompact, RecordHeader, RecordKind, SlotBind, TimeBase, WorkCompletion,
+    slot_role, CompletionCompact, CompletionShort, FixedRecord, PostRecv, PostRecvCompact,
+    PostSend, PostSendCompact, RecordHeader, SlotBind, TimeBase, WorkCompletion,
 };
 use crate::writer::ChunkWriter;
 
 use super::{
-    addr_op_fits, pack_addr_op, post_recv_fits, put_addr_op, CompletionBody, CompletionHead,
-    SendBody, SendHead, BOOKKEEPING, COMPLETION_C, DTS_BITS, DTS_LIMIT, POST_RECV_C, POST_SEND_C,
+    addr_op_fits, completion_is_short, event_kind, pack_addr_op, pack_completion,
+    pack_completion_short, post_recv_fits, put_addr_op, CompletionBody, CompletionHead,
+    CompletionSource, SendBody, SendHead, BOOKKEEPING, DTS_BITS, DTS_LIMIT, POST_RECV_C,
+    POST_SEND_C,
 };
 
 /// Slots per role in the writer's table (readers accept any slot 0–255).
@@ -314,7 +316,8 @@ impl ChunkWriter {
     }
 
     /// Appends the compact form of the `WorkCompletion` at `ts` of `head` and `body()` — as
-    /// [`try_append_plain_send`](Self::try_append_plain_send) does for a send.
+    /// [`try_append_plain_send`](Self::try_append_plain_send) does for a send: a
+    /// [`CompletionShort`] when [`completion_is_short`], else a [`CompletionCompact`].
     #[inline(always)]
     pub fn try_append_plain_completion(
         &mut self,
@@ -325,60 +328,61 @@ impl ChunkWriter {
         if !self.compact || !head.fits() {
             return None;
         }
-        let src_qp_flags = head.src_qp | head.flags << 24;
-        let key = head.qpn as u64;
-        Some(
-            self.append_slotted(ts, head.cq, key, |r: &mut CompletionCompact, tslot| {
-                let b = body();
-                *r = CompletionCompact {
-                    kind: CompletionCompact::KIND as u16,
-                    len: size_of::<CompletionCompact>() as u16,
-                    tslot,
-                    wr_id: b.wr_id,
-                    byte_len: b.byte_len,
-                    imm: b.imm,
-                    src_qp_flags,
-                    slid: b.slid,
-                    status: b.status,
-                    opcode: b.opcode,
-                }
-            }),
-        )
+        let b = body();
+        let (cq, key) = (head.cq, head.qpn as u64);
+        Some(if completion_is_short(head, &b) {
+            self.append_slotted(ts, cq, key, |r, tslot| {
+                *r = pack_completion_short(tslot, &b)
+            })
+        } else {
+            self.append_slotted(ts, cq, key, |r, tslot| {
+                *r = pack_completion(tslot, head, &b)
+            })
+        })
     }
 
-    /// Appends and publishes the compact `WorkCompletion` at `ts` of `head` and `body()` —
-    /// what [`try_append_plain_completion`](Self::try_append_plain_completion) appends — only
-    /// when it needs no bookkeeping: the current chunk has room, `ts` is within reach of its
-    /// time base and before the horizon, and the queue has its slot. Returns false otherwise
-    /// (nothing written, nothing counted: the caller appends it the ordinary way, which
-    /// writes the bookkeeping for the next one). No call, so the caller's scratch registers
-    /// are enough.
+    /// Appends and publishes the compact `WorkCompletion` at `ts` of the completion `wc` of
+    /// the CQ `cq` — what [`try_append_plain_completion`](Self::try_append_plain_completion)
+    /// appends: a [`CompletionShort`] when `wc.is_short()`, else a [`CompletionCompact`] when
+    /// `wc.head()` has one — only when it needs no bookkeeping: the current chunk has room,
+    /// `ts` is within reach of its time base and before the horizon, and the queue has its
+    /// slot. Returns false otherwise (nothing written, nothing counted: the caller appends it
+    /// the ordinary way, which writes the bookkeeping for the next one). No call, so the
+    /// caller's scratch registers are enough.
     #[inline(always)]
     pub fn append_bound_completion(
         &mut self,
         ts: u64,
-        head: &CompletionHead,
-        body: impl FnOnce() -> CompletionBody,
+        cq: u64,
+        wc: &impl CompletionSource,
     ) -> bool {
-        const SIZE: u32 = size_of::<CompletionCompact>() as u32;
         let dts = ts.wrapping_sub(self.slots.base);
-        let i = slot_of(head.cq, head.qpn);
+        let qpn = wc.qpn();
+        let i = slot_of(cq, qpn);
         // `place_limit` is 0 when the writer does not compact, and leaves room for a record
-        // of this size and more.
+        // of either size and more.
         if dts >= self.slots.lim
             || self.pos() >= self.place_limit
-            || !head.fits()
-            || self.slots.cq[i] != head.cq
-            || self.slots.cq_qpn[i] != head.qpn
+            || self.slots.cq[i] != cq
+            || self.slots.cq_qpn[i] != qpn
         {
             return false;
         }
-        let r = self.at_pos() as *mut CompletionCompact;
         let tslot = dts as u32 | self.slots.hi[COMPLETION_REGION + i];
-        // SAFETY: `place_limit` leaves room for this record inside our exclusively owned
-        // chunk; the position is 8-aligned.
-        unsafe { fill_completion(r, tslot, head, body) };
-        self.publish(SIZE);
+        let at = self.at_pos();
+        if wc.is_short() {
+            // SAFETY: `place_limit` leaves room for this record inside our exclusively owned
+            // chunk; the position is 8-aligned.
+            unsafe { fill_short(at.cast(), tslot, wc) };
+            self.publish(size_of::<CompletionShort>() as u32);
+            return true;
+        }
+        let Some(head) = wc.head().filter(CompletionHead::fits) else {
+            return false;
+        };
+        // SAFETY: as above.
+        unsafe { fill_completion(at.cast(), tslot, &head, || wc.body()) };
+        self.publish(size_of::<CompletionCompact>() as u32);
         true
     }
 
@@ -498,6 +502,25 @@ unsafe fn fill_completion(
     }
 }
 
+/// Writes a [`CompletionShort`] of `wc` (which `is_short`), each field as it is read.
+///
+/// # Safety
+/// `r` must be a writable, aligned record slot the caller owns.
+#[inline(always)]
+unsafe fn fill_short(r: *mut CompletionShort, tslot: u32, wc: &impl CompletionSource) {
+    // SAFETY: per caller; each field is written once.
+    unsafe {
+        std::ptr::addr_of_mut!((*r).kind)
+            .cast::<u32>()
+            .write(kind_len::<CompletionShort>());
+        std::ptr::addr_of_mut!((*r).tslot).write(tslot);
+        let b = wc.body();
+        std::ptr::addr_of_mut!((*r).wr_id).write(b.wr_id);
+        std::ptr::addr_of_mut!((*r).byte_len).write(b.byte_len);
+        std::ptr::addr_of_mut!((*r).opcode).write(b.opcode as u32);
+    }
+}
+
 const _: () = assert!(
     std::mem::offset_of!(CompletionCompact, imm)
         == std::mem::offset_of!(CompletionCompact, byte_len) + 4
@@ -524,220 +547,8 @@ const fn role<C: FixedRecord>() -> u8 {
 
 /// The full kind a compact kind stands for (the kind its drops are counted as).
 const fn full_kind<C: FixedRecord>() -> u16 {
-    match C::KIND as u16 {
-        POST_SEND_C => RecordKind::PostSend as u16,
-        POST_RECV_C => RecordKind::PostRecv as u16,
-        COMPLETION_C => RecordKind::WorkCompletion as u16,
-        k => k,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::clock::Timestamper;
-    use crate::header::FileHeader;
-    use crate::reader::LogFile;
-    use crate::records::Record;
-    use crate::writer::{LogWriter, WriterOptions};
-
-    const T0: u64 = 1 << 40;
-
-    fn send(qpn: u32, remote_addr: u64, flags: u32) -> SendHead {
-        SendHead {
-            qpn,
-            source: 0,
-            remote_addr,
-            flags,
-            num_sge: 1,
-            opcode: 0,
-        }
-    }
-
-    fn sbody(wr_id: u64) -> impl FnOnce() -> SendBody {
-        move || SendBody {
-            wr_id,
-            rkey: 7,
-            bytes: 8,
-        }
-    }
-
-    fn wc(cq: u64, qpn: u32, src_qp: u32, flags: u32) -> CompletionHead {
-        CompletionHead {
-            cq,
-            qpn,
-            src_qp,
-            flags,
-        }
-    }
-
-    fn cbody(wr_id: u64) -> impl FnOnce() -> CompletionBody {
-        move || CompletionBody {
-            wr_id,
-            byte_len: 8,
-            imm: 0,
-            slid: 3,
-            status: 0,
-            opcode: 1,
-        }
-    }
-
-    /// What a send's record says besides its id, time and QPN.
-    fn sig(h: &SendHead) -> u64 {
-        h.remote_addr ^ (h.flags as u64) << 48 ^ (h.opcode as u64) << 56
-    }
-
-    /// The records a test writes and expects back: (wr_id, ts, qpn, [`sig`] for a send, 0
-    /// for a completion).
-    struct Hot {
-        w: ChunkWriter,
-        want: Vec<(u64, u64, u32, u64)>,
-    }
-
-    impl Hot {
-        fn place(&mut self, ts: u64, h: SendHead, wr_id: u64) -> bool {
-            let placed = self.w.place_plain_send(ts, &h, sbody(wr_id));
-            if placed {
-                self.w.publish_placed_send();
-                self.want.push((wr_id, ts, h.qpn, sig(&h)));
-            }
-            placed
-        }
-
-        fn append(&mut self, ts: u64, h: SendHead, wr_id: u64) {
-            assert_eq!(
-                self.w.try_append_plain_send(ts, &h, sbody(wr_id)),
-                Some(true)
-            );
-            self.want.push((wr_id, ts, h.qpn, sig(&h)));
-        }
-
-        fn bound(&mut self, ts: u64, h: CompletionHead, wr_id: u64) -> bool {
-            let done = self.w.append_bound_completion(ts, &h, cbody(wr_id));
-            if done {
-                self.want.push((wr_id, ts, h.qpn, 0));
-            }
-            done
-        }
-
-        fn complete(&mut self, ts: u64, h: CompletionHead, wr_id: u64) {
-            let r = self.w.try_append_plain_completion(ts, &h, cbody(wr_id));
-            assert_eq!(r, Some(true));
-            self.want.push((wr_id, ts, h.qpn, 0));
-        }
-    }
-
-    /// The hot paths (`place_plain_send`, `append_bound_completion`) write a record only when
-    /// it needs nothing else — a chunk with room, a bound slot (sends and completions of one
-    /// queue each keep theirs), a time within reach of the base and before the horizon, a
-    /// compact form — and what they write reads back as what the ordinary append writes.
-    #[test]
-    fn hot_paths_write_only_records_that_need_no_bookkeeping() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("hot.sigmalog");
-        let ts = Timestamper::detect();
-        let header = FileHeader::for_current_process(ts.source(), 1 << 30, ts.snapshot(), 4096);
-        let options = WriterOptions {
-            chunk_size: 4096,
-            max_bytes: 1 << 24,
-            ..Default::default()
-        };
-        let log = LogWriter::create(&path, &header, options).unwrap();
-        let mut h = Hot {
-            w: log.thread_writer(9),
-            want: Vec::new(),
-        };
-        let (q, cq) = (5, 0x9000);
-        // No chunk yet, then a chunk but no slot: nothing.
-        assert!(!h.place(T0, send(q, 0x1000, 2), 1));
-        assert!(!h.bound(T0, wc(cq, q, 0, 0), 1));
-        h.append(T0, send(q, 0x1000, 2), 2);
-        assert!(!h.bound(T0, wc(cq, q, 0, 0), 1));
-        h.complete(T0 + 1, wc(cq, q, 0, 0), 3);
-        // Both bound (one region each): hot.
-        assert!(h.place(T0 + 2, send(q, 0x1000, 2), 4));
-        // A send (opcode 2, no address) with every flag the compact form holds, and the
-        // largest address it holds.
-        let s = SendHead {
-            opcode: 2,
-            ..send(q, 0, 31)
-        };
-        assert!(h.place(T0 + 2, s, 40));
-        assert!(h.place(T0 + 2, send(q, (1 << 48) - 1, 0), 41));
-        assert!(h.bound(T0 + 3, wc(cq, q, 0x42, 2), 5));
-        // Another queue, the same QP on another CQ, QP q + 64 (the same send slot): not bound.
-        assert!(!h.place(T0 + 4, send(q + 1, 0x1000, 2), 6));
-        assert!(!h.place(T0 + 4, send(q + 64, 0x1000, 2), 6));
-        assert!(!h.bound(T0 + 4, wc(cq + 64, q, 0, 0), 6));
-        // No compact form.
-        assert!(!h.place(T0 + 4, send(q, 1 << 48, 2), 6));
-        assert!(!h.place(T0 + 4, send(q, 0x1000, 32), 6));
-        assert!(!h.bound(T0 + 4, wc(cq, q, 1 << 24, 0), 6));
-        assert!(!h.bound(T0 + 4, wc(cq, q, 0, 256), 6));
-        // The time: before the base, out of reach of it, at the last offset it reaches.
-        assert!(!h.place(T0 - 1, send(q, 0x1000, 2), 6));
-        assert!(!h.bound(T0 - 1, wc(cq, q, 0, 0), 6));
-        assert!(!h.place(T0 + DTS_LIMIT, send(q, 0x1000, 2), 6));
-        assert!(!h.bound(T0 + DTS_LIMIT, wc(cq, q, 0, 0), 6));
-        assert!(h.place(T0 + DTS_LIMIT - 1, send(q, 0x1000, 2), 6));
-        assert!(h.bound(T0 + DTS_LIMIT - 1, wc(cq, q, 0, 0), 7));
-        // The horizon, and a new base beyond it.
-        h.w.set_horizon(T0 + 100);
-        assert!(!h.place(T0 + 100, send(q, 0x1000, 2), 8));
-        assert!(!h.bound(T0 + 100, wc(cq, q, 0, 0), 8));
-        assert!(h.place(T0 + 99, send(q, 0x1000, 2), 8));
-        h.append(T0 + (1 << 30), send(q, 0x1000, 2), 9);
-        assert!(!h.place(T0 + (1 << 30) + 1, send(q, 0x1000, 2), 10));
-        h.w.set_horizon(u64::MAX);
-        assert!(h.place(T0 + (1 << 30) + 1, send(q, 0x1000, 2), 10));
-        // QP q + 64 takes the send slot: q is no longer hot, q + 64 is.
-        h.append(T0 + (1 << 30) + 2, send(q + 64, 0x1000, 2), 11);
-        assert!(!h.place(T0 + (1 << 30) + 3, send(q, 0x1000, 2), 12));
-        assert!(h.place(T0 + (1 << 30) + 3, send(q + 64, 0x1000, 2), 12));
-        // Until the chunk is full; then the ordinary append moves to a new chunk, where the
-        // slot is bound again.
-        let t = T0 + (1 << 30) + 4;
-        let mut id = 100;
-        while h.place(t, send(q + 64, 0x1000, 2), id) {
-            id += 1;
-        }
-        assert!((50..128).contains(&(id - 100)), "{} placed", id - 100);
-        let before = log.losses().total;
-        h.append(t, send(q + 64, 0x1000, 2), id);
-        assert!(!h.bound(t, wc(cq, q, 0, 0), id + 1));
-        h.complete(t, wc(cq, q, 0, 0), id + 1);
-        assert!(h.place(t, send(q + 64, 0x1000, 2), id + 2));
-        assert!(h.bound(t, wc(cq, q, 0, 0), id + 3));
-        assert_eq!(log.losses().total, before);
-        drop(h.w);
-        let file = LogFile::open(&path).unwrap();
-        assert!(file.salvage().is_clean(), "{:?}", file.salvage());
-        let mut got = Vec::new();
-        for c in file.chunks() {
-            for r in file.records(c) {
-                match r.unwrap().decode().unwrap() {
-                    Record::PostSend(s) => {
-                        assert_eq!((s.rkey, s.bytes, s.num_sge, s.imm), (7, 8, 1, 0));
-                        let h = SendHead {
-                            qpn: s.qpn,
-                            source: s.source,
-                            remote_addr: s.remote_addr,
-                            flags: s.hdr.aux,
-                            num_sge: s.num_sge,
-                            opcode: s.opcode,
-                        };
-                        got.push((s.wr_id, s.ts, s.qpn, sig(&h)));
-                    }
-                    Record::WorkCompletion(w) => {
-                        assert_eq!((w.cq, w.slid, w.byte_len, w.opcode), (cq, 3, 8, 1));
-                        assert_eq!((w.imm, w.vendor_err, w.hw_ts), (0, 0, 0));
-                        got.push((w.wr_id, w.ts, w.qpn, 0));
-                    }
-                    other => panic!("{other:?}"),
-                }
-            }
-        }
-        assert_eq!(got, h.want);
-        assert_eq!(file.chunks().len(), 2);
+    match event_kind(C::KIND as u16) {
+        Some(k) => k,
+        None => C::KIND as u16,
     }
 }

@@ -81,7 +81,8 @@ pub mod slot_role {
     pub const SEND: u8 = 1;
     /// [`super::PostRecvCompact`]: `qpn`, `source`, `object` = the SRQ handle (0 if none).
     pub const RECV: u8 = 2;
-    /// [`super::CompletionCompact`]: `object` = the CQ handle, `qpn`.
+    /// [`super::CompletionCompact`], [`super::CompletionShort`]: `object` = the CQ handle,
+    /// `qpn`.
     pub const COMPLETION: u8 = 3;
 }
 
@@ -146,5 +147,20 @@ pod_records! {
         pub slid: u16,
         pub status: u8,
         pub opcode: u8,
+    }
+
+    /// A successful [`WorkCompletion`] with nothing but its id, length and opcode, in 24
+    /// bytes (format 2.1; `tslot` as in [`PostSendCompact`]; `cq` and `qpn` from the slot, a
+    /// completion slot as for [`CompletionCompact`]). `opcode` is the `ibv_wc_opcode` (below
+    /// 256). Expands with `status`, `wc_flags` (`aux`), `src_qp`, `slid`, `imm`, `hw_ts` and
+    /// `vendor_err` 0 — written only when they are: the send-side completions of connected
+    /// QPs (receive completions name their source QP and LID on mlx5 and softnic).
+    pub struct CompletionShort {
+        pub kind: u16,
+        pub len: u16,
+        pub tslot: u32,
+        pub wr_id: u64,
+        pub byte_len: u32,
+        pub opcode: u32,
     }
 }

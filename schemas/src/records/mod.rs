@@ -282,6 +282,7 @@ record_kinds! {
         56 => PostSendCompact,
         57 => PostRecvCompact,
         58 => CompletionCompact,
+        59 => CompletionShort,
     }
     meta {
         2 => Annotation,
@@ -289,7 +290,7 @@ record_kinds! {
         5 => ThreadName,
     }
     retired {}
-    next_free = 59
+    next_free = 60
 }
 
 // ---------------------------------------------------------------------------------------------

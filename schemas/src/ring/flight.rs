@@ -35,6 +35,7 @@ use std::sync::Arc;
 
 use super::{write_all, Ring, FILLING, FULL};
 use crate::chunk::{ChunkHeader, CHUNK_HEADER_SIZE, CHUNK_MAGIC, COMMIT_OFFSET};
+use crate::compact::event_kind;
 use crate::header::{CHUNKS_OFFSET, DROPPED_OFFSET, HEADER_SIZE, LOSS_SLOTS, LOSS_TABLE_OFFSET};
 use crate::records::RecordKind;
 use crate::writer::Shared;
@@ -71,30 +72,13 @@ impl Drop for Busy<'_> {
     }
 }
 
-/// The event kind a record of `kind` stands for (compact records: their full kind); `None`
-/// for context records (no event).
-fn event_kind(kind: u16) -> Option<u16> {
-    const SEND_C: u16 = RecordKind::PostSendCompact as u16;
-    const RECV_C: u16 = RecordKind::PostRecvCompact as u16;
-    const WC_C: u16 = RecordKind::CompletionCompact as u16;
-    const BASE: u16 = RecordKind::TimeBase as u16;
-    const BIND: u16 = RecordKind::SlotBind as u16;
-    match kind {
-        SEND_C => Some(RecordKind::PostSend as u16),
-        RECV_C => Some(RecordKind::PostRecv as u16),
-        WC_C => Some(RecordKind::WorkCompletion as u16),
-        BASE | BIND => None,
-        k => Some(k),
-    }
-}
-
 /// Whether records of `kind` are control records (kept, see the module documentation): all
 /// but clock snapshots, completion-channel events, the data path (posts, completions, empty
 /// polls, observed WQEs/CQEs, overruns), kernel launches/executions/clock pairs and the
 /// compact records' context.
 pub(crate) fn is_control(kind: u16) -> bool {
     use RecordKind as K;
-    const FREQUENT: [RecordKind; 18] = [
+    const FREQUENT: [RecordKind; 19] = [
         K::ClockSnapshot,
         K::CqEvent,
         K::PostSend,
@@ -113,6 +97,7 @@ pub(crate) fn is_control(kind: u16) -> bool {
         K::PostSendCompact,
         K::PostRecvCompact,
         K::CompletionCompact,
+        K::CompletionShort,
     ];
     !FREQUENT.iter().any(|&k| k as u16 == kind)
 }

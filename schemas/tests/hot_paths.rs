@@ -1,0 +1,262 @@
+//! The writer's hot paths (`ChunkWriter::place_plain_send`, `append_bound_completion`) next to
+//! the ordinary compact appends: what they write, when they refuse, and that it all reads back
+//! as what the ordinary append writes.
+
+use sigmatrace_schemas::compact::*;
+use sigmatrace_schemas::{
+    ChunkWriter, FileHeader, LogFile, LogWriter, Record, RecordKind, Timestamper, WriterOptions,
+};
+
+const T0: u64 = 1 << 40;
+
+fn send(qpn: u32, remote_addr: u64, flags: u32) -> SendHead {
+    SendHead {
+        qpn,
+        source: 0,
+        remote_addr,
+        flags,
+        num_sge: 1,
+        opcode: 0,
+    }
+}
+
+fn sbody(wr_id: u64) -> impl FnOnce() -> SendBody {
+    move || SendBody {
+        wr_id,
+        rkey: 7,
+        bytes: 8,
+    }
+}
+
+fn wc(cq: u64, qpn: u32, src_qp: u32, flags: u32) -> CompletionHead {
+    CompletionHead {
+        cq,
+        qpn,
+        src_qp,
+        flags,
+    }
+}
+
+/// A completion's body; `slid` 0 (with no source QP and no flags) makes it short.
+fn cbody(wr_id: u64, slid: u16) -> CompletionBody {
+    CompletionBody {
+        wr_id,
+        byte_len: 8,
+        imm: 0,
+        slid,
+        status: 0,
+        opcode: 1,
+    }
+}
+
+/// A completion as the interposer's hot path hands it over.
+struct Source(CompletionHead, CompletionBody);
+
+impl CompletionSource for Source {
+    fn qpn(&self) -> u32 {
+        self.0.qpn
+    }
+    fn is_short(&self) -> bool {
+        completion_is_short(&self.0, &self.1)
+    }
+    fn head(&self) -> Option<CompletionHead> {
+        Some(self.0)
+    }
+    fn body(&self) -> CompletionBody {
+        self.1
+    }
+}
+
+/// What a completion's record says besides its id, time and QPN.
+fn csig(h: &CompletionHead, slid: u16) -> u64 {
+    slid as u64 | (h.src_qp as u64) << 16 | (h.flags as u64) << 40 | 1 << 63
+}
+
+/// What a send's record says besides its id, time and QPN.
+fn sig(h: &SendHead) -> u64 {
+    h.remote_addr ^ (h.flags as u64) << 48 ^ (h.opcode as u64) << 56
+}
+
+/// The records a test writes and expects back: (wr_id, ts, qpn, [`sig`] for a send,
+/// [`csig`] for a completion).
+struct Hot {
+    w: ChunkWriter,
+    want: Vec<(u64, u64, u32, u64)>,
+}
+
+impl Hot {
+    fn place(&mut self, ts: u64, h: SendHead, wr_id: u64) -> bool {
+        let placed = self.w.place_plain_send(ts, &h, sbody(wr_id));
+        if placed {
+            self.w.publish_placed_send();
+            self.want.push((wr_id, ts, h.qpn, sig(&h)));
+        }
+        placed
+    }
+
+    fn append(&mut self, ts: u64, h: SendHead, wr_id: u64) {
+        assert_eq!(
+            self.w.try_append_plain_send(ts, &h, sbody(wr_id)),
+            Some(true)
+        );
+        self.want.push((wr_id, ts, h.qpn, sig(&h)));
+    }
+
+    /// The hot completion path, with a completion of `slid` 3 (never short).
+    fn bound(&mut self, ts: u64, h: CompletionHead, wr_id: u64) -> bool {
+        self.bound_slid(ts, h, wr_id, 3)
+    }
+
+    fn bound_slid(&mut self, ts: u64, h: CompletionHead, wr_id: u64, slid: u16) -> bool {
+        let done = self
+            .w
+            .append_bound_completion(ts, h.cq, &Source(h, cbody(wr_id, slid)));
+        if done {
+            self.want.push((wr_id, ts, h.qpn, csig(&h, slid)));
+        }
+        done
+    }
+
+    fn complete(&mut self, ts: u64, h: CompletionHead, wr_id: u64, slid: u16) {
+        let r = self
+            .w
+            .try_append_plain_completion(ts, &h, || cbody(wr_id, slid));
+        assert_eq!(r, Some(true));
+        self.want.push((wr_id, ts, h.qpn, csig(&h, slid)));
+    }
+}
+
+/// The hot paths (`place_plain_send`, `append_bound_completion`) write a record only when
+/// it needs nothing else — a chunk with room, a bound slot (sends and completions of one
+/// queue each keep theirs), a time within reach of the base and before the horizon, a
+/// compact form — and what they write reads back as what the ordinary append writes.
+#[test]
+fn hot_paths_write_only_records_that_need_no_bookkeeping() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hot.sigmalog");
+    let ts = Timestamper::detect();
+    let header = FileHeader::for_current_process(ts.source(), 1 << 30, ts.snapshot(), 4096);
+    let options = WriterOptions {
+        chunk_size: 4096,
+        max_bytes: 1 << 24,
+        ..Default::default()
+    };
+    let log = LogWriter::create(&path, &header, options).unwrap();
+    let mut h = Hot {
+        w: log.thread_writer(9),
+        want: Vec::new(),
+    };
+    let (q, cq) = (5, 0x9000);
+    // No chunk yet, then a chunk but no slot: nothing.
+    assert!(!h.place(T0, send(q, 0x1000, 2), 1));
+    assert!(!h.bound(T0, wc(cq, q, 0, 0), 1));
+    h.append(T0, send(q, 0x1000, 2), 2);
+    assert!(!h.bound(T0, wc(cq, q, 0, 0), 1));
+    h.complete(T0 + 1, wc(cq, q, 0, 0), 3, 3);
+    // Both bound (one region each): hot.
+    assert!(h.place(T0 + 2, send(q, 0x1000, 2), 4));
+    // A send (opcode 2, no address) with every flag the compact form holds, and the
+    // largest address it holds.
+    let s = SendHead {
+        opcode: 2,
+        ..send(q, 0, 31)
+    };
+    assert!(h.place(T0 + 2, s, 40));
+    assert!(h.place(T0 + 2, send(q, (1 << 48) - 1, 0), 41));
+    assert!(h.bound(T0 + 3, wc(cq, q, 0x42, 2), 5));
+    // Short ones (no source QP, flags or LID), and one of each field that keeps it compact.
+    assert!(h.bound_slid(T0 + 3, wc(cq, q, 0, 0), 50, 0));
+    assert!(h.bound_slid(T0 + 3, wc(cq, q, 1, 0), 51, 0));
+    assert!(h.bound_slid(T0 + 3, wc(cq, q, 0, 1), 52, 0));
+    assert!(h.bound_slid(T0 + 3, wc(cq, q, 0, 0), 53, 1));
+    // Another queue, the same QP on another CQ, QP q + 64 (the same send slot): not bound.
+    assert!(!h.place(T0 + 4, send(q + 1, 0x1000, 2), 6));
+    assert!(!h.place(T0 + 4, send(q + 64, 0x1000, 2), 6));
+    assert!(!h.bound(T0 + 4, wc(cq + 64, q, 0, 0), 6));
+    // No compact form.
+    assert!(!h.place(T0 + 4, send(q, 1 << 48, 2), 6));
+    assert!(!h.place(T0 + 4, send(q, 0x1000, 32), 6));
+    assert!(!h.bound(T0 + 4, wc(cq, q, 1 << 24, 0), 6));
+    assert!(!h.bound(T0 + 4, wc(cq, q, 0, 256), 6));
+    // The time: before the base, out of reach of it, at the last offset it reaches.
+    assert!(!h.place(T0 - 1, send(q, 0x1000, 2), 6));
+    assert!(!h.bound(T0 - 1, wc(cq, q, 0, 0), 6));
+    assert!(!h.place(T0 + DTS_LIMIT, send(q, 0x1000, 2), 6));
+    assert!(!h.bound(T0 + DTS_LIMIT, wc(cq, q, 0, 0), 6));
+    assert!(h.place(T0 + DTS_LIMIT - 1, send(q, 0x1000, 2), 6));
+    assert!(h.bound(T0 + DTS_LIMIT - 1, wc(cq, q, 0, 0), 7));
+    // The horizon, and a new base beyond it.
+    h.w.set_horizon(T0 + 100);
+    assert!(!h.place(T0 + 100, send(q, 0x1000, 2), 8));
+    assert!(!h.bound(T0 + 100, wc(cq, q, 0, 0), 8));
+    assert!(h.place(T0 + 99, send(q, 0x1000, 2), 8));
+    h.append(T0 + (1 << 30), send(q, 0x1000, 2), 9);
+    assert!(!h.place(T0 + (1 << 30) + 1, send(q, 0x1000, 2), 10));
+    h.w.set_horizon(u64::MAX);
+    assert!(h.place(T0 + (1 << 30) + 1, send(q, 0x1000, 2), 10));
+    // QP q + 64 takes the send slot: q is no longer hot, q + 64 is.
+    h.append(T0 + (1 << 30) + 2, send(q + 64, 0x1000, 2), 11);
+    assert!(!h.place(T0 + (1 << 30) + 3, send(q, 0x1000, 2), 12));
+    assert!(h.place(T0 + (1 << 30) + 3, send(q + 64, 0x1000, 2), 12));
+    // Until the chunk is full; then the ordinary append moves to a new chunk, where the
+    // slot is bound again.
+    let t = T0 + (1 << 30) + 4;
+    let mut id = 100;
+    while h.place(t, send(q + 64, 0x1000, 2), id) {
+        id += 1;
+    }
+    assert!((50..128).contains(&(id - 100)), "{} placed", id - 100);
+    let before = log.losses().total;
+    h.append(t, send(q + 64, 0x1000, 2), id);
+    assert!(!h.bound(t, wc(cq, q, 0, 0), id + 1));
+    h.complete(t, wc(cq, q, 0, 0), id + 1, 0);
+    assert!(h.place(t, send(q + 64, 0x1000, 2), id + 2));
+    assert!(h.bound(t, wc(cq, q, 0, 0), id + 3));
+    assert_eq!(log.losses().total, before);
+    drop(h.w);
+    let file = LogFile::open(&path).unwrap();
+    assert!(file.salvage().is_clean(), "{:?}", file.salvage());
+    assert_eq!(read_back(&file, cq), h.want);
+    assert_eq!(file.chunks().len(), 2);
+    // The two completions without source QP, flags or LID (ids 50 and the ordinary one at
+    // the new chunk) were written short, every other one compact.
+    let kinds = |k: RecordKind| -> usize {
+        let chunks = file.chunks();
+        let raw = chunks.iter().flat_map(|c| file.raw_records(c));
+        raw.filter(|r| r.as_ref().unwrap().kind == k as u16).count()
+    };
+    let completions = h.want.iter().filter(|w| w.3 >> 63 == 1).count();
+    assert_eq!(kinds(RecordKind::CompletionShort), 2);
+    assert_eq!(kinds(RecordKind::CompletionCompact), completions - 2);
+}
+
+/// The posts and completions (of the CQ `cq`) of `file` as [`Hot`] records them.
+fn read_back(file: &LogFile, cq: u64) -> Vec<(u64, u64, u32, u64)> {
+    let mut got = Vec::new();
+    for c in file.chunks() {
+        for r in file.records(c) {
+            match r.unwrap().decode().unwrap() {
+                Record::PostSend(s) => {
+                    assert_eq!((s.rkey, s.bytes, s.num_sge, s.imm), (7, 8, 1, 0));
+                    let h = SendHead {
+                        qpn: s.qpn,
+                        source: s.source,
+                        remote_addr: s.remote_addr,
+                        flags: s.hdr.aux,
+                        num_sge: s.num_sge,
+                        opcode: s.opcode,
+                    };
+                    got.push((s.wr_id, s.ts, s.qpn, sig(&h)));
+                }
+                Record::WorkCompletion(w) => {
+                    assert_eq!((w.cq, w.byte_len, w.opcode, w.status), (cq, 8, 1, 0));
+                    assert_eq!((w.imm, w.vendor_err, w.hw_ts), (0, 0, 0));
+                    let h = wc(cq, w.qpn, w.src_qp, w.hdr.aux);
+                    got.push((w.wr_id, w.ts, w.qpn, csig(&h, w.slid)));
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+    got
+}
