@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use rayon::prelude::*;
 
 use crate::groups::PerfettoGroups;
+use crate::perfetto::Tail;
 use crate::{ArgKey, ArgValue, Extra, Name, TraceSink, TrackDef};
 
 /// Event types of an [`Ev`] (its `meta`'s low byte).
@@ -388,12 +389,30 @@ pub(crate) fn replay_one(events: &GroupEvents, ev: &Ev, sink: &mut dyn TraceSink
 }
 
 impl Ev {
-    /// The event's type (a Perfetto TrackEvent type: slice begin 1, end 2, instant 3,
-    /// counter 4) when it is one without args or flows and not a track declaration.
+    /// The event's type (a Perfetto TrackEvent type: slice begin 1, end 2, instant 3) when it
+    /// is one without args, flows or value.
     #[inline(always)]
     pub(crate) fn plain_type(&self) -> Option<u8> {
         let ty = self.meta as u8;
-        (self.meta & 0xff00 == 0 && ty < TRACK).then_some(ty)
+        (self.meta & 0xff00 == 0 && ty < COUNTER).then_some(ty)
+    }
+
+    /// The event's type (counter 4, or slice begin 1, end 2, instant 3) and its counter value
+    /// or its one flow, when it is a counter or an event with one flow and no args.
+    #[inline(always)]
+    pub(crate) fn with_tail(&self) -> Option<(u8, Tail)> {
+        let ty = self.meta as u8;
+        if ty == COUNTER {
+            Some((ty, Tail::Value(self.x)))
+        } else if ty >= COUNTER || self.meta & SIDE != 0 {
+            None
+        } else if self.meta & FLOW != 0 {
+            Some((ty, Tail::Flow(self.x)))
+        } else if self.meta & TERM != 0 {
+            Some((ty, Tail::Term(self.x)))
+        } else {
+            None
+        }
     }
 
     /// The event's name + 1 (0: none).

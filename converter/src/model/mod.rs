@@ -291,7 +291,11 @@ impl<'a> ProcessModel<'a> {
                     ready = Some(rec.take_batch());
                 }
                 self.finish(rec);
-                flush(enc.encode(&rec.take_batch()));
+                // The last batch goes back too: the next process's recorder (pooled) records
+                // into lists that have their capacity already.
+                let last = rec.take_batch();
+                flush(enc.encode(&last));
+                rec.give_back(last);
                 flush(enc.take());
                 rec
             }

@@ -29,6 +29,7 @@ const TAIL: usize = 3;
 
 /// LSB-first bit writer. Each `put` stores the whole 64-bit accumulator and advances by the
 /// completed bytes (no branch); `out` keeps 8 bytes of slack past `pos` ([`Bits::room`]).
+#[cfg_attr(test, derive(Clone))]
 struct Bits {
     out: Vec<u8>,
     pos: usize,
@@ -78,6 +79,7 @@ impl Bits {
 /// stream. Tokens go straight to the bit writer: every deflate block is coded with Huffman
 /// codes built from the symbol frequencies of the block before it (all symbols kept codable);
 /// the very first block uses the fixed code.
+#[cfg_attr(test, derive(Clone))]
 pub struct FastZ {
     lit_freq: [u32; 286],
     dist_freq: [u32; 30],
@@ -386,10 +388,65 @@ impl FastZ {
         }
     }
 
+    /// Writes a packet `buf[start..]` of at most [`SEG`] bytes as runs of the bytes `d`
+    /// earlier where `mask` says they are equal — runs of at least 3 bytes, or any run at its
+    /// start that goes on with the pending match — and literals elsewhere: the same tokens as
+    /// [`FastZ::tokens_at`], one step per run and stretch of literals.
+    #[inline(always)]
+    fn tokens_small(&mut self, buf: &[u8], start: usize, mask: u64, d: usize) {
+        let end = buf.len();
+        let n = end - start;
+        debug_assert!(0 < n && n <= SEG);
+        let valid = u64::MAX >> (64 - n);
+        let m = mask & valid;
+        // Bytes inside runs of at least 3 equal bytes.
+        let r3 = m & (m >> 1) & (m >> 2);
+        let mut long = r3 | (r3 << 1) | (r3 << 2);
+        if self.pend_len > 0 && self.pend_dist == d {
+            // The leading equal bytes continue the match in progress (all 64 equal are a
+            // run of 3 already: the shift stays below 64).
+            let lead = (!m).trailing_zeros();
+            long |= (1u64 << lead.min(63)) - 1;
+        }
+        long &= valid;
+        let mut i = 0;
+        loop {
+            let r = (!(long >> i)).trailing_zeros() as usize;
+            if r > 0 {
+                self.run(buf, start + i, r, d);
+                i += r;
+                if i >= n {
+                    break;
+                }
+            }
+            let l = ((long >> i).trailing_zeros() as usize).min(n - i);
+            self.flush(buf, start + i);
+            for &b in &buf[start + i..start + i + l] {
+                self.lit(b);
+            }
+            self.tokens += l;
+            i += l;
+            if i >= n {
+                break;
+            }
+        }
+        self.packet_done(buf, end);
+    }
+
     /// Writes `buf[start..]` as runs of the bytes `d` earlier where `mask` (the equal bytes of
     /// the first segment) says they are equal, and literals elsewhere.
     #[inline(always)]
-    fn tokens_at(&mut self, buf: &[u8], start: usize, mut mask: u64, d: usize) {
+    fn tokens_at(&mut self, buf: &[u8], start: usize, mask: u64, d: usize) {
+        if buf.len() - start <= SEG && buf.len() > start {
+            self.tokens_small(buf, start, mask, d)
+        } else {
+            self.tokens_long(buf, start, mask, d)
+        }
+    }
+
+    /// [`FastZ::tokens_at`] segment by segment, byte run by byte run (any packet length).
+    #[inline]
+    fn tokens_long(&mut self, buf: &[u8], start: usize, mut mask: u64, d: usize) {
         let end = buf.len();
         let mut pos = start;
         loop {
@@ -658,144 +715,4 @@ fn eq_mask(buf: &[u8], a: usize, b: usize, n: usize) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn inflate(z: &[u8]) -> Vec<u8> {
-        let mut d = flate2::read::ZlibDecoder::new(z);
-        let mut out = Vec::new();
-        std::io::Read::read_to_end(&mut d, &mut out).expect("valid zlib stream");
-        out
-    }
-
-    #[test]
-    fn eq_mask_marks_equal_bytes() {
-        let buf = [
-            1u8, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2, 0, 4, 5, 6, 7, 8, 9, 11,
-        ];
-        assert_eq!(eq_mask(&buf, 10, 0, 10), 0b01_1111_1011);
-        assert_eq!(eq_mask(&buf, 10, 0, 7), 0b111_1011);
-        let long: Vec<u8> = (0..200u32)
-            .map(|i| (i % 50) as u8 ^ (i == 130) as u8)
-            .collect();
-        for n in 1..=64 {
-            let want = (0..n).fold(0u64, |m, i| {
-                m | ((long[100 + i] == long[50 + i]) as u64) << i
-            });
-            assert_eq!(eq_mask(&long, 100, 50, n), want, "n = {n}");
-        }
-    }
-
-    #[test]
-    fn code_lengths_respect_the_limit_and_kraft() {
-        // Fibonacci frequencies force a deep tree.
-        let mut f = vec![0u32; 40];
-        let (mut a, mut b) = (1u32, 1u32);
-        for x in f.iter_mut() {
-            *x = a;
-            let c = a.saturating_add(b);
-            a = b;
-            b = c;
-        }
-        let l = code_lengths(&f, 15);
-        assert!(l.iter().all(|&x| (1..=15).contains(&x)));
-        let k: f64 = l.iter().map(|&x| 0.5f64.powi(x as i32)).sum();
-        assert!(k <= 1.0 + 1e-12, "{k}");
-        let one = code_lengths(&[0, 5, 0], 7);
-        assert_eq!(one.iter().filter(|&&x| x > 0).count(), 2);
-    }
-
-    #[test]
-    fn streams_round_trip() {
-        // Packet-like data: repeated templates with varying tails, plus random filler.
-        let mut z = FastZ::new();
-        let mut buf = Vec::new();
-        let mut seed = 0x1234_5678u64;
-        for round in 0..3 {
-            for i in 0..20_000u64 {
-                let start = buf.len();
-                let track = i % 7;
-                buf.extend_from_slice(&[0x0a, 12, 0x50, 3, 0x5a, 4, 0x48, 2, 0x58, track as u8]);
-                seed = seed
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                let n = (seed >> 60) as usize;
-                for k in 0..n {
-                    buf.push((seed >> (8 * (k % 7))) as u8);
-                }
-                if i % 1000 == 0 {
-                    buf.extend(std::iter::repeat_n(0xab, 300));
-                }
-                z.packet(&buf, start, track << 3 | 2, 2);
-            }
-            let out = z.finish(&buf);
-            assert_eq!(inflate(&out), buf, "round {round}");
-            assert!(
-                out.len() < buf.len() * 3 / 4,
-                "{} of {}",
-                out.len(),
-                buf.len()
-            );
-            buf.clear();
-        }
-        let empty = z.finish(&[]);
-        assert!(inflate(&empty).is_empty());
-    }
-
-    /// Repeating packet sequences become matches that run on across packets (longer than one
-    /// packet, split at 258 bytes), and the stream still inflates to the raw bytes.
-    #[test]
-    fn repeats_run_on_across_packets() {
-        let mut z = FastZ::new();
-        let mut buf = Vec::new();
-        let mut seed = 0x9876_5432u64;
-        for i in 0..200_000u64 {
-            let start = buf.len();
-            // Bursts of 100 packets that repeat the burst before, one in 7 with a new byte.
-            let lane = i % 100;
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let ts = if lane % 7 == 0 { (seed >> 57) as u8 } else { 0 };
-            buf.extend_from_slice(&[
-                0x0a,
-                9,
-                0x50,
-                3,
-                0x5a,
-                4,
-                0x58,
-                0x80 | lane as u8,
-                1,
-                0x40,
-                ts,
-            ]);
-            z.packet(&buf, start, (lane << 3 | 2) + 1, 2);
-            if i % 70_000 == 69_999 {
-                let out = z.finish(&buf);
-                assert_eq!(inflate(&out), buf);
-                assert!(out.len() * 12 < buf.len(), "{} of {}", out.len(), buf.len());
-                buf.clear();
-            }
-        }
-        let out = z.finish(&buf);
-        assert_eq!(inflate(&out), buf);
-    }
-
-    /// Long packets (several segments) whose first byte alone repeats, and empty packets, are
-    /// tokenized byte by byte like any other (a long packet is never taken as a whole).
-    #[test]
-    fn long_and_empty_packets_round_trip() {
-        let mut z = FastZ::new();
-        let mut buf = Vec::new();
-        for i in 0..3000u32 {
-            let start = buf.len();
-            buf.push(0x0a);
-            buf.extend((0..100u32).map(|k| (k.wrapping_mul(2654435761) >> 13 ^ i) as u8));
-            z.packet(&buf, start, 5, 3);
-            z.packet(&buf, buf.len(), 6, 3);
-        }
-        let out = z.finish(&buf);
-        assert_eq!(inflate(&out), buf);
-    }
-}
+mod tests;

@@ -10,9 +10,11 @@
 
 use std::collections::HashMap;
 
-use crate::fastz::{FastZ, WINDOW};
+use crate::fastz::FastZ;
 use crate::proto::{self, TracePacket};
 use crate::{ArgKey, ArgValue, CounterUnit, Extra, Name, TraceSink, TrackDef, TrackKind};
+pub(crate) use small::Tail;
+use small::Template;
 
 /// Sequence-scoped clock used for incremental timestamps.
 pub const INCREMENTAL_CLOCK_ID: u32 = 64;
@@ -205,46 +207,11 @@ pub struct PerfettoSeq {
     key_ids: HashMap<String, u32>,
     /// Structured compression of the packets as they are written ([`PerfettoSeq::compressed`]).
     z: Option<Box<FastZ>>,
-    /// With `z`: the last plain small packet per (track, type) slot ([`Template`]), allocated
+    /// With `z`: the last small packet per (track, type) slot ([`Template`]), allocated
     /// on first use.
     templates: Vec<Template>,
     /// Current block's number: templates of earlier blocks are stale.
     epoch: u32,
-}
-
-/// Where the last plain small packet (no counter value, flows or args) of a track and event
-/// type is in the current block: a repeat of it (same track, type and name) is the same bytes
-/// up to its timestamp delta, copied instead of encoded and handed to [`FastZ::repeat`]
-/// as a match at a known distance.
-#[derive(Clone, Copy, Default)]
-struct Template {
-    track: u64,
-    /// Event type << 32 | name iid (0: none).
-    kind: u64,
-    /// Offset of the packet in the block.
-    at: usize,
-    epoch: u32,
-    /// Bytes before the timestamp varint (its tag included), and the varint's length.
-    plen: u8,
-    tlen: u8,
-    /// Its timestamp delta.
-    ts: u64,
-}
-
-/// Bytes a repeat copies from its template in one fixed-size copy (a template packet's bytes
-/// before the timestamp are fewer: at most 30).
-const REPEAT_COPY: usize = 32;
-
-/// The name part of the `kind` of a template that is not a plain packet (with a value or
-/// flows): no name index + 1 reaches it.
-const NOT_PLAIN: u64 = 1 << 31;
-
-/// Template slots per sequence (direct-mapped by track and type).
-const TEMPLATE_SLOTS: usize = 8192;
-
-#[inline(always)]
-fn template_slot(track: u64, ty: i32) -> usize {
-    ((track << 2 | (ty as u64 & 3)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 51) as usize
 }
 
 /// Candidate-table type slots of non-event packets (event types are 1..=4).
@@ -393,150 +360,6 @@ impl PerfettoSeq {
         self.interned.extend_from_slice(s);
     }
 
-    /// Writes a plain small packet as a repeat of the last one of its track, type and name in
-    /// this block ([`Template`]): its bytes up to the timestamp copied, the frame length and
-    /// the timestamp delta written, compressed as a match at the known distance. False when
-    /// there is no such packet within the compressor's window (the slot is made ready).
-    /// `name1`: the name + 1 (0: none); a template of this track, type and name in the
-    /// block means the name is interned already. The timestamp is taken only when the packet
-    /// is written.
-    #[inline(always)]
-    fn repeat(&mut self, ty: i32, track: u64, name1: u64, ts: u64) -> bool {
-        let slot = template_slot(track, ty);
-        let Some(&t) = self.templates.get(slot) else {
-            return false;
-        };
-        let start = self.buf.len();
-        let kind = (ty as u64) << 32 | name1;
-        if t.epoch != self.epoch || t.track != track || t.kind != kind || start - t.at > WINDOW {
-            return false;
-        }
-        let Some(z) = &mut self.z else {
-            return false;
-        };
-        let tsf = if self.incremental {
-            let ts = ts.max(self.last_ts);
-            let d = ts - self.last_ts;
-            self.last_ts = ts;
-            d
-        } else {
-            ts
-        };
-        let plen = t.plen as usize;
-        let d = start - t.at;
-        if tsf == t.ts && t.at + REPEAT_COPY <= start {
-            // The same delta: the packet is its template's bytes, which continue the match
-            // in progress when that is at the template's distance.
-            let n = plen + t.tlen as usize;
-            let mut a = [0u8; REPEAT_COPY];
-            a.copy_from_slice(&self.buf[t.at..t.at + REPEAT_COPY]);
-            self.buf.extend_from_slice(&a);
-            self.buf.truncate(start + n);
-            if z.extend(&self.buf, start, d, ty as usize) {
-                self.templates[slot].at = start;
-                return true;
-            }
-            self.buf.truncate(start);
-        }
-        let tlen = varint_len(tsf);
-        if t.at + REPEAT_COPY <= start && tlen <= 8 {
-            // One fixed-size copy: the template's first bytes, the frame length, the delta.
-            let mut a = [0u8; REPEAT_COPY + 8];
-            a[..REPEAT_COPY].copy_from_slice(&self.buf[t.at..t.at + REPEAT_COPY]);
-            if tsf < 0x80 {
-                a[plen] = tsf as u8;
-            } else if let Some((w, _)) = varint_word(tsf) {
-                a[plen..plen + 8].copy_from_slice(&w.to_le_bytes());
-            }
-            a[1] = (plen - 2 + tlen) as u8;
-            self.buf.extend_from_slice(&a);
-            self.buf.truncate(start + plen + tlen);
-        } else {
-            self.buf.extend_from_within(t.at..t.at + plen);
-            put_varint(&mut self.buf, tsf);
-            self.buf[start + 1] = (plen - 2 + tlen) as u8;
-        }
-        // Equal leading bytes of the two deltas: of equal length, their bytes differ where
-        // their 7-bit groups do.
-        let same_len = t.tlen as usize == tlen;
-        let tail_eq = if same_len {
-            ((t.ts ^ tsf).trailing_zeros() as usize / 7).min(tlen)
-        } else {
-            0
-        };
-        z.repeat(&self.buf, start, d, plen, same_len, tail_eq, ty as usize);
-        self.templates[slot] = Template {
-            at: start,
-            tlen: tlen as u8,
-            ts: tsf,
-            ..t
-        };
-        true
-    }
-
-    /// A packet without args or interned data (at most two flows), written in one piece
-    /// ([`small_packet`]) and compressed against the last packet of its track and type when
-    /// there is one in the block (else against the compressor's own candidates); it becomes
-    /// its track's template.
-    #[inline]
-    fn small_event(
-        &mut self,
-        (ty, track, tsf): (i32, u64, u64),
-        name: Option<Name>,
-        value: Option<i64>,
-        extra: &Extra<'_>,
-        plain: bool,
-    ) {
-        let name1 = name.map_or(0, |n| n.0 as u64 + 1);
-        if self.templates.is_empty() {
-            self.templates = vec![Template::default(); TEMPLATE_SLOTS];
-        }
-        let start = self.buf.len();
-        let len = small_packet(&mut self.buf, self.seq, ty, track, name, value, extra, tsf);
-        debug_assert_eq!(self.buf.len(), start + len);
-        let slot = template_slot(track, ty);
-        let t = self.templates[slot];
-        let shaped = t.epoch == self.epoch
-            && t.track == track
-            && t.kind >> 32 & 0xff == ty as u64
-            && start - t.at <= WINDOW;
-        if let Some(z) = &mut self.z {
-            if shaped {
-                // The last packet of its track and type: the same layout.
-                z.against(&self.buf, start, start - t.at, ty as usize);
-            } else {
-                z.packet(&self.buf, start, (track << 3 | ty as u64) + 1, ty as usize);
-            }
-        }
-        // A packet with a value or flows is a template for the layout only (`against`),
-        // never repeated by copy (its kind matches no plain packet's).
-        let tlen = varint_len(tsf);
-        self.templates[slot] = Template {
-            track,
-            kind: (ty as u64) << 32 | if plain { name1 } else { NOT_PLAIN },
-            at: start,
-            epoch: self.epoch,
-            plen: (len - tlen) as u8,
-            tlen: tlen as u8,
-            ts: tsf,
-        };
-    }
-
-    /// A lane's descriptor ([`lane_packet`]); the last descriptor of a lane of the same parent
-    /// (the same bytes but the uuid) is the compressor's first candidate.
-    fn lane_descriptor(&mut self, uuid: u64, parent: u64, key: &str) {
-        let at = self.buf.len();
-        lane_packet(&mut self.buf, uuid, parent, key);
-        if let Some(z) = &mut self.z {
-            z.packet(
-                &self.buf,
-                at,
-                (parent << 3 | TY_DESCRIPTOR as u64) + 1,
-                TY_DESCRIPTOR,
-            );
-        }
-    }
-
     /// Writes one TrackEvent packet. Any field order is valid protobuf; for the structured
     /// compressor small packets put what repeats from event to event first and what varies
     /// last — sequence id, then the track event (type, track, name, counter value, flows), then
@@ -551,16 +374,35 @@ impl PerfettoSeq {
         value: Option<i64>,
         extra: &Extra<'_>,
     ) {
-        if !self.started {
-            self.start();
-        }
         let small = self.z.is_some()
             && extra.args.is_empty()
             && extra.flows.len() + extra.terminating.len() <= 2;
-        let plain = value.is_none() && extra.flows.is_empty() && extra.terminating.is_empty();
-        let name1 = name.map_or(0, |n| n.0 as u64 + 1);
-        if small && plain && self.repeat(ty, track, name1, ts) {
-            return;
+        if small {
+            let name1 = name.map_or(0, |n| n.0 as u64 + 1);
+            if let Some(tail) = small::tail_of(value, extra) {
+                if self.templated(ty, track, name1, tail, ts) {
+                    return;
+                }
+            }
+        }
+        self.new_event(ts, ty, track, name, value, extra, small);
+    }
+
+    /// Writes one TrackEvent packet that is not written from a template ([`PerfettoSeq::event`];
+    /// `small`: with fastz, no args and at most two flows).
+    #[allow(clippy::too_many_arguments)]
+    fn new_event(
+        &mut self,
+        ts: u64,
+        ty: i32,
+        track: u64,
+        name: Option<Name>,
+        value: Option<i64>,
+        extra: &Extra<'_>,
+        small: bool,
+    ) {
+        if !self.started {
+            self.start();
         }
         if let Some(n) = name {
             if !self.names[n.0 as usize].1 {
@@ -576,7 +418,7 @@ impl PerfettoSeq {
         // With fastz the layout puts what varies last (see `small_packet`); plain and zlib
         // output keep field-number order, which zlib matches best.
         if small && self.interned.is_empty() {
-            return self.small_event((ty, track, tsf), name, value, extra, plain);
+            return self.small_event((ty, track, tsf), name, value, extra);
         }
         let te = &mut self.scratch;
         te.clear();
@@ -643,7 +485,7 @@ impl PerfettoSeq {
 /// Appends the framed descriptor packet of a lane — a slice track `key` under `parent`,
 /// merged by the sibling merge key `key` — with the bytes prost writes for that
 /// [`TrackDef`] ([`descriptor_packet`]: fields in tag order), without building it.
-fn lane_packet(buf: &mut Vec<u8>, uuid: u64, parent: u64, key: &str) {
+pub(super) fn lane_packet(buf: &mut Vec<u8>, uuid: u64, parent: u64, key: &str) {
     let k = key.len() as u64;
     let td = 1 + varint_len(uuid) + 1 + varint_len(k) + key.len() + 1 + varint_len(parent) + 2;
     let td = td + 2 + varint_len(k) + key.len();
@@ -662,86 +504,6 @@ fn lane_packet(buf: &mut Vec<u8>, uuid: u64, parent: u64, key: &str) {
     buf.extend_from_slice(&TD_MERGE_KEY);
     put_varint(buf, k);
     buf.extend_from_slice(key.as_bytes());
-}
-
-/// Writes a packet without args or interned data (at most two flow ids) into a stack buffer
-/// and appends it in one fixed-size copy; returns its length. Same layout as the general path.
-#[allow(clippy::too_many_arguments)]
-#[inline]
-fn small_packet(
-    buf: &mut Vec<u8>,
-    seq: u32,
-    ty: i32,
-    track: u64,
-    name: Option<Name>,
-    value: Option<i64>,
-    extra: &Extra<'_>,
-    tsf: u64,
-) -> usize {
-    /// Writes `v` as a varint at `a[*p..]`: one byte, or up to eight in one word store.
-    #[inline(always)]
-    fn var(a: &mut [u8; 112], p: &mut usize, v: u64) {
-        if v < 0x80 {
-            a[*p] = v as u8;
-            *p += 1;
-        } else if let Some((w, n)) = varint_word(v) {
-            a[*p..*p + 8].copy_from_slice(&w.to_le_bytes());
-            *p += n;
-        } else {
-            let mut v = v;
-            while v >= 0x80 {
-                a[*p] = v as u8 | 0x80;
-                v >>= 7;
-                *p += 1;
-            }
-            a[*p] = v as u8;
-            *p += 1;
-        }
-    }
-    // Worst case: 2 + 6 + 2 + (2 + 11 + 6 + 12 + 2 × 10) + 11 = 72 bytes, so both length
-    // fields take one byte.
-    let mut a = [0u8; 112];
-    a[0] = TAG_PACKET;
-    a[2] = TAG_SEQ_ID;
-    let mut p = 3;
-    var(&mut a, &mut p, seq as u64);
-    a[p] = TAG_TRACK_EVENT;
-    let te_at = p + 1;
-    p += 2;
-    a[p] = TE_TYPE;
-    a[p + 1] = ty as u8;
-    a[p + 2] = TE_TRACK;
-    p += 3;
-    var(&mut a, &mut p, track);
-    if let Some(n) = name {
-        a[p] = TE_NAME_IID;
-        p += 1;
-        var(&mut a, &mut p, n.0 as u64 + 1);
-    }
-    if let Some(v) = value {
-        a[p..p + 2].copy_from_slice(&TE_COUNTER);
-        p += 2;
-        var(&mut a, &mut p, v as u64);
-    }
-    for &f in extra.flows {
-        a[p..p + 2].copy_from_slice(&TE_FLOW);
-        a[p + 2..p + 10].copy_from_slice(&f.to_le_bytes());
-        p += 10;
-    }
-    for &f in extra.terminating {
-        a[p..p + 2].copy_from_slice(&TE_TERM_FLOW);
-        a[p + 2..p + 10].copy_from_slice(&f.to_le_bytes());
-        p += 10;
-    }
-    a[te_at] = (p - te_at - 1) as u8;
-    a[p] = TAG_TIMESTAMP;
-    p += 1;
-    var(&mut a, &mut p, tsf);
-    a[1] = (p - 2) as u8;
-    let start = buf.len();
-    buf.extend_from_slice(&a);
-    buf.truncate(start + p);
-    p
 }
 
 /// Appends one DebugAnnotation (field 4 of TrackEvent).
@@ -893,5 +655,6 @@ impl TraceSink for PerfettoSeq {
 }
 
 mod replay;
+mod small;
 #[cfg(test)]
 mod tests;

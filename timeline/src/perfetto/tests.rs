@@ -174,18 +174,7 @@ fn repeated_packets_decode_to_the_plain_packets() {
         }
         out
     };
-    let plain = run(&mut PerfettoSeq::new(4, true, 1000));
-    let packed = run(&mut PerfettoSeq::new(4, true, 1000).compressed());
-    assert_eq!(plain.len(), packed.len());
-    for (p, z) in plain.iter().zip(&packed) {
-        let outer = decode(z);
-        let data = outer.packet[0].compressed_packets.as_ref().unwrap();
-        let mut d = flate2::read::ZlibDecoder::new(&data[..]);
-        let mut inner = Vec::new();
-        std::io::Read::read_to_end(&mut d, &mut inner).unwrap();
-        assert_eq!(decode(&inner), decode(p));
-        assert_eq!(inner.len(), p.len());
-    }
+    same_packets(run);
 }
 
 #[test]
@@ -257,19 +246,8 @@ fn compressed_sequences_decode_to_the_plain_packets() {
         }
         out
     };
-    let plain = run(&mut PerfettoSeq::new(4, true, 1000));
-    let packed = run(&mut PerfettoSeq::new(4, true, 1000).compressed());
-    assert_eq!(plain.len(), packed.len());
-    for (p, z) in plain.iter().zip(&packed) {
-        let outer = decode(z);
-        assert_eq!(outer.packet.len(), 1);
-        let data = outer.packet[0].compressed_packets.as_ref().unwrap();
-        let mut d = flate2::read::ZlibDecoder::new(&data[..]);
-        let mut inner = Vec::new();
-        std::io::Read::read_to_end(&mut d, &mut inner).unwrap();
-        // Same packets (the compressed sequence orders small packets' fields differently).
-        assert_eq!(decode(&inner), decode(p));
-        assert_eq!(inner.len(), p.len());
+    // Same packets (the compressed sequence orders small packets' fields differently).
+    for (p, z) in same_packets(run) {
         assert!(z.len() * 4 < p.len(), "{} vs {}", z.len(), p.len());
     }
 }
@@ -301,4 +279,78 @@ fn lane_descriptors_match_prost() {
             "track() and lane() write it"
         );
     }
+}
+
+/// Packets written from templates — counters whose values change varint length, slices that
+/// start or end flows on the same tracks as plain ones, on lanes whose uuids take 3 and 4
+/// varint bytes, declared between them — decode to the plain packets.
+#[test]
+fn templated_packets_decode_to_the_plain_packets() {
+    let run = |s: &mut PerfettoSeq| {
+        let names = [s.name("WRITE 8 B"), s.name("inferred WRITE 8 B")];
+        let mut out = Vec::new();
+        let mut seed = 0x1234_u64;
+        let mut ts = 1000u64;
+        for i in 0..40_000u64 {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ts += (seed >> 60) * (1 + (seed >> 40 & 0xfff));
+            // Lanes 0..150 of two parents; every 500 events a new one (uuids below and above
+            // 2^21: 3 and 4 varint bytes).
+            let lane = (i / 500) % 150;
+            let parent = 0x7000 + (i & 1);
+            let track = if i % 3 == 0 { 0x1f_0000 } else { 0x20_0000 } + lane * 2 + (i & 1);
+            if i % 500 < 2 {
+                s.lane(track, parent, if i & 1 == 0 { "send" } else { "inferred" });
+            }
+            let name = names[(i & 1) as usize];
+            let flow = [seed >> 8];
+            let with_flow = Extra {
+                flows: &flow,
+                ..Extra::NONE
+            };
+            let ending = Extra {
+                terminating: &flow,
+                ..Extra::NONE
+            };
+            match seed >> 61 {
+                0 | 1 => s.begin(ts, track, name, &Extra::NONE),
+                2 => s.begin(ts, track, name, &with_flow),
+                3 | 4 => s.end(ts, track, &Extra::NONE),
+                5 => s.instant(ts, track, name, &ending),
+                _ => {
+                    // Values of 1 to 9 varint bytes, negative ones included.
+                    let v = (seed >> (seed & 63)) as i64 - (i % 7 == 0) as i64 * (1 << 40);
+                    s.counter(ts, 0x500 + i % 11, v);
+                }
+            }
+            if i % 13_000 == 12_999 {
+                out.push(s.take());
+            }
+        }
+        out.push(s.take());
+        out
+    };
+    same_packets(run);
+}
+
+/// Runs `run` on a plain and on a compressed sequence: each compressed block (one
+/// `compressed_packets` packet) inflates to the plain block's packets, as many bytes.
+/// Returns the (plain, compressed) blocks.
+fn same_packets(run: impl Fn(&mut PerfettoSeq) -> Vec<Vec<u8>>) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let plain = run(&mut PerfettoSeq::new(4, true, 1000));
+    let packed = run(&mut PerfettoSeq::new(4, true, 1000).compressed());
+    assert_eq!(plain.len(), packed.len());
+    for (p, z) in plain.iter().zip(&packed) {
+        let outer = decode(z);
+        assert_eq!(outer.packet.len(), 1);
+        let data = outer.packet[0].compressed_packets.as_ref().unwrap();
+        let mut d = flate2::read::ZlibDecoder::new(&data[..]);
+        let mut inner = Vec::new();
+        std::io::Read::read_to_end(&mut d, &mut inner).unwrap();
+        assert_eq!(decode(&inner), decode(p));
+        assert_eq!(inner.len(), p.len());
+    }
+    plain.into_iter().zip(packed).collect()
 }

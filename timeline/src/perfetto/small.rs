@@ -1,0 +1,376 @@
+//! Small packets (no args, no interned data): the hot path of the encoder, one packet per
+//! recorded event. Each becomes its track's template ([`Template`]) for the next packet of the
+//! same track and type in the block, which is written from it: copied up to its timestamp
+//! (plain repeats) or up to its value and flow fields ([`Tail`]), the rest written, and
+//! compressed against it at the known distance without a search.
+
+use super::{lane_packet, TY_DESCRIPTOR};
+use super::{
+    put_varint, varint_len, varint_word, PerfettoSeq, TAG_PACKET, TAG_SEQ_ID, TAG_TIMESTAMP,
+    TAG_TRACK_EVENT, TE_COUNTER, TE_FLOW, TE_NAME_IID, TE_TERM_FLOW, TE_TRACK, TE_TYPE,
+};
+use crate::fastz::WINDOW;
+use crate::{Extra, Name};
+
+/// Where the last small packet (no args) of a track and event type is in the current block,
+/// and its layout: a packet of the same track, type and name is the same bytes up to its
+/// value and flow fields (the tail, from `vat`) and its timestamp delta. A plain repeat (no
+/// tail) is copied instead of encoded and handed to [`FastZ::repeat`] as a match at a known
+/// distance; one with a tail is copied up to it, its tail and delta written and compressed
+/// against it ([`FastZ::against`]).
+#[derive(Clone, Copy, Default)]
+pub(super) struct Template {
+    track: u64,
+    /// Event type << 32 | name iid (0: none).
+    kind: u64,
+    /// Offset of the packet in the block.
+    at: usize,
+    epoch: u32,
+    /// Bytes before the timestamp varint (its tag included), and the varint's length.
+    plen: u8,
+    tlen: u8,
+    /// Where its value and flow fields start (`plen − 1` when it has none), and where its
+    /// TrackEvent length byte is.
+    vat: u8,
+    te: u8,
+    /// Its timestamp delta.
+    ts: u64,
+}
+
+/// Bytes a repeat copies from its template in one fixed-size copy (a template packet's bytes
+/// before the timestamp are fewer: at most 30).
+pub(super) const REPEAT_COPY: usize = 32;
+
+/// Template slots per sequence (direct-mapped by track and type).
+pub(super) const TEMPLATE_SLOTS: usize = 8192;
+
+#[inline(always)]
+pub(super) fn template_slot(track: u64, ty: i32) -> usize {
+    ((track << 2 | (ty as u64 & 3)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 51) as usize
+}
+
+/// What follows the name of a small packet before its timestamp: nothing, a counter value,
+/// or one flow it starts or terminates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Tail {
+    None,
+    Value(u64),
+    Flow(u64),
+    Term(u64),
+}
+
+/// The tail of a small packet with counter value `value` and flows `extra` (no args), when it
+/// has one of [`Tail`]'s shapes.
+#[inline(always)]
+pub(super) fn tail_of(value: Option<i64>, extra: &Extra<'_>) -> Option<Tail> {
+    match (value, extra.flows, extra.terminating) {
+        (None, [], []) => Some(Tail::None),
+        (Some(v), [], []) => Some(Tail::Value(v as u64)),
+        (None, [f], []) => Some(Tail::Flow(*f)),
+        (None, [], [f]) => Some(Tail::Term(*f)),
+        _ => None,
+    }
+}
+
+/// Writes `v` as a varint at `a[*p..]`: one byte, or up to eight in one word store (`a` has
+/// room for 8 bytes past `*p`).
+#[inline(always)]
+fn var(a: &mut [u8], p: &mut usize, v: u64) {
+    if v < 0x80 {
+        a[*p] = v as u8;
+        *p += 1;
+    } else if let Some((w, n)) = varint_word(v) {
+        a[*p..*p + 8].copy_from_slice(&w.to_le_bytes());
+        *p += n;
+    } else {
+        let mut v = v;
+        while v >= 0x80 {
+            a[*p] = v as u8 | 0x80;
+            v >>= 7;
+            *p += 1;
+        }
+        a[*p] = v as u8;
+        *p += 1;
+    }
+}
+
+/// Writes a tail's fields at `a[*p..]`.
+#[inline(always)]
+fn put_tail(a: &mut [u8], p: &mut usize, tail: Tail) {
+    let (tag, f) = match tail {
+        Tail::None => return,
+        Tail::Value(v) => {
+            a[*p..*p + 2].copy_from_slice(&TE_COUNTER);
+            *p += 2;
+            return var(a, p, v);
+        }
+        Tail::Flow(f) => (TE_FLOW, f),
+        Tail::Term(f) => (TE_TERM_FLOW, f),
+    };
+    a[*p..*p + 2].copy_from_slice(&tag);
+    a[*p + 2..*p + 10].copy_from_slice(&f.to_le_bytes());
+    *p += 10;
+}
+
+impl PerfettoSeq {
+    /// Writes a small packet from the last one of its track, type and name in this block
+    /// ([`Template`]) when there is one within the compressor's window: a plain repeat
+    /// ([`PerfettoSeq::repeat`]) when neither has a tail, else a copy up to the tail
+    /// ([`PerfettoSeq::repeat_tail`]). False (nothing written, the timestamp not taken) when
+    /// there is none. `name1`: the name + 1 (0: none); a template of this track, type and
+    /// name in the block means the name is interned already.
+    #[inline(always)]
+    pub(super) fn templated(
+        &mut self,
+        ty: i32,
+        track: u64,
+        name1: u64,
+        tail: Tail,
+        ts: u64,
+    ) -> bool {
+        let slot = template_slot(track, ty);
+        let Some(&t) = self.templates.get(slot) else {
+            return false;
+        };
+        let start = self.buf.len();
+        let kind = (ty as u64) << 32 | name1;
+        if t.epoch != self.epoch
+            || t.track != track
+            || t.kind != kind
+            || start - t.at > WINDOW
+            || self.z.is_none()
+        {
+            return false;
+        }
+        if tail == Tail::None && t.vat + 1 == t.plen {
+            self.repeat(slot, t, ty, ts);
+            return true;
+        }
+        if t.at + REPEAT_COPY > start {
+            return false;
+        }
+        self.repeat_tail(slot, t, ty, tail, ts);
+        true
+    }
+
+    /// Writes a plain small packet as a repeat of its template `t` (in slot `slot`; neither
+    /// has a tail): its bytes up to the timestamp copied, the frame length and the timestamp
+    /// delta written, compressed as a match at the known distance.
+    #[inline(always)]
+    fn repeat(&mut self, slot: usize, t: Template, ty: i32, ts: u64) {
+        let tsf = self.ts_field(ts);
+        let start = self.buf.len();
+        let Some(z) = &mut self.z else {
+            return;
+        };
+        let plen = t.plen as usize;
+        let d = start - t.at;
+        if tsf == t.ts && t.at + REPEAT_COPY <= start {
+            // The same delta: the packet is its template's bytes, which continue the match
+            // in progress when that is at the template's distance.
+            let n = plen + t.tlen as usize;
+            let mut a = [0u8; REPEAT_COPY];
+            a.copy_from_slice(&self.buf[t.at..t.at + REPEAT_COPY]);
+            self.buf.extend_from_slice(&a);
+            self.buf.truncate(start + n);
+            if z.extend(&self.buf, start, d, ty as usize) {
+                self.templates[slot].at = start;
+                return;
+            }
+            self.buf.truncate(start);
+        }
+        let tlen = varint_len(tsf);
+        if t.at + REPEAT_COPY <= start && tlen <= 8 {
+            // One fixed-size copy: the template's first bytes, the frame length, the delta.
+            let mut a = [0u8; REPEAT_COPY + 8];
+            a[..REPEAT_COPY].copy_from_slice(&self.buf[t.at..t.at + REPEAT_COPY]);
+            if tsf < 0x80 {
+                a[plen] = tsf as u8;
+            } else if let Some((w, _)) = varint_word(tsf) {
+                a[plen..plen + 8].copy_from_slice(&w.to_le_bytes());
+            }
+            a[1] = (plen - 2 + tlen) as u8;
+            self.buf.extend_from_slice(&a);
+            self.buf.truncate(start + plen + tlen);
+        } else {
+            self.buf.extend_from_within(t.at..t.at + plen);
+            put_varint(&mut self.buf, tsf);
+            self.buf[start + 1] = (plen - 2 + tlen) as u8;
+        }
+        // Equal leading bytes of the two deltas: of equal length, their bytes differ where
+        // their 7-bit groups do.
+        let same_len = t.tlen as usize == tlen;
+        let tail_eq = if same_len {
+            ((t.ts ^ tsf).trailing_zeros() as usize / 7).min(tlen)
+        } else {
+            0
+        };
+        z.repeat(&self.buf, start, d, plen, same_len, tail_eq, ty as usize);
+        // Only the fields that change are stored (fewer instructions than a whole
+        // `Template`: callgrind, real ib_write_bw log).
+        let s = &mut self.templates[slot];
+        s.at = start;
+        s.tlen = tlen as u8;
+        s.ts = tsf;
+    }
+
+    /// A packet without args or interned data (at most two flows), written in one piece
+    /// ([`small_packet`]) and compressed against the last packet of its track and type when
+    /// there is one in the block (else against the compressor's own candidates); it becomes
+    /// its track's template.
+    #[inline]
+    pub(super) fn small_event(
+        &mut self,
+        (ty, track, tsf): (i32, u64, u64),
+        name: Option<Name>,
+        value: Option<i64>,
+        extra: &Extra<'_>,
+    ) {
+        let name1 = name.map_or(0, |n| n.0 as u64 + 1);
+        if self.templates.is_empty() {
+            self.templates = vec![Template::default(); TEMPLATE_SLOTS];
+        }
+        let start = self.buf.len();
+        let (len, te, vat) =
+            small_packet(&mut self.buf, self.seq, ty, track, name, value, extra, tsf);
+        debug_assert_eq!(self.buf.len(), start + len);
+        let slot = template_slot(track, ty);
+        let t = self.templates[slot];
+        let shaped = t.epoch == self.epoch
+            && t.track == track
+            && t.kind >> 32 & 0xff == ty as u64
+            && start - t.at <= WINDOW;
+        if let Some(z) = &mut self.z {
+            if shaped {
+                // The last packet of its track and type: the same layout.
+                z.against(&self.buf, start, start - t.at, ty as usize);
+            } else {
+                z.packet(&self.buf, start, (track << 3 | ty as u64) + 1, ty as usize);
+            }
+        }
+        let tlen = varint_len(tsf);
+        let new = Template {
+            track,
+            kind: (ty as u64) << 32 | name1,
+            at: start,
+            epoch: self.epoch,
+            plen: (len - tlen) as u8,
+            tlen: tlen as u8,
+            vat: vat as u8,
+            te: te as u8,
+            ts: tsf,
+        };
+        self.templates[slot] = new;
+    }
+
+    /// A lane's descriptor ([`lane_packet`]); the last descriptor of a lane of the same parent
+    /// (the same bytes but the uuid) is the compressor's first candidate.
+    pub(super) fn lane_descriptor(&mut self, uuid: u64, parent: u64, key: &str) {
+        let at = self.buf.len();
+        lane_packet(&mut self.buf, uuid, parent, key);
+        if let Some(z) = &mut self.z {
+            z.packet(
+                &self.buf,
+                at,
+                (parent << 3 | TY_DESCRIPTOR as u64) + 1,
+                TY_DESCRIPTOR,
+            );
+        }
+    }
+
+    /// Writes a small packet with a tail (a counter value or one flow; [`Tail::None`] too) from
+    /// its template `t` (in slot `slot`, at least [`REPEAT_COPY`] bytes back): its bytes up to
+    /// the tail copied, the tail, the timestamp delta and both lengths written, compressed
+    /// against the template — the bytes and tokens [`PerfettoSeq::small_event`] writes for
+    /// it, without encoding its head.
+    #[inline(never)]
+    fn repeat_tail(&mut self, slot: usize, t: Template, ty: i32, tail: Tail, ts: u64) {
+        let tsf = self.ts_field(ts);
+        let start = self.buf.len();
+        let Some(z) = &mut self.z else {
+            return;
+        };
+        // At most 30 bytes before the tail, 12 of tail (a negative value: 2 + 10), 11 of
+        // timestamp.
+        let mut a = [0u8; 64];
+        a[..REPEAT_COPY].copy_from_slice(&self.buf[t.at..t.at + REPEAT_COPY]);
+        let mut p = t.vat as usize;
+        put_tail(&mut a, &mut p, tail);
+        a[t.te as usize] = (p - t.te as usize - 1) as u8;
+        a[p] = TAG_TIMESTAMP;
+        p += 1;
+        let plen = p;
+        var(&mut a, &mut p, tsf);
+        a[1] = (p - 2) as u8;
+        self.buf.extend_from_slice(&a);
+        self.buf.truncate(start + p);
+        z.against(&self.buf, start, start - t.at, ty as usize);
+        let s = &mut self.templates[slot];
+        s.at = start;
+        s.plen = plen as u8;
+        s.tlen = (p - plen) as u8;
+        s.ts = tsf;
+    }
+}
+
+/// Writes a packet without args or interned data (at most two flow ids) into a stack buffer
+/// and appends it in one fixed-size copy; returns its length, where its TrackEvent length byte
+/// is and where its value and flow fields start. Same layout as the general path.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub(super) fn small_packet(
+    buf: &mut Vec<u8>,
+    seq: u32,
+    ty: i32,
+    track: u64,
+    name: Option<Name>,
+    value: Option<i64>,
+    extra: &Extra<'_>,
+    tsf: u64,
+) -> (usize, usize, usize) {
+    // Worst case: 2 + 6 + 2 + (2 + 11 + 6 + 12 + 2 × 10) + 11 = 72 bytes, so both length
+    // fields take one byte.
+    let mut a = [0u8; 112];
+    a[0] = TAG_PACKET;
+    a[2] = TAG_SEQ_ID;
+    let mut p = 3;
+    var(&mut a, &mut p, seq as u64);
+    a[p] = TAG_TRACK_EVENT;
+    let te_at = p + 1;
+    p += 2;
+    a[p] = TE_TYPE;
+    a[p + 1] = ty as u8;
+    a[p + 2] = TE_TRACK;
+    p += 3;
+    var(&mut a, &mut p, track);
+    if let Some(n) = name {
+        a[p] = TE_NAME_IID;
+        p += 1;
+        var(&mut a, &mut p, n.0 as u64 + 1);
+    }
+    let vat = p;
+    if let Some(v) = value {
+        a[p..p + 2].copy_from_slice(&TE_COUNTER);
+        p += 2;
+        var(&mut a, &mut p, v as u64);
+    }
+    for &f in extra.flows {
+        a[p..p + 2].copy_from_slice(&TE_FLOW);
+        a[p + 2..p + 10].copy_from_slice(&f.to_le_bytes());
+        p += 10;
+    }
+    for &f in extra.terminating {
+        a[p..p + 2].copy_from_slice(&TE_TERM_FLOW);
+        a[p + 2..p + 10].copy_from_slice(&f.to_le_bytes());
+        p += 10;
+    }
+    a[te_at] = (p - te_at - 1) as u8;
+    a[p] = TAG_TIMESTAMP;
+    p += 1;
+    var(&mut a, &mut p, tsf);
+    a[1] = (p - 2) as u8;
+    let start = buf.len();
+    buf.extend_from_slice(&a);
+    buf.truncate(start + p);
+    (p, te_at, vat)
+}
