@@ -1,7 +1,7 @@
 //! Compact hot records (format 2): the one definition of how `PostSend`, `PostRecv` and
 //! `WorkCompletion` are packed into 24–32 bytes by the writer and expanded back by readers
-//! (a `WorkCompletion` into a [`CompletionCompact`], or a [`CompletionShort`] when all it
-//! holds is its id, length, status and opcode; format 2.1).
+//! (a `WorkCompletion` into a [`CompletionCompact`], or a [`CompletionShort`] — id, length
+//! and opcode — when it is a successful send-side completion without flags; format 2.1).
 //!
 //! A compact record carries a 24-bit time offset and an 8-bit slot instead of a 64-bit time
 //! and the per-queue constants (QPN, source, CQ or SRQ handle). Both refer to context set
@@ -18,7 +18,9 @@
 //!
 //! Reader ([`ChunkDecoder`]): consumes `TimeBase` and `SlotBind` and hands out every compact
 //! record as a [`RawRecord`] of the full kind with the full record's bytes
-//! ([`RawRecord::record_bytes`]), equal bit for bit to what the writer was given.
+//! ([`RawRecord::record_bytes`]), equal bit for bit to what the writer was given — but for
+//! a [`CompletionShort`]'s `src_qp` and `slid`, which verbs leaves undefined for send-side
+//! completions: not recorded, 0 ([`completion_is_short`]).
 
 use bytemuck::Pod;
 
@@ -210,11 +212,20 @@ pub fn expand_completion(c: &CompletionCompact, base: u64, s: &BoundSlot) -> Wor
     }
 }
 
-/// Whether a completion without hardware time or vendor error has a [`CompletionShort`]:
-/// successful, without flags, source QP, LID or immediate data.
+/// The lowest receive-side `ibv_wc_opcode` (`IBV_WC_RECV`): completions of send-queue work
+/// (send, RDMA write and read, atomics, bind, local invalidate, TSO) have opcodes below it,
+/// receive-side ones (receives, tag matching) at or above it — bit 7 set.
+pub const WC_RECV: u8 = 0x80;
+
+/// Whether a completion without hardware time or vendor error has a [`CompletionShort`]: a
+/// successful send-side completion (opcode bit 7 clear) without flags (and so without
+/// immediate data). Its receive-side fields — `src_qp`, `slid` (and `sl`, `pkey_index`,
+/// `dlid_path_bits`, which no record holds) — are defined by verbs for receive completions
+/// only (providers leave them as the caller's array held them): they are not consulted and
+/// not recorded (the expansion gives 0).
 #[inline(always)]
 pub fn completion_is_short(head: &CompletionHead, body: &CompletionBody) -> bool {
-    head.src_qp | head.flags | body.imm | body.slid as u32 | body.status as u32 == 0
+    body.opcode & WC_RECV == 0 && head.flags | body.imm | body.status as u32 == 0
 }
 
 /// The `CompletionCompact` of a completion whose head [`fits`](CompletionHead::fits), at
@@ -235,7 +246,8 @@ pub fn pack_completion(tslot: u32, head: &CompletionHead, b: &CompletionBody) ->
     }
 }
 
-/// The `CompletionShort` of a completion that [`completion_is_short`], at `tslot`.
+/// The `CompletionShort` of a completion that [`completion_is_short`], at `tslot` (its
+/// `src_qp` and `slid` are not recorded).
 #[inline(always)]
 pub fn pack_completion_short(tslot: u32, b: &CompletionBody) -> CompletionShort {
     CompletionShort {
@@ -249,7 +261,7 @@ pub fn pack_completion_short(tslot: u32, b: &CompletionBody) -> CompletionShort 
 }
 
 /// The `WorkCompletion` a short one stands for: that of the compact one with its fields and
-/// nothing else (the `opcode` word's low 8 bits).
+/// nothing else (the `opcode` word's low 8 bits): `src_qp`, `slid`, flags, `imm`, `status` 0.
 pub fn expand_completion_short(c: &CompletionShort, base: u64, s: &BoundSlot) -> WorkCompletion {
     let (tslot, wr_id, byte_len, opcode) = (c.tslot, c.wr_id, c.byte_len, c.opcode as u8);
     let compact = CompletionCompact {
@@ -268,8 +280,9 @@ pub fn expand_completion_short(c: &CompletionShort, base: u64, s: &BoundSlot) ->
 pub trait CompletionSource {
     /// The completion's QPN (with the CQ, its slot's key).
     fn qpn(&self) -> u32;
-    /// Whether it has a [`CompletionShort`]: status, vendor error, flags, source QP and LID
-    /// 0 (and so no immediate data) — [`completion_is_short`] of its head and body.
+    /// Whether it has a [`CompletionShort`]: a send-side opcode (bit 7 clear), status,
+    /// vendor error and flags 0 (and so no immediate data), whatever its `src_qp` and `slid`
+    /// — [`completion_is_short`] of its head and body.
     fn is_short(&self) -> bool;
     /// What decides its [`CompletionCompact`]; `None` when it has none (a vendor error, or
     /// fields the caller's hot path does not take).

@@ -46,6 +46,9 @@ fn stream(n: u64) -> Vec<Vec<u8>> {
                 _pad: [0; 5],
             })
             .to_vec(),
+            // Receives (opcode 128) with a source QP and LID; send-side ones (RDMA writes)
+            // without (verbs defines them for receives only: a short one does not record
+            // them).
             _ => bytemuck::bytes_of(&WorkCompletion {
                 hdr: RecordHeader::of::<WorkCompletion>((i % 5) as u32),
                 ts,
@@ -53,12 +56,12 @@ fn stream(n: u64) -> Vec<Vec<u8>> {
                 hw_ts: if i % 40 == 3 { ts * 3 } else { 0 },
                 cq: 0x9000 + (q % 4) as u64 * 128,
                 qpn: 0x100 + q,
-                src_qp: (i % 1000) as u32,
+                src_qp: if i % 2 == 0 { (i % 1000) as u32 } else { 0 },
                 byte_len: (i * 3) as u32,
                 imm: (i % 11) as u32,
                 status: (i % 40 == 5) as u8 * 12,
                 opcode: if i % 2 == 0 { 128 } else { 1 },
-                slid: (i % 17) as u16,
+                slid: if i % 2 == 0 { (i % 17) as u16 } else { 0 },
                 vendor_err: (i % 40 == 5) as u32 * 0x81,
             })
             .to_vec(),
@@ -201,16 +204,19 @@ fn each_chunk_decodes_alone_and_an_unbound_slot_is_damage() {
     assert!(err.what.contains("slot"), "{err}");
 }
 
-/// Format 2.1: a completion with nothing but its id, length and opcode (successful, no flags,
-/// source QP, LID, immediate data, hardware time or vendor error) is a 24-byte
-/// `CompletionShort`; one field more and it is a `CompletionCompact` (or the full record).
-/// Either way it reads back bit for bit.
+/// Format 2.1: a successful send-side completion (opcode below 128) without flags, immediate
+/// data, hardware time or vendor error is a 24-byte `CompletionShort`, whatever its source QP
+/// and LID — receive-side fields, which verbs leaves undefined for it: not recorded, they read
+/// back 0. Every other completion is a `CompletionCompact` (or the full record) and reads back
+/// bit for bit; a receive completion keeps its source QP and LID.
 #[test]
-fn short_completions_hold_exactly_the_plain_ones() {
+fn short_completions_hold_exactly_the_plain_sends() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("short.sigmalog");
     let w = writer(&path, CS, 1 << 30);
     let mut tw = w.thread_writer(3);
+    // Three send-side opcodes (send, RDMA write, read), two receive-side ones (receive, and
+    // the largest opcode a record holds).
     let plain = |i: u64| WorkCompletion {
         hdr: RecordHeader::of::<WorkCompletion>(0),
         ts: 1000 + i * 3,
@@ -222,7 +228,7 @@ fn short_completions_hold_exactly_the_plain_ones() {
         ..Default::default()
     };
     // Every 9th completion plain; the others with one field set, in turn.
-    let mut recs = Vec::new();
+    let (mut recs, mut want) = (Vec::new(), Vec::new());
     for i in 0..9000u64 {
         let mut c = plain(i);
         match i % 9 {
@@ -234,10 +240,21 @@ fn short_completions_hold_exactly_the_plain_ones() {
             5 => c.imm = 9,
             6 => c.hw_ts = i,
             7 => c.vendor_err = 0x81,
-            _ => c.src_qp = 1 << 24, // no compact form at all
+            _ => c.src_qp = 1 << 24, // no compact form for a receive
         }
         assert!(tw.append(&c));
         recs.push(c);
+        let send_side = c.opcode < 128;
+        let short_send = send_side && matches!(i % 9, 0 | 3 | 4 | 8);
+        want.push(if short_send {
+            WorkCompletion {
+                src_qp: 0,
+                slid: 0,
+                ..c
+            }
+        } else {
+            c
+        });
     }
     let log = LogFile::open(&path).unwrap();
     assert!(log.salvage().is_clean(), "{:?}", log.salvage());
@@ -258,11 +275,26 @@ fn short_completions_hold_exactly_the_plain_ones() {
             }
         }
     }
-    assert_eq!(got, recs);
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(g, w, "completion {i}");
+    }
+    // The receives' source QPs and LIDs were kept; the short sends' were not.
+    assert!(got
+        .iter()
+        .any(|w| w.opcode >= 128 && w.src_qp != 0 && w.slid == 0));
+    assert!(got.iter().any(|w| w.opcode >= 128 && w.slid != 0));
+    assert!(recs
+        .iter()
+        .zip(&got)
+        .any(|(r, g)| r.src_qp != 0 && g.src_qp == 0));
     let n = |k: RecordKind| kinds.get(&(k as u16)).copied().unwrap_or(0);
-    assert_eq!(n(RecordKind::CompletionShort), 1000, "{kinds:?}");
-    // Status, flags, source QP, LID, immediate: compact; hardware time, vendor error and a
-    // source QP of 25 bits: full.
-    assert_eq!(n(RecordKind::CompletionCompact), 5000, "{kinds:?}");
-    assert_eq!(n(RecordKind::WorkCompletion), 3000, "{kinds:?}");
+    // Short: the sends (3 of 5) of the plain ones, those with a source QP (both sizes) or a
+    // LID: 3/5 of 4000.
+    assert_eq!(n(RecordKind::CompletionShort), 2400, "{kinds:?}");
+    // Compact: every status, flags and immediate one (3000), the receives with a source QP
+    // below 2^24, a LID, or nothing (2/5 of 3000). Full: hardware time, vendor error (2000),
+    // the receives with a source QP of 25 bits (400).
+    assert_eq!(n(RecordKind::CompletionCompact), 4200, "{kinds:?}");
+    assert_eq!(n(RecordKind::WorkCompletion), 2400, "{kinds:?}");
 }

@@ -37,15 +37,20 @@ fn wc(cq: u64, qpn: u32, src_qp: u32, flags: u32) -> CompletionHead {
     }
 }
 
-/// A completion's body; `slid` 0 (with no source QP and no flags) makes it short.
-fn cbody(wr_id: u64, slid: u16) -> CompletionBody {
+/// Send-side (RDMA write) and receive completion opcodes.
+const WRITE: u8 = 1;
+const RECV: u8 = 128;
+
+/// A completion's body; an RDMA write's without flags is short (whatever its `slid` and
+/// source QP: receive-side fields).
+fn cbody(wr_id: u64, slid: u16, opcode: u8) -> CompletionBody {
     CompletionBody {
         wr_id,
         byte_len: 8,
         imm: 0,
         slid,
         status: 0,
-        opcode: 1,
+        opcode,
     }
 }
 
@@ -68,8 +73,18 @@ impl CompletionSource for Source {
 }
 
 /// What a completion's record says besides its id, time and QPN.
-fn csig(h: &CompletionHead, slid: u16) -> u64 {
-    slid as u64 | (h.src_qp as u64) << 16 | (h.flags as u64) << 40 | 1 << 63
+fn csig(h: &CompletionHead, slid: u16, opcode: u8) -> u64 {
+    slid as u64 | (h.src_qp as u64) << 16 | (h.flags as u64) << 40 | (opcode as u64) << 48 | 1 << 63
+}
+
+/// [`csig`] of what is recorded of a completion: a send-side one without flags is short,
+/// its source QP and LID not recorded (0).
+fn recorded(h: &CompletionHead, slid: u16, opcode: u8) -> u64 {
+    if opcode < RECV && h.flags == 0 {
+        csig(&CompletionHead { src_qp: 0, ..*h }, 0, opcode)
+    } else {
+        csig(h, slid, opcode)
+    }
 }
 
 /// What a send's record says besides its id, time and QPN.
@@ -102,27 +117,27 @@ impl Hot {
         self.want.push((wr_id, ts, h.qpn, sig(&h)));
     }
 
-    /// The hot completion path, with a completion of `slid` 3 (never short).
+    /// The hot completion path, with a receive completion of `slid` 3 (never short).
     fn bound(&mut self, ts: u64, h: CompletionHead, wr_id: u64) -> bool {
-        self.bound_slid(ts, h, wr_id, 3)
+        self.bound_op(ts, h, wr_id, 3, RECV)
     }
 
-    fn bound_slid(&mut self, ts: u64, h: CompletionHead, wr_id: u64, slid: u16) -> bool {
+    fn bound_op(&mut self, ts: u64, h: CompletionHead, wr_id: u64, slid: u16, op: u8) -> bool {
         let done = self
             .w
-            .append_bound_completion(ts, h.cq, &Source(h, cbody(wr_id, slid)));
+            .append_bound_completion(ts, h.cq, &Source(h, cbody(wr_id, slid, op)));
         if done {
-            self.want.push((wr_id, ts, h.qpn, csig(&h, slid)));
+            self.want.push((wr_id, ts, h.qpn, recorded(&h, slid, op)));
         }
         done
     }
 
-    fn complete(&mut self, ts: u64, h: CompletionHead, wr_id: u64, slid: u16) {
+    fn complete(&mut self, ts: u64, h: CompletionHead, wr_id: u64, slid: u16, op: u8) {
         let r = self
             .w
-            .try_append_plain_completion(ts, &h, || cbody(wr_id, slid));
+            .try_append_plain_completion(ts, &h, || cbody(wr_id, slid, op));
         assert_eq!(r, Some(true));
-        self.want.push((wr_id, ts, h.qpn, csig(&h, slid)));
+        self.want.push((wr_id, ts, h.qpn, recorded(&h, slid, op)));
     }
 }
 
@@ -152,7 +167,7 @@ fn hot_paths_write_only_records_that_need_no_bookkeeping() {
     assert!(!h.bound(T0, wc(cq, q, 0, 0), 1));
     h.append(T0, send(q, 0x1000, 2), 2);
     assert!(!h.bound(T0, wc(cq, q, 0, 0), 1));
-    h.complete(T0 + 1, wc(cq, q, 0, 0), 3, 3);
+    h.complete(T0 + 1, wc(cq, q, 0, 0), 3, 3, RECV);
     // Both bound (one region each): hot.
     assert!(h.place(T0 + 2, send(q, 0x1000, 2), 4));
     // A send (opcode 2, no address) with every flag the compact form holds, and the
@@ -164,11 +179,16 @@ fn hot_paths_write_only_records_that_need_no_bookkeeping() {
     assert!(h.place(T0 + 2, s, 40));
     assert!(h.place(T0 + 2, send(q, (1 << 48) - 1, 0), 41));
     assert!(h.bound(T0 + 3, wc(cq, q, 0x42, 2), 5));
-    // Short ones (no source QP, flags or LID), and one of each field that keeps it compact.
-    assert!(h.bound_slid(T0 + 3, wc(cq, q, 0, 0), 50, 0));
-    assert!(h.bound_slid(T0 + 3, wc(cq, q, 1, 0), 51, 0));
-    assert!(h.bound_slid(T0 + 3, wc(cq, q, 0, 1), 52, 0));
-    assert!(h.bound_slid(T0 + 3, wc(cq, q, 0, 0), 53, 1));
+    // RDMA writes' completions: short without flags, whatever their source QP (one the
+    // compact form does not hold included) and LID (not recorded); compact with a flag. A
+    // receive's of the same fields: compact, and none with that source QP.
+    assert!(h.bound_op(T0 + 3, wc(cq, q, 0, 0), 50, 0, WRITE));
+    assert!(h.bound_op(T0 + 3, wc(cq, q, 1, 0), 51, 0, WRITE));
+    assert!(h.bound_op(T0 + 3, wc(cq, q, 0, 1), 52, 0, WRITE));
+    assert!(h.bound_op(T0 + 3, wc(cq, q, 0, 0), 53, 1, WRITE));
+    assert!(h.bound_op(T0 + 3, wc(cq, q, 1 << 24, 0), 54, 7, WRITE));
+    assert!(h.bound_op(T0 + 3, wc(cq, q, 1, 0), 55, 1, RECV));
+    assert!(!h.bound_op(T0 + 3, wc(cq, q, 1 << 24, 0), 56, 7, RECV));
     // Another queue, the same QP on another CQ, QP q + 64 (the same send slot): not bound.
     assert!(!h.place(T0 + 4, send(q + 1, 0x1000, 2), 6));
     assert!(!h.place(T0 + 4, send(q + 64, 0x1000, 2), 6));
@@ -209,7 +229,7 @@ fn hot_paths_write_only_records_that_need_no_bookkeeping() {
     let before = log.losses().total;
     h.append(t, send(q + 64, 0x1000, 2), id);
     assert!(!h.bound(t, wc(cq, q, 0, 0), id + 1));
-    h.complete(t, wc(cq, q, 0, 0), id + 1, 0);
+    h.complete(t, wc(cq, q, 0, 0), id + 1, 0, WRITE);
     assert!(h.place(t, send(q + 64, 0x1000, 2), id + 2));
     assert!(h.bound(t, wc(cq, q, 0, 0), id + 3));
     assert_eq!(log.losses().total, before);
@@ -218,7 +238,7 @@ fn hot_paths_write_only_records_that_need_no_bookkeeping() {
     assert!(file.salvage().is_clean(), "{:?}", file.salvage());
     assert_eq!(read_back(&file, cq), h.want);
     assert_eq!(file.chunks().len(), 2);
-    // The two completions without source QP, flags or LID (ids 50 and the ordinary one at
+    // The RDMA writes' completions without flags (ids 50, 51, 53, 54 and the ordinary one at
     // the new chunk) were written short, every other one compact.
     let kinds = |k: RecordKind| -> usize {
         let chunks = file.chunks();
@@ -226,8 +246,8 @@ fn hot_paths_write_only_records_that_need_no_bookkeeping() {
         raw.filter(|r| r.as_ref().unwrap().kind == k as u16).count()
     };
     let completions = h.want.iter().filter(|w| w.3 >> 63 == 1).count();
-    assert_eq!(kinds(RecordKind::CompletionShort), 2);
-    assert_eq!(kinds(RecordKind::CompletionCompact), completions - 2);
+    assert_eq!(kinds(RecordKind::CompletionShort), 5);
+    assert_eq!(kinds(RecordKind::CompletionCompact), completions - 5);
 }
 
 /// The posts and completions (of the CQ `cq`) of `file` as [`Hot`] records them.
@@ -249,10 +269,10 @@ fn read_back(file: &LogFile, cq: u64) -> Vec<(u64, u64, u32, u64)> {
                     got.push((s.wr_id, s.ts, s.qpn, sig(&h)));
                 }
                 Record::WorkCompletion(w) => {
-                    assert_eq!((w.cq, w.byte_len, w.opcode, w.status), (cq, 8, 1, 0));
+                    assert_eq!((w.cq, w.byte_len, w.status), (cq, 8, 0));
                     assert_eq!((w.imm, w.vendor_err, w.hw_ts), (0, 0, 0));
                     let h = wc(cq, w.qpn, w.src_qp, w.hdr.aux);
-                    got.push((w.wr_id, w.ts, w.qpn, csig(&h, w.slid)));
+                    got.push((w.wr_id, w.ts, w.qpn, csig(&h, w.slid, w.opcode)));
                 }
                 other => panic!("{other:?}"),
             }

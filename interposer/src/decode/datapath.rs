@@ -12,7 +12,7 @@
 use std::ffi::c_int;
 
 use sigmatrace_schemas::{
-    compact::{CompletionBody, CompletionHead, CompletionSource, SendBody, SendHead},
+    compact::{CompletionBody, CompletionHead, CompletionSource, SendBody, SendHead, WC_RECV},
     post_source,
 };
 
@@ -625,25 +625,27 @@ impl<const HOT: bool> CompletionSource for Wc<'_, HOT> {
     #[inline(always)]
     fn is_short(&self) -> bool {
         let w = self.w;
-        // One test of all (no branch per field): no source QP, no flags (so no immediate
-        // data either), no LID, success, no vendor error.
-        const _: () = assert!(IBV_WC_SUCCESS == 0);
-        (wc_qp_flags(w) | w.vendor_err as u64 | w.slid as u64 | w.status as u64) == 0
+        // The opcode's bit 7 first, alone: a receive completion fails here, at one test of
+        // one byte. Then one test of the rest (no branch per field): success, no flags (so
+        // no immediate data either), no vendor error. The source QP and LID are receive-side
+        // fields, undefined here (not read: a short record does not hold them).
+        const _: () = assert!(IBV_WC_SUCCESS == 0 && IBV_WC_RECV == WC_RECV as u32);
+        w.opcode as u8 & WC_RECV == 0 && (w.status | w.wc_flags | w.vendor_err) == 0
     }
 
     #[inline(always)]
     fn head(&self) -> Option<CompletionHead> {
         let w = self.w;
         // The source QP (24 bits) and the flags a compact record holds (below 256) but for
-        // immediate data and invalidation (the hot path's `imm` is 0), as one test of the word
-        // `is_short` read.
+        // immediate data and invalidation (the hot path's `imm` is 0), as one test of one
+        // word.
         const PLAIN_FLAGS: u32 = 0xff & !(IBV_WC_WITH_IMM | IBV_WC_WITH_INV);
         const NOT_PLAIN: u64 = qp_flags_word(0xff00_0000, !PLAIN_FLAGS);
         if !HOT {
             return wc_head(self.cq, w);
         }
-        // With the vendor error: one test, one branch.
-        (wc_qp_flags(w) & NOT_PLAIN | w.vendor_err as u64 == 0).then(|| head_of(self.cq, w))
+        // Then the vendor error.
+        (wc_qp_flags(w) & NOT_PLAIN == 0 && w.vendor_err == 0).then(|| head_of(self.cq, w))
     }
 
     #[inline(always)]

@@ -317,7 +317,8 @@ impl ChunkWriter {
 
     /// Appends the compact form of the `WorkCompletion` at `ts` of `head` and `body()` — as
     /// [`try_append_plain_send`](Self::try_append_plain_send) does for a send: a
-    /// [`CompletionShort`] when [`completion_is_short`], else a [`CompletionCompact`].
+    /// [`CompletionShort`] when [`completion_is_short`], else a [`CompletionCompact`] when
+    /// the head [`fits`](CompletionHead::fits); `None` when it has no compact form.
     #[inline(always)]
     pub fn try_append_plain_completion(
         &mut self,
@@ -325,16 +326,18 @@ impl ChunkWriter {
         head: &CompletionHead,
         body: impl FnOnce() -> CompletionBody,
     ) -> Option<bool> {
-        if !self.compact || !head.fits() {
+        if !self.compact {
             return None;
         }
         let b = body();
         let (cq, key) = (head.cq, head.qpn as u64);
-        Some(if completion_is_short(head, &b) {
-            self.append_slotted(ts, cq, key, |r, tslot| {
+        // Short first: a send-side completion's `src_qp` is not consulted (nor its fit).
+        if completion_is_short(head, &b) {
+            return Some(self.append_slotted(ts, cq, key, |r, tslot| {
                 *r = pack_completion_short(tslot, &b)
-            })
-        } else {
+            }));
+        }
+        head.fits().then(|| {
             self.append_slotted(ts, cq, key, |r, tslot| {
                 *r = pack_completion(tslot, head, &b)
             })

@@ -1,5 +1,6 @@
-//! The hot completion paths' reading of a provider's completion ([`Wc`]: one word for the
-//! source QP and flags, one test of all fields) against the one definition of the compact
+//! The hot completion paths' reading of a provider's completion ([`Wc`]: the opcode's bit 7
+//! first, then one test of status, flags and vendor error; one word for the source QP and
+//! flags) against the one definition of the compact
 //! forms (schemas `compact`): for every field that decides it, the same form as the ordinary
 //! path's ([`wc_head`], [`wc_body`], `ChunkWriter::try_append_plain_completion`).
 
@@ -8,10 +9,37 @@ use sigmatrace_schemas::compact::completion_is_short;
 
 const CQ: u64 = 0x7000;
 
-/// A short completion (an RDMA write's, as providers write it) and completions that differ
-/// from it in one field each: every flag bit in turn (immediate data and an invalidated rkey
-/// with their value), source QPs below, at and above 2^24, LIDs, every error status, vendor
-/// errors.
+/// Send-side opcodes (bit 7 clear) and receive-side ones (bit 7 set).
+const SEND_OPS: [u32; 9] = [
+    IBV_WC_SEND,
+    IBV_WC_RDMA_WRITE,
+    IBV_WC_RDMA_READ,
+    IBV_WC_COMP_SWAP,
+    IBV_WC_FETCH_ADD,
+    IBV_WC_BIND_MW,
+    IBV_WC_LOCAL_INV,
+    IBV_WC_TSO,
+    IBV_WC_ATOMIC_WRITE,
+];
+const RECV_OPS: [u32; 10] = [
+    IBV_WC_RECV,
+    IBV_WC_RECV_RDMA_WITH_IMM,
+    IBV_WC_TM_ADD,
+    IBV_WC_TM_DEL,
+    IBV_WC_TM_SYNC,
+    IBV_WC_TM_RECV,
+    IBV_WC_TM_NO_TAG,
+    IBV_WC_DRIVER1,
+    IBV_WC_DRIVER2,
+    IBV_WC_DRIVER3,
+];
+
+/// Three completions and those that differ from each in one field: every flag bit in turn
+/// (immediate data and an invalidated rkey with their value), source QPs below, at and above
+/// 2^24, LIDs, every error status, vendor errors. The three: a short one (an RDMA write's,
+/// its receive-side fields 0), the same with the receive-side fields as the caller's array
+/// left them (mlx5 does not write them for send-side completions), and a receive with its
+/// source QP and LID. Then the first with every other opcode.
 fn variants() -> Vec<ibv_wc> {
     let short = ibv_wc {
         wr_id: 9,
@@ -20,29 +48,43 @@ fn variants() -> Vec<ibv_wc> {
         qp_num: 0x40,
         ..Default::default()
     };
-    let mut v = vec![short];
-    for bit in 0..32 {
-        let mut w = ibv_wc {
-            wc_flags: 1 << bit,
-            ..short
-        };
-        w.__bindgen_anon_1.invalidated_rkey = 0x0102_0304;
-        v.push(w);
+    let unwritten = ibv_wc {
+        src_qp: 0xdead_beef,
+        slid: 0x1234,
+        ..short
+    };
+    let recv = ibv_wc {
+        opcode: IBV_WC_RECV,
+        src_qp: 0x77,
+        slid: 5,
+        ..short
+    };
+    let mut v = Vec::new();
+    for base in [short, unwritten, recv] {
+        v.push(base);
+        for bit in 0..32 {
+            let mut w = ibv_wc {
+                wc_flags: 1 << bit,
+                ..base
+            };
+            w.__bindgen_anon_1.invalidated_rkey = 0x0102_0304;
+            v.push(w);
+        }
+        for src_qp in [1, 0x77, 0xff_ffff, 1 << 24, u32::MAX] {
+            v.push(ibv_wc { src_qp, ..base });
+        }
+        for slid in [1, 5, 0x100, u16::MAX] {
+            v.push(ibv_wc { slid, ..base });
+        }
+        for status in 1..=IBV_WC_TM_RNDV_INCOMPLETE {
+            v.push(ibv_wc { status, ..base });
+        }
+        for vendor_err in [1, 0x81, u32::MAX] {
+            v.push(ibv_wc { vendor_err, ..base });
+        }
     }
-    for src_qp in [1, 0x77, 0xff_ffff, 1 << 24, u32::MAX] {
-        v.push(ibv_wc { src_qp, ..short });
-    }
-    for slid in [1, 5, 0x100, u16::MAX] {
-        v.push(ibv_wc { slid, ..short });
-    }
-    for status in 1..=IBV_WC_TM_RNDV_INCOMPLETE {
-        v.push(ibv_wc { status, ..short });
-    }
-    for vendor_err in [1, 0x81, u32::MAX] {
-        v.push(ibv_wc {
-            vendor_err,
-            ..short
-        });
+    for opcode in SEND_OPS.into_iter().chain(RECV_OPS) {
+        v.push(ibv_wc { opcode, ..short });
     }
     v
 }
@@ -71,11 +113,19 @@ fn the_hot_paths_choose_the_form_the_ordinary_path_chooses() {
         if compact.is_some() {
             assert_eq!(hot.body(), wc_body(w), "variant {i}");
         }
+        // Short: exactly the successful send-side ones without flags or vendor error.
+        let send_side = SEND_OPS.contains(&w.opcode);
+        let plain_send = send_side && w.status | w.wc_flags | w.vendor_err == 0;
+        assert_eq!(short, plain_send, "variant {i}");
+        assert_eq!(send_side, !RECV_OPS.contains(&w.opcode), "variant {i}");
         shorts += short as u32;
         compacts += compact.is_some() as u32;
     }
-    // The short one; the compact ones: 6 flags below 256 (not 2, 8), 3 source QPs below
-    // 2^24, 4 LIDs, every error status, the short one.
-    assert_eq!(shorts, 1);
-    assert_eq!(compacts, 6 + 3 + 4 + IBV_WC_TM_RNDV_INCOMPLETE + 1);
+    // Short: of the two send-side bases, each with its source QP and LID variants (2 × 10),
+    // and the send-side opcodes (9). Compact: of the short base and the receive, each itself,
+    // 6 flags below 256 (not 2, 8), 3 source QPs below 2^24, 4 LIDs, every error status
+    // (2 × (14 + statuses)); of the base with a 32-bit source QP only the 3 source QPs below
+    // 2^24; every opcode (19).
+    assert_eq!(shorts, 2 * 10 + 9);
+    assert_eq!(compacts, 2 * (14 + IBV_WC_TM_RNDV_INCOMPLETE) + 3 + 19);
 }
