@@ -29,9 +29,18 @@ pub fn next_event(chan: *mut rdma_event_channel) -> CmResult<*mut rdma_cm_event>
     if chan.is_null() {
         return einval();
     }
+    let mut waited = false;
     loop {
         let readers = match lock().chans.get(&(chan as usize)) {
             Some(c) => c.readers.clone(),
+            // The channel was destroyed while this thread waited in the call (rping's
+            // cm_thread, never joined, wakes for the DISCONNECTED event of its own
+            // rdma_disconnect after main destroyed the id and the channel). A thread blocked
+            // in the kernel on a ucma fd that another thread closes waits until the process
+            // exits, and the kernel discards the destroyed id's events: so does this one.
+            None if waited => loop {
+                std::thread::park();
+            },
             None => return einval(),
         };
         readers.fetch_add(1, Ordering::SeqCst);
@@ -39,6 +48,7 @@ pub fn next_event(chan: *mut rdma_event_channel) -> CmResult<*mut rdma_cm_event>
         // SAFETY: chan is a channel from rdma_create_event_channel; one-byte read into b.
         let n = unsafe { libc::read((*chan).fd, b.as_mut_ptr().cast(), 1) };
         readers.fetch_sub(1, Ordering::SeqCst);
+        waited = true;
         if n != 1 {
             return Err(CmError::Errno(if n == 0 { libc::EIO } else { errno() }));
         }
