@@ -24,8 +24,8 @@ pub fn build_dir() -> PathBuf {
     }
 }
 
-/// A built artifact of the workspace; panics with a clear message when it is missing (tests
-/// never skip).
+/// A built artifact of the workspace; panics with a clear message when it is missing or older
+/// than its crate's sources (tests never skip, and never test a stale library).
 pub fn artifact(name: &str) -> PathBuf {
     let p = build_dir().join(name);
     assert!(
@@ -33,7 +33,48 @@ pub fn artifact(name: &str) -> PathBuf {
         "{} is missing: build the workspace first (cargo build --workspace --all-targets)",
         p.display()
     );
+    if let Some(src) = newer_source(&p, name) {
+        panic!(
+            "{} is older than {}: `cargo test -p …` does not rebuild the libraries tests load; \
+             build the workspace first (cargo build --workspace --all-targets)",
+            p.display(),
+            src.display()
+        );
+    }
     p
+}
+
+/// The source folders of the crate that builds cdylib `name` (a change there always relinks
+/// it; binaries under `src/bin/` do not).
+fn sources_of(name: &str) -> &'static [&'static str] {
+    match name {
+        "libsigmatrace.so" => &["interposer/src", "schemas/src"],
+        "libsoftnic_verbs.so" => &["softnic/src"],
+        "libsoftnic_mlx5.so" => &["softnic/libs/mlx5/src"],
+        "libsoftnic_efa.so" => &["softnic/libs/efa/src"],
+        "libsoftnic_rdmacm.so" => &["softnic/rdmacm/src"],
+        _ => &[],
+    }
+}
+
+/// A source file of `name`'s crate modified after the artifact `built`, if any.
+fn newer_source(built: &Path, name: &str) -> Option<PathBuf> {
+    let t = std::fs::metadata(built).and_then(|m| m.modified()).ok()?;
+    let root = workspace_root();
+    let mut dirs: Vec<PathBuf> = sources_of(name).iter().map(|d| root.join(d)).collect();
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                if path.file_name().is_none_or(|n| n != "bin") {
+                    dirs.push(path);
+                }
+            } else if e.metadata().and_then(|m| m.modified()).is_ok_and(|m| m > t) {
+                return Some(path);
+            }
+        }
+    }
+    None
 }
 
 /// The interposer, `libsigmatrace.so`.
