@@ -686,13 +686,13 @@ fn reap_dead_peer(qp: &QpInner) -> bool {
     let Ok(mut sq) = qp.sq.try_lock() else {
         return false;
     };
+    if sq.head == sq.next || !sq.peer.as_ref().is_some_and(|p| peer_gone(p)) {
+        return false;
+    }
     // A responder acknowledges, then exits: its last ACKs may have arrived since this pass
     // looked at the response ring. They count before the peer's absence does.
     let acked = qp.file.resp().has_data() && process_resp(qp, &mut sq);
-    if sq.head == sq.next
-        || !sq.peer.as_ref().is_some_and(|p| peer_gone(p))
-        || !retries_exhausted(qp, &mut sq)
-    {
+    if sq.head == sq.next || !retries_exhausted(qp, &mut sq) {
         return acked;
     }
     let head = sq.head;
