@@ -25,7 +25,7 @@ pub fn build_dir() -> PathBuf {
 }
 
 /// A built artifact of the workspace; panics with a clear message when it is missing or older
-/// than its crate's sources (tests never skip, and never test a stale library).
+/// than one of the files it was built from (tests never skip, and never test a stale library).
 pub fn artifact(name: &str) -> PathBuf {
     let p = build_dir().join(name);
     assert!(
@@ -33,7 +33,7 @@ pub fn artifact(name: &str) -> PathBuf {
         "{} is missing: build the workspace first (cargo build --workspace --all-targets)",
         p.display()
     );
-    if let Some(src) = newer_source(&p, name) {
+    if let Some(src) = newer_source(&p) {
         panic!(
             "{} is older than {}: `cargo test -p …` does not rebuild the libraries tests load; \
              build the workspace first (cargo build --workspace --all-targets)",
@@ -44,37 +44,34 @@ pub fn artifact(name: &str) -> PathBuf {
     p
 }
 
-/// The source folders of the crate that builds cdylib `name` (a change there always relinks
-/// it; binaries under `src/bin/` do not).
-fn sources_of(name: &str) -> &'static [&'static str] {
-    match name {
-        "libsigmatrace.so" => &["interposer/src", "schemas/src"],
-        "libsoftnic_verbs.so" => &["softnic/src"],
-        "libsoftnic_mlx5.so" => &["softnic/libs/mlx5/src"],
-        "libsoftnic_efa.so" => &["softnic/libs/efa/src"],
-        "libsoftnic_rdmacm.so" => &["softnic/rdmacm/src"],
-        _ => &[],
-    }
-}
-
-/// A source file of `name`'s crate modified after the artifact `built`, if any.
-fn newer_source(built: &Path, name: &str) -> Option<PathBuf> {
+/// An input of `built` modified after it, from the dep-info file cargo writes beside it
+/// (`libsigmatrace.d` for `libsigmatrace.so`: every source, `include_bytes!` and
+/// `rerun-if-changed` path the artifact was built from); none when there is no such file.
+fn newer_source(built: &Path) -> Option<PathBuf> {
     let t = std::fs::metadata(built).and_then(|m| m.modified()).ok()?;
-    let root = workspace_root();
-    let mut dirs: Vec<PathBuf> = sources_of(name).iter().map(|d| root.join(d)).collect();
-    while let Some(d) = dirs.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let path = e.path();
-            if path.is_dir() {
-                if path.file_name().is_none_or(|n| n != "bin") {
-                    dirs.push(path);
-                }
-            } else if e.metadata().and_then(|m| m.modified()).is_ok_and(|m| m > t) {
-                return Some(path);
+    let info = std::fs::read_to_string(built.with_extension("d")).ok()?;
+    let (_, inputs) = info.split_once(": ")?;
+    let mut paths = Vec::new();
+    let mut cur = String::new();
+    let mut words = inputs.split_whitespace().peekable();
+    while let Some(w) = words.next() {
+        // Make-style dep-info escapes a space inside a path as "\ ".
+        match w.strip_suffix('\\') {
+            Some(head) if words.peek().is_some() => {
+                cur.push_str(head);
+                cur.push(' ');
+            }
+            _ => {
+                cur.push_str(w);
+                paths.push(PathBuf::from(std::mem::take(&mut cur)));
             }
         }
     }
-    None
+    // Folders (a build script's `rerun-if-changed` on a folder) are skipped: their own time
+    // moves whenever an entry is added; the files in them are listed one by one.
+    paths.into_iter().find(|p| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.modified().is_ok_and(|m| m > t))
+    })
 }
 
 /// The interposer, `libsigmatrace.so`.
