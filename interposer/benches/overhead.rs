@@ -137,14 +137,18 @@ fn callgrind_section(lib: &Path, tmp: &Path, logs: &Path) {
                 .unwrap_or(0.0)
                 / ops as f64
         };
-        for l in ["post", "poll", "both"] {
+        for (l, name) in [
+            ("post", "post"),
+            ("poll", "poll"),
+            ("both", "both"),
+            ("recv", "poll (receive)"),
+        ] {
             let (t, u) = (
                 cost(&format!("loop_{l}_traced")),
                 cost(&format!("loop_{l}_untraced")),
             );
             println!(
-                "{:<18} traced {t:6.1} instr/op  untraced {u:5.1}  added {:6.1}",
-                format!("{l}"),
+                "{name:<18} traced {t:6.1} instr/op  untraced {u:5.1}  added {:6.1}",
                 t - u
             );
         }

@@ -6,6 +6,8 @@
  *
  * usage: noop_bench time ROUNDS OPS [WAIT_MS]   median ns/op of each loop, traced and untraced
  *        noop_bench count OPS           run each loop once (for callgrind's inclusive counts)
+ * The poll loops: a send-side completion (an RDMA write's: the short record) and, on a third
+ * and fourth context, a receive completion (source QP and LID set: the compact record).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -37,6 +39,15 @@ static int one_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 	return 1;
 }
 
+static int one_recv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
+{
+	(void)n;
+	*wc = (struct ibv_wc){ .wr_id = 7, .status = IBV_WC_SUCCESS, .opcode = IBV_WC_RECV,
+			       .byte_len = 8, .qp_num = 0x42, .src_qp = 0x77, .slid = 5 };
+	(void)cq;
+	return 1;
+}
+
 struct dev {
 	struct verbs_context v;
 	struct ibv_qp qp;
@@ -45,14 +56,14 @@ struct dev {
 
 static struct ibv_device fake = { .name = "noop0" };
 
-static struct dev *make(int traced)
+static struct dev *make(int traced, int recv)
 {
 	struct dev *d = calloc(1, sizeof(*d));
 	d->v.sz = sizeof(d->v);
 	d->v.context.abi_compat = (void *)UINTPTR_MAX;
 	d->v.context.device = &fake;
 	d->v.context.ops.post_send = nop_post_send;
-	d->v.context.ops.poll_cq = one_poll_cq;
+	d->v.context.ops.poll_cq = recv ? one_recv_poll_cq : one_poll_cq;
 	d->qp.context = &d->v.context;
 	d->qp.qp_num = 0x42;
 	d->qp.qp_type = IBV_QPT_RC;
@@ -103,6 +114,8 @@ LOOP(loop_poll_traced, ibv_poll_cq(&d->cq, 1, &wc))
 LOOP(loop_poll_untraced, ibv_poll_cq(&d->cq, 1, &wc))
 LOOP(loop_both_traced, ibv_post_send(&d->qp, &wr, &bad); ibv_poll_cq(&d->cq, 1, &wc))
 LOOP(loop_both_untraced, ibv_post_send(&d->qp, &wr, &bad); ibv_poll_cq(&d->cq, 1, &wc))
+LOOP(loop_recv_traced, ibv_poll_cq(&d->cq, 1, &wc))
+LOOP(loop_recv_untraced, ibv_poll_cq(&d->cq, 1, &wc))
 
 typedef void (*loop_fn)(struct dev *, long);
 
@@ -118,18 +131,21 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: noop_bench time ROUNDS OPS [WAIT_MS] | count OPS\n");
 		return 2;
 	}
-	struct dev *t = make(1), *u = make(0);
+	struct dev *t = make(1, 0), *u = make(0, 0), *rt = make(1, 1), *ru = make(0, 1);
 	struct {
 		const char *name;
 		loop_fn traced, untraced;
-	} loops[] = { { "post_send", loop_post_traced, loop_post_untraced },
-		      { "poll_cq", loop_poll_traced, loop_poll_untraced },
-		      { "post_send+poll_cq", loop_both_traced, loop_both_untraced } };
+		int recv;
+	} loops[] = { { "post_send", loop_post_traced, loop_post_untraced, 0 },
+		      { "poll_cq", loop_poll_traced, loop_poll_untraced, 0 },
+		      { "post_send+poll_cq", loop_both_traced, loop_both_untraced, 0 },
+		      { "poll_cq (receive)", loop_recv_traced, loop_recv_untraced, 1 } };
+	const unsigned nloops = sizeof(loops) / sizeof(loops[0]);
 	if (!strcmp(argv[1], "count")) {
 		long ops = atol(argv[2]);
-		for (unsigned l = 0; l < 3; l++) {
-			loops[l].traced(t, ops);
-			loops[l].untraced(u, ops);
+		for (unsigned l = 0; l < nloops; l++) {
+			loops[l].traced(loops[l].recv ? rt : t, ops);
+			loops[l].untraced(loops[l].recv ? ru : u, ops);
 		}
 		return 0;
 	}
@@ -141,14 +157,15 @@ int main(int argc, char **argv)
 	if (argc > 4)
 		usleep(atoi(argv[4]) * 1000);
 	double *tr = calloc(rounds, sizeof(double)), *un = calloc(rounds, sizeof(double));
-	for (unsigned l = 0; l < 3; l++) {
-		loops[l].traced(t, ops / 10); /* warm up */
-		loops[l].untraced(u, ops / 10);
+	for (unsigned l = 0; l < nloops; l++) {
+		struct dev *lt = loops[l].recv ? rt : t, *lu = loops[l].recv ? ru : u;
+		loops[l].traced(lt, ops / 10); /* warm up */
+		loops[l].untraced(lu, ops / 10);
 		for (int r = 0; r < rounds; r++) {
 			uint64_t a = now_ns();
-			loops[l].traced(t, ops);
+			loops[l].traced(lt, ops);
 			uint64_t b = now_ns();
-			loops[l].untraced(u, ops);
+			loops[l].untraced(lu, ops);
 			uint64_t c = now_ns();
 			tr[r] = (double)(b - a) / ops;
 			un[r] = (double)(c - b) / ops;

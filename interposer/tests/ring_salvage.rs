@@ -40,17 +40,19 @@ fn killed_run(posts: u64) -> (usize, usize) {
 
 #[test]
 fn a_killed_program_leaves_every_record_once_drained_or_in_its_ring() {
-    // 50 000 compact sends and completions: 3.2 MB, about 49 chunks of 64 KiB. Where they
-    // were at the kill depends on the drainer: drained (or written in place while the ring
-    // was full, as the format allows), or still in a ring slot — at most the ring's 4.
+    // 50 000 compact sends (32 bytes) and short completions (24 bytes): 2.8 MB, about 43
+    // chunks of 64 KiB. Where they were at the kill depends on the drainer: drained (or
+    // written in place while the ring was full, as the format allows), or still in a ring
+    // slot — at most the ring's 4; so at least 36 at their final positions.
     let (in_ring, home) = killed_run(POSTS);
+    eprintln!("{in_ring} chunks in ring slots, {home} at their final positions");
     assert!(
         in_ring <= 4,
         "{in_ring} chunks in ring slots, at most the ring's 4"
     );
     assert!(
-        home >= 40,
-        "{home} chunks at their final positions (about 49 written)"
+        in_ring + home >= 42,
+        "{in_ring} + {home} chunks: 2.8 MB of records fill about 43"
     );
     // Fewer records than one chunk holds: the thread's only chunk is the one it was filling
     // in its first ring slot, which nothing drains — the records come from the ring alone.

@@ -96,12 +96,61 @@ pub fn is_fast(which: usize) -> bool {
     FAST[which].load(Ordering::Relaxed)
 }
 
+/// [`is_fast`]`(fast::SEND)` as one compare of the switch's byte in memory and its branch
+/// (an atomic load feeding a compare takes a load, a test and a branch).
+#[inline(always)]
+pub fn is_fast_send() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: reads the switch's byte, an `AtomicBool` (a plain byte load is an atomic
+        // relaxed load on x86_64); no stores, no stack, branches to one of two labels.
+        unsafe {
+            core::arch::asm!(
+                "cmp byte ptr [rip + {switch} + {which}], 0",
+                "jne {on}",
+                switch = sym FAST,
+                which = const fast::SEND,
+                on = label { return true },
+                options(nostack, readonly),
+            );
+        }
+        false
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    is_fast(fast::SEND)
+}
+
 /// What `ibv_poll_cq` returns when its hot path may take the poll: 1 when
 /// `is_fast(fast::POLL)` (one completion), else `i32::MIN` (no provider returns that), so
 /// that one compare decides it.
 #[inline(always)]
 pub fn fast_poll_rc() -> i32 {
     FAST_POLL_RC.load(Ordering::Relaxed)
+}
+
+/// `rc == fast_poll_rc()` as one compare against the switch in memory and its branch.
+#[inline(always)]
+pub fn is_fast_poll_rc(rc: i32) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: reads the switch, an `AtomicI32` (a plain aligned 4-byte load is an atomic
+        // relaxed load on x86_64); no stores, no stack, branches to one of two labels.
+        unsafe {
+            core::arch::asm!(
+                "cmp {rc:e}, dword ptr [rip + {switch}]",
+                "je {on}",
+                rc = in(reg) rc,
+                switch = sym FAST_POLL_RC,
+                on = label { return true },
+                options(nostack, readonly),
+            );
+        }
+        false
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        rc == fast_poll_rc()
+    }
 }
 
 /// [`fast_poll_rc`].

@@ -99,6 +99,37 @@ core::arch::global_asm!(
     size = const BLOCK,
 );
 
+/// Whether the block's `gate` is [`READY`] and its `dirty` 0 (one 16-bit load of both, as a
+/// signal handler may change them between any two instructions): a compare in memory and its
+/// branch.
+#[inline(always)]
+fn ready_clean(l: *const Local) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: `gate` and `dirty` are the first two bytes of this thread's block (checked
+        // below); the compare only reads them; no stack, branches to one of two labels.
+        unsafe {
+            core::arch::asm!(
+                "cmp word ptr [{l}], {want}",
+                "je {yes}",
+                l = in(reg) l,
+                want = const u16::from_ne_bytes([READY, 0]),
+                yes = label { return true },
+                options(nostack, readonly),
+            );
+        }
+        false
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: `gate` and `dirty`, the first two bytes of this thread's block, read as one word.
+    unsafe {
+        std::ptr::addr_of!((*l).gate).cast::<u16>().read_volatile()
+            == u16::from_ne_bytes([READY, 0])
+    }
+}
+const _: () =
+    assert!(std::mem::offset_of!(Local, gate) == 0 && std::mem::offset_of!(Local, dirty) == 1);
+
 /// This thread's block.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
@@ -328,8 +359,7 @@ pub fn place_plain_send(
     // `dirty` are accessed with volatile single loads/stores: a signal handler on this thread
     // can change them between any two instructions, and each decision below rests on one load.
     unsafe {
-        let gd = std::ptr::addr_of!((*l).gate).cast::<u16>();
-        if gd.read_volatile() != u16::from_ne_bytes([READY, 0]) {
+        if !ready_clean(l) {
             return Err(args);
         }
         let gate = std::ptr::addr_of_mut!((*l).gate);

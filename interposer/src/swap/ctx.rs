@@ -176,7 +176,7 @@ unsafe extern "C" fn post_send<const S: usize>(
     wr: *mut ibv_send_wr,
     bad: *mut *mut ibv_send_wr,
 ) -> c_int {
-    if !sink::is_fast(sink::fast::SEND) {
+    if !sink::is_fast_send() {
         // SAFETY: the program's own arguments.
         return unsafe { post_send_other::<S>(qp, wr, bad) };
     }
@@ -359,7 +359,7 @@ unsafe extern "C" fn poll_cq<const S: usize>(cq: *mut ibv_cq, n: c_int, wc: *mut
     // SAFETY: forwarding the program's own arguments to the provider.
     let rc = unsafe { real(cq, n, wc) };
     // One compare: 1 when the hot path is on (`sink::fast::POLL`), else never `rc`.
-    if rc == sink::fast_poll_rc() {
+    if sink::is_fast_poll_rc(rc) {
         // SAFETY: the provider filled wc[0] (rc is 1).
         if unsafe { datapath::polled_fast(cq, wc) } {
             return 1;
