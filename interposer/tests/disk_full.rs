@@ -65,7 +65,17 @@ fn pingpong_receives(iters: u64, rx_depth: u64) -> u64 {
     posted
 }
 
-fn pingpong(node: &str, fabric: &Path, port: &str, client: bool, logs: Option<&Path>) -> Cmd {
+/// Where the traced side's log goes and how: with `rings` the default per-thread rings
+/// drained by the background thread (with direct I/O where the file system has it, if
+/// `direct`), else chunks written in place (`SIGMATRACE_PREFAULT_CHUNKS=0`).
+#[derive(Clone, Copy)]
+struct Traced<'a> {
+    logs: &'a Path,
+    rings: bool,
+    direct: bool,
+}
+
+fn pingpong(node: &str, fabric: &Path, port: &str, client: bool, traced: Option<Traced>) -> Cmd {
     let mut v = vec![
         softnic_run().display().to_string(),
         "--node".into(),
@@ -83,16 +93,20 @@ fn pingpong(node: &str, fabric: &Path, port: &str, client: bool, logs: Option<&P
         v.push("localhost".into());
     }
     let c = Cmd::new(&v);
-    match logs {
-        Some(l) => c
-            .traced(l)
+    match traced {
+        Some(t) => c
+            .traced(t.logs)
             .env("SIGMATRACE_CHUNK_BYTES", "16K")
-            .env("SIGMATRACE_PREFAULT_CHUNKS", "0"),
+            .env(
+                "SIGMATRACE_PREFAULT_CHUNKS",
+                if t.rings { "4" } else { "0" },
+            )
+            .env("SIGMATRACE_DIRECT_IO", if t.direct { "1" } else { "0" }),
         None => c,
     }
 }
 
-fn run_pair(logs: Option<&Path>) -> (Out, Out) {
+fn run_pair(traced: Option<Traced>) -> (Out, Out) {
     let dir = tempfile::tempdir().unwrap();
     let fabric = dir.path().join("fabric");
     let port = free_port().to_string();
@@ -101,19 +115,41 @@ fn run_pair(logs: Option<&Path>) -> (Out, Out) {
     while !listening(port.parse().unwrap()) && t0.elapsed() < Duration::from_secs(30) {
         std::thread::sleep(Duration::from_millis(10));
     }
-    let client = pingpong("2", &fabric, &port, true, logs).spawn();
+    let client = pingpong("2", &fabric, &port, true, traced).spawn();
     let c = client.wait(LIMIT);
     (server.wait(LIMIT), c)
 }
 
 #[test]
 fn a_full_disk_leaves_the_program_alone_and_every_lost_event_is_counted_per_kind() {
+    full_disk(false, false);
+}
+
+/// The same with the default rings: the background thread's copy (a direct write: tmpfs has
+/// direct I/O) is what meets the full disk; the chunks it could not copy stay in their ring
+/// slots, readable, and the threads meet the failure at their next chunk.
+#[test]
+fn a_full_disk_met_by_the_ring_drainer_is_counted_per_kind_as_well() {
+    full_disk(true, true);
+}
+
+/// And with rings drained through the page cache (`SIGMATRACE_DIRECT_IO=0`).
+#[test]
+fn a_full_disk_met_by_the_buffered_ring_drainer_is_counted_per_kind_as_well() {
+    full_disk(true, false);
+}
+
+fn full_disk(rings: bool, direct: bool) {
     assert_eq!(pingpong_receives(1000, RX_DEPTH), 1498);
     let (ps, pc) = run_pair(None);
     assert!(ps.ok() && pc.ok(), "untraced:\n{ps:?}\n{pc:?}");
 
     let fs = Tmpfs::mount("256k");
-    let (ts, tc) = run_pair(Some(&fs.at));
+    let (ts, tc) = run_pair(Some(Traced {
+        logs: &fs.at,
+        rings,
+        direct,
+    }));
     assert!(ts.ok() && tc.ok(), "traced:\n{ts:?}\n{tc:?}");
     assert_eq!(shape(&pc.stdout), shape(&tc.stdout));
     assert_eq!(

@@ -19,7 +19,9 @@
 //! thread whose ring has no FREE slot reuses the slot of its oldest chunk, and that chunk's
 //! records count as dropped, per kind, in the header's loss table.
 
+mod direct;
 mod flight;
+pub(crate) use direct::DirectFile;
 pub use flight::Dumped;
 
 use std::os::unix::io::AsRawFd;
@@ -127,9 +129,11 @@ impl Shared {
                     continue;
                 }
                 match self.copy_out(ring.slots[i]) {
-                    Some((dest, len)) => {
+                    Some((dest, len, buffered)) => {
                         state.store(FREE, Ordering::Release);
-                        written.push((dest, len));
+                        if buffered {
+                            written.push((dest, len));
+                        }
                         done.chunks += 1;
                         done.bytes += len as u64;
                     }
@@ -141,10 +145,11 @@ impl Shared {
         done
     }
 
-    /// Copies the finished chunk in the slot at `slot` to its final position; returns the bytes
-    /// written and where. The slot's magic is zeroed afterwards (it reads as unused until
+    /// Copies the finished chunk in the slot at `slot` to its final position (direct I/O where
+    /// the log has it, see [`direct`]); returns where, the bytes and whether they went through
+    /// the page cache. The slot's magic is zeroed afterwards (it reads as unused until
     /// reused).
-    fn copy_out(&self, slot: usize) -> Option<(usize, usize)> {
+    fn copy_out(&self, slot: usize) -> Option<(usize, usize, bool)> {
         let base = self.map.as_mut_ptr();
         // SAFETY: `slot` is a whole chunk of a ring inside the live mapping; its owner marked it
         // FULL (release) and never writes it again until we mark it FREE, so reading it races
@@ -152,32 +157,47 @@ impl Shared {
         let hdr: ChunkHeader = unsafe { std::ptr::read(base.add(slot) as *const ChunkHeader) };
         let len = CHUNK_HEADER_SIZE + hdr.committed_bytes() as usize;
         if hdr.magic != CHUNK_MAGIC || len > self.chunk_size as usize {
-            return Some((0, 0)); // never initialised (nothing to copy)
+            return Some((0, 0, false)); // never initialised (nothing to copy)
         }
         let dest = HEADER_SIZE + hdr.index as usize * self.chunk_size as usize;
         let fd = self.file.as_raw_fd();
-        // SAFETY: the source ranges lie inside the slot (len ≤ chunk size); pwrite only reads
-        // them; the descriptor is ours.
-        let ok = unsafe {
-            write_all(fd, base.add(slot + 4), len - 4, dest + 4)
-                && write_all(fd, base.add(slot), 4, dest)
+        // SAFETY: the slot is a whole chunk (block-aligned, len ≤ chunk size) that we own
+        // while it is FULL; `dest` is a chunk position (block-aligned).
+        let direct = self
+            .direct
+            .as_ref()
+            .map(|d| unsafe { d.copy(base.add(slot), len, dest) });
+        let buffered = match direct {
+            Some(direct::Direct::Copied) => false,
+            Some(direct::Direct::Failed) => return None,
+            Some(direct::Direct::Refused) | None => {
+                // SAFETY: the source ranges lie inside the slot (len ≤ chunk size); pwrite
+                // only reads them; the descriptor is ours.
+                let ok = unsafe {
+                    write_all(fd, base.add(slot + 4), len - 4, dest + 4)
+                        && write_all(fd, base.add(slot), 4, dest)
+                };
+                if !ok {
+                    return None;
+                }
+                true
+            }
         };
-        if !ok {
-            return None;
-        }
         // SAFETY: the slot's magic is a 4-aligned u32 in our mapping, written only atomically
         // while the slot is FULL; the file calls name our descriptor.
         unsafe {
             (*(base.add(slot) as *const AtomicU32)).store(0, Ordering::Release);
             (*(base.add(slot + COMMIT_OFFSET) as *const AtomicU64)).store(0, Ordering::Relaxed);
-            libc::sync_file_range(
-                fd,
-                dest as libc::off64_t,
-                len as libc::off64_t,
-                libc::SYNC_FILE_RANGE_WRITE,
-            );
+            if buffered {
+                libc::sync_file_range(
+                    fd,
+                    dest as libc::off64_t,
+                    len as libc::off64_t,
+                    libc::SYNC_FILE_RANGE_WRITE,
+                );
+            }
         }
-        Some((dest, len))
+        Some((dest, len, buffered))
     }
 
     /// Hands back the FREE slots' pages of a ring whose owner started no chunk for

@@ -41,6 +41,7 @@ pub fn write(input: &LogInput, p: &Process, path: &Path) -> Result<u64, ConvertE
         ring_chunks: 0,
         compact: true,
         flight_recorder: false,
+        direct_io: false,
     };
     let _ = std::fs::remove_file(path);
     let log = LogWriter::create(path, input.file.header(), options)

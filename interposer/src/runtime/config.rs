@@ -43,6 +43,9 @@ pub struct Config {
     /// reused; the background thread drains finished ones to the file (0 = no rings: chunks
     /// are written in place and the background thread only hands them back).
     pub prefault_chunks: u32,
+    /// `SIGMATRACE_DIRECT_IO`: the background thread drains ring chunks with direct I/O where
+    /// the file system has it (falls back to buffered writes where it has not).
+    pub direct_io: bool,
     /// `SIGMATRACE_MODE=ring`: flight recorder (keep the last `ring_mb` MiB per thread).
     pub flight: bool,
     /// `SIGMATRACE_RING_MB`: the flight recorder's ring per thread, in MiB.
@@ -86,6 +89,7 @@ impl Default for Config {
             clock: ClockChoice::Auto,
             snapshot_ms: DEFAULT_SNAPSHOT_MS,
             prefault_chunks: DEFAULT_PREFAULT_CHUNKS,
+            direct_io: true,
             flight: false,
             ring_mb: DEFAULT_RING_MB,
             debug_panic: None,
@@ -241,6 +245,11 @@ const SETTINGS: &[Setting] = &[
             )
         },
         used: || DEFAULT_PREFAULT_CHUNKS.to_string(),
+    },
+    Setting {
+        var: "SIGMATRACE_DIRECT_IO",
+        parse: |v, c| set(&mut c.direct_io, flag(v)),
+        used: || "1".into(),
     },
     Setting {
         var: "SIGMATRACE_MODE",
@@ -407,6 +416,7 @@ impl Config {
             snapshot_ms: self.snapshot_ms,
             prefault_chunks: self.ring_chunks(),
             flight_recorder: self.flight,
+            direct_io: self.direct_io,
             clock_skew: self.clock_skew,
         }
     }
@@ -653,6 +663,7 @@ mod tests {
             ("SIGMATRACE_CLOCK", "sundial", "using auto"),
             ("SIGMATRACE_SNAPSHOT_MS", "0", "using 100"),
             ("SIGMATRACE_PREFAULT_CHUNKS", "many", "using 4"),
+            ("SIGMATRACE_DIRECT_IO", "fast", "using 1"),
             ("SIGMATRACE_DISABLE", "maybe", "using 0"),
             ("SIGMATRACE_POLL", "sometimes", "using 1"),
             ("SIGMATRACE_POLL_SPIN", "-1", "using 2000"),

@@ -67,6 +67,8 @@ pub struct LogSettings {
     /// log — never drained, each thread's oldest chunk reused when its ring is full (its
     /// records counted as dropped); dumps on request ([`request_dump`]).
     pub flight_recorder: bool,
+    /// Drain ring chunks with direct I/O where the file system has it.
+    pub direct_io: bool,
     /// `SIGMATRACE_DEBUG_CLOCK_SKEW`: the clock error to inject.
     pub clock_skew: Option<ClockSkew>,
 }
@@ -117,7 +119,15 @@ fn process() -> Option<&'static Process> {
         Ok(writer) => {
             diag(
                 Diag::Info,
-                &format!("sigmatrace: writing {}", writer.path().display()),
+                &format!(
+                    "sigmatrace: writing {}{}",
+                    writer.path().display(),
+                    if writer.drains_direct() {
+                        " (ring chunks drained with direct I/O)"
+                    } else {
+                        ""
+                    }
+                ),
             );
             start_background(
                 writer.clone(),
@@ -393,6 +403,7 @@ fn create_log(config: &LogSettings) -> Result<LogWriter, CreateError> {
         max_bytes: config.max_bytes,
         ring_chunks: config.prefault_chunks,
         flight_recorder: config.flight_recorder,
+        direct_io: config.direct_io,
         ..Default::default()
     };
     let period = (hz as u128 * config.snapshot_ms as u128 / 1000).max(1) as u64;

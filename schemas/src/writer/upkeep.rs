@@ -34,6 +34,12 @@ impl LogWriter {
         s.drain_rings(&rings, &mut written)
     }
 
+    /// Whether the drainer copies ring chunks with direct I/O (asked with
+    /// `WriterOptions::direct_io`, the file system has it, and no direct write was refused).
+    pub fn drains_direct(&self) -> bool {
+        self.shared.direct.as_ref().is_some_and(|d| d.is_on())
+    }
+
     /// Hands back the memory of every chunk whose writer moved on since the last call: its
     /// pages leave the process's mapping (`MADV_DONTNEED`; the data stays in the file and the
     /// page cache, so readers and salvage after a kill see it unchanged), are written back
