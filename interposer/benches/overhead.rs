@@ -15,7 +15,9 @@
 //!    softnic, untraced and traced runs interleaved (`OVERHEAD_BW_ROUNDS` pairs): peak RSS
 //!    (`/usr/bin/time -v`), log bytes per WR, and `tracer CPU per WR event` — traced −
 //!    untraced user+system time of the client process (all its threads, the tracer's
-//!    background thread included) per WR event recorded, median and range over the pairs.
+//!    background thread included) per WR event recorded, median and range over the pairs;
+//!    the background thread's own CPU per WR event, with the drain's direct I/O (default) and
+//!    from a third, buffered run per round (`SIGMATRACE_DIRECT_IO=0`).
 //! 4. softnic message rate (cprogs/loopback.c `rate`): 8-byte RDMA writes, 64 in flight, one in
 //!    16 signaled; traced and untraced processes alternate; median msgs/s and the ratio
 //!    traced/untraced (per pair: median and range).
@@ -239,7 +241,7 @@ fn write_bw_run(
     iters: &str,
     fabric: &Path,
     port: u32,
-    traced_into: Option<(&Path, &Path)>,
+    traced_into: Option<(&Path, &Path, bool)>,
 ) -> (u64, f64, f64) {
     let side = |node: &str| {
         let mut c = Command::new(softnic);
@@ -266,8 +268,10 @@ fn write_bw_run(
     let mut c = side("2");
     c.arg("localhost");
     client.arg(c.get_program()).args(c.get_args());
-    if let Some((lib, logs)) = traced_into {
-        traced(&mut client, lib, logs).env("SIGMATRACE_DIAG", "info");
+    if let Some((lib, logs, direct)) = traced_into {
+        traced(&mut client, lib, logs)
+            .env("SIGMATRACE_DIAG", "info")
+            .env("SIGMATRACE_DIRECT_IO", if direct { "1" } else { "0" });
     }
     let r = time_v(&mut client);
     let _ = server.wait();
@@ -307,19 +311,37 @@ fn write_bw_memory(dir: &Path, lib: &Path, tmp: &Path) {
     let logs = tmp.join("bw-logs");
     let fabric = tmp.join("bw-fabric");
     let base = 20_000 + std::process::id() % 20_000;
-    let (mut rss, mut cpu, mut per_event, mut per_wr, mut bg) =
-        ([vec![], vec![]], [vec![], vec![]], vec![], vec![], vec![]);
+    let (mut rss, mut cpu, mut per_event, mut per_wr, mut bg, mut bg_buffered) = (
+        [vec![], vec![]],
+        [vec![], vec![]],
+        vec![],
+        vec![],
+        vec![],
+        vec![],
+    );
     for round in 0..rounds as u32 {
-        let u = write_bw_run(&softnic, &iters, &fabric, base + 2 * round, None);
+        let port = base + 3 * round;
+        let u = write_bw_run(&softnic, &iters, &fabric, port, None);
         let t = write_bw_run(
             &softnic,
             &iters,
             &fabric,
-            base + 2 * round + 1,
-            Some((lib, &logs)),
+            port + 1,
+            Some((lib, &logs, true)),
         );
         let (bytes, posts, events) = log_volume(&logs);
         let _ = std::fs::remove_dir_all(&logs);
+        // The same traced run with the drain through the page cache, for its background CPU.
+        let b = write_bw_run(
+            &softnic,
+            &iters,
+            &fabric,
+            port + 2,
+            Some((lib, &logs, false)),
+        );
+        let (_, _, buffered_events) = log_volume(&logs);
+        let _ = std::fs::remove_dir_all(&logs);
+        bg_buffered.push(b.2 * 1e9 / buffered_events.max(1) as f64);
         for (i, (r, c, _)) in [u, t].into_iter().enumerate() {
             rss[i].push(r as f64 / 1024.0);
             cpu[i].push(c);
@@ -329,8 +351,8 @@ fn write_bw_memory(dir: &Path, lib: &Path, tmp: &Path) {
         bg.push(per(t.2));
         per_wr.push(bytes as f64 / posts.max(1) as f64);
         println!(
-            "  pair {round}: client CPU {:.2} s untraced, {:.2} s traced (background thread {:.2} s); {posts} posted WRs, {events} WR events, {:.1} MB of log",
-            u.1, t.1, t.2, bytes as f64 / 1e6
+            "  pair {round}: client CPU {:.2} s untraced, {:.2} s traced (background thread {:.2} s, {:.2} s buffered); {posts} posted WRs, {events} WR events, {:.1} MB of log",
+            u.1, t.1, t.2, b.2, bytes as f64 / 1e6
         );
     }
     let added: Vec<f64> = rss[1].iter().zip(&rss[0]).map(|(t, u)| t - u).collect();
@@ -348,7 +370,11 @@ fn write_bw_memory(dir: &Path, lib: &Path, tmp: &Path) {
     );
     println!("tracer CPU per WR event: {} ns", summary(&per_event, 1));
     println!(
-        "  of which the background thread (drain to the file): {} ns",
+        "  of which the background thread (drain to the file, direct I/O): {} ns",
         summary(&bg, 1)
+    );
+    println!(
+        "  the background thread with SIGMATRACE_DIRECT_IO=0 (buffered): {} ns",
+        summary(&bg_buffered, 1)
     );
 }
