@@ -237,6 +237,21 @@ impl Shared {
 /// # Safety
 /// `src` must be valid for reading `len` bytes.
 pub(crate) unsafe fn write_all(fd: libc::c_int, src: *const u8, len: usize, offset: usize) -> bool {
+    // SAFETY: the caller's contract.
+    unsafe { write_all_io(fd, src, len, offset) }.is_ok()
+}
+
+/// [`write_all`], with the error (a write of 0 bytes reads as `ENOSPC`). On a direct I/O
+/// descriptor a short write leaves an unaligned rest, whose retry fails with `EINVAL`.
+///
+/// # Safety
+/// `src` must be valid for reading `len` bytes.
+pub(crate) unsafe fn write_all_io(
+    fd: libc::c_int,
+    src: *const u8,
+    len: usize,
+    offset: usize,
+) -> std::io::Result<()> {
     let mut done = 0;
     while done < len {
         // SAFETY: src+done .. src+len is readable (the caller's contract).
@@ -249,15 +264,16 @@ pub(crate) unsafe fn write_all(fd: libc::c_int, src: *const u8, len: usize, offs
             )
         };
         if n < 0 {
-            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
-            return false;
+            return Err(e);
         }
         if n == 0 {
-            return false;
+            return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
         }
         done += n as usize;
     }
-    true
+    Ok(())
 }

@@ -25,6 +25,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use super::write_all_io;
+
 /// Direct I/O block: buffer addresses, file offsets and lengths are multiples of it.
 pub(crate) const BLOCK: usize = 4096;
 
@@ -101,8 +103,8 @@ impl DirectFile {
         }
         // SAFETY: both ranges lie inside the slot (per the contract); pwrite only reads them.
         let r = unsafe {
-            write_direct(fd, src.add(BLOCK), padded - BLOCK, dest + BLOCK)
-                .and_then(|()| write_direct(fd, src, BLOCK, dest))
+            write_all_io(fd, src.add(BLOCK), padded - BLOCK, dest + BLOCK)
+                .and_then(|()| write_all_io(fd, src, BLOCK, dest))
         };
         match r {
             Ok(()) => Direct::Copied,
@@ -113,41 +115,4 @@ impl DirectFile {
             Err(_) => Direct::Failed,
         }
     }
-}
-
-/// `pwrite` of all `len` bytes at `src` to `offset` on a direct descriptor, retrying EINTR
-/// (a short write leaves an unaligned rest: its retry fails with `EINVAL`).
-///
-/// # Safety
-/// `src` must be valid for reading `len` bytes.
-unsafe fn write_direct(
-    fd: libc::c_int,
-    src: *const u8,
-    len: usize,
-    offset: usize,
-) -> io::Result<()> {
-    let mut done = 0;
-    while done < len {
-        // SAFETY: src+done .. src+len is readable (the caller's contract).
-        let n = unsafe {
-            libc::pwrite(
-                fd,
-                src.add(done) as *const libc::c_void,
-                len - done,
-                (offset + done) as libc::off_t,
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if n == 0 {
-            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
-        }
-        done += n as usize;
-    }
-    Ok(())
 }
