@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use sigmatrace_schemas::chunk::CHUNK_HEADER_SIZE;
-use sigmatrace_schemas::compact::{ChunkDecoder, Decoded};
+use sigmatrace_schemas::compact::{ChunkDecoder, Step};
 use sigmatrace_schemas::reader::{ChunkInfo, RawRecord};
 use sigmatrace_schemas::records::RecordKind;
 use sigmatrace_schemas::HEADER_SIZE;
@@ -255,13 +255,10 @@ impl<'a> ChunkRecords<'a> {
     pub fn next_into(&mut self, issues: &mut Vec<RecordIssue>, out: &mut RawRecord<'a>) -> bool {
         loop {
             // Compact records come out expanded, their context records are consumed.
-            match self.next_in_file(issues) {
-                Some(Decoded::Record(r)) => {
-                    *out = r;
-                    return true;
-                }
-                Some(Decoded::Context) => continue,
-                Some(Decoded::Damaged(_)) => {
+            match self.next_in_file(issues, out) {
+                Some(Step::Record) => return true,
+                Some(Step::Context) => continue,
+                Some(Step::Damaged) => {
                     self.damaged(issues);
                     return false;
                 }
@@ -270,8 +267,13 @@ impl<'a> ChunkRecords<'a> {
         }
     }
 
+    /// The next record of the file into `out` (unchanged unless [`Step::Record`]).
     #[inline(always)]
-    fn next_in_file(&mut self, issues: &mut Vec<RecordIssue>) -> Option<Decoded<'a>> {
+    fn next_in_file(
+        &mut self,
+        issues: &mut Vec<RecordIssue>,
+        out: &mut RawRecord<'a>,
+    ) -> Option<Step> {
         let rest = self.bytes.get(self.pos..)?;
         if rest.len() >= 8 {
             let h = u64::from_ne_bytes(rest[..8].try_into().expect("8 bytes"));
@@ -292,7 +294,7 @@ impl<'a> ChunkRecords<'a> {
                 if self.pos - self.released >= RELEASE_WINDOW {
                     self.release_consumed();
                 }
-                return Some(self.context.accept(offset, kind, &rest[..len]));
+                return Some(self.context.accept_into(offset, kind, &rest[..len], out));
             }
         } else if rest.is_empty() {
             return None;
