@@ -520,7 +520,7 @@ impl<'a> MergedRecords<'a> {
     }
 
     /// The next record of the process in time order (lent until the next call).
-    #[inline]
+    #[inline(always)]
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Option<(u64, &RawRecord<'a>)> {
         if let Some(mut done) = self.exhausted.take() {
