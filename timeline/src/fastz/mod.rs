@@ -360,7 +360,7 @@ impl FastZ {
     /// Tokenizes one small packet `buf[start..]` (at most 64 bytes) against the packet the
     /// caller knows it resembles most, `d` bytes earlier (the last one of its track and type):
     /// no other candidate is tried. `ty` as in [`FastZ::packet`].
-    #[inline]
+    #[inline(always)]
     pub fn against(&mut self, buf: &[u8], start: usize, d: usize, ty: usize) {
         self.wake();
         debug_assert_eq!(start, self.done);
