@@ -315,6 +315,15 @@ pub enum Decoded<'a> {
     Damaged(String),
 }
 
+/// What [`ChunkDecoder::accept_into`] read: a record (written to its `out`), a context
+/// record (consumed), or a compact record whose slot is not bound ([`Decoded::Damaged`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    Record,
+    Context,
+    Damaged,
+}
+
 /// The decoding context of one chunk, fed its records in order.
 #[derive(Default)]
 pub struct ChunkDecoder {
@@ -335,14 +344,46 @@ impl ChunkDecoder {
         if !(TIME_BASE..=COMPLETION_S).contains(&kind) {
             return Decoded::Record(RawRecord::new(offset, kind, bytes));
         }
-        self.compact(offset, kind, bytes)
+        let mut r = RawRecord::new(offset, kind, bytes);
+        match self.compact(offset, kind, bytes, &mut r) {
+            Step::Record => Decoded::Record(r),
+            Step::Context => Decoded::Context,
+            Step::Damaged => Decoded::Damaged(unbound(kind, bytes)),
+        }
     }
 
-    fn compact<'a>(&mut self, offset: u64, kind: u16, bytes: &'a [u8]) -> Decoded<'a> {
+    /// [`ChunkDecoder::accept`] into `out`: a record that is not compact is written field by
+    /// field, a compact one expanded in place (the expanded storage past the full record is
+    /// not cleared); `out` is unchanged unless the step is [`Step::Record`].
+    #[inline(always)]
+    pub fn accept_into<'a>(
+        &mut self,
+        offset: u64,
+        kind: u16,
+        bytes: &'a [u8],
+        out: &mut RawRecord<'a>,
+    ) -> Step {
+        if !(TIME_BASE..=COMPLETION_S).contains(&kind) {
+            out.set_raw(offset, kind, bytes);
+            return Step::Record;
+        }
+        self.compact(offset, kind, bytes, out)
+    }
+
+    /// A compact or context record: expanded into `out` (a record), consumed (context), or
+    /// damaged (its slot is not bound: [`unbound`] says so).
+    fn compact<'a>(
+        &mut self,
+        offset: u64,
+        kind: u16,
+        bytes: &'a [u8],
+        out: &mut RawRecord<'a>,
+    ) -> Step {
+        let base = self.base;
         match kind {
             TIME_BASE => {
                 self.base = read::<TimeBase>(bytes).base;
-                Decoded::Context
+                Step::Context
             }
             SLOT_BIND => {
                 let b = read::<SlotBind>(bytes);
@@ -355,52 +396,67 @@ impl ChunkDecoder {
                     source: b.source,
                     role: b.role,
                 };
-                Decoded::Context
+                Step::Context
             }
             POST_SEND_C => {
                 let c = read::<PostSendCompact>(bytes);
-                self.expand(offset, bytes, c.tslot, slot_role::SEND, |s| {
-                    expand_post_send(&c, self.base, s)
-                })
+                let Some(s) = self.slot(c.tslot, slot_role::SEND) else {
+                    return Step::Damaged;
+                };
+                out.set_expanded(offset, bytes, &expand_post_send(&c, base, s));
+                Step::Record
             }
             POST_RECV_C => {
                 let c = read::<PostRecvCompact>(bytes);
-                self.expand(offset, bytes, c.tslot, slot_role::RECV, |s| {
-                    expand_post_recv(&c, self.base, s)
-                })
+                let Some(s) = self.slot(c.tslot, slot_role::RECV) else {
+                    return Step::Damaged;
+                };
+                out.set_expanded(offset, bytes, &expand_post_recv(&c, base, s));
+                Step::Record
             }
             COMPLETION_C => {
                 let c = read::<CompletionCompact>(bytes);
-                self.expand(offset, bytes, c.tslot, slot_role::COMPLETION, |s| {
-                    expand_completion(&c, self.base, s)
-                })
+                let Some(s) = self.slot(c.tslot, slot_role::COMPLETION) else {
+                    return Step::Damaged;
+                };
+                out.set_expanded(offset, bytes, &expand_completion(&c, base, s));
+                Step::Record
             }
             _ => {
                 let c = read::<CompletionShort>(bytes);
-                self.expand(offset, bytes, c.tslot, slot_role::COMPLETION, |s| {
-                    expand_completion_short(&c, self.base, s)
-                })
+                let Some(s) = self.slot(c.tslot, slot_role::COMPLETION) else {
+                    return Step::Damaged;
+                };
+                out.set_expanded(offset, bytes, &expand_completion_short(&c, base, s));
+                Step::Record
             }
         }
     }
 
-    fn expand<'a, R: FixedRecord>(
-        &self,
-        offset: u64,
-        bytes: &'a [u8],
-        tslot: u32,
-        role: u8,
-        full: impl FnOnce(&BoundSlot) -> R,
-    ) -> Decoded<'a> {
-        let slot = (tslot >> DTS_BITS) as usize;
-        match self.slots.get(slot) {
-            Some(s) if s.role == role => Decoded::Record(RawRecord::expanded(offset, bytes, &full(s))),
-            _ => Decoded::Damaged(format!(
-                "compact record (kind {}) uses slot {slot}, which no earlier SlotBind of its chunk binds for it",
-                u16::from_ne_bytes([bytes[0], bytes[1]])
-            )),
-        }
+    /// The slot `tslot` names, when this chunk bound it for slot role `role`.
+    #[inline(always)]
+    fn slot(&self, tslot: u32, role: u8) -> Option<&BoundSlot> {
+        self.slots
+            .get((tslot >> DTS_BITS) as usize)
+            .filter(|s| s.role == role)
     }
+}
+
+/// What is wrong with a compact record (of kind `kind`, `bytes` in the file) that
+/// [`ChunkDecoder::compact`] found damaged: its slot is not bound.
+#[cold]
+fn unbound(kind: u16, bytes: &[u8]) -> String {
+    let tslot = match kind {
+        POST_SEND_C => read::<PostSendCompact>(bytes).tslot,
+        POST_RECV_C => read::<PostRecvCompact>(bytes).tslot,
+        COMPLETION_C => read::<CompletionCompact>(bytes).tslot,
+        _ => read::<CompletionShort>(bytes).tslot,
+    };
+    format!(
+        "compact record (kind {}) uses slot {}, which no earlier SlotBind of its chunk binds for it",
+        u16::from_ne_bytes([bytes[0], bytes[1]]),
+        tslot >> DTS_BITS
+    )
 }
 
 fn read<R: Pod>(bytes: &[u8]) -> R {

@@ -141,20 +141,26 @@ impl<'a> RawRecord<'a> {
         }
     }
 
-    /// A compact record at `offset` (its file `bytes`) expanded to `full`.
-    pub(crate) fn expanded<R: FixedRecord>(offset: u64, bytes: &'a [u8], full: &R) -> Self {
-        let mut f = Full {
-            len: size_of::<R>() as u8,
-            words: [0; 8],
-        };
-        bytemuck::cast_slice_mut::<u64, u8>(&mut f.words)[..size_of::<R>()]
+    /// Makes this the record `bytes` at `offset` as it is in the file (the expanded storage
+    /// is left as it is, marked unused): [`RawRecord::new`] without writing all of it.
+    #[inline(always)]
+    pub(crate) fn set_raw(&mut self, offset: u64, kind: u16, bytes: &'a [u8]) {
+        self.offset = offset;
+        self.kind = kind;
+        self.bytes = bytes;
+        self.full.len = 0;
+    }
+
+    /// Makes this the compact record at `offset` (its file `bytes`) expanded to `full` (the
+    /// expanded storage past it is left as it is).
+    #[inline(always)]
+    pub(crate) fn set_expanded<R: FixedRecord>(&mut self, offset: u64, bytes: &'a [u8], full: &R) {
+        self.offset = offset;
+        self.kind = R::KIND as u16;
+        self.bytes = bytes;
+        self.full.len = size_of::<R>() as u8;
+        bytemuck::cast_slice_mut::<u64, u8>(&mut self.full.words)[..size_of::<R>()]
             .copy_from_slice(bytemuck::bytes_of(full));
-        RawRecord {
-            offset,
-            kind: R::KIND as u16,
-            bytes,
-            full: f,
-        }
     }
 
     /// The bytes of the record of kind `kind` (the expanded full record of a compact one;

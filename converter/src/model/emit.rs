@@ -369,11 +369,32 @@ pub fn static_tracks(topo: &Topology) -> Vec<TrackDef> {
 
 /// Cache of interned WR names per (kind, opcode, size, flags), with the last send-WR and
 /// inferred names remembered (consecutive WRs mostly have the same opcode and size).
-#[derive(Default)]
 pub struct NameCache {
     map: crate::fastmap::FastMap<(u8, u8, u32, u8), Name>,
     /// The last (opcode, bytes) and name of kind 0 (send WRs) and of kind 2 (inferred).
     last: [Option<((u8, u32), Name)>; 2],
+    /// A few of the map's entries, direct-mapped by their key ([`hot_key`]; 0: empty), so
+    /// that the names of a handful of alternating sizes are not hashed every time.
+    hot: [(u64, Name); HOT_NAMES],
+}
+
+impl Default for NameCache {
+    fn default() -> Self {
+        NameCache {
+            map: Default::default(),
+            last: [None; 2],
+            hot: [(0, Name(0)); HOT_NAMES],
+        }
+    }
+}
+
+/// Slots of [`NameCache::hot`].
+const HOT_NAMES: usize = 16;
+
+/// A [`NameCache`] key as one non-zero word.
+#[inline(always)]
+fn hot_key((kind, a, bytes, b): (u8, u8, u32, u8)) -> u64 {
+    1 << 63 | (kind as u64) << 48 | (a as u64) << 40 | (b as u64) << 32 | bytes as u64
 }
 
 impl NameCache {
@@ -407,7 +428,7 @@ impl NameCache {
         opcode: u8,
         bytes: u32,
     ) -> Name {
-        let n = *self.map.entry((kind, opcode, bytes, 0)).or_insert_with(|| {
+        let n = self.cached((kind, opcode, bytes, 0), || {
             sink.name(&format!(
                 "{}{} {}",
                 if kind == 0 { "" } else { "inferred " },
@@ -419,6 +440,20 @@ impl NameCache {
         n
     }
 
+    /// The name of `key`: from the hot slots, else the map's (made by `make` and interned on
+    /// first use, as without the slots).
+    #[inline(always)]
+    fn cached(&mut self, key: (u8, u8, u32, u8), make: impl FnOnce() -> Name) -> Name {
+        let k = hot_key(key);
+        let slot = (k.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 60) as usize % HOT_NAMES;
+        if self.hot[slot].0 == k {
+            return self.hot[slot].1;
+        }
+        let n = *self.map.entry(key).or_insert_with(make);
+        self.hot[slot] = (k, n);
+        n
+    }
+
     /// Name of a receive slice / receive completion.
     pub fn recv<S: TraceSink + ?Sized>(
         &mut self,
@@ -427,23 +462,20 @@ impl NameCache {
         imm: bool,
         completion: bool,
     ) -> Name {
-        *self
-            .map
-            .entry((1, imm as u8, bytes, completion as u8))
-            .or_insert_with(|| {
-                let what = if imm { "RECV_IMM" } else { "RECV" };
-                if completion {
-                    sink.name(&format!(
-                        "{what} {} arrived",
-                        verbs::size_label(bytes as u64)
-                    ))
-                } else {
-                    sink.name(&format!(
-                        "{what} posted {}",
-                        verbs::size_label(bytes as u64)
-                    ))
-                }
-            })
+        self.cached((1, imm as u8, bytes, completion as u8), || {
+            let what = if imm { "RECV_IMM" } else { "RECV" };
+            if completion {
+                sink.name(&format!(
+                    "{what} {} arrived",
+                    verbs::size_label(bytes as u64)
+                ))
+            } else {
+                sink.name(&format!(
+                    "{what} posted {}",
+                    verbs::size_label(bytes as u64)
+                ))
+            }
+        })
     }
 
     /// Name of an inferred arrival on a target QP.

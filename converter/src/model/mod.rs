@@ -587,16 +587,16 @@ impl<'a> ProcessModel<'a> {
         };
         let full = self.opts.detail == Detail::Full;
         let status_str = verbs::status_name(wc.status);
+        let failed = wc.status != 0;
+        let sargs = [(self.keys.status, ArgValue::Str(status_str))];
+        let extra = Extra {
+            args: if failed || full { &sargs } else { &[] },
+            ..Extra::NONE
+        };
         for _ in 0..=pos {
             let st = &mut self.qps[qi];
             let w = st.send.pop_front().expect("position is inside the queue");
             st.inflight_bytes -= w.bytes as i64;
-            let failed = wc.status != 0;
-            let sargs = [(self.keys.status, ArgValue::Str(status_str))];
-            let extra = Extra {
-                args: if failed || full { &sargs } else { &[] },
-                ..Extra::NONE
-            };
             if let Some(l) = w.lane {
                 sink.end(t as u64, st.send_lanes.uuid(l), &extra);
                 st.send_lanes.release(l);

@@ -34,11 +34,17 @@ impl ProcessModel<'_> {
     /// The flow a posted send on QP `qi` starts, when drawn: the k-th message-consuming send of
     /// a connection, or the next datagram of a UD stream (none in a time window: the other end
     /// may lie outside it). Counts the send either way.
-    #[inline]
+    #[inline(always)]
     pub(super) fn send_flow(&mut self, qi: usize, ps: &PostSend, drawn: bool) -> Option<u64> {
         if !verbs::consumes_recv(ps.opcode) {
             return None;
         }
+        self.consuming_send_flow(qi, ps, drawn)
+    }
+
+    /// [`Self::send_flow`] of a message-consuming send.
+    #[inline(never)]
+    fn consuming_send_flow(&mut self, qi: usize, ps: &PostSend, drawn: bool) -> Option<u64> {
         let q = &self.p.qps[qi];
         let k = self.qps[qi].sent_consuming;
         self.qps[qi].sent_consuming += 1;
@@ -99,20 +105,27 @@ impl ProcessModel<'_> {
         let st = &mut self.qps[qi];
         let (l, uuid) = st.send_lanes.acquire(sink, self.uuids, q.track, "send");
         let full = self.opts.detail == Detail::Full;
-        let args = [
-            (self.keys.wr_id, ArgValue::U64(ps.wr_id)),
-            (self.keys.bytes, ArgValue::U64(ps.bytes as u64)),
-            (self.keys.raddr, ArgValue::Hex(ps.remote_addr)),
-            (self.keys.rkey, ArgValue::Hex(ps.rkey as u64)),
-            (self.keys.imm, ArgValue::Hex(ps.imm as u64)),
-        ];
         let nargs = send_arg_count(ps.opcode, full);
-        let args_used: &[(ArgKey, ArgValue)] =
+        // The args are built only when shown (full detail).
+        let args;
+        let picked;
+        let args_used: &[(ArgKey, ArgValue)] = if nargs == 0 {
+            &[]
+        } else {
+            args = [
+                (self.keys.wr_id, ArgValue::U64(ps.wr_id)),
+                (self.keys.bytes, ArgValue::U64(ps.bytes as u64)),
+                (self.keys.raddr, ArgValue::Hex(ps.remote_addr)),
+                (self.keys.rkey, ArgValue::Hex(ps.rkey as u64)),
+                (self.keys.imm, ArgValue::Hex(ps.imm as u64)),
+            ];
             if nargs == 5 && ps.opcode == verbs::wr::SEND_WITH_IMM {
-                &[args[0], args[1], args[4]][..]
+                picked = [args[0], args[1], args[4]];
+                &picked[..]
             } else {
                 &args[..nargs]
-            };
+            }
+        };
         sink.begin(
             t as u64,
             uuid,

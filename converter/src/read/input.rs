@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use sigmatrace_schemas::chunk::CHUNK_HEADER_SIZE;
-use sigmatrace_schemas::compact::{ChunkDecoder, Decoded};
+use sigmatrace_schemas::compact::{ChunkDecoder, Step};
 use sigmatrace_schemas::reader::{ChunkInfo, RawRecord};
 use sigmatrace_schemas::records::RecordKind;
 use sigmatrace_schemas::HEADER_SIZE;
@@ -255,13 +255,10 @@ impl<'a> ChunkRecords<'a> {
     pub fn next_into(&mut self, issues: &mut Vec<RecordIssue>, out: &mut RawRecord<'a>) -> bool {
         loop {
             // Compact records come out expanded, their context records are consumed.
-            match self.next_in_file(issues) {
-                Some(Decoded::Record(r)) => {
-                    *out = r;
-                    return true;
-                }
-                Some(Decoded::Context) => continue,
-                Some(Decoded::Damaged(_)) => {
+            match self.next_in_file(issues, out) {
+                Some(Step::Record) => return true,
+                Some(Step::Context) => continue,
+                Some(Step::Damaged) => {
                     self.damaged(issues);
                     return false;
                 }
@@ -270,8 +267,13 @@ impl<'a> ChunkRecords<'a> {
         }
     }
 
+    /// The next record of the file into `out` (unchanged unless [`Step::Record`]).
     #[inline(always)]
-    fn next_in_file(&mut self, issues: &mut Vec<RecordIssue>) -> Option<Decoded<'a>> {
+    fn next_in_file(
+        &mut self,
+        issues: &mut Vec<RecordIssue>,
+        out: &mut RawRecord<'a>,
+    ) -> Option<Step> {
         let rest = self.bytes.get(self.pos..)?;
         if rest.len() >= 8 {
             let h = u64::from_ne_bytes(rest[..8].try_into().expect("8 bytes"));
@@ -292,7 +294,7 @@ impl<'a> ChunkRecords<'a> {
                 if self.pos - self.released >= RELEASE_WINDOW {
                     self.release_consumed();
                 }
-                return Some(self.context.accept(offset, kind, &rest[..len]));
+                return Some(self.context.accept_into(offset, kind, &rest[..len], out));
             }
         } else if rest.is_empty() {
             return None;
@@ -333,6 +335,8 @@ impl<'a> ChunkRecords<'a> {
 /// of this many records (stable: equal times keep their log order); timestamps are never
 /// changed. See schemas/FORMAT.md, "Record order".
 pub const REORDER_WINDOW: usize = 8;
+// A cursor keeps the window's order in one word, a byte per slot.
+const _: () = assert!(REORDER_WINDOW <= 8);
 
 /// Ring slots of a cursor: the window's records, the one handed out last (valid until the
 /// next pop) and room to spare.
@@ -348,8 +352,10 @@ pub struct ThreadCursor<'a> {
     next_chunk: usize,
     iter: Option<ChunkRecords<'a>>,
     ring: Box<[(u64, RawRecord<'a>); RING]>,
-    /// Slots of the records read ahead, sorted by time (stable): `order[0]` is the head.
-    order: [u8; REORDER_WINDOW],
+    /// Slots of the records read ahead, sorted by time (stable), one per byte from the low
+    /// byte (the head's); bytes from `len` on are unused. A word, so that taking the head or
+    /// inserting is a shift, not a move of bytes.
+    order: u64,
     len: usize,
     /// Free slots (bit i: slot i).
     free: u16,
@@ -368,7 +374,7 @@ impl<'a> ThreadCursor<'a> {
             next_chunk: 0,
             iter: None,
             ring: Box::new([none; RING]),
-            order: [0; REORDER_WINDOW],
+            order: 0,
             len: 0,
             free: u16::MAX,
             lent: None,
@@ -381,7 +387,7 @@ impl<'a> ThreadCursor<'a> {
     /// Timestamp of the next record.
     #[inline]
     pub fn head_ts(&self) -> Option<u64> {
-        (self.len > 0).then(|| self.ring[self.order[0] as usize].0)
+        (self.len > 0).then(|| self.ring[self.order as u8 as usize].0)
     }
 
     /// Releases every page of the chunk being read from the resident set, the head's included
@@ -412,8 +418,8 @@ impl<'a> ThreadCursor<'a> {
         if self.len == 0 {
             return None;
         }
-        let h = self.order[0];
-        self.order.copy_within(1..self.len, 0);
+        let h = self.order as u8;
+        self.order >>= 8;
         self.len -= 1;
         self.lent = Some(h);
         self.fill(issues);
@@ -439,13 +445,14 @@ impl<'a> ThreadCursor<'a> {
             self.ring[slot].0 = ts;
             self.free &= !(1 << slot);
             let mut at = self.len;
-            while at > 0 && self.ring[self.order[at - 1] as usize].0 > ts {
+            while at > 0 && self.ring[(self.order >> (8 * (at - 1))) as u8 as usize].0 > ts {
                 at -= 1;
             }
-            if at < self.len {
-                self.order.copy_within(at..self.len, at + 1);
-            }
-            self.order[at] = slot as u8;
+            // The slots from `at` on move up one byte (at < REORDER_WINDOW = 8: the shifts
+            // stay below 64).
+            let below = (1u64 << (8 * at)) - 1;
+            self.order =
+                (self.order & below) | (self.order & !below) << 8 | (slot as u64) << (8 * at);
             self.len += 1;
         }
     }
@@ -513,7 +520,7 @@ impl<'a> MergedRecords<'a> {
     }
 
     /// The next record of the process in time order (lent until the next call).
-    #[inline]
+    #[inline(always)]
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Option<(u64, &RawRecord<'a>)> {
         if let Some(mut done) = self.exhausted.take() {

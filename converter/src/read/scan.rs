@@ -149,7 +149,9 @@ fn scan_chunk(input: &LogInput, chunk: &sigmatrace_schemas::reader::ChunkInfo) -
     let mut recs = ChunkRecords::new(input, chunk, &mut s.issues);
     let (mut min_ts, mut max_ts) = (u64::MAX, 0u64);
     let (mut records, mut wr_events) = (0u64, 0u64);
-    while let Some(r) = recs.next(&mut s.issues) {
+    // One record reused: each is decoded in place ([`ChunkRecords::next_into`]).
+    let mut r = sigmatrace_schemas::reader::RawRecord::new(0, 0, &[]);
+    while recs.next_into(&mut s.issues, &mut r) {
         records += 1;
         if let Some(ts) = record_ts(r.record_bytes()) {
             min_ts = min_ts.min(ts);

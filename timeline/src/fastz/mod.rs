@@ -360,7 +360,7 @@ impl FastZ {
     /// Tokenizes one small packet `buf[start..]` (at most 64 bytes) against the packet the
     /// caller knows it resembles most, `d` bytes earlier (the last one of its track and type):
     /// no other candidate is tried. `ty` as in [`FastZ::packet`].
-    #[inline]
+    #[inline(always)]
     pub fn against(&mut self, buf: &[u8], start: usize, d: usize, ty: usize) {
         self.wake();
         debug_assert_eq!(start, self.done);
@@ -375,7 +375,7 @@ impl FastZ {
         // A packet equal throughout to the one at the latest match distance (the same place
         // in the burst before) goes on with that match.
         let dr = self.last_dist;
-        if dr != 0 && dr != d && dr <= start && eq_mask(buf, start, start - dr, seg) == full {
+        if dr != 0 && dr != d && dr <= start && seg > 0 && same(buf, start, start - dr, seg) {
             self.run(buf, start, seg, dr);
             return self.packet_done(buf, end);
         }
@@ -674,6 +674,27 @@ impl FastZ {
         self.idle = true;
         r
     }
+}
+
+/// Whether `buf[a..a + n] == buf[b..b + n]` (b < a, 0 < n ≤ 64): `eq_mask(buf, a, b, n)` all
+/// ones, without building the mask.
+#[inline(always)]
+fn same(buf: &[u8], a: usize, b: usize, n: usize) -> bool {
+    #[inline(always)]
+    fn word(buf: &[u8], p: usize) -> u64 {
+        u64::from_le_bytes(buf[p..p + 8].try_into().expect("8 bytes"))
+    }
+    if n < 8 {
+        return buf[a..a + n] == buf[b..b + n];
+    }
+    // The words at 0, 8, … and the one ending at n (overlapping the last).
+    let mut x = word(buf, a + n - 8) ^ word(buf, b + n - 8);
+    let mut i = 0;
+    while i + 8 <= n {
+        x |= word(buf, a + i) ^ word(buf, b + i);
+        i += 8;
+    }
+    x == 0
 }
 
 /// Bit i (i < n ≤ 64) set when `buf[a + i] == buf[b + i]` (b < a, `a + n ≤ buf.len()`).

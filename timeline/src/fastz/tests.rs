@@ -27,6 +27,20 @@ fn eq_mask_marks_equal_bytes() {
     }
 }
 
+/// `same` says whether the mask is all ones, at every length and distance.
+#[test]
+fn same_is_an_all_equal_mask() {
+    let long: Vec<u8> = (0..300u32)
+        .map(|i| (i % 50) as u8 ^ (i == 130 || i == 163) as u8)
+        .collect();
+    for n in 1..=64 {
+        for (a, b) in [(100, 50), (150, 100), (200, 150), (120, 70)] {
+            let all = eq_mask(&long, a, b, n) == u64::MAX >> (64 - n);
+            assert_eq!(same(&long, a, b, n), all, "n = {n}, a = {a}");
+        }
+    }
+}
+
 #[test]
 fn code_lengths_respect_the_limit_and_kraft() {
     // Fibonacci frequencies force a deep tree.

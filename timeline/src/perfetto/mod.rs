@@ -71,6 +71,16 @@ fn varint_len(v: u64) -> usize {
 /// groups spread into bytes without a loop, continuation bits on all bytes but the last.
 #[inline(always)]
 fn varint_word(v: u64) -> Option<(u64, usize)> {
+    // The usual timestamp deltas and counter values take one to three bytes: those directly.
+    if v < 1 << 7 {
+        return Some((v, 1));
+    }
+    if v < 1 << 14 {
+        return Some((v & 0x7f | 0x80 | (v >> 7) << 8, 2));
+    }
+    if v < 1 << 21 {
+        return Some((v & 0x7f | (v << 1) & 0x7f00 | 0x8080 | (v >> 14) << 16, 3));
+    }
     if v >= 1 << 56 {
         return None;
     }
