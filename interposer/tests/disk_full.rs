@@ -45,6 +45,24 @@ impl Tmpfs {
     }
 }
 
+impl Tmpfs {
+    /// Grows the file system after the traced run: reading the log through a mapping faults
+    /// pages of its holes in, which a full tmpfs answers with SIGBUS (for the reader: the
+    /// writer already met the full disk).
+    fn grow(&self, size: &str) {
+        let out = Command::new("mount")
+            .args(["-o", &format!("remount,size={size}")])
+            .arg(&self.at)
+            .output()
+            .expect("running mount");
+        assert!(
+            out.status.success(),
+            "remount: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 impl Drop for Tmpfs {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg(&self.at).status();
@@ -158,6 +176,7 @@ fn full_disk(rings: bool, direct: bool) {
          further events are only counted (dropped, per kind, in the log header)\n"
     );
 
+    fs.grow("64m");
     let t = only_log(&fs.at);
     let log = LogFile::open(&t.path).unwrap();
     let losses = log.losses();
