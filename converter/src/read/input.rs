@@ -363,6 +363,12 @@ pub struct ThreadCursor<'a> {
     lent: Option<u8>,
     /// Timestamp of the record read last (for a record too short to carry one).
     last_ts: u64,
+    /// The last chunk is read to its end and was released (the next reads find nothing
+    /// without releasing it again).
+    ended: bool,
+    /// A record was taken since the last [`ThreadCursor::park`] (which has nothing to release
+    /// otherwise: only taking a record touches the mapping after the window is filled).
+    touched: bool,
 }
 
 impl<'a> ThreadCursor<'a> {
@@ -379,6 +385,8 @@ impl<'a> ThreadCursor<'a> {
             free: u16::MAX,
             lent: None,
             last_ts: 0,
+            ended: false,
+            touched: true,
         };
         c.fill(issues);
         c
@@ -395,6 +403,9 @@ impl<'a> ThreadCursor<'a> {
     /// join's epochs) parks each cursor after its turn, so that resident memory is one turn's
     /// pages, not a window per log.
     pub fn park(&mut self) {
+        if !std::mem::take(&mut self.touched) {
+            return;
+        }
         if let Some(c) = self.next_chunk.checked_sub(1).map(|i| &self.chunks[i]) {
             release_chunk(self.input, c);
         }
@@ -418,6 +429,7 @@ impl<'a> ThreadCursor<'a> {
         if self.len == 0 {
             return None;
         }
+        self.touched = true;
         let h = self.order as u8;
         self.order >>= 8;
         self.len -= 1;
@@ -460,6 +472,9 @@ impl<'a> ThreadCursor<'a> {
     /// The thread's next record in log order from its next chunks, into ring slot `slot`.
     #[cold]
     fn next_chunk_record(&mut self, issues: &mut Vec<RecordIssue>, slot: usize) -> bool {
+        if self.ended {
+            return false;
+        }
         loop {
             if let Some(it) = self.iter.as_mut() {
                 if it.next_into(issues, &mut self.ring[slot].1) {
@@ -471,6 +486,7 @@ impl<'a> ThreadCursor<'a> {
                 release_chunk(self.input, &self.chunks[self.next_chunk - 1]);
             }
             if self.next_chunk >= self.chunks.len() {
+                self.ended = true;
                 return false;
             }
             let c = &self.chunks[self.next_chunk];
@@ -564,7 +580,65 @@ impl<'a> MergedRecords<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::MissingChunks;
+    use super::{LogInput, MissingChunks};
+
+    /// Reading a log releases each chunk's pages once when it is done, and once more per
+    /// thread at its end (the records still in its window touch its last pages again) — not
+    /// once per record taken after its last chunk ran out, and a cursor parked again without
+    /// taking a record releases nothing (each release is a `madvise` that may interrupt every
+    /// other core running the converter).
+    #[test]
+    fn pages_are_released_once_per_chunk_not_per_record_or_idle_park() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sc = sigmatrace_synth::Scenario::ring(
+            1,
+            2,
+            sigmatrace_synth::Pattern::Write { signal_every: 4 },
+            20_000,
+        );
+        sc.threads = 2;
+        sigmatrace_synth::write(dir.path(), &sc).unwrap();
+        let log = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.extension().is_some_and(|x| x == "sigmatrace"))
+            .unwrap();
+        let input = LogInput::open(&log).unwrap();
+        let chunks: u64 = input.threads.iter().map(|(_, c)| c.len() as u64).sum();
+        let threads = input.threads.len() as u64;
+        assert!(
+            threads == 2 && chunks >= 8,
+            "{threads} threads, {chunks} chunks"
+        );
+
+        let before = input.file.releases();
+        let mut merged = input.merged();
+        let mut records = 0u64;
+        while merged.next().is_some() {
+            records += 1;
+        }
+        drop(merged);
+        let released = input.file.releases() - before;
+        assert!(records > 10_000, "{records} records");
+        assert!(
+            released <= chunks + threads,
+            "{released} releases for {chunks} chunks of {threads} threads"
+        );
+
+        let mut cursors = input.thread_cursors();
+        let mut issues = Vec::new();
+        cursors[0].pop(&mut issues).unwrap();
+        cursors[0].park();
+        let before = input.file.releases();
+        cursors[0].park();
+        cursors[1].park();
+        cursors[1].park();
+        assert_eq!(
+            input.file.releases() - before,
+            1,
+            "only the fresh cursor releases"
+        );
+    }
 
     const CS: u64 = 1 << 20;
     const H: u64 = 4096;

@@ -34,6 +34,9 @@ pub struct MappedLog {
 struct Mapping {
     base: usize,
     len: usize,
+    /// `MADV_DONTNEED` calls made so far (each may interrupt every other core running one of
+    /// our threads, to flush its TLB).
+    releases: std::sync::atomic::AtomicU64,
 }
 
 impl MappedLog {
@@ -82,6 +85,7 @@ impl MappedLog {
         let map = Mapping {
             base: base as usize,
             len,
+            releases: Default::default(),
         };
         map.map_holes_anonymous(fd);
         map.advise(0, len, libc::MADV_RANDOM);
@@ -100,6 +104,12 @@ impl MappedLog {
     /// stay in the page cache; a later access reads them again, unchanged).
     pub fn release(&self, from: u64, to: u64) {
         self.map.release(from, to);
+    }
+
+    /// How many times pages were released so far ([`MappedLog::release`] calls that found
+    /// whole pages to release, the parse's included).
+    pub fn releases(&self) -> u64 {
+        self.map.releases.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// File length in bytes.
@@ -170,6 +180,8 @@ impl Mapping {
         let a = (from as usize).next_multiple_of(PAGE);
         let b = to / PAGE * PAGE;
         if b > a {
+            self.releases
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             self.advise(a, b - a, libc::MADV_DONTNEED);
         }
     }
