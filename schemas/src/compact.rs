@@ -372,6 +372,7 @@ impl ChunkDecoder {
 
     /// A compact or context record: expanded into `out` (a record), consumed (context), or
     /// damaged (its slot is not bound: [`unbound`] says so).
+    #[inline(always)]
     fn compact<'a>(
         &mut self,
         offset: u64,
@@ -381,23 +382,7 @@ impl ChunkDecoder {
     ) -> Step {
         let base = self.base;
         match kind {
-            TIME_BASE => {
-                self.base = read::<TimeBase>(bytes).base;
-                Step::Context
-            }
-            SLOT_BIND => {
-                let b = read::<SlotBind>(bytes);
-                if self.slots.is_empty() {
-                    self.slots = vec![BoundSlot::default(); 256];
-                }
-                self.slots[b.hdr.aux as usize & 255] = BoundSlot {
-                    object: b.object,
-                    qpn: b.qpn,
-                    source: b.source,
-                    role: b.role,
-                };
-                Step::Context
-            }
+            TIME_BASE | SLOT_BIND => self.context(kind, bytes),
             POST_SEND_C => {
                 let c = read::<PostSendCompact>(bytes);
                 let Some(s) = self.slot(c.tslot, slot_role::SEND) else {
@@ -431,6 +416,28 @@ impl ChunkDecoder {
                 Step::Record
             }
         }
+    }
+
+    /// A context record (a time base or a slot binding), taken in: rare, out of line, so that
+    /// the record arms inlined in every reader keep their registers.
+    #[cold]
+    #[inline(never)]
+    fn context(&mut self, kind: u16, bytes: &[u8]) -> Step {
+        if kind == TIME_BASE {
+            self.base = read::<TimeBase>(bytes).base;
+            return Step::Context;
+        }
+        let b = read::<SlotBind>(bytes);
+        if self.slots.is_empty() {
+            self.slots = vec![BoundSlot::default(); 256];
+        }
+        self.slots[b.hdr.aux as usize & 255] = BoundSlot {
+            object: b.object,
+            qpn: b.qpn,
+            source: b.source,
+            role: b.role,
+        };
+        Step::Context
     }
 
     /// The slot `tslot` names, when this chunk bound it for slot role `role`.
