@@ -4,8 +4,9 @@
 //!
 //! This crate knows nothing about SigmaTrace: it deals in tracks (uuids), slices, instants,
 //! counters, flows, interned names and clock snapshots. One sink instance is one writer
-//! *sequence*: its events must be fed in non-decreasing timestamp order (the Perfetto encoder
-//! writes incremental timestamps) unless it was created with absolute timestamps.
+//! *sequence*: its events should be fed in non-decreasing timestamp order (the Perfetto encoder
+//! writes incremental timestamps); an event earlier than the one before it is written with its
+//! absolute time (never moved), at a few bytes more.
 
 #![forbid(unsafe_code)]
 

@@ -23,6 +23,8 @@ pub const INCREMENTAL_CLOCK_ID: u32 = 64;
 const TAG_PACKET: u8 = 0x0a; // Trace.packet, LEN
 const TAG_TIMESTAMP: u8 = 0x40; // 8, VARINT
 const TAG_SEQ_ID: u8 = 0x50; // 10, VARINT
+/// TracePacket `timestamp_clock_id` (58, VARINT): the clock of this packet's `timestamp`.
+const TAG_TIMESTAMP_CLOCK_ID: [u8; 2] = [0xd0, 0x03];
 const TAG_TRACK_EVENT: u8 = 0x5a; // 11, LEN
 const TAG_INTERNED: u8 = 0x62; // 12, LEN
                                // TrackEvent
@@ -222,6 +224,8 @@ pub struct PerfettoSeq {
     templates: Vec<Template>,
     /// Current block's number: templates of earlier blocks are stale.
     epoch: u32,
+    /// Events written with an absolute timestamp ([`PerfettoSeq::earlier_events`]).
+    earlier: u64,
 }
 
 /// Candidate-table type slots of non-event packets (event types are 1..=4).
@@ -253,6 +257,7 @@ impl PerfettoSeq {
             z: None,
             templates: Vec::new(),
             epoch: 1,
+            earlier: 0,
         }
     }
 
@@ -328,16 +333,34 @@ impl PerfettoSeq {
         }
     }
 
+    /// The `timestamp` field of the next in-order packet: its delta to the previous one on an
+    /// incremental sequence. A packet earlier than the previous one is never given another time:
+    /// [`PerfettoSeq::is_earlier`] sends it to [`PerfettoSeq::new_event`], which writes its
+    /// absolute time on BOOTTIME.
     #[inline]
     fn ts_field(&mut self, ts: u64) -> u64 {
         if self.incremental {
-            let ts = ts.max(self.last_ts);
+            debug_assert!(ts >= self.last_ts, "earlier events take the absolute path");
             let d = ts - self.last_ts;
             self.last_ts = ts;
             d
         } else {
             ts
         }
+    }
+
+    /// Whether an event at `ts` is earlier than the previous packet of this incremental
+    /// sequence (a delta cannot be negative): such an event is written with its absolute time.
+    #[inline(always)]
+    fn is_earlier(&self, ts: u64) -> bool {
+        self.incremental && ts < self.last_ts
+    }
+
+    /// Events written with an absolute timestamp because they were earlier than the packet
+    /// before them (their times are exact; the sink's callers feed time order, so this stays 0
+    /// unless one does not).
+    pub fn earlier_events(&self) -> u64 {
+        self.earlier
     }
 
     #[cold]
@@ -424,10 +447,19 @@ impl PerfettoSeq {
                 self.intern_key(*k);
             }
         }
-        let tsf = self.ts_field(ts);
+        // An event earlier than the packet before it keeps its time: absolute, on BOOTTIME
+        // (the clock the sequence's incremental clock is defined against), in the general
+        // layout; the incremental clock goes on from the packet before it.
+        let earlier = self.is_earlier(ts);
+        let tsf = if earlier {
+            self.earlier += 1;
+            ts
+        } else {
+            self.ts_field(ts)
+        };
         // With fastz the layout puts what varies last (see `small_packet`); plain and zlib
         // output keep field-number order, which zlib matches best.
-        if small && self.interned.is_empty() {
+        if small && !earlier && self.interned.is_empty() {
             return self.small_event((ty, track, tsf), name, value, extra);
         }
         let te = &mut self.scratch;
@@ -468,6 +500,9 @@ impl PerfettoSeq {
         if il > 0 {
             body += 1 + varint_len(il as u64) + il;
         }
+        if earlier {
+            body += TAG_TIMESTAMP_CLOCK_ID.len() + 1;
+        }
         let buf = &mut self.buf;
         buf.reserve(body + 16);
         let start = buf.len();
@@ -475,6 +510,10 @@ impl PerfettoSeq {
         put_varint(buf, body as u64);
         buf.push(TAG_TIMESTAMP);
         put_varint(buf, tsf);
+        if earlier {
+            buf.extend_from_slice(&TAG_TIMESTAMP_CLOCK_ID);
+            buf.push(proto::CLOCK_BOOTTIME as u8);
+        }
         buf.push(TAG_SEQ_ID);
         put_varint(buf, self.seq as u64);
         buf.push(TAG_TRACK_EVENT);

@@ -117,7 +117,7 @@ impl PerfettoSeq {
     /// ([`Template`]) when there is one within the compressor's window: a plain repeat
     /// ([`PerfettoSeq::repeat`]) when neither has a tail, else a copy up to the tail
     /// ([`PerfettoSeq::repeat_tail`]). False (nothing written, the timestamp not taken) when
-    /// there is none. `name1`: the name + 1 (0: none); a template of this track, type and
+    /// there is none, or when the event is earlier than the packet before it. `name1`: the name + 1 (0: none); a template of this track, type and
     /// name in the block means the name is interned already.
     #[inline(always)]
     pub(super) fn templated(
@@ -128,6 +128,10 @@ impl PerfettoSeq {
         tail: Tail,
         ts: u64,
     ) -> bool {
+        if self.is_earlier(ts) {
+            // Written with its absolute time ([`PerfettoSeq::new_event`]).
+            return false;
+        }
         let slot = template_slot(track, ty);
         let Some(&t) = self.templates.get(slot) else {
             return false;

@@ -183,8 +183,11 @@ fn incremental_timestamps_are_deltas() {
     let n = s.name("x");
     s.begin(1500, 1, n, &Extra::NONE);
     s.end(1700, 1, &Extra::NONE);
-    // Out of order input is clamped to the previous timestamp.
+    // An event earlier than the one before keeps its time: absolute, on BOOTTIME; the
+    // deltas go on from the packet before it.
     s.instant(1600, 1, n, &Extra::NONE);
+    s.instant(1750, 1, n, &Extra::NONE);
+    assert_eq!(s.earlier_events(), 1);
     let t = decode(&s.take());
     let first = &t.packet[0];
     assert_eq!(
@@ -194,8 +197,51 @@ fn incremental_timestamps_are_deltas() {
     let cs = first.clock_snapshot.as_ref().unwrap();
     assert_eq!(cs.clocks[0].is_incremental, Some(true));
     assert_eq!(cs.clocks[0].timestamp, Some(1000));
-    let ts: Vec<_> = t.packet[1..].iter().map(|p| p.timestamp.unwrap()).collect();
-    assert_eq!(ts, vec![500, 200, 0]);
+    let ts: Vec<_> = t.packet[1..]
+        .iter()
+        .map(|p| (p.timestamp.unwrap(), p.timestamp_clock_id))
+        .collect();
+    let boot = Some(proto::CLOCK_BOOTTIME);
+    assert_eq!(ts, vec![(500, None), (200, None), (1600, boot), (50, None)]);
+}
+
+/// The same with compression (where packets are written from templates): an earlier event
+/// is not written from its track's template, and the events after it still are.
+#[test]
+fn earlier_events_keep_their_time_in_compressed_sequences() {
+    let mut s = PerfettoSeq::new(3, true, 1000).compressed();
+    let n = s.name("x");
+    let times = [1100u64, 1200, 1300, 1250, 1400, 1500, 1450, 1600];
+    for &ts in &times {
+        s.instant(ts, 1, n, &Extra::NONE);
+    }
+    assert_eq!(s.earlier_events(), 2);
+    let outer = decode(&s.take());
+    let mut packets = Vec::new();
+    for p in outer.packet {
+        match &p.compressed_packets {
+            Some(z) => {
+                let mut d = flate2::read::ZlibDecoder::new(&z[..]);
+                let mut raw = Vec::new();
+                std::io::Read::read_to_end(&mut d, &mut raw).unwrap();
+                packets.extend(decode(&raw).packet);
+            }
+            None => packets.push(p),
+        }
+    }
+    // Absolute times as a reader computes them: deltas add up, BOOTTIME packets are absolute.
+    let mut clock = 1000u64;
+    let mut got = Vec::new();
+    for p in packets.iter().filter(|p| p.track_event.is_some()) {
+        let ts = p.timestamp.unwrap();
+        if p.timestamp_clock_id == Some(proto::CLOCK_BOOTTIME) {
+            got.push(ts);
+        } else {
+            clock += ts;
+            got.push(clock);
+        }
+    }
+    assert_eq!(got, times);
 }
 
 #[test]
