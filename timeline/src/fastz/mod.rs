@@ -253,11 +253,23 @@ impl FastZ {
         self.trained = true;
     }
 
+    /// Writes `bytes` as literals (their count not added to `tokens`): their codes gathered
+    /// in a local word, written three at a time or more (codes are at most 15 bits).
     #[inline(always)]
-    fn lit(&mut self, b: u8) {
-        let e = self.codes.lit[b as usize];
-        self.bits.put((e & 0xffff) as u64, e >> 16);
-        self.lit_freq[b as usize] += 1;
+    fn put_lits(&mut self, bytes: &[u8]) {
+        let codes = &self.codes.lit;
+        let (mut acc, mut n) = (0u64, 0u32);
+        for &b in bytes {
+            let e = codes[b as usize];
+            acc |= ((e & 0xffff) as u64) << n;
+            n += e >> 16;
+            self.lit_freq[b as usize] += 1;
+            if n > 56 - 15 {
+                self.bits.put(acc, n);
+                (acc, n) = (0, 0);
+            }
+        }
+        self.bits.put(acc, n);
     }
 
     #[inline(always)]
@@ -421,9 +433,7 @@ impl FastZ {
             }
             let l = ((long >> i).trailing_zeros() as usize).min(n - i);
             self.flush(buf, start + i);
-            for &b in &buf[start + i..start + i + l] {
-                self.lit(b);
-            }
+            self.put_lits(&buf[start + i..start + i + l]);
             self.tokens += l;
             i += l;
             if i >= n {
@@ -461,9 +471,7 @@ impl FastZ {
                     // Literals up to the next equal byte (at least one).
                     self.flush(buf, pos + i);
                     let lits = ((mask >> i).trailing_zeros() as usize).clamp(1, seg - i);
-                    for &b in &buf[pos + i..pos + i + lits] {
-                        self.lit(b);
-                    }
+                    self.put_lits(&buf[pos + i..pos + i + lits]);
                     self.tokens += lits;
                     i += lits;
                 }
@@ -528,21 +536,26 @@ impl FastZ {
     #[inline(never)]
     fn flush_short(&mut self, buf: &[u8], at: usize) {
         let len = self.pend_len;
-        for &b in &buf[at - len..at] {
-            self.lit(b);
-        }
+        self.put_lits(&buf[at - len..at]);
         self.tokens += len;
         self.pend_len = 0;
     }
 
-    #[inline]
+    #[inline(always)]
     fn packet_done(&mut self, buf: &[u8], end: usize) {
         self.done = end;
         if self.tokens >= BLOCK_TOKENS {
-            self.flush(buf, end);
-            self.end_block();
-            self.start_block();
+            self.next_block(buf, end);
         }
+    }
+
+    /// The block is full: the pending match written, the next block started.
+    #[cold]
+    #[inline(never)]
+    fn next_block(&mut self, buf: &[u8], end: usize) {
+        self.flush(buf, end);
+        self.end_block();
+        self.start_block();
     }
 
     /// Tokenizes one packet `buf[start..]` that the caller knows repeats the packet `d` bytes
@@ -636,9 +649,7 @@ impl FastZ {
             return;
         }
         self.flush(buf, from);
-        for &b in &buf[from..to] {
-            self.lit(b);
-        }
+        self.put_lits(&buf[from..to]);
         self.tokens += to - from;
     }
 
