@@ -687,34 +687,32 @@ impl FastZ {
     }
 }
 
+/// The little-endian word of an 8-byte chunk.
+#[inline(always)]
+fn word(c: &[u8]) -> u64 {
+    u64::from_le_bytes(c.try_into().expect("8 bytes"))
+}
+
 /// Whether `buf[a..a + n] == buf[b..b + n]` (b < a, 0 < n ≤ 64): `eq_mask(buf, a, b, n)` all
 /// ones, without building the mask.
 #[inline(always)]
 fn same(buf: &[u8], a: usize, b: usize, n: usize) -> bool {
-    #[inline(always)]
-    fn word(buf: &[u8], p: usize) -> u64 {
-        u64::from_le_bytes(buf[p..p + 8].try_into().expect("8 bytes"))
-    }
+    // Both ranges sliced once: the word reads within them need no checks.
+    let (x, y) = (&buf[a..a + n], &buf[b..b + n]);
     if n < 8 {
-        return buf[a..a + n] == buf[b..b + n];
+        return x == y;
     }
     // The words at 0, 8, … and the one ending at n (overlapping the last).
-    let mut x = word(buf, a + n - 8) ^ word(buf, b + n - 8);
-    let mut i = 0;
-    while i + 8 <= n {
-        x |= word(buf, a + i) ^ word(buf, b + i);
-        i += 8;
+    let mut d = word(&x[n - 8..]) ^ word(&y[n - 8..]);
+    for (p, q) in x.chunks_exact(8).zip(y.chunks_exact(8)) {
+        d |= word(p) ^ word(q);
     }
-    x == 0
+    d == 0
 }
 
 /// Bit i (i < n ≤ 64) set when `buf[a + i] == buf[b + i]` (b < a, `a + n ≤ buf.len()`).
 #[inline(always)]
 fn eq_mask(buf: &[u8], a: usize, b: usize, n: usize) -> u64 {
-    #[inline(always)]
-    fn word(buf: &[u8], p: usize) -> u64 {
-        u64::from_le_bytes(buf[p..p + 8].try_into().expect("8 bytes"))
-    }
     /// 8-bit mask of the zero bytes of x.
     #[inline(always)]
     fn zero_bytes(x: u64) -> u64 {
@@ -724,22 +722,22 @@ fn eq_mask(buf: &[u8], a: usize, b: usize, n: usize) -> u64 {
         let nz = (((x & LO7) + LO7) | x) & HI;
         ((!nz & HI) >> 7).wrapping_mul(0x0102_0408_1020_4080) >> 56
     }
+    let (x, y) = (&buf[a..a + n], &buf[b..b + n]);
     let mut m = 0u64;
     let mut i = 0;
-    while i + 8 <= n {
-        m |= zero_bytes(word(buf, a + i) ^ word(buf, b + i)) << i;
+    for (p, q) in x.chunks_exact(8).zip(y.chunks_exact(8)) {
+        m |= zero_bytes(word(p) ^ word(q)) << i;
         i += 8;
     }
     if i < n {
         let r = n - i;
         if n >= 8 {
             // The last r bytes: a word ending at the segment end, its first 8 − r bytes dropped.
-            let x = word(buf, a + n - 8) ^ word(buf, b + n - 8);
-            m |= (zero_bytes(x) >> (8 - r)) << i;
+            let d = word(&x[n - 8..]) ^ word(&y[n - 8..]);
+            m |= (zero_bytes(d) >> (8 - r)) << i;
         } else {
-            while i < n {
-                m |= ((buf[a + i] == buf[b + i]) as u64) << i;
-                i += 1;
+            for (k, (p, q)) in x.iter().zip(y).enumerate() {
+                m |= ((p == q) as u64) << k;
             }
         }
     }
