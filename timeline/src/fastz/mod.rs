@@ -27,8 +27,9 @@ const SEG: usize = 64;
 /// once (the timestamp delta's tag and varint, written last).
 const TAIL: usize = 3;
 
-/// LSB-first bit writer. Each `put` stores the whole 64-bit accumulator and advances by the
-/// completed bytes (no branch); `out` keeps 8 bytes of slack past `pos` ([`Bits::room`]).
+/// LSB-first bit writer with a 64-bit buffer: `acc` holds the `n` (< 64) bits after
+/// `out[..pos]`, written as a whole word when it fills; `out` keeps 16 bytes of slack past
+/// `pos` ([`Bits::room`]).
 #[cfg_attr(test, derive(Clone))]
 struct Bits {
     out: Vec<u8>,
@@ -38,10 +39,10 @@ struct Bits {
 }
 
 impl Bits {
-    /// Room for `bytes` more bytes.
+    /// Room for `bytes` more bytes (and the buffered word).
     #[inline(always)]
     fn room(&mut self, bytes: usize) {
-        let need = self.pos + bytes + 8;
+        let need = self.pos + bytes + 16;
         if self.out.len() < need {
             self.grow(need);
         }
@@ -52,24 +53,30 @@ impl Bits {
         self.out.resize(need.max(2 * self.out.len()), 0);
     }
 
-    /// Appends the low `n` bits of `v` (n ≤ 56; call [`Bits::room`] first).
+    /// Appends the low `n` bits of `v` (n ≤ 56, no bits above them; call [`Bits::room`]
+    /// first).
     #[inline(always)]
     fn put(&mut self, v: u64, n: u32) {
-        self.acc |= v << self.n;
-        self.n += n;
-        self.out[self.pos..self.pos + 8].copy_from_slice(&self.acc.to_le_bytes());
-        let bytes = self.n >> 3;
-        self.pos += bytes as usize;
-        self.acc >>= bytes * 8;
-        self.n &= 7;
+        let k = self.n + n;
+        if k < 64 {
+            self.acc |= v << self.n;
+            self.n = k;
+        } else {
+            // The buffer fills (self.n ≥ 8: the shifts stay below 64): one word out, the
+            // rest of `v` kept.
+            let w = self.acc | v << self.n;
+            self.out[self.pos..self.pos + 8].copy_from_slice(&w.to_le_bytes());
+            self.pos += 8;
+            self.acc = v >> (64 - self.n);
+            self.n = k - 64;
+        }
     }
 
+    /// Writes the buffered bits, the last byte padded with zeros.
     fn align(&mut self) {
-        self.room(1);
-        if self.n > 0 {
-            self.out[self.pos] = self.acc as u8;
-            self.pos += 1;
-        }
+        self.room(8);
+        self.out[self.pos..self.pos + 8].copy_from_slice(&self.acc.to_le_bytes());
+        self.pos += self.n.div_ceil(8) as usize;
         self.acc = 0;
         self.n = 0;
     }
