@@ -27,8 +27,9 @@ const SEG: usize = 64;
 /// once (the timestamp delta's tag and varint, written last).
 const TAIL: usize = 3;
 
-/// LSB-first bit writer. Each `put` stores the whole 64-bit accumulator and advances by the
-/// completed bytes (no branch); `out` keeps 8 bytes of slack past `pos` ([`Bits::room`]).
+/// LSB-first bit writer with a 64-bit buffer: `acc` holds the `n` (< 64) bits after
+/// `out[..pos]`, written as a whole word when it fills; `out` keeps 16 bytes of slack past
+/// `pos` ([`Bits::room`]).
 #[cfg_attr(test, derive(Clone))]
 struct Bits {
     out: Vec<u8>,
@@ -38,10 +39,10 @@ struct Bits {
 }
 
 impl Bits {
-    /// Room for `bytes` more bytes.
+    /// Room for `bytes` more bytes (and the buffered word).
     #[inline(always)]
     fn room(&mut self, bytes: usize) {
-        let need = self.pos + bytes + 8;
+        let need = self.pos + bytes + 16;
         if self.out.len() < need {
             self.grow(need);
         }
@@ -52,24 +53,30 @@ impl Bits {
         self.out.resize(need.max(2 * self.out.len()), 0);
     }
 
-    /// Appends the low `n` bits of `v` (n ≤ 56; call [`Bits::room`] first).
+    /// Appends the low `n` bits of `v` (n ≤ 56, no bits above them; call [`Bits::room`]
+    /// first).
     #[inline(always)]
     fn put(&mut self, v: u64, n: u32) {
-        self.acc |= v << self.n;
-        self.n += n;
-        self.out[self.pos..self.pos + 8].copy_from_slice(&self.acc.to_le_bytes());
-        let bytes = self.n >> 3;
-        self.pos += bytes as usize;
-        self.acc >>= bytes * 8;
-        self.n &= 7;
+        let k = self.n + n;
+        if k < 64 {
+            self.acc |= v << self.n;
+            self.n = k;
+        } else {
+            // The buffer fills (self.n ≥ 8: the shifts stay below 64): one word out, the
+            // rest of `v` kept.
+            let w = self.acc | v << self.n;
+            self.out[self.pos..self.pos + 8].copy_from_slice(&w.to_le_bytes());
+            self.pos += 8;
+            self.acc = v >> (64 - self.n);
+            self.n = k - 64;
+        }
     }
 
+    /// Writes the buffered bits, the last byte padded with zeros.
     fn align(&mut self) {
-        self.room(1);
-        if self.n > 0 {
-            self.out[self.pos] = self.acc as u8;
-            self.pos += 1;
-        }
+        self.room(8);
+        self.out[self.pos..self.pos + 8].copy_from_slice(&self.acc.to_le_bytes());
+        self.pos += self.n.div_ceil(8) as usize;
         self.acc = 0;
         self.n = 0;
     }
@@ -253,11 +260,23 @@ impl FastZ {
         self.trained = true;
     }
 
+    /// Writes `bytes` as literals (their count not added to `tokens`): their codes gathered
+    /// in a local word, written three at a time or more (codes are at most 15 bits).
     #[inline(always)]
-    fn lit(&mut self, b: u8) {
-        let e = self.codes.lit[b as usize];
-        self.bits.put((e & 0xffff) as u64, e >> 16);
-        self.lit_freq[b as usize] += 1;
+    fn put_lits(&mut self, bytes: &[u8]) {
+        let codes = &self.codes.lit;
+        let (mut acc, mut n) = (0u64, 0u32);
+        for &b in bytes {
+            let e = codes[b as usize];
+            acc |= ((e & 0xffff) as u64) << n;
+            n += e >> 16;
+            self.lit_freq[b as usize] += 1;
+            if n > 56 - 15 {
+                self.bits.put(acc, n);
+                (acc, n) = (0, 0);
+            }
+        }
+        self.bits.put(acc, n);
     }
 
     #[inline(always)]
@@ -421,9 +440,7 @@ impl FastZ {
             }
             let l = ((long >> i).trailing_zeros() as usize).min(n - i);
             self.flush(buf, start + i);
-            for &b in &buf[start + i..start + i + l] {
-                self.lit(b);
-            }
+            self.put_lits(&buf[start + i..start + i + l]);
             self.tokens += l;
             i += l;
             if i >= n {
@@ -461,9 +478,7 @@ impl FastZ {
                     // Literals up to the next equal byte (at least one).
                     self.flush(buf, pos + i);
                     let lits = ((mask >> i).trailing_zeros() as usize).clamp(1, seg - i);
-                    for &b in &buf[pos + i..pos + i + lits] {
-                        self.lit(b);
-                    }
+                    self.put_lits(&buf[pos + i..pos + i + lits]);
                     self.tokens += lits;
                     i += lits;
                 }
@@ -528,21 +543,26 @@ impl FastZ {
     #[inline(never)]
     fn flush_short(&mut self, buf: &[u8], at: usize) {
         let len = self.pend_len;
-        for &b in &buf[at - len..at] {
-            self.lit(b);
-        }
+        self.put_lits(&buf[at - len..at]);
         self.tokens += len;
         self.pend_len = 0;
     }
 
-    #[inline]
+    #[inline(always)]
     fn packet_done(&mut self, buf: &[u8], end: usize) {
         self.done = end;
         if self.tokens >= BLOCK_TOKENS {
-            self.flush(buf, end);
-            self.end_block();
-            self.start_block();
+            self.next_block(buf, end);
         }
+    }
+
+    /// The block is full: the pending match written, the next block started.
+    #[cold]
+    #[inline(never)]
+    fn next_block(&mut self, buf: &[u8], end: usize) {
+        self.flush(buf, end);
+        self.end_block();
+        self.start_block();
     }
 
     /// Tokenizes one packet `buf[start..]` that the caller knows repeats the packet `d` bytes
@@ -636,9 +656,7 @@ impl FastZ {
             return;
         }
         self.flush(buf, from);
-        for &b in &buf[from..to] {
-            self.lit(b);
-        }
+        self.put_lits(&buf[from..to]);
         self.tokens += to - from;
     }
 
@@ -676,34 +694,32 @@ impl FastZ {
     }
 }
 
+/// The little-endian word of an 8-byte chunk.
+#[inline(always)]
+fn word(c: &[u8]) -> u64 {
+    u64::from_le_bytes(c.try_into().expect("8 bytes"))
+}
+
 /// Whether `buf[a..a + n] == buf[b..b + n]` (b < a, 0 < n ≤ 64): `eq_mask(buf, a, b, n)` all
 /// ones, without building the mask.
 #[inline(always)]
 fn same(buf: &[u8], a: usize, b: usize, n: usize) -> bool {
-    #[inline(always)]
-    fn word(buf: &[u8], p: usize) -> u64 {
-        u64::from_le_bytes(buf[p..p + 8].try_into().expect("8 bytes"))
-    }
+    // Both ranges sliced once: the word reads within them need no checks.
+    let (x, y) = (&buf[a..a + n], &buf[b..b + n]);
     if n < 8 {
-        return buf[a..a + n] == buf[b..b + n];
+        return x == y;
     }
     // The words at 0, 8, … and the one ending at n (overlapping the last).
-    let mut x = word(buf, a + n - 8) ^ word(buf, b + n - 8);
-    let mut i = 0;
-    while i + 8 <= n {
-        x |= word(buf, a + i) ^ word(buf, b + i);
-        i += 8;
+    let mut d = word(&x[n - 8..]) ^ word(&y[n - 8..]);
+    for (p, q) in x.chunks_exact(8).zip(y.chunks_exact(8)) {
+        d |= word(p) ^ word(q);
     }
-    x == 0
+    d == 0
 }
 
 /// Bit i (i < n ≤ 64) set when `buf[a + i] == buf[b + i]` (b < a, `a + n ≤ buf.len()`).
 #[inline(always)]
 fn eq_mask(buf: &[u8], a: usize, b: usize, n: usize) -> u64 {
-    #[inline(always)]
-    fn word(buf: &[u8], p: usize) -> u64 {
-        u64::from_le_bytes(buf[p..p + 8].try_into().expect("8 bytes"))
-    }
     /// 8-bit mask of the zero bytes of x.
     #[inline(always)]
     fn zero_bytes(x: u64) -> u64 {
@@ -713,22 +729,22 @@ fn eq_mask(buf: &[u8], a: usize, b: usize, n: usize) -> u64 {
         let nz = (((x & LO7) + LO7) | x) & HI;
         ((!nz & HI) >> 7).wrapping_mul(0x0102_0408_1020_4080) >> 56
     }
+    let (x, y) = (&buf[a..a + n], &buf[b..b + n]);
     let mut m = 0u64;
     let mut i = 0;
-    while i + 8 <= n {
-        m |= zero_bytes(word(buf, a + i) ^ word(buf, b + i)) << i;
+    for (p, q) in x.chunks_exact(8).zip(y.chunks_exact(8)) {
+        m |= zero_bytes(word(p) ^ word(q)) << i;
         i += 8;
     }
     if i < n {
         let r = n - i;
         if n >= 8 {
             // The last r bytes: a word ending at the segment end, its first 8 − r bytes dropped.
-            let x = word(buf, a + n - 8) ^ word(buf, b + n - 8);
-            m |= (zero_bytes(x) >> (8 - r)) << i;
+            let d = word(&x[n - 8..]) ^ word(&y[n - 8..]);
+            m |= (zero_bytes(d) >> (8 - r)) << i;
         } else {
-            while i < n {
-                m |= ((buf[a + i] == buf[b + i]) as u64) << i;
-                i += 1;
+            for (k, (p, q)) in x.iter().zip(y).enumerate() {
+                m |= ((p == q) as u64) << k;
             }
         }
     }

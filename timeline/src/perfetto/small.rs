@@ -183,24 +183,27 @@ impl PerfettoSeq {
             }
             self.buf.truncate(start);
         }
-        let tlen = varint_len(tsf);
-        if t.at + REPEAT_COPY <= start && tlen <= 8 {
-            // One fixed-size copy: the template's first bytes, the frame length, the delta.
-            let mut a = [0u8; REPEAT_COPY + 8];
-            a[..REPEAT_COPY].copy_from_slice(&self.buf[t.at..t.at + REPEAT_COPY]);
-            if tsf < 0x80 {
-                a[plen] = tsf as u8;
-            } else if let Some((w, _)) = varint_word(tsf) {
+        // The delta as a word (below 2⁵⁶: at most 8 bytes) gives its length too.
+        let tlen = match varint_word(tsf) {
+            Some((w, tlen)) if t.at + REPEAT_COPY <= start => {
+                // One fixed-size copy: the template's first bytes, the frame length, the
+                // delta.
+                let mut a = [0u8; REPEAT_COPY + 8];
+                a[..REPEAT_COPY].copy_from_slice(&self.buf[t.at..t.at + REPEAT_COPY]);
                 a[plen..plen + 8].copy_from_slice(&w.to_le_bytes());
+                a[1] = (plen - 2 + tlen) as u8;
+                self.buf.extend_from_slice(&a);
+                self.buf.truncate(start + plen + tlen);
+                tlen
             }
-            a[1] = (plen - 2 + tlen) as u8;
-            self.buf.extend_from_slice(&a);
-            self.buf.truncate(start + plen + tlen);
-        } else {
-            self.buf.extend_from_within(t.at..t.at + plen);
-            put_varint(&mut self.buf, tsf);
-            self.buf[start + 1] = (plen - 2 + tlen) as u8;
-        }
+            _ => {
+                let tlen = varint_len(tsf);
+                self.buf.extend_from_within(t.at..t.at + plen);
+                put_varint(&mut self.buf, tsf);
+                self.buf[start + 1] = (plen - 2 + tlen) as u8;
+                tlen
+            }
+        };
         // Equal leading bytes of the two deltas: of equal length, their bytes differ where
         // their 7-bit groups do.
         let same_len = t.tlen as usize == tlen;
