@@ -117,8 +117,9 @@ impl PerfettoSeq {
     /// ([`Template`]) when there is one within the compressor's window: a plain repeat
     /// ([`PerfettoSeq::repeat`]) when neither has a tail, else a copy up to the tail
     /// ([`PerfettoSeq::repeat_tail`]). False (nothing written, the timestamp not taken) when
-    /// there is none, or when the event is earlier than the packet before it. `name1`: the name + 1 (0: none); a template of this track, type and
-    /// name in the block means the name is interned already.
+    /// there is none, or when the event is earlier than the packet before it. `name1`: the
+    /// name + 1 (0: none); a template of this track, type and name in the block means the name
+    /// is interned already.
     #[inline(always)]
     pub(super) fn templated(
         &mut self,
