@@ -162,6 +162,8 @@ struct Measured {
     links: Vec<(f64, f64, f64)>,
     /// Smallest slack of a kept constraint at the final correction (ns).
     min_slack_ns: Option<f64>,
+    /// The bytes the trace's "completed bytes/s" counters add up to, all processes together.
+    completed_bytes: i128,
 }
 
 fn header_attr<'a>(attrs: &'a [String], key: &str) -> Option<&'a str> {
@@ -305,6 +307,7 @@ fn check(logs: &Path, expect: Expect, skew: bool, what: &str) -> Measured {
         "{what}: traces with --jobs 1 and 2 differ"
     );
     let v = validate(&traces[0], &[]);
+    let completed_bytes = completed_bytes(&traces[0]);
     let report = sigmatrace_convert::stats(&[logs.to_owned()], &ConvertOptions::default()).unwrap();
     let t = &report.summary.totals;
     let a = &report.summary.alignment;
@@ -319,6 +322,7 @@ fn check(logs: &Path, expect: Expect, skew: bool, what: &str) -> Measured {
         inverted_after: a.inverted_after,
         domains: a.domains.len(),
         min_slack_ns: a.min_slack_ns,
+        completed_bytes,
         ..Default::default()
     };
     let warnings = report.summary.warnings.join("\n");
@@ -404,14 +408,44 @@ fn check(logs: &Path, expect: Expect, skew: bool, what: &str) -> Measured {
     m
 }
 
-/// Runs a case plain and with clock errors.
-fn case(name: &str, run: impl Fn() -> Run, expect: impl Fn(&[String]) -> Expect) {
+/// The bytes a trace's "completed bytes/s" counters add up to: each sample is one
+/// throughput bucket's bytes times 1e9 / bucket width.
+fn completed_bytes(trace: &Path) -> i128 {
+    let per_ns = (1_000_000_000 / sigmatrace_convert::model::THROUGHPUT_BUCKET) as i128;
+    let r = sigmatrace_testkit::trace::check(trace);
+    let rates: i128 = r
+        .counter_totals
+        .iter()
+        .filter(|(name, _)| name.ends_with(" completed bytes/s"))
+        .map(|(_, sum)| sum)
+        .sum();
+    assert_eq!(rates % per_ns, 0, "{}: rates {rates}", trace.display());
+    rates / per_ns
+}
+
+/// Runs a case plain and with clock errors; asserts, when `bytes` is given, that the
+/// completed-bytes counters add up to it (what the program moved: the posted bytes of its
+/// completed sends, writes, reads and atomics and the bytes of its receives).
+fn case_bytes(
+    name: &str,
+    run: impl Fn() -> Run,
+    expect: impl Fn(&[String]) -> Expect,
+    bytes: Option<u64>,
+) {
     for skew in [false, true] {
         let tmp = tempfile::tempdir().unwrap();
         let (logs, outs) = execute(&run, tmp.path(), skew);
         let what = format!("{name}{}", if skew { " (clock errors)" } else { "" });
-        check(&logs, expect(&outs), skew, &what);
+        let m = check(&logs, expect(&outs), skew, &what);
+        if let Some(b) = bytes {
+            assert_eq!(m.completed_bytes, b as i128, "{what}: completed bytes");
+        }
     }
+}
+
+/// [`case_bytes`] without a byte count.
+fn case(name: &str, run: impl Fn() -> Run, expect: impl Fn(&[String]) -> Expect) {
+    case_bytes(name, run, expect, None)
 }
 
 fn pingpong(prog: &'static str, opts: &str, iters: u64) -> impl Fn() -> Run {
@@ -439,10 +473,12 @@ fn both_ways(iters: u64) -> impl Fn(&[String]) -> Expect {
 
 #[test]
 fn rc_pingpong_default() {
-    case(
+    // 4096-byte messages (the default -s); each side completes 100 sends and 100 receives.
+    case_bytes(
         "ibv_rc_pingpong",
         pingpong("ibv_rc_pingpong", "", 100),
         both_ways(100),
+        Some(4 * 100 * 4096),
     );
 }
 
@@ -583,7 +619,9 @@ fn ib_send_lat_all_sizes() {
 #[test]
 fn ib_send_bw_all_sizes() {
     let n = 5;
-    case(
+    // n messages of each size 2^1 … 2^23, sent by the client and received by the server.
+    let sizes: u64 = (1..=ALL_SIZES).map(|k| 1u64 << k).sum();
+    case_bytes(
         "ib_send_bw -a",
         perftest("ib_send_bw", &format!("-a -n {n}")),
         |_| Expect {
@@ -592,13 +630,16 @@ fn ib_send_bw_all_sizes() {
             flows: ALL_SIZES * n,
             slack: 0,
         },
+        Some(2 * n * sizes),
     );
 }
 
 #[test]
 fn ib_write_bw_eight_qps() {
     let n = 20;
-    case(
+    // 65536-byte writes (the default -s), most of them unsignaled: the counter adds the
+    // posted bytes of every WR a completion completes.
+    case_bytes(
         "ib_write_bw -q 8",
         perftest("ib_write_bw", &format!("-q 8 -n {n}")),
         |_| Expect {
@@ -607,13 +648,15 @@ fn ib_write_bw_eight_qps() {
             flows: 0,
             slack: 0,
         },
+        Some(8 * n * 65536),
     );
 }
 
 #[test]
 fn ib_read_lat() {
     let n = 50;
-    case(
+    // 2-byte reads (the default -s).
+    case_bytes(
         "ib_read_lat",
         perftest("ib_read_lat", &format!("-n {n}")),
         |_| Expect {
@@ -622,13 +665,15 @@ fn ib_read_lat() {
             flows: 0,
             slack: 0,
         },
+        Some(2 * n),
     );
 }
 
 #[test]
 fn ib_atomic_lat() {
     let n = 50;
-    case(
+    // 8-byte atomics.
+    case_bytes(
         "ib_atomic_lat",
         perftest("ib_atomic_lat", &format!("-n {n}")),
         |_| Expect {
@@ -637,6 +682,7 @@ fn ib_atomic_lat() {
             flows: 0,
             slack: 0,
         },
+        Some(8 * n),
     );
 }
 

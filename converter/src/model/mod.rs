@@ -184,7 +184,9 @@ pub struct ProcessModel<'a> {
     done: Vec<DoneWr>,
 }
 
-const THROUGHPUT_BUCKET: i64 = 100_000;
+/// Width of a throughput bucket (ns): each "completed bytes/s" sample is the bytes completed
+/// in one bucket times `1e9 / THROUGHPUT_BUCKET`.
+pub const THROUGHPUT_BUCKET: i64 = 100_000;
 
 impl<'a> ProcessModel<'a> {
     pub fn new(
@@ -527,40 +529,48 @@ impl<'a> ProcessModel<'a> {
             self.totals.orphan_completions += 1;
             return;
         };
-        if wc.opcode >= verbs::wc::RECV {
+        // Completed bytes: a receive's `byte_len`; for a send-side completion the posted bytes
+        // of every WR it completes (the unsignaled ones before it included) — its own
+        // `byte_len` is defined for reads and atomics only (`ibv_poll_cq(3)`; mlx5 leaves it
+        // as the caller's array held it for writes and sends).
+        let bytes = if wc.opcode >= verbs::wc::RECV {
             self.recv_completion(sink, obs, t, qi, wc);
+            wc.byte_len as i64
         } else {
             sink.group(qp_group(qi));
-            self.send_completion(sink, obs, t, qi, wc);
-        }
-        self.account_throughput(
-            sink,
-            t,
-            if wc.status == 0 {
-                wc.byte_len as i64
-            } else {
-                0
-            },
-        );
+            self.send_completion(sink, obs, t, qi, wc)
+        };
+        self.account_throughput(sink, t, if wc.status == 0 { bytes } else { 0 });
     }
 
     fn account_throughput<S: TraceSink + ?Sized>(&mut self, sink: &mut S, t: i64, bytes: i64) {
         let bucket = t.div_euclid(THROUGHPUT_BUCKET);
         if bucket != self.throughput.0 {
-            if self.throughput.0 != i64::MIN && self.drawn(t) {
-                sink.group(0);
-                let end = (self.throughput.0 + 1) * THROUGHPUT_BUCKET;
-                let rate = self.throughput.1 * (1_000_000_000 / THROUGHPUT_BUCKET);
-                sink.counter(end as u64, self.p.throughput_track, rate);
-                if bucket > self.throughput.0 + 1 {
-                    sink.counter((end + THROUGHPUT_BUCKET) as u64, self.p.throughput_track, 0);
-                }
-            }
+            self.emit_throughput(sink, t, Some(bucket));
             self.throughput = (bucket, 0);
         }
         self.throughput.1 += bytes;
     }
 
+    /// Writes the throughput bucket in progress (its rate at its end), when there is one and
+    /// `t` is drawn; then a zero one bucket later unless `next` (the bucket of the completion
+    /// at `t`; `None`: the log's end) directly follows it.
+    fn emit_throughput<S: TraceSink + ?Sized>(&mut self, sink: &mut S, t: i64, next: Option<i64>) {
+        let (bucket, bytes) = self.throughput;
+        if bucket == i64::MIN || !self.drawn(t) {
+            return;
+        }
+        sink.group(0);
+        let end = (bucket + 1) * THROUGHPUT_BUCKET;
+        let rate = bytes * (1_000_000_000 / THROUGHPUT_BUCKET);
+        sink.counter(end as u64, self.p.throughput_track, rate);
+        if next.is_none_or(|n| n > bucket + 1) {
+            sink.counter((end + THROUGHPUT_BUCKET) as u64, self.p.throughput_track, 0);
+        }
+    }
+
+    /// A send-side completion on QP `qi`: ends the WRs it completes and returns their posted
+    /// bytes.
     fn send_completion<S: TraceSink + ?Sized>(
         &mut self,
         sink: &mut S,
@@ -568,7 +578,7 @@ impl<'a> ProcessModel<'a> {
         t: i64,
         qi: usize,
         wc: &sigmatrace_schemas::records::WorkCompletion,
-    ) {
+    ) -> i64 {
         let q = &self.p.qps[qi];
         // The completed WR is the first *signaled* WR with this wr_id (programs often reuse
         // one wr_id for every WR); errors and QPs with sq_sig_all can complete any WR, so fall
@@ -583,9 +593,10 @@ impl<'a> ProcessModel<'a> {
         };
         let Some(pos) = found else {
             self.totals.orphan_completions += 1;
-            return;
+            return 0;
         };
         let full = self.opts.detail == Detail::Full;
+        let mut bytes = 0i64;
         let status_str = verbs::status_name(wc.status);
         let failed = wc.status != 0;
         let sargs = [(self.keys.status, ArgValue::Str(status_str))];
@@ -597,6 +608,7 @@ impl<'a> ProcessModel<'a> {
             let st = &mut self.qps[qi];
             let w = st.send.pop_front().expect("position is inside the queue");
             st.inflight_bytes -= w.bytes as i64;
+            bytes += w.bytes as i64;
             if let Some(l) = w.lane {
                 sink.end(t as u64, st.send_lanes.uuid(l), &extra);
                 st.send_lanes.release(l);
@@ -650,6 +662,7 @@ impl<'a> ProcessModel<'a> {
             st.inflight
                 .set(sink, q.inflight_bytes_track, t, st.inflight_bytes, iv);
         }
+        bytes
     }
 
     fn recv_completion<S: TraceSink + ?Sized>(
@@ -762,5 +775,7 @@ impl<'a> ProcessModel<'a> {
             }
         }
         self.observed.finish(sink.as_dyn(), t);
+        // The last bucket's bytes (and the end of the traffic).
+        self.emit_throughput(sink, t, None);
     }
 }

@@ -311,7 +311,7 @@ impl Checker {
             proto::TYPE_COUNTER => {
                 self.stats.counter_events += 1;
                 if let Some(u) = track {
-                    self.tracks.counter(u, idx);
+                    self.tracks.counter(u, idx, te.counter_value.unwrap_or(0));
                 }
                 if te.counter_value.is_none() && te.double_counter_value.is_none() {
                     self.errs.add(

@@ -134,6 +134,10 @@ pub struct Report {
     pub error_count: usize,
     pub error_counts: BTreeMap<&'static str, usize>,
     pub stats: Stats,
+    /// Per counter track name, the sum of the integer values of every counter track of that
+    /// name (not in the JSON: the independent validator has no such key).
+    #[serde(skip)]
+    pub counter_totals: BTreeMap<String, i128>,
 }
 
 impl Report {
@@ -206,6 +210,7 @@ fn check_decompressed(data: &[u8]) -> Report {
         error_count: c.errs.count,
         error_counts: c.errs.counts,
         stats: c.stats,
+        counter_totals: std::mem::take(&mut c.tracks.totals),
     }
 }
 
@@ -217,6 +222,7 @@ fn fatal(e: read::Unreadable, c: checker::Checker) -> Report {
         error_count: c.errs.count,
         error_counts: c.errs.counts,
         stats: c.stats,
+        counter_totals: BTreeMap::new(),
     }
 }
 

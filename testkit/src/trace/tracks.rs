@@ -34,6 +34,8 @@ struct Use {
     counter_packet: usize,
     others: usize,
     other_packet: usize,
+    /// Sum of its integer counter values.
+    counter_sum: i128,
     slice_events: Vec<SliceEvent>,
     last_ts: Option<i128>,
     unsorted: bool,
@@ -41,6 +43,8 @@ struct Use {
 
 pub struct Tracks {
     pub defs: HashMap<u64, Track>,
+    /// Set by [`Tracks::finish`]: per counter track name, the sum of its integer values.
+    pub totals: BTreeMap<String, i128>,
     uses: BTreeMap<u64, Use>,
     names: Names,
     name_ids: HashMap<(Option<String>, Option<String>), u32>,
@@ -50,6 +54,7 @@ impl Default for Tracks {
     fn default() -> Self {
         Tracks {
             defs: HashMap::new(),
+            totals: BTreeMap::new(),
             uses: BTreeMap::new(),
             names: vec![(None, None)],
             name_ids: HashMap::from([((None, None), 0)]),
@@ -121,13 +126,31 @@ impl Tracks {
         })
     }
 
-    /// A COUNTER event on `uuid`.
-    pub fn counter(&mut self, uuid: u64, idx: usize) {
+    /// A COUNTER event on `uuid` (`value`: its integer value, 0 for a double).
+    pub fn counter(&mut self, uuid: u64, idx: usize, value: i64) {
         let u = self.use_of(uuid, idx);
         if u.counters == 0 {
             u.counter_packet = idx;
         }
         u.counters += 1;
+        u.counter_sum += value as i128;
+    }
+
+    /// Per track name, the sum of the integer counter values of every track of that name
+    /// (before [`Tracks::finish`], which takes the events).
+    fn counter_totals(&self) -> BTreeMap<String, i128> {
+        let mut totals = BTreeMap::new();
+        for (uuid, u) in &self.uses {
+            if u.counters > 0 {
+                let name = self
+                    .defs
+                    .get(uuid)
+                    .map(|t| t.name.clone())
+                    .unwrap_or_default();
+                *totals.entry(name).or_default() += u.counter_sum;
+            }
+        }
+        totals
     }
 
     /// An INSTANT (or other non-counter, non-slice) event on `uuid`.
@@ -184,6 +207,7 @@ impl Tracks {
     /// End of trace: parents, references, counter tracks and slices. Returns the number of
     /// completed slices.
     pub fn finish(&mut self, errs: &mut Errors) -> u64 {
+        self.totals = self.counter_totals();
         self.check_parents(errs);
         let mut slices = 0;
         let uses = std::mem::take(&mut self.uses);
