@@ -30,11 +30,11 @@ static int nop_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_s
 static int one_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
 	(void)n;
-	/* Every field, as a real provider writes it (the loop's wc is uninitialised stack: left
-	 * alone, vendor_err and src_qp would be garbage and the tracer would take its
-	 * full-record fallback instead of the common compact path). */
-	*wc = (struct ibv_wc){ .wr_id = 7, .status = IBV_WC_SUCCESS, .opcode = IBV_WC_RDMA_WRITE,
-			       .byte_len = 8, .qp_num = 0x42 };
+	/* The fields rdma-core's mlx5 writes for a successful RDMA write's completion
+	 * (mlx5_parse_cqe, handle_good_req): not byte_len, vendor_err or the receive-side ones,
+	 * which keep whatever the loop's uninitialised stack array held — as on hardware. */
+	wc->wr_id = 7, wc->status = IBV_WC_SUCCESS, wc->opcode = IBV_WC_RDMA_WRITE;
+	wc->wc_flags = 0, wc->qp_num = 0x42;
 	(void)cq;
 	return 1;
 }
@@ -42,8 +42,10 @@ static int one_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 static int one_recv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
 	(void)n;
-	*wc = (struct ibv_wc){ .wr_id = 7, .status = IBV_WC_SUCCESS, .opcode = IBV_WC_RECV,
-			       .byte_len = 8, .qp_num = 0x42, .src_qp = 0x77, .slid = 5 };
+	/* Those it writes for a successful receive (handle_responder): not vendor_err. */
+	wc->wr_id = 7, wc->status = IBV_WC_SUCCESS, wc->opcode = IBV_WC_RECV, wc->byte_len = 8;
+	wc->wc_flags = 0, wc->qp_num = 0x42, wc->src_qp = 0x77, wc->slid = 5, wc->sl = 0;
+	wc->dlid_path_bits = 0, wc->pkey_index = 0;
 	(void)cq;
 	return 1;
 }
@@ -99,6 +101,9 @@ static struct ibv_sge sge = { (uintptr_t)buf, 8, 1 };
 		wr.wr.rdma.rkey = 5;                                          \
 		struct ibv_send_wr *bad;                                      \
 		struct ibv_wc wc;                                             \
+		/* What a reused completion array holds where the provider  \
+		 * writes nothing (garbage, as on hardware). */              \
+		memset(&wc, 0xa5, sizeof(wc));                                \
 		(void)bad;                                                    \
 		(void)wr;                                                     \
 		(void)wc;                                                     \

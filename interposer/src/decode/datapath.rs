@@ -627,10 +627,11 @@ impl<const HOT: bool> CompletionSource for Wc<'_, HOT> {
         let w = self.w;
         // The opcode's bit 7 first, alone: a receive completion fails here, at one test of
         // one byte. Then one test of the rest (no branch per field): success, no flags (so
-        // no immediate data either), no vendor error. The source QP and LID are receive-side
-        // fields, undefined here (not read: a short record does not hold them).
+        // no immediate data either). The vendor error is defined only for failed completions,
+        // the source QP and LID only for receive-side ones: undefined here, not read (a
+        // short record does not hold them; see [`defined_vendor_err`]).
         const _: () = assert!(IBV_WC_SUCCESS == 0 && IBV_WC_RECV == WC_RECV as u32);
-        w.opcode as u8 & WC_RECV == 0 && (w.status | w.wc_flags | w.vendor_err) == 0
+        w.opcode as u8 & WC_RECV == 0 && (w.status | w.wc_flags) == 0
     }
 
     #[inline(always)]
@@ -644,8 +645,8 @@ impl<const HOT: bool> CompletionSource for Wc<'_, HOT> {
         if !HOT {
             return wc_head(self.cq, w);
         }
-        // Then the vendor error.
-        (wc_qp_flags(w) & NOT_PLAIN == 0 && w.vendor_err == 0).then(|| head_of(self.cq, w))
+        // Then the vendor error (of a failed completion: a successful one has none).
+        (wc_qp_flags(w) & NOT_PLAIN == 0 && defined_vendor_err(w) == 0).then(|| head_of(self.cq, w))
     }
 
     #[inline(always)]
@@ -681,7 +682,20 @@ const fn qp_flags_word(src_qp: u32, flags: u32) -> u64 {
 /// What decides a completion's compact form (`None`: it has a vendor error).
 #[inline(always)]
 fn wc_head(cq: u64, w: &ibv_wc) -> Option<CompletionHead> {
-    (w.vendor_err == 0).then(|| head_of(cq, w))
+    (defined_vendor_err(w) == 0).then(|| head_of(cq, w))
+}
+
+/// A completion's vendor error as verbs defines it: only a failed completion has one
+/// (`ibv_poll_cq(3)`: "valid only if status != IBV_WC_SUCCESS"); 0 for a successful one,
+/// whose `vendor_err` holds whatever the caller's array held (rdma-core's mlx5 writes the
+/// field only when it parses an error CQE).
+#[inline(always)]
+pub fn defined_vendor_err(w: &ibv_wc) -> u32 {
+    if w.status == IBV_WC_SUCCESS {
+        0
+    } else {
+        w.vendor_err
+    }
 }
 
 /// A completion's [`CompletionHead`] (of the CQ `cq`).
@@ -728,7 +742,7 @@ fn decode_wc(w: &ibv_wc) -> Completion {
         wr_id: w.wr_id,
         status: w.status as u8,
         opcode: w.opcode as u8,
-        vendor_err: w.vendor_err,
+        vendor_err: defined_vendor_err(w),
         byte_len: w.byte_len,
         imm: wc_imm(w),
         qpn: w.qp_num,

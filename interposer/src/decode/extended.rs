@@ -140,7 +140,13 @@ pub unsafe fn cq_ex_polled(cq: *mut ibv_cq_ex, rc: c_int, r: &CqExReaders) {
             wr_id: (*cq).wr_id,
             status: (*cq).status as u8,
             opcode: read::<u32>(cq, r.opcode) as u8,
-            vendor_err: read(cq, r.vendor_err),
+            // Defined for failed completions only (as `datapath::defined_vendor_err`): not
+            // read for a successful one.
+            vendor_err: if (*cq).status == IBV_WC_SUCCESS {
+                0
+            } else {
+                read(cq, r.vendor_err)
+            },
             byte_len: read(cq, r.byte_len),
             imm,
             // Without IBV_WC_EX_WITH_QP_NUM: the CQ's QP when it serves exactly one.

@@ -1,6 +1,6 @@
 //! The hot completion paths' reading of a provider's completion ([`Wc`]: the opcode's bit 7
-//! first, then one test of status, flags and vendor error; one word for the source QP and
-//! flags) against the one definition of the compact
+//! first, then one test of status and flags; one word for the source QP and flags, then the
+//! vendor error of a failed completion) against the one definition of the compact
 //! forms (schemas `compact`): for every field that decides it, the same form as the ordinary
 //! path's ([`wc_head`], [`wc_body`], `ChunkWriter::try_append_plain_completion`).
 
@@ -36,10 +36,11 @@ const RECV_OPS: [u32; 10] = [
 
 /// Three completions and those that differ from each in one field: every flag bit in turn
 /// (immediate data and an invalidated rkey with their value), source QPs below, at and above
-/// 2^24, LIDs, every error status, vendor errors. The three: a short one (an RDMA write's,
-/// its receive-side fields 0), the same with the receive-side fields as the caller's array
-/// left them (mlx5 does not write them for send-side completions), and a receive with its
-/// source QP and LID. Then the first with every other opcode.
+/// 2^24, LIDs, every error status, vendor errors (of successful and of failed completions).
+/// The three: a short one (an RDMA write's, its receive-side fields 0), the same with the
+/// receive-side fields as the caller's array left them (mlx5 does not write them for
+/// send-side completions), and a receive with its source QP and LID. Then the first with
+/// every other opcode.
 fn variants() -> Vec<ibv_wc> {
     let short = ibv_wc {
         wr_id: 9,
@@ -81,6 +82,12 @@ fn variants() -> Vec<ibv_wc> {
         }
         for vendor_err in [1, 0x81, u32::MAX] {
             v.push(ibv_wc { vendor_err, ..base });
+            // A failed one's vendor error is defined: recorded, so never compact.
+            v.push(ibv_wc {
+                vendor_err,
+                status: IBV_WC_REM_ACCESS_ERR,
+                ..base
+            });
         }
     }
     for opcode in SEND_OPS.into_iter().chain(RECV_OPS) {
@@ -113,19 +120,21 @@ fn the_hot_paths_choose_the_form_the_ordinary_path_chooses() {
         if compact.is_some() {
             assert_eq!(hot.body(), wc_body(w), "variant {i}");
         }
-        // Short: exactly the successful send-side ones without flags or vendor error.
+        // Short: exactly the successful send-side ones without flags (a successful
+        // completion's vendor error is undefined: not read).
         let send_side = SEND_OPS.contains(&w.opcode);
-        let plain_send = send_side && w.status | w.wc_flags | w.vendor_err == 0;
+        let plain_send = send_side && w.status | w.wc_flags == 0;
         assert_eq!(short, plain_send, "variant {i}");
         assert_eq!(send_side, !RECV_OPS.contains(&w.opcode), "variant {i}");
         shorts += short as u32;
         compacts += compact.is_some() as u32;
     }
-    // Short: of the two send-side bases, each with its source QP and LID variants (2 × 10),
-    // and the send-side opcodes (9). Compact: of the short base and the receive, each itself,
-    // 6 flags below 256 (not 2, 8), 3 source QPs below 2^24, 4 LIDs, every error status
-    // (2 × (14 + statuses)); of the base with a 32-bit source QP only the 3 source QPs below
+    // Short: of the two send-side bases, each with its source QP, LID and vendor error
+    // variants (2 × 13: successful, so their vendor error is undefined), and the send-side
+    // opcodes (9). Compact: of the short base and the receive, each itself, 6 flags below 256
+    // (not 2, 8), 3 source QPs below 2^24, 4 LIDs, every error status, 3 vendor errors
+    // (2 × (17 + statuses)); of the base with a 32-bit source QP only the 3 source QPs below
     // 2^24; every opcode (19).
-    assert_eq!(shorts, 2 * 10 + 9);
-    assert_eq!(compacts, 2 * (14 + IBV_WC_TM_RNDV_INCOMPLETE) + 3 + 19);
+    assert_eq!(shorts, 2 * 13 + 9);
+    assert_eq!(compacts, 2 * (17 + IBV_WC_TM_RNDV_INCOMPLETE) + 3 + 19);
 }
