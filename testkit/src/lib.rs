@@ -14,6 +14,6 @@ pub mod process;
 pub mod trace;
 
 pub use artifacts::{artifact, build_dir, libsigmatrace, softnic_run, system_bin, workspace_root};
-pub use net::{free_port, listening};
+pub use net::{cm_listening, free_port, listening};
 pub use nsys::{nsys_fixture, NSYS_COMMON_CALLS};
 pub use process::{convert_logs, output_ok, output_text, Cmd, Guarded, Out, Running};

@@ -18,3 +18,14 @@ pub fn listening(port: u16) -> bool {
         })
     })
 }
+
+/// True when a server listens on `port` of port space `ps` (decimal, e.g. "106" for
+/// `RDMA_PS_TCP`) at 127.0.1.1 through softnic's librdmacm, whose listeners are abstract unix
+/// sockets `@softnic-cm:…:<ps>:<address>:<port>` (read from /proc/net/unix).
+pub fn cm_listening(ps: &str, port: u16) -> bool {
+    let suffix = format!(":{ps}:127.0.1.1:{port}");
+    std::fs::read_to_string("/proc/net/unix")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.contains("@softnic-cm:") && l.trim_end().ends_with(&suffix))
+}

@@ -3,6 +3,7 @@
 use crate::ffi::*;
 use crate::verbs::objects::{SnAh, SnCq, SnSrq};
 use crate::verbs::qp::{sn_qp, SnQp};
+use crate::verbs::wc;
 use crate::wire::state::*;
 use crate::wire::work::*;
 use crate::wire::{engine, queues};
@@ -323,7 +324,7 @@ pub unsafe extern "C" fn op_poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) 
         let mut got = 0;
         while got < n.max(0) as usize {
             let Some(w) = d.poll() else { break };
-            *wc.add(got) = w;
+            wc::deliver(wc.add(got), &w);
             got += 1;
         }
         return got as c_int;
@@ -335,7 +336,7 @@ pub unsafe extern "C" fn op_poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) 
     let mut got = 0;
     while got < n as usize {
         let Some(e) = q.pop_front() else { break };
-        *wc.add(got) = e.wc;
+        wc::deliver(wc.add(got), &e.wc);
         got += 1;
     }
     inner.count.fetch_sub(got, Ordering::AcqRel);

@@ -6,7 +6,8 @@
 //! post, poll, `ibv_wr_*`, `ibv_cq_ex`); `misc` holds helper entry points; `unsupported` the not-supported results and the
 //! provider interface (with `varargs.c` for its two variadic functions);
 //! `layout` checks the bindgen'd layouts at compile time; `by_number` finds PDs and CQs by
-//! the numbers PRM commands use. All of it runs on `crate::wire`.
+//! the numbers PRM commands use; `wc` writes a completion into the program's array the way
+//! mlx5 does (only the fields it defines). All of it runs on `crate::wire`.
 
 pub mod async_events;
 pub mod by_number;
@@ -17,3 +18,4 @@ pub mod misc;
 pub mod objects;
 pub mod qp;
 pub mod unsupported;
+pub mod wc;

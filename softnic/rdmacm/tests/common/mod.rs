@@ -9,14 +9,7 @@ use std::time::{Duration, Instant};
 
 pub const LIMIT: Duration = Duration::from_secs(120);
 
-/// Whether a socket named `...:<ps>:127.0.1.1:<port>` (a bound softnic CM id) exists.
-pub fn cm_listening(ps: &str, port: u16) -> bool {
-    let suffix = format!(":{ps}:127.0.1.1:{port}");
-    std::fs::read_to_string("/proc/net/unix")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.contains("@softnic-cm:") && l.trim_end().ends_with(&suffix))
-}
+pub use sigmatrace_testkit::cm_listening;
 
 pub struct Pair {
     pub server: Out,
