@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use sigmatrace_convert::read::input::LogInput;
 use sigmatrace_convert::{ConvertOptions, Report};
 use sigmatrace_integration::*;
-use sigmatrace_testkit::listening;
+use sigmatrace_testkit::{cm_listening, listening};
 
 #[path = "timelines/round_trips.rs"]
 mod round_trips;
@@ -96,7 +96,8 @@ fn execute(make: impl FnOnce() -> Run, dir: &Path, skew: bool) -> (PathBuf, Vec<
         .map(|(p, port)| {
             let g = launch(p, &logs, &fabric, skew);
             let t = Instant::now();
-            while !listening(*port) {
+            // A TCP listener, or a softnic rdma_cm one (librdmacm programs).
+            while !listening(*port) && !cm_listening("106", *port) {
                 assert!(
                     t.elapsed() < Duration::from_secs(30),
                     "{:?} never listened on {port}",
@@ -406,6 +407,48 @@ fn check(logs: &Path, expect: Expect, skew: bool, what: &str) -> Measured {
     }
     eprintln!("{what}: {m:?}");
     m
+}
+
+/// rping (rdmacm-utils, unmodified) over softnic's librdmacm. Per iteration the client SENDs
+/// two 16-byte buffer advertisements; the server RDMA READs the 64-byte ping, SENDs "go ahead",
+/// RDMA WRITEs the ping back and SENDs "done". At disconnect each side's posted receive is
+/// flushed — a failed completion, whose opcode verbs leaves undefined (rping polls into a
+/// stack `ibv_wc`; softnic, like mlx5, writes no opcode for it) — when its CQ thread polls it
+/// before the program exits. Every completion lands on its QP, every message is paired, and
+/// the completed-bytes counters add up to what the program moved.
+#[test]
+fn rping_with_flushed_receives() {
+    let n = 10u64;
+    for skew in [false, true] {
+        let what = format!("rping -C {n}{}", if skew { " (clock errors)" } else { "" });
+        let tmp = tempfile::tempdir().unwrap();
+        let run = || {
+            let port = free_port();
+            let cmd = |side: &str| format!("rping {side} -a 127.0.1.1 -p {port} -C {n}");
+            Run {
+                servers: vec![(proc_(1, &cmd("-s")), port)],
+                clients: vec![proc_(2, &format!("{} -v", cmd("-c")))],
+                persistent_servers: false,
+            }
+        };
+        let (logs, _) = execute(run, tmp.path(), skew);
+        let out = tmp.path().join("t.perfetto-trace");
+        let report =
+            sigmatrace_convert::convert_with_report(&[logs], &out, &ConvertOptions::default())
+                .unwrap();
+        let t = &report.summary.totals;
+        assert_eq!((t.wr_completed, t.wr_failed), (6 * n, 0), "{what}: {t:?}");
+        assert_eq!(t.orphan_completions, 0, "{what}: {t:?}");
+        assert_eq!((t.flows_out, t.flows_in), (4 * n, 4 * n), "{what}: {t:?}");
+        let flushed = t.recv_completed - 4 * n;
+        assert!(flushed <= 2, "{what}: {t:?}");
+        let v = validate(&out, &[]);
+        assert_eq!(v["stats"]["flows"], 4 * n, "{what}");
+        assert_eq!(v["stats"]["backward_flows"], 0, "{what}");
+        // Sends 2n·16 (client) and 2n·16 (server), reads and writes n·64 each, receives 4n·16.
+        assert_eq!(completed_bytes(&out), 256 * n as i128, "{what}");
+        eprintln!("{what}: {flushed} flushed receives polled");
+    }
 }
 
 /// The bytes a trace's "completed bytes/s" counters add up to: each sample is one

@@ -533,7 +533,12 @@ impl<'a> ProcessModel<'a> {
         // of every WR it completes (the unsignaled ones before it included) — its own
         // `byte_len` is defined for reads and atomics only (`ibv_poll_cq(3)`; mlx5 leaves it
         // as the caller's array held it for writes and sends).
-        let bytes = if wc.opcode >= verbs::wc::RECV {
+        let on_recv = if wc.status == 0 {
+            wc.opcode >= verbs::wc::RECV
+        } else {
+            self.failed_on_recv(qi, wc)
+        };
+        let bytes = if on_recv {
             self.recv_completion(sink, obs, t, qi, wc);
             wc.byte_len as i64
         } else {

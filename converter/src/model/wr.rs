@@ -214,6 +214,39 @@ impl ProcessModel<'_> {
         None
     }
 
+    /// Whether a failed completion on QP `qi` is a receive's. Verbs leaves a failed
+    /// completion's opcode undefined (rdma-core's mlx5 writes none for an error CQE: it is
+    /// what the program's array held), so the queue with a WR of its wr_id outstanding
+    /// decides — the receive queue (or the SRQ) or the send queue; only when both or neither
+    /// have one, the recorded opcode.
+    pub(super) fn failed_on_recv(&self, qi: usize, wc: &WorkCompletion) -> bool {
+        let sends = self.qps[qi].send.iter().any(|w| w.wr_id == wc.wr_id);
+        match (sends, self.has_recv(qi, wc.wr_id)) {
+            (true, false) => false,
+            (false, true) => true,
+            _ => wc.opcode >= verbs::wc::RECV,
+        }
+    }
+
+    /// Whether QP `qi` has receive WR `wr_id` outstanding, where [`Self::take_recv`] would
+    /// find it.
+    fn has_recv(&self, qi: usize, wr_id: u64) -> bool {
+        let q = &self.p.qps[qi];
+        if self.qps[qi].recv.iter().any(|r| r.wr_id == wr_id) {
+            return true;
+        }
+        let open = |k: &u64| {
+            self.srq_lanes
+                .get(k)
+                .is_some_and(|e| e.2.iter().any(|r| r.wr_id == wr_id))
+        };
+        if q.srq != 0 {
+            open(&q.srq)
+        } else {
+            self.srq_lanes.keys().any(open)
+        }
+    }
+
     /// The track of QP `qi`'s arrival markers when receive slices are not drawn (created on
     /// first use).
     #[inline]
