@@ -5,10 +5,10 @@
 //! cargo bench -p sigmatrace-interposer --bench overhead
 //! ```
 //!
-//! 1. No-op device (cprogs/noop_bench.c): the hook cost alone — post_send, poll_cq and both,
-//!    traced and untraced contexts interleaved in one process; median ns/op, with the log's
-//!    chunks prepared ahead (steady state) and with default settings (amortised, including
-//!    chunk preparation on a background thread).
+//! 1. No-op device (cprogs/noop_bench.c): the hook cost alone — post_send, poll_cq, both, a
+//!    receive completion and post_recv, traced and untraced contexts interleaved in one
+//!    process; median ns/op, with the log's chunks prepared ahead (steady state) and with
+//!    default settings (amortised, including chunk preparation on a background thread).
 //! 2. `valgrind --tool=callgrind`: instructions per op of the same loops (inclusive cost of
 //!    each loop function / ops), traced minus untraced.
 //! 3. Memory, log volume and tracer CPU: Debian's `ib_write_bw -q 16 -s 8 -n N` client over
@@ -144,6 +144,7 @@ fn callgrind_section(lib: &Path, tmp: &Path, logs: &Path) {
             ("poll", "poll"),
             ("both", "both"),
             ("recv", "poll (receive)"),
+            ("postrecv", "post recv"),
         ] {
             let (t, u) = (
                 cost(&format!("loop_{l}_traced")),

@@ -6,6 +6,10 @@
  * usage: hot_paths polls        completions of every shape, one per poll and several per poll,
  *                               prints each completion it returned ("wc ...") and each empty
  *                               poll ("empty <cq>")
+ *        hot_paths recvs        receive posts of every shape (one WR with one SGE: the hot path;
+ *                               several SGEs or WRs, a refused one, other QPs, enough to fill
+ *                               chunks), prints each WR the device accepted ("recv qpn wr_id bytes
+ *                               num_sge") and each refusal ("fail qpn wr_id rc")
  *        hot_paths storm N      N signaled one-SGE writes, each polled, while an interval timer's
  *                               SIGALRM handler posts an unsignaled write on a second QP and polls
  *                               an empty CQ (inside the tracer or inside the provider call: both
@@ -14,6 +18,7 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <infiniband/verbs.h>
 #include <signal.h>
 #include <stdint.h>
@@ -45,6 +50,23 @@ static int d_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_sen
 	return 0;
 }
 
+/* Accepts every receive WR but one with wr_id 13, refused with ENOMEM (and those after it). */
+static int d_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	for (; wr; wr = wr->next) {
+		if (wr->wr_id == 13) {
+			*bad = wr;
+			printf("fail %#x %lu %d\n", qp->qp_num, (unsigned long)wr->wr_id, ENOMEM);
+			return ENOMEM;
+		}
+		uint32_t bytes = 0;
+		for (int i = 0; i < wr->num_sge; i++)
+			bytes += wr->sg_list[i].length;
+		printf("recv %#x %lu %u %d\n", qp->qp_num, (unsigned long)wr->wr_id, bytes, wr->num_sge);
+	}
+	return 0;
+}
+
 static int d_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
 	struct cq *c = (struct cq *)cq;
@@ -63,6 +85,7 @@ static void make_ctx(void)
 	ctx.context.abi_compat = (void *)UINTPTR_MAX;
 	ctx.context.device = &dev;
 	ctx.context.ops.post_send = d_post_send;
+	ctx.context.ops.post_recv = d_post_recv;
 	ctx.context.ops.poll_cq = d_poll_cq;
 	int (*instr)(void *) = (int (*)(void *))dlsym(RTLD_DEFAULT, "sigmatrace_instrument_context");
 	if (instr && instr(&ctx.context) != 0) {
@@ -201,6 +224,40 @@ static void polls(void)
 	queue(a, w), poll(a, 1);
 }
 
+/* --- receive posts ---------------------------------------------------------------------- */
+
+static void post_one(struct ibv_qp *qp, struct ibv_recv_wr *wr)
+{
+	struct ibv_recv_wr *bad = NULL;
+	int rc = ibv_post_recv(qp, wr, &bad);
+	check(rc == 0 || (rc == ENOMEM && bad && bad->wr_id == 13), "post_recv");
+}
+
+static void recvs(void)
+{
+	static char buf[8192];
+	struct cq *c = new_cq();
+	struct ibv_qp *a = new_qp(c, 0x40), *b = new_qp(c, 0x41);
+	struct ibv_sge sge[2] = { { (uintptr_t)buf, 100, 1 }, { (uintptr_t)buf + 4096, 200, 1 } };
+	struct ibv_recv_wr w = { .sg_list = sge, .num_sge = 1 }, w2;
+	/* The first on its slot (ordinary path), then hot. */
+	for (uint64_t id = 1; id <= 3; id++)
+		w.wr_id = id, post_one(a, &w);
+	/* Two SGEs; two WRs; no SGE; a refused one; then hot again. */
+	w.wr_id = 10, w.num_sge = 2, post_one(a, &w);
+	w.num_sge = 1, w2 = w, w.wr_id = 11, w2.wr_id = 12, w.next = &w2, post_one(a, &w);
+	w.next = NULL, w.wr_id = 12, w.num_sge = 0, post_one(a, &w);
+	w.num_sge = 1, w.wr_id = 13, post_one(a, &w);
+	w.wr_id = 14, post_one(a, &w);
+	/* Another QP (not bound yet, then hot), the first again. */
+	w.wr_id = 20, post_one(b, &w);
+	w.wr_id = 21, post_one(b, &w);
+	w.wr_id = 22, post_one(a, &w);
+	/* Enough to fill chunks: the one that does not fit goes the ordinary way. */
+	for (uint64_t id = 1000; id < 3000; id++)
+		w.wr_id = id, sge[0].length = (uint32_t)id, post_one(id & 1 ? a : b, &w);
+}
+
 /* --- storm ------------------------------------------------------------------------------ */
 
 static struct ibv_qp *storm_qp;
@@ -253,12 +310,14 @@ static void storm(long n)
 int main(int argc, char **argv)
 {
 	make_ctx();
-	if (argc > 1 && !strcmp(argv[1], "polls")) {
+	if (argc > 1 && !strcmp(argv[1], "recvs")) {
+		recvs();
+	} else if (argc > 1 && !strcmp(argv[1], "polls")) {
 		polls();
 	} else if (argc > 2 && !strcmp(argv[1], "storm")) {
 		storm(atol(argv[2]));
 	} else {
-		fprintf(stderr, "usage: hot_paths polls | storm N\n");
+		fprintf(stderr, "usage: hot_paths polls | recvs | storm N\n");
 		return 2;
 	}
 	return 0;

@@ -27,6 +27,14 @@ static int nop_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_s
 	return 0;
 }
 
+static int nop_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	(void)qp;
+	(void)wr;
+	(void)bad;
+	return 0;
+}
+
 static int one_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
 	(void)n;
@@ -65,6 +73,7 @@ static struct dev *make(int traced, int recv)
 	d->v.context.abi_compat = (void *)UINTPTR_MAX;
 	d->v.context.device = &fake;
 	d->v.context.ops.post_send = nop_post_send;
+	d->v.context.ops.post_recv = nop_post_recv;
 	d->v.context.ops.poll_cq = recv ? one_recv_poll_cq : one_poll_cq;
 	d->qp.context = &d->v.context;
 	d->qp.qp_num = 0x42;
@@ -100,6 +109,11 @@ static struct ibv_sge sge = { (uintptr_t)buf, 8, 1 };
 		wr.wr.rdma.remote_addr = 0x1000;                              \
 		wr.wr.rdma.rkey = 5;                                          \
 		struct ibv_send_wr *bad;                                      \
+		struct ibv_recv_wr rwr = { .wr_id = 9, .sg_list = &sge,       \
+					   .num_sge = 1 };                    \
+		struct ibv_recv_wr *rbad;                                     \
+		(void)rwr;                                                    \
+		(void)rbad;                                                   \
 		struct ibv_wc wc;                                             \
 		/* What a reused completion array holds where the provider  \
 		 * writes nothing (garbage, as on hardware). */              \
@@ -121,6 +135,8 @@ LOOP(loop_both_traced, ibv_post_send(&d->qp, &wr, &bad); ibv_poll_cq(&d->cq, 1, 
 LOOP(loop_both_untraced, ibv_post_send(&d->qp, &wr, &bad); ibv_poll_cq(&d->cq, 1, &wc))
 LOOP(loop_recv_traced, ibv_poll_cq(&d->cq, 1, &wc))
 LOOP(loop_recv_untraced, ibv_poll_cq(&d->cq, 1, &wc))
+LOOP(loop_postrecv_traced, ibv_post_recv(&d->qp, &rwr, &rbad))
+LOOP(loop_postrecv_untraced, ibv_post_recv(&d->qp, &rwr, &rbad))
 
 typedef void (*loop_fn)(struct dev *, long);
 
@@ -144,7 +160,8 @@ int main(int argc, char **argv)
 	} loops[] = { { "post_send", loop_post_traced, loop_post_untraced, 0 },
 		      { "poll_cq", loop_poll_traced, loop_poll_untraced, 0 },
 		      { "post_send+poll_cq", loop_both_traced, loop_both_untraced, 0 },
-		      { "poll_cq (receive)", loop_recv_traced, loop_recv_untraced, 1 } };
+		      { "poll_cq (receive)", loop_recv_traced, loop_recv_untraced, 1 },
+		      { "post_recv", loop_postrecv_traced, loop_postrecv_untraced, 0 } };
 	const unsigned nloops = sizeof(loops) / sizeof(loops[0]);
 	if (!strcmp(argv[1], "count")) {
 		long ops = atol(argv[2]);

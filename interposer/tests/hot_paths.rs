@@ -1,5 +1,5 @@
 //! The hot paths (a one-WR `ibv_post_send` recorded before its provider call, a one-completion
-//! `ibv_poll_cq` recorded without a call) hand every case they cannot hold to the ordinary
+//! `ibv_poll_cq` and a one-WR `ibv_post_recv` recorded after it without a call) hand every case they cannot hold to the ordinary
 //! recording, and nothing is lost or recorded twice: cprogs/hot_paths.c prints what its
 //! device returned, and the log must say exactly that.
 
@@ -203,4 +203,44 @@ fn a_signal_storm_loses_nothing_uncounted() {
         theirs.len()
     );
     eprintln!("{handler} handler runs: {refused} events refused (inside the tracer)");
+}
+
+/// Receive posts of every shape — one WR with one SGE (the hot path), several SGEs, several
+/// WRs, no SGE, one the device refuses, another QP, enough to fill several 16 KiB chunks — are
+/// recorded exactly as the device accepted them, in order; the refused one as its error; the
+/// hot ones in 24-byte compact records.
+#[test]
+fn every_receive_post_is_recorded_as_accepted_whichever_path_takes_it() {
+    let env = [("SIGMATRACE_CHUNK_BYTES", "16K")];
+    let (out, t, _dir) = traced_run(&hot_paths(&["recvs"]), &env, LIMIT);
+    assert!(out.ok(), "{out:?}");
+    let (mut want, mut fails) = (Vec::new(), Vec::new());
+    for line in out.stdout.lines() {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        let n: Vec<u64> = w[2..].iter().map(|s| s.parse().unwrap()).collect();
+        match w[0] {
+            "recv" => want.push((hex(w[1]) as u32, n[0], n[1] as u32, n[2] as u16)),
+            "fail" => fails.push((hex(w[1]) as u32, n[0], n[1] as u32)),
+            other => panic!("{other}"),
+        }
+    }
+    assert_eq!(want.len(), 2011, "{}", out.stdout);
+    assert!(t.clean);
+    let got: Vec<_> = (t.recvs().iter())
+        .map(|r| (r.qpn, r.wr_id, r.bytes, r.num_sge))
+        .collect();
+    assert_eq!(got, want);
+    let errors: Vec<_> = (t.errors().iter())
+        .map(|e| (e.qpn, e.bad_wr_id, e.hdr.aux))
+        .collect();
+    assert_eq!(errors, fails);
+    assert!(t.recvs().windows(2).all(|w| w[0].ts <= w[1].ts));
+    // The one-WR, one-SGE posts after their queue's first in each chunk went compact.
+    let log = LogFile::open(&t.path).unwrap();
+    let compact = (log.chunks().iter())
+        .flat_map(|c| log.records(c).map(Result::unwrap))
+        .filter(|r| r.kind == RecordKind::PostRecv as u16 && r.bytes.len() == 24)
+        .count();
+    assert!(log.chunks().len() >= 3, "{} chunks", log.chunks().len());
+    assert!(compact >= 2000, "{compact} compact");
 }

@@ -1,6 +1,6 @@
-//! The writer's hot paths (`ChunkWriter::place_plain_send`, `append_bound_completion`) next to
-//! the ordinary compact appends: what they write, when they refuse, and that it all reads back
-//! as what the ordinary append writes.
+//! The writer's hot paths (`ChunkWriter::place_plain_send`, `append_bound_completion`,
+//! `append_bound_recv`) next to the ordinary compact appends: what they write, when they
+//! refuse, and that it all reads back as what the ordinary append writes.
 
 use sigmatrace_schemas::compact::*;
 use sigmatrace_schemas::{
@@ -279,4 +279,83 @@ fn read_back(file: &LogFile, cq: u64) -> Vec<(u64, u64, u32, u64)> {
         }
     }
     got
+}
+
+/// The receive hot path (`append_bound_recv`) writes a one-SGE receive post only when its
+/// queue's slot is bound in the chunk (an ordinary append binds it), the chunk has room and
+/// the time is within reach of the base and before the horizon; what it writes reads back as
+/// the `PostRecv` the ordinary append of the same post writes.
+#[test]
+fn the_receive_hot_path_writes_what_the_ordinary_append_writes() {
+    use sigmatrace_schemas::records::{post_source, PostRecv, RecordHeader};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("recv.sigmalog");
+    let ts = Timestamper::detect();
+    let header = FileHeader::for_current_process(ts.source(), 1 << 30, ts.snapshot(), 4096);
+    let options = WriterOptions {
+        chunk_size: 4096,
+        max_bytes: 1 << 24,
+        ..Default::default()
+    };
+    let log = LogWriter::create(&path, &header, options).unwrap();
+    let mut w = log.thread_writer(9);
+    let full = |ts: u64, qpn: u32, srq: u64, wr_id: u64| PostRecv {
+        hdr: RecordHeader::of::<PostRecv>(0),
+        ts,
+        wr_id,
+        qpn,
+        bytes: 4096 + wr_id as u32,
+        srq,
+        num_sge: 1,
+        source: post_source::POST_RECV,
+        _pad: [0; 5],
+    };
+    let key = |qpn: u32| qpn as u64 | (post_source::POST_RECV as u64) << 32;
+    let mut want = Vec::new();
+    let hot = |w: &mut ChunkWriter, r: PostRecv, want: &mut Vec<PostRecv>| {
+        let done = w.append_bound_recv(r.ts, r.srq, key(r.qpn), || (r.wr_id, r.bytes));
+        if done {
+            want.push(r);
+        }
+        done
+    };
+    // (The SRQ handle maps the queue to another slot than the QP alone.)
+    let (q, srq) = (7, 0x5040);
+    // No chunk, then no slot.
+    assert!(!hot(&mut w, full(T0, q, 0, 1), &mut want));
+    w.append(&full(T0, q, 0, 2));
+    want.push(full(T0, q, 0, 2));
+    assert!(hot(&mut w, full(T0 + 1, q, 0, 3), &mut want));
+    // Another QP; the same QP's source with an SRQ handle: not bound. Bound by an append.
+    assert!(!hot(&mut w, full(T0 + 2, q + 1, 0, 4), &mut want));
+    assert!(!hot(&mut w, full(T0 + 2, q, srq, 4), &mut want));
+    w.append(&full(T0 + 2, q, srq, 5));
+    want.push(full(T0 + 2, q, srq, 5));
+    assert!(hot(&mut w, full(T0 + 3, q, srq, 6), &mut want));
+    assert!(hot(&mut w, full(T0 + 3, q, 0, 7), &mut want));
+    // Time before the base, out of reach, the horizon.
+    assert!(!hot(&mut w, full(T0 - 1, q, 0, 8), &mut want));
+    assert!(!hot(&mut w, full(T0 + DTS_LIMIT, q, 0, 8), &mut want));
+    w.set_horizon(T0 + 100);
+    assert!(!hot(&mut w, full(T0 + 100, q, 0, 8), &mut want));
+    assert!(hot(&mut w, full(T0 + 99, q, 0, 9), &mut want));
+    w.set_horizon(u64::MAX);
+    // Until the chunk is full: then refused, nothing lost.
+    let mut id = 100;
+    while hot(&mut w, full(T0 + 200, q, 0, id), &mut want) {
+        id += 1;
+    }
+    assert!((100..200).contains(&(id - 100)), "{} written", id - 100);
+    assert_eq!(log.losses().total, 0);
+    drop(w);
+    let file = LogFile::open(&path).unwrap();
+    assert!(file.salvage().is_clean(), "{:?}", file.salvage());
+    let got: Vec<PostRecv> = (file.chunks().iter())
+        .flat_map(|c| file.records(c).map(Result::unwrap))
+        .map(|r| match r.decode().unwrap() {
+            Record::PostRecv(p) => *p,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(got, want);
 }

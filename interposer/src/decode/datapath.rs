@@ -592,6 +592,24 @@ unsafe fn polled_one(cq: u64, w: *const ibv_wc, ts: u64) -> bool {
     data::bound_completion(cq, ts, &wc)
 }
 
+/// The hook's hot path for an `ibv_post_recv` the provider accepted, when
+/// `sink::fast::RECV` is on: records it (`data::bound_recv`, at `ts`, the TSC read before the
+/// call) when it is one WR with one SGE, the thread is ready and its compact record needs no
+/// bookkeeping; false when nothing was written (the hook then records the post the ordinary
+/// way, [`recvs_qp`]). No call, nothing that can panic (as [`place_send`]).
+///
+/// # Safety
+/// `qp` live, `wr` the program's list (null or valid), as passed to the provider.
+#[inline(always)]
+pub unsafe fn recv_fast(qp: *mut ibv_qp, wr: *mut ibv_recv_wr, ts: u64) -> bool {
+    // SAFETY: wr is the program's list, valid for the call; checked non-null first.
+    if wr.is_null() || unsafe { !(*wr).next.is_null() || (*wr).num_sge != 1 } {
+        return false;
+    }
+    // SAFETY: qp is live; wr has one SGE (the provider read the same).
+    unsafe { data::bound_recv(ts, (*qp).qp_num, || ((*wr).wr_id, (*(*wr).sg_list).length)) }
+}
+
 /// The hook's hot path for a poll that returned one completion `wc` of `cq`, when
 /// `sink::fast::POLL` is on: records it (`data::bound_completion`, at the TSC read now) when
 /// it needs nothing but its compact record — no vendor error, no immediate data or

@@ -1,9 +1,9 @@
 //! Data-path records: posted work requests, completions, empty polls.
 //!
-//! The hot paths (one WR of `ibv_post_send`, the completions of `ibv_poll_cq`) write each
-//! record in place, into a slot reserved in the thread's chunk: the caller hands a closure
-//! that decodes the program's structure only once the slot is reserved, so nothing decoded
-//! has to survive a call and no intermediate record is copied.
+//! The hot paths (one WR of `ibv_post_send` or `ibv_post_recv`, the completions of
+//! `ibv_poll_cq`) write each record in place, into a slot reserved in the thread's chunk:
+//! the caller hands a closure that decodes the program's structure only once the slot is
+//! reserved, so nothing decoded has to survive a call and no intermediate record is copied.
 
 use sigmatrace_schemas::{
     compact::{CompletionBody, CompletionHead, CompletionSource, SendBody, SendHead},
@@ -240,6 +240,19 @@ pub fn completion(ts: u64, cq: u64, c: &Completion) -> WorkCompletion {
         opcode: c.opcode,
         slid: c.slid,
         vendor_err: c.vendor_err,
+    }
+}
+
+/// One receive WR with one SGE (`body()`: its wr_id and length) that `ibv_post_recv` on QP
+/// `qpn` accepted, recorded at `ts` on the hot path (no call) when the thread is ready and
+/// its compact record needs no bookkeeping (a due clock snapshot included); false when
+/// nothing was written: the caller records the post the ordinary way.
+#[inline(always)]
+pub fn bound_recv(ts: u64, qpn: u32, body: impl FnOnce() -> (u64, u32)) -> bool {
+    let key = qpn as u64 | (post_source::POST_RECV as u64) << 32;
+    match sink::enter_ready(0) {
+        Some(mut t) => t.append_bound_recv(ts, 0, key, body),
+        None => false,
     }
 }
 

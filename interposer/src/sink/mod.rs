@@ -22,7 +22,8 @@ mod thread;
 pub use skew::ClockSkew;
 pub use switches::{
     cat, current_timestamper, diag, diag_enabled, disable, fast, fast_poll_rc, is_disabled,
-    is_fast, is_fast_poll_rc, is_fast_send, mask, now, snapshot, tracing, tsc, ClockChoice, Diag,
+    is_fast, is_fast_poll_rc, is_fast_recv, is_fast_send, mask, now, snapshot, tracing, tsc,
+    ClockChoice, Diag,
 };
 
 use std::path::{Path, PathBuf};

@@ -79,7 +79,7 @@ static DIAG: AtomicU8 = AtomicU8::new(Diag::Error as u8);
 static DISABLED: AtomicBool = AtomicBool::new(false);
 /// The hot paths' switches ([`fast`]), derived from `MASK` and `CLOCK` whenever they
 /// change: one load and test decides a hot path.
-static FAST: [AtomicBool; 2] = [const { AtomicBool::new(false) }; 2];
+static FAST: [AtomicBool; 3] = [const { AtomicBool::new(false) }; 3];
 
 /// The hot paths' switches ([`is_fast`]).
 pub mod fast {
@@ -87,6 +87,8 @@ pub mod fast {
     pub const SEND: usize = 0;
     /// Completions are traced and timestamps are plain TSC reads.
     pub const POLL: usize = 1;
+    /// Receive posts are traced and timestamps are plain TSC reads.
+    pub const RECV: usize = 2;
 }
 
 /// Whether the hot path `which` ([`fast`]) is on: its category is traced and [`now`] is a
@@ -100,6 +102,18 @@ pub fn is_fast(which: usize) -> bool {
 /// (an atomic load feeding a compare takes a load, a test and a branch).
 #[inline(always)]
 pub fn is_fast_send() -> bool {
+    is_fast_in_memory::<{ fast::SEND }>()
+}
+
+/// [`is_fast`]`(fast::RECV)`, as [`is_fast_send`].
+#[inline(always)]
+pub fn is_fast_recv() -> bool {
+    is_fast_in_memory::<{ fast::RECV }>()
+}
+
+/// [`is_fast`]`(W)` as one compare of the switch's byte in memory and its branch.
+#[inline(always)]
+fn is_fast_in_memory<const W: usize>() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         // SAFETY: reads the switch's byte, an `AtomicBool` (a plain byte load is an atomic
@@ -109,7 +123,7 @@ pub fn is_fast_send() -> bool {
                 "cmp byte ptr [rip + {switch} + {which}], 0",
                 "jne {on}",
                 switch = sym FAST,
-                which = const fast::SEND,
+                which = const W,
                 on = label { return true },
                 options(nostack, readonly),
             );
@@ -117,7 +131,7 @@ pub fn is_fast_send() -> bool {
         false
     }
     #[cfg(not(target_arch = "x86_64"))]
-    is_fast(fast::SEND)
+    is_fast(W)
 }
 
 /// What `ibv_poll_cq` returns when its hot path may take the poll: 1 when
@@ -167,6 +181,7 @@ fn set_fast() {
     let tsc = CLOCK.load(Ordering::Relaxed) == TimestampSource::Tsc as u8;
     FAST[fast::SEND].store(tsc && tracing(cat::SEND), Ordering::Relaxed);
     FAST[fast::POLL].store(tsc && tracing(cat::COMPLETIONS), Ordering::Relaxed);
+    FAST[fast::RECV].store(tsc && tracing(cat::RECV), Ordering::Relaxed);
     let rc = if tsc && tracing(cat::COMPLETIONS) {
         1
     } else {

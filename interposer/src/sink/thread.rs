@@ -529,6 +529,21 @@ impl<'a> Thread<'a> {
         unsafe { self.out.s.writer() }.append_bound_completion(ts, cq, wc)
     }
 
+    /// The hot receive path: the compact `PostRecv` of a one-SGE receive WR at `ts`, when it
+    /// needs no bookkeeping (`ChunkWriter::append_bound_recv`); false when nothing was
+    /// written.
+    #[inline(always)]
+    pub fn append_bound_recv(
+        &mut self,
+        ts: u64,
+        object: u64,
+        key: u64,
+        body: impl FnOnce() -> (u64, u32),
+    ) -> bool {
+        // SAFETY: an Out's writer is initialised.
+        unsafe { self.out.s.writer() }.append_bound_recv(ts, object, key, body)
+    }
+
     /// Appends a metadata record (StringDef, Annotation, ThreadName).
     pub fn append_meta(&mut self, kind: RecordKind, aux: u32, key: u64, payload: &[u8]) {
         // SAFETY: an Out's writer is initialised.

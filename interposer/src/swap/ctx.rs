@@ -297,20 +297,69 @@ unsafe fn post_send_failed(
     rc
 }
 
+/// `ibv_post_recv`. The hot path — receives traced with TSC timestamps, one WR with one
+/// SGE accepted — records it after the call without one (`datapath::recv_fast`); every other
+/// post goes to [`post_recv_recorded`] (`extern "C"`, a tail call).
 unsafe extern "C" fn post_recv<const S: usize>(
     qp: *mut ibv_qp,
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    // SAFETY: the program's arguments to `ibv_post_recv`, read as the provider reads them.
-    unsafe {
-        recv_post(
-            "post_recv",
-            orig(S, POST_RECV),
-            (qp, wr, bad),
-            datapath::recvs_qp,
-        )
+    if !sink::is_fast_recv() {
+        // SAFETY: the program's own arguments.
+        return unsafe { post_recv_other::<S>(qp, wr, bad) };
     }
+    // Before the call: a message can arrive into the buffer as soon as it returns.
+    let ts = sink::tsc();
+    let real: PostRecvFn = orig(S, POST_RECV);
+    // SAFETY: forwarding the program's own arguments to the provider.
+    let rc = unsafe { real(qp, wr, bad) };
+    if rc != 0 {
+        // SAFETY: as above.
+        return unsafe { post_recv_recorded(qp, wr, bad, rc, ts) };
+    }
+    // SAFETY: qp and wr as the provider read them.
+    if unsafe { datapath::recv_fast(qp, wr, ts) } {
+        return 0;
+    }
+    // SAFETY: as above.
+    unsafe { post_recv_recorded(qp, wr, bad, 0, ts) }
+}
+
+/// [`post_recv`] off the hot path: receives untraced (forwarded), or timestamps that are
+/// not plain TSC reads.
+///
+/// # Safety
+/// The program's arguments to `ibv_post_recv`.
+#[inline(never)]
+unsafe extern "C" fn post_recv_other<const S: usize>(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    let real: PostRecvFn = orig(S, POST_RECV);
+    // SAFETY: the program's arguments to `ibv_post_recv`, read as the provider reads them.
+    unsafe { recv_post("post_recv", real, (qp, wr, bad), datapath::recvs_qp) }
+}
+
+/// The ordinary recording of an `ibv_post_recv` that returned `rc` (called at `ts`).
+///
+/// # Safety
+/// As `datapath::recvs_qp`.
+#[inline(never)]
+unsafe extern "C" fn post_recv_recorded(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+    rc: c_int,
+    ts: u64,
+) -> c_int {
+    // SAFETY: per caller.
+    guard::run("post_recv", || unsafe {
+        datapath::recvs_qp(qp, wr, bad, rc, ts)
+    });
+    // Opaque, so that the hook does not keep `rc` across this call but jumps here.
+    std::hint::black_box(rc)
 }
 
 /// The body of the receive-side post hooks (`ibv_post_recv`, `ibv_post_srq_recv`,

@@ -45,8 +45,10 @@ pub(crate) struct SlotTable {
     /// Completion slots: the CQ handle and the QPN.
     pub(crate) cq: [u64; WRITER_SLOTS],
     pub(crate) cq_qpn: [u32; WRITER_SLOTS],
-    /// Receive slots: the SRQ handle (0 if none) and `qpn | source << 32`.
-    recv: [[u64; 2]; WRITER_SLOTS],
+    /// Receive slots: `qpn | source << 32` and the SRQ handle (0 if none), apart so that
+    /// the hot path compares each with one scaled load.
+    recv_key: [u64; WRITER_SLOTS],
+    recv_srq: [u64; WRITER_SLOTS],
     /// Every slot's `tslot` bits (slot << 24), read by the hot paths.
     pub(crate) hi: [u32; 3 * WRITER_SLOTS],
 }
@@ -60,7 +62,8 @@ impl SlotTable {
             send: [UNBOUND; WRITER_SLOTS],
             cq: [0; WRITER_SLOTS],
             cq_qpn: [UNBOUND_QPN; WRITER_SLOTS],
-            recv: [[0, UNBOUND]; WRITER_SLOTS],
+            recv_key: [UNBOUND; WRITER_SLOTS],
+            recv_srq: [0; WRITER_SLOTS],
             hi: std::array::from_fn(|i| (i as u32) << DTS_BITS),
         }
     }
@@ -69,7 +72,7 @@ impl SlotTable {
     pub(crate) fn new_chunk(&mut self) {
         self.send = [UNBOUND; WRITER_SLOTS];
         self.cq_qpn = [UNBOUND_QPN; WRITER_SLOTS];
-        self.recv = [[0, UNBOUND]; WRITER_SLOTS];
+        self.recv_key = [UNBOUND; WRITER_SLOTS];
         self.set_base(0);
     }
 
@@ -95,7 +98,8 @@ impl SlotTable {
             }
             _ => {
                 let i = slot_of(object, qpn);
-                (RECV_REGION + i, self.recv[i] == [object, key])
+                let bound = self.recv_key[i] == key && self.recv_srq[i] == object;
+                (RECV_REGION + i, bound)
             }
         }
     }
@@ -113,7 +117,7 @@ impl SlotTable {
                 slot_role::COMPLETION
             }
             _ => {
-                self.recv[i] = [object, key];
+                (self.recv_key[i], self.recv_srq[i]) = (key, object);
                 slot_role::RECV
             }
         }
@@ -389,6 +393,54 @@ impl ChunkWriter {
         true
     }
 
+    /// Appends and publishes the compact `PostRecv` at `ts` of one receive WR with one SGE
+    /// (`body()`: its wr_id and length) posted to the receive queue (`object` = its SRQ handle,
+    /// 0 when none; `key` = qpn | source << 32) — what `append` of that full record writes —
+    /// only when it needs no bookkeeping: the current chunk has room, `ts` is within reach of
+    /// its time base and before the horizon, and the queue has its slot. Returns false
+    /// otherwise (nothing written, nothing counted: the caller appends it the ordinary way,
+    /// which writes the bookkeeping for the next one). No call, so the caller's scratch
+    /// registers are enough.
+    #[inline(always)]
+    pub fn append_bound_recv(
+        &mut self,
+        ts: u64,
+        object: u64,
+        key: u64,
+        body: impl FnOnce() -> (u64, u32),
+    ) -> bool {
+        let dts = ts.wrapping_sub(self.slots.base);
+        let i = slot_of(object, key as u32);
+        // `place_limit` is 0 when the writer does not compact, and leaves room for a
+        // `PostSendCompact`, larger than this record.
+        if dts >= self.slots.lim
+            || self.pos() >= self.place_limit
+            || self.slots.recv_key[i] != key
+            || self.slots.recv_srq[i] != object
+        {
+            return false;
+        }
+        let tslot = dts as u32 | self.slots.hi[RECV_REGION + i];
+        let c = self.at_pos() as *mut PostRecvCompact;
+        let (wr_id, bytes) = body();
+        // SAFETY: `place_limit` leaves room for this record inside our exclusively owned
+        // chunk; the position is 8-aligned; each field is written once.
+        unsafe {
+            std::ptr::addr_of_mut!((*c).kind)
+                .cast::<u32>()
+                .write(kind_len::<PostRecvCompact>());
+            std::ptr::addr_of_mut!((*c).tslot).write(tslot);
+            std::ptr::addr_of_mut!((*c).wr_id).write(wr_id);
+            std::ptr::addr_of_mut!((*c).bytes).write(bytes);
+            // `num_sge` 1 and the padding: one constant store.
+            std::ptr::addr_of_mut!((*c).num_sge)
+                .cast::<u32>()
+                .write(ONE_SGE);
+        }
+        self.publish(size_of::<PostRecvCompact>() as u32);
+        true
+    }
+
     /// Appends the compact record `C` (filled whole by `fill`, given its `tslot` word) of the
     /// queue (`object`, `key` = qpn | source << 32), after the `TimeBase` and `SlotBind` it
     /// needs; all published with one store. Drops are counted as the full kind's.
@@ -531,6 +583,18 @@ const _: () = assert!(
 );
 
 /// The first word of a compact record `C`: `kind` and `len` (u16 each, in this order).
+/// A `PostRecvCompact`'s `num_sge` (1) and `_pad` (0) as the one 4-byte word they occupy.
+const ONE_SGE: u32 = {
+    let n = 1u16.to_ne_bytes();
+    u32::from_ne_bytes([n[0], n[1], 0, 0])
+};
+const _: () = assert!(
+    std::mem::offset_of!(PostRecvCompact, _pad)
+        == std::mem::offset_of!(PostRecvCompact, num_sge) + 2
+        && std::mem::offset_of!(PostRecvCompact, num_sge) % 4 == 0
+        && size_of::<PostRecvCompact>() == std::mem::offset_of!(PostRecvCompact, num_sge) + 4
+);
+
 const fn kind_len<C: FixedRecord>() -> u32 {
     let (k, l) = (
         (C::KIND as u16).to_ne_bytes(),
