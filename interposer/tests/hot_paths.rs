@@ -179,6 +179,24 @@ fn a_signal_storm_loses_nothing_uncounted() {
     );
     let wcs: Vec<u64> = t.wcs().iter().map(|w| w.wr_id).collect();
     assert_eq!(wcs, (0..n).collect::<Vec<_>>(), "the program's completions");
+    // Receives (the hot receive path, after the provider call) the same way.
+    let (my_recvs, their_recvs): (Vec<_>, Vec<_>) =
+        t.recvs().into_iter().partition(|r| r.wr_id < 1 << 40);
+    let recv_ids: Vec<u64> = my_recvs.iter().map(|r| r.wr_id).collect();
+    assert_eq!(
+        recv_ids,
+        (0..n).collect::<Vec<_>>(),
+        "the program's receives"
+    );
+    let mut handler_recvs: Vec<u64> = their_recvs.iter().map(|r| r.wr_id).collect();
+    handler_recvs.sort_unstable();
+    handler_recvs.dedup();
+    assert_eq!(
+        handler_recvs.len(),
+        their_recvs.len(),
+        "no handler receive twice"
+    );
+    assert!(handler_recvs.iter().all(|&id| id - (1 << 40) < handler));
     let mut handler_ids = ids(&theirs);
     handler_ids.sort_unstable();
     handler_ids.dedup();
@@ -197,10 +215,12 @@ fn a_signal_storm_loses_nothing_uncounted() {
         .sum();
     assert_eq!(log.header().dropped, 0, "nothing dropped for room");
     assert_eq!(
-        theirs.len() as u64 + empty + refused,
-        2 * handler,
-        "{} handler writes, {empty} empty polls, {refused} refused: the handler did {handler} of each",
-        theirs.len()
+        theirs.len() as u64 + their_recvs.len() as u64 + empty + refused,
+        3 * handler,
+        "{} handler writes, {} receives, {empty} empty polls, {refused} refused: the handler did \
+         {handler} of each",
+        theirs.len(),
+        their_recvs.len()
     );
     eprintln!("{handler} handler runs: {refused} events refused (inside the tracer)");
 }
