@@ -148,15 +148,7 @@ impl Hot {
 #[test]
 fn hot_paths_write_only_records_that_need_no_bookkeeping() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("hot.sigmalog");
-    let ts = Timestamper::detect();
-    let header = FileHeader::for_current_process(ts.source(), 1 << 30, ts.snapshot(), 4096);
-    let options = WriterOptions {
-        chunk_size: 4096,
-        max_bytes: 1 << 24,
-        ..Default::default()
-    };
-    let log = LogWriter::create(&path, &header, options).unwrap();
+    let (path, log) = small_chunk_log(dir.path());
     let mut h = Hot {
         w: log.thread_writer(9),
         want: Vec::new(),
@@ -250,6 +242,20 @@ fn hot_paths_write_only_records_that_need_no_bookkeeping() {
     assert_eq!(kinds(RecordKind::CompletionCompact), completions - 5);
 }
 
+/// A log in `dir` with 4 KiB chunks, for the hot-path tests.
+fn small_chunk_log(dir: &std::path::Path) -> (std::path::PathBuf, LogWriter) {
+    let path = dir.join("hot.sigmalog");
+    let ts = Timestamper::detect();
+    let header = FileHeader::for_current_process(ts.source(), 1 << 30, ts.snapshot(), 4096);
+    let options = WriterOptions {
+        chunk_size: 4096,
+        max_bytes: 1 << 24,
+        ..Default::default()
+    };
+    let log = LogWriter::create(&path, &header, options).unwrap();
+    (path, log)
+}
+
 /// The posts and completions (of the CQ `cq`) of `file` as [`Hot`] records them.
 fn read_back(file: &LogFile, cq: u64) -> Vec<(u64, u64, u32, u64)> {
     let mut got = Vec::new();
@@ -289,15 +295,7 @@ fn read_back(file: &LogFile, cq: u64) -> Vec<(u64, u64, u32, u64)> {
 fn the_receive_hot_path_writes_what_the_ordinary_append_writes() {
     use sigmatrace_schemas::records::{post_source, PostRecv, RecordHeader};
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("recv.sigmalog");
-    let ts = Timestamper::detect();
-    let header = FileHeader::for_current_process(ts.source(), 1 << 30, ts.snapshot(), 4096);
-    let options = WriterOptions {
-        chunk_size: 4096,
-        max_bytes: 1 << 24,
-        ..Default::default()
-    };
-    let log = LogWriter::create(&path, &header, options).unwrap();
+    let (path, log) = small_chunk_log(dir.path());
     let mut w = log.thread_writer(9);
     let full = |ts: u64, qpn: u32, srq: u64, wr_id: u64| PostRecv {
         hdr: RecordHeader::of::<PostRecv>(0),
