@@ -7,7 +7,8 @@
  *                               prints each completion it returned ("wc ...") and each empty
  *                               poll ("empty <cq>")
  *        hot_paths recvs        receive posts of every shape (one WR with one SGE: the hot path;
- *                               several SGEs or WRs, a refused one, other QPs, enough to fill
+ *                               several SGEs or WRs, a refused one, other QPs, an SRQ (printed
+ *                               with QPN 0), enough to fill
  *                               chunks), prints each WR the device accepted ("recv qpn wr_id bytes
  *                               num_sge") and each refusal ("fail qpn wr_id rc")
  *        hot_paths storm N      N receives and signaled one-SGE writes, each polled, while an
@@ -73,6 +74,14 @@ static int d_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_rec
 	return 0;
 }
 
+/* An SRQ's posts: as a QP's, printed with QPN 0. */
+static int d_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	static struct ibv_qp none;
+	(void)srq;
+	return d_post_recv(&none, wr, bad);
+}
+
 static int d_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
 	struct cq *c = (struct cq *)cq;
@@ -92,6 +101,7 @@ static void make_ctx(void)
 	ctx.context.device = &dev;
 	ctx.context.ops.post_send = d_post_send;
 	ctx.context.ops.post_recv = d_post_recv;
+	ctx.context.ops.post_srq_recv = d_post_srq_recv;
 	ctx.context.ops.poll_cq = d_poll_cq;
 	int (*instr)(void *) = (int (*)(void *))dlsym(RTLD_DEFAULT, "sigmatrace_instrument_context");
 	if (instr && instr(&ctx.context) != 0) {
@@ -259,9 +269,19 @@ static void recvs(void)
 	w.wr_id = 20, post_one(b, &w);
 	w.wr_id = 21, post_one(b, &w);
 	w.wr_id = 22, post_one(a, &w);
-	/* Enough to fill chunks: the one that does not fit goes the ordinary way. */
-	for (uint64_t id = 1000; id < 3000; id++)
-		w.wr_id = id, sge[0].length = (uint32_t)id, post_one(id & 1 ? a : b, &w);
+	/* Enough to fill chunks: the one that does not fit goes the ordinary way; every third
+	 * to a shared receive queue. */
+	struct ibv_srq *srq = calloc(1, sizeof(*srq));
+	srq->context = &ctx.context;
+	for (uint64_t id = 1000; id < 3000; id++) {
+		w.wr_id = id, sge[0].length = (uint32_t)id;
+		if (id % 3 == 0) {
+			struct ibv_recv_wr *bad = NULL;
+			check(ibv_post_srq_recv(srq, &w, &bad) == 0, "post_srq_recv");
+		} else {
+			post_one(id & 1 ? a : b, &w);
+		}
+	}
 }
 
 /* --- storm ------------------------------------------------------------------------------ */

@@ -226,7 +226,8 @@ fn a_signal_storm_loses_nothing_uncounted() {
 }
 
 /// Receive posts of every shape — one WR with one SGE (the hot path), several SGEs, several
-/// WRs, no SGE, one the device refuses, another QP, enough to fill several 16 KiB chunks — are
+/// WRs, no SGE, one the device refuses, another QP, an SRQ, enough to fill several 16 KiB
+/// chunks — are
 /// recorded exactly as the device accepted them, in order; the refused one as its error; the
 /// hot ones in 24-byte compact records.
 #[test]
@@ -250,6 +251,14 @@ fn every_receive_post_is_recorded_as_accepted_whichever_path_takes_it() {
         .map(|r| (r.qpn, r.wr_id, r.bytes, r.num_sge))
         .collect();
     assert_eq!(got, want);
+    // A third of the bulk went to the SRQ: QPN 0 and its handle.
+    let srq: Vec<u64> = (t.recvs().iter())
+        .filter(|r| r.qpn == 0)
+        .map(|r| r.srq)
+        .collect();
+    assert_eq!(srq.len(), 666);
+    assert!(srq.iter().all(|&h| h != 0 && h == srq[0]));
+    assert!(t.recvs().iter().all(|r| (r.qpn == 0) == (r.srq != 0)));
     let errors: Vec<_> = (t.errors().iter())
         .map(|e| (e.qpn, e.bad_wr_id, e.hdr.aux))
         .collect();

@@ -602,12 +602,39 @@ unsafe fn polled_one(cq: u64, w: *const ibv_wc, ts: u64) -> bool {
 /// `qp` live, `wr` the program's list (null or valid), as passed to the provider.
 #[inline(always)]
 pub unsafe fn recv_fast(qp: *mut ibv_qp, wr: *mut ibv_recv_wr, ts: u64) -> bool {
+    // SAFETY: wr per caller; qp is live (read only once the WR has one SGE).
+    unsafe { one_sge_recv(wr, || ((*qp).qp_num, 0, post_source::POST_RECV), ts) }
+}
+
+/// [`recv_fast`] for an `ibv_post_srq_recv` (its records: QPN 0, the SRQ's handle).
+///
+/// # Safety
+/// `srq` live, `wr` the program's list (null or valid), as passed to the provider.
+#[inline(always)]
+pub unsafe fn srq_recv_fast(srq: *mut ibv_srq, wr: *mut ibv_recv_wr, ts: u64) -> bool {
+    // SAFETY: per caller.
+    unsafe { one_sge_recv(wr, || (0, srq as u64, post_source::POST_SRQ_RECV), ts) }
+}
+
+/// The hot receive record of `wr` when it is one WR with one SGE (`target()`: QPN, SRQ
+/// handle, source).
+///
+/// # Safety
+/// `wr` the program's list (null or valid).
+#[inline(always)]
+unsafe fn one_sge_recv(
+    wr: *mut ibv_recv_wr,
+    target: impl FnOnce() -> (u32, u64, u8),
+    ts: u64,
+) -> bool {
     // SAFETY: wr is the program's list, valid for the call; checked non-null first.
     if wr.is_null() || unsafe { !(*wr).next.is_null() || (*wr).num_sge != 1 } {
         return false;
     }
-    // SAFETY: qp is live; wr has one SGE (the provider read the same).
-    unsafe { data::bound_recv(ts, (*qp).qp_num, || ((*wr).wr_id, (*(*wr).sg_list).length)) }
+    // SAFETY: wr has one SGE (the provider read the same).
+    data::bound_recv(ts, target(), || unsafe {
+        ((*wr).wr_id, (*(*wr).sg_list).length)
+    })
 }
 
 /// The hook's hot path for a poll that returned one completion `wc` of `cq`, when

@@ -243,15 +243,20 @@ pub fn completion(ts: u64, cq: u64, c: &Completion) -> WorkCompletion {
     }
 }
 
-/// One receive WR with one SGE (`body()`: its wr_id and length) that `ibv_post_recv` on QP
-/// `qpn` accepted, recorded at `ts` on the hot path (no call) when the thread is ready and
-/// its compact record needs no bookkeeping (a due clock snapshot included); false when
-/// nothing was written: the caller records the post the ordinary way.
+/// One receive WR with one SGE (`body()`: its wr_id and length) that a receive post
+/// accepted, to (`qpn`, `srq` handle, `source`) as its `PostRecv` names them, recorded at
+/// `ts` on the hot path (no call) when the thread is ready and its compact record needs no
+/// bookkeeping (a due clock snapshot included); false when nothing was written: the caller
+/// records the post the ordinary way.
 #[inline(always)]
-pub fn bound_recv(ts: u64, qpn: u32, body: impl FnOnce() -> (u64, u32)) -> bool {
-    let key = qpn as u64 | (post_source::POST_RECV as u64) << 32;
+pub fn bound_recv(
+    ts: u64,
+    (qpn, srq, source): (u32, u64, u8),
+    body: impl FnOnce() -> (u64, u32),
+) -> bool {
+    let key = qpn as u64 | (source as u64) << 32;
     match sink::enter_ready(0) {
-        Some(mut t) => t.append_bound_recv(ts, 0, key, body),
+        Some(mut t) => t.append_bound_recv(ts, srq, key, body),
         None => false,
     }
 }

@@ -297,67 +297,152 @@ unsafe fn post_send_failed(
     rc
 }
 
-/// `ibv_post_recv`. The hot path — receives traced with TSC timestamps, one WR with one
-/// SGE accepted — records it after the call without one (`datapath::recv_fast`); every other
-/// post goes to [`post_recv_recorded`] (`extern "C"`, a tail call).
+/// `ibv_post_recv` ([`post_recv_hot`]).
 unsafe extern "C" fn post_recv<const S: usize>(
     qp: *mut ibv_qp,
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    if !sink::is_fast_recv() {
-        // SAFETY: the program's own arguments.
-        return unsafe { post_recv_other::<S>(qp, wr, bad) };
-    }
-    // Before the call: a message can arrive into the buffer as soon as it returns.
-    let ts = sink::tsc();
-    let real: PostRecvFn = orig(S, POST_RECV);
-    // SAFETY: forwarding the program's own arguments to the provider.
-    let rc = unsafe { real(qp, wr, bad) };
-    if rc != 0 {
-        // SAFETY: as above.
-        return unsafe { post_recv_recorded(qp, wr, bad, rc, ts) };
-    }
-    // SAFETY: qp and wr as the provider read them.
-    if unsafe { datapath::recv_fast(qp, wr, ts) } {
-        return 0;
-    }
-    // SAFETY: as above.
-    unsafe { post_recv_recorded(qp, wr, bad, 0, ts) }
+    // SAFETY: the program's arguments to `ibv_post_recv`.
+    unsafe { post_recv_hot::<S, ibv_qp>(qp, wr, bad) }
 }
 
-/// [`post_recv`] off the hot path: receives untraced (forwarded), or timestamps that are
-/// not plain TSC reads.
-///
-/// # Safety
-/// The program's arguments to `ibv_post_recv`.
-#[inline(never)]
-unsafe extern "C" fn post_recv_other<const S: usize>(
-    qp: *mut ibv_qp,
+/// `ibv_post_srq_recv` ([`post_recv_hot`]).
+unsafe extern "C" fn post_srq_recv<const S: usize>(
+    srq: *mut ibv_srq,
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    let real: PostRecvFn = orig(S, POST_RECV);
-    // SAFETY: the program's arguments to `ibv_post_recv`, read as the provider reads them.
-    unsafe { recv_post("post_recv", real, (qp, wr, bad), datapath::recvs_qp) }
+    // SAFETY: the program's arguments to `ibv_post_srq_recv`.
+    unsafe { post_recv_hot::<S, ibv_srq>(srq, wr, bad) }
 }
 
-/// The ordinary recording of an `ibv_post_recv` that returned `rc` (called at `ts`).
+/// A receive queue a post goes to: a QP's (`ibv_post_recv`) or an SRQ (`ibv_post_srq_recv`).
+trait RecvQueue: Sized {
+    /// The hook's name (panic reports) and the provider's function's word in the slot.
+    const NAME: &'static str;
+    const WORD: usize;
+    /// `datapath::recv_fast` / `srq_recv_fast`.
+    ///
+    /// # Safety
+    /// As those.
+    unsafe fn fast(q: *mut Self, wr: *mut ibv_recv_wr, ts: u64) -> bool;
+    /// `datapath::recvs_qp` / `recvs_srq`.
+    ///
+    /// # Safety
+    /// As those.
+    unsafe fn record(
+        q: *mut Self,
+        wr: *mut ibv_recv_wr,
+        bad: *mut *mut ibv_recv_wr,
+        rc: c_int,
+        ts: u64,
+    );
+}
+
+impl RecvQueue for ibv_qp {
+    const NAME: &'static str = "post_recv";
+    const WORD: usize = POST_RECV;
+    unsafe fn fast(q: *mut Self, wr: *mut ibv_recv_wr, ts: u64) -> bool {
+        // SAFETY: per caller.
+        unsafe { datapath::recv_fast(q, wr, ts) }
+    }
+    unsafe fn record(
+        q: *mut Self,
+        wr: *mut ibv_recv_wr,
+        bad: *mut *mut ibv_recv_wr,
+        rc: c_int,
+        ts: u64,
+    ) {
+        // SAFETY: per caller.
+        unsafe { datapath::recvs_qp(q, wr, bad, rc, ts) }
+    }
+}
+
+impl RecvQueue for ibv_srq {
+    const NAME: &'static str = "post_srq_recv";
+    const WORD: usize = POST_SRQ_RECV;
+    unsafe fn fast(q: *mut Self, wr: *mut ibv_recv_wr, ts: u64) -> bool {
+        // SAFETY: per caller.
+        unsafe { datapath::srq_recv_fast(q, wr, ts) }
+    }
+    unsafe fn record(
+        q: *mut Self,
+        wr: *mut ibv_recv_wr,
+        bad: *mut *mut ibv_recv_wr,
+        rc: c_int,
+        ts: u64,
+    ) {
+        // SAFETY: per caller.
+        unsafe { datapath::recvs_srq(q, wr, bad, rc, ts) }
+    }
+}
+
+type RecvFn<Q> = unsafe extern "C" fn(*mut Q, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int;
+
+/// The receive-post hooks. The hot path — receives traced with TSC timestamps, one WR with
+/// one SGE accepted — records it after the call without one (`Q::fast`); every other post
+/// goes to [`post_recv_recorded`] (`extern "C"`, a tail call).
 ///
 /// # Safety
-/// As `datapath::recvs_qp`.
+/// The program's arguments to the post.
+#[inline(always)]
+unsafe fn post_recv_hot<const S: usize, Q: RecvQueue>(
+    q: *mut Q,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    if !sink::is_fast_recv() {
+        // SAFETY: the program's own arguments.
+        return unsafe { post_recv_other::<S, Q>(q, wr, bad) };
+    }
+    // Before the call: a message can arrive into the buffer as soon as it returns.
+    let ts = sink::tsc();
+    let real: RecvFn<Q> = orig(S, Q::WORD);
+    // SAFETY: forwarding the program's own arguments to the provider.
+    let rc = unsafe { real(q, wr, bad) };
+    if rc != 0 {
+        // SAFETY: as above.
+        return unsafe { post_recv_recorded(q, wr, bad, rc, ts) };
+    }
+    // SAFETY: q and wr as the provider read them.
+    if unsafe { Q::fast(q, wr, ts) } {
+        return 0;
+    }
+    // SAFETY: as above.
+    unsafe { post_recv_recorded(q, wr, bad, 0, ts) }
+}
+
+/// [`post_recv_hot`] off the hot path: receives untraced (forwarded), or timestamps that
+/// are not plain TSC reads.
+///
+/// # Safety
+/// The program's arguments to the post.
 #[inline(never)]
-unsafe extern "C" fn post_recv_recorded(
-    qp: *mut ibv_qp,
+unsafe extern "C" fn post_recv_other<const S: usize, Q: RecvQueue>(
+    q: *mut Q,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
+    let real: RecvFn<Q> = orig(S, Q::WORD);
+    // SAFETY: the program's arguments, read as the provider reads them.
+    unsafe { recv_post(Q::NAME, real, (q, wr, bad), Q::record) }
+}
+
+/// The ordinary recording of a receive post that returned `rc` (called at `ts`).
+///
+/// # Safety
+/// As `Q::record`.
+#[inline(never)]
+unsafe extern "C" fn post_recv_recorded<Q: RecvQueue>(
+    q: *mut Q,
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
     rc: c_int,
     ts: u64,
 ) -> c_int {
     // SAFETY: per caller.
-    guard::run("post_recv", || unsafe {
-        datapath::recvs_qp(qp, wr, bad, rc, ts)
-    });
+    guard::run(Q::NAME, || unsafe { Q::record(q, wr, bad, rc, ts) });
     // Opaque, so that the hook does not keep `rc` across this call but jumps here.
     std::hint::black_box(rc)
 }
@@ -388,16 +473,6 @@ unsafe fn recv_post<O, W>(
     // SAFETY: per caller.
     guard::run(name, || unsafe { record(o, wr, bad, rc, ts) });
     rc
-}
-
-unsafe extern "C" fn post_srq_recv<const S: usize>(
-    srq: *mut ibv_srq,
-    wr: *mut ibv_recv_wr,
-    bad: *mut *mut ibv_recv_wr,
-) -> c_int {
-    let real = orig(S, POST_SRQ_RECV);
-    // SAFETY: the program's arguments to `ibv_post_srq_recv`.
-    unsafe { recv_post("post_srq_recv", real, (srq, wr, bad), datapath::recvs_srq) }
 }
 
 /// `ibv_poll_cq`. The hot path — one completion returned, completions traced with TSC
