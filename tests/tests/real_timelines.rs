@@ -414,8 +414,9 @@ fn check(logs: &Path, expect: Expect, skew: bool, what: &str) -> Measured {
 /// RDMA WRITEs the ping back and SENDs "done". At disconnect each side's posted receive is
 /// flushed — a failed completion, whose opcode verbs leaves undefined (rping polls into a
 /// stack `ibv_wc`; softnic, like mlx5, writes no opcode for it) — when its CQ thread polls it
-/// before the program exits. Every completion lands on its QP, every message is paired, and
-/// the completed-bytes counters add up to what the program moved.
+/// before the program exits (so, sometimes, is the last SEND of a side whose message arrived).
+/// Every completion lands on its QP, every message is paired, and the completed-bytes
+/// counters add up to what the program moved.
 #[test]
 fn rping_with_flushed_receives() {
     let n = 10u64;
@@ -437,7 +438,11 @@ fn rping_with_flushed_receives() {
             sigmatrace_convert::convert_with_report(&[logs], &out, &ConvertOptions::default())
                 .unwrap();
         let t = &report.summary.totals;
-        assert_eq!((t.wr_completed, t.wr_failed), (6 * n, 0), "{what}: {t:?}");
+        // Each side's last WR is a 16-byte SEND; its message can arrive while its own
+        // acknowledgement does not before the peer disconnects: then it is flushed (seen
+        // once in a CI run), as on a NIC.
+        assert_eq!(t.wr_completed + t.wr_failed, 6 * n, "{what}: {t:?}");
+        assert!(t.wr_failed <= 2, "{what}: {t:?}");
         assert_eq!(t.orphan_completions, 0, "{what}: {t:?}");
         assert_eq!((t.flows_out, t.flows_in), (4 * n, 4 * n), "{what}: {t:?}");
         let flushed = t.recv_completed - 4 * n;
@@ -445,8 +450,18 @@ fn rping_with_flushed_receives() {
         let v = validate(&out, &[]);
         assert_eq!(v["stats"]["flows"], 4 * n, "{what}");
         assert_eq!(v["stats"]["backward_flows"], 0, "{what}");
-        // Sends 2n·16 (client) and 2n·16 (server), reads and writes n·64 each, receives 4n·16.
-        assert_eq!(completed_bytes(&out), 256 * n as i128, "{what}");
+        // Sends 2n·16 (client) and 2n·16 (server), reads and writes n·64 each, receives 4n·16;
+        // a flushed WR completed no bytes (a side's last SEND, 16, or its WRITE and SEND, 80).
+        let missing = 256 * n as i128 - completed_bytes(&out);
+        if t.wr_failed == 0 {
+            assert_eq!(missing, 0, "{what}: completed bytes");
+        } else {
+            let most = 80 * t.wr_failed as i128;
+            assert!(
+                missing > 0 && missing <= most && missing % 16 == 0,
+                "{what}: {missing}"
+            );
+        }
         eprintln!("{what}: {flushed} flushed receives polled");
     }
 }

@@ -340,43 +340,45 @@ trait RecvQueue: Sized {
     );
 }
 
-impl RecvQueue for ibv_qp {
-    const NAME: &'static str = "post_recv";
-    const WORD: usize = POST_RECV;
-    unsafe fn fast(q: *mut Self, wr: *mut ibv_recv_wr, ts: u64) -> bool {
-        // SAFETY: per caller.
-        unsafe { datapath::recv_fast(q, wr, ts) }
-    }
-    unsafe fn record(
-        q: *mut Self,
-        wr: *mut ibv_recv_wr,
-        bad: *mut *mut ibv_recv_wr,
-        rc: c_int,
-        ts: u64,
-    ) {
-        // SAFETY: per caller.
-        unsafe { datapath::recvs_qp(q, wr, bad, rc, ts) }
-    }
+/// [`RecvQueue`] for a queue type: its hook's name, the provider's word, and the datapath's
+/// hot and ordinary recordings of its posts.
+macro_rules! recv_queue {
+    ($ty:ty, $name:literal, $word:expr, $fast:path, $record:path) => {
+        impl RecvQueue for $ty {
+            const NAME: &'static str = $name;
+            const WORD: usize = $word;
+            unsafe fn fast(q: *mut Self, wr: *mut ibv_recv_wr, ts: u64) -> bool {
+                // SAFETY: per caller.
+                unsafe { $fast(q, wr, ts) }
+            }
+            unsafe fn record(
+                q: *mut Self,
+                wr: *mut ibv_recv_wr,
+                bad: *mut *mut ibv_recv_wr,
+                rc: c_int,
+                ts: u64,
+            ) {
+                // SAFETY: per caller.
+                unsafe { $record(q, wr, bad, rc, ts) }
+            }
+        }
+    };
 }
 
-impl RecvQueue for ibv_srq {
-    const NAME: &'static str = "post_srq_recv";
-    const WORD: usize = POST_SRQ_RECV;
-    unsafe fn fast(q: *mut Self, wr: *mut ibv_recv_wr, ts: u64) -> bool {
-        // SAFETY: per caller.
-        unsafe { datapath::srq_recv_fast(q, wr, ts) }
-    }
-    unsafe fn record(
-        q: *mut Self,
-        wr: *mut ibv_recv_wr,
-        bad: *mut *mut ibv_recv_wr,
-        rc: c_int,
-        ts: u64,
-    ) {
-        // SAFETY: per caller.
-        unsafe { datapath::recvs_srq(q, wr, bad, rc, ts) }
-    }
-}
+recv_queue!(
+    ibv_qp,
+    "post_recv",
+    POST_RECV,
+    datapath::recv_fast,
+    datapath::recvs_qp
+);
+recv_queue!(
+    ibv_srq,
+    "post_srq_recv",
+    POST_SRQ_RECV,
+    datapath::srq_recv_fast,
+    datapath::recvs_srq
+);
 
 type RecvFn<Q> = unsafe extern "C" fn(*mut Q, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int;
 
