@@ -187,31 +187,36 @@ impl ProcessModel<'_> {
     /// SRQ (any SRQ when the QP's is not known), with its lane's track.
     #[inline]
     pub(super) fn take_recv(&mut self, qi: usize, wr_id: u64) -> Option<(OpenRecv, Option<u64>)> {
-        let q = &self.p.qps[qi];
-        let st = &mut self.qps[qi];
-        if let Some(pos) = st.recv.iter().position(|r| r.wr_id == wr_id) {
-            let r = st.recv.remove(pos).expect("in range");
-            let uuid = r.lane.map(|l| st.recv_lanes.uuid(l));
-            return Some((r, uuid));
-        }
-        if q.srq == 0 && self.srq_lanes.is_empty() {
-            return None;
-        }
-        let keys: Vec<u64> = if q.srq != 0 {
-            vec![q.srq]
-        } else {
-            self.srq_lanes.keys().copied().collect()
-        };
-        for k in keys {
-            if let Some(e) = self.srq_lanes.get_mut(&k) {
-                if let Some(pos) = e.2.iter().position(|r| r.wr_id == wr_id) {
-                    let r = e.2.remove(pos).expect("in range");
-                    let uuid = r.lane.map(|l| e.1.uuid(l));
-                    return Some((r, uuid));
-                }
+        match self.find_recv(qi, wr_id)? {
+            (None, pos) => {
+                let st = &mut self.qps[qi];
+                let r = st.recv.remove(pos).expect("in range");
+                let uuid = r.lane.map(|l| st.recv_lanes.uuid(l));
+                Some((r, uuid))
+            }
+            (Some(k), pos) => {
+                let e = self.srq_lanes.get_mut(&k).expect("found there");
+                let r = e.2.remove(pos).expect("in range");
+                let uuid = r.lane.map(|l| e.1.uuid(l));
+                Some((r, uuid))
             }
         }
-        None
+    }
+
+    /// Where QP `qi`'s open receive WR `wr_id` is: (`None`, position) on its own receive
+    /// queue, else (`Some(srq)`, position) on its SRQ's — on any SRQ's when the QP names none.
+    fn find_recv(&self, qi: usize, wr_id: u64) -> Option<(Option<u64>, usize)> {
+        if let Some(pos) = self.qps[qi].recv.iter().position(|r| r.wr_id == wr_id) {
+            return Some((None, pos));
+        }
+        let on = |k: u64| {
+            let e = self.srq_lanes.get(&k)?;
+            Some((Some(k), e.2.iter().position(|r| r.wr_id == wr_id)?))
+        };
+        match self.p.qps[qi].srq {
+            0 => self.srq_lanes.keys().find_map(|&k| on(k)),
+            srq => on(srq),
+        }
     }
 
     /// Whether a failed completion on QP `qi` is a receive's. Verbs leaves a failed
@@ -221,29 +226,10 @@ impl ProcessModel<'_> {
     /// have one, the recorded opcode.
     pub(super) fn failed_on_recv(&self, qi: usize, wc: &WorkCompletion) -> bool {
         let sends = self.qps[qi].send.iter().any(|w| w.wr_id == wc.wr_id);
-        match (sends, self.has_recv(qi, wc.wr_id)) {
+        match (sends, self.find_recv(qi, wc.wr_id).is_some()) {
             (true, false) => false,
             (false, true) => true,
             _ => wc.opcode >= verbs::wc::RECV,
-        }
-    }
-
-    /// Whether QP `qi` has receive WR `wr_id` outstanding, where [`Self::take_recv`] would
-    /// find it.
-    fn has_recv(&self, qi: usize, wr_id: u64) -> bool {
-        let q = &self.p.qps[qi];
-        if self.qps[qi].recv.iter().any(|r| r.wr_id == wr_id) {
-            return true;
-        }
-        let open = |k: &u64| {
-            self.srq_lanes
-                .get(k)
-                .is_some_and(|e| e.2.iter().any(|r| r.wr_id == wr_id))
-        };
-        if q.srq != 0 {
-            open(&q.srq)
-        } else {
-            self.srq_lanes.keys().any(open)
         }
     }
 
