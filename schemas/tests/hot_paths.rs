@@ -308,10 +308,9 @@ fn the_receive_hot_path_writes_what_the_ordinary_append_writes() {
         source: post_source::POST_RECV,
         _pad: [0; 5],
     };
-    let key = |qpn: u32| qpn as u64 | (post_source::POST_RECV as u64) << 32;
     let mut want = Vec::new();
     let hot = |w: &mut ChunkWriter, r: PostRecv, want: &mut Vec<PostRecv>| {
-        let done = w.append_bound_recv(r.ts, r.srq, key(r.qpn), || (r.wr_id, r.bytes));
+        let done = w.append_bound_recv(r.ts, r.srq, (r.qpn, r.source), || (r.wr_id, r.bytes));
         if done {
             want.push(r);
         }

@@ -254,9 +254,8 @@ pub fn bound_recv(
     (qpn, srq, source): (u32, u64, u8),
     body: impl FnOnce() -> (u64, u32),
 ) -> bool {
-    let key = qpn as u64 | (source as u64) << 32;
     match sink::enter_ready(0) {
-        Some(mut t) => t.append_bound_recv(ts, srq, key, body),
+        Some(mut t) => t.append_bound_recv(ts, srq, (qpn, source), body),
         None => false,
     }
 }

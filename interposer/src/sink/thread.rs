@@ -537,11 +537,11 @@ impl<'a> Thread<'a> {
         &mut self,
         ts: u64,
         object: u64,
-        key: u64,
+        queue: (u32, u8),
         body: impl FnOnce() -> (u64, u32),
     ) -> bool {
         // SAFETY: an Out's writer is initialised.
-        unsafe { self.out.s.writer() }.append_bound_recv(ts, object, key, body)
+        unsafe { self.out.s.writer() }.append_bound_recv(ts, object, queue, body)
     }
 
     /// Appends a metadata record (StringDef, Annotation, ThreadName).

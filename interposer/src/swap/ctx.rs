@@ -398,21 +398,63 @@ unsafe fn post_recv_hot<const S: usize, Q: RecvQueue>(
         // SAFETY: the program's own arguments.
         return unsafe { post_recv_other::<S, Q>(q, wr, bad) };
     }
-    // Before the call: a message can arrive into the buffer as soon as it returns.
-    let ts = sink::tsc();
+    // The four values that live across the call stay in this frame, not in callee-saved
+    // registers (saving and restoring four of them, and the stack alignment, cost more than
+    // a store and a reload each): the asm below takes the frame's address, so the compiler
+    // stores them before it and reloads after the call only what each path reads.
+    let mut kept = std::mem::MaybeUninit::<Kept>::uninit();
+    let frame = kept.as_mut_ptr();
+    // SAFETY: frame points to this function's own `Kept`; the asm writes `ts`.
+    unsafe {
+        std::ptr::addr_of_mut!((*frame).q).write(q.cast());
+        std::ptr::addr_of_mut!((*frame).wr).write(wr);
+        std::ptr::addr_of_mut!((*frame).bad).write(bad);
+    }
+    let bad_arg: *mut *mut ibv_recv_wr;
+    // The time before the call: a message can arrive into the buffer as soon as it returns.
+    // SAFETY: reads the TSC (as `sink::tsc`) into `kept.ts` and reloads `kept.bad` into
+    // rdx, which `rdtsc` overwrote; touches no other memory and no stack.
+    unsafe {
+        std::arch::asm!(
+            "rdtsc",
+            "shl rdx, 32",
+            "or rax, rdx",
+            "mov qword ptr [{f} + {ts}], rax",
+            "mov rdx, qword ptr [{f} + {bad}]",
+            f = in(reg) frame,
+            ts = const offset_of!(Kept, ts),
+            bad = const offset_of!(Kept, bad),
+            out("rax") _,
+            out("rdx") bad_arg,
+            options(nostack),
+        )
+    };
     let real: RecvFn<Q> = orig(S, Q::WORD);
     // SAFETY: forwarding the program's own arguments to the provider.
-    let rc = unsafe { real(q, wr, bad) };
+    let rc = unsafe { real(q, wr, bad_arg) };
+    // SAFETY: every field was written above (`ts` by the asm).
+    let kept = unsafe { kept.assume_init_ref() };
     if rc != 0 {
         // SAFETY: as above.
-        return unsafe { post_recv_recorded(q, wr, bad, rc, ts) };
+        return unsafe { post_recv_recorded(kept.q.cast::<Q>(), kept.wr, kept.bad, rc, kept.ts) };
     }
     // SAFETY: q and wr as the provider read them.
-    if unsafe { Q::fast(q, wr, ts) } {
+    if unsafe { Q::fast(kept.q.cast(), kept.wr, kept.ts) } {
         return 0;
     }
-    // SAFETY: as above.
-    unsafe { post_recv_recorded(q, wr, bad, 0, ts) }
+    // SAFETY: as above; an accepted post's record does not read `bad` (the provider set
+    // nothing there).
+    unsafe { post_recv_recorded(kept.q.cast::<Q>(), kept.wr, std::ptr::null_mut(), 0, kept.ts) }
+}
+
+/// What [`post_recv_hot`] keeps across the provider call (the queue as an untyped pointer,
+/// so that the layout, which its asm addresses, is one).
+#[repr(C)]
+struct Kept {
+    q: *mut c_void,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+    ts: u64,
 }
 
 /// [`post_recv_hot`] off the hot path: receives untraced (forwarded), or timestamps that

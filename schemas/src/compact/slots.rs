@@ -9,7 +9,7 @@
 //! chunk (a few hundred bytes per chunk, nothing per record).
 
 use crate::records::{
-    slot_role, CompletionCompact, CompletionShort, FixedRecord, PostRecv, PostRecvCompact,
+    post_source, slot_role, CompletionCompact, CompletionShort, FixedRecord, PostRecv, PostRecvCompact,
     PostSend, PostSendCompact, RecordHeader, SlotBind, TimeBase, WorkCompletion,
 };
 use crate::writer::ChunkWriter;
@@ -45,8 +45,9 @@ pub(crate) struct SlotTable {
     /// Completion slots: the CQ handle and the QPN.
     pub(crate) cq: [u64; WRITER_SLOTS],
     pub(crate) cq_qpn: [u32; WRITER_SLOTS],
-    /// Receive slots: `qpn | source << 32` and the SRQ handle (0 if none), apart so that
-    /// the hot path compares each with one scaled load.
+    /// Receive slots: the queue's [`recv_word`] and its SRQ handle (0 if none), apart so
+    /// that the hot path compares each with one scaled load — and a queue without an SRQ
+    /// needs only the first.
     recv_key: [u64; WRITER_SLOTS],
     recv_srq: [u64; WRITER_SLOTS],
     /// Every slot's `tslot` bits (slot << 24), read by the hot paths.
@@ -98,10 +99,15 @@ impl SlotTable {
             }
             _ => {
                 let i = slot_of(object, qpn);
-                let bound = self.recv_key[i] == key && self.recv_srq[i] == object;
-                (RECV_REGION + i, bound)
+                (RECV_REGION + i, self.recv_bound(i, object, recv_word_of_key(key, object)))
             }
         }
+    }
+
+    /// Whether receive slot `i` is bound to the queue (`object`, its [`recv_word`]).
+    #[inline(always)]
+    fn recv_bound(&self, i: usize, object: u64, word: u64) -> bool {
+        self.recv_key[i] == word && (object == 0 || self.recv_srq[i] == object)
     }
 
     /// Binds `slot` (from `lookup`) to the queue; returns its role.
@@ -117,7 +123,7 @@ impl SlotTable {
                 slot_role::COMPLETION
             }
             _ => {
-                (self.recv_key[i], self.recv_srq[i]) = (key, object);
+                (self.recv_key[i], self.recv_srq[i]) = (recv_word_of_key(key, object), object);
                 slot_role::RECV
             }
         }
@@ -140,6 +146,22 @@ pub(crate) const fn place_limit(cap: u32, compact: bool) -> u32 {
 #[inline(always)]
 fn slot_of(object: u64, qpn: u32) -> usize {
     ((object >> 6) as usize ^ qpn as usize) % WRITER_SLOTS
+}
+
+/// A receive queue's word in the slot table: its key (`qpn | source << 32`) with the source
+/// XORed with `POST_RECV` — so that an `ibv_post_recv` queue's word is its QPN, which the hot
+/// path has at hand — and bit 40 set when it has an SRQ handle (`object`), so that a queue
+/// without one is told from every queue with one by this word alone. One-to-one on (key,
+/// whether object is 0); never [`UNBOUND`].
+#[inline(always)]
+fn recv_word(qpn: u32, source: u8, object: u64) -> u64 {
+    qpn as u64 | ((source ^ post_source::POST_RECV) as u64) << 32 | ((object != 0) as u64) << 40
+}
+
+/// [`recv_word`] of a key (`qpn | source << 32`).
+#[inline(always)]
+fn recv_word_of_key(key: u64, object: u64) -> u64 {
+    recv_word(key as u32, (key >> 32) as u8, object)
 }
 
 /// A send queue's key (`qpn | source << 32`).
@@ -395,7 +417,7 @@ impl ChunkWriter {
 
     /// Appends and publishes the compact `PostRecv` at `ts` of one receive WR with one SGE
     /// (`body()`: its wr_id and length) posted to the receive queue (`object` = its SRQ handle,
-    /// 0 when none; `key` = qpn | source << 32) — what `append` of that full record writes —
+    /// 0 when none; its QPN and the post's source) — what `append` of that full record writes —
     /// only when it needs no bookkeeping: the current chunk has room, `ts` is within reach of
     /// its time base and before the horizon, and the queue has its slot. Returns false
     /// otherwise (nothing written, nothing counted: the caller appends it the ordinary way,
@@ -406,17 +428,16 @@ impl ChunkWriter {
         &mut self,
         ts: u64,
         object: u64,
-        key: u64,
+        (qpn, source): (u32, u8),
         body: impl FnOnce() -> (u64, u32),
     ) -> bool {
         let dts = ts.wrapping_sub(self.slots.base);
-        let i = slot_of(object, key as u32);
+        let i = slot_of(object, qpn);
         // `place_limit` is 0 when the writer does not compact, and leaves room for a
         // `PostSendCompact`, larger than this record.
         if dts >= self.slots.lim
             || self.pos() >= self.place_limit
-            || self.slots.recv_key[i] != key
-            || self.slots.recv_srq[i] != object
+            || !self.slots.recv_bound(i, object, recv_word(qpn, source, object))
         {
             return false;
         }
