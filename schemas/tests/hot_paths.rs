@@ -330,6 +330,17 @@ fn the_receive_hot_path_writes_what_the_ordinary_append_writes() {
     want.push(full(T0 + 2, q, srq, 5));
     assert!(hot(&mut w, full(T0 + 3, q, srq, 6), &mut want));
     assert!(hot(&mut w, full(T0 + 3, q, 0, 7), &mut want));
+    // An SRQ handle whose slot is the QP's own (bits 6-11 zero): each binding evicts the
+    // other, and the hot path takes neither for the other.
+    let same_slot = 0x1000;
+    w.append(&full(T0 + 3, q, same_slot, 10));
+    want.push(full(T0 + 3, q, same_slot, 10));
+    assert!(!hot(&mut w, full(T0 + 3, q, 0, 11), &mut want));
+    assert!(hot(&mut w, full(T0 + 3, q, same_slot, 12), &mut want));
+    w.append(&full(T0 + 3, q, 0, 13));
+    want.push(full(T0 + 3, q, 0, 13));
+    assert!(!hot(&mut w, full(T0 + 3, q, same_slot, 14), &mut want));
+    assert!(hot(&mut w, full(T0 + 3, q, 0, 15), &mut want));
     // Time before the base, out of reach, the horizon.
     assert!(!hot(&mut w, full(T0 - 1, q, 0, 8), &mut want));
     assert!(!hot(&mut w, full(T0 + DTS_LIMIT, q, 0, 8), &mut want));

@@ -444,7 +444,15 @@ unsafe fn post_recv_hot<const S: usize, Q: RecvQueue>(
     }
     // SAFETY: as above; an accepted post's record does not read `bad` (the provider set
     // nothing there).
-    unsafe { post_recv_recorded(kept.q.cast::<Q>(), kept.wr, std::ptr::null_mut(), 0, kept.ts) }
+    unsafe {
+        post_recv_recorded(
+            kept.q.cast::<Q>(),
+            kept.wr,
+            std::ptr::null_mut(),
+            0,
+            kept.ts,
+        )
+    }
 }
 
 /// What [`post_recv_hot`] keeps across the provider call (the queue as an untyped pointer,

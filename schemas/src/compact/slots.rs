@@ -9,8 +9,8 @@
 //! chunk (a few hundred bytes per chunk, nothing per record).
 
 use crate::records::{
-    post_source, slot_role, CompletionCompact, CompletionShort, FixedRecord, PostRecv, PostRecvCompact,
-    PostSend, PostSendCompact, RecordHeader, SlotBind, TimeBase, WorkCompletion,
+    post_source, slot_role, CompletionCompact, CompletionShort, FixedRecord, PostRecv,
+    PostRecvCompact, PostSend, PostSendCompact, RecordHeader, SlotBind, TimeBase, WorkCompletion,
 };
 use crate::writer::ChunkWriter;
 
@@ -99,7 +99,10 @@ impl SlotTable {
             }
             _ => {
                 let i = slot_of(object, qpn);
-                (RECV_REGION + i, self.recv_bound(i, object, recv_word_of_key(key, object)))
+                (
+                    RECV_REGION + i,
+                    self.recv_bound(i, object, recv_word_of_key(key, object)),
+                )
             }
         }
     }
@@ -437,7 +440,9 @@ impl ChunkWriter {
         // `PostSendCompact`, larger than this record.
         if dts >= self.slots.lim
             || self.pos() >= self.place_limit
-            || !self.slots.recv_bound(i, object, recv_word(qpn, source, object))
+            || !self
+                .slots
+                .recv_bound(i, object, recv_word(qpn, source, object))
         {
             return false;
         }
