@@ -161,7 +161,10 @@ fn snapshot_points(snaps: &[ClockSnapshot]) -> Vec<(u64, i64)> {
     }
     let mut widths: Vec<u64> = pts.iter().map(|p| p.2).collect();
     widths.sort_unstable();
-    let limit = widths[widths.len() / 2].max(1) * PREEMPTED_BRACKET;
+    // Saturating: a damaged log's brackets can be any 64-bit value.
+    let limit = widths[widths.len() / 2]
+        .max(1)
+        .saturating_mul(PREEMPTED_BRACKET);
     if pts.iter().filter(|p| p.2 <= limit).count() >= 2 {
         pts.retain(|p| p.2 <= limit);
     }
@@ -347,6 +350,20 @@ mod tests {
         let ts = 5_000_000 + (1.5e9 * hz / 1e9) as u64;
         let want = 1_700_000_000_000_000_000i64 + 2_500_000_000;
         assert!((rt.map(ts) - want).abs() <= 2, "{} vs {want}", rt.map(ts));
+    }
+
+    /// A damaged log's snapshots may have brackets near 2^64 ticks: the preemption limit
+    /// (4 × the median bracket) saturates instead of overflowing (found by fuzzing: a panic
+    /// in debug builds, a wrapped limit in release ones), and all of them stay usable.
+    #[test]
+    fn huge_brackets_saturate_the_preemption_limit() {
+        let snaps: Vec<_> = (0..3)
+            .map(|i| ClockSnapshot {
+                ts_after: u64::MAX - i,
+                ..snap(i * 1000, 5000 + i * 1000, 9000)
+            })
+            .collect();
+        assert_eq!(snapshot_points(&snaps).len(), 3);
     }
 
     #[test]

@@ -130,15 +130,19 @@ fn print_done(s: &Summary, written: &str, phases: &str) {
             .collect();
         eprintln!("{phases}: {}", p.join(", "));
     }
+    // Bytes per WR event only when there are WR events (a log of control calls alone has none).
+    let per_event = match s.wr_events {
+        0 => String::new(),
+        n => format!(" ({:.2} B/WR event)", s.output_bytes as f64 / n as f64),
+    };
     eprintln!(
-        "{written}: {} processes on {} hosts, {} WR events, {} slices, {} flows, {} bytes ({:.2} B/WR event) in {:.2} s",
+        "{written}: {} processes on {} hosts, {} WR events, {} slices, {} flows, {} bytes{per_event} in {:.2} s",
         s.processes,
         s.hosts,
         s.wr_events,
         s.totals.slices,
         s.totals.flows_out,
         s.output_bytes,
-        s.output_bytes as f64 / s.wr_events.max(1) as f64,
         s.elapsed_s
     );
 }
