@@ -384,7 +384,7 @@ type RecvFn<Q> = unsafe extern "C" fn(*mut Q, *mut ibv_recv_wr, *mut *mut ibv_re
 
 /// The receive-post hooks. The hot path — receives traced with TSC timestamps, one WR with
 /// one SGE accepted — records it after the call without one (`Q::fast`); every other post
-/// goes to [`post_recv_recorded`] (`extern "C"`, a tail call).
+/// goes to [`post_recv_recorded`] (`extern "C"`, out of line; called, then the frame popped).
 ///
 /// # Safety
 /// The program's arguments to the post.
