@@ -403,6 +403,70 @@ static void mode_flush(void)
 	sync_peer();
 }
 
+/* Sleeps in the thread it interrupts (the progress thread, below). */
+static void sleep_handler(int sig)
+{
+	(void)sig;
+	struct timespec t = { 0, 300000000 };
+	nanosleep(&t, NULL);
+}
+
+/* The thread id of softnic's progress thread ("softnic-engine"), 0 if none. */
+static pid_t engine_tid(void)
+{
+	pid_t tid = 0;
+	DIR *d = opendir("/proc/self/task");
+	for (struct dirent *e; d && (e = readdir(d));) {
+		char path[320], comm[32] = { 0 };
+		snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(comm, sizeof comm, f) && !strncmp(comm, "softnic-engine", 14))
+			tid = atoi(e->d_name);
+		fclose(f);
+	}
+	if (d)
+		closedir(d);
+	return tid;
+}
+
+/* WRs the responder received and acknowledged before the requester's QP moved to the error
+ * state complete successfully, as on a NIC (which applies each ACK as it arrives), even when
+ * softnic's progress thread has not looked at the ACKs yet: the client puts its progress
+ * thread to sleep right after posting (its sends are transmitted by the post itself), lets the
+ * server receive everything, then moves its QP to ERR before polling. */
+static void mode_acked_error(void)
+{
+	enum { N = 8 };
+	rc_pair(IBV_QPT_RC, ALL_ACCESS, 1, 7, 1);
+	if (server) {
+		for (int i = 0; i < N; i++)
+			post_recv(S.qp, NULL, 40 + i, S.buf + 64 * i, 64, S.mr->lkey);
+		sync_peer();
+		for (int i = 0; i < N; i++)
+			expect_wc(40 + i, IBV_WC_SUCCESS);
+		usleep(20000); /* the pass that delivered them ends by sending the ACK */
+		sync_peer();
+	} else {
+		pid_t tid = engine_tid();
+		CHECK(tid > 0, "no softnic-engine thread");
+		struct sigaction sa = { .sa_handler = sleep_handler };
+		CHECK(sigaction(SIGUSR1, &sa, NULL) == 0, "sigaction");
+		sync_peer();
+		for (int i = 0; i < N; i++)
+			CHECK(post_send(1 + i, IBV_WR_SEND, S.buf, 64, S.mr->lkey, IBV_SEND_SIGNALED, 0, 0, 0) == 0,
+			      "post");
+		CHECK(syscall(SYS_tgkill, getpid(), tid, SIGUSR1) == 0, "tgkill");
+		sync_peer(); /* everything arrived and was acknowledged */
+		struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
+		CHECK(ibv_modify_qp(S.qp, &a, IBV_QP_STATE) == 0, "->ERR");
+		for (int i = 0; i < N; i++)
+			expect_wc(1 + i, IBV_WC_SUCCESS);
+	}
+	sync_peer();
+}
+
 /* rc_pair's retry_cnt 7 and timeout 14: 8 tries of 4.096 us << 14 (67.1 ms) each. */
 #define TRANSPORT_TIMEOUT_S (8 * 4.096e-6 * (1 << 14))
 
@@ -467,6 +531,8 @@ static int more_modes(const char *mode)
 		mode_query();
 	else if (!strcmp(mode, "flush"))
 		mode_flush();
+	else if (!strcmp(mode, "acked_error"))
+		mode_acked_error();
 	else if (!strcmp(mode, "peer_exit"))
 		mode_peer_exit();
 	else if (!strcmp(mode, "peer_gone"))

@@ -2,6 +2,9 @@
  * simulated nodes (softnic-run --node). Each mode checks the bytes that arrived and every
  * completion field it relies on; prints "OK MODE ROLE" and exits 0 on success. */
 #include "sn_common.h"
+#include <dirent.h>
+#include <signal.h>
+#include <sys/syscall.h>
 
 static int server;
 static struct sn S;

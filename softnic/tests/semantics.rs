@@ -38,6 +38,7 @@ modes!(
     wrapi,
     query,
     flush,
+    acked_error,
     peer_exit,
     peer_gone
 );

@@ -484,8 +484,21 @@ unsafe fn apply_transition(s: &SnQp, at: &ibv_qp_attr, cur: u32, next: u32) {
             q.backlog.store(false, Ordering::Relaxed);
         }
         IBV_QPS_ERR => {
-            let _r = q.resp.lock().unwrap_or_else(|e| e.into_inner());
+            let mut r = q.resp.lock().unwrap_or_else(|e| e.into_inner());
+            // A NIC applies packets as they arrive: what reached this QP before the transition
+            // — requests, then ACKs and read responses — takes effect before everything left
+            // is flushed, whether or not the progress thread has looked at it yet. (Without
+            // this a requester whose ACKs were waiting in its ring flushed WRs the peer had
+            // received and acknowledged.) `process_req` may itself move the QP to ERR (and
+            // lock the send queue): before the send queue is locked here.
+            let live = matches!(cur, IBV_QPS_RTR | IBV_QPS_RTS | IBV_QPS_SQD | IBV_QPS_SQE);
+            if live {
+                crate::wire::responder::process_req(q, &mut r);
+            }
             let mut sq = q.sq.lock().unwrap_or_else(|e| e.into_inner());
+            if live && q.state() != IBV_QPS_ERR {
+                crate::wire::engine::process_resp(q, &mut sq);
+            }
             queues::qp_error(q, &mut sq);
         }
         IBV_QPS_RTR if cur == IBV_QPS_INIT => {
