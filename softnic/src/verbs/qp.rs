@@ -182,6 +182,7 @@ fn reset_qp(
             cur: None,
             read: None,
             ack_pending: None,
+            acked_early: None,
             peer: None,
         }),
         backlog: AtomicBool::new(false),
@@ -478,6 +479,7 @@ unsafe fn apply_transition(s: &SnQp, at: &ibv_qp_attr, cur: u32, next: u32) {
             r.cur = None;
             r.read = None;
             r.ack_pending = None;
+            r.acked_early = None;
             r.nak_sent = false;
             r.peer = None;
             q.rq.lock().unwrap_or_else(|e| e.into_inner()).q.clear();

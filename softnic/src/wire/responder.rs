@@ -192,10 +192,27 @@ fn rx_send(qp: &QpInner, r: &mut Responder, slot: &Slot) -> Step {
         )
     };
     if h.flags & pflag::LAST != 0 {
+        ack_before_completion(qp, r, &h);
         recv_complete(qp, &rw, &h, IBV_WC_SUCCESS, false);
         r.cur = None;
     }
     Step::Consumed
+}
+
+/// RC: acknowledges the message `h` ends now, before its receive completion becomes visible,
+/// as a NIC acknowledges on receipt — so the requester has the ACK before the program here can
+/// act on the message (answer it, or disconnect: a coalesced ACK sent at the end of the pass
+/// could come after the peer's move to ERR, which would flush a WR that was delivered).
+/// Messages without a receive completion (RDMA writes) stay coalesced.
+fn ack_before_completion(qp: &QpInner, r: &mut Responder, h: &PktHdr) {
+    if qp.qp_type != IBV_QPT_RC {
+        return;
+    }
+    r.ack_pending = Some(h.msn);
+    flush_ack(qp, r);
+    if r.ack_pending.is_none() {
+        r.acked_early = Some(h.msn);
+    }
 }
 
 /// Handles an RDMA WRITE packet (RC/UC), with immediate when flagged.
@@ -246,6 +263,7 @@ fn rx_write(qp: &QpInner, r: &mut Responder, slot: &Slot) -> Step {
     }
     if h.flags & pflag::LAST != 0 {
         if let Some(rw) = recv {
+            ack_before_completion(qp, r, &h);
             recv_complete(qp, &rw, &h, IBV_WC_SUCCESS, true);
         }
         r.cur = None;
@@ -379,7 +397,9 @@ fn rx_rc(qp: &QpInner, r: &mut Responder, slot: &Slot) -> Step {
     if let Step::Consumed = step {
         if h.flags & pflag::LAST != 0 && !r.nak_sent && qp.state() != IBV_QPS_ERR {
             r.expected_msn = h.msn.wrapping_add(1);
-            r.ack_pending = Some(h.msn);
+            if r.acked_early != Some(h.msn) {
+                r.ack_pending = Some(h.msn);
+            }
         }
     }
     step

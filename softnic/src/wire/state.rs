@@ -450,6 +450,9 @@ pub struct Responder {
     pub cur: Option<CurMsg>,
     pub read: Option<ReadJob>,
     pub ack_pending: Option<u32>,
+    /// The last message acknowledged at once, before its receive completion (see
+    /// `responder::ack_before_completion`): not acknowledged again at the end of the pass.
+    pub acked_early: Option<u32>,
     pub peer: Option<Arc<Peer>>,
 }
 
