@@ -132,6 +132,8 @@ pub(crate) struct Shared {
     ts_source: TimestampSource,
     /// The caller's clock, when it is not the plain timestamp source (`set_clock`).
     clock: OnceLock<fn() -> u64>,
+    /// Called when a thread hands a finished ring chunk to the drainer (`set_drain_waker`).
+    drain_waker: OnceLock<fn()>,
     /// One bit per chunk (the first [`MAX_RELEASABLE`]): set when its writer moved on to
     /// another chunk, cleared when `release_retired` gave its pages back.
     retired: Box<[AtomicU64]>,
@@ -420,6 +422,7 @@ impl LogWriter {
                 prepared: AtomicU32::new(0),
                 ts_source: h.ts_source,
                 clock: OnceLock::new(),
+                drain_waker: OnceLock::new(),
                 retired: (0..max_chunks.min(MAX_RELEASABLE).div_ceil(64))
                     .map(|_| AtomicU64::new(0))
                     .collect(),
@@ -483,6 +486,16 @@ impl LogWriter {
     /// with an injected skew). The first call wins.
     pub fn set_clock(&self, clock: fn() -> u64) {
         let _ = self.shared.clock.set(clock);
+    }
+
+    /// Sets what a thread calls right after it marks a ring chunk FULL, once per chunk: the
+    /// caller's wake-up of its drainer, so that a drainer sleeping through an idle period
+    /// starts copying at the first finished chunk of a burst instead of at its next poll
+    /// (until then the ring fills and the thread writes in place, faulting pages). It runs
+    /// on the program's threads, signal handlers included: it must not block, allocate or
+    /// take a lock. The first call wins.
+    pub fn set_drain_waker(&self, wake: fn()) {
+        let _ = self.shared.drain_waker.set(wake);
     }
 
     /// Whether a chunk allocation failed (disk full, I/O error).
@@ -706,7 +719,12 @@ impl ChunkWriter {
             return;
         }
         match (&self.ring, self.slot.take()) {
-            (Some(ring), Some(i)) => ring.state[i].store(FULL, Ordering::Release),
+            (Some(ring), Some(i)) => {
+                ring.state[i].store(FULL, Ordering::Release);
+                if let Some(wake) = self.shared.drain_waker.get() {
+                    wake();
+                }
+            }
             _ => self.shared.retire(self.base),
         }
     }

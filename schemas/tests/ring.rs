@@ -371,3 +371,79 @@ fn direct_io_drains_every_record_once_and_no_stale_bytes() {
         "{checked} drained chunks checked"
     );
 }
+
+/// `set_drain_waker`'s function, for [`a_finished_ring_chunk_wakes_the_parked_drainer`]: counts
+/// its calls and unparks the test's drainer.
+fn wake_test_drainer() {
+    WAKES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    if let Some(t) = TEST_DRAINER.get() {
+        t.unpark();
+    }
+}
+static WAKES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static TEST_DRAINER: std::sync::OnceLock<std::thread::Thread> = std::sync::OnceLock::new();
+
+/// The drainer parks for a minute between passes (as the interposer's backs off when idle);
+/// the waker is called once per finished ring chunk, right after it is FULL, and wakes it: the
+/// writer, waiting for each finished chunk to be drained before it goes on, never waits long
+/// (20 s is the limit: without the waker the first wait lasts the minute) and never runs out
+/// of FREE slots (its chunk is always a ring slot), and every record is read back once.
+#[test]
+fn a_finished_ring_chunk_wakes_the_parked_drainer() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("woken.sigmalog");
+    let w = ring_writer(&path, 2);
+    w.set_drain_waker(wake_test_drainer);
+    let drained = std::sync::atomic::AtomicU64::new(0);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let total = 40 * 63u64;
+    std::thread::scope(|s| {
+        let (w, drained, stop) = (&w, &drained, &stop);
+        let drainer = s.spawn(move || {
+            let _ = TEST_DRAINER.set(std::thread::current());
+            while !stop.load(SeqCst) {
+                drained.fetch_add(w.drain().chunks as u64, SeqCst);
+                std::thread::park_timeout(Duration::from_secs(60));
+            }
+        });
+        while TEST_DRAINER.get().is_none() {
+            std::thread::yield_now();
+        }
+        // Stops the drainer however this thread leaves the scope (a failed assertion too).
+        struct Stop<'a>(&'a std::sync::atomic::AtomicBool, std::thread::Thread);
+        impl Drop for Stop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, SeqCst);
+                self.1.unpark();
+            }
+        }
+        let _stop = Stop(stop, drainer.thread().clone());
+        let mut tw = w.thread_writer(1);
+        for i in 0..total {
+            assert!(tw.append(&post_full(i, 0)));
+            assert!(
+                tw.in_ring_slot(),
+                "record {i}: the ring ran out of FREE slots"
+            );
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while drained.load(SeqCst) < WAKES.load(SeqCst) {
+                assert!(
+                    Instant::now() < deadline,
+                    "record {i}: the drainer was not woken"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        drop(tw);
+    });
+    drained.fetch_add(w.drain().chunks as u64, SeqCst);
+    let wakes = WAKES.load(SeqCst);
+    assert!(
+        wakes >= 39,
+        "{wakes} wakes for {total} records in 4 KiB chunks"
+    );
+    assert_eq!(drained.load(SeqCst), wakes, "one wake per finished chunk");
+    let (next, _, _) = sequences_lenient(&path);
+    assert_eq!(next, total);
+}

@@ -156,11 +156,16 @@ fn process() -> Option<&'static Process> {
 /// (`LogWriter::release_retired`), so the program's resident memory does not grow with the
 /// log. It blocks every signal (process-directed signals keep going to the program's
 /// threads), polls every 200 µs while chunks are being finished and backs off to 20 ms when
-/// idle, and stops preparing on an I/O error (the appending thread then meets and reports it).
-/// Flight recorder: the drain only hands back idle rings' pages, and a requested dump
-/// ([`request_dump`]) is done within one idle period (≤ 20 ms).
+/// idle — woken at once when a thread finishes a ring chunk ([`wake_drainer`]), so that a
+/// burst after an idle period does not fill the ring while it sleeps — and stops preparing on
+/// an I/O error (the appending thread then meets and reports it). Flight recorder: the drain
+/// only hands back idle rings' pages, and a requested dump ([`request_dump`]) is done within
+/// one idle period (≤ 20 ms).
 fn start_background(writer: LogWriter, ring_chunks: u32, flight: bool) {
     let mut ahead = if writer.has_rings() { 0 } else { ring_chunks };
+    if writer.has_rings() && !flight {
+        writer.set_drain_waker(wake_drainer);
+    }
     let body = move || {
         let mut idle_us = 200;
         loop {
@@ -177,7 +182,7 @@ fn start_background(writer: LogWriter, ring_chunks: u32, flight: bool) {
             };
             busy |= writer.release_retired() > 0;
             idle_us = if busy { 200 } else { (idle_us * 2).min(20_000) };
-            std::thread::sleep(std::time::Duration::from_micros(idle_us));
+            std::thread::park_timeout(std::time::Duration::from_micros(idle_us));
         }
     };
     // SAFETY: sigset_t is plain data; the masks only change the calling thread's signal mask,
@@ -194,6 +199,7 @@ fn start_background(writer: LogWriter, ring_chunks: u32, flight: bool) {
         match spawned {
             Ok(h) => {
                 use std::os::unix::thread::JoinHandleExt;
+                let _ = DRAINER.set(h.thread().clone());
                 BACKGROUND.store(h.as_pthread_t() as usize, Ordering::Relaxed);
             }
             Err(_) => diag(
@@ -206,6 +212,19 @@ fn start_background(writer: LogWriter, ring_chunks: u32, flight: bool) {
 
 /// The background thread (`pthread_t`, 0 until it runs).
 static BACKGROUND: AtomicUsize = AtomicUsize::new(0);
+
+/// The background thread's handle, for [`wake_drainer`].
+static DRAINER: OnceLock<std::thread::Thread> = OnceLock::new();
+
+/// Wakes the background thread if it is parked between drains (`LogWriter::set_drain_waker`:
+/// a program thread, or a signal handler on one, has just finished a ring chunk). Unparking
+/// is an atomic swap, plus a `futex` wake when the thread was parked: no lock, no allocation,
+/// nothing that blocks; once per chunk (1 MiB by default).
+fn wake_drainer() {
+    if let Some(t) = DRAINER.get() {
+        t.unpark();
+    }
+}
 
 /// CPU time the background thread has used so far, in ns (`None` without one).
 pub fn background_cpu_ns() -> Option<u64> {
