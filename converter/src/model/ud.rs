@@ -328,13 +328,19 @@ fn pair_streams(topo: &Topology, counts: &[Counts]) -> (Vec<(usize, SendKey)>, V
                         .filter(|&(p2, rk)| {
                             let h2 = topo.procs[p2].host;
                             // Own port LIDs (`port_addr=`) where recorded: the AH's DLID is
-                            // the receiver's, the completion's SLID the sender's.
-                            let fits = own_lid(topo, p2, rk.0)
-                                .is_none_or(|l| dlid.is_none_or(|d| d == l))
-                                && own_lid(topo, p, sk.0).is_none_or(|l| l == rk.2);
-                            fits && !taken.contains_key(&(p2, rk))
-                                && lid.get(&h2).is_none_or(|&l| dlid.is_none_or(|d| d == l))
-                                && lid.get(&hp).is_none_or(|&l| l == rk.2)
+                            // the receiver's, the completion's SLID the sender's. A host LID
+                            // learned from another pair stands in only where a port's own
+                            // LID is not recorded: a host's processes can use different
+                            // ports (one HCA per rank, or softnic nodes on one machine), so
+                            // one pair's LID says nothing of another process's port.
+                            let (own2, own1) = (own_lid(topo, p2, rk.0), own_lid(topo, p, sk.0));
+                            let fits = own2.is_none_or(|l| dlid.is_none_or(|d| d == l))
+                                && own1.is_none_or(|l| l == rk.2);
+                            let learned2 = own2.is_some()
+                                || lid.get(&h2).is_none_or(|&l| dlid.is_none_or(|d| d == l));
+                            let learned1 =
+                                own1.is_some() || lid.get(&hp).is_none_or(|&l| l == rk.2);
+                            fits && !taken.contains_key(&(p2, rk)) && learned2 && learned1
                         })
                         .collect()
                 })

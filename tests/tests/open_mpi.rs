@@ -1,0 +1,182 @@
+//! Open MPI over softnic, traced: Debian's NetPIPE (`NPopenmpi`, unmodified) between two ranks
+//! launched by `mpirun`, with only the openib BTL between them (`--mca btl openib,self`: no
+//! shared memory, no TCP), each rank on its own softnic node of one machine.
+//!
+//! Open MPI's openib BTL is a verbs client nobody here wrote: its UD connection manager
+//! (`udcm`: receives posted on a UD QP per rank, datagrams through address handles), four RC
+//! QPs per peer on shared receive queues (Open MPI's default `btl_openib_receive_queues`),
+//! eager RDMA writes, and sends for control and credits. Both ranks' UD QPs have the same
+//! QPN (softnic numbers each node's QPs from 0x101, as NICs repeat QPNs across hosts) and run
+//! on one host, so only each port's own LID tells the datagrams' receivers apart (before, a
+//! LID learned for the host from the first pair rejected the second: no UD flows one way).
+//!
+//! What must hold: no warning; every received message — RC and UD — is paired with its send
+//! (flows = receive completions − those flushed at teardown, mostly udcm's unused receives);
+//! no failed WR, no completion without its WR, no flow ending before it starts; the trace is
+//! byte-identical with `--jobs 1` and `2`; and each direction's RDMA bytes hold every payload
+//! byte NetPIPE reports (NetPIPE times each size in 3 trials of `-n` round trips).
+#![forbid(unsafe_code)]
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use sigmatrace_convert::ConvertOptions;
+use sigmatrace_integration::*;
+
+/// Round trips per size and trial (`NPopenmpi -n`), and NetPIPE's trials per size (`TRIALS`
+/// in its netpipe.h).
+const REPEATS: u64 = 20;
+const TRIALS: u64 = 3;
+
+/// Sums a per-QP column ("== Queue pairs" rows; `col` from the end) of the stats text.
+fn qp_column_sum(text: &str, col_from_end: usize) -> u64 {
+    let section = text
+        .split("== Queue pairs")
+        .nth(1)
+        .expect("stats have a queue-pair section");
+    let section = section.split("\n== ").next().unwrap();
+    section
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        // "rank N 0x…" rows, not the header.
+        .filter(|f| f.len() > 3 && f[0] == "rank" && f[2].starts_with("0x"))
+        .map(|f| f[f.len() - 1 - col_from_end].parse::<u64>().unwrap())
+        .sum()
+}
+
+/// Bytes from rank `from` to rank `to` ("== Traffic rank × rank" of the stats text).
+fn traffic(text: &str, from: usize, to: usize) -> u64 {
+    let section = text
+        .split("== Traffic rank × rank")
+        .nth(1)
+        .expect("stats have a rank traffic matrix");
+    let row = section
+        .lines()
+        .find(|l| l.starts_with(&format!("rank {from} ")))
+        .expect("a row per rank");
+    let f: Vec<&str> = row.split_whitespace().collect();
+    f[2 + to].parse().unwrap()
+}
+
+/// Runs NetPIPE under `mpirun -np 2` on softnic, traced into `dir/logs` or not; returns the
+/// log directory and the payload bytes each way that NetPIPE's output file reports.
+fn run_netpipe(dir: &Path, traced: bool) -> (std::path::PathBuf, u64) {
+    let (logs, fabric, out) = (dir.join("logs"), dir.join("fabric"), dir.join("np.out"));
+    std::fs::create_dir_all(&fabric).unwrap();
+    let mut c = Command::new("mpirun");
+    c.args(["--oversubscribe", "-np", "2"])
+        .args(["--mca", "pml", "ob1", "--mca", "btl", "openib,self"])
+        // openib leaves InfiniBand ports to UCX unless allowed (Open MPI 4.x).
+        .args(["--mca", "btl_openib_allow_ib", "1"])
+        .args(if traced {
+            vec![
+                "-x".to_owned(),
+                format!("LD_PRELOAD={}", artifact("libsigmatrace.so").display()),
+                "-x".to_owned(),
+                format!("SIGMATRACE_DIR={}", logs.display()),
+            ]
+        } else {
+            Vec::new()
+        })
+        .arg(artifact("softnic-run"))
+        .arg("--fabric")
+        .arg(&fabric)
+        .args([
+            "--",
+            "NPopenmpi",
+            "-n",
+            &REPEATS.to_string(),
+            "-u",
+            "65536",
+            "-p",
+            "0",
+        ])
+        .arg("-o")
+        .arg(&out)
+        .current_dir(dir)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env_remove("LD_PRELOAD")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let g = Guarded::spawn(&mut c);
+    let (ok, text) = g.finish("mpirun NPopenmpi", Duration::from_secs(120));
+    assert!(ok, "mpirun -np 2 NPopenmpi failed:\n{text}");
+    // One line per message size: bytes, Mbps, seconds.
+    let sizes: u64 = std::fs::read_to_string(&out)
+        .expect("NetPIPE's output file")
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert!(
+        sizes > 65536,
+        "NetPIPE ran every size up to 64 KiB: {sizes}"
+    );
+    (logs, sizes * REPEATS * TRIALS)
+}
+
+/// The same run untraced: Open MPI's openib BTL runs unmodified on softnic.
+#[test]
+fn netpipe_over_open_mpi_openib_untraced() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (logs, payload) = run_netpipe(tmp.path(), false);
+    assert!(!logs.exists(), "nothing traced");
+    assert!(payload > 0);
+}
+
+#[test]
+fn netpipe_over_open_mpi_openib() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (logs, payload) = run_netpipe(tmp.path(), true);
+    let n_logs = std::fs::read_dir(&logs).unwrap().count();
+    assert_eq!(n_logs, 2, "one log per rank");
+    let mut traces = Vec::new();
+    for jobs in [1, 2] {
+        let out = tmp.path().join(format!("t{jobs}.perfetto-trace"));
+        let opts = ConvertOptions {
+            jobs,
+            ..Default::default()
+        };
+        sigmatrace_convert::convert(std::slice::from_ref(&logs), &out, &opts).unwrap();
+        traces.push(out);
+    }
+    assert!(
+        std::fs::read(&traces[0]).unwrap() == std::fs::read(&traces[1]).unwrap(),
+        "traces with --jobs 1 and 2 differ"
+    );
+    let report =
+        sigmatrace_convert::stats(std::slice::from_ref(&logs), &ConvertOptions::default()).unwrap();
+    let text = report.text();
+    let t = &report.summary.totals;
+    assert!(
+        report.summary.warnings.is_empty(),
+        "{:?}",
+        report.summary.warnings
+    );
+    assert_eq!((t.wr_failed, t.orphan_completions), (0, 0), "{t:?}");
+    // Failed WRs are 0, so the per-QP errors are the receives flushed at teardown.
+    let flushed = qp_column_sum(&text, 0);
+    let received = t.recv_completed - flushed;
+    assert!(received > 8, "udcm's datagrams and RC sends: {t:?}");
+    assert_eq!(
+        (t.flows_out, t.flows_in),
+        (received, received),
+        "{t:?}\n{text}"
+    );
+    let v = validate(&traces[0], &[]);
+    assert_eq!(v["stats"]["flows"], received);
+    assert_eq!(v["stats"]["backward_flows"], 0);
+    for (from, to) in [(0, 1), (1, 0)] {
+        let bytes = traffic(&text, from, to);
+        assert!(
+            bytes >= payload,
+            "rank {from} → {to}: {bytes} RDMA bytes for {payload} payload bytes"
+        );
+    }
+    eprintln!(
+        "NetPIPE over openib: {} WR events, {} completed WRs, {received} messages paired \
+         ({flushed} receives flushed), {payload} payload bytes each way",
+        report.summary.wr_events, t.wr_completed
+    );
+}
