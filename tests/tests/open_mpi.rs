@@ -14,15 +14,35 @@
 //! (flows = receive completions − those flushed at teardown, mostly udcm's unused receives);
 //! no failed WR, no completion without its WR, no flow ending before it starts; the trace is
 //! byte-identical with `--jobs 1` and `2`; and each direction's RDMA bytes hold every payload
-//! byte NetPIPE reports (NetPIPE times each size in 3 trials of `-n` round trips).
+//! byte NetPIPE reports (NetPIPE times each size in 3 trials of `-n` round trips). Then the
+//! same run with a known clock error per rank: no receive before its send after alignment and
+//! the recovered offset within its stated uncertainty of the injected one.
 #![forbid(unsafe_code)]
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use sigmatrace_convert::ConvertOptions;
+use sigmatrace_convert::{ConvertOptions, Report};
 use sigmatrace_integration::*;
+
+#[path = "timelines/alignment.rs"]
+mod alignment;
+#[path = "timelines/round_trips.rs"]
+mod round_trips;
+
+/// Clock errors injected per rank (offset ns, drift ppb; `SIGMATRACE_DEBUG_CLOCK_SKEW`), as
+/// real_timelines.rs injects them per softnic node.
+const SKEWS: [(i64, i64); 2] = [(1_700_000, 45_000), (-1_900_000, -38_000)];
+
+/// How the ranks run.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Tracing {
+    Off,
+    On,
+    /// Traced, each rank's clock off by its [`SKEWS`] entry.
+    Skewed,
+}
 
 /// Round trips per size and trial (`NPopenmpi -n`), and NetPIPE's trials per size (`TRIALS`
 /// in its netpipe.h).
@@ -61,7 +81,7 @@ fn traffic(text: &str, from: usize, to: usize) -> u64 {
 
 /// Runs NetPIPE under `mpirun -np 2` on softnic, traced into `dir/logs` or not; returns the
 /// log directory and the payload bytes each way that NetPIPE's output file reports.
-fn run_netpipe(dir: &Path, traced: bool) -> (std::path::PathBuf, u64) {
+fn run_netpipe(dir: &Path, tracing: Tracing) -> (std::path::PathBuf, u64) {
     let (logs, fabric, out) = (dir.join("logs"), dir.join("fabric"), dir.join("np.out"));
     std::fs::create_dir_all(&fabric).unwrap();
     let mut c = Command::new("mpirun");
@@ -69,17 +89,27 @@ fn run_netpipe(dir: &Path, traced: bool) -> (std::path::PathBuf, u64) {
         .args(["--mca", "pml", "ob1", "--mca", "btl", "openib,self"])
         // openib leaves InfiniBand ports to UCX unless allowed (Open MPI 4.x).
         .args(["--mca", "btl_openib_allow_ib", "1"])
-        .args(if traced {
+        .args(if tracing == Tracing::Off {
+            Vec::new()
+        } else {
             vec![
                 "-x".to_owned(),
                 format!("LD_PRELOAD={}", artifact("libsigmatrace.so").display()),
                 "-x".to_owned(),
                 format!("SIGMATRACE_DIR={}", logs.display()),
             ]
-        } else {
-            Vec::new()
-        })
-        .arg(artifact("softnic-run"))
+        });
+    if tracing == Tracing::Skewed {
+        // Each rank's error from its rank number (mpirun passes one environment to all).
+        let (a, b) = (SKEWS[0], SKEWS[1]);
+        let pick = format!(
+            "case $OMPI_COMM_WORLD_RANK in 0) s={},{};; *) s={},{};; esac; \
+             SIGMATRACE_DEBUG_CLOCK_SKEW=$s exec \"$@\"",
+            a.0, a.1, b.0, b.1
+        );
+        c.args(["sh", "-c", &pick, "sh"]);
+    }
+    c.arg(artifact("softnic-run"))
         .arg("--fabric")
         .arg(&fabric)
         .args([
@@ -120,20 +150,20 @@ fn run_netpipe(dir: &Path, traced: bool) -> (std::path::PathBuf, u64) {
 #[test]
 fn netpipe_over_open_mpi_openib_untraced() {
     let tmp = tempfile::tempdir().unwrap();
-    let (logs, payload) = run_netpipe(tmp.path(), false);
+    let (logs, payload) = run_netpipe(tmp.path(), Tracing::Off);
     assert!(!logs.exists(), "nothing traced");
     assert!(payload > 0);
 }
 
-#[test]
-fn netpipe_over_open_mpi_openib() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (logs, payload) = run_netpipe(tmp.path(), true);
-    let n_logs = std::fs::read_dir(&logs).unwrap().count();
+/// Converts the logs of a traced run (with 1 and 2 workers) and checks what must hold (see
+/// the file's doc); returns the report.
+fn check_run(dir: &Path, logs: &Path, payload: u64) -> Report {
+    let n_logs = std::fs::read_dir(logs).unwrap().count();
     assert_eq!(n_logs, 2, "one log per rank");
+    let logs = logs.to_path_buf();
     let mut traces = Vec::new();
     for jobs in [1, 2] {
-        let out = tmp.path().join(format!("t{jobs}.perfetto-trace"));
+        let out = dir.join(format!("t{jobs}.perfetto-trace"));
         let opts = ConvertOptions {
             jobs,
             ..Default::default()
@@ -178,5 +208,31 @@ fn netpipe_over_open_mpi_openib() {
         "NetPIPE over openib: {} WR events, {} completed WRs, {received} messages paired \
          ({flushed} receives flushed), {payload} payload bytes each way",
         report.summary.wr_events, t.wr_completed
+    );
+    report
+}
+
+#[test]
+fn netpipe_over_open_mpi_openib() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (logs, payload) = run_netpipe(tmp.path(), Tracing::On);
+    check_run(tmp.path(), &logs, payload);
+}
+
+/// The same with a known clock error per rank: no receive before its send after alignment,
+/// the recovered offset within its reported uncertainty of the injected one, no uncertainty
+/// wider than half the tightest round trip (real_timelines.rs's check).
+#[test]
+fn netpipe_over_open_mpi_openib_with_clock_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (logs, payload) = run_netpipe(tmp.path(), Tracing::Skewed);
+    let report = check_run(tmp.path(), &logs, payload);
+    let a = &report.summary.alignment;
+    assert_eq!(a.domains.len(), 2, "each rank its own clock: {a:#?}");
+    assert_eq!(a.inverted_after, 0, "{a:#?}");
+    let errors = alignment::check_alignment(&logs, &report);
+    eprintln!(
+        "NetPIPE with clock errors: receive before send {} before alignment, 0 after; {errors:?}",
+        a.inverted_before
     );
 }
