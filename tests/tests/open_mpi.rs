@@ -1,6 +1,7 @@
 //! Open MPI over softnic, traced: Debian's NetPIPE (`NPopenmpi`, unmodified) between two ranks
 //! launched by `mpirun`, with only the openib BTL between them (`--mca btl openib,self`: no
-//! shared memory, no TCP), each rank on its own softnic node of one machine.
+//! shared memory, no TCP), each rank on its own softnic node of one machine; and HPC Challenge
+//! (`hpcc`) on 4 ranks the same way.
 //!
 //! Open MPI's openib BTL is a verbs client nobody here wrote: its UD connection manager
 //! (`udcm`: receives posted on a UD QP per rank, datagrams through address handles), four RC
@@ -155,11 +156,12 @@ fn netpipe_over_open_mpi_openib_untraced() {
     assert!(payload > 0);
 }
 
-/// Converts the logs of a traced run (with 1 and 2 workers) and checks what must hold (see
-/// the file's doc); returns the report.
-fn check_run(dir: &Path, logs: &Path, payload: u64) -> Report {
+/// Converts the logs of a traced run of `ranks` ranks (with 1 and 2 workers) and checks what
+/// must hold (see the file's doc), with at least `payload` RDMA bytes from every rank to every
+/// other; returns the report.
+fn check_run(dir: &Path, logs: &Path, ranks: usize, payload: u64) -> Report {
     let n_logs = std::fs::read_dir(logs).unwrap().count();
-    assert_eq!(n_logs, 2, "one log per rank");
+    assert_eq!(n_logs, ranks, "one log per rank");
     let logs = logs.to_path_buf();
     let mut traces = Vec::new();
     for jobs in [1, 2] {
@@ -197,7 +199,8 @@ fn check_run(dir: &Path, logs: &Path, payload: u64) -> Report {
     let v = validate(&traces[0], &[]);
     assert_eq!(v["stats"]["flows"], received);
     assert_eq!(v["stats"]["backward_flows"], 0);
-    for (from, to) in [(0, 1), (1, 0)] {
+    let pairs = (0..ranks).flat_map(|a| (0..ranks).filter(move |&b| b != a).map(move |b| (a, b)));
+    for (from, to) in pairs {
         let bytes = traffic(&text, from, to);
         assert!(
             bytes >= payload,
@@ -205,8 +208,8 @@ fn check_run(dir: &Path, logs: &Path, payload: u64) -> Report {
         );
     }
     eprintln!(
-        "NetPIPE over openib: {} WR events, {} completed WRs, {received} messages paired \
-         ({flushed} receives flushed), {payload} payload bytes each way",
+        "{ranks} ranks over openib: {} WR events, {} completed WRs, {received} messages paired \
+         ({flushed} receives flushed)",
         report.summary.wr_events, t.wr_completed
     );
     report
@@ -216,7 +219,7 @@ fn check_run(dir: &Path, logs: &Path, payload: u64) -> Report {
 fn netpipe_over_open_mpi_openib() {
     let tmp = tempfile::tempdir().unwrap();
     let (logs, payload) = run_netpipe(tmp.path(), Tracing::On);
-    check_run(tmp.path(), &logs, payload);
+    check_run(tmp.path(), &logs, 2, payload);
 }
 
 /// The same with a known clock error per rank: no receive before its send after alignment,
@@ -226,7 +229,7 @@ fn netpipe_over_open_mpi_openib() {
 fn netpipe_over_open_mpi_openib_with_clock_errors() {
     let tmp = tempfile::tempdir().unwrap();
     let (logs, payload) = run_netpipe(tmp.path(), Tracing::Skewed);
-    let report = check_run(tmp.path(), &logs, payload);
+    let report = check_run(tmp.path(), &logs, 2, payload);
     let a = &report.summary.alignment;
     assert_eq!(a.domains.len(), 2, "each rank its own clock: {a:#?}");
     assert_eq!(a.inverted_after, 0, "{a:#?}");
@@ -235,4 +238,52 @@ fn netpipe_over_open_mpi_openib_with_clock_errors() {
         "NetPIPE with clock errors: receive before send {} before alignment, 0 after; {errors:?}",
         a.inverted_before
     );
+}
+
+/// HPC Challenge (Debian's `hpcc`, unmodified: HPL, DGEMM, STREAM, PTRANS, RandomAccess, FFT
+/// and the ring latency/bandwidth tests) on 4 ranks over openib, traced: HPL's residual check
+/// passes (`Success=1`), every message is paired, and every rank sent RDMA bytes to every
+/// other (RandomAccess and the rings reach all pairs).
+#[test]
+fn hpcc_over_open_mpi_openib_four_ranks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (logs, fabric) = (dir.join("logs"), dir.join("fabric"));
+    std::fs::create_dir_all(&fabric).unwrap();
+    // The package's example input (HPL N = 1000 on a 2 × 2 grid), with N = 500.
+    let example = "/usr/share/doc/hpcc/examples/_hpccinf.txt";
+    let input = std::fs::read_to_string(example)
+        .unwrap_or_else(|e| panic!("{example} (scripts/install-deps.sh installs hpcc): {e}"));
+    let input = input.replacen("1000         Ns", "500          Ns", 1);
+    assert!(input.contains("500          Ns"), "{example}: no N line");
+    std::fs::write(dir.join("hpccinf.txt"), input).unwrap();
+    let mut c = Command::new("mpirun");
+    c.args(["--oversubscribe", "-np", "4"])
+        .args(["--mca", "pml", "ob1", "--mca", "btl", "openib,self"])
+        .args(["--mca", "btl_openib_allow_ib", "1"])
+        .arg("-x")
+        .arg(format!(
+            "LD_PRELOAD={}",
+            artifact("libsigmatrace.so").display()
+        ))
+        .arg("-x")
+        .arg(format!("SIGMATRACE_DIR={}", logs.display()))
+        .arg(artifact("softnic-run"))
+        .arg("--fabric")
+        .arg(&fabric)
+        .args(["--", "hpcc"])
+        .current_dir(dir)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env_remove("LD_PRELOAD")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let (ok, text) = Guarded::spawn(&mut c).finish("mpirun hpcc", Duration::from_secs(300));
+    assert!(ok, "mpirun -np 4 hpcc failed:\n{text}");
+    let out = std::fs::read_to_string(dir.join("hpccoutf.txt")).expect("hpcc's output file");
+    assert!(
+        out.contains("\nSuccess=1\n"),
+        "HPL's residual check:\n{out}"
+    );
+    check_run(dir, &logs, 4, 1);
 }
