@@ -169,23 +169,9 @@ struct Measured {
 
 /// Converts twice (1 and 2 worker threads) and checks the trace and the report.
 fn check(logs: &Path, expect: Expect, skew: bool, what: &str) -> Measured {
-    let dir = logs.parent().unwrap();
-    let mut traces = Vec::new();
-    for jobs in [1, 2] {
-        let out = dir.join(format!("t{jobs}.perfetto-trace"));
-        let opts = ConvertOptions {
-            jobs,
-            ..Default::default()
-        };
-        sigmatrace_convert::convert(&[logs.to_owned()], &out, &opts).unwrap();
-        traces.push(out);
-    }
-    assert!(
-        std::fs::read(&traces[0]).unwrap() == std::fs::read(&traces[1]).unwrap(),
-        "{what}: traces with --jobs 1 and 2 differ"
-    );
-    let v = validate(&traces[0], &[]);
-    let completed_bytes = completed_bytes(&traces[0]);
+    let trace = convert_with_one_and_two_workers(logs, logs.parent().unwrap(), what);
+    let v = validate(&trace, &[]);
+    let completed_bytes = completed_bytes(&trace);
     let report = sigmatrace_convert::stats(&[logs.to_owned()], &ConvertOptions::default()).unwrap();
     let t = &report.summary.totals;
     let a = &report.summary.alignment;
