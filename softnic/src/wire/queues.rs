@@ -54,13 +54,40 @@ pub(crate) unsafe fn gather(w: &SendWqe, off: u32, dst: &mut [u8]) {
     }
 }
 
-/// Copies `src` into a scatter list at byte offset `off`.
+/// Copies `src` into a scatter list at byte offset `off`, in ascending address order
+/// ([`place`]).
 ///
 /// # Safety
 /// SGE addresses must have been validated against registered memory.
 pub(crate) unsafe fn scatter(sges: &[ibv_sge], off: usize, src: &[u8]) {
     for (addr, at, n) in sge_pieces(sges, off, src.len()) {
-        std::ptr::copy_nonoverlapping(src[at..].as_ptr(), addr as *mut u8, n);
+        place(src[at..at + n].as_ptr(), addr as *mut u8, n);
+    }
+}
+
+/// Bytes at the end of a placed range written one by one, in ascending order, after the rest.
+const ORDERED_TAIL: usize = 64;
+
+/// Copies `n` bytes from `src` to the program's memory at `dst` the way a NIC's DMA lands
+/// them: no byte becomes visible before the bytes below it. Programs rely on it — Open MPI's
+/// openib BTL polls the last bytes of an eager RDMA fragment and then reads its header at the
+/// start — and a plain `memcpy` breaks it: glibc's copies above 256 bytes store the first
+/// vector last (openib then read a zero tag and called a null callback, one run in ~75). So
+/// everything but the last [`ORDERED_TAIL`] bytes is copied first, then a fence (which also
+/// orders any non-temporal stores of the copy), then the tail byte by byte, upwards (x86
+/// makes ordinary stores visible in program order).
+///
+/// # Safety
+/// `src` readable and `dst` writable for `n` bytes, not overlapping.
+pub(crate) unsafe fn place(src: *const u8, dst: *mut u8, n: usize) {
+    let head = n.saturating_sub(ORDERED_TAIL);
+    // SAFETY: per the caller; head <= n.
+    unsafe { std::ptr::copy_nonoverlapping(src, dst, head) };
+    std::sync::atomic::fence(Ordering::SeqCst);
+    for i in head..n {
+        // SAFETY: i < n, inside both ranges; volatile so that the stores stay single bytes in
+        // this order.
+        unsafe { dst.add(i).write_volatile(src.add(i).read()) };
     }
 }
 

@@ -4,7 +4,9 @@
 //! cannot deliver.
 
 use crate::ffi::*;
-use crate::wire::queues::{before, check_local, check_remote, qp_error, scatter, sge_capacity};
+use crate::wire::queues::{
+    before, check_local, check_remote, place, qp_error, scatter, sge_capacity,
+};
 use crate::wire::shm::{kind, nak, pflag, PktHdr, Slot, PKT_MTU};
 use crate::wire::state::*;
 use crate::wire::work::*;
@@ -254,7 +256,7 @@ fn rx_write(qp: &QpInner, r: &mut Responder, slot: &Slot) -> Step {
     if h.len > 0 {
         // SAFETY: the range was validated against a registered MR with REMOTE_WRITE.
         unsafe {
-            std::ptr::copy_nonoverlapping(
+            place(
                 slot.data.as_ptr(),
                 (host + h.offset as u64) as usize as *mut u8,
                 h.len as usize,
