@@ -165,6 +165,9 @@ struct Measured {
     min_slack_ns: Option<f64>,
     /// The bytes the trace's "completed bytes/s" counters add up to, all processes together.
     completed_bytes: i128,
+    /// Per QP with send WRs (stats' queue-pair table and the log's counts): (process, QPN,
+    /// WRs, WRs timed, WRs implied, completions of the QP in the log, receives).
+    qp_rows: Vec<(String, u32, u64, u64, u64, u64, u64)>,
 }
 
 /// Converts twice (1 and 2 worker threads) and checks the trace and the report.
@@ -189,6 +192,22 @@ fn check(logs: &Path, expect: Expect, skew: bool, what: &str) -> Measured {
         completed_bytes,
         ..Default::default()
     };
+    let qps = report
+        .section::<sigmatrace_convert::report::QpTable>()
+        .expect("a queue-pair table");
+    for r in qps.rows.iter().filter(|r| r.ops > 0) {
+        let p = &report.topology.procs[r.proc_];
+        let completions = p.qp(r.qpn).map_or(0, |q| q.counts.completions);
+        m.qp_rows.push((
+            p.label(),
+            r.qpn,
+            r.ops,
+            r.timed(),
+            r.implied,
+            completions,
+            r.recvs,
+        ));
+    }
     let warnings = report.summary.warnings.join("\n");
     m.counts.slack = expect.slack;
     let near = |a: u64, b: u64| a.abs_diff(b) <= expect.slack;
@@ -353,7 +372,8 @@ fn case_bytes(
     run: impl Fn() -> Run,
     expect: impl Fn(&[String]) -> Expect,
     bytes: Option<u64>,
-) {
+) -> Vec<Measured> {
+    let mut all = Vec::new();
     for skew in [false, true] {
         let tmp = tempfile::tempdir().unwrap();
         let (logs, outs) = execute(&run, tmp.path(), skew);
@@ -362,12 +382,14 @@ fn case_bytes(
         if let Some(b) = bytes {
             assert_eq!(m.completed_bytes, b as i128, "{what}: completed bytes");
         }
+        all.push(m);
     }
+    all
 }
 
 /// [`case_bytes`] without a byte count.
 fn case(name: &str, run: impl Fn() -> Run, expect: impl Fn(&[String]) -> Expect) {
-    case_bytes(name, run, expect, None)
+    case_bytes(name, run, expect, None);
 }
 
 fn pingpong(prog: &'static str, opts: &str, iters: u64) -> impl Fn() -> Run {
@@ -558,20 +580,33 @@ fn ib_send_bw_all_sizes() {
 
 #[test]
 fn ib_write_bw_eight_qps() {
-    let n = 20;
-    // 65536-byte writes (the default -s), most of them unsignaled: the counter adds the
-    // posted bytes of every WR a completion completes.
-    case_bytes(
+    let n = 1000;
+    // 8-byte writes, most of them unsignaled (one in 100, perftest's default -Q, is
+    // signaled; with 64 KiB writes perftest signals every one): the counter adds the posted
+    // bytes of every WR a completion completes.
+    let runs = case_bytes(
         "ib_write_bw -q 8",
-        perftest("ib_write_bw", &format!("-q 8 -n {n}")),
+        perftest("ib_write_bw", &format!("-q 8 -s 8 -n {n}")),
         |_| Expect {
             wrs: 8 * n,
             recvs: 0,
             flows: 0,
             slack: 0,
         },
-        Some(8 * n * 65536),
+        Some(8 * n * 8),
     );
+    // The client's 8 QPs: a WR's latency is timed only when a completion reports it (one
+    // per completion the program polled); the unsignaled WRs retired with it are implied.
+    for m in runs {
+        assert_eq!(m.qp_rows.len(), 8, "{:?}", m.qp_rows);
+        for &(ref proc_, qpn, ops, timed, implied, completions, recvs) in &m.qp_rows {
+            let row = format!("{proc_} QP {qpn:#x}: {:?}", m.qp_rows);
+            assert_eq!((ops, recvs), (n, 0), "{row}");
+            assert_eq!(timed, completions, "{row}");
+            assert_eq!(timed + implied, ops, "{row}");
+            assert!(implied > 0 && timed > 0, "{row}");
+        }
+    }
 }
 
 #[test]

@@ -304,12 +304,16 @@ fn bucket_value(b: usize) -> u64 {
     }
 }
 
-/// Per-QP operation counts, bytes, latency (post → completion) quantiles and errors.
+/// Per-QP operation counts, bytes, latency (post → completion) quantiles and errors. The
+/// latency is that of the WRs a completion reports; the unsignaled WRs it retires with them
+/// (`implied`) have no completion time of their own and are not in it.
 #[derive(Clone, Default)]
 pub struct QpRow {
     pub proc_: usize,
     pub qpn: u32,
     pub ops: u64,
+    /// WRs retired by a later WR's completion (unsignaled, in send-queue order).
+    pub implied: u64,
     pub bytes: u64,
     pub errors: u64,
     pub recvs: u64,
@@ -318,9 +322,14 @@ pub struct QpRow {
 }
 
 impl QpRow {
+    /// WRs whose latency was measured: those completions reported.
+    pub fn timed(&self) -> u64 {
+        self.hist.iter().sum()
+    }
+
     /// Latency quantile (bucket precision ≈ 6 %).
     pub fn quantile(&self, q: f64) -> u64 {
-        let total: u64 = self.hist.iter().sum();
+        let total = self.timed();
         if total == 0 {
             return 0;
         }
@@ -395,14 +404,18 @@ impl Section for QpTable {
                     } else {
                         r.bytes += w.bytes as u64;
                     }
-                    let lat = (done - w.post).max(0) as u64;
-                    r.max_ns = r.max_ns.max(lat);
-                    let b = bucket(lat);
-                    if b >= r.hist.len() {
-                        r.hist.resize(b + 1, 0);
-                    }
-                    r.hist[b] += 1;
                 }
+                // The last WR is the one the completion reports; the ones before it were
+                // retired with it.
+                let Some(last) = wrs.last() else { return };
+                r.implied += wrs.len() as u64 - 1;
+                let lat = done.saturating_sub(last.post).max(0) as u64;
+                r.max_ns = r.max_ns.max(lat);
+                let b = bucket(lat);
+                if b >= r.hist.len() {
+                    r.hist.resize(b + 1, 0);
+                }
+                r.hist[b] += 1;
             }
             ModelEvent::RecvDone { qp, status, .. } => {
                 let r = self.row(p.index, qp.qpn);
@@ -444,12 +457,22 @@ impl Section for QpTable {
     fn text(&self, ctx: &ReportCtx<'_>, out: &mut String) {
         let _ = writeln!(
             out,
-            "== Queue pairs (send-queue WR latency post → completion)"
+            "== Queue pairs (send-queue WR latency post → its completion; implied: unsignaled WRs retired by a later completion, not timed)"
         );
         let _ = writeln!(
             out,
-            "{:<12} {:>10} {:<24} {:>10} {:>14} {:>9} {:>10} {:>10} {:>10} {:>7}",
-            "rank", "QP", "peer", "ops", "bytes", "recvs", "p50 ns", "p99 ns", "max ns", "errors"
+            "{:<12} {:>10} {:<24} {:>10} {:>10} {:>14} {:>9} {:>10} {:>10} {:>10} {:>7}",
+            "rank",
+            "QP",
+            "peer",
+            "ops",
+            "implied",
+            "bytes",
+            "recvs",
+            "p50 ns",
+            "p99 ns",
+            "max ns",
+            "errors"
         );
         for r in &self.rows {
             let p = &ctx.topo.procs[r.proc_];
@@ -460,11 +483,12 @@ impl Section for QpTable {
                 .unwrap_or_else(|| "-".into());
             let _ = writeln!(
                 out,
-                "{:<12} {:>10} {:<24} {:>10} {:>14} {:>9} {:>10} {:>10} {:>10} {:>7}",
+                "{:<12} {:>10} {:<24} {:>10} {:>10} {:>14} {:>9} {:>10} {:>10} {:>10} {:>7}",
                 p.label(),
                 format!("{:#x}", r.qpn),
                 peer,
                 r.ops,
+                r.implied,
                 r.bytes,
                 r.recvs,
                 r.quantile(0.5),
@@ -484,7 +508,7 @@ impl Section for QpTable {
                     json!({
                         "rank": p.rank, "process": p.label(), "qpn": r.qpn,
                         "peer": p.qp(r.qpn).and_then(|q| q.peer).map(|(pp, pq)| json!({"process": ctx.topo.procs[pp].label(), "rank": ctx.topo.procs[pp].rank, "qpn": pq})),
-                        "ops": r.ops, "bytes": r.bytes, "recvs": r.recvs, "errors": r.errors,
+                        "ops": r.ops, "implied": r.implied, "timed": r.timed(), "bytes": r.bytes, "recvs": r.recvs, "errors": r.errors,
                         "latency_ns": {"p50": r.quantile(0.5), "p99": r.quantile(0.99), "max": r.max_ns},
                     })
                 })
