@@ -400,3 +400,52 @@ fn same_packets(run: impl Fn(&mut PerfettoSeq) -> Vec<Vec<u8>>) -> Vec<(Vec<u8>,
     }
     plain.into_iter().zip(packed).collect()
 }
+
+/// A block fastz compresses poorly is written as zlib's stream when that is smaller: here a
+/// counter whose (value, time step) pairs repeat in a cycle of 35 samples, longer than the
+/// one earlier sample of its track fastz matches against (a match search finds whole cycles).
+/// Dense blocks (the test above: every packet repeats its track's last) stay fastz's.
+#[test]
+fn poorly_compressed_blocks_fall_back_to_zlib() {
+    let sparse = |s: &mut PerfettoSeq| {
+        let mut ts = 1000u64;
+        for i in 0..20_000usize {
+            ts += [3, 17, 250, 9, 1000][i % 5];
+            s.counter(ts, 7, [5, 0, 3, 0, 9, 1, 0][i % 7]);
+        }
+        vec![s.take()]
+    };
+    for (p, z) in same_packets(sparse) {
+        let raw = inflated(&z);
+        assert_eq!(z, compress_block(&raw, 3), "zlib's stream");
+        assert!(z.len() * 40 < p.len(), "{} vs {}", z.len(), p.len());
+    }
+    let dense = |s: &mut PerfettoSeq| {
+        let n = s.name("WRITE 8 B");
+        for i in 0..20_000u64 {
+            s.begin(1000 + i * 37, 100 + i % 4, n, &Extra::NONE);
+            s.end(1020 + i * 37, 100 + i % 4, &Extra::NONE);
+        }
+        vec![s.take()]
+    };
+    for (p, z) in same_packets(dense) {
+        let raw = inflated(&z);
+        assert_ne!(z, compress_block(&raw, 3), "fastz's stream");
+        assert!(
+            z.len() * super::FASTZ_POOR_RATIO < raw.len(),
+            "{} vs {}",
+            z.len(),
+            p.len()
+        );
+    }
+}
+
+/// The packets of one framed `compressed_packets` packet.
+fn inflated(block: &[u8]) -> Vec<u8> {
+    let outer = decode(block);
+    let data = outer.packet[0].compressed_packets.as_ref().unwrap();
+    let mut d = flate2::read::ZlibDecoder::new(&data[..]);
+    let mut inner = Vec::new();
+    std::io::Read::read_to_end(&mut d, &mut inner).unwrap();
+    inner
+}
