@@ -119,21 +119,23 @@ pub fn compress_block(framed: &[u8], level: u32) -> Vec<u8> {
 }
 
 /// A fastz block that compresses its raw bytes less than this many times over is compressed
-/// again with zlib ([`zlib_if_smaller`]).
-pub const FASTZ_POOR_RATIO: usize = 8;
+/// again with zlib ([`zlib_if_smaller`]). Measured (zlib level 3 against fastz, per block):
+/// sparse real traces' blocks (LAMMPS, HPC Challenge, NetPIPE over openib) come out of fastz
+/// 1-8× smaller and zlib's are 20-65 % smaller again; the synthetic benchmark's dense blocks
+/// are 6-8× (zlib: 13 % smaller, for 9-15 % more CPU time in all) or better, and dense real
+/// ones (ib_write_bw) beyond 12× (zlib's larger).
+pub const FASTZ_POOR_RATIO: usize = 6;
 
-/// zlib's level for a block fastz compressed poorly (zlib-rs: greedy matching; its level 1
-/// does not search and gave 11.5 bytes per WR event on the LAMMPS trace, level 2 9.5, 3 8.9).
+/// zlib's level for a block fastz compressed poorly (zlib-rs; its level 1 does not search
+/// and gave 11.5 bytes per WR event on the LAMMPS trace, level 2 9.5, level 3 8.9).
 const FALLBACK_LEVEL: u32 = 3;
 
 /// The zlib stream of the framed packets `raw` at [`FALLBACK_LEVEL`], when fastz's stream
-/// `fast` of them is shorter than a [`FASTZ_POOR_RATIO`]th of them and zlib's is shorter
-/// than `fast`. fastz matches each packet against a few earlier packets it is told of; where
-/// packets repeat in longer cycles than that (sparse traffic: many lanes and counters each
-/// touched now and then) a match search finds runs of several packets that it cannot — on
-/// LAMMPS's trace (4 ranks over openib) fastz's blocks came to 17.9 bytes per WR event,
-/// with this fallback to 8.9; HPC Challenge's 18.2 to 11.6. Dense traces (ib_write_bw:
-/// blocks 15-20× smaller) do not pay for the search.
+/// `fast` of them is shorter than a [`FASTZ_POOR_RATIO`]th of them and zlib's is shorter.
+/// fastz matches each packet against a few earlier packets it is told of; where packets
+/// repeat in longer cycles than that (sparse traffic: many lanes and counters each touched
+/// now and then) a match search finds runs of several packets that it cannot. LAMMPS's trace
+/// (4 ranks over openib): 17.9 → 8.9 bytes per WR event; HPC Challenge's 18.2 → 12.4.
 fn zlib_if_smaller(raw: &[u8], fast: &[u8]) -> Option<Vec<u8>> {
     use std::io::Write;
     if fast.len().saturating_mul(FASTZ_POOR_RATIO) <= raw.len() {
