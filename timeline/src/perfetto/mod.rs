@@ -108,46 +108,70 @@ pub fn frame_packet(out: &mut Vec<u8>, pkt: &TracePacket) {
 /// Wraps already framed packets into one `compressed_packets` packet (zlib, as the Perfetto
 /// tracing service writes it), framed and ready to append to a trace.
 pub fn compress_block(framed: &[u8], level: u32) -> Vec<u8> {
-    use std::io::Write;
-    let mut z = flate2::write::ZlibEncoder::new(
-        Vec::with_capacity(framed.len() / 3 + 64),
-        flate2::Compression::new(level),
-    );
-    z.write_all(framed).expect("writing to a Vec cannot fail");
-    let data = z.finish().expect("writing to a Vec cannot fail");
+    let mut z = flate2::Compress::new(flate2::Compression::new(level), true);
+    let mut data = Vec::with_capacity(framed.len() / 3 + 64);
+    zlib_into(&mut z, framed, &mut data);
     frame_compressed(&data)
 }
 
+/// The zlib stream of `raw` from compressor `z` (reset first) into `out` (cleared first).
+fn zlib_into(z: &mut flate2::Compress, raw: &[u8], out: &mut Vec<u8>) {
+    z.reset();
+    out.clear();
+    loop {
+        out.reserve(64.max(raw.len() / 4));
+        let rest = &raw[z.total_in() as usize..];
+        match z.compress_vec(rest, out, flate2::FlushCompress::Finish) {
+            Ok(flate2::Status::StreamEnd) => return,
+            Ok(_) => {}
+            Err(e) => unreachable!("zlib into memory: {e}"),
+        }
+    }
+}
+
 /// A fastz block that compresses its raw bytes less than this many times over is compressed
-/// again with zlib ([`zlib_if_smaller`]). Measured (zlib level 3 against fastz, per block):
-/// sparse real traces' blocks (LAMMPS, HPC Challenge, NetPIPE over openib) come out of fastz
-/// 1-8× smaller and zlib's are 20-65 % smaller again; dense real ones (ib_write_bw) beyond
-/// 12× (zlib's larger). The synthetic benchmark's blocks are 6-8× or better: its 6× ones are
-/// retried (zlib: 13 % smaller; 6.9 % more instructions for the whole conversion, 64 ranks).
+/// again with zlib ([`Fallback::zlib_if_smaller`]). Measured (zlib level 3 against fastz, per
+/// block): sparse real traces' blocks (LAMMPS, HPC Challenge, NetPIPE over openib) come out
+/// of fastz 1-8× smaller and zlib's are 20-65 % smaller again; dense real ones (ib_write_bw)
+/// beyond 12× (zlib's larger). The synthetic benchmark's blocks are 6-8× or better: its 6×
+/// ones are retried (zlib: 13 % smaller; 6.9 % more instructions for the whole conversion,
+/// 64 ranks).
 pub const FASTZ_POOR_RATIO: usize = 7;
 
 /// zlib's level for a block fastz compressed poorly (zlib-rs; its level 1 does not search
 /// and gave 11.5 bytes per WR event on the LAMMPS trace, level 2 9.5, level 3 8.9).
 const FALLBACK_LEVEL: u32 = 3;
 
-/// The zlib stream of the framed packets `raw` at [`FALLBACK_LEVEL`], when fastz's stream
-/// `fast` of them is shorter than a [`FASTZ_POOR_RATIO`]th of them and zlib's is shorter.
-/// fastz matches each packet against a few earlier packets it is told of; where packets
-/// repeat in longer cycles than that (sparse traffic: many lanes and counters each touched
-/// now and then) a match search finds runs of several packets that it cannot. LAMMPS's trace
-/// (4 ranks over openib): 17.9 → 8.9 bytes per WR event; HPC Challenge's 18.2 → 11.6.
-fn zlib_if_smaller(raw: &[u8], fast: &[u8]) -> Option<Vec<u8>> {
-    use std::io::Write;
-    if fast.len().saturating_mul(FASTZ_POOR_RATIO) <= raw.len() {
-        return None;
+/// zlib for the blocks of one sequence that fastz compressed poorly: one compressor and
+/// output buffer, reset for each block (a new compressor allocates and clears its window and
+/// hash tables: at 1024 ranks, with a few small blocks per sequence, that was a quarter of
+/// the fallback's instructions).
+pub(crate) struct Fallback {
+    z: flate2::Compress,
+    out: Vec<u8>,
+}
+
+impl Fallback {
+    fn new() -> Self {
+        Fallback {
+            z: flate2::Compress::new(flate2::Compression::new(FALLBACK_LEVEL), true),
+            out: Vec::new(),
+        }
     }
-    let mut z = flate2::write::ZlibEncoder::new(
-        Vec::with_capacity(fast.len()),
-        flate2::Compression::new(FALLBACK_LEVEL),
-    );
-    z.write_all(raw).expect("writing to a Vec cannot fail");
-    let data = z.finish().expect("writing to a Vec cannot fail");
-    (data.len() < fast.len()).then_some(data)
+
+    /// The zlib stream of the framed packets `raw`, when fastz's stream `fast` of them is
+    /// shorter than a [`FASTZ_POOR_RATIO`]th of them and zlib's is shorter. fastz matches
+    /// each packet against a few earlier packets it is told of; where packets repeat in longer
+    /// cycles than that (sparse traffic: many lanes and counters each touched now and then) a
+    /// match search finds runs of several packets that it cannot. LAMMPS's trace (4 ranks
+    /// over openib): 17.9 → 8.9 bytes per WR event; HPC Challenge's 18.2 → 11.6.
+    fn zlib_if_smaller(&mut self, raw: &[u8], fast: &[u8]) -> Option<&[u8]> {
+        if fast.len().saturating_mul(FASTZ_POOR_RATIO) <= raw.len() {
+            return None;
+        }
+        zlib_into(&mut self.z, raw, &mut self.out);
+        (self.out.len() < fast.len()).then_some(&self.out[..])
+    }
 }
 
 /// Frames zlib data as one `compressed_packets` packet, ready to append to a trace.
@@ -258,6 +282,9 @@ pub struct PerfettoSeq {
     epoch: u32,
     /// Events written with an absolute timestamp ([`PerfettoSeq::earlier_events`]).
     earlier: u64,
+    /// With `z`: zlib for its poorly compressed blocks, made on first use and kept (also by
+    /// [`PerfettoSeq::renew`]).
+    fallback: Option<Box<Fallback>>,
 }
 
 /// Candidate-table type slots of non-event packets (event types are 1..=4).
@@ -290,6 +317,7 @@ impl PerfettoSeq {
             templates: Vec::new(),
             epoch: 1,
             earlier: 0,
+            fallback: None,
         }
     }
 
@@ -314,6 +342,7 @@ impl PerfettoSeq {
         fresh.templates = templates;
         fresh.epoch = epoch.max(1);
         fresh.z = z;
+        fresh.fallback = self.fallback.take();
         fresh
     }
 
@@ -720,10 +749,10 @@ impl TraceSink for PerfettoSeq {
                 if self.buf.is_empty() {
                     return Vec::new();
                 }
-                let buf = &self.buf;
-                let out = z.finish_with(buf, |fast| match zlib_if_smaller(buf, fast) {
-                    Some(data) => frame_compressed(&data),
-                    None => frame_compressed(fast),
+                let (buf, fallback) = (&self.buf, &mut self.fallback);
+                let out = z.finish_with(buf, |fast| {
+                    let zlib = fallback.get_or_insert_with(|| Box::new(Fallback::new()));
+                    frame_compressed(zlib.zlib_if_smaller(buf, fast).unwrap_or(fast))
                 });
                 self.buf.clear();
                 self.epoch = self.epoch.wrapping_add(1);
