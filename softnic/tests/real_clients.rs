@@ -1,6 +1,7 @@
 //! Debian's unmodified ibverbs-utils and perftest binaries on softnic: server on simulated node 1,
 //! client on node 2, TCP exchange on a free localhost port, default options (plus the
-//! ibv_rc_pingpong variants -N, -e, -t). Each must exit 0 and print sane results.
+//! ibv_rc_pingpong variants -N, -e, -t), and UCX's ucx_info and ucx_perftest over its verbs
+//! transports. Each must exit 0 and print sane results.
 
 mod common;
 use common::*;
@@ -214,4 +215,66 @@ fn ib_write_lat() {
 #[test]
 fn ib_send_lat() {
     perftest_lat("ib_send_lat");
+}
+
+/// UCX (Debian's ucx-utils, unmodified) takes softnic for its verbs transports: `uct_ib`
+/// vets a device by its `/dev/infiniband/uverbsN` node (softnic-run shows one) and its sysfs
+/// tree, then lists `rc_verbs` and `ud_verbs` on `softnic0:1`. (Its `rc_mlx5`/`ud_mlx5`/
+/// `dc_mlx5` need devx, which softnic's libmlx5 does not offer: UCX says so and skips them.)
+#[test]
+fn ucx_info_lists_softnic_for_verbs_transports() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = spawn(dir.path(), "ucx_info", 1, &os(&[&bin("ucx_info"), "-d"])).wait(LIMIT);
+    assert!(d.ok(), "ucx_info -d: {:?}\n{}", d.code, d.out);
+    for tl in ["rc_verbs", "ud_verbs"] {
+        let listed = d.out.lines().collect::<Vec<_>>().windows(2).any(|w| {
+            w[0].trim_start_matches(['#', ' ']) == format!("Transport: {tl}")
+                && w[1].trim_start_matches(['#', ' ']) == "Device: softnic0:1"
+        });
+        assert!(listed, "{tl} on softnic0:1 in:\n{}", d.out);
+    }
+}
+
+/// `ucx_perftest`'s closing line: "Final: iterations, latency 50%ile/average/overall (µs),
+/// bandwidth average/overall (MB/s), message rate average/overall".
+fn ucx_final(out: &str) -> Vec<f64> {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("Final:"))
+        .unwrap_or_else(|| panic!("no Final: line in\n{out}"));
+    line.split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().expect("a number"))
+        .collect()
+}
+
+/// A UCT-level ucx_perftest run over `tl` on softnic: `iters` iterations, no warm-up.
+fn ucx_perftest(args: &[&str], iters: u32) {
+    let n = iters.to_string();
+    let mut all = vec!["-d", "softnic0:1", "-n", &n, "-w", "0"];
+    all.extend_from_slice(args);
+    let (_sd, cd) = pair("ucx_perftest", &all);
+    let f = ucx_final(&cd.out);
+    assert_eq!(f[0], iters as f64, "{}", cd.out);
+    assert!(f[1..].iter().all(|v| *v > 0.0), "{}", cd.out);
+}
+
+#[test]
+fn ucx_perftest_am_lat_rc_verbs() {
+    ucx_perftest(&["-t", "am_lat", "-x", "rc_verbs"], 1000);
+}
+
+#[test]
+fn ucx_perftest_am_lat_ud_verbs() {
+    ucx_perftest(&["-t", "am_lat", "-x", "ud_verbs"], 1000);
+}
+
+#[test]
+fn ucx_perftest_put_bw_rc_verbs_zcopy() {
+    ucx_perftest(
+        &[
+            "-t", "put_bw", "-x", "rc_verbs", "-D", "zcopy", "-s", "65536",
+        ],
+        2000,
+    );
 }

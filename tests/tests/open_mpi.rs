@@ -18,6 +18,11 @@
 //! byte NetPIPE reports (NetPIPE times each size in 3 trials of `-n` round trips). Then the
 //! same run with a known clock error per rank: no receive before its send after alignment and
 //! the recovered offset within its stated uncertainty of the injected one.
+//!
+//! NetPIPE runs the same way over Open MPI's UCX PML — what Open MPI 4 uses on InfiniBand
+//! clusters — with UCX's verbs transports alone (`rc_verbs` for the messages, `ud_verbs` for
+//! UCX's connection set-up): another verbs client nobody here wrote (eager sends from
+//! pre-posted receive rings, rendezvous RDMA reads for large messages, unsignaled sends).
 #![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
@@ -80,10 +85,21 @@ fn traffic(text: &str, from: usize, to: usize) -> u64 {
     f[2 + to].parse().unwrap()
 }
 
-/// `mpirun -np N` of Open MPI with only the openib BTL between the ranks (as root too), each
-/// rank `softnic-run --fabric FABRIC -- ` + the caller's command (after `wrap`, a program and
-/// arguments put before softnic-run), traced into `logs` when given.
-fn mpirun(np: u32, dir: &Path, logs: Option<&Path>, wrap: &[&str]) -> Command {
+/// What carries Open MPI's point-to-point messages between the ranks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pml {
+    /// The ob1 PML over the openib BTL alone (no shared memory, no TCP).
+    Openib,
+    /// The UCX PML (what Open MPI 4 picks on InfiniBand clusters) over UCX's verbs transports
+    /// alone: `rc_verbs` for the messages, `ud_verbs` for UCX's connection set-up (its
+    /// "auxiliary" transport), `self` within a rank.
+    Ucx,
+}
+
+/// `mpirun -np N` of Open MPI with only `pml`'s transport between the ranks (as root too),
+/// each rank `softnic-run --fabric FABRIC -- ` + the caller's command (after `wrap`, a program
+/// and arguments put before softnic-run), traced into `logs` when given.
+fn mpirun(np: u32, dir: &Path, logs: Option<&Path>, wrap: &[&str], pml: Pml) -> Command {
     let mut c = Command::new("mpirun");
     // Unbound: Open MPI binds each rank (and so its softnic progress thread) to a core, which
     // on a loaded 2-core machine can leave a spinning rank and the peer it waits for on one.
@@ -93,10 +109,19 @@ fn mpirun(np: u32, dir: &Path, logs: Option<&Path>, wrap: &[&str]) -> Command {
         "none",
         "-np",
         &np.to_string(),
-    ])
-    .args(["--mca", "pml", "ob1", "--mca", "btl", "openib,self"])
-    // openib leaves InfiniBand ports to UCX unless allowed (Open MPI 4.x).
-    .args(["--mca", "btl_openib_allow_ib", "1"]);
+    ]);
+    match pml {
+        Pml::Openib => {
+            c.args(["--mca", "pml", "ob1", "--mca", "btl", "openib,self"])
+                // openib leaves InfiniBand ports to UCX unless allowed (Open MPI 4.x).
+                .args(["--mca", "btl_openib_allow_ib", "1"]);
+        }
+        Pml::Ucx => {
+            c.args(["--mca", "pml", "ucx", "--mca", "btl", "self"])
+                .args(["-x", "UCX_NET_DEVICES=softnic0:1"])
+                .args(["-x", "UCX_TLS=rc_verbs,ud_verbs,self"]);
+        }
+    }
     if let Some(logs) = logs {
         c.arg("-x")
             .arg(format!(
@@ -122,9 +147,9 @@ fn mpirun(np: u32, dir: &Path, logs: Option<&Path>, wrap: &[&str]) -> Command {
     c
 }
 
-/// Runs NetPIPE under `mpirun -np 2` on softnic, traced into `dir/logs` or not; returns the
-/// log directory and the payload bytes each way that NetPIPE's output file reports.
-fn run_netpipe(dir: &Path, tracing: Tracing) -> (std::path::PathBuf, u64) {
+/// Runs NetPIPE under `mpirun -np 2` on softnic over `pml`, traced into `dir/logs` or not;
+/// returns the log directory and the payload bytes each way that NetPIPE's output file reports.
+fn run_netpipe(dir: &Path, tracing: Tracing, pml: Pml) -> (std::path::PathBuf, u64) {
     let (logs, out) = (dir.join("logs"), dir.join("np.out"));
     let traced = (tracing != Tracing::Off).then_some(logs.as_path());
     // Each rank's clock error from its rank number (mpirun passes one environment to all).
@@ -138,7 +163,7 @@ fn run_netpipe(dir: &Path, tracing: Tracing) -> (std::path::PathBuf, u64) {
         Tracing::Skewed => &["sh", "-c", &pick, "sh"],
         _ => &[],
     };
-    let mut c = mpirun(2, dir, traced, wrap);
+    let mut c = mpirun(2, dir, traced, wrap, pml);
     c.args([
         "NPopenmpi",
         "-n",
@@ -170,7 +195,7 @@ fn run_netpipe(dir: &Path, tracing: Tracing) -> (std::path::PathBuf, u64) {
 #[test]
 fn netpipe_over_open_mpi_openib_untraced() {
     let tmp = tempfile::tempdir().unwrap();
-    let (logs, payload) = run_netpipe(tmp.path(), Tracing::Off);
+    let (logs, payload) = run_netpipe(tmp.path(), Tracing::Off, Pml::Openib);
     assert!(!logs.exists(), "nothing traced");
     assert!(payload > 0);
 }
@@ -220,7 +245,7 @@ fn check_paired(dir: &Path, logs: &Path, ranks: usize) -> (Report, String, PathB
     assert_eq!(v["stats"]["flows"], received);
     assert_eq!(v["stats"]["backward_flows"], 0);
     eprintln!(
-        "{ranks} ranks over openib: {} WR events, {} completed WRs, {received} messages paired \
+        "{ranks} ranks: {} WR events, {} completed WRs, {received} messages paired \
          ({flushed} receives flushed)",
         report.summary.wr_events, t.wr_completed
     );
@@ -230,7 +255,7 @@ fn check_paired(dir: &Path, logs: &Path, ranks: usize) -> (Report, String, PathB
 #[test]
 fn netpipe_over_open_mpi_openib() {
     let tmp = tempfile::tempdir().unwrap();
-    let (logs, payload) = run_netpipe(tmp.path(), Tracing::On);
+    let (logs, payload) = run_netpipe(tmp.path(), Tracing::On, Pml::Openib);
     check_run(tmp.path(), &logs, 2, payload);
 }
 
@@ -239,8 +264,39 @@ fn netpipe_over_open_mpi_openib() {
 /// wider than half the tightest round trip (real_timelines.rs's check).
 #[test]
 fn netpipe_over_open_mpi_openib_with_clock_errors() {
+    netpipe_with_clock_errors(Pml::Openib);
+}
+
+/// NetPIPE under `mpirun -np 2` over Open MPI's UCX PML, untraced: UCX's verbs transports run
+/// unmodified on softnic (eager sends for small messages, rendezvous with RDMA reads of the
+/// sender's buffer for large ones).
+#[test]
+fn netpipe_over_open_mpi_ucx_untraced() {
     let tmp = tempfile::tempdir().unwrap();
-    let (logs, payload) = run_netpipe(tmp.path(), Tracing::Skewed);
+    let (logs, payload) = run_netpipe(tmp.path(), Tracing::Off, Pml::Ucx);
+    assert!(!logs.exists(), "nothing traced");
+    assert!(payload > 0);
+}
+
+/// The same traced: what must hold over openib holds over UCX (no warning, every message
+/// paired — UCX's wire-up datagrams on its UD QPs too —, no failed WR or orphan completion, no
+/// backward flow, byte-identical with 1 and 2 workers, every payload byte on the wire).
+#[test]
+fn netpipe_over_open_mpi_ucx() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (logs, payload) = run_netpipe(tmp.path(), Tracing::On, Pml::Ucx);
+    check_run(tmp.path(), &logs, 2, payload);
+}
+
+#[test]
+fn netpipe_over_open_mpi_ucx_with_clock_errors() {
+    netpipe_with_clock_errors(Pml::Ucx);
+}
+
+/// NetPIPE over `pml` with a known clock error per rank (see the tests above).
+fn netpipe_with_clock_errors(pml: Pml) {
+    let tmp = tempfile::tempdir().unwrap();
+    let (logs, payload) = run_netpipe(tmp.path(), Tracing::Skewed, pml);
     let report = check_run(tmp.path(), &logs, 2, payload);
     let a = &report.summary.alignment;
     assert_eq!(a.domains.len(), 2, "each rank its own clock: {a:#?}");
@@ -268,7 +324,7 @@ fn hpcc_over_open_mpi_openib_four_ranks() {
     let input = input.replacen("1000         Ns", "500          Ns", 1);
     assert!(input.contains("500          Ns"), "{example}: no N line");
     std::fs::write(dir.join("hpccinf.txt"), input).unwrap();
-    let mut c = mpirun(4, dir, Some(&logs), &[]);
+    let mut c = mpirun(4, dir, Some(&logs), &[], Pml::Openib);
     c.arg("hpcc");
     let (ok, text) = Guarded::spawn(&mut c).finish("mpirun hpcc", Duration::from_secs(300));
     assert!(ok, "mpirun -np 4 hpcc failed:\n{text}");
@@ -304,7 +360,7 @@ run 200
 fn run_lammps(dir: &Path, np: u32, traced: bool) -> (String, [usize; 3]) {
     std::fs::write(dir.join("in.lj"), LJ_MELT).unwrap();
     let logs = dir.join("logs");
-    let mut c = mpirun(np, dir, traced.then_some(logs.as_path()), &[]);
+    let mut c = mpirun(np, dir, traced.then_some(logs.as_path()), &[], Pml::Openib);
     c.args([
         "lmp",
         "-in",

@@ -1,5 +1,5 @@
 //! Trustworthy timelines on real clients: unmodified Debian verbs programs (ibverbs-utils,
-//! perftest, qperf) and the demo's ring all-reduce, each process a simulated softnic node,
+//! perftest, qperf, UCX's ucx_perftest) and the demo's ring all-reduce, each process a simulated softnic node,
 //! traced with `libsigmatrace.so` and converted.
 //!
 //! For every client: the work requests and completions the options imply (never counted from
@@ -25,6 +25,8 @@ use sigmatrace_testkit::{cm_listening, listening};
 mod alignment;
 #[path = "timelines/round_trips.rs"]
 mod round_trips;
+#[path = "timelines/ucx.rs"]
+mod ucx;
 
 /// Injected clock errors (offset ns, drift ppb) by softnic node (1-based, cycled).
 const SKEWS: [(i64, i64); 8] = [

@@ -9,7 +9,8 @@
 //! (symlinks to the built softnic libraries) first on LD_LIBRARY_PATH, sets SOFTNIC_NODE /
 //! SOFTNIC_FABRIC when given, sets SYSFS_PATH to a generated sysfs tree of the node's device
 //! and shows it at /sys/class/infiniband{,_verbs} in a private mount namespace where the
-//! kernel allows it (one message on stderr where it does not), keeps every other variable
+//! kernel allows it (one message on stderr where it does not), with the device's node
+//! `/dev/infiniband/uverbsN` (a bind of `/dev/null`: see devnode.rs), keeps every other variable
 //! (LD_PRELOAD included) and execs CMD.
 
 use std::ffi::OsString;
@@ -17,6 +18,8 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
+#[path = "softnic-run/devnode.rs"]
+mod devnode;
 #[path = "softnic-run/sysfs.rs"]
 mod sysfs;
 
@@ -160,6 +163,19 @@ fn show_sysfs(c: &mut Command, build_dir: &Path, lib_dir: &Path, node: u32) {
              softnic's sysfs tree is at SYSFS_PATH={}",
             tree.display()
         );
+        return;
+    }
+    // The device's uverbs names, as the tree has them.
+    let names: Vec<String> = std::fs::read_dir(tree.join("class/infiniband_verbs"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Err(e) = devnode::show(&names, &tree.join(".orig-dev")) {
+        eprintln!("softnic-run: /dev/infiniband not shown ({e})");
     }
 }
 

@@ -225,7 +225,7 @@ pub fn write_tree(dir: &Path) -> Result<(), SysfsError> {
     Ok(())
 }
 
-fn mount(
+pub(crate) fn mount(
     src: &Path,
     dst: &Path,
     fstype: Option<&CStr>,
