@@ -23,10 +23,10 @@ use sigmatrace_testkit::{cm_listening, listening};
 
 #[path = "timelines/alignment.rs"]
 mod alignment;
+#[path = "timelines/libraries.rs"]
+mod libraries;
 #[path = "timelines/round_trips.rs"]
 mod round_trips;
-#[path = "timelines/ucx.rs"]
-mod ucx;
 
 /// Injected clock errors (offset ns, drift ppb) by softnic node (1-based, cycled).
 const SKEWS: [(i64, i64); 8] = [

@@ -60,9 +60,23 @@ fn getaddrinfo(
         0 => IBV_QPT_RC as i32,
         t => t,
     };
+    // Addresses the caller passes in the hints (libfabric's verbs provider gives its peer's
+    // this way, with no node): used where node and service give none, as librdmacm does.
+    let hinted = |addr: *mut sockaddr, len: u32| -> Option<sockaddr_in> {
+        if addr.is_null() || (len as usize) < std::mem::size_of::<sockaddr_in>() {
+            return None;
+        }
+        // SAFETY: the caller's hint points to `len` bytes of a socket address, at least a
+        // sockaddr_in (checked); its family says whether it is one.
+        let sin = unsafe { addr.cast::<sockaddr_in>().read_unaligned() };
+        (sin.sin_family as i32 == libc::AF_INET).then_some(sin)
+    };
+    let hint_src = hints.and_then(|h| hinted(h.ai_src_addr, h.ai_src_len));
+    let hint_dst = hints.and_then(|h| hinted(h.ai_dst_addr, h.ai_dst_len));
     let ip = match node {
-        Some(n) => lookup(n)?,
-        None if passive => Ipv4Addr::UNSPECIFIED,
+        Some(n) => Some(lookup(n)?),
+        None if passive => Some(Ipv4Addr::UNSPECIFIED),
+        None if hint_src.is_some() || hint_dst.is_some() => None,
         None => return einval(),
     };
     let mut b = Box::new(AddrInfoBox {
@@ -77,12 +91,23 @@ fn getaddrinfo(
         dst: sockaddr_in::default(),
     });
     let len = std::mem::size_of::<sockaddr_in>() as u32;
-    if passive {
-        write_sin(&mut b.src, V4 { ip, port });
+    let (mut src, mut dst) = (hint_src, hint_dst);
+    if let Some(ip) = ip {
+        let mut sin = sockaddr_in::default();
+        write_sin(&mut sin, V4 { ip, port });
+        if passive {
+            src = Some(sin);
+        } else {
+            dst = Some(sin);
+        }
+    }
+    if let Some(sin) = src {
+        b.src = sin;
         b.ai.ai_src_len = len;
         b.ai.ai_src_addr = (&mut b.src as *mut sockaddr_in).cast();
-    } else {
-        write_sin(&mut b.dst, V4 { ip, port });
+    }
+    if let Some(sin) = dst {
+        b.dst = sin;
         b.ai.ai_dst_len = len;
         b.ai.ai_dst_addr = (&mut b.dst as *mut sockaddr_in).cast();
     }

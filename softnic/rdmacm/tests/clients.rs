@@ -1,11 +1,11 @@
-//! rdmacm-utils clients and `ib_write_bw -R`, unmodified, on softnic's librdmacm: server on
-//! simulated node 1 (127.0.1.1), client on node 2, each pair run untraced and traced
-//! (LD_PRELOAD=libsigmatrace.so). Both runs must exit 0 with the same output shape (digits
+//! rdmacm-utils clients, `ib_write_bw -R` and libfabric's `fi_pingpong` (verbs provider),
+//! unmodified, on softnic's librdmacm: server on simulated node 1 (127.0.1.1), client on
+//! node 2, each pair run untraced and traced (LD_PRELOAD=libsigmatrace.so). Both runs must exit 0 with the same output shape (digits
 //! masked), and each traced process must leave one readable log whose work requests are the
 //! ones the program's protocol posts.
 
 mod common;
-use common::{count, read_log, run_pair, Logged, Pair};
+use common::{count, read_log, run_pair, Logged, Pair, TCP_SOCKET};
 use sigmatrace_testkit::{free_port, system_bin};
 
 const PS_TCP: &str = "106";
@@ -320,4 +320,48 @@ fn riostream_pair(extra: &[&str]) -> (Logged, Logged, Pair) {
 
 fn riostream_chunks() -> (Logged, Logged, Pair) {
     riostream_pair(&["-T", "a", "-C", "20", "-S", "100000"])
+}
+
+/// libfabric's verbs provider (Debian's libfabric-bin, unmodified `fi_pingpong -p verbs`):
+/// the two sides meet on fi_pingpong's own TCP control socket, then over rdma_cm (a MSG
+/// endpoint: libfabric resolves its peer from the address it puts in the `rdma_getaddrinfo`
+/// hints, with no node) or through UD address handles (DGRAM). Per side: `iters` messages of
+/// 64 bytes and the one 4-byte message of fi_pingpong's sync before the size.
+fn fi_pingpong(ep: &str, iters: usize) -> (Logged, Logged, Pair) {
+    let port = free_port().to_string();
+    let n = iters.to_string();
+    let common = ["fi_pingpong", "-p", "verbs", "-e", ep, "-I", &n, "-S", "64"];
+    let server = [&common[..], &["-B", &port]].concat();
+    let client = [&common[..], &["-P", &port, "127.0.1.1"]].concat();
+    let (s, c, plain) = traced_like_untraced(&server, &client, (TCP_SOCKET, port.parse().unwrap()));
+    for out in [&plain.server, &plain.client] {
+        // "bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec", then the one size.
+        let row = out.stdout.lines().find(|l| l.starts_with("64 "));
+        assert!(
+            row.is_some_and(|r| r.split_whitespace().nth(1) == Some(&*n)),
+            "{}",
+            out.stdout
+        );
+    }
+    (s, c, plain)
+}
+
+/// Each side's sends: its 100 messages and the sync message, nothing else.
+fn fi_pingpong_sends(ep: &str) {
+    let (s, c, _) = fi_pingpong(ep, 100);
+    for l in [&s, &c] {
+        assert_eq!(count(&l.sends, WR_SEND, 64), 100, "{:?}", l.sends);
+        assert_eq!(count(&l.sends, WR_SEND, 4), 1, "{:?}", l.sends);
+        assert_eq!(l.sends.len(), 101);
+    }
+}
+
+#[test]
+fn fi_pingpong_msg() {
+    fi_pingpong_sends("msg");
+}
+
+#[test]
+fn fi_pingpong_dgram() {
+    fi_pingpong_sends("dgram");
 }

@@ -9,7 +9,11 @@ use std::time::{Duration, Instant};
 
 pub const LIMIT: Duration = Duration::from_secs(120);
 
-pub use sigmatrace_testkit::cm_listening;
+pub use sigmatrace_testkit::{cm_listening, listening};
+
+/// The `ready` "port space" of [`run_pair`] for a server whose first listener is a plain TCP
+/// socket of its own (an out-of-band exchange before any rdma_cm call).
+pub const TCP_SOCKET: &str = "tcp";
 
 pub struct Pair {
     pub server: Out,
@@ -29,7 +33,8 @@ impl Pair {
 }
 
 /// Runs server and client (full argv each) under softnic-run as nodes 1 and 2 on a fresh
-/// fabric, the client once the server's CM id is bound; traced into `logs` if given.
+/// fabric, the client once the server listens (`ready`: its CM id bound in port space `.0` on
+/// port `.1`, or a TCP socket on it for [`TCP_SOCKET`]); traced into `logs` if given.
 pub fn run_pair(
     server: &[String],
     client: &[String],
@@ -51,7 +56,11 @@ pub fn run_pair(
     };
     let s = mk("1", server, "server").spawn();
     let t0 = Instant::now();
-    while !cm_listening(ready.0, ready.1) && t0.elapsed() < Duration::from_secs(30) {
+    let listens = || match ready {
+        (TCP_SOCKET, port) => listening(port),
+        (ps, port) => cm_listening(ps, port),
+    };
+    while !listens() && t0.elapsed() < Duration::from_secs(30) {
         std::thread::sleep(Duration::from_millis(10));
     }
     let c = mk("2", client, "client").spawn();

@@ -1,0 +1,82 @@
+//! Communication libraries over softnic, traced (used by real_timelines.rs, whose checks every
+//! case gets): UCX's `ucx_perftest` (Debian's ucx-utils) and libfabric's `fi_pingpong`
+//! (libfabric-bin, verbs provider), unmodified, one process per softnic node.
+//!
+//! What UCX does on the wire, per side, for `-t am_lat -x rc_verbs -n N -w 0`: N SENDs of 9
+//! bytes (the 8-byte message and UCT's 1-byte active-message id), mostly unsignaled (a
+//! completion every few sends retires the ones before it), and at the end one signaled 0-byte
+//! RDMA WRITE: `uct_ep_flush` on an RC endpoint with unsignaled sends outstanding posts it to
+//! learn that they all completed. Each side receives the other's N messages into receives it
+//! posted ahead (UCX keeps its receive queue full: thousands of receive WRs in flight).
+//!
+//! libfabric's `fi_pingpong -e msg -I N -S 64`: per side N SENDs of 64 bytes and the 4-byte
+//! message of its sync, every one signaled, over an RC QP libfabric connects with rdma_cm.
+
+use super::*;
+
+/// The SEND WRs and receive completions per side of `am_lat -n N`, and the one flush WRITE.
+fn am_lat_counts(iters: u64) -> impl Fn(&[String]) -> Expect {
+    move |_| Expect {
+        wrs: 2 * (iters + 1),
+        recvs: 2 * iters,
+        flows: 2 * iters,
+        slack: 0,
+    }
+}
+
+#[test]
+fn ucx_perftest_am_lat_rc_verbs() {
+    let iters = 1000;
+    let all = case_bytes(
+        "ucx_perftest am_lat rc_verbs",
+        move || {
+            let port = free_port();
+            let cmd = format!(
+                "ucx_perftest -p {port} -t am_lat -x rc_verbs -d softnic0:1 -n {iters} -w 0"
+            );
+            Run {
+                servers: vec![(proc_(1, &cmd), port)],
+                clients: vec![proc_(2, &format!("{cmd} 127.0.0.1"))],
+                persistent_servers: false,
+            }
+        },
+        am_lat_counts(iters),
+        // Each message's 9 bytes, counted where it was sent and where it arrived.
+        Some(2 * 2 * iters * 9),
+    );
+    for m in &all {
+        // One RC QP per side: its N sends and the flush, N receives.
+        assert_eq!(m.qp_rows.len(), 2, "{m:?}");
+        for &(ref p, qpn, ops, timed, implied, completions, recvs) in &m.qp_rows {
+            assert_eq!((ops, recvs), (iters + 1, iters), "{p} QP {qpn:#x}");
+            // Every WR is timed by its own completion or retired by a later one.
+            assert_eq!(timed + implied, ops, "{p} QP {qpn:#x}");
+            assert!(timed >= 1 && timed <= completions, "{p} QP {qpn:#x}: {m:?}");
+        }
+    }
+}
+
+#[test]
+fn fi_pingpong_msg_verbs() {
+    let iters = 500;
+    case_bytes(
+        "fi_pingpong -p verbs -e msg",
+        move || {
+            let port = free_port();
+            let cmd = format!("fi_pingpong -p verbs -e msg -I {iters} -S 64");
+            Run {
+                servers: vec![(proc_(1, &format!("{cmd} -B {port}")), port)],
+                clients: vec![proc_(2, &format!("{cmd} -P {port} 127.0.1.1"))],
+                persistent_servers: false,
+            }
+        },
+        move |_| Expect {
+            wrs: 2 * (iters + 1),
+            recvs: 2 * (iters + 1),
+            flows: 2 * (iters + 1),
+            slack: 0,
+        },
+        // Every message's bytes where it was sent and where it arrived.
+        Some(2 * 2 * (iters * 64 + 4)),
+    );
+}
