@@ -19,10 +19,11 @@
 //! same run with a known clock error per rank: no receive before its send after alignment and
 //! the recovered offset within its stated uncertainty of the injected one.
 //!
-//! NetPIPE runs the same way over Open MPI's UCX PML — what Open MPI 4 uses on InfiniBand
-//! clusters — with UCX's verbs transports alone (`rc_verbs` for the messages, `ud_verbs` for
-//! UCX's connection set-up): another verbs client nobody here wrote (eager sends from
-//! pre-posted receive rings, rendezvous RDMA reads for large messages, unsignaled sends).
+//! NetPIPE, HPC Challenge and LAMMPS run the same way over Open MPI's UCX PML — what Open
+//! MPI 4 uses on InfiniBand clusters — with UCX's verbs transports alone (`rc_verbs` for the
+//! messages, `ud_verbs` for UCX's connection set-up): another verbs client nobody here wrote
+//! (eager sends from pre-posted receive rings, rendezvous RDMA reads for large messages,
+//! unsignaled sends), with the same checks.
 #![forbid(unsafe_code)]
 
 use std::path::{Path, PathBuf};
@@ -314,6 +315,17 @@ fn netpipe_with_clock_errors(pml: Pml) {
 /// other (RandomAccess and the rings reach all pairs).
 #[test]
 fn hpcc_over_open_mpi_openib_four_ranks() {
+    hpcc_four_ranks(Pml::Openib);
+}
+
+/// The same over Open MPI's UCX PML (`rc_verbs`, `ud_verbs`).
+#[test]
+fn hpcc_over_open_mpi_ucx_four_ranks() {
+    hpcc_four_ranks(Pml::Ucx);
+}
+
+/// HPC Challenge on 4 ranks over `pml`, traced (see the tests above).
+fn hpcc_four_ranks(pml: Pml) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let logs = dir.join("logs");
@@ -324,7 +336,7 @@ fn hpcc_over_open_mpi_openib_four_ranks() {
     let input = input.replacen("1000         Ns", "500          Ns", 1);
     assert!(input.contains("500          Ns"), "{example}: no N line");
     std::fs::write(dir.join("hpccinf.txt"), input).unwrap();
-    let mut c = mpirun(4, dir, Some(&logs), &[], Pml::Openib);
+    let mut c = mpirun(4, dir, Some(&logs), &[], pml);
     c.arg("hpcc");
     let (ok, text) = Guarded::spawn(&mut c).finish("mpirun hpcc", Duration::from_secs(300));
     assert!(ok, "mpirun -np 4 hpcc failed:\n{text}");
@@ -354,13 +366,13 @@ thermo 50
 run 200
 ";
 
-/// Runs LAMMPS (Debian's `lmp`, unmodified) on `np` ranks over openib, traced into
+/// Runs LAMMPS (Debian's `lmp`, unmodified) on `np` ranks over `pml`, traced into
 /// `dir/logs` or not; returns its thermodynamic output (the table from `Step` to `Loop`,
 /// the loop time left out) and its MPI processor grid (x, y, z).
-fn run_lammps(dir: &Path, np: u32, traced: bool) -> (String, [usize; 3]) {
+fn run_lammps(dir: &Path, np: u32, traced: bool, pml: Pml) -> (String, [usize; 3]) {
     std::fs::write(dir.join("in.lj"), LJ_MELT).unwrap();
     let logs = dir.join("logs");
-    let mut c = mpirun(np, dir, traced.then_some(logs.as_path()), &[], Pml::Openib);
+    let mut c = mpirun(np, dir, traced.then_some(logs.as_path()), &[], pml);
     c.args([
         "lmp",
         "-in",
@@ -396,9 +408,20 @@ fn run_lammps(dir: &Path, np: u32, traced: bool) -> (String, [usize; 3]) {
 /// the others (a connection's first message only).
 #[test]
 fn lammps_over_open_mpi_openib_four_ranks() {
+    lammps_four_ranks(Pml::Openib);
+}
+
+/// The same over Open MPI's UCX PML (`rc_verbs`, `ud_verbs`).
+#[test]
+fn lammps_over_open_mpi_ucx_four_ranks() {
+    lammps_four_ranks(Pml::Ucx);
+}
+
+/// LAMMPS on 4 ranks over `pml` (see the tests above).
+fn lammps_four_ranks(pml: Pml) {
     let (untraced_dir, traced_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let (want, grid) = run_lammps(untraced_dir.path(), 4, false);
-    let (got, traced_grid) = run_lammps(traced_dir.path(), 4, true);
+    let (want, grid) = run_lammps(untraced_dir.path(), 4, false, pml);
+    let (got, traced_grid) = run_lammps(traced_dir.path(), 4, true, pml);
     assert_eq!(traced_grid, grid);
     assert_eq!(got, want, "thermo output, traced vs untraced");
     let logs = traced_dir.path().join("logs");
