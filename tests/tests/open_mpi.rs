@@ -260,8 +260,13 @@ fn check_paired(dir: &Path, logs: &Path, ranks: usize) -> (Report, String, PathB
 
 #[test]
 fn netpipe_over_open_mpi_openib() {
+    netpipe_traced(Pml::Openib);
+}
+
+/// NetPIPE over `pml`, traced: [`check_run`] with NetPIPE's payload.
+fn netpipe_traced(pml: Pml) {
     let tmp = tempfile::tempdir().unwrap();
-    let (logs, payload) = run_netpipe(tmp.path(), Tracing::On, Pml::Openib);
+    let (logs, payload) = run_netpipe(tmp.path(), Tracing::On, pml);
     check_run(tmp.path(), &logs, 2, payload);
 }
 
@@ -286,9 +291,7 @@ fn netpipe_over_open_mpi_ucx_untraced() {
 /// backward flow, byte-identical with 1 and 2 workers, every payload byte on the wire).
 #[test]
 fn netpipe_over_open_mpi_ucx() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (logs, payload) = run_netpipe(tmp.path(), Tracing::On, Pml::Ucx);
-    check_run(tmp.path(), &logs, 2, payload);
+    netpipe_traced(Pml::Ucx);
 }
 
 #[test]
