@@ -170,6 +170,9 @@ struct Measured {
     /// Per QP with send WRs (stats' queue-pair table and the log's counts): (process, QPN,
     /// WRs, WRs timed, WRs implied, completions of the QP in the log, receives).
     qp_rows: Vec<(String, u32, u64, u64, u64, u64, u64)>,
+    /// Slice tracks in the trace (QPs, their lanes, arrival tracks), the most send lanes of a
+    /// QP, and the receive WRs not drawn as slices.
+    lanes: (u64, u64, u64),
 }
 
 /// Converts twice (1 and 2 worker threads) and checks the trace and the report.
@@ -192,6 +195,11 @@ fn check(logs: &Path, expect: Expect, skew: bool, what: &str) -> Measured {
         domains: a.domains.len(),
         min_slack_ns: a.min_slack_ns,
         completed_bytes,
+        lanes: (
+            v["stats"]["other_tracks"].as_u64().unwrap(),
+            t.max_lanes,
+            t.recv_undrawn,
+        ),
         ..Default::default()
     };
     let qps = report

@@ -159,15 +159,38 @@ impl Lanes {
         parent: u64,
         key: &'static str,
     ) -> (u32, u64) {
+        match self.take_free() {
+            Some(l) => l,
+            None => self.new_lane(sink, uuids, parent, key),
+        }
+    }
+
+    /// The lowest free lane, taken.
+    #[inline]
+    fn take_free(&mut self) -> Option<(u32, u64)> {
         while let Some(&w) = self.free.get(self.first_free_word) {
             if w != 0 {
                 let i = self.first_free_word * 64 + w.trailing_zeros() as usize;
                 self.free[self.first_free_word] &= w - 1;
-                return (i as u32, self.tracks[i]);
+                return Some((i as u32, self.tracks[i]));
             }
             self.first_free_word += 1;
         }
-        self.new_lane(sink, uuids, parent, key)
+        None
+    }
+
+    /// [`acquire`](Self::acquire), but a new lane only while there are fewer than `max`;
+    /// `None` when all `max` are taken.
+    #[inline]
+    pub fn acquire_within<S: TraceSink + ?Sized>(
+        &mut self,
+        sink: &mut S,
+        uuids: &AtomicU64,
+        (parent, key): (u64, &'static str),
+        max: usize,
+    ) -> Option<(u32, u64)> {
+        self.take_free()
+            .or_else(|| (self.tracks.len() < max).then(|| self.new_lane(sink, uuids, parent, key)))
     }
 
     #[cold]

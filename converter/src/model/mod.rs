@@ -112,7 +112,16 @@ pub struct ProcessTotals {
     pub incomplete_wrs: u64,
     pub slices: u64,
     pub max_lanes: u64,
+    /// Receive WRs posted while [`RECV_LANES`] of their queue's were taken: not drawn as
+    /// slices (their arrivals are, on the queue's arrival track).
+    pub recv_undrawn: u64,
 }
+
+/// Receive WRs drawn as slices at once per receive queue (a QP's or an SRQ's). Libraries keep
+/// thousands posted ahead (UCX: 4 096 per QP), and one lane per outstanding receive made
+/// thousands of tracks per QP; past this many, a receive's arrival is drawn (with its flow)
+/// but not its wait, and the report counts them.
+pub const RECV_LANES: usize = 16;
 
 struct OpenWr {
     wr_id: u64,
@@ -479,13 +488,16 @@ impl<'a> ProcessModel<'a> {
             }
             let mut lane = None;
             if drawn {
-                let name = self.names.recv(sink, bytes, false, false);
-                let (l, uuid) = entry
-                    .1
-                    .acquire(sink, self.uuids, entry.0, "posted receives");
-                lane = Some(l);
-                sink.begin(t as u64, uuid, name, &Extra::NONE);
-                self.totals.slices += 1;
+                let track = (entry.0, "posted receives");
+                match entry.1.acquire_within(sink, self.uuids, track, RECV_LANES) {
+                    Some((l, uuid)) => {
+                        let name = self.names.recv(sink, bytes, false, false);
+                        lane = Some(l);
+                        sink.begin(t as u64, uuid, name, &Extra::NONE);
+                        self.totals.slices += 1;
+                    }
+                    None => self.totals.recv_undrawn += 1,
+                }
             }
             entry.2.push_back(OpenRecv {
                 wr_id,
@@ -503,11 +515,19 @@ impl<'a> ProcessModel<'a> {
         let st = &mut self.qps[qi];
         let mut lane = None;
         if drawn {
-            let name = self.names.recv(sink, bytes, false, false);
-            let (l, uuid) = st.recv_lanes.acquire(sink, self.uuids, q.track, "recv");
-            lane = Some(l);
-            sink.begin(t as u64, uuid, name, &Extra::NONE);
-            self.totals.slices += 1;
+            let track = (q.track, "recv");
+            match st
+                .recv_lanes
+                .acquire_within(sink, self.uuids, track, RECV_LANES)
+            {
+                Some((l, uuid)) => {
+                    let name = self.names.recv(sink, bytes, false, false);
+                    lane = Some(l);
+                    sink.begin(t as u64, uuid, name, &Extra::NONE);
+                    self.totals.slices += 1;
+                }
+                None => self.totals.recv_undrawn += 1,
+            }
         }
         st.recv.push_back(OpenRecv {
             wr_id,

@@ -94,6 +94,14 @@ impl Report {
             "{} processes on {} hosts, {} records ({} WR events), {} completed WRs ({} failed), {} receives, {} flows\n\n",
             s.processes, s.hosts, s.records, s.wr_events, s.totals.wr_completed, s.totals.wr_failed, s.totals.recv_completed, s.totals.flows_out
         );
+        if s.totals.recv_undrawn > 0 {
+            out.push_str(&format!(
+                "{} receive WRs not drawn as slices (posted while {} receives drawn on their \
+                 queue were outstanding); their arrivals and flows are drawn\n\n",
+                s.totals.recv_undrawn,
+                crate::model::RECV_LANES
+            ));
+        }
         for sec in &self.sections {
             sec.text(&ctx, &mut out);
         }

@@ -301,6 +301,7 @@ pub(crate) fn merge_results(
         totals.incomplete_wrs += t.incomplete_wrs;
         totals.slices += t.slices;
         totals.max_lanes = totals.max_lanes.max(t.max_lanes);
+        totals.recv_undrawn += t.recv_undrawn;
         for (dst, src) in sections.iter_mut().zip(secs) {
             dst.merge(src);
         }

@@ -135,6 +135,7 @@ fn totals(v: &serde_json::Value) -> ProcessTotals {
         incomplete_wrs: f("incomplete_wrs"),
         slices: f("slices"),
         max_lanes: f("max_lanes"),
+        recv_undrawn: f("recv_undrawn"),
     }
 }
 
@@ -182,6 +183,7 @@ mod tests {
             incomplete_wrs: 8,
             slices: 9,
             max_lanes: 10,
+            recv_undrawn: 11,
         };
         let v = serde_json::to_value(&t).unwrap();
         // A field added to ProcessTotals but not here would come back 0 and fail this.

@@ -45,6 +45,14 @@ fn ucx_perftest_am_lat_rc_verbs() {
         Some(2 * 2 * iters * 9),
     );
     for m in &all {
+        // Thousands of receives posted ahead, at most RECV_LANES of a queue drawn as slices:
+        // per side its send lanes, its receive lanes and a few more (the QP's own track and
+        // group, its arrival track, the flush WRITE's inferred lane on the peer). Drawing
+        // every posted receive made 8 335 tracks here.
+        let (tracks, send_lanes, undrawn) = m.lanes;
+        assert!(undrawn > 0, "{m:?}");
+        let per_side = send_lanes + sigmatrace_convert::model::RECV_LANES as u64 + 8;
+        assert!(tracks <= 2 * per_side, "{tracks} slice tracks: {m:?}");
         // One RC QP per side: its N sends and the flush, N receives.
         assert_eq!(m.qp_rows.len(), 2, "{m:?}");
         for &(ref p, qpn, ops, timed, implied, completions, recvs) in &m.qp_rows {
