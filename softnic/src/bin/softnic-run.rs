@@ -174,7 +174,7 @@ fn show_sysfs(c: &mut Command, build_dir: &Path, lib_dir: &Path, node: u32) {
                 .collect()
         })
         .unwrap_or_default();
-    if let Err(e) = devnode::show(&names, &tree.join(".orig-dev")) {
+    if let Err(e) = devnode::show(&names, &tree.join(".new-dev")) {
         eprintln!("softnic-run: /dev/infiniband not shown ({e})");
     }
 }
