@@ -9,11 +9,17 @@ use std::ffi::CStr;
 use std::net::{Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::ptr;
 
-#[repr(C)]
-struct AddrInfoBox {
-    ai: rdma_addrinfo,
-    src: sockaddr_in,
-    dst: sockaddr_in,
+/// `v` in memory of its own from `malloc`, as librdmacm allocates each part of an
+/// `rdma_addrinfo` (programs may free or replace one part; `rdma_freeaddrinfo` frees each).
+fn malloced<T: Copy>(v: T) -> CmResult<*mut T> {
+    // SAFETY: malloc of the size of T; checked for null before the write.
+    let p = unsafe { libc::malloc(std::mem::size_of::<T>()) }.cast::<T>();
+    if p.is_null() {
+        return Err(CmError::Errno(libc::ENOMEM));
+    }
+    // SAFETY: p is a fresh allocation of T's size (malloc aligns for every basic type).
+    unsafe { p.write(v) };
+    Ok(p)
 }
 
 fn cstr<'a>(p: *const libc::c_char) -> Option<&'a str> {
@@ -79,17 +85,13 @@ fn getaddrinfo(
         None if hint_src.is_some() || hint_dst.is_some() => None,
         None => return einval(),
     };
-    let mut b = Box::new(AddrInfoBox {
-        ai: rdma_addrinfo {
-            ai_flags: flags,
-            ai_family: libc::AF_INET,
-            ai_qp_type: qp_type,
-            ai_port_space: ps,
-            ..Default::default()
-        },
-        src: sockaddr_in::default(),
-        dst: sockaddr_in::default(),
-    });
+    let mut ai = rdma_addrinfo {
+        ai_flags: flags,
+        ai_family: libc::AF_INET,
+        ai_qp_type: qp_type,
+        ai_port_space: ps,
+        ..Default::default()
+    };
     let len = std::mem::size_of::<sockaddr_in>() as u32;
     let (mut src, mut dst) = (hint_src, hint_dst);
     if let Some(ip) = ip {
@@ -102,16 +104,39 @@ fn getaddrinfo(
         }
     }
     if let Some(sin) = src {
-        b.src = sin;
-        b.ai.ai_src_len = len;
-        b.ai.ai_src_addr = (&mut b.src as *mut sockaddr_in).cast();
+        ai.ai_src_len = len;
+        ai.ai_src_addr = malloced(sin)?.cast();
     }
     if let Some(sin) = dst {
-        b.dst = sin;
-        b.ai.ai_dst_len = len;
-        b.ai.ai_dst_addr = (&mut b.dst as *mut sockaddr_in).cast();
+        match malloced(sin) {
+            Ok(p) => {
+                ai.ai_dst_len = len;
+                ai.ai_dst_addr = p.cast();
+            }
+            Err(e) => {
+                free_parts(&ai);
+                return Err(e);
+            }
+        }
     }
-    Ok(Box::into_raw(b).cast())
+    malloced(ai).inspect_err(|_| free_parts(&ai))
+}
+
+/// Frees what an `rdma_addrinfo` points to (each part its own allocation, as librdmacm's).
+fn free_parts(ai: &rdma_addrinfo) {
+    let parts: [*mut libc::c_void; 6] = [
+        ai.ai_src_addr.cast(),
+        ai.ai_dst_addr.cast(),
+        ai.ai_src_canonname.cast(),
+        ai.ai_dst_canonname.cast(),
+        ai.ai_route.cast(),
+        ai.ai_connect.cast(),
+    ];
+    for p in parts {
+        // SAFETY: each part is null or its own malloc'ed block (ours, or one the program put
+        // there as librdmacm's allocation model allows); free(NULL) does nothing.
+        unsafe { libc::free(p) };
+    }
 }
 
 #[no_mangle]
@@ -138,9 +163,16 @@ pub extern "C" fn sv_rdma_getaddrinfo(
 
 #[no_mangle]
 pub extern "C" fn sv_rdma_freeaddrinfo(res: *mut rdma_addrinfo) {
-    if !res.is_null() {
-        // SAFETY: every rdma_addrinfo we hand out is the first field of a leaked AddrInfoBox.
-        drop(unsafe { Box::from_raw(res as *mut AddrInfoBox) });
+    let mut at = res;
+    while !at.is_null() {
+        // SAFETY: a list of rdma_addrinfo from `sv_rdma_getaddrinfo`, each struct and each of
+        // its parts malloc'ed; the next pointer is read before the struct is freed.
+        unsafe {
+            let next = (*at).ai_next;
+            free_parts(&*at);
+            libc::free(at.cast());
+            at = next;
+        }
     }
 }
 
