@@ -486,19 +486,22 @@ impl<'a> ProcessModel<'a> {
                 ));
                 entry.0 = uuid;
             }
-            let mut lane = None;
-            if drawn {
-                let track = (entry.0, "posted receives");
-                match entry.1.acquire_within(sink, self.uuids, track, RECV_LANES) {
-                    Some((l, uuid)) => {
-                        let name = self.names.recv(sink, bytes, false, false);
-                        lane = Some(l);
-                        sink.begin(t as u64, uuid, name, &Extra::NONE);
-                        self.totals.slices += 1;
-                    }
-                    None => self.totals.recv_undrawn += 1,
-                }
-            }
+            let lane = drawn
+                .then(|| {
+                    let recv = wr::RecvSlice {
+                        track: (entry.0, "posted receives"),
+                        t,
+                        bytes,
+                    };
+                    recv.begin(
+                        sink,
+                        self.uuids,
+                        &mut self.names,
+                        &mut entry.1,
+                        &mut self.totals,
+                    )
+                })
+                .flatten();
             entry.2.push_back(OpenRecv {
                 wr_id,
                 bytes,
@@ -513,22 +516,22 @@ impl<'a> ProcessModel<'a> {
         sink.group(qp_group(qi));
         let q = &self.p.qps[qi];
         let st = &mut self.qps[qi];
-        let mut lane = None;
-        if drawn {
-            let track = (q.track, "recv");
-            match st
-                .recv_lanes
-                .acquire_within(sink, self.uuids, track, RECV_LANES)
-            {
-                Some((l, uuid)) => {
-                    let name = self.names.recv(sink, bytes, false, false);
-                    lane = Some(l);
-                    sink.begin(t as u64, uuid, name, &Extra::NONE);
-                    self.totals.slices += 1;
-                }
-                None => self.totals.recv_undrawn += 1,
-            }
-        }
+        let lane = drawn
+            .then(|| {
+                let recv = wr::RecvSlice {
+                    track: (q.track, "recv"),
+                    t,
+                    bytes,
+                };
+                recv.begin(
+                    sink,
+                    self.uuids,
+                    &mut self.names,
+                    &mut st.recv_lanes,
+                    &mut self.totals,
+                )
+            })
+            .flatten();
         st.recv.push_back(OpenRecv {
             wr_id,
             bytes,

@@ -1,14 +1,14 @@
 //! The steps of one work request in the model pass, split out of `post_send` and
 //! `recv_completion` (all `#[inline]`: they run once per WR): the flow a message starts or ends,
-//! the slices a posted send opens, the receive WR a completion consumes and where its arrival
-//! is drawn.
+//! the slices a posted send opens, the slice a posted receive opens, the receive WR a
+//! completion consumes and where its arrival is drawn.
 
 use sigmatrace_schemas::records::{PostSend, WorkCompletion};
 use sigmatrace_timeline::{ArgKey, ArgValue, Extra, TraceSink};
 
 use crate::align::topology::flow_id;
-use crate::model::emit::Detail;
-use crate::model::{OpenRecv, ProcessModel};
+use crate::model::emit::{Detail, Lanes, NameCache};
+use crate::model::{OpenRecv, ProcessModel, ProcessTotals, RECV_LANES};
 use crate::read::verbs;
 
 /// How many of a send's args (wr_id, bytes, remote address, rkey, immediate) full detail
@@ -278,5 +278,34 @@ impl ProcessModel<'_> {
             }
         }
         let _ = r.bytes;
+    }
+}
+
+/// A posted receive to draw: its queue's lane parent track and key, its time and size.
+pub(super) struct RecvSlice {
+    pub track: (u64, &'static str),
+    pub t: i64,
+    pub bytes: u32,
+}
+
+impl RecvSlice {
+    /// Opens the receive's slice on a free one of `lanes`' [`RECV_LANES`] and returns the
+    /// lane; `None` (counted in `recv_undrawn`) when all are taken.
+    pub(super) fn begin<S: TraceSink + ?Sized>(
+        self,
+        sink: &mut S,
+        uuids: &std::sync::atomic::AtomicU64,
+        names: &mut NameCache,
+        lanes: &mut Lanes,
+        totals: &mut ProcessTotals,
+    ) -> Option<u32> {
+        let Some((lane, uuid)) = lanes.acquire_within(sink, uuids, self.track, RECV_LANES) else {
+            totals.recv_undrawn += 1;
+            return None;
+        };
+        let name = names.recv(sink, self.bytes, false, false);
+        sink.begin(self.t as u64, uuid, name, &Extra::NONE);
+        totals.slices += 1;
+        Some(lane)
     }
 }
