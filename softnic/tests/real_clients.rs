@@ -219,8 +219,9 @@ fn ib_send_lat() {
 
 /// UCX (Debian's ucx-utils, unmodified) takes softnic for its verbs transports: `uct_ib`
 /// vets a device by its `/dev/infiniband/uverbsN` node (softnic-run shows one) and its sysfs
-/// tree, then lists `rc_verbs` and `ud_verbs` on `softnic0:1`. (Its `rc_mlx5`/`ud_mlx5`/
-/// `dc_mlx5` need devx, which softnic's libmlx5 does not offer: UCX says so and skips them.)
+/// tree, then lists `rc_verbs` and `ud_verbs` on `softnic0:1`. (It does not open its mlx5
+/// transports on softnic: they need the device's PCI ids from sysfs, which softnic's tree does
+/// not lay out as PCI, and `dc_mlx5` also devx event channels.)
 #[test]
 fn ucx_info_lists_softnic_for_verbs_transports() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -1,6 +1,7 @@
 //! Trustworthy timelines on real clients: unmodified Debian verbs programs (ibverbs-utils,
-//! perftest, qperf, UCX's ucx_perftest) and the demo's ring all-reduce, each process a simulated softnic node,
-//! traced with `libsigmatrace.so` and converted.
+//! perftest, qperf, rping, UCX's ucx_perftest, libfabric's fi_pingpong) and the demo's ring
+//! all-reduce, each process a simulated softnic node, traced with `libsigmatrace.so` and
+//! converted.
 //!
 //! For every client: the work requests and completions the options imply (never counted from
 //! the trace), every completion on its QP (none orphaned), every message paired by a flow,

@@ -486,22 +486,22 @@ impl<'a> ProcessModel<'a> {
                 ));
                 entry.0 = uuid;
             }
-            let lane = drawn
-                .then(|| {
-                    let recv = wr::RecvSlice {
-                        track: (entry.0, "posted receives"),
-                        t,
-                        bytes,
-                    };
-                    recv.begin(
-                        sink,
-                        self.uuids,
-                        &mut self.names,
-                        &mut entry.1,
-                        &mut self.totals,
-                    )
-                })
-                .flatten();
+            let recv = wr::RecvSlice {
+                track: (entry.0, "posted receives"),
+                t,
+                bytes,
+            };
+            let lane = if drawn {
+                recv.begin(
+                    sink,
+                    self.uuids,
+                    &mut self.names,
+                    &mut entry.1,
+                    &mut self.totals,
+                )
+            } else {
+                None
+            };
             entry.2.push_back(OpenRecv {
                 wr_id,
                 bytes,
@@ -516,22 +516,22 @@ impl<'a> ProcessModel<'a> {
         sink.group(qp_group(qi));
         let q = &self.p.qps[qi];
         let st = &mut self.qps[qi];
-        let lane = drawn
-            .then(|| {
-                let recv = wr::RecvSlice {
-                    track: (q.track, "recv"),
-                    t,
-                    bytes,
-                };
-                recv.begin(
-                    sink,
-                    self.uuids,
-                    &mut self.names,
-                    &mut st.recv_lanes,
-                    &mut self.totals,
-                )
-            })
-            .flatten();
+        let recv = wr::RecvSlice {
+            track: (q.track, "recv"),
+            t,
+            bytes,
+        };
+        let lane = if drawn {
+            recv.begin(
+                sink,
+                self.uuids,
+                &mut self.names,
+                &mut st.recv_lanes,
+                &mut self.totals,
+            )
+        } else {
+            None
+        };
         st.recv.push_back(OpenRecv {
             wr_id,
             bytes,

@@ -108,16 +108,9 @@ fn getaddrinfo(
         ai.ai_src_addr = malloced(sin)?.cast();
     }
     if let Some(sin) = dst {
-        match malloced(sin) {
-            Ok(p) => {
-                ai.ai_dst_len = len;
-                ai.ai_dst_addr = p.cast();
-            }
-            Err(e) => {
-                free_parts(&ai);
-                return Err(e);
-            }
-        }
+        let p = malloced(sin).inspect_err(|_| free_parts(&ai))?;
+        ai.ai_dst_len = len;
+        ai.ai_dst_addr = p.cast();
     }
     malloced(ai).inspect_err(|_| free_parts(&ai))
 }

@@ -1,8 +1,8 @@
 //! rdmacm-utils clients, `ib_write_bw -R` and libfabric's `fi_pingpong` (verbs provider),
 //! unmodified, on softnic's librdmacm: server on simulated node 1 (127.0.1.1), client on
-//! node 2, each pair run untraced and traced (LD_PRELOAD=libsigmatrace.so). Both runs must exit 0 with the same output shape (digits
-//! masked), and each traced process must leave one readable log whose work requests are the
-//! ones the program's protocol posts.
+//! node 2, each pair run untraced and traced (LD_PRELOAD=libsigmatrace.so). Both runs must
+//! exit 0 with the same output shape (digits masked), and each traced process must leave one
+//! readable log whose work requests are the ones the program's protocol posts.
 
 mod common;
 use common::{count, read_log, run_pair, Logged, Pair, TCP_SOCKET};

@@ -10,8 +10,8 @@
 //! SOFTNIC_FABRIC when given, sets SYSFS_PATH to a generated sysfs tree of the node's device
 //! and shows it at /sys/class/infiniband{,_verbs} in a private mount namespace where the
 //! kernel allows it (one message on stderr where it does not), with the device's node
-//! `/dev/infiniband/uverbsN` (a bind of `/dev/null`: see devnode.rs), keeps every other variable
-//! (LD_PRELOAD included) and execs CMD.
+//! `/dev/infiniband/uverbsN` (a bind of `/dev/null`: see devnode.rs), keeps every other
+//! variable (LD_PRELOAD included) and execs CMD.
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
