@@ -131,6 +131,20 @@ impl Timestamper {
         }
     }
 
+    /// The tightest of `n` snapshots (the one whose bracket around the clock reads is
+    /// narrowest): a snapshot preempted between its reads is off by up to half its bracket,
+    /// so a few tries make the one kept almost surely unpreempted (`n` of 0 counts as 1).
+    pub fn tight_snapshot(&self, n: usize) -> ClockSnapshot {
+        let mut best = self.snapshot();
+        for _ in 1..n {
+            let s = self.snapshot();
+            if s.ts_after.wrapping_sub(s.ts) < best.ts_after.wrapping_sub(best.ts) {
+                best = s;
+            }
+        }
+        best
+    }
+
     /// Estimates the source's rate in Hz by comparing it with CLOCK_MONOTONIC_RAW over
     /// `window`. Returns exactly 1e9 for the MONOTONIC_RAW source.
     pub fn estimate_hz(&self, window: std::time::Duration) -> u64 {

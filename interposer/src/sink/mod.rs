@@ -443,12 +443,7 @@ fn estimate_hz(ts: Timestamper) -> u64 {
     if ts.source() == TimestampSource::MonotonicRaw {
         return 1_000_000_000;
     }
-    let tight = || {
-        (0..8)
-            .map(|_| ts.snapshot())
-            .min_by_key(|s| s.ts_after.wrapping_sub(s.ts))
-            .expect("non-empty")
-    };
+    let tight = || ts.tight_snapshot(8);
     let mut best = 0u64;
     for _ in 0..3 {
         let a = tight();
