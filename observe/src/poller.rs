@@ -363,11 +363,20 @@ impl Loop {
     }
 
     fn poll_one(&mut self, w: &mut Watcher, mem: &HostMemory, c: &SharedCountersRef) -> usize {
-        let ts = self.ts.now();
+        let stamper = self.ts;
+        // The poll's own time (hidden laps and overruns); every WQE and CQE is stamped when it
+        // is handed over, after it was read: a time read before the producer index would put
+        // an entry produced between the two before its producer wrote it.
+        let ts = stamper.now();
         let writer = &mut self.writer;
         let sink = &mut self.sink;
         let mut found = 0usize;
-        let mut emit = |o: Observation| {
+        let mut emit = |mut o: Observation| {
+            match &mut o {
+                Observation::Wqe(r, _) => r.ts = stamper.now(),
+                Observation::Cqe(r) => r.ts = stamper.now(),
+                Observation::Overrun(_) => {}
+            }
             found += 1;
             if let Some(s) = sink.as_mut() {
                 s(&o);

@@ -301,3 +301,61 @@ fn device_resident_queue_is_refused() {
         .register(sigmatrace_observe::QueueDesc::Send(d), q.memory())
         .is_err());
 }
+
+/// Every observed WQE is stamped after it was read, so never before it was posted: a producer
+/// posting back to back into a ring the poller spins on takes a time before each post; each
+/// observation's time must be at or after it. (A poll stamped all it found with one time read
+/// before its producer-index read, so a WQE posted between the two was stamped before it was
+/// posted.)
+#[test]
+fn observations_are_never_stamped_before_their_post() {
+    let cfg = PollerConfig {
+        spin_passes: 1_000_000,
+        min_sleep: Duration::from_micros(1),
+        max_sleep: Duration::from_micros(5),
+    };
+    let ts = Timestamper::with_source(TimestampSource::MonotonicRaw);
+    let times: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let t2 = times.clone();
+    let seen = Arc::new(AtomicU64::new(0));
+    let s2 = seen.clone();
+    let sink: ObservationSink = Box::new(move |o: &Observation| {
+        if let Observation::Wqe(r, _) = o {
+            t2.lock().unwrap().push(r.ts);
+            s2.fetch_add(1, std::sync::atomic::Ordering::Release);
+        }
+    });
+    let poller = HostPoller::start(cfg, ts, None, Some(sink)).unwrap();
+    let mut q = SimSendQueue::new(0x200, 256);
+    let h = poller.register(q.as_queue(), q.memory()).unwrap();
+    const POSTS: u64 = 20_000;
+    let mut posted_at = Vec::with_capacity(POSTS as usize);
+    for i in 0..POSTS {
+        // One WQEBB each (NOPs); stay within half a ring of what was observed.
+        while i - seen.load(std::sync::atomic::Ordering::Acquire) > 128 {
+            std::hint::spin_loop();
+        }
+        let b = WqeBuilder::new(opcode::NOP, q.pi(), q.qpn).finish();
+        posted_at.push(ts.now());
+        q.post(&b);
+    }
+    assert!(poller.unregister(h), "unregister waits for a final poll");
+    let (_, stats) = poller.stop();
+    assert_eq!(stats.wqebbs_lost, 0, "{stats:?}");
+    let got = times.lock().unwrap();
+    assert_eq!(got.len() as u64, POSTS);
+    let early: Vec<(usize, u64)> = got
+        .iter()
+        .zip(&posted_at)
+        .enumerate()
+        .filter(|(_, (&obs, &post))| obs < post)
+        .map(|(i, (&obs, &post))| (i, post - obs))
+        .collect();
+    assert!(
+        early.is_empty(),
+        "{} of {POSTS} WQEs stamped before their post (first: #{} by {} ns)",
+        early.len(),
+        early.first().map_or(0, |e| e.0),
+        early.first().map_or(0, |e| e.1)
+    );
+}
