@@ -20,7 +20,7 @@ fn observed_wqes_and_kernels() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("gpu.sigmatrace");
     let (ks, ke) = (1_500_000u64, 1_800_000u64);
-    write_log(&path, ks, ke);
+    write_log(&path, &[(ks, ke)]);
     let out = dir.path().join("gpu.perfetto-trace");
     let rep = convert_with_report(
         &[path],
@@ -61,14 +61,85 @@ fn observed_wqes_and_kernels() {
     }
 }
 
+/// Kernels of one stream are drawn at their mapped times, never moved: one that overlaps the
+/// one before (programmatic dependent launch) goes to a second lane of the stream (same name
+/// and merge key), one that fits after a lane's last kernel goes back to it, and one whose
+/// end is before its start is not drawn and is counted in the report.
+#[test]
+fn overlapping_kernels_keep_their_times() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gpu.sigmatrace");
+    let kernels = [
+        (1_500_000u64, 1_800_000u64),
+        (1_700_000, 1_900_000),
+        (2_000_000, 1_950_000),
+        (1_850_000, 1_950_000),
+    ];
+    write_log(&path, &kernels);
+    let out = dir.path().join("gpu.perfetto-trace");
+    let rep = convert_with_report(
+        &[path],
+        &out,
+        &ConvertOptions {
+            jobs: 1,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(rep.summary.totals.kernels_malformed, 1);
+    assert_eq!(rep.summary.totals.slices, 8 + 3, "8 WQEs + 3 kernels");
+    assert!(
+        rep.text()
+            .contains("1 GPU kernel executions not drawn: their end maps before their start"),
+        "{}",
+        rep.text()
+    );
+    common::validate(&out, &["slices=11"]);
+    let pkts = common::decode(&out);
+    let mut begins: Vec<(i64, u64)> = slice_begins(&pkts, "allreduce_kernel")
+        .iter()
+        .map(|p| {
+            let e = p.track_event.as_ref().unwrap();
+            (
+                p.timestamp.unwrap() as i64 - RT0 as i64,
+                e.track_uuid.unwrap(),
+            )
+        })
+        .collect();
+    begins.sort();
+    let want = [1_500_000i64, 1_700_000, 1_850_000];
+    assert_eq!(begins.len(), want.len(), "{begins:?}");
+    for ((got, _), want) in begins.iter().zip(want) {
+        assert!((got - want).abs() <= 2, "kernel start {got} vs {want}");
+    }
+    let (lane0, lane1) = (begins[0].1, begins[1].1);
+    assert_ne!(
+        lane0, lane1,
+        "the overlapping kernel is on a lane of its own"
+    );
+    assert_eq!(
+        begins[2].1, lane0,
+        "the third fits after the first, on its lane"
+    );
+    let lanes: Vec<_> = pkts
+        .iter()
+        .filter_map(|p| p.track_descriptor.as_ref())
+        .filter(|d| d.name.as_deref() == Some("stream 0x55"))
+        .collect();
+    assert_eq!(lanes.len(), 2, "{lanes:?}");
+    assert!(lanes
+        .iter()
+        .all(|d| d.sibling_merge_key.as_deref() == Some("stream 0x55")));
+}
+
 /// GPU globaltimer = host ns + 5 s, running 10 ppm fast.
 fn gpu(host: u64) -> u64 {
     5_000_000_000 + host + host / 100_000
 }
 
 /// One process's log: three GPU clock pairs, a discovered QP with 8 observed WQEs (2 CQEs),
-/// and one kernel launched and executed from host time `ks` to `ke`.
-fn write_log(path: &std::path::Path, ks: u64, ke: u64) {
+/// and kernels of one stream launched and executed from host time start to end, in order.
+fn write_log(path: &std::path::Path, kernels: &[(u64, u64)]) {
     let header = FileHeader {
         boot_id: [9; 16],
         hostname: "gpunode".into(),
@@ -135,24 +206,27 @@ fn write_log(path: &std::path::Path, ks: u64, ke: u64) {
         0xf00d,
         b"allreduce_kernel",
     );
-    t.append(&KernelLaunch {
-        hdr: RecordHeader::of::<KernelLaunch>(1),
-        ts: 1_200_000,
-        correlation: 7,
-        function: 0xf00d,
-        stream: 0x55,
-        device: 0,
-        ..Default::default()
-    });
-    t.append(&KernelExec {
-        hdr: RecordHeader::of::<KernelExec>(1),
-        ts: 1_900_000,
-        correlation: 7,
-        start: gpu(ks),
-        end: gpu(ke),
-        device: 0,
-        _pad: 0,
-    });
+    for (i, &(ks, ke)) in kernels.iter().enumerate() {
+        let correlation = 7 + i as u64;
+        t.append(&KernelLaunch {
+            hdr: RecordHeader::of::<KernelLaunch>(1),
+            ts: 1_200_000 + i as u64,
+            correlation,
+            function: 0xf00d,
+            stream: 0x55,
+            device: 0,
+            ..Default::default()
+        });
+        t.append(&KernelExec {
+            hdr: RecordHeader::of::<KernelExec>(1),
+            ts: 1_900_000 + i as u64,
+            correlation,
+            start: gpu(ks),
+            end: gpu(ke),
+            device: 0,
+            _pad: 0,
+        });
+    }
     t.append(&snap(2_000_000));
     drop(t);
     drop(w);

@@ -115,6 +115,8 @@ pub struct ProcessTotals {
     /// Receive WRs posted while [`RECV_LANES`] of their queue's were taken: not drawn as
     /// slices (their arrivals are, on the queue's arrival track).
     pub recv_undrawn: u64,
+    /// GPU kernel executions whose end maps before their start (damaged): not drawn.
+    pub kernels_malformed: u64,
 }
 
 /// Receive WRs drawn as slices at once per receive queue (a QP's or an SRQ's). Libraries keep
@@ -316,6 +318,7 @@ impl<'a> ProcessModel<'a> {
             p.fetch_add((n % (1 << 16)) as u64, std::sync::atomic::Ordering::Relaxed);
         }
         self.totals.slices += self.observed.slices;
+        self.totals.kernels_malformed += self.observed.kernels_malformed;
         flush(kernel_sink.take());
         std::mem::take(&mut recs.issues)
     }

@@ -17,7 +17,7 @@ use sigmatrace_schemas::records::{
 
 use crate::align::topology::{Process, Topology};
 use crate::model::emit::{Detail, Lanes, NameCache};
-use sigmatrace_timeline::{ArgValue, Extra, TraceSink, TrackDef};
+use sigmatrace_timeline::{ArgValue, Extra, TraceSink, TrackDef, TrackKind};
 
 /// What the model of observed records needs from its process.
 pub struct Ctx<'a> {
@@ -44,8 +44,11 @@ pub struct ObservedState {
     launches: HashMap<u64, (u64, u64, u16)>,
     kernel_names: HashMap<u64, String>,
     devices: HashMap<u32, u64>,
-    streams: HashMap<(u32, u64), (u64, i64)>,
+    /// Per (device, stream): its lane tracks and the end of each lane's last kernel.
+    streams: HashMap<(u32, u64), Vec<(u64, i64)>>,
     pub slices: u64,
+    /// Kernel executions whose end maps before their start (damaged): not drawn.
+    pub kernels_malformed: u64,
 }
 
 fn new_uuid(u: &AtomicU64) -> u64 {
@@ -185,8 +188,12 @@ impl ObservedState {
                 ctx.p.time(v)
             }
         };
-        let (mut s, e) = (map(k.start), map(k.end));
+        let (s, e) = (map(k.start), map(k.end));
         if !ctx.window.is_none_or(|(a, b)| s >= a && s < b) {
+            return;
+        }
+        if e < s {
+            self.kernels_malformed += 1;
             return;
         }
         let dev = dev as u32;
@@ -199,28 +206,36 @@ impl ObservedState {
             ));
             u
         });
-        let st = self.streams.entry((dev, stream)).or_insert_with(|| {
-            let u = new_uuid(ctx.uuids);
-            kernel_sink.track(&TrackDef::slices(
-                u,
-                Some(dev_track),
-                format!("stream {stream:#x}"),
-            ));
-            (u, i64::MIN)
-        });
-        // Kernels of one stream do not overlap; keep the track well nested even if
-        // clock mapping jitter says otherwise.
-        s = s.max(st.1);
-        let e = e.max(s);
-        st.1 = e;
+        // A stream's kernels are drawn at the times reported, never moved: one that starts
+        // before the last one on a lane ended (programmatic dependent launch lets a stream's
+        // kernels overlap) goes to the first lane free by then, a new one if none is; the
+        // lanes of a stream share its name and merge key (one track in the UI).
+        let lanes = self.streams.entry((dev, stream)).or_default();
+        let lane = match lanes.iter().position(|l| l.1 <= s) {
+            Some(i) => i,
+            None => {
+                let u = new_uuid(ctx.uuids);
+                let name = format!("stream {stream:#x}");
+                kernel_sink.track(&TrackDef {
+                    kind: TrackKind::Slices {
+                        merge_key: Some(name.clone()),
+                    },
+                    ..TrackDef::slices(u, Some(dev_track), name)
+                });
+                lanes.push((u, i64::MIN));
+                lanes.len() - 1
+            }
+        };
+        lanes[lane].1 = e;
+        let track = lanes[lane].0;
         let fname = self
             .kernel_names
             .get(&func)
             .cloned()
             .unwrap_or_else(|| format!("kernel {func:#x}"));
         let name = kernel_sink.name(&fname);
-        kernel_sink.begin(s as u64, st.0, name, &Extra::NONE);
-        kernel_sink.end(e as u64, st.0, &Extra::NONE);
+        kernel_sink.begin(s as u64, track, name, &Extra::NONE);
+        kernel_sink.end(e as u64, track, &Extra::NONE);
         self.slices += 1;
     }
 

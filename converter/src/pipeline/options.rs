@@ -102,6 +102,12 @@ impl Report {
                 crate::model::RECV_LANES
             ));
         }
+        if s.totals.kernels_malformed > 0 {
+            out.push_str(&format!(
+                "{} GPU kernel executions not drawn: their end maps before their start\n\n",
+                s.totals.kernels_malformed
+            ));
+        }
         for sec in &self.sections {
             sec.text(&ctx, &mut out);
         }

@@ -136,6 +136,7 @@ fn totals(v: &serde_json::Value) -> ProcessTotals {
         slices: f("slices"),
         max_lanes: f("max_lanes"),
         recv_undrawn: f("recv_undrawn"),
+        kernels_malformed: f("kernels_malformed"),
     }
 }
 
@@ -184,6 +185,7 @@ mod tests {
             slices: 9,
             max_lanes: 10,
             recv_undrawn: 11,
+            kernels_malformed: 12,
         };
         let v = serde_json::to_value(&t).unwrap();
         // A field added to ProcessTotals but not here would come back 0 and fail this.
