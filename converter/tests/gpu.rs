@@ -21,16 +21,7 @@ fn observed_wqes_and_kernels() {
     let path = dir.path().join("gpu.sigmatrace");
     let (ks, ke) = (1_500_000u64, 1_800_000u64);
     write_log(&path, &[(ks, ke)]);
-    let out = dir.path().join("gpu.perfetto-trace");
-    let rep = convert_with_report(
-        &[path],
-        &out,
-        &ConvertOptions {
-            jobs: 1,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let (out, rep) = convert_one(dir.path(), path);
     assert_eq!(rep.summary.totals.slices, 9, "8 WQEs + 1 kernel");
     common::validate(&out, &["slices=9", "instants=1"]);
     let pkts = common::decode(&out);
@@ -76,16 +67,7 @@ fn overlapping_kernels_keep_their_times() {
         (1_850_000, 1_950_000),
     ];
     write_log(&path, &kernels);
-    let out = dir.path().join("gpu.perfetto-trace");
-    let rep = convert_with_report(
-        &[path],
-        &out,
-        &ConvertOptions {
-            jobs: 1,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let (out, rep) = convert_one(dir.path(), path);
     assert_eq!(rep.summary.totals.kernels_malformed, 1);
     assert_eq!(rep.summary.totals.slices, 8 + 3, "8 WQEs + 3 kernels");
     assert!(
@@ -130,6 +112,20 @@ fn overlapping_kernels_keep_their_times() {
     assert!(lanes
         .iter()
         .all(|d| d.sibling_merge_key.as_deref() == Some("stream 0x55")));
+}
+
+/// Converts one log into `dir`/gpu.perfetto-trace with one worker.
+fn convert_one(
+    dir: &std::path::Path,
+    log: std::path::PathBuf,
+) -> (std::path::PathBuf, sigmatrace_convert::Report) {
+    let out = dir.join("gpu.perfetto-trace");
+    let opts = ConvertOptions {
+        jobs: 1,
+        ..Default::default()
+    };
+    let rep = convert_with_report(&[log], &out, &opts).unwrap();
+    (out, rep)
 }
 
 /// GPU globaltimer = host ns + 5 s, running 10 ppm fast.
