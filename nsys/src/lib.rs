@@ -314,6 +314,6 @@ fn read_report(conn: &Connection, path: &Path, schema: &Schema) -> Result<NsysRe
         processes,
         devices,
         table_rows,
-        warnings: r.warnings,
+        warnings: r.finish(),
     })
 }

@@ -68,6 +68,8 @@ pub(crate) struct Reader<'a> {
     pub schema: &'a Schema,
     pub strings: HashMap<i64, String>,
     pub warnings: Vec<String>,
+    /// Per table: events that end before they start (not imported), and the first's start.
+    reversed: std::collections::BTreeMap<&'static str, (u64, i64)>,
 }
 
 impl<'a> Reader<'a> {
@@ -78,6 +80,7 @@ impl<'a> Reader<'a> {
             schema,
             strings: HashMap::new(),
             warnings: Vec::new(),
+            reversed: Default::default(),
         }
     }
 
@@ -175,17 +178,29 @@ impl<'a> Reader<'a> {
         Ok(base)
     }
 
-    fn clamp_end(&mut self, table: &str, start: i64, end: Option<i64>) -> i64 {
+    /// The end of an event that starts at `start`: `end`, or `start` when the row has none.
+    /// `None` when it ends before it starts: the row is not imported (its times are never
+    /// changed) and is counted for [`Reader::finish`].
+    fn end_of(&mut self, table: &'static str, start: i64, end: Option<i64>) -> Option<i64> {
         match end {
-            Some(e) if e >= start => e,
-            Some(e) => {
-                self.warnings.push(format!(
-                    "{table}: event at {start} ends before it starts ({e}): end set to start"
-                ));
-                start
+            Some(e) if e >= start => Some(e),
+            Some(_) => {
+                let n = self.reversed.entry(table).or_insert((0, start));
+                n.0 += 1;
+                None
             }
-            None => start,
+            None => Some(start),
         }
+    }
+
+    /// The warnings, with one line per table whose events ended before they started.
+    pub fn finish(mut self) -> Vec<String> {
+        for (table, (n, first)) in std::mem::take(&mut self.reversed) {
+            self.warnings.push(format!(
+                "{table}: {n} events end before they start (the first at {first}): not imported"
+            ));
+        }
+        self.warnings
     }
 
     /// Runs `rows` over a GPU activity table ([`ACTIVITY`] columns, then `extra` from column 7
@@ -200,7 +215,9 @@ impl<'a> Reader<'a> {
         let cols: Vec<Col> = ACTIVITY.iter().chain(extra).copied().collect();
         self.rows(table, &cols, "ORDER BY start", |r, row| {
             let Some(start) = int(row, 0) else { return };
-            let end = r.clamp_end(table, start, int(row, 1));
+            let Some(end) = r.end_of(table, start, int(row, 1)) else {
+                return;
+            };
             let common = Activity {
                 start,
                 end,
@@ -327,7 +344,9 @@ impl<'a> Reader<'a> {
         let mut out = Vec::new();
         self.rows(RUNTIME, &cols, "ORDER BY start", |r, row| {
             let Some(start) = int(row, 0) else { return };
-            let end = r.clamp_end(RUNTIME, start, int(row, 1));
+            let Some(end) = r.end_of(RUNTIME, start, int(row, 1)) else {
+                return;
+            };
             let raw_name = r
                 .string(int(row, 5))
                 .unwrap_or_else(|| "<unnamed API call>".to_string());
@@ -398,7 +417,10 @@ impl<'a> Reader<'a> {
             };
             let end = match (kind, int(row, 1)) {
                 (NvtxKind::Mark, _) | (_, None) => None,
-                (_, Some(e)) => Some(r.clamp_end(NVTX, start, Some(e))),
+                (_, Some(e)) => match r.end_of(NVTX, start, Some(e)) {
+                    Some(e) => Some(e),
+                    None => return,
+                },
             };
             let payload = if let Some(v) = int(row, 11) {
                 Some(NvtxPayload::U64(v as u64))

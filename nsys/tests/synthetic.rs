@@ -35,7 +35,8 @@ fn build(path: &std::path::Path) {
            gridX INTEGER, gridY INTEGER, gridZ INTEGER, blockX INTEGER, blockY INTEGER, blockZ INTEGER);
          INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES
            (1000, 2000, 1, 7, 11, {PID}, 1, 2, 3, 4, 32, 1, 1),
-           (3000, 2500, 1, 7, 12, {PID}, 999, 1, 1, 1, 1, 1, 1);
+           (3000, 2500, 1, 7, 12, {PID}, 1, 1, 1, 1, 1, 1, 1),
+           (4000, 4500, 1, 7, 13, {PID}, 999, 1, 1, 1, 1, 1, 1);
          CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET(start INTEGER, end INTEGER, deviceId INTEGER,
            streamId INTEGER, correlationId INTEGER, globalPid INTEGER, value INTEGER,
            bytes INTEGER, memKind INTEGER);
@@ -156,12 +157,19 @@ fn older_schema_columns_and_odd_rows() {
     );
     assert_eq!(r.kernels[0].mangled_name, None);
     assert_eq!(r.kernels[1].name, "<unnamed kernel>");
-    // A kernel ending before it starts is clamped and reported.
-    assert_eq!(r.kernels[1].end, r.kernels[1].start);
-    assert!(
-        r.warnings
+    // A kernel ending before it starts is not imported (its times are never changed), and
+    // is counted.
+    assert_eq!(
+        r.kernels
             .iter()
-            .any(|w| w.contains("ends before it starts")),
+            .map(|k| (k.start, k.end))
+            .collect::<Vec<_>>(),
+        [(1000, 2000), (4000, 4500)]
+    );
+    assert!(
+        r.warnings.iter().any(|w| w
+            == "CUPTI_ACTIVITY_KIND_KERNEL: 1 events end before they start (the first at 3000): \
+                not imported"),
         "{:?}",
         r.warnings
     );

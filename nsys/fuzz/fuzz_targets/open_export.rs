@@ -39,7 +39,7 @@ fuzz_target!(|data: &[u8]| {
         .chain(report.syncs.iter().map(|m| (m.start, m.end)))
         .chain(report.api_calls.iter().map(|m| (m.start, m.end)))
     {
-        assert!(e >= s, "an event ends before it starts after clamping");
+        assert!(e >= s, "an imported event ends before it starts");
     }
     for n in &report.nvtx {
         if n.kind == NvtxKind::Mark {
