@@ -520,6 +520,17 @@ impl NameCache {
             .or_insert_with(|| sink.name(&format!("✗ {}", verbs::status_name(status))))
     }
 
+    /// Name of the inferred arrival of an observed WQE on its target QP.
+    pub fn inferred_wqe(&mut self, sink: &mut dyn TraceSink, opcode: u8, bytes: u32) -> Name {
+        *self.map.entry((6, opcode, bytes, 0)).or_insert_with(|| {
+            sink.name(&format!(
+                "inferred {} {}",
+                verbs::mlx5_name(opcode),
+                verbs::size_label(bytes as u64)
+            ))
+        })
+    }
+
     /// Name of an observed (GPU/host-poller) WQE.
     pub fn wqe(&mut self, sink: &mut dyn TraceSink, opcode: u8, bytes: u32) -> Name {
         *self.map.entry((4, opcode, bytes, 0)).or_insert_with(|| {

@@ -318,6 +318,7 @@ impl<'a> ProcessModel<'a> {
             p.fetch_add((n % (1 << 16)) as u64, std::sync::atomic::Ordering::Relaxed);
         }
         self.totals.slices += self.observed.slices;
+        self.totals.inferred += self.observed.inferred;
         self.totals.kernels_malformed += self.observed.kernels_malformed;
         flush(kernel_sink.take());
         std::mem::take(&mut recs.issues)

@@ -17,6 +17,7 @@ use sigmatrace_schemas::records::{
 
 use crate::align::topology::{Process, Topology};
 use crate::model::emit::{Detail, Lanes, NameCache};
+use crate::read::verbs;
 use sigmatrace_timeline::{ArgValue, Extra, TraceSink, TrackDef, TrackKind};
 
 /// What the model of observed records needs from its process.
@@ -32,7 +33,10 @@ pub struct Ctx<'a> {
 struct ObservedQp {
     track: u64,
     lanes: Lanes,
-    open: VecDeque<(u16, Option<u32>)>,
+    /// Lanes this process draws on the peer QP's track (inferred arrivals).
+    inferred: Lanes,
+    /// Open WQEs: index, lane, inferred-arrival lane.
+    open: VecDeque<(u16, Option<u32>, Option<u32>)>,
 }
 
 /// One process's observed WQEs/CQEs (queue memory) and GPU kernels, bounded by the open WQEs
@@ -47,8 +51,22 @@ pub struct ObservedState {
     /// Per (device, stream): its lane tracks and the end of each lane's last kernel.
     streams: HashMap<(u32, u64), Vec<(u64, i64)>>,
     pub slices: u64,
+    /// Inferred arrivals of one-sided WQEs drawn on their target QPs.
+    pub inferred: u64,
     /// Kernel executions whose end maps before their start (damaged): not drawn.
     pub kernels_malformed: u64,
+}
+
+/// The track of the QP an observed WQE acts on, when its arrival there is drawn: a one-sided
+/// op ([`verbs::mlx5_one_sided`]) at normal detail or more, on a QP whose traced peer has a
+/// track, and none of whose WRs were posted through verbs (those are drawn from their posts;
+/// a ring the tracer watches shows them again).
+fn inferred_target(ctx: &Ctx<'_>, w: &WqeObserved) -> Option<u64> {
+    if ctx.detail < Detail::Normal || !verbs::mlx5_one_sided(w.opcode) {
+        return None;
+    }
+    let q = ctx.p.qp(w.qpn)?;
+    (q.peer.is_some() && q.peer_track != 0 && q.counts.posts == 0).then_some(q.peer_track)
 }
 
 fn new_uuid(u: &AtomicU64) -> u64 {
@@ -124,14 +142,25 @@ impl ObservedState {
             }
         });
         let mut lane = None;
+        let mut inferred = None;
         if drawn {
             let name = names.wqe(sink, w.opcode, w.bytes);
             let (l, uuid) = q.lanes.acquire(sink, ctx.uuids, q.track, "WQEs");
             lane = Some(l);
             sink.begin(t as u64, uuid, name, &Extra::NONE);
             self.slices += 1;
+            if let Some(peer_track) = inferred_target(ctx, w) {
+                let name = names.inferred_wqe(sink, w.opcode, w.bytes);
+                let (l, uuid) =
+                    q.inferred
+                        .acquire(sink, ctx.uuids, peer_track, "inferred arrivals");
+                inferred = Some(l);
+                sink.begin(t as u64, uuid, name, &Extra::NONE);
+                self.slices += 1;
+                self.inferred += 1;
+            }
         }
-        q.open.push_back((w.wqe_index, lane));
+        q.open.push_back((w.wqe_index, lane, inferred));
     }
 
     /// A CQE seen in queue memory: retires every WQE up to its `wqe_counter`, marks errors.
@@ -147,7 +176,7 @@ impl ObservedState {
             return;
         };
         let failed = c.opcode == 13 || c.opcode == 14;
-        while let Some(&(idx, lane)) = q.open.front() {
+        while let Some(&(idx, lane, inferred)) = q.open.front() {
             if c.wqe_counter.wrapping_sub(idx) >= 0x8000 {
                 break;
             }
@@ -155,6 +184,10 @@ impl ObservedState {
             if let Some(l) = lane {
                 sink.end(t as u64, q.lanes.uuid(l), &Extra::NONE);
                 q.lanes.release(l);
+            }
+            if let Some(l) = inferred {
+                sink.end(t as u64, q.inferred.uuid(l), &Extra::NONE);
+                q.inferred.release(l);
             }
         }
         if failed && drawn {
@@ -242,9 +275,12 @@ impl ObservedState {
     /// Closes WQE slices still open at the end.
     pub fn finish(&mut self, sink: &mut dyn TraceSink, t: i64) {
         for q in self.qps.values_mut() {
-            while let Some((_, lane)) = q.open.pop_front() {
+            while let Some((_, lane, inferred)) = q.open.pop_front() {
                 if let Some(l) = lane {
                     sink.end(t as u64, q.lanes.uuid(l), &Extra::NONE);
+                }
+                if let Some(l) = inferred {
+                    sink.end(t as u64, q.inferred.uuid(l), &Extra::NONE);
                 }
             }
         }

@@ -127,6 +127,23 @@ pub fn qp_type_name(t: u8) -> &'static str {
     }
 }
 
+/// Whether an mlx5 WQE opcode acts on the responder's memory without a receive WR there
+/// (RDMA write, with or without immediate, read and atomics): its arrival on the target is
+/// inferred.
+pub fn mlx5_one_sided(op: u8) -> bool {
+    use sigmatrace_mlx5::wqe::opcode::*;
+    matches!(
+        op,
+        RDMA_WRITE
+            | RDMA_WRITE_IMM
+            | RDMA_READ
+            | ATOMIC_CS
+            | ATOMIC_FA
+            | ATOMIC_MASKED_CS
+            | ATOMIC_MASKED_FA
+    )
+}
+
 /// Short display name of an mlx5 WQE opcode (the values are `sigmatrace-mlx5`'s).
 pub fn mlx5_name(op: u8) -> &'static str {
     use sigmatrace_mlx5::wqe::opcode::*;

@@ -257,6 +257,45 @@ pub fn check_posted_exactly_once(books: &[Bookkeeping], logs: &BTreeMap<u32, Pro
     }
 }
 
+/// Every one-sided WQE (write, read, atomic) the ranks posted — all to traced peers — is
+/// drawn as an inferred arrival on its target QP: the conversion's `inferred` total equals
+/// the count from the workloads' own bookkeeping, and the trace (converted to `trace`) passes
+/// the project's checker with that many slices at least.
+pub fn check_inferred(dir: &Path, books: &[Bookkeeping], trace: &Path) {
+    let one_sided = |o: u8| {
+        [
+            op::RDMA_WRITE,
+            op::RDMA_WRITE_IMM,
+            op::RDMA_READ,
+            op::ATOMIC_CS,
+            op::ATOMIC_FA,
+        ]
+        .contains(&o)
+    };
+    let want = books
+        .iter()
+        .flat_map(|b| &b.qps)
+        .flat_map(|q| &q.wqes)
+        .filter(|w| one_sided(w.opcode))
+        .count() as u64;
+    assert!(want > 0, "the workload posts one-sided WQEs");
+    let st = Command::new(artifact("sigmatrace-convert"))
+        .arg(dir)
+        .arg("-o")
+        .arg(trace)
+        .status()
+        .expect("run sigmatrace-convert");
+    assert!(st.success(), "sigmatrace-convert failed");
+    let stats = stats_json(dir);
+    let got = stats["summary"]["totals"]["inferred"].as_u64();
+    assert_eq!(
+        got,
+        Some(want),
+        "inferred arrivals against one-sided WQEs posted"
+    );
+    sigmatrace_testkit::trace::validate(trace, &[&format!("slices={want}")]);
+}
+
 /// `sigmatrace-convert stats --json` over the logs in `dir`.
 pub fn stats_json(dir: &Path) -> Value {
     let out = Command::new(artifact("sigmatrace-convert"))

@@ -11,7 +11,9 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::observed::{check_barriers, check_exactly_once, check_skew, read_logs, stats_json};
+use super::observed::{
+    check_barriers, check_exactly_once, check_inferred, check_skew, read_logs, stats_json,
+};
 use super::{run_ranks, Tracing};
 
 pub const RANKS: u32 = 4;
@@ -44,7 +46,8 @@ pub const BFS_ARGS: &[&str] = &[
     "--rotate",
 ];
 
-/// BFS in `mode` under `tracing`: WQEs observed exactly once, barrier rounds as in the truth.
+/// BFS in `mode` under `tracing`: WQEs observed exactly once, barrier rounds as in the truth,
+/// every one-sided WQE drawn as an inferred arrival on its target.
 /// Under the interposer, also that no process called `ibv_post_send` (direct posting only);
 /// self-recorded, also that the truth has at least 5 barrier rounds.
 pub fn bfs(mode: &str, disc: u32, tracing: Tracing) {
@@ -63,6 +66,11 @@ pub fn bfs(mode: &str, disc: u32, tracing: Tracing) {
         assert!(truth["rounds"].as_array().unwrap().len() >= 5);
     }
     check_barriers(&stats_json(&run.log_dir()), &truth, MAX_DELAY_NS);
+    check_inferred(
+        &run.log_dir(),
+        &books,
+        &run.dir.path().join("bfs.perfetto-trace"),
+    );
 }
 
 /// The MoE runs' skew, iterations and signalling. Rings of 1024 WQEBBs: the busiest QPs
@@ -80,7 +88,7 @@ pub const MOE_ARGS: &[&str] = &[
 ];
 
 /// MoE in `mode` under `tracing`: WQEs observed exactly once, traffic matrix and skew as in
-/// the truth.
+/// the truth, every one-sided WQE drawn as an inferred arrival on its target.
 pub fn moe(mode: &str, disc: u32, tracing: Tracing) {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let run = run_ranks(
@@ -96,4 +104,9 @@ pub fn moe(mode: &str, disc: u32, tracing: Tracing) {
     let logs = read_logs(&run.log_dir());
     check_exactly_once(&books, &logs, disc);
     check_skew(&stats_json(&run.log_dir()), &run.truth("moe-truth.json"));
+    check_inferred(
+        &run.log_dir(),
+        &books,
+        &run.dir.path().join("moe.perfetto-trace"),
+    );
 }
