@@ -21,6 +21,7 @@ pub mod cq;
 pub mod domains;
 pub mod hull;
 pub mod join;
+pub mod small_lp;
 pub mod solve;
 pub mod topology;
 

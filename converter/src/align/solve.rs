@@ -38,6 +38,8 @@ use std::collections::BTreeMap;
 use microlp::{ComparisonOp, OptimizationDirection, Problem, Variable};
 use rayon::prelude::*;
 
+use crate::align::small_lp::{self, Outcome, PairLp, Row};
+
 /// Largest drift of a domain's clock the solve allows (500 ppm).
 pub const MAX_DRIFT: f64 = 500e-6;
 /// Slack below which an elastic variable counts as a violated constraint (µs).
@@ -275,33 +277,40 @@ fn pair_at(
     cons: &[&Con],
     (tau, sigma): (f64, f64),
 ) -> Result<(Extreme, Extreme), ()> {
-    let box_us = MAX_DRIFT * half * US;
-    let extreme = |dir| -> Result<Extreme, ()> {
-        let mut p = Problem::new(dir);
-        let w = p.add_var(1.0, (f64::NEG_INFINITY, f64::INFINITY));
-        let ra = (a != reference).then(|| p.add_var(tau, (-box_us, box_us)));
-        let rb = (b != reference).then(|| p.add_var(-(tau + sigma), (-box_us, box_us)));
-        for c in cons {
+    let rows: Vec<Row> = cons
+        .iter()
+        .map(|c| {
             let (tx, ty) = (c.x as f64 / half, (c.x + c.d) as f64 / half);
+            let d = c.d as f64 * US;
             // c.a = a: w + r_a τx − r_b τy ≤ d; c.a = b: −w + r_b τx − r_a τy ≤ d.
-            let (sign, rs, rr) = if c.a == a {
-                (1.0, ra, rb)
+            if c.a == a {
+                Row {
+                    upper: true,
+                    ca: tx,
+                    cb: -ty,
+                    d,
+                }
             } else {
-                (-1.0, rb, ra)
-            };
-            let mut e = vec![(w, sign)];
-            e.extend(rs.map(|v| (v, tx)));
-            e.extend(rr.map(|v| (v, -ty)));
-            p.add_constraint(e, ComparisonOp::Le, c.d as f64 * US);
-        }
-        match p.solve() {
-            Ok(s) => Ok(s.into_solution().ok().map(|s| {
-                let r = |v: Option<Variable>| v.map_or(0.0, |v| s.var_value(v));
-                (s.objective(), r(ra), r(rb))
-            })),
-            Err(microlp::Error::Unbounded) => Ok(None),
-            Err(_) => Err(()),
-        }
+                Row {
+                    upper: false,
+                    ca: -ty,
+                    cb: tx,
+                    d,
+                }
+            }
+        })
+        .collect();
+    let lp = PairLp {
+        rows: &rows,
+        bound: MAX_DRIFT * half * US,
+        has_a: a != reference,
+        has_b: b != reference,
+        obj: (tau, -(tau + sigma)),
+    };
+    let extreme = |dir| match small_lp::solve(&lp, dir) {
+        Outcome::Optimal { value, ra, rb, .. } => Ok(Some((value, ra, rb))),
+        Outcome::Unbounded => Ok(None),
+        Outcome::Infeasible => Err(()),
     };
     Ok((
         extreme(OptimizationDirection::Minimize)?,
