@@ -751,51 +751,42 @@ mod tests {
         assert!(t.undecided < 40, "{t:?}");
     }
 
-    /// Degenerate shapes: no rows, one drift, all rows equal, zero coefficients, a single
-    /// feasible point, no box; none panics and each matches microlp.
+    /// Degenerate shapes: no rows, one drift, all rows equal, zero coefficients, a plane of
+    /// feasible points, a zero box, no drift at all; none panics and each matches microlp.
     #[test]
     fn degenerate_inputs() {
         let r = |upper, ca, cb, d| Row { upper, ca, cb, d };
-        let cases: Vec<(Vec<Row>, f64, bool, bool)> = vec![
-            (vec![], 1.0, true, true),
-            (vec![r(true, 0.5, -0.5, 1.0)], 1.0, true, true),
-            (vec![r(true, 0.0, 0.0, 1.0); 5], 1.0, true, false),
-            (
-                vec![r(true, 0.3, -0.3, 0.0), r(false, -0.3, 0.3, 0.0)],
-                2.0,
-                true,
-                true,
-            ),
-            (
-                vec![r(true, 0.3, -0.3, 0.0), r(false, -0.3, 0.3, 0.0)],
-                0.0,
-                true,
-                true,
-            ),
+        let (both, only_a, only_b) = ((true, true), (true, false), (false, true));
+        // w = 0.3·(r_b − r_a) exactly.
+        let plane = vec![r(true, 0.3, -0.3, 0.0), r(false, -0.3, 0.3, 0.0)];
+        let cases = [
+            (vec![], 1.0, both),
+            (vec![r(true, 0.5, -0.5, 1.0)], 1.0, both),
+            (vec![r(true, 0.0, 0.0, 1.0); 5], 1.0, only_a),
+            (plane.clone(), 2.0, both),
+            (plane, 0.0, both),
             (
                 vec![r(true, 0.0, 0.0, -1.0), r(false, 0.0, 0.0, 0.5)],
                 3.0,
-                false,
-                true,
+                only_b,
             ),
             (
                 vec![r(true, 1.0, 0.0, 0.0), r(false, 1.0, 0.0, 0.0)],
                 1.0,
-                true,
-                false,
+                only_a,
             ),
             (
                 vec![r(true, 0.2, 0.1, 5.0), r(false, 0.0, 0.0, -5.0)],
                 1.0,
-                false,
-                false,
+                (false, false),
             ),
         ];
         let mut t = Tally::default();
-        for (rows, bound, has_a, has_b) in cases {
+        for (rows, bound, (has_a, has_b)) in cases {
             for obj in [(0.0, 0.0), (1.0, -1.0), (0.25, 0.5)] {
+                let rows = rows.clone();
                 let i = Inst {
-                    rows: rows.clone(),
+                    rows,
                     bound,
                     has_a,
                     has_b,
@@ -808,5 +799,26 @@ mod tests {
             }
         }
         assert_eq!(t.undecided, 0, "{t:?}");
+    }
+
+    /// Input the small solver does not take (here an infinite box) gets microlp's answer.
+    #[test]
+    fn non_finite_goes_to_microlp() {
+        let rows = [Row {
+            upper: true,
+            ca: 0.5,
+            cb: -0.5,
+            d: 1.0,
+        }];
+        let (bound, obj) = (f64::INFINITY, (0.0, 0.0));
+        let lp = PairLp {
+            rows: &rows,
+            bound,
+            has_a: true,
+            has_b: true,
+            obj,
+        };
+        assert_eq!(solve_small(&lp, Maximize), None);
+        assert_eq!(solve(&lp, Maximize), solve_microlp(&lp, Maximize));
     }
 }

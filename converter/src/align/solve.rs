@@ -22,13 +22,14 @@
 //!    times to whole ns. A side with no path (traffic in one direction only) is capped at the
 //!    smallest correction that keeps causality; a group of domains with no constraint linking
 //!    it to the reference keeps its lowest domain uncorrected, the others centred against it.
-//! 3. Uncertainty: per domain pair, two tiny LPs give the range of `o_a − o_b` over all drifts
-//!    of the box; shortest paths over those ranges bound each domain's offset (an outer bound of
-//!    every offset the constraints allow). The uncertainty is the largest distance from the
-//!    estimate to that bound: unbounded where one side has no constraint. Per pair, the same
-//!    LPs find the time where its own messages bound its clock difference most tightly (the
-//!    range's width is convex in time: bisection on its subgradient); drift widens the range
-//!    away from that time, so a pair's range is stated there.
+//! 3. Uncertainty: per domain pair, two tiny LPs ([`super::small_lp`]) give the range of
+//!    `o_a − o_b` over all drifts of the box; shortest paths over those ranges bound each
+//!    domain's offset (an outer bound of every offset the constraints allow). The uncertainty is
+//!    the largest distance from the estimate to that bound: unbounded where one side has no
+//!    constraint. Per pair, the same LPs find the time where its own messages bound its clock
+//!    difference most tightly (the range's width is convex in time: bisection on its
+//!    subgradient); drift widens the range away from that time, so a pair's range is stated
+//!    there.
 //!
 //! Everything is computed in a fixed order (sorted constraints, BTreeMaps), so the same logs give
 //! the same numbers. Internally times are in µs, which keeps the LP coefficients near 1.
