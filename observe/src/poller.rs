@@ -348,6 +348,8 @@ struct Loop {
     writer: Option<ChunkWriter>,
     sink: Option<ObservationSink>,
     ts: Timestamper,
+    /// The pass's CQ observations, handed over once its send rings were scanned.
+    held: Vec<Observation>,
 }
 
 impl Loop {
@@ -362,46 +364,30 @@ impl Loop {
         }
     }
 
-    fn poll_one(&mut self, w: &mut Watcher, mem: &HostMemory, c: &SharedCountersRef) -> usize {
+    /// Polls one watcher. With `hold`, what it finds is kept for [`Loop::release_held`]
+    /// instead of handed over now.
+    fn poll_one(
+        &mut self,
+        w: &mut Watcher,
+        mem: &HostMemory,
+        c: &SharedCountersRef,
+        hold: bool,
+    ) -> usize {
         let stamper = self.ts;
         // The poll's own time (hidden laps and overruns); every WQE and CQE is stamped when it
         // is handed over, after it was read: a time read before the producer index would put
         // an entry produced between the two before its producer wrote it.
         let ts = stamper.now();
-        let writer = &mut self.writer;
-        let sink = &mut self.sink;
+        let Loop {
+            writer, sink, held, ..
+        } = self;
         let mut found = 0usize;
-        let mut emit = |mut o: Observation| {
-            match &mut o {
-                Observation::Wqe(r, _) => r.ts = stamper.now(),
-                Observation::Cqe(r) => r.ts = stamper.now(),
-                Observation::Overrun(_) => {}
-            }
+        let mut emit = |o: Observation| {
             found += 1;
-            if let Some(s) = sink.as_mut() {
-                s(&o);
-            }
-            if let Some(w) = writer.as_mut() {
-                let ok = match &o {
-                    Observation::Wqe(r, _) => w.append(r),
-                    Observation::Cqe(r) => w.append(r),
-                    Observation::Overrun(r) => w.append(r),
-                };
-                if !ok {
-                    c.add(|k| &k.records_dropped, 1);
-                }
-            }
-            match &o {
-                Observation::Wqe(..) => c.add(|k| &k.wqes, 1),
-                Observation::Cqe(_) => c.add(|k| &k.cqes, 1),
-                Observation::Overrun(r) => {
-                    c.add(|k| &k.overruns, 1);
-                    if r.hdr.aux == sigmatrace_schemas::queue_kind::SEND {
-                        c.add(|k| &k.wqebbs_lost, r.lost)
-                    } else {
-                        c.add(|k| &k.cqes_lost, r.lost)
-                    }
-                }
+            if hold {
+                held.push(o);
+            } else {
+                hand_over(writer, sink, stamper, c, o);
             }
         };
         let r = match w {
@@ -425,6 +411,63 @@ impl Loop {
             c.add(|k| &k.mem_errors, 1);
         }
         found
+    }
+}
+
+impl Loop {
+    /// Hands over what the pass's CQ polls held, each stamped now (after the send rings were
+    /// scanned).
+    fn release_held(&mut self, c: &SharedCountersRef) {
+        let Loop {
+            writer,
+            sink,
+            held,
+            ts,
+            ..
+        } = self;
+        for o in held.drain(..) {
+            hand_over(writer, sink, *ts, c, o);
+        }
+    }
+}
+
+/// One observation to the sink and the log, counted; a WQE or CQE stamped now.
+fn hand_over(
+    writer: &mut Option<ChunkWriter>,
+    sink: &mut Option<ObservationSink>,
+    stamper: Timestamper,
+    c: &SharedCountersRef,
+    mut o: Observation,
+) {
+    match &mut o {
+        Observation::Wqe(r, _) => r.ts = stamper.now(),
+        Observation::Cqe(r) => r.ts = stamper.now(),
+        Observation::Overrun(_) => {}
+    }
+    if let Some(s) = sink.as_mut() {
+        s(&o);
+    }
+    if let Some(w) = writer.as_mut() {
+        let ok = match &o {
+            Observation::Wqe(r, _) => w.append(r),
+            Observation::Cqe(r) => w.append(r),
+            Observation::Overrun(r) => w.append(r),
+        };
+        if !ok {
+            c.add(|k| &k.records_dropped, 1);
+        }
+    }
+    match &o {
+        Observation::Wqe(..) => c.add(|k| &k.wqes, 1),
+        Observation::Cqe(_) => c.add(|k| &k.cqes, 1),
+        Observation::Overrun(r) => {
+            c.add(|k| &k.overruns, 1);
+            if r.hdr.aux == sigmatrace_schemas::queue_kind::SEND {
+                c.add(|k| &k.wqebbs_lost, r.lost)
+            } else {
+                c.add(|k| &k.cqes_lost, r.lost)
+            }
+        }
     }
 }
 
@@ -453,6 +496,7 @@ fn run(
         writer,
         sink,
         ts,
+        held: Vec::new(),
     };
     let mut seen_gen = 0u64;
     let mut idle = 0u32;
@@ -481,11 +525,21 @@ fn run(
         }
         let mut found = 0usize;
         let c = SharedCountersRef(Some(&shared.counters));
-        // Taken out for the pass (no allocation), so each watcher is polled in place.
+        // Taken out for the pass (no allocation), so each watcher is polled in place. CQs
+        // first, held; then the send rings; then the CQs' entries, stamped after the send
+        // rings' scan. A WQE is written before its CQE, so every CQE of the pass comes after
+        // its WQE in the log and in time. (Polled in map order, a CQ before its send ring
+        // showed completions of WQEs not yet seen: 715 of 12 336 in the demo's MoE run, and
+        // 15-110 with send rings first.)
         let mut watchers = std::mem::take(&mut lp.watchers);
-        for (w, mem) in watchers.values_mut() {
-            found += lp.poll_one(w, mem, &c);
+        for cqs in [true, false] {
+            for (w, mem) in watchers.values_mut() {
+                if matches!(w, Watcher::Cq(_)) == cqs {
+                    found += lp.poll_one(w, mem, &c, cqs);
+                }
+            }
         }
+        lp.release_held(&c);
         lp.watchers = watchers;
         let passes = shared.counters.passes.fetch_add(1, Ordering::Relaxed) + 1;
         // The thread's CPU time is a system call: refreshed every 64 passes, before sleeping
@@ -531,7 +585,7 @@ impl Loop {
                 .map(|(w, _)| w)
                 .or_else(|| lock(&s.init).take());
             if let Some(mut w) = w {
-                self.poll_one(&mut w, &s.mem, &c);
+                self.poll_one(&mut w, &s.mem, &c, false);
             }
         }
     }
@@ -546,7 +600,7 @@ impl Loop {
         let c = SharedCountersRef(Some(counters));
         for h in gone {
             if let Some((mut w, mem)) = self.watchers.remove(&h) {
-                self.poll_one(&mut w, &mem, &c);
+                self.poll_one(&mut w, &mem, &c, false);
             }
         }
         self.adopt(list);

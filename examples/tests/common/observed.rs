@@ -257,6 +257,46 @@ pub fn check_posted_exactly_once(books: &[Bookkeeping], logs: &BTreeMap<u32, Pro
     }
 }
 
+/// Every send-side CQE is logged after the WQEs it retires: per QP, the first requester CQE
+/// whose `wqe_counter` covers a WQE has a later time than the WQE. (A poll pass that read a
+/// CQ before the send ring logged completions of WQEs it had not seen yet: their slices then
+/// stayed open until a later CQE.)
+pub fn check_completions_after_their_wqes(logs: &BTreeMap<u32, ProcLog>) {
+    use sigmatrace_mlx5::cqe::opcode as cqe_op;
+    let mut checked = 0usize;
+    for (rank, log) in logs {
+        for (qpn, wqes) in &log.wqes {
+            let cqes: Vec<&CqeObserved> = log
+                .cqes
+                .get(qpn)
+                .map(|v| {
+                    v.iter()
+                        .filter(|c| c.opcode == cqe_op::REQ || c.opcode == cqe_op::REQ_ERR)
+                        .collect()
+                })
+                .unwrap_or_default();
+            let mut j = 0;
+            for w in wqes {
+                while j < cqes.len() && cqes[j].wqe_counter.wrapping_sub(w.wqe_index) >= 0x8000 {
+                    j += 1;
+                }
+                let Some(c) = cqes.get(j) else { break };
+                assert!(
+                    c.ts > w.ts,
+                    "rank {rank} QP {qpn:#x}: WQE {} (ts {}) logged after the CQE retiring it \
+                     (counter {}, ts {})",
+                    w.wqe_index,
+                    w.ts,
+                    c.wqe_counter,
+                    c.ts
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 0, "no WQE with a completion to check");
+}
+
 /// Every one-sided WQE (write, read, atomic) the ranks posted — all to traced peers — is
 /// drawn as an inferred arrival on its target QP: the conversion's `inferred` total equals
 /// the count from the workloads' own bookkeeping, and the trace (converted to `trace`) passes

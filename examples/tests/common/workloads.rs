@@ -12,7 +12,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::observed::{
-    check_barriers, check_exactly_once, check_inferred, check_skew, read_logs, stats_json,
+    check_barriers, check_completions_after_their_wqes, check_exactly_once, check_inferred,
+    check_skew, read_logs, stats_json,
 };
 use super::{run_ranks, Tracing};
 
@@ -61,6 +62,7 @@ pub fn bfs(mode: &str, disc: u32, tracing: Tracing) {
         }
     }
     check_exactly_once(&books, &logs, disc);
+    check_completions_after_their_wqes(&logs);
     let truth = run.truth("bfs-truth.json");
     if tracing == Tracing::SelfRecorded {
         assert!(truth["rounds"].as_array().unwrap().len() >= 5);
@@ -103,6 +105,7 @@ pub fn moe(mode: &str, disc: u32, tracing: Tracing) {
     let books = run.books(RANKS);
     let logs = read_logs(&run.log_dir());
     check_exactly_once(&books, &logs, disc);
+    check_completions_after_their_wqes(&logs);
     check_skew(&stats_json(&run.log_dir()), &run.truth("moe-truth.json"));
     check_inferred(
         &run.log_dir(),
