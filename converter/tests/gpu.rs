@@ -114,6 +114,136 @@ fn overlapping_kernels_keep_their_times() {
         .all(|d| d.sibling_merge_key.as_deref() == Some("stream 0x55")));
 }
 
+/// What a ring observer logs, in order: a WQE of index i, a CQE of (opcode, wqe_counter), or
+/// the ring registered (again).
+enum Seen {
+    Wqe(u16),
+    Cqe(u8, u16),
+    Registered,
+}
+
+/// A WQE first seen after the CQE that retires it (a CQ polled before its send ring) is an
+/// instant, not a slice left open until a later CQE; a responder CQE (its counter counts the
+/// receive queue) retires no send WQE; a ring registered anew starts its indices over.
+#[test]
+fn wqes_seen_after_their_completion_are_instants() {
+    use Seen::*;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ring.sigmatrace");
+    let seen = [
+        Registered,
+        Wqe(0),
+        Wqe(1),
+        Cqe(0, 2),
+        Wqe(2),
+        Cqe(2, 0x7000),
+        Wqe(3),
+        Cqe(0, 3),
+        Registered,
+        Wqe(0),
+        Cqe(0, 0),
+    ];
+    write_ring_log(&path, &seen);
+    let (out, rep) = convert_one(dir.path(), path);
+    assert_eq!(rep.summary.totals.observed_late, 1, "WQE 2");
+    assert_eq!(
+        rep.summary.totals.slices, 4,
+        "WQEs 0, 1, 3 and the new ring's 0"
+    );
+    assert!(rep
+        .text()
+        .contains("1 observed WQEs first seen after the CQE that retires them"));
+    common::validate(&out, &["slices=4", "instants=1"]);
+    // Slice ends from a Chrome JSON conversion (absolute µs), against the first begin (WQE 0
+    // at 1 000 100 ns): WQEs 0 and 1 end at the CQE of counter 2 (1 000 300), WQE 3 at counter
+    // 3's (1 000 700, not at the responder CQE at 600), the new ring's 0 at its own (1 001 000).
+    let json = dir.path().join("ring.json");
+    let o = ConvertOptions {
+        jobs: 1,
+        format: sigmatrace_convert::Format::ChromeJson,
+        ..Default::default()
+    };
+    convert_with_report(&[dir.path().join("ring.sigmatrace")], &json, &o).unwrap();
+    // Times as written ("ts":µs.nnn), in integer ns: epoch µs do not fit an f64 to the ns.
+    let text = std::fs::read_to_string(&json).unwrap();
+    let at = |ph: &str| -> Vec<i64> {
+        let mut v: Vec<i64> = text
+            .lines()
+            .filter(|l| l.contains(&format!("\"ph\":\"{ph}\"")))
+            .filter_map(|l| {
+                let ts = l.split("\"ts\":").nth(1)?;
+                let ts: String = ts
+                    .chars()
+                    .take_while(|c| c.is_ascii_digit() || *c == '.')
+                    .collect();
+                let (us, frac) = ts.split_once('.')?;
+                Some(us.parse::<i64>().ok()? * 1000 + frac.parse::<i64>().ok()?)
+            })
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    let first = at("B")[0];
+    let ends: Vec<i64> = at("E").iter().map(|t| t - first).collect();
+    assert_eq!(
+        ends,
+        [200, 200, 600, 900],
+        "slice ends, ns after the first begin"
+    );
+}
+
+/// One process's log of ring observations `seen`, 100 ns apart from 1 000 000 (QP 0x42).
+fn write_ring_log(path: &std::path::Path, seen: &[Seen]) {
+    let header = FileHeader {
+        boot_id: [9; 16],
+        hostname: "gpunode".into(),
+        ..common::log_header(78, 0, snap(1_000_000))
+    };
+    let opts = WriterOptions {
+        chunk_size: 1 << 16,
+        max_bytes: 1 << 30,
+        ..Default::default()
+    };
+    let w = LogWriter::create(path, &header, opts).unwrap();
+    let mut t = w.thread_writer(1);
+    for (i, s) in seen.iter().enumerate() {
+        let ts = 1_000_000 + i as u64 * 100;
+        match *s {
+            Seen::Registered => t.append(&QueueDiscovered {
+                hdr: RecordHeader::of::<QueueDiscovered>(1 | 1 << 16),
+                ts,
+                number: 0x42,
+                depth: 64,
+                stride: 64,
+                ..Default::default()
+            }),
+            Seen::Wqe(idx) => t.append(&WqeObserved {
+                hdr: RecordHeader::of::<WqeObserved>(0),
+                ts,
+                qpn: 0x42,
+                bytes: 64,
+                wqe_index: idx,
+                opcode: 0x08,
+                ds: 3,
+                observer: 1,
+                ..Default::default()
+            }),
+            Seen::Cqe(opcode, counter) => t.append(&CqeObserved {
+                hdr: RecordHeader::of::<CqeObserved>(0),
+                ts,
+                qpn: 0x42,
+                wqe_counter: counter,
+                opcode,
+                observer: 1,
+                ..Default::default()
+            }),
+        };
+    }
+    t.append(&snap(2_000_000));
+    drop(t);
+    drop(w);
+}
+
 /// Converts one log into `dir`/gpu.perfetto-trace with one worker.
 fn convert_one(
     dir: &std::path::Path,

@@ -117,6 +117,8 @@ pub struct ProcessTotals {
     pub recv_undrawn: u64,
     /// GPU kernel executions whose end maps before their start (damaged): not drawn.
     pub kernels_malformed: u64,
+    /// Observed WQEs first seen after the CQE that retires them: drawn as instants.
+    pub observed_late: u64,
 }
 
 /// Receive WRs drawn as slices at once per receive queue (a QP's or an SRQ's). Libraries keep
@@ -319,6 +321,7 @@ impl<'a> ProcessModel<'a> {
         }
         self.totals.slices += self.observed.slices;
         self.totals.inferred += self.observed.inferred;
+        self.totals.observed_late += self.observed.late;
         self.totals.kernels_malformed += self.observed.kernels_malformed;
         flush(kernel_sink.take());
         std::mem::take(&mut recs.issues)
@@ -409,6 +412,7 @@ impl<'a> ProcessModel<'a> {
             rec,
             Record::WqeObserved(_)
                 | Record::CqeObserved(_)
+                | Record::QueueDiscovered(_)
                 | Record::KernelLaunch(_)
                 | Record::KernelExec(_)
                 | Record::StringDef(_)

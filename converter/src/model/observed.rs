@@ -11,8 +11,9 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use sigmatrace_mlx5::cqe::opcode as cqe_op;
 use sigmatrace_schemas::records::{
-    mem_kind, string_ns, CqeObserved, KernelExec, Record, WqeObserved,
+    mem_kind, queue_kind, string_ns, CqeObserved, KernelExec, Record, WqeObserved,
 };
 
 use crate::align::topology::{Process, Topology};
@@ -37,6 +38,8 @@ struct ObservedQp {
     inferred: Lanes,
     /// Open WQEs: index, lane, inferred-arrival lane.
     open: VecDeque<(u16, Option<u32>, Option<u32>)>,
+    /// The `wqe_counter` of the last send-side CQE: WQEs up to it have completed.
+    retired_to: Option<u16>,
 }
 
 /// One process's observed WQEs/CQEs (queue memory) and GPU kernels, bounded by the open WQEs
@@ -53,6 +56,8 @@ pub struct ObservedState {
     pub slices: u64,
     /// Inferred arrivals of one-sided WQEs drawn on their target QPs.
     pub inferred: u64,
+    /// WQEs first seen after the CQE that retires them (drawn as instants).
+    pub late: u64,
     /// Kernel executions whose end maps before their start (damaged): not drawn.
     pub kernels_malformed: u64,
 }
@@ -90,6 +95,13 @@ impl ObservedState {
                 self.kernel_names.insert(m.key, m.text().into_owned());
             }
             Record::WqeObserved(w) => self.wqe(ctx, sink, names, t, drawn, w),
+            // A send ring registered again (its QP made anew under the same number, say):
+            // its WQE indices start over.
+            Record::QueueDiscovered(d) if d.hdr.aux & 0xff == queue_kind::SEND => {
+                if let Some(q) = self.qps.get_mut(&d.number) {
+                    q.retired_to = None;
+                }
+            }
             Record::CqeObserved(c) => self.cqe(sink, names, t, drawn, c),
             Record::KernelLaunch(k) => {
                 self.launches
@@ -141,6 +153,28 @@ impl ObservedState {
                 ..Default::default()
             }
         });
+        if q.retired_to
+            .is_some_and(|c| c.wrapping_sub(w.wqe_index) < 0x8000)
+        {
+            self.late += 1;
+            if drawn {
+                let peer_track = inferred_target(ctx, w);
+                let wn = names.wqe(sink, w.opcode, w.bytes);
+                let inn = peer_track.map(|_| names.inferred_wqe(sink, w.opcode, w.bytes));
+                let k = sink.arg_key("seen after its completion");
+                let args = [(k, ArgValue::Bool(true))];
+                let extra = Extra {
+                    args: &args,
+                    ..Extra::NONE
+                };
+                sink.instant(t as u64, q.track, wn, &extra);
+                if let (Some(track), Some(name)) = (peer_track, inn) {
+                    sink.instant(t as u64, track, name, &extra);
+                    self.inferred += 1;
+                }
+            }
+            return;
+        }
         let mut lane = None;
         let mut inferred = None;
         if drawn {
@@ -175,8 +209,14 @@ impl ObservedState {
         let Some(q) = self.qps.get_mut(&c.qpn) else {
             return;
         };
-        let failed = c.opcode == 13 || c.opcode == 14;
-        while let Some(&(idx, lane, inferred)) = q.open.front() {
+        let failed = c.opcode == cqe_op::REQ_ERR || c.opcode == cqe_op::RESP_ERR;
+        // Only a send-side CQE retires send WQEs: a responder's `wqe_counter` counts its
+        // receive queue.
+        let requester = c.opcode == cqe_op::REQ || c.opcode == cqe_op::REQ_ERR;
+        if requester {
+            q.retired_to = Some(c.wqe_counter);
+        }
+        while let Some(&(idx, lane, inferred)) = q.open.front().filter(|_| requester) {
             if c.wqe_counter.wrapping_sub(idx) >= 0x8000 {
                 break;
             }

@@ -102,6 +102,13 @@ impl Report {
                 crate::model::RECV_LANES
             ));
         }
+        if s.totals.observed_late > 0 {
+            out.push_str(&format!(
+                "{} observed WQEs first seen after the CQE that retires them: drawn as instants \
+                 (\"seen after its completion\")\n\n",
+                s.totals.observed_late
+            ));
+        }
         if s.totals.kernels_malformed > 0 {
             out.push_str(&format!(
                 "{} GPU kernel executions not drawn: their end maps before their start\n\n",

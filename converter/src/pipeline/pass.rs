@@ -303,6 +303,7 @@ pub(crate) fn merge_results(
         totals.max_lanes = totals.max_lanes.max(t.max_lanes);
         totals.recv_undrawn += t.recv_undrawn;
         totals.kernels_malformed += t.kernels_malformed;
+        totals.observed_late += t.observed_late;
         for (dst, src) in sections.iter_mut().zip(secs) {
             dst.merge(src);
         }

@@ -137,6 +137,7 @@ fn totals(v: &serde_json::Value) -> ProcessTotals {
         max_lanes: f("max_lanes"),
         recv_undrawn: f("recv_undrawn"),
         kernels_malformed: f("kernels_malformed"),
+        observed_late: f("observed_late"),
     }
 }
 
@@ -186,6 +187,7 @@ mod tests {
             max_lanes: 10,
             recv_undrawn: 11,
             kernels_malformed: 12,
+            observed_late: 13,
         };
         let v = serde_json::to_value(&t).unwrap();
         // A field added to ProcessTotals but not here would come back 0 and fail this.
