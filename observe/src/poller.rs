@@ -412,9 +412,7 @@ impl Loop {
         }
         found
     }
-}
 
-impl Loop {
     /// Hands over what the pass's CQ polls held, each stamped now (after the send rings were
     /// scanned).
     fn release_held(&mut self, c: &SharedCountersRef) {
