@@ -131,12 +131,16 @@ fn zlib_into(z: &mut flate2::Compress, raw: &[u8], out: &mut Vec<u8>) {
 
 /// A fastz block that compresses its raw bytes less than this many times over is compressed
 /// again with zlib ([`Fallback::zlib_if_smaller`]). Measured (zlib level 3 against fastz, per
-/// block): sparse real traces' blocks (LAMMPS, HPC Challenge, NetPIPE over openib) come out
-/// of fastz 1-8× smaller and zlib's are 20-65 % smaller again; dense real ones (ib_write_bw)
-/// beyond 12× (zlib's larger). The synthetic benchmark's blocks are 6-8× or better: its 6×
-/// ones are retried (zlib: 13 % smaller; 6.9 % more instructions for the whole conversion,
-/// 64 ranks).
-pub const FASTZ_POOR_RATIO: usize = 7;
+/// block): sparse real traces' blocks (LAMMPS, HPC Challenge, NetPIPE over openib and UCX)
+/// come out of fastz 1-6× smaller and zlib's are 25-75 % smaller again; dense real ones
+/// (ib_write_bw) beyond 12× (zlib's larger). Blocks fastz shrinks 6-7× gain little from zlib
+/// for what it costs (zlib level 3 takes ~4 ns per raw byte, several times fastz's whole
+/// encoding): the synthetic 1024-rank set with ~3 000 events per rank has 8 700 of its 10 240
+/// blocks there, zlib 8 % smaller — retrying them took 45 % of that conversion's CPU time.
+/// Not retrying them: 1024 ranks × 3 k events 3.74 → 2.05 CPU-s, 15.5 → 16.9 B/WR event;
+/// 1024 ranks × 49 k events −3 % CPU, 6.40 → 6.57 B/WR event; HPC Challenge 10.7 → 11.3;
+/// LAMMPS, NetPIPE and ib_write_bw unchanged (their blocks are below 6× or above 7×).
+pub const FASTZ_POOR_RATIO: usize = 6;
 
 /// zlib's level for a block fastz compressed poorly (zlib-rs; its level 1 does not search
 /// and gave 11.5 bytes per WR event on the LAMMPS trace, level 2 9.5, level 3 8.9).
