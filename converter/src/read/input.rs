@@ -341,6 +341,15 @@ const _: () = assert!(REORDER_WINDOW <= 8);
 /// Ring slots of a cursor: the window's records, the one handed out last (valid until the
 /// next pop) and room to spare.
 const RING: usize = 16;
+const _: () = assert!(RING.is_power_of_two());
+
+/// A slot number (always below [`RING`]: the order word's bytes and the free mask's bits
+/// name slots) as a ring index the compiler knows is in bounds: no bounds check per access.
+#[inline(always)]
+fn slot_index(slot: usize) -> usize {
+    debug_assert!(slot < RING);
+    slot & (RING - 1)
+}
 
 /// One writer thread's records in time order (its chunks one after another, sorted within a
 /// window of [`REORDER_WINDOW`] records). The records read ahead stay in a ring of slots where
@@ -395,7 +404,7 @@ impl<'a> ThreadCursor<'a> {
     /// Timestamp of the next record.
     #[inline]
     pub fn head_ts(&self) -> Option<u64> {
-        (self.len > 0).then(|| self.ring[self.order as u8 as usize].0)
+        (self.len > 0).then(|| self.ring[slot_index(self.order as u8 as usize)].0)
     }
 
     /// Releases every page of the chunk being read from the resident set, the head's included
@@ -430,12 +439,12 @@ impl<'a> ThreadCursor<'a> {
             return None;
         }
         self.touched = true;
-        let h = self.order as u8;
+        let h = slot_index(self.order as u8 as usize);
         self.order >>= 8;
         self.len -= 1;
-        self.lent = Some(h);
+        self.lent = Some(h as u8);
         self.fill(issues);
-        Some(h as usize)
+        Some(h)
     }
 
     /// Reads records until the window holds [`REORDER_WINDOW`] (or the thread ends), each
@@ -444,7 +453,7 @@ impl<'a> ThreadCursor<'a> {
     #[inline(always)]
     fn fill(&mut self, issues: &mut Vec<RecordIssue>) {
         while self.len < REORDER_WINDOW {
-            let slot = self.free.trailing_zeros() as usize;
+            let slot = slot_index(self.free.trailing_zeros() as usize);
             let read = match self.iter.as_mut() {
                 Some(it) => it.next_into(issues, &mut self.ring[slot].1),
                 None => false,
@@ -457,7 +466,9 @@ impl<'a> ThreadCursor<'a> {
             self.ring[slot].0 = ts;
             self.free &= !(1 << slot);
             let mut at = self.len;
-            while at > 0 && self.ring[(self.order >> (8 * (at - 1))) as u8 as usize].0 > ts {
+            while at > 0
+                && self.ring[slot_index((self.order >> (8 * (at - 1))) as u8 as usize)].0 > ts
+            {
                 at -= 1;
             }
             // The slots from `at` on move up one byte (at < REORDER_WINDOW = 8: the shifts
@@ -573,7 +584,7 @@ impl<'a> MergedRecords<'a> {
         } else {
             &self.cursors[best]
         };
-        let (ts, r) = &cur.ring[slot];
+        let (ts, r) = &cur.ring[slot_index(slot)];
         Some((*ts, r))
     }
 }

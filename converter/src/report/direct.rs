@@ -382,6 +382,8 @@ impl Section for TrafficSkew {
         } = *ev
         {
             let e = self.entry(p, qp.qpn);
+            // Summed in a local copy (registers), then stored once.
+            let mut sums = e.posted;
             for w in wrs {
                 let write = matches!(
                     w.opcode,
@@ -392,13 +394,14 @@ impl Section for TrafficSkew {
                         | verbs::wr::SEND_WITH_INV
                 );
                 classify(
-                    &mut e.posted,
+                    &mut sums,
                     w.bytes as u64,
                     w.opcode == verbs::wr::RDMA_READ,
                     write,
                     is_verbs_atomic(w.opcode),
                 );
             }
+            e.posted = sums;
         }
     }
     fn record(&mut self, p: &Process, _t: i64, rec: &Record<'_>) {

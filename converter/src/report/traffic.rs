@@ -7,7 +7,7 @@ use std::fmt::Write;
 use serde_json::{json, Value};
 
 use crate::align::topology::{Process, Topology};
-use crate::model::ModelEvent;
+use crate::model::{DoneWr, ModelEvent};
 use crate::read::verbs;
 
 use crate::report::section::{matrix_table, ReportCtx, Section};
@@ -55,7 +55,8 @@ struct PeerSums {
 }
 
 impl PeerSums {
-    fn add(list: &mut Vec<PeerSums>, peer: usize, kind: OpKind, bytes: u64) {
+    /// The sums of `peer` in `list` (added when it has none).
+    fn of(list: &mut Vec<PeerSums>, peer: usize) -> &mut PeerSums {
         let i = match list.iter().position(|s| s.peer == peer) {
             Some(i) => i,
             None => {
@@ -68,7 +69,11 @@ impl PeerSums {
                 list.len() - 1
             }
         };
-        let s = &mut list[i];
+        &mut list[i]
+    }
+
+    fn add(list: &mut Vec<PeerSums>, peer: usize, kind: OpKind, bytes: u64) {
+        let s = Self::of(list, peer);
         s.ops += 1;
         match kind {
             OpKind::Read => s.back += bytes,
@@ -78,6 +83,24 @@ impl PeerSums {
             }
             OpKind::Other => s.fwd += bytes,
         }
+    }
+
+    /// [`PeerSums::add`] of every WR of `wrs` (at least one), the peer looked up once and the
+    /// sums kept in registers (one completion retires up to a whole send queue's WRs).
+    fn add_wrs(list: &mut Vec<PeerSums>, peer: usize, wrs: &[DoneWr]) {
+        let (mut fwd, mut back, mut atomics) = (0u64, 0u64, 0u64);
+        for w in wrs {
+            let bytes = w.bytes as u64;
+            match verbs_kind(w.opcode) {
+                OpKind::Read => back += bytes,
+                OpKind::Atomic => atomics += 1,
+                OpKind::Other => fwd += bytes,
+            }
+        }
+        let s = Self::of(list, peer);
+        s.ops += wrs.len() as u64;
+        s.fwd += fwd + 8 * atomics;
+        s.back += back + 8 * atomics;
     }
 }
 
@@ -162,10 +185,8 @@ impl Section for Traffic {
         {
             if let Some((pp, _)) = qp.peer {
                 let q = self.qp(p.index, qp.qpn);
-                if !q.seen {
-                    for w in wrs {
-                        PeerSums::add(&mut q.verbs, pp, verbs_kind(w.opcode), w.bytes as u64);
-                    }
+                if !q.seen && !wrs.is_empty() {
+                    PeerSums::add_wrs(&mut q.verbs, pp, wrs);
                 }
             }
         }
@@ -397,13 +418,11 @@ impl Section for QpTable {
                 status,
             } => {
                 let r = self.row(p.index, qp.qpn);
-                for w in wrs {
-                    r.ops += 1;
-                    if status != 0 {
-                        r.errors += 1;
-                    } else {
-                        r.bytes += w.bytes as u64;
-                    }
+                r.ops += wrs.len() as u64;
+                if status != 0 {
+                    r.errors += wrs.len() as u64;
+                } else {
+                    r.bytes += wrs.iter().map(|w| w.bytes as u64).sum::<u64>();
                 }
                 // The last WR is the one the completion reports; the ones before it were
                 // retired with it.
