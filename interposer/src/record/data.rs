@@ -45,6 +45,13 @@ pub fn post_send(ts: u64, qpn: u32, source: u8, wr: &SendWr) -> PostSend {
     r
 }
 
+/// Writes the `PostSend` record of one WR over `r` (every field: [`post_send`] in place).
+#[inline(always)]
+pub fn put_post_send(r: &mut PostSend, ts: u64, qpn: u32, source: u8, wr: &SendWr) {
+    r.hdr = RecordHeader::of::<PostSend>(0);
+    fill_post_send(r, ts, qpn, source, wr);
+}
+
 /// Writes every field of `r` but the header's kind and length (set by [`post_send`]).
 #[inline(always)]
 fn fill_post_send(r: &mut PostSend, ts: u64, qpn: u32, source: u8, wr: &SendWr) {

@@ -15,7 +15,7 @@
 use bytemuck::{Pod, Zeroable};
 use sigmatrace_schemas::{PostSend, RecordHeader};
 
-use super::data::{post_error, post_send, SendWr};
+use super::data::{post_error, put_post_send, SendWr};
 use super::ThreadState;
 use crate::sink;
 
@@ -139,6 +139,18 @@ impl Builders {
     /// An opcode builder: starts a WR. When the batch is full, its WRs so far are passed to
     /// `emit` first.
     pub fn begin(&mut self, qp: u64, rec: PostSend, emit: &mut impl FnMut(&PostSend)) {
+        self.begin_with(qp, |r| *r = rec, emit);
+    }
+
+    /// [`Builders::begin`] with the record written in place by `put` (every field: the slot
+    /// holds the batch's previous WR), so that it is neither assembled nor copied.
+    #[inline(always)]
+    pub fn begin_with(
+        &mut self,
+        qp: u64,
+        put: impl FnOnce(&mut PostSend),
+        emit: &mut impl FnMut(&PostSend),
+    ) {
         let (i, _) = self.claim(qp);
         let b = &mut self.b[i];
         if b.n as usize == PENDING {
@@ -147,7 +159,7 @@ impl Builders {
             }
             b.n = 0;
         }
-        b.pending[b.n as usize] = rec;
+        put(&mut b.pending[b.n as usize]);
         b.n += 1;
     }
 
@@ -206,11 +218,13 @@ pub fn start(qp: u64) {
 
 /// An opcode builder on `qp` (the QP numbered `qpn`): a new WR in its batch, stamped `ts`.
 pub fn begin(qp: u64, ts: u64, qpn: u32, source: u8, wr: &SendWr) {
-    let rec = post_send(ts, qpn, source, wr);
     sink::with_thread(|t| {
         let (out, st) = t.parts::<ThreadState>();
-        st.builders
-            .begin(qp, rec, &mut |r: &PostSend| out.append(r));
+        st.builders.begin_with(
+            qp,
+            |r| put_post_send(r, ts, qpn, source, wr),
+            &mut |r: &PostSend| out.append(r),
+        );
     });
 }
 
