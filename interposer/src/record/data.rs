@@ -37,11 +37,8 @@ pub struct SendWr {
 /// The `PostSend` record of one WR.
 #[inline(always)]
 pub fn post_send(ts: u64, qpn: u32, source: u8, wr: &SendWr) -> PostSend {
-    let mut r = PostSend {
-        hdr: RecordHeader::of::<PostSend>(0),
-        ..PostSend::default()
-    };
-    fill_post_send(&mut r, ts, qpn, source, wr);
+    let mut r = PostSend::default();
+    put_post_send(&mut r, ts, qpn, source, wr);
     r
 }
 

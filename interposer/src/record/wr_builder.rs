@@ -137,13 +137,15 @@ impl Builders {
     }
 
     /// An opcode builder: starts a WR. When the batch is full, its WRs so far are passed to
-    /// `emit` first.
+    /// `emit` first. (The hooks use [`Builders::begin_with`].)
+    #[cfg(test)]
     pub fn begin(&mut self, qp: u64, rec: PostSend, emit: &mut impl FnMut(&PostSend)) {
         self.begin_with(qp, |r| *r = rec, emit);
     }
 
-    /// [`Builders::begin`] with the record written in place by `put` (every field: the slot
-    /// holds the batch's previous WR), so that it is neither assembled nor copied.
+    /// An opcode builder: starts a WR, written in place by `put` (every field: the slot holds
+    /// the batch's previous WR), so that it is neither assembled nor copied. When the batch is
+    /// full, its WRs so far are passed to `emit` first.
     #[inline(always)]
     pub fn begin_with(
         &mut self,
