@@ -39,10 +39,10 @@ pub unsafe fn wr_begin(
 ///
 /// # Safety
 /// `qp` live (`wr_complete` does not destroy it).
-pub unsafe fn wr_complete(qp: *mut ibv_qp_ex, rc: c_int, ts: u64, source: u8) {
+pub unsafe fn wr_complete(qp: *mut ibv_qp_ex, rc: c_int, source: u8) {
     // SAFETY: per caller.
     let qpn = unsafe { (*qp).qp_base.qp_num };
-    wr_builder::complete(qp as u64, qpn, rc, ts, source);
+    wr_builder::complete(qp as u64, qpn, rc, source);
 }
 
 /// Sum of the lengths of the first `n` of `sg` (0 when null).

@@ -2,15 +2,19 @@
 //!
 //! A batch is built between `wr_start` and `wr_complete`: each opcode builder (`wr_send`,
 //! `wr_rdma_write`, …) starts a work request, the setters that follow (`wr_set_sge`,
-//! `wr_set_ud_addr`, …) fill it in. The interposer keeps the batch's `PostSend` records here
+//! `wr_set_ud_addr`, …) fill it in. Here a batch begins with its first opcode builder after
+//! the QP's last `wr_complete` or `wr_abort` (`wr_start` is not hooked). The interposer keeps the batch's `PostSend` records here
 //! and writes them when `wr_complete` succeeds, so the log has exactly the WRs the provider
 //! accepted; a failed `wr_complete` becomes one `PostError`, `wr_abort` writes nothing. Each
 //! record's `ts` is the time of its opcode builder call.
 //!
 //! The state is per thread (the API requires one thread to build a QP's batch, the provider
-//! holds the QP's lock from `wr_start` to `wr_complete`), with room for [`BUILDERS`] QPs
-//! built at once; a batch longer than [`PENDING`] WRs is written as it goes (if such a batch
-//! then fails, its `PostError` follows the WRs already written).
+//! holds the QP's lock from `wr_start` to `wr_complete`). A batch's first WR is kept in the
+//! thread's one *stage* while no other batch is there (the common one-WR batch: no builder
+//! is claimed, nothing is searched or copied); its second WR moves it to one of [`BUILDERS`]
+//! builders, so that one stage and that many builders hold batches of as many QPs at once. A
+//! batch longer than [`PENDING`] WRs is written as it goes (if such a batch then fails, its
+//! `PostError` follows the WRs already written).
 
 use bytemuck::{Pod, Zeroable};
 use sigmatrace_schemas::{PostSend, RecordHeader};
@@ -79,6 +83,10 @@ pub struct Completed {
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 #[repr(C)]
 pub struct Builders {
+    /// The QP whose batch is its first WR, in `stage`; 0 = none. No builder holds a batch of
+    /// this QP.
+    stage_qp: u64,
+    stage: PostSend,
     b: [Builder; BUILDERS],
     clock: u32,
     _pad: u32,
@@ -93,6 +101,8 @@ impl Default for Builders {
 impl Builders {
     pub const fn new() -> Self {
         Builders {
+            stage_qp: 0,
+            stage: ZERO,
             b: [Builder::FREE; BUILDERS],
             clock: 0,
             _pad: 0,
@@ -101,10 +111,11 @@ impl Builders {
 
     /// Whether no batch is being built.
     pub fn is_idle(&self) -> bool {
-        self.b.iter().all(|b| b.qp == 0)
+        self.stage_qp == 0 && self.b.iter().all(|b| b.qp == 0)
     }
 
-    fn slot(&mut self, qp: u64) -> Option<usize> {
+    #[inline(always)]
+    fn slot(&self, qp: u64) -> Option<usize> {
         self.b.iter().position(|b| b.qp == qp)
     }
 
@@ -128,14 +139,6 @@ impl Builders {
         (i, lost)
     }
 
-    /// `wr_start`: a new batch on `qp`. Returns WRs of an unfinished batch that were discarded.
-    pub fn start(&mut self, qp: u64) -> usize {
-        let (i, lost) = self.claim(qp);
-        let dropped = self.b[i].n as usize + lost;
-        self.b[i].n = 0;
-        dropped
-    }
-
     /// An opcode builder: starts a WR. When the batch is full, its WRs so far are passed to
     /// `emit` first. (The hooks use [`Builders::begin_with`].)
     #[cfg(test)]
@@ -144,8 +147,9 @@ impl Builders {
     }
 
     /// An opcode builder: starts a WR, written in place by `put` (every field: the slot holds
-    /// the batch's previous WR), so that it is neither assembled nor copied. When the batch is
-    /// full, its WRs so far are passed to `emit` first.
+    /// a previous WR), so that it is neither assembled nor copied. The batch's first WR goes
+    /// to the stage when it is free (inline: the one-WR batch's path); the rest to a builder
+    /// ([`Builders::begin_in_builder`]).
     #[inline(always)]
     pub fn begin_with(
         &mut self,
@@ -153,7 +157,31 @@ impl Builders {
         put: impl FnOnce(&mut PostSend),
         emit: &mut impl FnMut(&PostSend),
     ) {
+        if self.stage_qp == 0 && self.slot(qp).is_none() {
+            put(&mut self.stage);
+            self.stage_qp = qp;
+        } else {
+            self.begin_in_builder(qp, put, emit);
+        }
+    }
+
+    /// [`Builders::begin_with`] in a builder: a WR after the first (the staged first WR moves
+    /// to the builder), or the first while another QP's batch is staged. When the batch is
+    /// full, its WRs so far are passed to `emit` first.
+    #[inline(never)]
+    fn begin_in_builder(
+        &mut self,
+        qp: u64,
+        put: impl FnOnce(&mut PostSend),
+        emit: &mut impl FnMut(&PostSend),
+    ) {
         let (i, _) = self.claim(qp);
+        if self.stage_qp == qp {
+            // The batch's second WR: the claim found no builder of this QP (see `stage_qp`).
+            self.stage_qp = 0;
+            self.b[i].pending[0] = self.stage;
+            self.b[i].n = 1;
+        }
         let b = &mut self.b[i];
         if b.n as usize == PENDING {
             for r in &b.pending {
@@ -165,8 +193,23 @@ impl Builders {
         b.n += 1;
     }
 
+    /// Ends the batch of `qp` if it is staged (its one WR), returning that WR.
+    #[inline(always)]
+    pub fn take_staged(&mut self, qp: u64) -> Option<&PostSend> {
+        if self.stage_qp == qp {
+            self.stage_qp = 0;
+            Some(&self.stage)
+        } else {
+            None
+        }
+    }
+
     /// The WR being built on `qp` (for the setters), if any.
+    #[inline(always)]
     pub fn current(&mut self, qp: u64) -> Option<&mut PostSend> {
+        if self.stage_qp == qp {
+            return Some(&mut self.stage);
+        }
         let i = self.slot(qp)?;
         let b = &mut self.b[i];
         b.n.checked_sub(1).map(|last| &mut b.pending[last as usize])
@@ -180,6 +223,15 @@ impl Builders {
         ok: bool,
         emit: &mut impl FnMut(&PostSend),
     ) -> Option<Completed> {
+        if let Some(r) = self.take_staged(qp) {
+            if ok {
+                emit(r);
+            }
+            return Some(Completed {
+                wrs: 1,
+                first_wr_id: r.wr_id,
+            });
+        }
         let i = self.slot(qp)?;
         let b = &mut self.b[i];
         let n = b.n as usize;
@@ -199,6 +251,10 @@ impl Builders {
 
     /// `wr_abort`: discards the batch. Returns the WRs discarded.
     pub fn abort(&mut self, qp: u64) -> usize {
+        if self.stage_qp == qp {
+            self.stage_qp = 0;
+            return 1;
+        }
         match self.slot(qp) {
             Some(i) => {
                 let n = self.b[i].n as usize;
@@ -213,12 +269,8 @@ impl Builders {
 
 // --- the per-thread API the `ibv_wr_*` hooks call --------------------------------------------
 
-/// `wr_start` on `qp`.
-pub fn start(qp: u64) {
-    sink::with_thread(|t| t.state::<ThreadState>().builders.start(qp));
-}
-
 /// An opcode builder on `qp` (the QP numbered `qpn`): a new WR in its batch, stamped `ts`.
+#[inline(always)]
 pub fn begin(qp: u64, ts: u64, qpn: u32, source: u8, wr: &SendWr) {
     sink::with_thread(|t| {
         let (out, st) = t.parts::<ThreadState>();
@@ -232,6 +284,7 @@ pub fn begin(qp: u64, ts: u64, qpn: u32, source: u8, wr: &SendWr) {
 
 /// A setter of the WR being built on `qp`: the remote address, rkey (UD: remote QPN, DC: DCT
 /// number) and compare/add operand (UD: qkey, DC: DC key).
+#[inline(always)]
 pub fn set_address(qp: u64, remote_addr: u64, rkey: u32, compare_add: u64) {
     sink::with_thread(|t| {
         if let Some(r) = t.state::<ThreadState>().builders.current(qp) {
@@ -241,6 +294,7 @@ pub fn set_address(qp: u64, remote_addr: u64, rkey: u32, compare_add: u64) {
 }
 
 /// A setter of the WR being built on `qp`: its data (`bytes` in `num_sge` pieces).
+#[inline(always)]
 pub fn set_data(qp: u64, bytes: u32, num_sge: u16) {
     sink::with_thread(|t| {
         if let Some(r) = t.state::<ThreadState>().builders.current(qp) {
@@ -249,18 +303,38 @@ pub fn set_data(qp: u64, bytes: u32, num_sge: u16) {
     });
 }
 
-/// `wr_complete` returned `rc`: writes the batch, or a `PostError` naming its first WR.
-pub fn complete(qp: u64, qpn: u32, rc: i32, ts: u64, source: u8) {
+/// `wr_complete` returned `rc`: writes the batch, or a `PostError` naming its first WR (at
+/// the time `wr_complete` returned: a successful one needs no timestamp).
+#[inline(always)]
+pub fn complete(qp: u64, qpn: u32, rc: i32, source: u8) {
     sink::with_thread(|t| {
         let (out, st) = t.parts::<ThreadState>();
-        let done = st
-            .builders
-            .complete(qp, rc == 0, &mut |r: &PostSend| out.append(r));
-        if rc != 0 {
-            let first = done.map(|d| d.first_wr_id).unwrap_or(0);
-            out.append(&post_error(ts, rc, first, qp, qpn, source));
+        if rc == 0 {
+            if let Some(r) = st.builders.take_staged(qp) {
+                return out.append(r);
+            }
         }
+        complete_in_builder(out, st, qp, qpn, rc, source);
     });
+}
+
+/// [`complete`] of a batch in a builder, or of a failed one.
+#[inline(never)]
+fn complete_in_builder(
+    out: &mut sink::Out<'_>,
+    st: &mut ThreadState,
+    qp: u64,
+    qpn: u32,
+    rc: i32,
+    source: u8,
+) {
+    let done = st
+        .builders
+        .complete(qp, rc == 0, &mut |r: &PostSend| out.append(r));
+    if rc != 0 {
+        let first = done.map(|d| d.first_wr_id).unwrap_or(0);
+        out.append(&post_error(sink::now(), rc, first, qp, qpn, source));
+    }
 }
 
 /// `wr_abort` on `qp`.
@@ -285,7 +359,6 @@ mod tests {
     #[test]
     fn a_completed_batch_is_written_in_order_with_setter_changes() {
         let mut b = Builders::new();
-        b.start(0x100);
         let mut none = |_: &PostSend| panic!("nothing is written before complete");
         b.begin(0x100, wr(1), &mut none);
         b.current(0x100).unwrap().bytes = 64;
@@ -309,7 +382,6 @@ mod tests {
     #[test]
     fn failed_and_aborted_batches_write_nothing() {
         let mut b = Builders::new();
-        b.start(1);
         b.begin(1, wr(7), &mut |_: &PostSend| {});
         b.begin(1, wr(8), &mut |_: &PostSend| {});
         let (out, c) = collect(&mut b, 1, false);
@@ -321,7 +393,6 @@ mod tests {
                 first_wr_id: 7
             })
         );
-        b.start(1);
         b.begin(1, wr(9), &mut |_: &PostSend| {});
         assert_eq!(b.abort(1), 1);
         assert_eq!(collect(&mut b, 1, true).1, None, "aborted batch is gone");
@@ -330,7 +401,6 @@ mod tests {
     #[test]
     fn long_batches_are_written_early_and_none_is_lost() {
         let mut b = Builders::new();
-        b.start(5);
         let mut early = Vec::new();
         for id in 0..(PENDING as u64 * 2 + 3) {
             b.begin(5, wr(id), &mut |r: &PostSend| early.push(r.wr_id));
@@ -343,8 +413,6 @@ mod tests {
     #[test]
     fn two_qps_build_independently() {
         let mut b = Builders::new();
-        b.start(1);
-        b.start(2);
         b.begin(1, wr(10), &mut |_: &PostSend| {});
         b.begin(2, wr(20), &mut |_: &PostSend| {});
         b.begin(1, wr(11), &mut |_: &PostSend| {});
@@ -353,17 +421,51 @@ mod tests {
     }
 
     #[test]
-    fn a_third_qp_evicts_the_least_recent_batch() {
+    fn a_fourth_qp_evicts_the_least_recent_builder() {
         let mut b = Builders::new();
-        b.start(1);
+        let mut none = |_: &PostSend| panic!("nothing is written before complete");
+        b.begin(1, wr(1), &mut none); // the stage
+        b.begin(2, wr(2), &mut none); // builder
+        b.begin(3, wr(3), &mut none); // builder
+        b.begin(2, wr(4), &mut none);
+        // QP 3's builder was used least recently.
+        b.begin(4, wr(5), &mut none);
+        assert_eq!(collect(&mut b, 3, true).1, None);
+        assert_eq!(collect(&mut b, 2, true).0, vec![2, 4]);
+        assert_eq!(collect(&mut b, 1, true).0, vec![1]);
+        assert_eq!(collect(&mut b, 4, true).0, vec![5]);
+        assert!(b.is_idle());
+    }
+
+    #[test]
+    fn a_staged_wr_moves_to_a_builder_with_its_setter_changes() {
+        let mut b = Builders::new();
+        let mut none = |_: &PostSend| panic!("nothing is written before complete");
+        b.begin(7, wr(1), &mut none);
+        b.current(7).unwrap().bytes = 10;
+        b.begin(8, wr(50), &mut none);
+        b.begin(7, wr(2), &mut none);
+        b.current(7).unwrap().bytes = 20;
+        let mut got = Vec::new();
+        b.complete(7, true, &mut |r: &PostSend| got.push((r.wr_id, r.bytes)));
+        assert_eq!(got, vec![(1, 10), (2, 20)]);
+        assert_eq!(collect(&mut b, 8, true).0, vec![50]);
+        // The stage is free again: a new batch's first WR goes there.
+        b.begin(9, wr(60), &mut none);
+        assert_eq!(b.stage_qp, 9);
+    }
+
+    #[test]
+    fn abort_discards_a_staged_or_built_batch() {
+        let mut b = Builders::new();
         b.begin(1, wr(1), &mut |_: &PostSend| {});
-        b.start(2);
-        b.begin(2, wr(2), &mut |_: &PostSend| {});
+        assert_eq!(b.abort(1), 1);
+        b.begin(1, wr(2), &mut |_: &PostSend| {});
         b.begin(1, wr(3), &mut |_: &PostSend| {});
-        // QP 2 was used least recently.
-        assert_eq!(b.start(3), 1);
-        assert_eq!(collect(&mut b, 2, true).1, None);
-        assert_eq!(collect(&mut b, 1, true).0, vec![1, 3]);
+        assert_eq!(b.abort(1), 2);
+        b.begin(1, wr(4), &mut |_: &PostSend| {});
+        assert_eq!(collect(&mut b, 1, true).0, vec![4]);
+        assert!(b.is_idle());
     }
 
     #[test]

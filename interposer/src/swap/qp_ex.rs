@@ -1,9 +1,11 @@
 //! The `ibv_wr_*` post API: the builders are pointers in `struct ibv_qp_ex`, swapped on every
 //! extended QP (created with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`, or returned by
 //! `ibv_qp_to_qp_ex`). Records are kept per batch and written at `wr_complete` (see
-//! `record::wr_builder`). `wr_set_xrc_srqn` and `wr_atomic_write` are left alone (no record
-//! field for the former; the latter only exists in rdma-core ≥ 44 and writing it on an older
-//! provider would overrun its struct).
+//! `record::wr_builder`). `wr_start` is left alone: a batch begins with its first opcode
+//! builder after the last `wr_complete` or `wr_abort` (which end every batch), so a hook there
+//! would add a call per batch and record nothing. `wr_set_xrc_srqn` and `wr_atomic_write` are
+//! left alone too (no record field for the former; the latter only exists in rdma-core ≥ 44
+//! and writing it on an older provider would overrun its struct).
 
 use std::ffi::{c_int, c_void};
 use std::mem::offset_of;
@@ -18,26 +20,25 @@ use crate::record::wr_builder;
 use crate::runtime::guard;
 use crate::sink::{self, cat, Diag};
 
-const START: usize = 0;
-const COMPLETE: usize = 1;
-const ABORT: usize = 2;
-const CMP_SWP: usize = 3;
-const FETCH_ADD: usize = 4;
-const BIND_MW: usize = 5;
-const LOCAL_INV: usize = 6;
-const RDMA_READ: usize = 7;
-const RDMA_WRITE: usize = 8;
-const RDMA_WRITE_IMM: usize = 9;
-const SEND: usize = 10;
-const SEND_IMM: usize = 11;
-const SEND_INV: usize = 12;
-const SEND_TSO: usize = 13;
-const SET_UD_ADDR: usize = 14;
-const SET_INLINE: usize = 15;
-const SET_INLINE_LIST: usize = 16;
-const SET_SGE: usize = 17;
-const SET_SGE_LIST: usize = 18;
-const WORDS: usize = 19;
+const COMPLETE: usize = 0;
+const ABORT: usize = 1;
+const CMP_SWP: usize = 2;
+const FETCH_ADD: usize = 3;
+const BIND_MW: usize = 4;
+const LOCAL_INV: usize = 5;
+const RDMA_READ: usize = 6;
+const RDMA_WRITE: usize = 7;
+const RDMA_WRITE_IMM: usize = 8;
+const SEND: usize = 9;
+const SEND_IMM: usize = 10;
+const SEND_INV: usize = 11;
+const SEND_TSO: usize = 12;
+const SET_UD_ADDR: usize = 13;
+const SET_INLINE: usize = 14;
+const SET_INLINE_LIST: usize = 15;
+const SET_SGE: usize = 16;
+const SET_SGE_LIST: usize = 17;
+const WORDS: usize = 18;
 
 static WR: Slots<WORDS> = Slots::new();
 
@@ -54,7 +55,6 @@ fn fields() -> [(usize, usize, [usize; SLOTS]); WORDS] {
         };
     }
     [
-        f!(START, wr_start, wr_start: unsafe extern "C" fn(Qp)),
         f!(COMPLETE, wr_complete, wr_complete: unsafe extern "C" fn(Qp) -> c_int),
         f!(ABORT, wr_abort, wr_abort: unsafe extern "C" fn(Qp)),
         f!(CMP_SWP, wr_atomic_cmp_swp, wr_atomic_cmp_swp: unsafe extern "C" fn(Qp, u32, u64, u64, u64)),
@@ -97,7 +97,9 @@ pub unsafe fn instrument(qp: Qp) -> bool {
         }
         orig[*word] = cur;
     }
-    if orig[START] == 0 || orig[COMPLETE] == 0 {
+    // SAFETY: `wr_start` lies inside the live ibv_qp_ex.
+    let start = unsafe { ffi::load_ptr(std::ptr::addr_of!((*qp).wr_start) as *const usize) };
+    if start == 0 || orig[COMPLETE] == 0 {
         return false;
     }
     let Some(slot) = WR.claim(&orig) else {
@@ -158,22 +160,13 @@ pub(crate) fn stamp() -> u64 {
     }
 }
 
-unsafe extern "C" fn wr_start<const S: usize>(qp: Qp) {
-    // SAFETY: forwarding to the provider's builder with the program's arguments.
-    unsafe { orig::<unsafe extern "C" fn(Qp)>(S, START)(qp) };
-    if sink::tracing(cat::SEND) {
-        guard::run("wr_start", || wr_builder::start(qp as u64));
-    }
-}
-
 unsafe extern "C" fn wr_complete<const S: usize>(qp: Qp) -> c_int {
-    let ts = stamp();
     // SAFETY: as above.
     let rc = unsafe { orig::<unsafe extern "C" fn(Qp) -> c_int>(S, COMPLETE)(qp) };
     if sink::tracing(cat::SEND) {
         // SAFETY: qp is live (wr_complete does not destroy it).
         guard::run("wr_complete", || unsafe {
-            dx::wr_complete(qp, rc, ts, post_source::WR_API)
+            dx::wr_complete(qp, rc, post_source::WR_API)
         });
     }
     rc
