@@ -16,6 +16,7 @@ use crate::sink::{self, cat};
 ///
 /// # Safety
 /// `qp` the live QP the program passed to the builder.
+#[inline(always)]
 pub unsafe fn wr_begin(
     qp: *mut ibv_qp_ex,
     ts: u64,

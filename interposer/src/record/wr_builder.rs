@@ -86,7 +86,9 @@ pub struct Builders {
     /// The QP whose batch is its first WR, in `stage`; 0 = none. No builder holds a batch of
     /// this QP.
     stage_qp: u64,
-    stage: PostSend,
+    /// `[0]` the stage; `[1]` where an opcode builder writes its WR while the stage is taken
+    /// (for [`Builders::begin_in_builder`] to copy).
+    slots: [PostSend; 2],
     b: [Builder; BUILDERS],
     clock: u32,
     _pad: u32,
@@ -102,7 +104,7 @@ impl Builders {
     pub const fn new() -> Self {
         Builders {
             stage_qp: 0,
-            stage: ZERO,
+            slots: [ZERO; 2],
             b: [Builder::FREE; BUILDERS],
             clock: 0,
             _pad: 0,
@@ -147,9 +149,8 @@ impl Builders {
     }
 
     /// An opcode builder: starts a WR, written in place by `put` (every field: the slot holds
-    /// a previous WR), so that it is neither assembled nor copied. The batch's first WR goes
-    /// to the stage when it is free (inline: the one-WR batch's path); the rest to a builder
-    /// ([`Builders::begin_in_builder`]).
+    /// a previous WR), so that it is neither assembled nor copied. When the batch is full, its
+    /// WRs so far are passed to `emit` first.
     #[inline(always)]
     pub fn begin_with(
         &mut self,
@@ -157,29 +158,39 @@ impl Builders {
         put: impl FnOnce(&mut PostSend),
         emit: &mut impl FnMut(&PostSend),
     ) {
-        if self.stage_qp == 0 && self.slot(qp).is_none() {
-            put(&mut self.stage);
-            self.stage_qp = qp;
-        } else {
-            self.begin_in_builder(qp, put, emit);
+        if !self.stage_with(qp, put) {
+            self.begin_in_builder(qp, emit);
         }
     }
 
-    /// [`Builders::begin_with`] in a builder: a WR after the first (the staged first WR moves
-    /// to the builder), or the first while another QP's batch is staged. When the batch is
-    /// full, its WRs so far are passed to `emit` first.
-    #[inline(never)]
-    fn begin_in_builder(
-        &mut self,
-        qp: u64,
-        put: impl FnOnce(&mut PostSend),
-        emit: &mut impl FnMut(&PostSend),
-    ) {
+    /// The first half of [`Builders::begin_with`], inline (the one-WR batch's path: no call,
+    /// nothing kept for the second half): writes the WR with `put` and stages it when it is its
+    /// batch's first and the stage is free. False when it is not staged: the caller then calls
+    /// [`Builders::begin_in_builder`].
+    #[inline(always)]
+    pub fn stage_with(&mut self, qp: u64, put: impl FnOnce(&mut PostSend)) -> bool {
+        let taken = self.stage_qp != 0;
+        put(&mut self.slots[taken as usize]);
+        let staged = !taken && self.slot(qp).is_none();
+        if staged {
+            self.stage_qp = qp;
+        }
+        staged
+    }
+
+    /// The second half of [`Builders::begin_with`] for a WR [`Builders::stage_with`] did not
+    /// stage: a WR after its batch's first (the staged first WR moves to the builder), or a
+    /// first while another QP's batch is staged. When the batch is full, its WRs so far are
+    /// passed to `emit` first.
+    #[inline]
+    pub fn begin_in_builder(&mut self, qp: u64, emit: &mut impl FnMut(&PostSend)) {
+        // Where `stage_with` wrote it (`stage_qp` is as it was then).
+        let new = (self.stage_qp != 0) as usize;
         let (i, _) = self.claim(qp);
         if self.stage_qp == qp {
             // The batch's second WR: the claim found no builder of this QP (see `stage_qp`).
             self.stage_qp = 0;
-            self.b[i].pending[0] = self.stage;
+            self.b[i].pending[0] = self.slots[0];
             self.b[i].n = 1;
         }
         let b = &mut self.b[i];
@@ -189,7 +200,7 @@ impl Builders {
             }
             b.n = 0;
         }
-        put(&mut b.pending[b.n as usize]);
+        b.pending[b.n as usize] = self.slots[new];
         b.n += 1;
     }
 
@@ -198,7 +209,7 @@ impl Builders {
     pub fn take_staged(&mut self, qp: u64) -> Option<&PostSend> {
         if self.stage_qp == qp {
             self.stage_qp = 0;
-            Some(&self.stage)
+            Some(&self.slots[0])
         } else {
             None
         }
@@ -208,7 +219,7 @@ impl Builders {
     #[inline(always)]
     pub fn current(&mut self, qp: u64) -> Option<&mut PostSend> {
         if self.stage_qp == qp {
-            return Some(&mut self.stage);
+            return Some(&mut self.slots[0]);
         }
         let i = self.slot(qp)?;
         let b = &mut self.b[i];
@@ -273,13 +284,19 @@ impl Builders {
 #[inline(always)]
 pub fn begin(qp: u64, ts: u64, qpn: u32, source: u8, wr: &SendWr) {
     sink::with_thread(|t| {
-        let (out, st) = t.parts::<ThreadState>();
-        st.builders.begin_with(
-            qp,
-            |r| put_post_send(r, ts, qpn, source, wr),
-            &mut |r: &PostSend| out.append(r),
-        );
+        let b = &mut t.state::<ThreadState>().builders;
+        if !b.stage_with(qp, |r| put_post_send(r, ts, qpn, source, wr)) {
+            begin_in_builder(t, qp);
+        }
     });
+}
+
+/// [`begin`] of a WR that was not staged (out of line).
+#[inline(never)]
+fn begin_in_builder(t: &mut sink::Thread<'_>, qp: u64) {
+    let (out, st) = t.parts::<ThreadState>();
+    st.builders
+        .begin_in_builder(qp, &mut |r: &PostSend| out.append(r));
 }
 
 /// A setter of the WR being built on `qp`: the remote address, rkey (UD: remote QPN, DC: DCT
