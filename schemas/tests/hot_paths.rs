@@ -367,3 +367,95 @@ fn the_receive_hot_path_writes_what_the_ordinary_append_writes() {
         .collect();
     assert_eq!(got, want);
 }
+
+/// `append_post_send_placed` (the `ibv_wr_*` path's write of a staged `PostSend`) writes a
+/// send only when it has a compact form and needs no bookkeeping — its queue's slot bound in
+/// the chunk, room, the time within reach of the base and before the horizon — and what it
+/// writes reads back as the `PostSend` the ordinary append of the same record writes.
+#[test]
+fn the_staged_send_path_writes_what_the_ordinary_append_writes() {
+    use sigmatrace_schemas::records::{post_source, PostSend, RecordHeader};
+    let dir = tempfile::tempdir().unwrap();
+    let (path, log) = small_chunk_log(dir.path());
+    let mut w = log.thread_writer(9);
+    let full = |ts: u64, qpn: u32, wr_id: u64| PostSend {
+        hdr: RecordHeader::of::<PostSend>(2),
+        ts,
+        wr_id,
+        remote_addr: 0x7f00_1234_5678,
+        compare_add: 0,
+        qpn,
+        bytes: 8 + wr_id as u32,
+        rkey: 0x4321,
+        imm: 0,
+        num_sge: 1,
+        opcode: 0,
+        source: post_source::WR_API,
+        _pad: 0,
+    };
+    let mut want = Vec::new();
+    let hot = |w: &mut ChunkWriter, r: PostSend, want: &mut Vec<PostSend>| {
+        let done = w.append_post_send_placed(&r);
+        if done {
+            want.push(r);
+        }
+        done
+    };
+    let q = 21;
+    // No chunk, then no slot; bound by an ordinary append.
+    assert!(!hot(&mut w, full(T0, q, 1), &mut want));
+    w.append(&full(T0, q, 2));
+    want.push(full(T0, q, 2));
+    assert!(hot(&mut w, full(T0 + 1, q, 3), &mut want));
+    assert!(!hot(&mut w, full(T0 + 1, q + 1, 4), &mut want));
+    // No compact form: immediate data, an atomic operand, flags or SGEs out of its range.
+    for r in [
+        PostSend {
+            imm: 5,
+            ..full(T0 + 2, q, 5)
+        },
+        PostSend {
+            compare_add: 1,
+            ..full(T0 + 2, q, 5)
+        },
+        PostSend {
+            hdr: RecordHeader::of::<PostSend>(1 << 5),
+            ..full(T0 + 2, q, 5)
+        },
+        PostSend {
+            num_sge: 8,
+            ..full(T0 + 2, q, 5)
+        },
+        PostSend {
+            remote_addr: 1 << 48,
+            ..full(T0 + 2, q, 5)
+        },
+    ] {
+        assert!(!hot(&mut w, r, &mut want), "{r:?}");
+    }
+    // Time before the base, out of reach, the horizon.
+    assert!(!hot(&mut w, full(T0 - 1, q, 6), &mut want));
+    assert!(!hot(&mut w, full(T0 + DTS_LIMIT, q, 6), &mut want));
+    w.set_horizon(T0 + 100);
+    assert!(!hot(&mut w, full(T0 + 100, q, 6), &mut want));
+    assert!(hot(&mut w, full(T0 + 99, q, 7), &mut want));
+    w.set_horizon(u64::MAX);
+    // Until the chunk is full: then refused, nothing lost.
+    let mut id = 100;
+    while hot(&mut w, full(T0 + 200, q, id), &mut want) {
+        id += 1;
+    }
+    assert!((50..200).contains(&(id - 100)), "{} written", id - 100);
+    assert_eq!(log.losses().total, 0);
+    drop(w);
+    let file = LogFile::open(&path).unwrap();
+    assert!(file.salvage().is_clean(), "{:?}", file.salvage());
+    let got: Vec<PostSend> = (file.chunks().iter())
+        .flat_map(|c| file.records(c).map(Result::unwrap))
+        .map(|r| match r.decode().unwrap() {
+            Record::PostSend(p) => *p,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(got, want);
+}

@@ -328,7 +328,7 @@ pub fn complete(qp: u64, qpn: u32, rc: i32, source: u8) {
         let (out, st) = t.parts::<ThreadState>();
         if rc == 0 {
             if let Some(r) = st.builders.take_staged(qp) {
-                return out.append(r);
+                return out.append_post_send(r);
             }
         }
         complete_in_builder(out, st, qp, qpn, rc, source);

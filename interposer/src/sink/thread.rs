@@ -18,7 +18,7 @@ use std::sync::atomic::{compiler_fence, AtomicU64, Ordering};
 
 use sigmatrace_schemas::{
     compact::{CompletionBody, CompletionHead, CompletionSource, SendBody, SendHead},
-    drop_reason, ChunkWriter, Dropped, FixedRecord, RecordHeader, RecordKind, Reserved,
+    drop_reason, ChunkWriter, Dropped, FixedRecord, PostSend, RecordHeader, RecordKind, Reserved,
 };
 
 use super::{now, process, Process, PERIOD, PROCESS};
@@ -597,6 +597,17 @@ impl Out<'_> {
         self.snapshot_check(ts);
     }
 
+    /// [`Out::append`] of a `PostSend`, with no call when its compact form needs no
+    /// bookkeeping (`ChunkWriter::append_post_send_placed`: a due snapshot is bookkeeping
+    /// too, see [`Out::snapshot_check`]); otherwise `append`, out of line.
+    #[inline(always)]
+    pub fn append_post_send(&mut self, rec: &PostSend) {
+        // SAFETY: an Out's writer is initialised.
+        if !unsafe { self.s.writer() }.append_post_send_placed(rec) {
+            append_post_send_slow(self.s, rec);
+        }
+    }
+
     /// Reserves a slot for one record, to be filled in place and committed
     /// ([`Reserved::commit`]); the hot paths' alternative to [`Out::append`] (no copy of the
     /// record). It writes no clock snapshot: the caller runs [`Out::snapshot_check`] after
@@ -658,6 +669,12 @@ impl Out<'_> {
 
 // The cold paths take the writer's parts, not `&mut Out`, so the hot paths never need the
 // `Out` itself in memory.
+
+/// [`Out::append_post_send`] of a record that needs bookkeeping (or has no compact form).
+#[inline(never)]
+fn append_post_send_slow(s: &mut Sink, rec: &PostSend) {
+    Out { s }.append(rec);
+}
 
 /// [`Out::snapshot_check`] past the writer's horizon: the snapshot if it is due (the first
 /// thread to get there writes it), then the horizon moved up to the next due time.

@@ -167,6 +167,29 @@ fn recv_word_of_key(key: u64, object: u64) -> u64 {
     recv_word(key as u32, (key >> 32) as u8, object)
 }
 
+/// The [`SendHead`] and [`SendBody`] of a `PostSend` without immediate data or atomic
+/// operands (`None` for one with them: no compact form).
+#[inline(always)]
+fn plain_send_parts(r: &PostSend) -> Option<(SendHead, impl FnOnce() -> SendBody + '_)> {
+    if r.imm != 0 || r.compare_add != 0 || r._pad != 0 {
+        return None;
+    }
+    let head = SendHead {
+        qpn: r.qpn,
+        source: r.source,
+        remote_addr: r.remote_addr,
+        flags: r.hdr.aux,
+        num_sge: r.num_sge,
+        opcode: r.opcode,
+    };
+    let body = || SendBody {
+        wr_id: r.wr_id,
+        rkey: r.rkey,
+        bytes: r.bytes,
+    };
+    Some((head, body))
+}
+
 /// A send queue's key (`qpn | source << 32`).
 #[inline(always)]
 fn send_key(head: &SendHead) -> u64 {
@@ -192,25 +215,28 @@ impl ChunkWriter {
     /// `append` of a `PostSend`: compact when it fits.
     #[inline(always)]
     pub(crate) fn append_post_send(&mut self, r: &PostSend) -> bool {
-        if r.imm == 0 && r.compare_add == 0 && r._pad == 0 {
-            let head = SendHead {
-                qpn: r.qpn,
-                source: r.source,
-                remote_addr: r.remote_addr,
-                flags: r.hdr.aux,
-                num_sge: r.num_sge,
-                opcode: r.opcode,
-            };
-            let body = || SendBody {
-                wr_id: r.wr_id,
-                rkey: r.rkey,
-                bytes: r.bytes,
-            };
+        if let Some((head, body)) = plain_send_parts(r) {
             if let Some(ok) = self.try_append_plain_send(r.ts, &head, body) {
                 return ok;
             }
         }
         self.append_full(r)
+    }
+
+    /// Writes and publishes the compact form of `r` when it has one and needs no bookkeeping
+    /// (as [`place_plain_send`](Self::place_plain_send), then
+    /// [`publish_placed_send`](Self::publish_placed_send)): what `append` writes then, on a
+    /// path with no call. False when nothing was written: the caller appends `r`.
+    #[inline(always)]
+    pub fn append_post_send_placed(&mut self, r: &PostSend) -> bool {
+        let placed = match plain_send_parts(r) {
+            Some((head, body)) => self.place_plain_send(r.ts, &head, body),
+            None => false,
+        };
+        if placed {
+            self.publish_placed_send();
+        }
+        placed
     }
 
     /// Appends the compact form of the `PostSend` at `ts` of `head` and `body()` — what
