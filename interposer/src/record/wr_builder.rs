@@ -284,19 +284,18 @@ impl Builders {
 #[inline(always)]
 pub fn begin(qp: u64, ts: u64, qpn: u32, source: u8, wr: &SendWr) {
     sink::with_thread(|t| {
-        let b = &mut t.state::<ThreadState>().builders;
+        let (out, st) = t.parts::<ThreadState>();
+        let b = &mut st.builders;
         if !b.stage_with(qp, |r| put_post_send(r, ts, qpn, source, wr)) {
-            begin_in_builder(t, qp);
+            begin_in_builder(out.reborrow(), b, qp);
         }
     });
 }
 
 /// [`begin`] of a WR that was not staged (out of line).
 #[inline(never)]
-fn begin_in_builder(t: &mut sink::Thread<'_>, qp: u64) {
-    let (out, st) = t.parts::<ThreadState>();
-    st.builders
-        .begin_in_builder(qp, &mut |r: &PostSend| out.append(r));
+fn begin_in_builder(mut out: sink::Out<'_>, b: &mut Builders, qp: u64) {
+    b.begin_in_builder(qp, &mut |r: &PostSend| out.append(r));
 }
 
 /// A setter of the WR being built on `qp`: the remote address, rkey (UD: remote QPN, DC: DCT
@@ -331,14 +330,14 @@ pub fn complete(qp: u64, qpn: u32, rc: i32, source: u8) {
                 return out.append_post_send(r);
             }
         }
-        complete_in_builder(out, st, qp, qpn, rc, source);
+        complete_in_builder(out.reborrow(), st, qp, qpn, rc, source);
     });
 }
 
 /// [`complete`] of a batch in a builder, or of a failed one.
 #[inline(never)]
 fn complete_in_builder(
-    out: &mut sink::Out<'_>,
+    mut out: sink::Out<'_>,
     st: &mut ThreadState,
     qp: u64,
     qpn: u32,

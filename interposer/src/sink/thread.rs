@@ -586,6 +586,13 @@ impl<'a> Thread<'a> {
 }
 
 impl Out<'_> {
+    /// This `Out` by value (one pointer), for an out-of-line path: passing `&mut Out` would
+    /// keep the thread's parts in memory on the hot path that calls it.
+    #[inline(always)]
+    pub fn reborrow(&mut self) -> Out<'_> {
+        Out { s: &mut *self.s }
+    }
+
     /// Appends one record. Its `ts` (offset 8, every hot record has one) also drives the
     /// periodic clock snapshots: the first thread to pass the due time writes one, *after*
     /// the record (a snapshot is taken now, later than the record's event: written before
