@@ -104,3 +104,37 @@ fn ranks_1024_recover_every_offset_within_its_uncertainty() {
         ratios.len()
     );
 }
+
+/// 300 hosts of one rank each (more hosts than a byte counts): every host is its own machine
+/// with its own clock, and the alignment recovers each offset within its uncertainty. The
+/// generator once gave hosts 250 apart one boot id, which made them one machine: 512 hosts
+/// converted as 250, with uncertainties of seconds.
+#[test]
+fn hosts_300_are_300_machines() {
+    const MANY: usize = 300;
+    let mut sc = Scenario::ring(MANY, 1, Pattern::SendRecv, 40);
+    sc.interval_ns = 20_000;
+    sc.snapshot_every_ns = 1_000_000;
+    sc.chunk_size = 1 << 16;
+    for (h, spec) in sc.hosts.iter_mut().enumerate().skip(1) {
+        spec.offset_ns = (unit(h as u64 + 7) * 2_000_000.0) as i64;
+    }
+    let (dir, truth) = common::generate(&sc);
+    let rep = stats(&[dir.path().to_owned()], &ConvertOptions::default()).unwrap();
+    assert_eq!(rep.summary.hosts, MANY);
+    let a = &rep.summary.alignment;
+    assert_eq!(a.domains.len(), MANY);
+    assert_eq!(a.pairs, truth.flows, "every message matched");
+    assert_eq!(a.inverted_after, 0, "no receive before its send");
+    let e0 = sc.hosts[0].offset_ns;
+    for (h, spec) in sc.hosts.iter().enumerate().skip(1) {
+        let d = &a.domains[h];
+        let want = -((spec.offset_ns - e0) as f64);
+        let u = d.uncertainty_ns.expect("every host is bounded both ways");
+        let e = d.offset_ns - want;
+        assert!(
+            e.abs() <= u + 1.0,
+            "host {h}: error {e:.0} ns outside ±{u:.0} ns"
+        );
+    }
+}

@@ -119,7 +119,7 @@ fn header(sim: &Sim, r: usize, clk: &Clk) -> FileHeader {
         boot_id: if sc.shared_machine {
             [0x5a; 16]
         } else {
-            [(host % 250) as u8 + 1; 16]
+            host_boot_id(host)
         },
         hostname: if sc.shared_machine {
             "machine".into()
@@ -136,6 +136,14 @@ fn header(sim: &Sim, r: usize, clk: &Clk) -> FileHeader {
         dropped: 0,
         chunks_allocated: 0,
     }
+}
+
+/// A distinct boot id per simulated host (a boot id names one machine: two hosts that shared
+/// one would be one machine to the converter, with one clock).
+fn host_boot_id(host: usize) -> [u8; 16] {
+    let mut id = [0x5b; 16];
+    id[..8].copy_from_slice(&(host as u64 + 1).to_le_bytes());
+    id
 }
 
 /// The writers and counters of one rank's log while it is written.
