@@ -46,20 +46,17 @@ impl Topology {
 
     /// Whether a destination GID's interface id can be the GUID of the device of `q`.
     fn gid_matches(&self, gid: [u8; 16], p: usize, q: &Qp) -> bool {
-        if gid == [0; 16] || gid[0] != 0xfe || gid[1] & 0xc0 != 0x80 {
-            return true;
-        }
-        let iface = u64::from_be_bytes(gid[8..16].try_into().expect("8 bytes"));
-        let guid = self.procs[p]
+        let guid = self.device_guid(p, q);
+        guid == 0 || named_guids(gid).is_none_or(|g| g.contains(&guid))
+    }
+
+    /// The GUID of the device of QP `q` of process `p` (0: unknown).
+    fn device_guid(&self, p: usize, q: &Qp) -> u64 {
+        self.procs[p]
             .devices
             .iter()
             .find(|d| d.0 == q.context)
-            .map_or(0, |d| d.2);
-        if guid == 0 {
-            return true;
-        }
-        let near = |x: u64| x.wrapping_sub(guid) < 4;
-        near(iface) || near(iface ^ 0x0200_0000_0000_0000)
+            .map_or(0, |d| d.2)
     }
 
     /// Host time span (ns) in which QP `qi` of process `p` exists: creation to the next
@@ -127,36 +124,37 @@ impl Topology {
     }
 
     /// Every connected (non-UD) QP with a destination QPN and the QPs that could be its peer:
-    /// that QPN, naming it back, with fitting addresses.
+    /// that QPN, naming it back, with fitting addresses. The peers are looked up in an index
+    /// by (QPN, destination QPN, port name) ([`PeerIndex`]) instead of among every QP of that
+    /// number: QPNs repeat on every node of a large job (all 4 096 ranks of the benchmark
+    /// use the same nine), which made this quadratic in the rank count.
     fn connection_candidates(&self) -> Candidates {
-        // Candidate index: qpn → QPs with that number.
-        let mut by_qpn: BTreeMap<u32, Vec<(usize, usize)>> = BTreeMap::new();
-        for (p, proc_) in self.procs.iter().enumerate() {
-            for (qi, q) in proc_.qps.iter().enumerate() {
-                by_qpn.entry(q.qpn).or_default().push((p, qi));
-            }
-        }
+        let index = PeerIndex::new(self);
         let mut cands: Candidates = Vec::new();
+        let (mut found, mut near) = (Vec::new(), Vec::new());
         for (p, proc_) in self.procs.iter().enumerate() {
             for (qi, q) in proc_.qps.iter().enumerate() {
                 if q.qp_type == verbs::qp_type::UD {
                     continue;
                 }
                 let Some(dest) = q.dest_qpn else { continue };
-                let c: Vec<(usize, usize)> = by_qpn
-                    .get(&dest)
-                    .map(|v| {
-                        v.iter()
-                            .copied()
-                            .filter(|&(p2, q2)| {
-                                (p2, q2) != (p, qi)
-                                    && self.procs[p2].qps[q2].dest_qpn == Some(q.qpn)
-                                    && self.addresses_fit((p, qi), (p2, q2))
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                cands.push(((p, qi), c));
+                let fits = |&(p2, q2): &(usize, usize)| {
+                    (p2, q2) != (p, qi) && self.addresses_fit((p, qi), (p2, q2))
+                };
+                // The tie-breaker of [`Topology::resolve_candidates`] (a link-local
+                // destination GID names its port's GUID) applied here, through the index:
+                // the candidates whose device GUID it names, when there are any.
+                if let Some(guids) = named_guids(q.dest_addr.1) {
+                    index.named(dest, q.qpn, q.dest_addr, Some(&guids), &mut near);
+                    near.retain(fits);
+                    if !near.is_empty() {
+                        cands.push(((p, qi), near.clone()));
+                        continue;
+                    }
+                }
+                index.named(dest, q.qpn, q.dest_addr, None, &mut found);
+                found.retain(fits);
+                cands.push(((p, qi), found.clone()));
             }
         }
         cands
@@ -226,5 +224,117 @@ impl Topology {
                 return resolved;
             }
         }
+    }
+}
+
+/// The device GUIDs a link-local destination GID can name: its interface id (EUI-64) is the
+/// port GUID, which is the device GUID or up to 3 above it, with or without the
+/// universal/local bit flipped. None for a GID that is not link-local (or zero).
+fn named_guids(gid: [u8; 16]) -> Option<[u64; 8]> {
+    if gid == [0; 16] || gid[0] != 0xfe || gid[1] & 0xc0 != 0x80 {
+        return None;
+    }
+    let iface = u64::from_be_bytes(gid[8..16].try_into().expect("8 bytes"));
+    let mut out = [0u64; 8];
+    for k in 0..4 {
+        out[k] = iface.wrapping_sub(k as u64);
+        out[4 + k] = (iface ^ 0x0200_0000_0000_0000).wrapping_sub(k as u64);
+    }
+    Some(out)
+}
+
+/// How a QP's own port can be named by a peer's destination address.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum PortName {
+    /// Its port's address was not logged: any destination may name it.
+    Unknown,
+    Lid(u16),
+    Gid([u8; 16]),
+}
+
+/// QPs by (QPN, destination QPN, a name of their own port) and by that and their device
+/// GUID: the QPs a destination address names ([`crate::align::topology::PortAddr::named_by`])
+/// among those with one QPN pair, all of them or those on devices of given GUIDs.
+struct PeerIndex {
+    by_name: BTreeMap<(u32, u32, PortName), Vec<(usize, usize)>>,
+    by_guid: BTreeMap<(u32, u32, PortName, u64), Vec<(usize, usize)>>,
+}
+
+impl PeerIndex {
+    fn new(topo: &Topology) -> PeerIndex {
+        let mut index = PeerIndex {
+            by_name: BTreeMap::new(),
+            by_guid: BTreeMap::new(),
+        };
+        for (p, proc_) in topo.procs.iter().enumerate() {
+            for (qi, q) in proc_.qps.iter().enumerate() {
+                let Some(dest) = q.dest_qpn else { continue };
+                let guid = topo.device_guid(p, q);
+                let mut add = |name| {
+                    let at = (p, qi);
+                    index
+                        .by_name
+                        .entry((q.qpn, dest, name))
+                        .or_default()
+                        .push(at);
+                    index
+                        .by_guid
+                        .entry((q.qpn, dest, name, guid))
+                        .or_default()
+                        .push(at);
+                };
+                match proc_.own_addr(q) {
+                    None => add(PortName::Unknown),
+                    Some(own) => {
+                        if own.lid != 0 {
+                            add(PortName::Lid(own.lid));
+                        }
+                        for &g in &own.gids {
+                            add(PortName::Gid(g));
+                        }
+                    }
+                }
+            }
+        }
+        index
+    }
+
+    /// Into `out` (cleared first), in (process, QP index) order, each QP numbered `qpn` whose
+    /// destination QPN is `dest_qpn` and whose port `addr` names (or whose port is unknown);
+    /// with `guids`, only those on a device of one of these GUIDs or of an unknown one.
+    fn named(
+        &self,
+        qpn: u32,
+        dest_qpn: u32,
+        addr: (u16, [u8; 16]),
+        guids: Option<&[u64; 8]>,
+        out: &mut Vec<(usize, usize)>,
+    ) {
+        out.clear();
+        let mut names = vec![PortName::Unknown];
+        if addr.0 != 0 {
+            names.push(PortName::Lid(addr.0));
+        }
+        if addr.1 != [0; 16] {
+            names.push(PortName::Gid(addr.1));
+        }
+        for name in names {
+            match guids {
+                None => {
+                    if let Some(v) = self.by_name.get(&(qpn, dest_qpn, name)) {
+                        out.extend_from_slice(v);
+                    }
+                }
+                Some(guids) => {
+                    for &g in guids.iter().chain(&[0]) {
+                        if let Some(v) = self.by_guid.get(&(qpn, dest_qpn, name, g)) {
+                            out.extend_from_slice(v);
+                        }
+                    }
+                }
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
     }
 }
