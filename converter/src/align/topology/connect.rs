@@ -256,9 +256,12 @@ enum PortName {
 /// GUID: the QPs a destination address names ([`crate::align::topology::PortAddr::named_by`])
 /// among those with one QPN pair, all of them or those on devices of given GUIDs.
 struct PeerIndex {
-    by_name: BTreeMap<(u32, u32, PortName), Vec<(usize, usize)>>,
-    by_guid: BTreeMap<(u32, u32, PortName, u64), Vec<(usize, usize)>>,
+    by_name: BTreeMap<(u32, u32, PortName), Vec<QpAt>>,
+    by_guid: BTreeMap<(u32, u32, PortName, u64), Vec<QpAt>>,
 }
+
+/// A QP as (process, QP index).
+type QpAt = (usize, usize);
 
 impl PeerIndex {
     fn new(topo: &Topology) -> PeerIndex {
