@@ -37,8 +37,8 @@ fn send_recv_ring_counts_flows_and_matrices_are_exact() {
     let n = 4;
     for i in 0..n {
         for j in 0..n {
-            assert_eq!(t.bytes[i * n + j], truth.bytes[i][j], "bytes {i}->{j}");
-            assert_eq!(t.ops[i * n + j], truth.ops[i][j], "ops {i}->{j}");
+            assert_eq!(t.bytes(i, j), truth.bytes[i][j], "bytes {i}->{j}");
+            assert_eq!(t.ops(i, j), truth.ops[i][j], "ops {i}->{j}");
         }
     }
     let q = rep.section::<QpTable>().unwrap();
@@ -90,7 +90,7 @@ fn mixed_ops_failure_and_chrome_json() {
     let t = rep.section::<Traffic>().unwrap();
     for i in 0..3 {
         for j in 0..3 {
-            assert_eq!(t.bytes[i * 3 + j], truth.bytes[i][j], "bytes {i}->{j}");
+            assert_eq!(t.bytes(i, j), truth.bytes[i][j], "bytes {i}->{j}");
         }
     }
     let q = rep.section::<QpTable>().unwrap();
@@ -149,8 +149,8 @@ fn identical_qpns_on_several_nodes() {
         assert_eq!(q.peer, Some((peer, 0x100)), "rank {p}");
     }
     let t = rep.section::<Traffic>().unwrap();
-    assert_eq!(t.ops[1], truth.ops[0][1]);
-    assert_eq!(t.ops[2 * 4 + 3], truth.ops[2][3]);
+    assert_eq!(t.ops(0, 1), truth.ops[0][1]);
+    assert_eq!(t.ops(2, 3), truth.ops[2][3]);
     assert_eq!(rep.summary.totals.flows_out, truth.flows);
 
     sc.global_routes = false;
@@ -268,10 +268,48 @@ fn bulk_writes_and_ping_pongs_are_exact() {
     let t = rep.section::<Traffic>().unwrap();
     for i in 0..4 {
         for j in 0..4 {
-            assert_eq!(t.bytes[i * 4 + j], truth.bytes[i][j], "bytes {i}->{j}");
-            assert_eq!(t.ops[i * 4 + j], truth.ops[i][j], "ops {i}->{j}");
+            assert_eq!(t.bytes(i, j), truth.bytes[i][j], "bytes {i}->{j}");
+            assert_eq!(t.ops(i, j), truth.ops[i][j], "ops {i}->{j}");
         }
     }
     let v = common::validate(&out, &["slices=1", "flows=1"]);
     assert_eq!(v["stats"]["flows"], truth.flows);
+}
+
+/// Above `DENSE_RANKS` ranks the traffic matrices are kept and reported as the pairs with
+/// traffic (a dense rank × rank matrix grows with the square of the ranks: 268 MB at 4 096):
+/// every pair's bytes and operations still equal the ground truth, the JSON lists exactly
+/// the non-zero pairs (no dense rows), and the text names the pairs with the most bytes.
+#[test]
+fn many_ranks_report_traffic_as_pairs() {
+    use sigmatrace_convert::report::DENSE_RANKS;
+    let sc = Scenario::ring(9, 8, Pattern::SendRecv, 20);
+    let n = sc.ranks.len();
+    assert!(n > DENSE_RANKS);
+    let (dir, truth) = common::generate(&sc);
+    let rep = sigmatrace_convert::stats(&[dir.path().to_owned()], &opts(Detail::Normal)).unwrap();
+    let t = rep.section::<Traffic>().unwrap();
+    let mut want = Vec::new();
+    for i in 0..n {
+        for j in 0..n {
+            assert_eq!(t.bytes(i, j), truth.bytes[i][j], "bytes {i}->{j}");
+            assert_eq!(t.ops(i, j), truth.ops[i][j], "ops {i}->{j}");
+            if truth.bytes[i][j] != 0 || truth.ops[i][j] != 0 {
+                want.push(serde_json::json!([
+                    i,
+                    j,
+                    truth.bytes[i][j],
+                    truth.ops[i][j]
+                ]));
+            }
+        }
+    }
+    assert!(want.len() >= n, "a ring: every rank sends");
+    let v = rep.json();
+    assert_eq!(v["traffic"]["rank_pairs"], serde_json::Value::from(want));
+    assert!(v["traffic"].get("rank_bytes").is_none());
+    assert!(v["skew"].get("rank_bytes").is_none());
+    let text = rep.text();
+    let line = format!("== Traffic rank × rank: {n} ranks, ");
+    assert!(text.contains(&line), "{text}");
 }

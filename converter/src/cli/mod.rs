@@ -71,7 +71,7 @@ fn stats(a: StatsArgs) -> Result<(), ConvertError> {
         let labels: Vec<String> = report.topology.procs.iter().map(|p| p.label()).collect();
         std::fs::write(
             &svg,
-            heatmap_svg("Traffic rank × rank (bytes)", &labels, &t.bytes),
+            heatmap_svg("Traffic rank × rank (bytes)", &labels, &t.bytes_matrix()),
         )
         .map_err(|source| ConvertError::Output {
             path: svg.clone(),

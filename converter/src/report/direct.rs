@@ -281,6 +281,11 @@ pub fn skew(m: &[u64], n: usize) -> Skew {
     sigmatrace_schemas::skew::skew(n, |i, j| m[i * n + j] as f64)
 }
 
+/// [`skew`] of the n × n matrix that is 0 but for the pairs of `m` (the same values).
+pub fn skew_of_pairs(m: &BTreeMap<(usize, usize), u64>, n: usize) -> Skew {
+    sigmatrace_schemas::skew::skew_pairs(n, m.iter().map(|(&(i, j), &v)| (i, j, v as f64)))
+}
+
 /// The node of every process and the node labels.
 pub fn nodes(topo: &Topology) -> (Vec<usize>, Vec<String>) {
     let key = |p: &Process| (p.host, p.devices.first().map_or(0, |d| d.2));
@@ -322,9 +327,10 @@ impl TrafficSkew {
         })
     }
 
-    /// Process × process bytes (row = source), unattributed bytes, observed WQEs, posted WRs.
-    pub fn matrix(&self, n: usize) -> (Vec<u64>, u64, u64, u64) {
-        let mut m = vec![0u64; n * n];
+    /// Process × process bytes (source, destination) → bytes, only the pairs with traffic;
+    /// unattributed bytes, observed WQEs, posted WRs.
+    pub fn matrix(&self, n: usize) -> (BTreeMap<(usize, usize), u64>, u64, u64, u64) {
+        let mut m: BTreeMap<(usize, usize), u64> = BTreeMap::new();
         let (mut lost, mut wqes, mut wrs) = (0, 0, 0);
         for (&(p, _), q) in &self.qps {
             let use_obs = q.obs[2] > 0;
@@ -336,8 +342,12 @@ impl TrafficSkew {
             }
             match q.dst {
                 Some(d) if d < n => {
-                    m[p * n + d] += c[0];
-                    m[d * n + p] += c[1];
+                    if c[0] != 0 {
+                        *m.entry((p, d)).or_default() += c[0];
+                    }
+                    if c[1] != 0 {
+                        *m.entry((d, p)).or_default() += c[1];
+                    }
                 }
                 _ => lost += c[0] + c[1],
             }
@@ -346,13 +356,10 @@ impl TrafficSkew {
     }
 
     /// Node × node aggregation of a process matrix.
-    pub fn by_node(m: &[u64], node_of: &[usize], nodes: usize) -> Vec<u64> {
-        let n = node_of.len();
+    pub fn by_node(m: &BTreeMap<(usize, usize), u64>, node_of: &[usize], nodes: usize) -> Vec<u64> {
         let mut out = vec![0u64; nodes * nodes];
-        for i in 0..n {
-            for j in 0..n {
-                out[node_of[i] * nodes + node_of[j]] += m[i * n + j];
-            }
+        for (&(i, j), &v) in m {
+            out[node_of[i] * nodes + node_of[j]] += v;
         }
         out
     }
@@ -445,7 +452,7 @@ impl Section for TrafficSkew {
             "node skew: links max/mean {:.4} (max {:.0} B, mean {:.0} B), bytes in {:.4}, bytes out {:.4}",
             s.link, s.link_max, s.link_mean, s.node_in, s.node_out
         );
-        let r = skew(&m, n);
+        let r = skew_of_pairs(&m, n);
         let _ = writeln!(
             out,
             "process skew: links {:.4}, bytes in {:.4}, bytes out {:.4}\n",
@@ -461,18 +468,26 @@ impl Section for TrafficSkew {
         let rows = |m: &[u64], n: usize| -> Vec<Vec<u64>> {
             (0..n).map(|i| m[i * n..(i + 1) * n].to_vec()).collect()
         };
-        json!({
+        let mut v = json!({
             "ranks": ctx.topo.procs.iter().map(|p| p.label()).collect::<Vec<_>>(),
             "nodes": labels,
             "node_of_rank": node_of,
-            "rank_bytes": rows(&m, n),
+            "rank_pairs": m.iter().map(|(&(i, j), &v)| [i as u64, j as u64, v]).collect::<Vec<_>>(),
             "node_bytes": rows(&nm, k),
-            "rank_skew": skew(&m, n),
+            "rank_skew": skew_of_pairs(&m, n),
             "node_skew": skew(&nm, k),
             "unattributed_bytes": lost,
             "observed_wqes": wqes,
             "completed_wrs": wrs,
-        })
+        });
+        if n <= crate::report::traffic::DENSE_RANKS {
+            let mut dense = vec![0u64; n * n];
+            for (&(i, j), &b) in &m {
+                dense[i * n + j] = b;
+            }
+            v["rank_bytes"] = rows(&dense, n).into();
+        }
+        v
     }
     fn into_any(self: Box<Self>) -> Box<dyn Any> {
         self

@@ -14,7 +14,7 @@ pub mod traffic;
 
 pub use alignment::AlignmentSection;
 pub use section::{ReportCtx, Section, SectionSet};
-pub use traffic::{heatmap_svg, QpRow, QpTable, Traffic};
+pub use traffic::{heatmap_svg, QpRow, QpTable, Traffic, DENSE_RANKS};
 
 use direct::{Barriers, TrafficSkew};
 

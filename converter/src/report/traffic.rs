@@ -2,6 +2,7 @@
 //! latency quantiles, errors) and the SVG heatmap.
 
 use std::any::Any;
+use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use serde_json::{json, Value};
@@ -18,15 +19,16 @@ use crate::report::section::{matrix_table, ReportCtx, Section};
 /// work seen twice), as in the skew section.
 ///
 /// A process's instance keeps one row of sums per QP and peer (no per-WR state, nothing of
-/// the other processes); the merged instance holds the two matrices.
+/// the other processes); the merged instance holds the pairs of processes with traffic
+/// ([`Traffic::bytes`], [`Traffic::ops`]): as many as connections at most, where a dense
+/// rank × rank matrix would be 268 MB at 4 096 ranks.
 #[derive(Default)]
 pub struct Traffic {
     n: usize,
-    /// [src][dst] bytes moved src → dst (READ counts towards the initiator); filled by
-    /// [`Section::merge`] (empty in a process's own instance).
-    pub bytes: Vec<u64>,
-    /// [initiator][target] operations.
-    pub ops: Vec<u64>,
+    /// (src, dst) → bytes moved src → dst (READ counts towards the initiator) and operations
+    /// src → dst (src the initiator); filled by [`Section::merge`] (empty in a process's own
+    /// instance). Only pairs with traffic.
+    cells: BTreeMap<(usize, usize), Cell>,
     /// This process's QPs (by QPN): what their completed WRs and observed WQEs added.
     qps: Vec<QpSums>,
     index: crate::fastmap::FastMap<u32, usize>,
@@ -34,6 +36,20 @@ pub struct Traffic {
     last: (u32, usize),
     proc_: usize,
 }
+
+/// One (source, destination) pair's bytes and operations.
+#[derive(Clone, Copy, Default)]
+struct Cell {
+    bytes: u64,
+    ops: u64,
+}
+
+/// Rank × rank matrices are printed in full (text, JSON rows) up to this many ranks; above,
+/// the text lists the pairs with the most bytes and the JSON has the pairs only.
+pub const DENSE_RANKS: usize = 64;
+
+/// Pairs listed in the text report above [`DENSE_RANKS`] ranks.
+const TOP_PAIRS: usize = 32;
 
 /// What one QP number's operations added, per peer process: verbs WRs and observed WQEs
 /// apart; the observed WQEs replace the WRs once there is one.
@@ -120,42 +136,91 @@ impl Traffic {
         &mut self.qps[self.last.1 - 1]
     }
 
-    /// Adds this instance's per-QP sums to `bytes` and `ops` (n × n).
-    fn fold_into(&self, bytes: &mut [u64], ops: &mut [u64]) {
-        let (n, src) = (self.n, self.proc_);
+    /// Adds this instance's per-QP sums to `cells`.
+    fn fold_into(&self, cells: &mut BTreeMap<(usize, usize), Cell>) {
+        let src = self.proc_;
         for q in &self.qps {
             for s in if q.seen { &q.observed } else { &q.verbs } {
-                bytes[src * n + s.peer] += s.fwd;
-                bytes[s.peer * n + src] += s.back;
-                ops[src * n + s.peer] += s.ops;
+                let c = cells.entry((src, s.peer)).or_default();
+                c.bytes += s.fwd;
+                c.ops += s.ops;
+                if s.back != 0 {
+                    cells.entry((s.peer, src)).or_default().bytes += s.back;
+                }
             }
         }
     }
 
-    /// The two matrices (bytes, operations), n × n.
-    fn matrices(&self) -> (std::borrow::Cow<'_, [u64]>, std::borrow::Cow<'_, [u64]>) {
-        if self.bytes.len() == self.n * self.n && self.qps.is_empty() {
-            return (self.bytes.as_slice().into(), self.ops.as_slice().into());
+    /// The pairs with traffic: the merged ones and this instance's own QPs'.
+    fn pairs(&self) -> std::borrow::Cow<'_, BTreeMap<(usize, usize), Cell>> {
+        if self.qps.is_empty() {
+            return std::borrow::Cow::Borrowed(&self.cells);
         }
-        let (mut b, mut o) = (vec![0; self.n * self.n], vec![0; self.n * self.n]);
-        if self.bytes.len() == b.len() {
-            b.copy_from_slice(&self.bytes);
-            o.copy_from_slice(&self.ops);
-        }
-        self.fold_into(&mut b, &mut o);
-        (b.into(), o.into())
+        let mut cells = self.cells.clone();
+        self.fold_into(&mut cells);
+        std::borrow::Cow::Owned(cells)
     }
 
-    /// Node × node aggregation of a process matrix.
-    pub fn by_node(&self, topo: &Topology, m: &[u64]) -> Vec<u64> {
+    /// Bytes moved `src` → `dst` (process indices; READs count towards their initiator).
+    pub fn bytes(&self, src: usize, dst: usize) -> u64 {
+        self.pairs().get(&(src, dst)).map_or(0, |c| c.bytes)
+    }
+
+    /// Operations `src` initiated towards `dst`.
+    pub fn ops(&self, src: usize, dst: usize) -> u64 {
+        self.pairs().get(&(src, dst)).map_or(0, |c| c.ops)
+    }
+
+    /// The rank × rank bytes matrix, row-major (`n`² cells: for small jobs and the heatmap).
+    pub fn bytes_matrix(&self) -> Vec<u64> {
+        self.dense(|c| c.bytes)
+    }
+
+    fn dense(&self, f: impl Fn(&Cell) -> u64) -> Vec<u64> {
+        let mut m = vec![0; self.n * self.n];
+        for (&(i, j), c) in self.pairs().iter() {
+            m[i * self.n + j] = f(c);
+        }
+        m
+    }
+
+    /// Node × node aggregation of one value of the pairs.
+    fn by_node(&self, topo: &Topology, f: impl Fn(&Cell) -> u64) -> Vec<u64> {
         let h = topo.hosts.len();
         let mut out = vec![0; h * h];
-        for i in 0..self.n {
-            for j in 0..self.n {
-                out[topo.procs[i].host * h + topo.procs[j].host] += m[i * self.n + j];
-            }
+        for (&(i, j), c) in self.pairs().iter() {
+            out[topo.procs[i].host * h + topo.procs[j].host] += f(c);
         }
         out
+    }
+
+    /// Above [`DENSE_RANKS`] ranks: the pairs with the most bytes, largest first (ties in
+    /// rank order), as a text table.
+    fn top_pairs_text(&self, out: &mut String, labels: &[String]) {
+        let pairs = self.pairs();
+        let mut top: Vec<(&(usize, usize), &Cell)> = pairs.iter().collect();
+        top.sort_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then(a.0.cmp(b.0)));
+        let _ = writeln!(
+            out,
+            "== Traffic rank × rank: {} ranks, {} pairs with traffic; the {} with the most bytes (all pairs: --json)",
+            self.n,
+            top.len(),
+            TOP_PAIRS.min(top.len())
+        );
+        let w = labels.iter().map(|l| l.len()).max().unwrap_or(4).max(12);
+        let _ = writeln!(
+            out,
+            "{:<w$} {:<w$} {:>14} {:>12}",
+            "source", "destination", "bytes", "operations"
+        );
+        for (&(i, j), c) in top.into_iter().take(TOP_PAIRS) {
+            let _ = writeln!(
+                out,
+                "{:<w$} {:<w$} {:>14} {:>12}",
+                labels[i], labels[j], c.bytes, c.ops
+            );
+        }
+        out.push('\n');
     }
 }
 
@@ -217,64 +282,71 @@ impl Section for Traffic {
             if self.n == 0 {
                 self.n = o.n;
             }
-            let cells = self.n * self.n;
-            if self.bytes.len() != cells {
-                self.bytes = vec![0; cells];
-                self.ops = vec![0; cells];
+            for (k, c) in &o.cells {
+                let mine = self.cells.entry(*k).or_default();
+                mine.bytes += c.bytes;
+                mine.ops += c.ops;
             }
-            if o.bytes.len() == cells {
-                for (a, b) in self.bytes.iter_mut().zip(&o.bytes) {
-                    *a += b;
-                }
-                for (a, b) in self.ops.iter_mut().zip(&o.ops) {
-                    *a += b;
-                }
-            }
-            o.fold_into(&mut self.bytes, &mut self.ops);
+            o.fold_into(&mut self.cells);
         }
     }
     fn text(&self, ctx: &ReportCtx<'_>, out: &mut String) {
-        let (bytes, ops) = self.matrices();
         let labels: Vec<String> = ctx.topo.procs.iter().map(|p| p.label()).collect();
-        matrix_text(
-            out,
-            "Traffic rank × rank (bytes, row = source)",
-            &labels,
-            &bytes,
-        );
-        matrix_text(
-            out,
-            "Operations rank × rank (row = initiator)",
-            &labels,
-            &ops,
-        );
+        if self.n <= DENSE_RANKS {
+            matrix_text(
+                out,
+                "Traffic rank × rank (bytes, row = source)",
+                &labels,
+                &self.dense(|c| c.bytes),
+            );
+            matrix_text(
+                out,
+                "Operations rank × rank (row = initiator)",
+                &labels,
+                &self.dense(|c| c.ops),
+            );
+        } else {
+            self.top_pairs_text(out, &labels);
+        }
         let hl: Vec<String> = ctx.topo.hosts.iter().map(|h| h.name.clone()).collect();
         matrix_text(
             out,
             "Traffic node × node (bytes)",
             &hl,
-            &self.by_node(ctx.topo, &bytes),
+            &self.by_node(ctx.topo, |c| c.bytes),
         );
         matrix_text(
             out,
             "Operations node × node",
             &hl,
-            &self.by_node(ctx.topo, &ops),
+            &self.by_node(ctx.topo, |c| c.ops),
         );
     }
+    /// `rank_pairs`: every pair with traffic, `[source, destination, bytes, operations]` in
+    /// rank order; `rank_bytes` / `rank_ops`: the full matrices' rows, up to [`DENSE_RANKS`]
+    /// ranks.
     fn json(&self, ctx: &ReportCtx<'_>) -> Value {
-        let (bytes, ops) = self.matrices();
         let rows = |m: &[u64], n: usize| -> Vec<Vec<u64>> {
             (0..n).map(|i| m[i * n..(i + 1) * n].to_vec()).collect()
         };
         let h = ctx.topo.hosts.len();
-        json!({
+        let pairs: Vec<[u64; 4]> = self
+            .pairs()
+            .iter()
+            .map(|(&(i, j), c)| [i as u64, j as u64, c.bytes, c.ops])
+            .collect();
+        let mut v = json!({
             "ranks": ctx.topo.procs.iter().map(|p| p.label()).collect::<Vec<_>>(),
             "nodes": ctx.topo.hosts.iter().map(|h| h.name.clone()).collect::<Vec<_>>(),
-            "rank_bytes": rows(&bytes, self.n), "rank_ops": rows(&ops, self.n),
-            "node_bytes": rows(&self.by_node(ctx.topo, &bytes), h),
-            "node_ops": rows(&self.by_node(ctx.topo, &ops), h),
-        })
+            "rank_pairs": pairs,
+            "node_bytes": rows(&self.by_node(ctx.topo, |c| c.bytes), h),
+            "node_ops": rows(&self.by_node(ctx.topo, |c| c.ops), h),
+        });
+        if self.n <= DENSE_RANKS {
+            v["rank_bytes"] = rows(&self.dense(|c| c.bytes), self.n).into();
+            v["rank_ops"] = rows(&self.dense(|c| c.ops), self.n).into();
+        }
+        v
     }
     fn into_any(self: Box<Self>) -> Box<dyn Any> {
         self
