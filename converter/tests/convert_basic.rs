@@ -37,8 +37,8 @@ fn send_recv_ring_counts_flows_and_matrices_are_exact() {
     let n = 4;
     for i in 0..n {
         for j in 0..n {
-            assert_eq!(t.bytes(i, j), truth.bytes[i][j], "bytes {i}->{j}");
-            assert_eq!(t.ops(i, j), truth.ops[i][j], "ops {i}->{j}");
+            assert_eq!(t.bytes(i, j), truth.bytes(i, j), "bytes {i}->{j}");
+            assert_eq!(t.ops(i, j), truth.ops(i, j), "ops {i}->{j}");
         }
     }
     let q = rep.section::<QpTable>().unwrap();
@@ -90,7 +90,7 @@ fn mixed_ops_failure_and_chrome_json() {
     let t = rep.section::<Traffic>().unwrap();
     for i in 0..3 {
         for j in 0..3 {
-            assert_eq!(t.bytes(i, j), truth.bytes[i][j], "bytes {i}->{j}");
+            assert_eq!(t.bytes(i, j), truth.bytes(i, j), "bytes {i}->{j}");
         }
     }
     let q = rep.section::<QpTable>().unwrap();
@@ -149,8 +149,8 @@ fn identical_qpns_on_several_nodes() {
         assert_eq!(q.peer, Some((peer, 0x100)), "rank {p}");
     }
     let t = rep.section::<Traffic>().unwrap();
-    assert_eq!(t.ops(0, 1), truth.ops[0][1]);
-    assert_eq!(t.ops(2, 3), truth.ops[2][3]);
+    assert_eq!(t.ops(0, 1), truth.ops(0, 1));
+    assert_eq!(t.ops(2, 3), truth.ops(2, 3));
     assert_eq!(rep.summary.totals.flows_out, truth.flows);
 
     sc.global_routes = false;
@@ -268,8 +268,8 @@ fn bulk_writes_and_ping_pongs_are_exact() {
     let t = rep.section::<Traffic>().unwrap();
     for i in 0..4 {
         for j in 0..4 {
-            assert_eq!(t.bytes(i, j), truth.bytes[i][j], "bytes {i}->{j}");
-            assert_eq!(t.ops(i, j), truth.ops[i][j], "ops {i}->{j}");
+            assert_eq!(t.bytes(i, j), truth.bytes(i, j), "bytes {i}->{j}");
+            assert_eq!(t.ops(i, j), truth.ops(i, j), "ops {i}->{j}");
         }
     }
     let v = common::validate(&out, &["slices=1", "flows=1"]);
@@ -292,14 +292,14 @@ fn many_ranks_report_traffic_as_pairs() {
     let mut want = Vec::new();
     for i in 0..n {
         for j in 0..n {
-            assert_eq!(t.bytes(i, j), truth.bytes[i][j], "bytes {i}->{j}");
-            assert_eq!(t.ops(i, j), truth.ops[i][j], "ops {i}->{j}");
-            if truth.bytes[i][j] != 0 || truth.ops[i][j] != 0 {
+            assert_eq!(t.bytes(i, j), truth.bytes(i, j), "bytes {i}->{j}");
+            assert_eq!(t.ops(i, j), truth.ops(i, j), "ops {i}->{j}");
+            if truth.bytes(i, j) != 0 || truth.ops(i, j) != 0 {
                 want.push(serde_json::json!([
                     i,
                     j,
-                    truth.bytes[i][j],
-                    truth.ops[i][j]
+                    truth.bytes(i, j),
+                    truth.ops(i, j)
                 ]));
             }
         }

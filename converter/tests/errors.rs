@@ -154,7 +154,7 @@ fn cli_exit_codes_and_messages() {
     assert!(r.status.success());
     let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
     assert_eq!(v["summary"]["processes"], 2);
-    assert_eq!(v["traffic"]["rank_ops"][0][1], truth.ops[0][1]);
+    assert_eq!(v["traffic"]["rank_ops"][0][1], truth.ops(0, 1));
     let svg = dir.path().join("m.svg");
     let r = Command::new(exe)
         .arg("stats")

@@ -9,11 +9,14 @@
 //! Streaming: a rank's log is written as its events come due (a heap of four streams per QP),
 //! never held; each rank needs only its own QPs' state, and its share of the truth is merged
 //! as it finishes. Memory is therefore bounded by the ranks being written at once (one per
-//! worker thread), plus the `n × n` traffic matrices of the truth (16 bytes per rank pair).
+//! worker thread), plus the truth's traffic of the rank pairs that have any (two per link at
+//! most; a dense `n × n` matrix was 268 MB at 4 096 ranks).
 //! QPNs repeat across hosts, as on real HCAs, and all times derive from one true time line,
 //! so the converter's matches, flows, matrices and clock corrections can be checked exactly.
 
 #![forbid(unsafe_code)]
+
+use std::collections::BTreeMap;
 
 mod ibv;
 mod rank;
@@ -196,9 +199,9 @@ impl Counts {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Truth {
     pub files: Vec<PathBuf>,
-    /// [src][dst] bytes moved and [initiator][target] operations (successful WRs).
-    pub bytes: Vec<Vec<u64>>,
-    pub ops: Vec<Vec<u64>>,
+    /// (src, dst) → [bytes moved src → dst, operations src initiated towards dst]
+    /// (successful WRs); only the pairs with traffic ([`Truth::bytes`], [`Truth::ops`]).
+    pub traffic: BTreeMap<(usize, usize), [u64; 2]>,
     pub counts: Counts,
 }
 
@@ -210,20 +213,23 @@ impl std::ops::Deref for Truth {
 }
 
 impl Truth {
-    fn empty(n: usize) -> Truth {
-        Truth {
-            bytes: vec![vec![0; n]; n],
-            ops: vec![vec![0; n]; n],
-            ..Default::default()
-        }
+    /// Bytes moved from rank `src` to rank `dst`.
+    pub fn bytes(&self, src: usize, dst: usize) -> u64 {
+        self.traffic.get(&(src, dst)).map_or(0, |c| c[0])
+    }
+
+    /// Operations rank `src` initiated towards rank `dst`.
+    pub fn ops(&self, src: usize, dst: usize) -> u64 {
+        self.traffic.get(&(src, dst)).map_or(0, |c| c[1])
     }
 
     /// Adds one rank's share.
     fn absorb(&mut self, p: RankTruth) {
         self.files.push(p.file);
         for ((i, j), [bytes, ops]) in p.traffic {
-            self.bytes[i][j] += bytes;
-            self.ops[i][j] += ops;
+            let c = self.traffic.entry((i, j)).or_default();
+            c[0] += bytes;
+            c[1] += ops;
         }
         self.counts.add(&p.counts);
     }
@@ -290,7 +296,7 @@ pub fn write(dir: &Path, sc: &Scenario) -> Result<Truth, WriteError> {
             rank::write_rank(&sim, dir, r, dirs)
         })
         .collect::<Result<_, _>>()?;
-    let mut truth = Truth::empty(n);
+    let mut truth = Truth::default();
     for p in parts {
         truth.absorb(p);
     }
