@@ -242,6 +242,7 @@ impl ModelPass<'_> {
             .into_iter()
             .map(|i| format!("{}: offset {}: {}", p.path.display(), i.offset, i.what))
             .collect();
+        obs.0.iter_mut().for_each(|s| s.finish());
         (model.totals, obs.0, warn)
     }
 

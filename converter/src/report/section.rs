@@ -27,6 +27,9 @@ pub trait Section: Send + Sync {
     /// Observes a raw record of process `p` at output time `t` (ns), in time order. Only the
     /// kinds [`crate::model::Observer::record`] lists reach sections.
     fn record(&mut self, _p: &Process, _t: i64, _rec: &sigmatrace_schemas::records::Record<'_>) {}
+    /// The process this instance observed is done: what only its observation needed can go
+    /// (the instances of all processes are kept until they are merged at the end).
+    fn finish(&mut self) {}
     /// Adds another instance's observations (same type).
     fn merge(&mut self, other: Box<dyn Section>);
     /// Human-readable table(s).

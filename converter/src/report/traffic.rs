@@ -411,18 +411,54 @@ pub struct QpRow {
     pub errors: u64,
     pub recvs: u64,
     pub max_ns: u64,
+    /// Completions per latency bucket while the process is modelled; summed up when the row
+    /// is merged into the report ([`QpRow::seal`]: a histogram is up to 2.5 KB per QP).
     hist: Vec<u64>,
+    sealed: Option<Latency>,
+}
+
+/// A sealed row's latency summary.
+#[derive(Clone, Copy, Default)]
+struct Latency {
+    timed: u64,
+    p50: u64,
+    p99: u64,
 }
 
 impl QpRow {
     /// WRs whose latency was measured: those completions reported.
     pub fn timed(&self) -> u64 {
-        self.hist.iter().sum()
+        match self.sealed {
+            Some(l) => l.timed,
+            None => self.hist.iter().sum(),
+        }
     }
 
-    /// Latency quantile (bucket precision ≈ 6 %).
-    pub fn quantile(&self, q: f64) -> u64 {
-        let total = self.timed();
+    /// Median latency (bucket precision ≈ 6 %).
+    pub fn p50(&self) -> u64 {
+        self.sealed.map_or_else(|| self.quantile(0.5), |l| l.p50)
+    }
+
+    /// 99th percentile latency (bucket precision ≈ 6 %).
+    pub fn p99(&self) -> u64 {
+        self.sealed.map_or_else(|| self.quantile(0.99), |l| l.p99)
+    }
+
+    /// Keeps the summary, drops the histogram.
+    fn seal(&mut self) {
+        if self.sealed.is_none() {
+            self.sealed = Some(Latency {
+                timed: self.timed(),
+                p50: self.quantile(0.5),
+                p99: self.quantile(0.99),
+            });
+            self.hist = Vec::new();
+        }
+    }
+
+    /// Latency quantile of the histogram.
+    fn quantile(&self, q: f64) -> u64 {
+        let total: u64 = self.hist.iter().sum();
         if total == 0 {
             return 0;
         }
@@ -517,9 +553,13 @@ impl Section for QpTable {
             }
         }
     }
+    fn finish(&mut self) {
+        self.rows.iter_mut().for_each(QpRow::seal);
+    }
     fn merge(&mut self, other: Box<dyn Section>) {
         if let Ok(o) = other.into_any().downcast::<QpTable>() {
             let mut rows = o.rows;
+            rows.iter_mut().for_each(QpRow::seal);
             rows.sort_by_key(|r| (r.proc_, r.qpn));
             let key = |r: &QpRow| (r.proc_, r.qpn);
             // Processes merge in order: their rows go after the ones merged before.
@@ -582,8 +622,8 @@ impl Section for QpTable {
                 r.implied,
                 r.bytes,
                 r.recvs,
-                r.quantile(0.5),
-                r.quantile(0.99),
+                r.p50(),
+                r.p99(),
                 r.max_ns,
                 r.errors
             );
@@ -600,7 +640,7 @@ impl Section for QpTable {
                         "rank": p.rank, "process": p.label(), "qpn": r.qpn,
                         "peer": p.qp(r.qpn).and_then(|q| q.peer).map(|(pp, pq)| json!({"process": ctx.topo.procs[pp].label(), "rank": ctx.topo.procs[pp].rank, "qpn": pq})),
                         "ops": r.ops, "implied": r.implied, "timed": r.timed(), "bytes": r.bytes, "recvs": r.recvs, "errors": r.errors,
-                        "latency_ns": {"p50": r.quantile(0.5), "p99": r.quantile(0.99), "max": r.max_ns},
+                        "latency_ns": {"p50": r.p50(), "p99": r.p99(), "max": r.max_ns},
                     })
                 })
                 .collect(),
