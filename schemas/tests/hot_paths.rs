@@ -459,3 +459,94 @@ fn the_staged_send_path_writes_what_the_ordinary_append_writes() {
         .collect();
     assert_eq!(got, want);
 }
+
+/// A placed send given its data afterwards (`set_placed_send_sge`, the `ibv_wr_*` setters'
+/// path) and read back before it is published (`placed_send`, for a writer that must write
+/// something else first) is the `PostSend` that the ordinary append of the same record
+/// writes, and publishing it writes exactly that; with no data given it has none (`bytes`
+/// and the SGE count 0). Without a chunk nothing is placed and nothing is read back.
+#[test]
+fn a_placed_send_takes_its_data_later_and_reads_back_as_the_ordinary_record() {
+    use sigmatrace_schemas::records::{post_source, PostSend, RecordHeader};
+    let dir = tempfile::tempdir().unwrap();
+    let (path, log) = small_chunk_log(dir.path());
+    let mut w = log.thread_writer(9);
+    let q = 0x33;
+    let full = |wr_id: u64, flags: u32, bytes: u32, num_sge: u16| PostSend {
+        hdr: RecordHeader::of::<PostSend>(flags),
+        ts: T0 + wr_id,
+        wr_id,
+        remote_addr: 0x7f00_1234_5678,
+        compare_add: 0,
+        qpn: q,
+        bytes,
+        rkey: 0x4321,
+        imm: 0,
+        num_sge,
+        opcode: 0,
+        source: post_source::WR_API,
+        _pad: 0,
+    };
+    // What the opcode builder places: no data.
+    let place = |w: &mut ChunkWriter, r: &PostSend| {
+        let head = SendHead {
+            qpn: r.qpn,
+            source: r.source,
+            remote_addr: r.remote_addr,
+            flags: r.hdr.aux,
+            num_sge: 0,
+            opcode: r.opcode,
+        };
+        let body = || SendBody {
+            wr_id: r.wr_id,
+            rkey: r.rkey,
+            bytes: 0,
+        };
+        w.place_plain_send(r.ts, &head, body)
+    };
+    assert!(!place(&mut w, &full(1, 2, 0, 0)));
+    assert_eq!(w.placed_send(), None);
+    // Bound by an ordinary append.
+    let mut want = vec![full(1, 2, 8, 1)];
+    w.append(&want[0]);
+    for (wr_id, flags, bytes) in [(2, 2, 64), (3, 31, 0), (4, 0, u32::MAX), (5, 2, 0)] {
+        let sge = wr_id != 5;
+        let r = full(wr_id, flags, bytes, sge as u16);
+        assert!(place(&mut w, &r));
+        if sge {
+            // SAFETY: placed just now, nothing written since; a setter may come twice.
+            unsafe {
+                w.set_placed_send_sge(bytes / 2);
+                w.set_placed_send_sge(bytes);
+            }
+        }
+        assert_eq!(w.placed_send(), Some(r));
+        w.publish_placed_send();
+        want.push(r);
+    }
+    // Placed, read back, then written over by an ordinary append of what was read back.
+    let r = full(6, 2, 8, 1);
+    assert!(place(&mut w, &r));
+    // SAFETY: as above.
+    unsafe { w.set_placed_send_sge(8) };
+    let back = w.placed_send().unwrap();
+    w.append(&full(7, 0, 1, 1));
+    w.append(&back);
+    want.extend([full(7, 0, 1, 1), r]);
+    drop(w);
+    let file = LogFile::open(&path).unwrap();
+    assert!(file.salvage().is_clean(), "{:?}", file.salvage());
+    let got: Vec<PostSend> = (file.chunks().iter())
+        .flat_map(|c| file.records(c).map(Result::unwrap))
+        .map(|r| match r.decode().unwrap() {
+            Record::PostSend(p) => *p,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(got, want);
+    let compact = (file.chunks().iter())
+        .flat_map(|c| file.records(c).map(Result::unwrap))
+        .filter(|r| r.bytes.len() == 32)
+        .count();
+    assert_eq!(compact, want.len());
+}

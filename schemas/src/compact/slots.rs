@@ -15,8 +15,8 @@ use crate::records::{
 use crate::writer::ChunkWriter;
 
 use super::{
-    addr_op_fits, completion_is_short, event_kind, pack_addr_op, pack_completion,
-    pack_completion_short, post_recv_fits, put_addr_op, CompletionBody, CompletionHead,
+    addr_op_fits, completion_is_short, event_kind, expand_post_send, pack_addr_op, pack_completion,
+    pack_completion_short, post_recv_fits, put_addr_op, BoundSlot, CompletionBody, CompletionHead,
     CompletionSource, SendBody, SendHead, BOOKKEEPING, DTS_BITS, DTS_LIMIT, POST_RECV_C,
     POST_SEND_C,
 };
@@ -323,6 +323,58 @@ impl ChunkWriter {
     #[inline(always)]
     pub fn publish_placed_send(&mut self) {
         self.publish(size_of::<PostSendCompact>() as u32);
+    }
+
+    /// Gives the send [`place_plain_send`](Self::place_plain_send) placed one SGE of `bytes`:
+    /// its `bytes`, and an SGE count of 1 (for a caller that learns the data of a WR after
+    /// placing it, as the `ibv_wr_*` API's setters give it after the opcode). Two stores.
+    ///
+    /// # Safety
+    /// A record placed by `place_plain_send` with an SGE count of 0 or 1 lies at the append
+    /// position, and nothing was written through this writer since.
+    #[inline(always)]
+    pub unsafe fn set_placed_send_sge(&mut self, bytes: u32) {
+        let c = self.at_pos() as *mut PostSendCompact;
+        // SAFETY: per caller, a placed record (inside our exclusively owned chunk, 8-aligned)
+        // is at `c`; its SGE count bits are 0 or 1, so setting the lowest of them makes it 1.
+        unsafe {
+            std::ptr::addr_of_mut!((*c).bytes).write(bytes);
+            let addr_op = std::ptr::addr_of_mut!((*c).addr_op);
+            if cfg!(target_endian = "little") {
+                // The top byte: flags | SGE count << 5 (`put_addr_op`).
+                let top = addr_op.cast::<u8>().add(7);
+                top.write(top.read() | 1 << 5);
+            } else {
+                addr_op.write(addr_op.read() | 1 << 61);
+            }
+        }
+    }
+
+    /// The full `PostSend` the send [`place_plain_send`](Self::place_plain_send) placed
+    /// stands for (its compact record read back in the chunk's context), for a caller that
+    /// must write something else before publishing it (the placed bytes are then written
+    /// over; it appends this record later instead). `None` when the writer has no room for a
+    /// placed record (nothing can be placed).
+    ///
+    /// The caller must know that a placed record lies at the append position and that
+    /// nothing was written through this writer since; otherwise the result is meaningless
+    /// (but reading it is sound).
+    pub fn placed_send(&self) -> Option<PostSend> {
+        if self.pos() >= self.place_limit {
+            return None;
+        }
+        // SAFETY: below `place_limit` a whole compact send lies inside our chunk (which is
+        // mapped and initialised: every byte below the capacity was written or zero-filled).
+        let c = unsafe { (self.at_pos() as *const PostSendCompact).read() };
+        let i = (c.tslot >> DTS_BITS) as usize % WRITER_SLOTS;
+        let key = self.slots.send[i];
+        let slot = BoundSlot {
+            object: 0,
+            qpn: key as u32,
+            source: (key >> 32) as u8,
+            role: slot_role::SEND,
+        };
+        Some(expand_post_send(&c, self.slots.base, &slot))
     }
 
     /// `append` of a `PostRecv`: compact when it fits.
