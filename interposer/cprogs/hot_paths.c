@@ -126,7 +126,7 @@ struct xqp {
 		uint64_t wr_id, raddr;
 		uint32_t flags, rkey, bytes, opcode;
 		int nsge;
-	} wr[8];
+	} wr[32];
 	int n;
 };
 
@@ -140,7 +140,7 @@ static struct xqp *xq(struct ibv_qp_ex *q) { return (struct xqp *)q; }
 static void x_add(struct ibv_qp_ex *q, enum ibv_wr_opcode op, uint32_t rkey, uint64_t raddr)
 {
 	struct xqp *x = xq(q);
-	check(x->n < 8, "batch length");
+	check(x->n < 32, "batch length");
 	x->wr[x->n++] = (struct xwr){ .wr_id = q->wr_id, .raddr = raddr, .flags = q->wr_flags,
 				       .rkey = rkey, .opcode = op };
 }
@@ -521,6 +521,19 @@ static void wrs(void)
 	ibv_wr_start(b), id(b, 23, 0), ibv_wr_rdma_write(b, 0x3a, 0x7900), ibv_wr_set_sge(b, 1, 0x1000, 3);
 	ibv_wr_set_sge(a, 1, 0x1000, 4);
 	check(ibv_wr_complete(b) == 0 && ibv_wr_complete(a) == 0, "interleaved");
+	/* Three WRs, a poll after the second; 18 (more than are placed, and more than a batch
+	 * keeps: the first 16 are written before wr_complete). */
+	ibv_wr_start(a);
+	for (uint64_t i = 24; i <= 26; i++) {
+		id(a, i, 0), ibv_wr_rdma_write(a, 0x39, 0x7a00 + i), ibv_wr_set_sge(a, 1, 0x1000, (uint32_t)i);
+		if (i == 25)
+			poll(c, 8);
+	}
+	check(ibv_wr_complete(a) == 0, "three WRs");
+	ibv_wr_start(a);
+	for (uint64_t i = 100; i < 118; i++)
+		id(a, i, 0), ibv_wr_rdma_write(a, 0x39, 0x7b00 + i), ibv_wr_set_sge(a, 1, 0x1000, (uint32_t)i);
+	check(ibv_wr_complete(a) == 0, "18 WRs");
 	/* Inside a batch: a poll, a post (hot and not), another QP's setter with no WR. */
 	check(write1(a, 30, 0, 0x8000, 8) == 0, "write");
 	ibv_wr_start(a), id(a, 31, 0), ibv_wr_rdma_write(a, 0x3b, 0x8100);

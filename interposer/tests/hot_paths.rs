@@ -276,7 +276,8 @@ fn every_receive_post_is_recorded_as_accepted_whichever_path_takes_it() {
 
 /// `ibv_wr_*` batches of every shape — one RDMA write with one SGE (the hot path: placed by
 /// the opcode builder, published by `wr_complete`), no setter, a send, a read, inline data,
-/// an SGE list, two WRs, two QPs' batches interleaved, a poll, a post, another QP's setter
+/// an SGE list, two and three WRs (placed one after the other; a poll between two of them),
+/// 18 (more than are placed, and more than a batch keeps), two QPs' batches interleaved, a poll, a post, another QP's setter
 /// (before or after the WR's own) or another QP's empty batch between a builder and its
 /// `wr_complete` (or `wr_abort`), a refused and an aborted batch, flags or an
 /// address without a compact form, immediate data, a time base out of reach, enough to fill
@@ -301,7 +302,7 @@ fn every_wr_batch_is_recorded_as_completed_whichever_path_takes_it() {
             other => panic!("{other}"),
         }
     }
-    assert_eq!(want.len(), 25 + 2000, "{}", out.stdout);
+    assert_eq!(want.len(), 25 + 3 + 18 + 2000, "{}", out.stdout);
     assert!(t.clean);
     let sends = t.sends();
     let got: Vec<_> = (sends.iter())
@@ -337,7 +338,12 @@ fn every_wr_batch_is_recorded_as_completed_whichever_path_takes_it() {
         .collect();
     assert_eq!(errors, fails);
     assert_eq!(fails.len(), 1);
-    // The bulk's timestamps (each its builder's) in order.
+    // The bulk's timestamps (each its builder's) in order, and those of the 18-WR batch.
+    let bulk: Vec<u64> = (sends.iter())
+        .filter(|s| (100..118).contains(&s.wr_id))
+        .map(|s| s.ts)
+        .collect();
+    assert!(bulk.len() == 18 && bulk.windows(2).all(|w| w[0] <= w[1]));
     let bulk: Vec<u64> = (sends.iter())
         .filter(|s| s.wr_id >= 1000)
         .map(|s| s.ts)

@@ -293,23 +293,20 @@ impl Builders {
 /// displaced; then holds placing off while a batch is open (see above).
 #[inline(always)]
 fn batches<R>(f: impl FnOnce(&mut sink::Out<'_>, &mut Builders) -> R) -> Option<R> {
-    sink::with_thread(|t| {
-        let displaced = t.take_displaced();
-        let (out, st) = t.parts::<ThreadState>();
-        let b = &mut st.builders;
-        if let Some((qp, rec)) = displaced {
-            take_displaced(out.reborrow(), b, qp, &rec);
-        }
-        let r = f(out, b);
-        let open = !b.is_idle();
-        t.hold_placing(open);
-        r
-    })
+    // (`enter`, not `with_thread`: its closure would be a call of its own.)
+    let mut t = sink::enter()?;
+    t.take_displaced(|out, st: &mut ThreadState, qp, rec| {
+        take_displaced(out.reborrow(), &mut st.builders, qp, rec)
+    });
+    let (out, st) = t.parts::<ThreadState>();
+    let b = &mut st.builders;
+    let r = f(out, b);
+    let open = !b.is_idle();
+    t.hold_placing(open);
+    Some(r)
 }
 
-/// [`batches`]: a displaced WR, its batch's first (out of line: rare).
-#[cold]
-#[inline(never)]
+/// [`batches`]: a displaced WR (its batch's first ones are displaced together, in order).
 fn take_displaced(mut out: sink::Out<'_>, b: &mut Builders, qp: u64, rec: &PostSend) {
     b.begin_with(qp, |r| *r = *rec, &mut |r: &PostSend| out.append(r));
 }

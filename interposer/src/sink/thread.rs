@@ -17,7 +17,7 @@ use std::mem::MaybeUninit;
 use std::sync::atomic::{compiler_fence, AtomicU64, Ordering};
 
 use sigmatrace_schemas::{
-    compact::{CompletionBody, CompletionHead, CompletionSource, SendBody, SendHead},
+    compact::{CompletionBody, CompletionHead, CompletionSource, PlacedSend, SendBody, SendHead},
     drop_reason, ChunkWriter, Dropped, FixedRecord, PostSend, RecordHeader, RecordKind, Reserved,
 };
 
@@ -41,7 +41,7 @@ const MISSED: u8 = 2;
 /// `gate` while an `ibv_wr_*` batch's one WR is placed at the append position, unpublished,
 /// from its opcode builder until its `wr_complete` publishes it ([`place_wr`]): not
 /// [`READY`], so that anything else this thread records first goes through `prepare`, which
-/// *displaces* the placed WR (see `Local::placed_qp`) before writing over it.
+/// *displaces* the placed WR (see `Local::placed`) before writing over it.
 const OPEN: u8 = 8;
 
 /// Every field is valid when all-zero (the initial state of a thread's block).
@@ -70,24 +70,35 @@ struct Local {
     /// Records refused while busy, reported as a `Dropped` record later (atomic only so that
     /// reading and clearing it is one instruction a handler cannot fall between).
     missed: AtomicU64,
-    /// The `ibv_qp_ex` (its address) whose batch's one WR lies placed at the append
-    /// position, unpublished ([`place_wr`]); 0 = none. Nonzero only while `gate` is not
-    /// [`READY`] (it is [`OPEN`], or 0 after a hook found a signal handler had changed it);
-    /// set and cleared only while [`BUSY`]. `prepare` displaces the WR before anything is
-    /// written over it.
-    placed_qp: u64,
-    /// A placed WR `prepare` displaced (its record read back), until the layer above takes
-    /// it ([`Thread::take_displaced`]).
+    /// The `ibv_wr_*` WRs placed at the append position, unpublished ([`place_wr`]).
+    placed: Placed,
+    /// Placed WRs `prepare` displaced (their records read back), until the layer above takes
+    /// them ([`Thread::take_displaced`]).
     displaced: Displaced,
     sink: Sink,
     state: StateArea,
 }
 
-/// A displaced `ibv_wr_*` WR: its QP (0 = none) and record.
+/// The `ibv_wr_*` WRs of one batch placed one after the other at the append position,
+/// unpublished ([`place_wr`]).
+#[repr(C)]
+struct Placed {
+    /// Their `ibv_qp_ex` (its address); 0 = none. Nonzero only while `gate` is not [`READY`]
+    /// (it is [`OPEN`], or 0 after a hook found a signal handler had changed it); set and
+    /// cleared only while [`BUSY`]. `prepare` displaces the WRs before anything is written
+    /// over them.
+    qp: u64,
+    /// How many (at most [`MAX_PLACED`]), and the last one's record (when `n` > 0).
+    n: u32,
+    last: PlacedSend,
+}
+
+/// `ibv_wr_*` WRs `prepare` displaced: their QP (0 = none), count and records.
 #[repr(C)]
 struct Displaced {
     qp: u64,
-    rec: PostSend,
+    n: u32,
+    recs: [PostSend; MAX_PLACED as usize],
 }
 
 /// Bytes of the per-thread scratch area.
@@ -110,9 +121,10 @@ const _: () = assert!(std::mem::size_of::<Local>() <= BLOCK && std::mem::align_o
 const _: () = assert!(std::mem::offset_of!(Local, has_writer) == 3 && size_of::<bool>() == 1);
 
 mod placed;
+use placed::MAX_PLACED;
 pub use placed::{
-    abandon_placed, place_plain_send, place_wr, placed_args, placed_ts, placed_wr_sge,
-    publish_placed, publish_placed_wr,
+    abandon_placed, place_next_wr, place_plain_send, place_wr, placed_args, placed_ts,
+    placed_wr_sge, publish_placed, publish_placed_wr,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -370,29 +382,34 @@ fn prepare(l: &mut Local, create: bool) -> bool {
     true
 }
 
-/// In `prepare` (BUSY): when an `ibv_wr_*` WR is placed ([`place_wr`]), reads it back
-/// before whatever this thread records now is written over it, for the layer above to take
+/// In `prepare` (BUSY): when `ibv_wr_*` WRs are placed ([`place_wr`]), reads them back
+/// before whatever this thread records now is written over them, for the layer above to take
 /// ([`Thread::take_displaced`]), and holds placing off until it has.
 fn displace(l: &mut Local) {
     // SAFETY: this thread's own word; volatile as the hooks that test it.
-    let qp = unsafe { std::ptr::addr_of!(l.placed_qp).read_volatile() };
+    let qp = unsafe { std::ptr::addr_of!(l.placed.qp).read_volatile() };
     if qp == 0 {
         return;
     }
-    // `place_hold` keeps a WR from being placed while one displaced is not taken yet.
+    // `place_hold` keeps WRs from being placed while those displaced are not taken yet.
     debug_assert_eq!(
         l.displaced.qp, 0,
-        "a second WR displaced before the first was taken"
+        "WRs displaced before the last were taken"
     );
-    // A WR is placed only on a thread with a writer.
-    // SAFETY: `placed_qp` is nonzero only while `has_writer`.
-    let placed = unsafe { l.sink.writer() }.placed_send();
-    if let Some(rec) = placed {
-        l.displaced = Displaced { qp, rec };
+    // SAFETY: WRs are placed only on a thread with a writer.
+    let w = unsafe { l.sink.writer() };
+    let d = &mut l.displaced;
+    d.n = 0;
+    for k in 0..l.placed.n.min(MAX_PLACED) {
+        if let Some(rec) = w.placed_send(k) {
+            d.recs[d.n as usize] = rec;
+            d.n += 1;
+        }
     }
+    d.qp = qp;
     l.place_hold = 1;
     // SAFETY: as above.
-    unsafe { std::ptr::addr_of_mut!(l.placed_qp).write_volatile(0) };
+    unsafe { std::ptr::addr_of_mut!(l.placed.qp).write_volatile(0) };
 }
 
 /// Fork child: forget the parent's writer (its chunk is the parent's; writing through the
@@ -405,7 +422,7 @@ pub(super) fn reset_in_child() {
     l.dirty = 0;
     l.hold = 0;
     l.place_hold = 0;
-    l.placed_qp = 0;
+    l.placed.qp = 0;
     l.displaced.qp = 0;
     l.missed.store(0, Ordering::Relaxed);
     l.sink.reported_full = false;
@@ -518,15 +535,32 @@ impl<'a> Thread<'a> {
         *self.place_hold = held as u8;
     }
 
-    /// The WR `prepare` displaced ([`place_wr`]): its QP (its `ibv_qp_ex` address) and
-    /// record, once; placing stays held off until [`Thread::hold_placing`] lets it.
+    /// Hands the WRs `prepare` displaced ([`place_wr`]), if any, to `take` one by one, in
+    /// order, with their QP (its `ibv_qp_ex` address), the writer and the scratch area viewed
+    /// as `S`: once; placing stays held off until [`Thread::hold_placing`] lets it.
     #[inline(always)]
-    pub fn take_displaced(&mut self) -> Option<(u64, PostSend)> {
-        let d = &mut *self.displaced;
-        if d.qp == 0 {
-            return None;
+    pub fn take_displaced<S: Pod>(
+        &mut self,
+        take: impl FnMut(&mut Out<'a>, &mut S, u64, &PostSend),
+    ) {
+        if self.displaced.qp != 0 {
+            self.take_displaced_cold(take);
         }
-        Some((std::mem::take(&mut d.qp), d.rec))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn take_displaced_cold<S: Pod>(
+        &mut self,
+        mut take: impl FnMut(&mut Out<'a>, &mut S, u64, &PostSend),
+    ) {
+        let qp = std::mem::take(&mut self.displaced.qp);
+        let n = (self.displaced.n as usize).min(self.displaced.recs.len());
+        for k in 0..n {
+            let rec = self.displaced.recs[k];
+            let (out, st) = self.parts::<S>();
+            take(out, st, qp, &rec);
+        }
     }
 
     /// The snapshot period in timestamp units (`u64::MAX` before the log exists).

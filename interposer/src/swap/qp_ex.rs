@@ -169,16 +169,17 @@ pub(crate) fn stamp() -> u64 {
 }
 
 /// The hot path of the opcode builders whose WR has no immediate data and no atomic operands
-/// (RDMA write, send, RDMA read), when sends are on the hot path: the WR is placed as its
-/// batch's first, before the provider's builder runs (`sink::place_wr`; the program set
-/// `wr_id` and `wr_flags` before the call, the builder reads them as they are now), so that the
-/// hook needs nothing after the call and forwards with a tail call. False when nothing was
-/// placed: the hook records the builder the ordinary way. No call, nothing that can panic.
+/// (RDMA write, send, RDMA read), when sends are on the hot path: the WR is placed — as its
+/// batch's first (`sink::place_wr`), or, with `NEXT`, after those placed of its batch
+/// (`sink::place_next_wr`) — before the provider's builder runs (the program set `wr_id` and
+/// `wr_flags` before the call, the builder reads them as they are now), so that the hook needs
+/// nothing after the call and forwards with a tail call. False when nothing was placed. No
+/// call, nothing that can panic.
 ///
 /// # Safety
 /// `qp` is the live QP the program passed to the builder.
 #[inline(always)]
-unsafe fn place(qp: Qp, opcode: u32, rkey: u32, raddr: u64) -> bool {
+unsafe fn place<const NEXT: bool>(qp: Qp, opcode: u32, rkey: u32, raddr: u64) -> bool {
     if !sink::is_fast_send() {
         return false;
     }
@@ -199,7 +200,11 @@ unsafe fn place(qp: Qp, opcode: u32, rkey: u32, raddr: u64) -> bool {
         rkey,
         bytes: 0,
     };
-    sink::place_wr(qp as u64, head, body)
+    if NEXT {
+        sink::place_next_wr(qp as u64, head, body)
+    } else {
+        sink::place_wr(qp as u64, head, body)
+    }
 }
 
 /// `wr_complete`. The hot path — the batch's one WR placed by its opcode builder ([`place`])
@@ -294,17 +299,29 @@ unsafe extern "C" fn wr_local_inv<const S: usize>(qp: Qp, rkey: u32) {
     begin(qp, ts, IBV_WR_LOCAL_INV, |w| w.imm = rkey);
 }
 
-/// An opcode builder with a hot path ([`place`]) and its ordinary recording (`extern "C"`,
-/// out of line: both forwards are tail calls).
+/// An opcode builder with a hot path ([`place`]): the hook for a batch's first WR, then
+/// (`extern "C"`, out of line) one for the next WRs of a batch and the ordinary recording;
+/// every forward is a tail call.
 macro_rules! placed_builder {
-    ($hook:ident, $other:ident, $word:ident, $opcode:ident, ($($arg:ident: $ty:ty),*), $rkey:expr, $raddr:expr, $fill:expr) => {
+    ($hook:ident, $next:ident, $other:ident, $word:ident, $opcode:ident, ($($arg:ident: $ty:ty),*), $rkey:expr, $raddr:expr, $fill:expr) => {
         unsafe extern "C" fn $hook<const S: usize>(qp: Qp, $($arg: $ty),*) {
             // SAFETY: qp is the program's live QP.
-            if !unsafe { place(qp, $opcode, $rkey, $raddr) } {
+            if !unsafe { place::<false>(qp, $opcode, $rkey, $raddr) } {
+                // SAFETY: the program's arguments.
+                return unsafe { $next::<S>(qp, $($arg),*) };
+            }
+            // SAFETY: forwarding the program's own arguments to the provider.
+            unsafe { orig::<unsafe extern "C" fn(Qp, $($ty),*)>(S, $word)(qp, $($arg),*) }
+        }
+
+        #[inline(never)]
+        unsafe extern "C" fn $next<const S: usize>(qp: Qp, $($arg: $ty),*) {
+            // SAFETY: as above.
+            if !unsafe { place::<true>(qp, $opcode, $rkey, $raddr) } {
                 // SAFETY: the program's arguments.
                 return unsafe { $other::<S>(qp, $($arg),*) };
             }
-            // SAFETY: forwarding the program's own arguments to the provider.
+            // SAFETY: as above.
             unsafe { orig::<unsafe extern "C" fn(Qp, $($ty),*)>(S, $word)(qp, $($arg),*) }
         }
 
@@ -318,12 +335,15 @@ macro_rules! placed_builder {
     };
 }
 
-placed_builder!(wr_rdma_read, wr_rdma_read_recorded, RDMA_READ, IBV_WR_RDMA_READ,
-    (rkey: u32, raddr: u64), rkey, raddr, |w| (w.rkey, w.remote_addr) = (rkey, raddr));
-placed_builder!(wr_rdma_write, wr_rdma_write_recorded, RDMA_WRITE, IBV_WR_RDMA_WRITE,
-    (rkey: u32, raddr: u64), rkey, raddr, |w| (w.rkey, w.remote_addr) = (rkey, raddr));
+placed_builder!(wr_rdma_read, wr_rdma_read_next, wr_rdma_read_recorded, RDMA_READ,
+    IBV_WR_RDMA_READ, (rkey: u32, raddr: u64), rkey, raddr,
+    |w| (w.rkey, w.remote_addr) = (rkey, raddr));
+placed_builder!(wr_rdma_write, wr_rdma_write_next, wr_rdma_write_recorded, RDMA_WRITE,
+    IBV_WR_RDMA_WRITE, (rkey: u32, raddr: u64), rkey, raddr,
+    |w| (w.rkey, w.remote_addr) = (rkey, raddr));
 placed_builder!(
     wr_send,
+    wr_send_next,
     wr_send_recorded,
     SEND,
     IBV_WR_SEND,

@@ -6,7 +6,7 @@ use std::sync::atomic::{compiler_fence, Ordering};
 
 use sigmatrace_schemas::compact::{SendBody, SendHead};
 
-use super::{local_ptr, ready_clean, Local, BUSY, OPEN, OVERWRITTEN, PENDING, READY};
+use super::{local_ptr, ready_clean, Local, Placed, BUSY, OPEN, OVERWRITTEN, PENDING, READY};
 
 /// Records a plain send (RDMA write or send, one SGE, connected QP) *before* its provider
 /// call, when sends are on the hot path (`fast::SEND`): its compact `PostSend` at the TSC
@@ -120,25 +120,33 @@ pub fn abandon_placed() {
     }
 }
 
+/// WRs of one `ibv_wr_*` batch placed at most ([`place_wr`]); the next is recorded the
+/// ordinary way (which displaces those placed).
+pub const MAX_PLACED: u32 = 16;
+
 /// Records an `ibv_wr_*` opcode builder's WR on `qp` (its `ibv_qp_ex` address) *before* the
 /// builder's provider call, when sends are on the hot path (`fast::SEND`, the caller's
 /// condition): its compact `PostSend` at the TSC read now — with no data yet (`bytes` and the
-/// SGE count 0: [`placed_wr_sge`] sets them) — is written at the append position of this
-/// thread's chunk, unpublished, and the thread is left [`OPEN`] until the batch's
-/// `wr_complete` publishes it ([`publish_placed_wr`]). Only as its batch's first WR, when the
-/// layer above has no batch open (`place_hold` 0, [`Thread::hold_placing`](super::Thread::hold_placing)), and when the
-/// record needs no bookkeeping (as [`place_plain_send`]); false otherwise (nothing written:
-/// the caller records the builder the ordinary way).
+/// SGE count 0: [`placed_wr_sge`] sets them) — is written in this thread's chunk, unpublished:
+/// a batch's first WR at the append position (when the layer above has no batch open:
+/// `place_hold` 0, [`Thread::hold_placing`](super::Thread::hold_placing)), each next one of
+/// the same batch right after the one before, up to [`MAX_PLACED`]. The thread is left
+/// [`OPEN`] until the batch's `wr_complete` publishes them together ([`publish_placed_wr`]).
+/// Only when the record needs no bookkeeping (as [`place_plain_send`]); false otherwise
+/// (nothing written: the caller records the builder the ordinary way).
+///
+/// This is the batch's first WR; [`place_next_wr`] the others.
 ///
 /// While [`OPEN`], anything else this thread records (a signal handler's records, another
-/// batch, a poll between the builder and `wr_complete`) first goes through `prepare`, which
-/// reads the placed WR back and *displaces* it to the layer above ([`Thread::take_displaced`](super::Thread::take_displaced))
-/// before writing over it; the hooks that would touch the placed record then find it gone
-/// and take the ordinary way too.
+/// QP's batch, a poll between the builder and `wr_complete`) first goes through `prepare`,
+/// which reads the placed WRs back and *displaces* them to the layer above
+/// ([`Thread::take_displaced`](super::Thread::take_displaced)) before writing over them; the
+/// hooks that would touch the placed records then find them gone and take the ordinary way
+/// too.
 #[inline(always)]
 pub fn place_wr(qp: u64, head: impl FnOnce() -> SendHead, body: impl FnOnce() -> SendBody) -> bool {
     let l = local_ptr();
-    // SAFETY: `l` is this thread's block; `gate`, `dirty` and `placed_qp` are accessed with
+    // SAFETY: `l` is this thread's block; `gate`, `dirty` and `placed.qp` are accessed with
     // volatile single loads and stores (a signal handler on this thread can change them
     // between any two instructions; while BUSY it changes nothing but is refused).
     unsafe {
@@ -148,19 +156,56 @@ pub fn place_wr(qp: u64, head: impl FnOnce() -> SendHead, body: impl FnOnce() ->
         let gate = std::ptr::addr_of_mut!((*l).gate);
         gate.write_volatile(READY | BUSY);
         compiler_fence(Ordering::SeqCst);
-        // READY, so nothing is placed (`placed_qp` 0) and the writer is initialised.
+        // READY, so nothing is placed (`placed.qp` 0) and the writer is initialised.
         let w = (*l).sink.writer.assume_init_mut();
         // `place_hold` changes only while BUSY: read after the store above.
-        if (*l).place_hold == 0 && w.place_plain_send(crate::sink::tsc(), &head(), body) {
-            std::ptr::addr_of_mut!((*l).placed_qp).write_volatile(qp);
-            compiler_fence(Ordering::SeqCst);
-            gate.write_volatile(OPEN);
-            return true;
+        if (*l).place_hold == 0 {
+            if let Some(rec) = w.place_plain_send_at(0, crate::sink::tsc(), &head(), body) {
+                // BUSY: nothing else reads these meanwhile.
+                (*l).placed.n = 1;
+                (*l).placed.last = rec;
+                std::ptr::addr_of_mut!((*l).placed.qp).write_volatile(qp);
+                compiler_fence(Ordering::SeqCst);
+                gate.write_volatile(OPEN);
+                return true;
+            }
         }
         compiler_fence(Ordering::SeqCst);
         // As `Thread::drop`: READY again unless a handler was refused meanwhile.
         gate.write_volatile(gate.read_volatile() & !BUSY);
         false
+    }
+}
+
+/// [`place_wr`] of a batch's next WR (for the caller to try where `place_wr` did not place):
+/// placed right after those of its batch when the thread is [`OPEN`] with `qp`'s batch, fewer
+/// than [`MAX_PLACED`] of them, and the record needs no bookkeeping; false otherwise.
+#[inline(always)]
+pub fn place_next_wr(
+    qp: u64,
+    head: impl FnOnce() -> SendHead,
+    body: impl FnOnce() -> SendBody,
+) -> bool {
+    let l = local_ptr();
+    // SAFETY: this thread's block; entered, `qp`'s WRs are placed, `placed.n` of them, right
+    // after the append position, with nothing written since.
+    unsafe {
+        if !enter_placed(l, qp, OPEN) {
+            return false;
+        }
+        let placed = std::ptr::addr_of_mut!((*l).placed);
+        let n = (*placed).n;
+        let w = (*l).sink.writer.assume_init_mut();
+        let mut done = false;
+        if n < MAX_PLACED {
+            if let Some(rec) = w.place_plain_send_at(n, crate::sink::tsc(), &head(), body) {
+                (*placed).n = n + 1;
+                (*placed).last = rec;
+                done = true;
+            }
+        }
+        leave_placed(l);
+        done
     }
 }
 
@@ -191,13 +236,42 @@ fn open_clean(l: *const Local) -> bool {
     }
 }
 
-/// Enters the sink (BUSY) for the WR placed on `qp`, keeping `keep` of the gate (what it
-/// becomes when leaving): true when it is there. The test before the store tells whether a
-/// WR is placed at all; the one after it whether it is `qp`'s and still there — a signal
-/// handler may have displaced it (and placed its own) between the two. When it is not, the
-/// gate is left 0 (not ready: the next record goes through `prepare`, which sorts out what
-/// the handler left, as `placed_qp` says) and false returned: the caller takes the ordinary
-/// way.
+/// Whether the block's `placed.qp` is `qp`: one compare in memory and its branch (it is read
+/// once: a signal handler may change it between any two instructions).
+#[inline(always)]
+fn placed_is(l: *const Local, qp: u64) -> bool {
+    const QP: usize = std::mem::offset_of!(Local, placed) + std::mem::offset_of!(Placed, qp);
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: `placed.qp`, a word of this thread's block; the compare only reads it; no
+        // stack, branches to one of two labels.
+        unsafe {
+            core::arch::asm!(
+                "cmp qword ptr [{l} + {at}], {qp}",
+                "je {yes}",
+                l = in(reg) l,
+                at = const QP,
+                qp = in(reg) qp,
+                yes = label { return true },
+                options(nostack, readonly),
+            );
+        }
+        false
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: as above.
+    unsafe {
+        l.cast::<u8>().add(QP).cast::<u64>().read_volatile() == qp
+    }
+}
+
+/// Enters the sink (BUSY) for the WRs placed on `qp`, keeping `keep` of the gate (what it
+/// becomes when leaving): true when they are there. The test before the store tells whether
+/// WRs are placed at all; the one after it whether they are `qp`'s and still there — a signal
+/// handler may have displaced them (and placed its own) between the two. When they are not,
+/// the gate is left 0 (not ready: the next record goes through `prepare`, which sorts out
+/// what the handler left, as `placed.qp` says) and false returned: the caller takes the
+/// ordinary way.
 ///
 /// # Safety
 /// `l` is this thread's block.
@@ -211,7 +285,7 @@ unsafe fn enter_placed(l: *mut Local, qp: u64, keep: u8) -> bool {
         let gate = std::ptr::addr_of_mut!((*l).gate);
         gate.write_volatile(keep | BUSY);
         compiler_fence(Ordering::SeqCst);
-        if std::ptr::addr_of!((*l).placed_qp).read_volatile() != qp {
+        if !placed_is(l, qp) {
             gate.write_volatile(0);
             return false;
         }
@@ -234,42 +308,45 @@ unsafe fn leave_placed(l: *mut Local) {
     }
 }
 
-/// `wr_set_sge` (or `wr_set_inline_data`) on `qp` giving the WR [`place_wr`] placed one
-/// piece of `bytes`: set in the placed record (`ChunkWriter::set_placed_send_sge`), true.
-/// False when no WR of `qp` is placed (another QP's, none, or displaced): nothing written,
-/// the caller records the setter the ordinary way.
+/// `wr_set_sge` (or `wr_set_inline_data`) on `qp` giving the last WR [`place_wr`] placed one
+/// piece of `bytes`: set in its placed record (`ChunkWriter::set_placed_sge`), true. False when no
+/// WR of `qp` is placed (another QP's, none, or displaced): nothing written, the caller
+/// records the setter the ordinary way.
 #[inline(always)]
 pub fn placed_wr_sge(qp: u64, bytes: u32) -> bool {
     let l = local_ptr();
-    // SAFETY: this thread's block. Entered, a WR of `qp` is placed, whose SGE count only this
-    // function sets (to 1), and nothing was written since (anything would have displaced it).
+    // SAFETY: this thread's block. Entered, WRs of `qp` are placed, the last one's record at
+    // `placed.last`; its SGE count only this function sets (to 1), and nothing was written
+    // since (anything would have displaced it).
     unsafe {
         if !enter_placed(l, qp, OPEN) {
             return false;
         }
+        let last = (*l).placed.last;
         (*l).sink
             .writer
             .assume_init_mut()
-            .set_placed_send_sge(bytes);
+            .set_placed_sge(last, bytes);
         leave_placed(l);
         true
     }
 }
 
-/// A successful `wr_complete` on `qp`: publishes the WR [`place_wr`] placed and returns true
+/// A successful `wr_complete` on `qp`: publishes the WRs [`place_wr`] placed and returns true
 /// (the thread is READY again). False when no WR of `qp` is placed: nothing written, the
-/// caller records the call the ordinary way (which writes a displaced WR).
+/// caller records the call the ordinary way (which writes displaced WRs).
 #[inline(always)]
 pub fn publish_placed_wr(qp: u64) -> bool {
     let l = local_ptr();
-    // SAFETY: this thread's block; entered, the placed record of `qp` is at the append
+    // SAFETY: this thread's block; entered, the `placed.n` records of `qp` lie at the append
     // position with nothing written since.
     unsafe {
         if !enter_placed(l, qp, READY) {
             return false;
         }
-        (*l).sink.writer.assume_init_mut().publish_placed_send();
-        std::ptr::addr_of_mut!((*l).placed_qp).write_volatile(0);
+        let n = (*l).placed.n;
+        (*l).sink.writer.assume_init_mut().publish_placed_sends(n);
+        std::ptr::addr_of_mut!((*l).placed.qp).write_volatile(0);
         leave_placed(l);
         true
     }
