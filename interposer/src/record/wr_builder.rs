@@ -30,6 +30,8 @@ use crate::sink;
 pub const BUILDERS: usize = 2;
 /// WRs kept per batch before they are written early.
 pub const PENDING: usize = 16;
+// A batch's WRs displaced together fit one builder (none is written early for them).
+const _: () = assert!(PENDING >= sink::MAX_PLACED as usize);
 
 const ZERO: PostSend = PostSend {
     hdr: RecordHeader {

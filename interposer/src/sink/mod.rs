@@ -494,7 +494,7 @@ fn create_unique(
 pub use thread::{
     abandon_placed, enter, enter_ready, place_next_wr, place_plain_send, place_wr, placed_args,
     placed_ts, placed_wr_sge, publish_placed, publish_placed_wr, with_existing_thread, with_thread,
-    Out, Thread, STATE_BYTES,
+    Out, Thread, MAX_PLACED, STATE_BYTES,
 };
 
 /// Set once the disk-full line was printed.

@@ -121,10 +121,9 @@ const _: () = assert!(std::mem::size_of::<Local>() <= BLOCK && std::mem::align_o
 const _: () = assert!(std::mem::offset_of!(Local, has_writer) == 3 && size_of::<bool>() == 1);
 
 mod placed;
-use placed::MAX_PLACED;
 pub use placed::{
     abandon_placed, place_next_wr, place_plain_send, place_wr, placed_args, placed_ts,
-    placed_wr_sge, publish_placed, publish_placed_wr,
+    placed_wr_sge, publish_placed, publish_placed_wr, MAX_PLACED,
 };
 
 #[cfg(target_arch = "x86_64")]

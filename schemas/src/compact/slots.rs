@@ -322,8 +322,8 @@ impl ChunkWriter {
         }
         let dts = ts.wrapping_sub(self.slots.base);
         let i = h.qpn as usize % WRITER_SLOTS;
-        // `k` is small (the caller's run of WRs): `pos + k * SIZE` cannot overflow.
-        let at = self.pos() + k * SIZE;
+        // `k` is small (the caller's run of WRs): this cannot wrap (and makes no panic path).
+        let at = self.pos().wrapping_add(k.wrapping_mul(SIZE));
         if dts >= self.slots.lim || at >= self.place_limit || self.slots.send[i] != send_key(h) {
             return None;
         }
