@@ -6,7 +6,8 @@
 //! ```
 //!
 //! 1. No-op device (cprogs/noop_bench.c): the hook cost alone — post_send, poll_cq, both, a
-//!    receive completion and post_recv, traced and untraced contexts interleaved in one
+//!    receive completion, post_recv and a one-WR `ibv_wr_*` batch (`wr_start`,
+//!    `wr_rdma_write`, `wr_set_sge`, `wr_complete`), traced and untraced contexts interleaved in one
 //!    process; median ns/op, with the log's chunks prepared ahead (steady state) and with
 //!    default settings (amortised, including chunk preparation on a background thread).
 //! 2. `valgrind --tool=callgrind`: instructions per op of the same loops (inclusive cost of
@@ -145,6 +146,7 @@ fn callgrind_section(lib: &Path, tmp: &Path, logs: &Path) {
             ("both", "both"),
             ("recv", "poll (receive)"),
             ("postrecv", "post recv"),
+            ("wr", "wr batch"),
         ] {
             let (t, u) = (
                 cost(&format!("loop_{l}_traced")),

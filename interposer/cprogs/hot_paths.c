@@ -16,6 +16,18 @@
  *                               receive on a second QP and polls
  *                               an empty CQ (inside the tracer or inside the provider call: both
  *                               happen); prints "storm main N handler M"
+ *        hot_paths wrs          ibv_wr_* batches of every shape (one WR with one SGE: the hot
+ *                               path; no setter, inline data, an SGE list, two WRs, two QPs'
+ *                               batches interleaved, a poll, a post or another QP's setter inside
+ *                               a batch, a refused and an aborted batch, fields without a compact
+ *                               form, enough to fill chunks and time bases), prints each WR the
+ *                               device accepted at wr_complete ("wr qpn wr_id opcode flags
+ *                               remote_addr rkey bytes num_sge") and each refused batch ("wrfail
+ *                               qpn first_wr_id rc")
+ *        hot_paths wrstorm N    N signaled one-WR ibv_wr_* batches (write, one SGE), each polled,
+ *                               while the SIGALRM handler posts an unsignaled write on a second
+ *                               QP, builds and completes an unsignaled one-WR batch on a third
+ *                               and polls an empty CQ; prints "wrstorm main N handler M"
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -91,6 +103,123 @@ static int d_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 	return got;
 }
 
+static void check(int ok, const char *what)
+{
+	if (!ok) {
+		fprintf(stderr, "hot_paths: %s failed\n", what);
+		exit(3);
+	}
+}
+
+/* --- ibv_wr_* --------------------------------------------------------------------------- */
+
+/* rdma-core's struct verbs_qp (driver.h): what ibv_qp_to_qp_ex() looks at. */
+struct xqp {
+	union {
+		struct ibv_qp qp;
+		struct ibv_qp_ex qp_ex;
+	};
+	uint32_t comp_mask;
+	void *xrcd;
+	/* the batch being built */
+	struct xwr {
+		uint64_t wr_id, raddr;
+		uint32_t flags, rkey, bytes, opcode;
+		int nsge;
+	} wr[32];
+	int n;
+};
+
+/* Whether x_complete prints what it accepts (not in the storm: its handler builds too). */
+static int print_wrs;
+
+#define WR_FAIL_ID (0xfa11ull << 32)
+
+static struct xqp *xq(struct ibv_qp_ex *q) { return (struct xqp *)q; }
+
+static void x_add(struct ibv_qp_ex *q, enum ibv_wr_opcode op, uint32_t rkey, uint64_t raddr)
+{
+	struct xqp *x = xq(q);
+	check(x->n < 32, "batch length");
+	x->wr[x->n++] = (struct xwr){ .wr_id = q->wr_id, .raddr = raddr, .flags = q->wr_flags,
+				       .rkey = rkey, .opcode = op };
+}
+static void x_start(struct ibv_qp_ex *q) { xq(q)->n = 0; }
+static void x_write(struct ibv_qp_ex *q, uint32_t rkey, uint64_t raddr) { x_add(q, IBV_WR_RDMA_WRITE, rkey, raddr); }
+static void x_write_imm(struct ibv_qp_ex *q, uint32_t rkey, uint64_t raddr, __be32 imm)
+{
+	(void)imm;
+	x_add(q, IBV_WR_RDMA_WRITE_WITH_IMM, rkey, raddr);
+}
+static void x_read(struct ibv_qp_ex *q, uint32_t rkey, uint64_t raddr) { x_add(q, IBV_WR_RDMA_READ, rkey, raddr); }
+static void x_send(struct ibv_qp_ex *q) { x_add(q, IBV_WR_SEND, 0, 0); }
+/* The WR a setter sets (a setter without one sets a scratch WR: ignored). */
+static struct xwr *x_last(struct ibv_qp_ex *q)
+{
+	static struct xwr none;
+	return xq(q)->n > 0 ? &xq(q)->wr[xq(q)->n - 1] : &none;
+}
+static void x_sge(struct ibv_qp_ex *q, uint32_t lkey, uint64_t addr, uint32_t len)
+{
+	(void)lkey, (void)addr;
+	x_last(q)->bytes = len, x_last(q)->nsge = 1;
+}
+static void x_sge_list(struct ibv_qp_ex *q, size_t n, const struct ibv_sge *sg)
+{
+	uint32_t bytes = 0;
+	for (size_t i = 0; i < n; i++)
+		bytes += sg[i].length;
+	x_last(q)->bytes = bytes, x_last(q)->nsge = (int)n;
+}
+static void x_inline(struct ibv_qp_ex *q, void *addr, size_t len)
+{
+	(void)addr;
+	x_last(q)->bytes = (uint32_t)len, x_last(q)->nsge = 1;
+}
+static int x_complete(struct ibv_qp_ex *q)
+{
+	struct xqp *x = xq(q);
+	int n = x->n;
+	x->n = 0;
+	for (int i = 0; i < n; i++)
+		if (x->wr[i].wr_id == WR_FAIL_ID) {
+			if (print_wrs)
+				printf("wrfail %#x %lu %d\n", q->qp_base.qp_num, (unsigned long)x->wr[0].wr_id, EINVAL);
+			return EINVAL;
+		}
+	struct cq *c = (struct cq *)q->qp_base.send_cq;
+	for (int i = 0; i < n; i++) {
+		struct xwr *w = &x->wr[i];
+		if (print_wrs)
+			printf("wr %#x %lu %u %u %lu %u %u %d\n", q->qp_base.qp_num, (unsigned long)w->wr_id,
+			       w->opcode, w->flags, (unsigned long)w->raddr, w->rkey, w->bytes, w->nsge);
+		if (w->flags & IBV_SEND_SIGNALED)
+			c->ring[c->tail++ % RING] = (struct ibv_wc){ .wr_id = w->wr_id, .opcode = IBV_WC_RDMA_WRITE,
+								     .byte_len = w->bytes, .qp_num = q->qp_base.qp_num };
+	}
+	return 0;
+}
+static void x_abort(struct ibv_qp_ex *q) { xq(q)->n = 0; }
+
+/* The QPN of the next extended QP (see new_xqp). */
+static uint32_t next_xqpn;
+
+static struct ibv_qp *d_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *a)
+{
+	struct xqp *x = calloc(1, sizeof(*x));
+	x->qp.context = context;
+	x->qp.qp_num = next_xqpn;
+	x->qp.qp_type = a->qp_type;
+	x->qp.send_cq = a->send_cq, x->qp.recv_cq = a->recv_cq;
+	x->comp_mask = 2; /* VERBS_QP_EX */
+	struct ibv_qp_ex *q = &x->qp_ex;
+	q->wr_start = x_start, q->wr_complete = x_complete, q->wr_abort = x_abort;
+	q->wr_rdma_write = x_write, q->wr_rdma_write_imm = x_write_imm, q->wr_rdma_read = x_read;
+	q->wr_send = x_send;
+	q->wr_set_sge = x_sge, q->wr_set_sge_list = x_sge_list, q->wr_set_inline_data = x_inline;
+	return &x->qp;
+}
+
 static struct ibv_device dev = { .name = "hotdev0" };
 static struct verbs_context ctx;
 
@@ -103,6 +232,7 @@ static void make_ctx(void)
 	ctx.context.ops.post_recv = d_post_recv;
 	ctx.context.ops.post_srq_recv = d_post_srq_recv;
 	ctx.context.ops.poll_cq = d_poll_cq;
+	ctx.create_qp_ex = d_create_qp_ex;
 	int (*instr)(void *) = (int (*)(void *))dlsym(RTLD_DEFAULT, "sigmatrace_instrument_context");
 	if (instr && instr(&ctx.context) != 0) {
 		fprintf(stderr, "hot_paths: cannot instrument the context\n");
@@ -127,13 +257,6 @@ static struct ibv_qp *new_qp(struct cq *c, uint32_t qpn)
 	return qp;
 }
 
-static void check(int ok, const char *what)
-{
-	if (!ok) {
-		fprintf(stderr, "hot_paths: %s failed\n", what);
-		exit(3);
-	}
-}
 
 /* --- polls ------------------------------------------------------------------------------ */
 
@@ -338,6 +461,148 @@ static void storm(long n)
 	printf("storm main %ld handler %ld\n", n, (long)handler_posts);
 }
 
+/* --- ibv_wr_* batches ------------------------------------------------------------------- */
+
+/* An extended QP numbered `qpn` on `c`. */
+static struct ibv_qp_ex *new_xqp(struct cq *c, uint32_t qpn)
+{
+	struct ibv_qp_init_attr_ex a = { .send_cq = &c->cq, .recv_cq = &c->cq, .qp_type = IBV_QPT_RC,
+					 .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+					 .send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND };
+	next_xqpn = qpn;
+	struct ibv_qp *qp = ibv_create_qp_ex(&ctx.context, &a);
+	check(qp != NULL, "create_qp_ex");
+	struct ibv_qp_ex *q = ibv_qp_to_qp_ex(qp);
+	check(q != NULL, "qp_to_qp_ex");
+	return q;
+}
+
+/* Sets the next WR's id and flags. */
+static void id(struct ibv_qp_ex *q, uint64_t wr_id, uint32_t flags) { q->wr_id = wr_id, q->wr_flags = flags; }
+
+/* A one-WR batch: an RDMA write of `len` bytes (one SGE). */
+static int write1(struct ibv_qp_ex *q, uint64_t wr_id, uint32_t flags, uint64_t raddr, uint32_t len)
+{
+	ibv_wr_start(q);
+	id(q, wr_id, flags);
+	ibv_wr_rdma_write(q, 0x33, raddr);
+	ibv_wr_set_sge(q, 1, 0x1000, len);
+	return ibv_wr_complete(q);
+}
+
+static void wrs(void)
+{
+	struct cq *c = new_cq();
+	struct ibv_qp_ex *a = new_xqp(c, 0x60), *b = new_xqp(c, 0x61);
+	struct ibv_sge sg[2] = { { 0x1000, 10, 1 }, { 0x2000, 20, 1 } };
+	struct ibv_send_wr sw = { .wr_id = 999, .sg_list = sg, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE }, *bad;
+	struct ibv_qp *p = new_qp(c, 0x62);
+	char data[16];
+	/* The first on its slot (ordinary path), then hot. */
+	for (uint64_t i = 1; i <= 3; i++)
+		check(write1(a, i, IBV_SEND_SIGNALED, 0x7000 + i, 8) == 0, "write");
+	poll(c, 8);
+	/* No setter; a send; a read; inline data; an SGE list; then hot again. */
+	ibv_wr_start(a), id(a, 10, 0), ibv_wr_rdma_write(a, 0x34, 0x7100), check(ibv_wr_complete(a) == 0, "no setter");
+	ibv_wr_start(a), id(a, 11, 0), ibv_wr_send(a), ibv_wr_set_sge(a, 1, 0x1000, 64);
+	check(ibv_wr_complete(a) == 0, "send");
+	ibv_wr_start(a), id(a, 12, 0), ibv_wr_rdma_read(a, 0x35, 0x7200), ibv_wr_set_sge(a, 1, 0x1000, 128);
+	check(ibv_wr_complete(a) == 0, "read");
+	ibv_wr_start(a), id(a, 13, 0), ibv_wr_rdma_write(a, 0x36, 0x7300), ibv_wr_set_inline_data(a, data, 16);
+	check(ibv_wr_complete(a) == 0, "inline");
+	ibv_wr_start(a), id(a, 14, 0), ibv_wr_rdma_write(a, 0x37, 0x7400), ibv_wr_set_sge_list(a, 2, sg);
+	check(ibv_wr_complete(a) == 0, "sge list");
+	check(write1(a, 15, 0, 0x7500, 8) == 0, "write");
+	/* Two WRs in one batch; two QPs' batches interleaved. */
+	ibv_wr_start(a), id(a, 20, 0), ibv_wr_rdma_write(a, 0x38, 0x7600), ibv_wr_set_sge(a, 1, 0x1000, 1);
+	id(a, 21, IBV_SEND_SIGNALED), ibv_wr_rdma_write(a, 0x38, 0x7700), ibv_wr_set_sge(a, 1, 0x1000, 2);
+	check(ibv_wr_complete(a) == 0, "two WRs");
+	ibv_wr_start(a), id(a, 22, 0), ibv_wr_rdma_write(a, 0x39, 0x7800);
+	ibv_wr_start(b), id(b, 23, 0), ibv_wr_rdma_write(b, 0x3a, 0x7900), ibv_wr_set_sge(b, 1, 0x1000, 3);
+	ibv_wr_set_sge(a, 1, 0x1000, 4);
+	check(ibv_wr_complete(b) == 0 && ibv_wr_complete(a) == 0, "interleaved");
+	/* Three WRs, a poll after the second; 18 (more than are placed, and more than a batch
+	 * keeps: the first 16 are written before wr_complete). */
+	ibv_wr_start(a);
+	for (uint64_t i = 24; i <= 26; i++) {
+		id(a, i, 0), ibv_wr_rdma_write(a, 0x39, 0x7a00 + i), ibv_wr_set_sge(a, 1, 0x1000, (uint32_t)i);
+		if (i == 25)
+			poll(c, 8);
+	}
+	check(ibv_wr_complete(a) == 0, "three WRs");
+	ibv_wr_start(a);
+	for (uint64_t i = 100; i < 118; i++)
+		id(a, i, 0), ibv_wr_rdma_write(a, 0x39, 0x7b00 + i), ibv_wr_set_sge(a, 1, 0x1000, (uint32_t)i);
+	check(ibv_wr_complete(a) == 0, "18 WRs");
+	/* Inside a batch: a poll, a post (hot and not), another QP's setter with no WR. */
+	check(write1(a, 30, 0, 0x8000, 8) == 0, "write");
+	ibv_wr_start(a), id(a, 31, 0), ibv_wr_rdma_write(a, 0x3b, 0x8100);
+	poll(c, 8);
+	ibv_wr_set_sge(a, 1, 0x1000, 5), check(ibv_wr_complete(a) == 0, "poll inside");
+	for (uint64_t i = 32; i <= 34; i++) {
+		ibv_wr_start(a), id(a, i, 0), ibv_wr_rdma_write(a, 0x3c, 0x8200 + i), ibv_wr_set_sge(a, 1, 0x1000, 6);
+		sw.wr_id = 900 + i, check(ibv_post_send(p, &sw, &bad) == 0, "post inside");
+		check(ibv_wr_complete(a) == 0, "post inside");
+	}
+	ibv_wr_start(a), id(a, 35, 0), ibv_wr_rdma_write(a, 0x3d, 0x8300);
+	ibv_wr_set_sge(b, 1, 0x1000, 99); /* b has no WR: the device ignores it (below) */
+	ibv_wr_set_sge(a, 1, 0x1000, 7), check(ibv_wr_complete(a) == 0, "other setter");
+	ibv_wr_start(a), id(a, 36, 0), ibv_wr_rdma_write(a, 0x3d, 0x8380), ibv_wr_set_sge(a, 1, 0x1000, 7);
+	ibv_wr_set_sge(b, 1, 0x1000, 99);
+	check(ibv_wr_complete(a) == 0, "other setter after");
+	/* Another QP's empty batch completed inside a batch, which is then aborted. */
+	ibv_wr_start(a), id(a, 37, 0), ibv_wr_rdma_write(a, 0x3d, 0x8390), ibv_wr_set_sge(a, 1, 0x1000, 7);
+	ibv_wr_start(b), check(ibv_wr_complete(b) == 0, "empty batch");
+	ibv_wr_abort(a);
+	/* Refused and aborted batches, each between hot ones. */
+	check(write1(a, WR_FAIL_ID, 0, 0x8400, 8) == EINVAL, "refused");
+	check(write1(a, 40, 0, 0x8500, 8) == 0, "write");
+	ibv_wr_start(a), id(a, 41, 0), ibv_wr_rdma_write(a, 0x3e, 0x8600), ibv_wr_set_sge(a, 1, 0x1000, 8);
+	ibv_wr_abort(a);
+	check(write1(a, 42, 0, 0x8700, 8) == 0, "write");
+	/* No compact form: flags beyond its 5 bits, an address beyond 48 bits; immediate data. */
+	check(write1(a, 50, 1u << 5, 0x8800, 8) == 0, "flags");
+	check(write1(a, 51, 0, 1ull << 48, 8) == 0, "address");
+	ibv_wr_start(a), id(a, 52, 0), ibv_wr_rdma_write_imm(a, 0x3f, 0x8900, htonl(7));
+	ibv_wr_set_sge(a, 1, 0x1000, 9), check(ibv_wr_complete(a) == 0, "imm");
+	/* A time base out of reach (20 ms later: 2^24 TSC ticks are less), then enough to fill
+	 * chunks. */
+	usleep(20000);
+	for (uint64_t i = 1000; i < 3000; i++)
+		check(write1(i % 3 ? a : b, i, 0, 0x10000 + i, (uint32_t)i) == 0, "bulk");
+}
+
+static struct ibv_qp_ex *storm_xqp;
+
+static void wrstorm_handler(int sig)
+{
+	storm_handler(sig);
+	uint64_t id = (1ull << 40) + (uint64_t)handler_posts - 1;
+	check(write1(storm_xqp, id, 0, 0x3000, 8) == 0, "handler's batch");
+}
+
+static void wrstorm(long n)
+{
+	struct cq *c = new_cq();
+	struct ibv_qp_ex *q = new_xqp(c, 0x70);
+	storm_cq = new_cq();
+	storm_qp = new_qp(storm_cq, 0x71);
+	storm_xqp = new_xqp(storm_cq, 0x72);
+	struct sigaction sa = { .sa_handler = wrstorm_handler };
+	sigemptyset(&sa.sa_mask);
+	check(sigaction(SIGALRM, &sa, NULL) == 0, "sigaction");
+	struct itimerval it = { { 0, 20 }, { 0, 20 } };
+	check(setitimer(ITIMER_REAL, &it, NULL) == 0, "setitimer");
+	struct ibv_wc wc;
+	for (long i = 0; i < n; i++) {
+		check(write1(q, (uint64_t)i, IBV_SEND_SIGNALED, 0x1000, 8) == 0, "batch");
+		check(ibv_poll_cq(&c->cq, 1, &wc) == 1 && wc.wr_id == (uint64_t)i, "poll");
+	}
+	struct itimerval off = { { 0, 0 }, { 0, 0 } };
+	setitimer(ITIMER_REAL, &off, NULL);
+	printf("wrstorm main %ld handler %ld\n", n, (long)handler_posts);
+}
+
 int main(int argc, char **argv)
 {
 	make_ctx();
@@ -348,8 +613,13 @@ int main(int argc, char **argv)
 		polls();
 	} else if (argc > 2 && !strcmp(argv[1], "storm")) {
 		storm(atol(argv[2]));
+	} else if (argc > 1 && !strcmp(argv[1], "wrs")) {
+		print_wrs = 1;
+		wrs();
+	} else if (argc > 2 && !strcmp(argv[1], "wrstorm")) {
+		wrstorm(atol(argv[2]));
 	} else {
-		fprintf(stderr, "usage: hot_paths polls | recvs | storm N\n");
+		fprintf(stderr, "usage: hot_paths polls | recvs | storm N | wrs | wrstorm N\n");
 		return 2;
 	}
 	return 0;

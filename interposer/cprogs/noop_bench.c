@@ -8,6 +8,8 @@
  *        noop_bench count OPS           run each loop once (for callgrind's inclusive counts)
  * The poll loops: a send-side completion (an RDMA write's: the short record) and, on a third
  * and fourth context, a receive completion (source QP and LID set: the compact record).
+ * The wr loop: a one-WR ibv_wr_* batch (wr_start, wr_rdma_write, wr_set_sge, wr_complete),
+ * as perftest's ib_write_bw posts, on an extended QP whose builders do nothing.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -58,10 +60,41 @@ static int one_recv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 	return 1;
 }
 
+/* rdma-core's struct verbs_qp (driver.h): what ibv_qp_to_qp_ex() looks at. */
+struct xqp {
+	union {
+		struct ibv_qp qp;
+		struct ibv_qp_ex qp_ex;
+	};
+	uint32_t comp_mask;
+	void *xrcd;
+};
+
+static void nop_wr(struct ibv_qp_ex *q) { (void)q; }
+static void nop_wr_write(struct ibv_qp_ex *q, uint32_t rkey, uint64_t raddr) { (void)q, (void)rkey, (void)raddr; }
+static void nop_wr_sge(struct ibv_qp_ex *q, uint32_t lkey, uint64_t addr, uint32_t len)
+{
+	(void)q, (void)lkey, (void)addr, (void)len;
+}
+static int nop_wr_complete(struct ibv_qp_ex *q) { (void)q; return 0; }
+
+static struct ibv_qp *nop_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *a)
+{
+	struct xqp *x = calloc(1, sizeof(*x));
+	x->qp.context = context;
+	x->qp.qp_num = 0x43;
+	x->qp.qp_type = a->qp_type;
+	x->comp_mask = 2; /* VERBS_QP_EX */
+	x->qp_ex.wr_start = nop_wr, x->qp_ex.wr_abort = nop_wr, x->qp_ex.wr_complete = nop_wr_complete;
+	x->qp_ex.wr_rdma_write = nop_wr_write, x->qp_ex.wr_set_sge = nop_wr_sge;
+	return &x->qp;
+}
+
 struct dev {
 	struct verbs_context v;
 	struct ibv_qp qp;
 	struct ibv_cq cq;
+	struct ibv_qp_ex *qx;
 };
 
 static struct ibv_device fake = { .name = "noop0" };
@@ -75,6 +108,7 @@ static struct dev *make(int traced, int recv)
 	d->v.context.ops.post_send = nop_post_send;
 	d->v.context.ops.post_recv = nop_post_recv;
 	d->v.context.ops.poll_cq = recv ? one_recv_poll_cq : one_poll_cq;
+	d->v.create_qp_ex = nop_create_qp_ex;
 	d->qp.context = &d->v.context;
 	d->qp.qp_num = 0x42;
 	d->qp.qp_type = IBV_QPT_RC;
@@ -85,6 +119,15 @@ static struct dev *make(int traced, int recv)
 			fprintf(stderr, "noop_bench: run with LD_PRELOAD=libsigmatrace.so\n");
 			exit(2);
 		}
+	}
+	struct ibv_qp_init_attr_ex a = { .send_cq = &d->cq, .recv_cq = &d->cq, .qp_type = IBV_QPT_RC,
+					 .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+					 .send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE };
+	/* Not ibv_qp_to_qp_ex(): the interposer would instrument the untraced QP there. */
+	d->qx = (struct ibv_qp_ex *)ibv_create_qp_ex(&d->v.context, &a);
+	if (!d->qx) {
+		fprintf(stderr, "noop_bench: no extended QP\n");
+		exit(2);
 	}
 	return d;
 }
@@ -137,6 +180,14 @@ LOOP(loop_recv_traced, ibv_poll_cq(&d->cq, 1, &wc))
 LOOP(loop_recv_untraced, ibv_poll_cq(&d->cq, 1, &wc))
 LOOP(loop_postrecv_traced, ibv_post_recv(&d->qp, &rwr, &rbad))
 LOOP(loop_postrecv_untraced, ibv_post_recv(&d->qp, &rwr, &rbad))
+#define WR_BATCH                                                              \
+	ibv_wr_start(d->qx);                                                  \
+	d->qx->wr_id = 7, d->qx->wr_flags = IBV_SEND_SIGNALED;                \
+	ibv_wr_rdma_write(d->qx, 5, 0x1000);                                  \
+	ibv_wr_set_sge(d->qx, 1, (uintptr_t)buf, 8);                          \
+	ibv_wr_complete(d->qx)
+LOOP(loop_wr_traced, WR_BATCH)
+LOOP(loop_wr_untraced, WR_BATCH)
 
 typedef void (*loop_fn)(struct dev *, long);
 
@@ -161,7 +212,8 @@ int main(int argc, char **argv)
 		      { "poll_cq", loop_poll_traced, loop_poll_untraced, 0 },
 		      { "post_send+poll_cq", loop_both_traced, loop_both_untraced, 0 },
 		      { "poll_cq (receive)", loop_recv_traced, loop_recv_untraced, 1 },
-		      { "post_recv", loop_postrecv_traced, loop_postrecv_untraced, 0 } };
+		      { "post_recv", loop_postrecv_traced, loop_postrecv_untraced, 0 },
+		      { "wr batch", loop_wr_traced, loop_wr_untraced, 0 } };
 	const unsigned nloops = sizeof(loops) / sizeof(loops[0]);
 	if (!strcmp(argv[1], "count")) {
 		long ops = atol(argv[2]);

@@ -273,3 +273,165 @@ fn every_receive_post_is_recorded_as_accepted_whichever_path_takes_it() {
     assert!(log.chunks().len() >= 3, "{} chunks", log.chunks().len());
     assert!(compact >= 2000, "{compact} compact");
 }
+
+/// `ibv_wr_*` batches of every shape — one RDMA write with one SGE (the hot path: placed by
+/// the opcode builder, published by `wr_complete`), no setter, a send, a read, inline data,
+/// an SGE list, two and three WRs (placed one after the other; a poll between two of them),
+/// 18 (more than are placed, and more than a batch keeps), two QPs' batches interleaved, a poll, a post, another QP's setter
+/// (before or after the WR's own) or another QP's empty batch between a builder and its
+/// `wr_complete` (or `wr_abort`), a refused and an aborted batch, flags or an
+/// address without a compact form, immediate data, a time base out of reach, enough to fill
+/// several 16 KiB chunks — are recorded exactly as the device accepted them at `wr_complete`,
+/// in order (the refused batch as its `PostError`, the aborted one not at all), and the one-SGE
+/// writes in 32-byte compact records.
+#[test]
+fn every_wr_batch_is_recorded_as_completed_whichever_path_takes_it() {
+    use sigmatrace_schemas::post_source;
+    let env = [("SIGMATRACE_CHUNK_BYTES", "16K")];
+    let (out, t, _dir) = traced_run(&hot_paths(&["wrs"]), &env, LIMIT);
+    assert!(out.ok(), "{out:?}");
+    let (mut want, mut fails) = (Vec::new(), Vec::new());
+    for line in out.stdout.lines() {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        let n: Vec<u64> = w[2..].iter().map(|s| s.parse().unwrap()).collect();
+        match w[0] {
+            // qpn, wr_id, opcode, flags, remote_addr, rkey, bytes, num_sge
+            "wr" => want.push((hex(w[1]) as u32, n)),
+            "wrfail" => fails.push((hex(w[1]) as u32, n[0], n[1] as u32)),
+            "wc" | "empty" => {}
+            other => panic!("{other}"),
+        }
+    }
+    assert_eq!(want.len(), 25 + 3 + 18 + 2000, "{}", out.stdout);
+    assert!(t.clean);
+    let sends = t.sends();
+    let got: Vec<_> = (sends.iter())
+        .filter(|s| s.source == post_source::WR_API)
+        .map(|s| {
+            let f = [s.wr_id, s.opcode as u64, s.hdr.aux as u64, s.remote_addr];
+            let g = [s.rkey as u64, s.bytes as u64, s.num_sge as u64];
+            (s.qpn, f.into_iter().chain(g).collect::<Vec<_>>())
+        })
+        .collect();
+    let first = got.iter().zip(&want).position(|(g, w)| g != w);
+    assert!(
+        first.is_none() && got.len() == want.len(),
+        "{} recorded, {} accepted; first difference at {first:?}: {:?} / {:?}",
+        got.len(),
+        want.len(),
+        first.map(|i| &got[i]),
+        first.map(|i| &want[i])
+    );
+    // The one with immediate data kept it; no other has any, nor an atomic operand.
+    let imm: Vec<(u64, u32)> = (sends.iter())
+        .filter(|s| s.imm != 0 || s.compare_add != 0)
+        .map(|s| (s.wr_id, s.imm))
+        .collect();
+    assert_eq!(imm, [(52, 7)]);
+    let posts: Vec<u64> = (sends.iter())
+        .filter(|s| s.source == post_source::POST_SEND)
+        .map(|s| s.wr_id)
+        .collect();
+    assert_eq!(posts, [932, 933, 934]);
+    let errors: Vec<_> = (t.errors().iter())
+        .map(|e| (e.qpn, e.bad_wr_id, e.hdr.aux))
+        .collect();
+    assert_eq!(errors, fails);
+    assert_eq!(fails.len(), 1);
+    // The bulk's timestamps (each its builder's) in order, and those of the 18-WR batch.
+    let bulk: Vec<u64> = (sends.iter())
+        .filter(|s| (100..118).contains(&s.wr_id))
+        .map(|s| s.ts)
+        .collect();
+    assert!(bulk.len() == 18 && bulk.windows(2).all(|w| w[0] <= w[1]));
+    let bulk: Vec<u64> = (sends.iter())
+        .filter(|s| s.wr_id >= 1000)
+        .map(|s| s.ts)
+        .collect();
+    assert!(bulk.windows(2).all(|w| w[0] <= w[1]));
+    let log = LogFile::open(&t.path).unwrap();
+    let compact = (log.chunks().iter())
+        .flat_map(|c| log.records(c).map(Result::unwrap))
+        .filter(|r| r.kind == RecordKind::PostSend as u16 && r.bytes.len() == 32)
+        .count();
+    assert!(log.chunks().len() >= 4, "{} chunks", log.chunks().len());
+    assert!(compact >= 2000, "{compact} compact");
+}
+
+/// A signal handler that posts a write and a receive, polls an empty CQ and builds and
+/// completes a one-WR `ibv_wr_*` batch on another QP, while the program's thread builds one-WR
+/// batches: inside the tracer (the handler's calls are refused and counted: six — the two
+/// posts, the poll, the builder, the setter, `wr_complete`), between a placed WR's builder and its `wr_complete` (the
+/// handler's records displace it; it is written by the ordinary path) or anywhere else. Over
+/// many chunks the program's WRs are all there, once, in order, and the handler's runs are
+/// either wholly recorded or wholly counted.
+#[test]
+fn a_signal_storm_over_wr_batches_loses_nothing_uncounted() {
+    use sigmatrace_schemas::post_source;
+    let n = 200_000u64;
+    let env = [("SIGMATRACE_CHUNK_BYTES", "16K")];
+    let (out, t, _dir) = traced_run(&hot_paths(&["wrstorm", &n.to_string()]), &env, LIMIT);
+    assert!(out.ok(), "{out:?}");
+    let line = (out.stdout.lines())
+        .find(|l| l.starts_with("wrstorm"))
+        .unwrap();
+    let handler: u64 = line.split_whitespace().last().unwrap().parse().unwrap();
+    assert!(handler >= 100, "{line}: the timer must interrupt the loop");
+    assert!(t.clean);
+    let sends = t.sends();
+    let mine: Vec<u64> = (sends.iter())
+        .filter(|s| s.wr_id < 1 << 40)
+        .map(|s| {
+            assert_eq!(
+                (s.qpn, s.source, s.bytes, s.num_sge),
+                (0x70, post_source::WR_API, 8, 1)
+            );
+            s.wr_id
+        })
+        .collect();
+    assert_eq!(mine, (0..n).collect::<Vec<_>>(), "the program's batches");
+    let wcs: Vec<u64> = t.wcs().iter().map(|w| w.wr_id).collect();
+    assert_eq!(wcs, (0..n).collect::<Vec<_>>(), "the program's completions");
+    let theirs = |source: u8| {
+        let mut ids: Vec<u64> = (sends.iter())
+            .filter(|s| s.wr_id >= 1 << 40 && s.source == source)
+            .map(|s| s.wr_id - (1 << 40))
+            .collect();
+        let all = ids.len();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), all, "no handler WR twice");
+        assert!(ids.iter().all(|&id| id < handler));
+        ids
+    };
+    let (posts, batches) = (theirs(post_source::POST_SEND), theirs(post_source::WR_API));
+    assert_eq!(
+        posts, batches,
+        "each handler run recorded wholly or not at all"
+    );
+    let recvs: Vec<u64> = (t.recvs().iter()).map(|r| r.wr_id - (1 << 40)).collect();
+    assert_eq!(recvs, posts);
+    let empty: u64 = t.empties().iter().map(|e| e.count).sum();
+    let log = LogFile::open(&t.path).unwrap();
+    let refused: u64 = log
+        .chunks()
+        .iter()
+        .flat_map(|c| log.records(c))
+        .filter_map(|r| match r.unwrap().decode().unwrap() {
+            Record::Dropped(d) if d.hdr.aux == drop_reason::INTERNAL_ERROR => Some(d.count),
+            _ => None,
+        })
+        .sum();
+    assert_eq!(log.header().dropped, 0, "nothing dropped for room");
+    let free = posts.len() as u64;
+    assert_eq!(empty, free, "{free} runs recorded");
+    assert_eq!(
+        refused,
+        6 * (handler - free),
+        "{handler} runs, {free} recorded"
+    );
+    eprintln!(
+        "{handler} handler runs: {} inside the tracer",
+        handler - free
+    );
+}

@@ -33,8 +33,8 @@ use crate::records::{
 use crate::writer::ChunkWriter;
 
 mod slots;
-pub use slots::WRITER_SLOTS;
 pub(crate) use slots::{place_limit, SlotTable};
+pub use slots::{PlacedSend, WRITER_SLOTS};
 
 /// Bits of a compact record's time offset (the low bits of its `tslot` word).
 pub const DTS_BITS: u32 = 24;

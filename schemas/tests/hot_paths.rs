@@ -459,3 +459,125 @@ fn the_staged_send_path_writes_what_the_ordinary_append_writes() {
         .collect();
     assert_eq!(got, want);
 }
+
+/// Placed sends given their data afterwards (`set_placed_sge`, the `ibv_wr_*` setters'
+/// path), alone or in runs placed one after the other (`place_plain_send_at`, a batch), and
+/// read back before they are published (`placed_send`, for a writer that must write something
+/// else first) are the `PostSend`s that the ordinary append of the same records writes, and
+/// publishing them writes exactly those; with no data given they have none (`bytes` and the
+/// SGE count 0). Without a chunk, or without room for the whole run, nothing is placed.
+#[test]
+fn placed_sends_take_their_data_later_and_read_back_as_the_ordinary_records() {
+    use sigmatrace_schemas::records::{post_source, PostSend, RecordHeader};
+    let dir = tempfile::tempdir().unwrap();
+    let (path, log) = small_chunk_log(dir.path());
+    let mut w = log.thread_writer(9);
+    let q = 0x33;
+    let full = |wr_id: u64, flags: u32, bytes: u32, num_sge: u16| PostSend {
+        hdr: RecordHeader::of::<PostSend>(flags),
+        ts: T0 + wr_id,
+        wr_id,
+        remote_addr: 0x7f00_1234_5678 + wr_id,
+        compare_add: 0,
+        qpn: q,
+        bytes,
+        rkey: 0x4321,
+        imm: 0,
+        num_sge,
+        opcode: 0,
+        source: post_source::WR_API,
+        _pad: 0,
+    };
+    // What an opcode builder places: no data.
+    let place = |w: &mut ChunkWriter, k: u32, r: &PostSend| {
+        let head = SendHead {
+            qpn: r.qpn,
+            source: r.source,
+            remote_addr: r.remote_addr,
+            flags: r.hdr.aux,
+            num_sge: 0,
+            opcode: r.opcode,
+        };
+        let body = || SendBody {
+            wr_id: r.wr_id,
+            rkey: r.rkey,
+            bytes: 0,
+        };
+        w.place_plain_send_at(k, r.ts, &head, body)
+    };
+    assert!(place(&mut w, 0, &full(1, 2, 0, 0)).is_none());
+    assert_eq!(w.placed_send(0), None);
+    // Bound by an ordinary append.
+    let mut want = vec![full(1, 2, 8, 1)];
+    w.append(&want[0]);
+    // Runs of 1 to 4: each its data given (twice: a setter may come again) or none.
+    let mut id = 10;
+    for n in 1..=4u32 {
+        let run: Vec<PostSend> = (0..n)
+            .map(|k| {
+                id += 1;
+                let (flags, bytes) = [(2, 64), (31, 0), (0, u32::MAX), (2, 7)][k as usize];
+                full(id, flags, bytes, (k != 3) as u16)
+            })
+            .collect();
+        for (k, r) in run.iter().enumerate() {
+            let placed = place(&mut w, k as u32, r).unwrap();
+            if r.num_sge == 1 {
+                // SAFETY: placed just now, nothing written through `w` since.
+                unsafe {
+                    w.set_placed_sge(placed, r.bytes / 2);
+                    w.set_placed_sge(placed, r.bytes);
+                }
+            } else {
+                assert_eq!(r.bytes, 7, "no setter: no data");
+                want.push(PostSend { bytes: 0, ..*r });
+                continue;
+            }
+            want.push(*r);
+        }
+        for k in 0..n {
+            assert_eq!(
+                w.placed_send(k).as_ref(),
+                Some(&want[want.len() - (n - k) as usize])
+            );
+        }
+        w.publish_placed_sends(n);
+    }
+    // Placed, read back, then written over by an ordinary append of what was read back.
+    let (a, b) = (full(40, 2, 8, 1), full(41, 2, 9, 1));
+    for (k, r) in [a, b].iter().enumerate() {
+        let placed = place(&mut w, k as u32, r).unwrap();
+        // SAFETY: as above.
+        unsafe { w.set_placed_sge(placed, r.bytes) };
+    }
+    let back = [w.placed_send(0).unwrap(), w.placed_send(1).unwrap()];
+    w.append(&full(42, 0, 1, 1));
+    w.append(&back[0]);
+    w.append(&back[1]);
+    want.extend([full(42, 0, 1, 1), a, b]);
+    // A run does not go past the chunk's room: each placed, then published, as long as
+    // there is room for the last.
+    let mut k = 0;
+    while place(&mut w, k, &full(100 + k as u64, 0, 0, 0)).is_some() {
+        want.push(full(100 + k as u64, 0, 0, 0));
+        k += 1;
+    }
+    assert!((20..200).contains(&k), "{k} placed");
+    w.publish_placed_sends(k);
+    drop(w);
+    let file = LogFile::open(&path).unwrap();
+    assert!(file.salvage().is_clean(), "{:?}", file.salvage());
+    let got: Vec<PostSend> = (file.chunks().iter())
+        .flat_map(|c| file.records(c).map(Result::unwrap))
+        .map(|r| match r.decode().unwrap() {
+            Record::PostSend(p) => *p,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(got, want);
+    let compact = (file.chunks().iter())
+        .flat_map(|c| file.records(c).map(Result::unwrap))
+        .filter(|r| r.bytes.len() == 32)
+        .count();
+    assert_eq!(compact, want.len());
+}

@@ -15,6 +15,9 @@
 //! builders, so that one stage and that many builders hold batches of as many QPs at once. A
 //! batch longer than [`PENDING`] WRs is written as it goes (if such a batch then fails, its
 //! `PostError` follows the WRs already written).
+//!
+//! The hooks' hot path places a batch's first WR in the chunk instead, without passing here,
+//! while no batch is open here (see the per-thread API below).
 
 use bytemuck::{Pod, Zeroable};
 use sigmatrace_schemas::{PostSend, RecordHeader};
@@ -27,6 +30,8 @@ use crate::sink;
 pub const BUILDERS: usize = 2;
 /// WRs kept per batch before they are written early.
 pub const PENDING: usize = 16;
+// A batch's WRs displaced together fit one builder (none is written early for them).
+const _: () = assert!(PENDING >= sink::MAX_PLACED as usize);
 
 const ZERO: PostSend = PostSend {
     hdr: RecordHeader {
@@ -279,13 +284,39 @@ impl Builders {
 }
 
 // --- the per-thread API the `ibv_wr_*` hooks call --------------------------------------------
+//
+// A batch's first WR may instead be *placed* by the hooks (`sink::place_wr`: written into the
+// chunk by the opcode builder, published by `wr_complete`, without passing here). When this
+// thread records anything else meanwhile, the sink reads it back (*displaces* it), and the
+// next call here takes it in as its batch's first WR ([`batches`]). Placing is held off while
+// any batch is open here, so that a placed WR is always its batch's first.
+
+/// Runs `f` inside the sink with this thread's batches, after taking in a WR the sink
+/// displaced; then holds placing off while a batch is open (see above).
+#[inline(always)]
+fn batches<R>(f: impl FnOnce(&mut sink::Out<'_>, &mut Builders) -> R) -> Option<R> {
+    // (`enter`, not `with_thread`: its closure would be a call of its own.)
+    let mut t = sink::enter()?;
+    t.take_displaced(|out, st: &mut ThreadState, qp, rec| {
+        take_displaced(out.reborrow(), &mut st.builders, qp, rec)
+    });
+    let (out, st) = t.parts::<ThreadState>();
+    let b = &mut st.builders;
+    let r = f(out, b);
+    let open = !b.is_idle();
+    t.hold_placing(open);
+    Some(r)
+}
+
+/// [`batches`]: a displaced WR (its batch's first ones are displaced together, in order).
+fn take_displaced(mut out: sink::Out<'_>, b: &mut Builders, qp: u64, rec: &PostSend) {
+    b.begin_with(qp, |r| *r = *rec, &mut |r: &PostSend| out.append(r));
+}
 
 /// An opcode builder on `qp` (the QP numbered `qpn`): a new WR in its batch, stamped `ts`.
 #[inline(always)]
 pub fn begin(qp: u64, ts: u64, qpn: u32, source: u8, wr: &SendWr) {
-    sink::with_thread(|t| {
-        let (out, st) = t.parts::<ThreadState>();
-        let b = &mut st.builders;
+    batches(|out, b| {
         if !b.stage_with(qp, |r| put_post_send(r, ts, qpn, source, wr)) {
             begin_in_builder(out.reborrow(), b, qp);
         }
@@ -302,8 +333,8 @@ fn begin_in_builder(mut out: sink::Out<'_>, b: &mut Builders, qp: u64) {
 /// number) and compare/add operand (UD: qkey, DC: DC key).
 #[inline(always)]
 pub fn set_address(qp: u64, remote_addr: u64, rkey: u32, compare_add: u64) {
-    sink::with_thread(|t| {
-        if let Some(r) = t.state::<ThreadState>().builders.current(qp) {
+    batches(|_, b| {
+        if let Some(r) = b.current(qp) {
             (r.remote_addr, r.rkey, r.compare_add) = (remote_addr, rkey, compare_add);
         }
     });
@@ -312,8 +343,8 @@ pub fn set_address(qp: u64, remote_addr: u64, rkey: u32, compare_add: u64) {
 /// A setter of the WR being built on `qp`: its data (`bytes` in `num_sge` pieces).
 #[inline(always)]
 pub fn set_data(qp: u64, bytes: u32, num_sge: u16) {
-    sink::with_thread(|t| {
-        if let Some(r) = t.state::<ThreadState>().builders.current(qp) {
+    batches(|_, b| {
+        if let Some(r) = b.current(qp) {
             (r.bytes, r.num_sge) = (bytes, num_sge);
         }
     });
@@ -323,14 +354,13 @@ pub fn set_data(qp: u64, bytes: u32, num_sge: u16) {
 /// the time `wr_complete` returned: a successful one needs no timestamp).
 #[inline(always)]
 pub fn complete(qp: u64, qpn: u32, rc: i32, source: u8) {
-    sink::with_thread(|t| {
-        let (out, st) = t.parts::<ThreadState>();
+    batches(|out, b| {
         if rc == 0 {
-            if let Some(r) = st.builders.take_staged(qp) {
+            if let Some(r) = b.take_staged(qp) {
                 return out.append_post_send(r);
             }
         }
-        complete_in_builder(out.reborrow(), st, qp, qpn, rc, source);
+        complete_in_builder(out.reborrow(), b, qp, qpn, rc, source);
     });
 }
 
@@ -338,15 +368,13 @@ pub fn complete(qp: u64, qpn: u32, rc: i32, source: u8) {
 #[inline(never)]
 fn complete_in_builder(
     mut out: sink::Out<'_>,
-    st: &mut ThreadState,
+    b: &mut Builders,
     qp: u64,
     qpn: u32,
     rc: i32,
     source: u8,
 ) {
-    let done = st
-        .builders
-        .complete(qp, rc == 0, &mut |r: &PostSend| out.append(r));
+    let done = b.complete(qp, rc == 0, &mut |r: &PostSend| out.append(r));
     if rc != 0 {
         let first = done.map(|d| d.first_wr_id).unwrap_or(0);
         out.append(&post_error(sink::now(), rc, first, qp, qpn, source));
@@ -355,7 +383,7 @@ fn complete_in_builder(
 
 /// `wr_abort` on `qp`.
 pub fn abort(qp: u64) {
-    sink::with_thread(|t| t.state::<ThreadState>().builders.abort(qp));
+    batches(|_, b| b.abort(qp));
 }
 
 #[cfg(test)]

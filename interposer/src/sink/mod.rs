@@ -492,8 +492,9 @@ fn create_unique(
 // Per-thread writer (thread.rs holds the thread-local block)
 
 pub use thread::{
-    abandon_placed, enter, enter_ready, place_plain_send, placed_args, placed_ts, publish_placed,
-    with_existing_thread, with_thread, Out, Thread, STATE_BYTES,
+    abandon_placed, enter, enter_ready, place_next_wr, place_plain_send, place_wr, placed_args,
+    placed_ts, placed_wr_sge, publish_placed, publish_placed_wr, with_existing_thread, with_thread,
+    Out, Thread, MAX_PLACED, STATE_BYTES,
 };
 
 /// Set once the disk-full line was printed.

@@ -17,7 +17,7 @@ use std::mem::MaybeUninit;
 use std::sync::atomic::{compiler_fence, AtomicU64, Ordering};
 
 use sigmatrace_schemas::{
-    compact::{CompletionBody, CompletionHead, CompletionSource, SendBody, SendHead},
+    compact::{CompletionBody, CompletionHead, CompletionSource, PlacedSend, SendBody, SendHead},
     drop_reason, ChunkWriter, Dropped, FixedRecord, PostSend, RecordHeader, RecordKind, Reserved,
 };
 
@@ -38,6 +38,11 @@ const PENDING: u8 = 4;
 const OVERWRITTEN: u8 = 1;
 /// Bit of `Local::dirty`: a record was refused (re-entry) and is still to be reported.
 const MISSED: u8 = 2;
+/// `gate` while an `ibv_wr_*` batch's one WR is placed at the append position, unpublished,
+/// from its opcode builder until its `wr_complete` publishes it ([`place_wr`]): not
+/// [`READY`], so that anything else this thread records first goes through `prepare`, which
+/// *displaces* the placed WR (see `Local::placed`) before writing over it.
+const OPEN: u8 = 8;
 
 /// Every field is valid when all-zero (the initial state of a thread's block).
 #[repr(C)]
@@ -54,6 +59,9 @@ struct Local {
     hold: u8,
     /// Whether `sink.writer` is initialised.
     has_writer: bool,
+    /// Nonzero while the layer above holds placing `ibv_wr_*` WRs off ([`place_wr`]): it has
+    /// a batch open, or a displaced WR is still to be taken ([`Thread::hold_placing`]).
+    place_hold: u8,
     /// The time of the placed record while [`PENDING`] (for recording the call again).
     pending_ts: u64,
     /// The arguments of the call whose record is [`PENDING`] (for recording it again): kept
@@ -62,8 +70,35 @@ struct Local {
     /// Records refused while busy, reported as a `Dropped` record later (atomic only so that
     /// reading and clearing it is one instruction a handler cannot fall between).
     missed: AtomicU64,
+    /// The `ibv_wr_*` WRs placed at the append position, unpublished ([`place_wr`]).
+    placed: Placed,
+    /// Placed WRs `prepare` displaced (their records read back), until the layer above takes
+    /// them ([`Thread::take_displaced`]).
+    displaced: Displaced,
     sink: Sink,
     state: StateArea,
+}
+
+/// The `ibv_wr_*` WRs of one batch placed one after the other at the append position,
+/// unpublished ([`place_wr`]).
+#[repr(C)]
+struct Placed {
+    /// Their `ibv_qp_ex` (its address); 0 = none. Nonzero only while `gate` is not [`READY`]
+    /// (it is [`OPEN`], or 0 after a hook found a signal handler had changed it); set and
+    /// cleared only while [`BUSY`]. `prepare` displaces the WRs before anything is written
+    /// over them.
+    qp: u64,
+    /// How many (at most [`MAX_PLACED`]), and the last one's record (when `n` > 0).
+    n: u32,
+    last: PlacedSend,
+}
+
+/// `ibv_wr_*` WRs `prepare` displaced: their QP (0 = none), count and records.
+#[repr(C)]
+struct Displaced {
+    qp: u64,
+    n: u32,
+    recs: [PostSend; MAX_PLACED as usize],
 }
 
 /// Bytes of the per-thread scratch area.
@@ -84,6 +119,12 @@ struct Sink {
 const BLOCK: usize = 8192;
 const _: () = assert!(std::mem::size_of::<Local>() <= BLOCK && std::mem::align_of::<Local>() <= 64);
 const _: () = assert!(std::mem::offset_of!(Local, has_writer) == 3 && size_of::<bool>() == 1);
+
+mod placed;
+pub use placed::{
+    abandon_placed, place_next_wr, place_plain_send, place_wr, placed_args, placed_ts,
+    placed_wr_sge, publish_placed, publish_placed_wr, MAX_PLACED,
+};
 
 #[cfg(target_arch = "x86_64")]
 core::arch::global_asm!(
@@ -186,6 +227,8 @@ pub struct Thread<'a> {
     state: &'a mut StateArea,
     gate: &'a mut u8,
     hold: &'a mut u8,
+    place_hold: &'a mut u8,
+    displaced: &'a mut Displaced,
     _not_send: std::marker::PhantomData<*mut ()>,
 }
 
@@ -265,6 +308,8 @@ fn inside(l: &'static mut Local) -> Thread<'static> {
         state: &mut l.state,
         gate: &mut l.gate,
         hold: &mut l.hold,
+        place_hold: &mut l.place_hold,
+        displaced: &mut l.displaced,
         _not_send: std::marker::PhantomData,
     }
 }
@@ -315,6 +360,7 @@ fn prepare(l: &mut Local, create: bool) -> bool {
         l.has_writer = true;
         l.sink.reported_full = false;
     }
+    displace(l);
     // Cleared before the count is taken: a refusal after this sets it again (and is reported
     // now or by the next record, which comes here again for it).
     unsafe { dirty.write_volatile(dirty.read_volatile() & !MISSED) };
@@ -335,116 +381,34 @@ fn prepare(l: &mut Local, create: bool) -> bool {
     true
 }
 
-/// Records a plain send (RDMA write or send, one SGE, connected QP) *before* its provider
-/// call, when sends are on the hot path (`fast::SEND`): its compact `PostSend` at the TSC
-/// read now is written at the append position of this thread's chunk, unpublished, and only
-/// [`publish_placed`] after the call makes it visible. `args` (the call's) are kept in the
-/// thread's block, for the call ([`placed_args`]) and for recording it again.
-/// `Err(args)` (nothing placed; the caller records after the call, as for any other post)
-/// when the thread is not ready (first use, inside the sink already, something to report),
-/// the send has no compact form, or needs bookkeeping first: no room in the current chunk,
-/// a time base out of reach, its queue's slot not bound, or a clock snapshot due (the
-/// writer's horizon, see [`Out::snapshot_check`]). The arguments are handed back from the
-/// block where they were kept, so that the caller keeps none in registers meanwhile.
-/// While the call runs the thread is [`PENDING`]: a signal handler may record meanwhile (its
-/// records go where the placed one lies, and mark it [`OVERWRITTEN`]).
-#[inline(always)]
-pub fn place_plain_send(
-    head: impl FnOnce() -> SendHead,
-    body: impl FnOnce() -> SendBody,
-    args: [usize; 3],
-) -> Result<(), [usize; 3]> {
-    let l = local_ptr();
-    // SAFETY: `l` is this thread's block (valid, all fields valid when zero). `gate` and
-    // `dirty` are accessed with volatile single loads/stores: a signal handler on this thread
-    // can change them between any two instructions, and each decision below rests on one load.
-    unsafe {
-        if !ready_clean(l) {
-            return Err(args);
-        }
-        let gate = std::ptr::addr_of_mut!((*l).gate);
-        gate.write_volatile(READY | BUSY);
-        compiler_fence(Ordering::SeqCst);
-        // BUSY: the block's `pending_args` are ours (a handler placing a send of its own is
-        // refused) until PENDING, or until they are read back below.
-        let kept = std::ptr::addr_of_mut!((*l).pending_args);
-        kept.write(args);
-        // READY means the writer is initialised.
-        let w = (*l).sink.writer.assume_init_mut();
-        // `fast::SEND`, the caller's condition, says that timestamps are TSC reads.
-        let ts = super::tsc();
-        // (Unused unless placed; stored now, so that `ts` need not be kept.)
-        (*l).pending_ts = ts;
-        if w.place_plain_send(ts, &head(), body) {
-            compiler_fence(Ordering::SeqCst);
-            gate.write_volatile(PENDING);
-            return Ok(());
-        }
-        let args = kept.read_volatile();
-        compiler_fence(Ordering::SeqCst);
-        // As `Thread::drop`: READY again unless a handler was refused meanwhile.
-        gate.write_volatile(gate.read_volatile() & !BUSY);
-        Err(args)
+/// In `prepare` (BUSY): when `ibv_wr_*` WRs are placed ([`place_wr`]), reads them back
+/// before whatever this thread records now is written over them, for the layer above to take
+/// ([`Thread::take_displaced`]), and holds placing off until it has.
+fn displace(l: &mut Local) {
+    // SAFETY: this thread's own word; volatile as the hooks that test it.
+    let qp = unsafe { std::ptr::addr_of!(l.placed.qp).read_volatile() };
+    if qp == 0 {
+        return;
     }
-}
-
-/// After the provider call of a [`place_plain_send`] that placed its record: publishes it
-/// when the provider accepted it (returned `rc` 0) and nothing was recorded or refused on
-/// this thread meanwhile, and returns true. Otherwise publishes nothing and returns false:
-/// the caller then calls [`abandon_placed`] and records the call the ordinary way (the
-/// placed bytes are written over).
-#[inline(always)]
-pub fn publish_placed(rc: i32) -> bool {
-    let l = local_ptr();
-    // SAFETY: as in `place_plain_send`. The thread is PENDING (set there), so `has_writer`.
-    unsafe {
-        let gate = std::ptr::addr_of_mut!((*l).gate);
-        // From here a signal handler's record is refused (as inside any recording), so the
-        // check below cannot be overtaken.
-        gate.write_volatile(READY | BUSY);
-        compiler_fence(Ordering::SeqCst);
-        let dirty = std::ptr::addr_of!((*l).dirty).read_volatile();
-        if rc as u32 | dirty as u32 != 0 {
-            // The caller calls `abandon_placed` (out of line) before recording the call.
-            return false;
+    // `place_hold` keeps WRs from being placed while those displaced are not taken yet.
+    debug_assert_eq!(
+        l.displaced.qp, 0,
+        "WRs displaced before the last were taken"
+    );
+    // SAFETY: WRs are placed only on a thread with a writer.
+    let w = unsafe { l.sink.writer() };
+    let d = &mut l.displaced;
+    d.n = 0;
+    for k in 0..l.placed.n.min(MAX_PLACED) {
+        if let Some(rec) = w.placed_send(k) {
+            d.recs[d.n as usize] = rec;
+            d.n += 1;
         }
-        (*l).sink.writer.assume_init_mut().publish_placed_send();
-        compiler_fence(Ordering::SeqCst);
-        gate.write_volatile(gate.read_volatile() & !BUSY);
-        true
     }
-}
-
-/// The time of the record [`place_plain_send`] placed, for recording its call again after
-/// [`publish_placed`] returned false (only [`place_plain_send`] writes it, and it cannot run
-/// while a placed record is pending: see [`PENDING`] and [`OVERWRITTEN`]).
-#[inline(always)]
-pub fn placed_ts() -> u64 {
-    // SAFETY: this thread's block; a plain u64 field.
-    unsafe { std::ptr::addr_of!((*local_ptr()).pending_ts).read_volatile() }
-}
-
-/// The arguments [`place_plain_send`] kept with the record it placed (as [`placed_ts`]).
-#[inline(always)]
-pub fn placed_args() -> [usize; 3] {
-    // SAFETY: this thread's block; plain words.
-    unsafe { std::ptr::addr_of!((*local_ptr()).pending_args).read_volatile() }
-}
-
-/// After [`publish_placed`] returned false (the thread is still inside the sink): drops the
-/// placed record and leaves the sink not ready, so the next record goes through `prepare`
-/// (which reports refused records). The call is then recorded the ordinary way.
-#[cold]
-#[inline(never)]
-pub fn abandon_placed() {
-    let l = local_ptr();
-    // SAFETY: this thread's block; single volatile loads and stores as in `publish_placed`.
-    unsafe {
-        let dirty = std::ptr::addr_of_mut!((*l).dirty);
-        dirty.write_volatile(dirty.read_volatile() & !OVERWRITTEN);
-        compiler_fence(Ordering::SeqCst);
-        std::ptr::addr_of_mut!((*l).gate).write_volatile(0);
-    }
+    d.qp = qp;
+    l.place_hold = 1;
+    // SAFETY: as above.
+    unsafe { std::ptr::addr_of_mut!(l.placed.qp).write_volatile(0) };
 }
 
 /// Fork child: forget the parent's writer (its chunk is the parent's; writing through the
@@ -456,6 +420,9 @@ pub(super) fn reset_in_child() {
     l.gate = 0;
     l.dirty = 0;
     l.hold = 0;
+    l.place_hold = 0;
+    l.placed.qp = 0;
+    l.displaced.qp = 0;
     l.missed.store(0, Ordering::Relaxed);
     l.sink.reported_full = false;
     l.state.0.fill(0);
@@ -558,6 +525,41 @@ impl<'a> Thread<'a> {
     #[inline(always)]
     pub fn hold_hot(&mut self, held: u8) {
         *self.hold = held;
+    }
+
+    /// Holds placing `ibv_wr_*` WRs ([`place_wr`]) off while `held` (the layer above has a
+    /// batch open, where a WR placed as its batch's first would be out of place), or lets it.
+    #[inline(always)]
+    pub fn hold_placing(&mut self, held: bool) {
+        *self.place_hold = held as u8;
+    }
+
+    /// Hands the WRs `prepare` displaced ([`place_wr`]), if any, to `take` one by one, in
+    /// order, with their QP (its `ibv_qp_ex` address), the writer and the scratch area viewed
+    /// as `S`: once; placing stays held off until [`Thread::hold_placing`] lets it.
+    #[inline(always)]
+    pub fn take_displaced<S: Pod>(
+        &mut self,
+        take: impl FnMut(&mut Out<'a>, &mut S, u64, &PostSend),
+    ) {
+        if self.displaced.qp != 0 {
+            self.take_displaced_cold(take);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn take_displaced_cold<S: Pod>(
+        &mut self,
+        mut take: impl FnMut(&mut Out<'a>, &mut S, u64, &PostSend),
+    ) {
+        let qp = std::mem::take(&mut self.displaced.qp);
+        let n = (self.displaced.n as usize).min(self.displaced.recs.len());
+        for k in 0..n {
+            let rec = self.displaced.recs[k];
+            let (out, st) = self.parts::<S>();
+            take(out, st, qp, &rec);
+        }
     }
 
     /// The snapshot period in timestamp units (`u64::MAX` before the log exists).

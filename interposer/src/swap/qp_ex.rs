@@ -1,7 +1,14 @@
 //! The `ibv_wr_*` post API: the builders are pointers in `struct ibv_qp_ex`, swapped on every
 //! extended QP (created with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`, or returned by
 //! `ibv_qp_to_qp_ex`). Records are kept per batch and written at `wr_complete` (see
-//! `record::wr_builder`). `wr_start` is left alone: a batch begins with its first opcode
+//! `record::wr_builder`). The hot path — a batch's first WR an RDMA write, send or RDMA read
+//! (with one SGE or inline data, or none), sends traced with TSC timestamps — writes the WR's
+//! compact record into the chunk at its opcode builder, unpublished, sets its data at
+//! `wr_set_sge` / `wr_set_inline_data`, and publishes it at a successful `wr_complete`
+//! (`sink::place_wr`, `placed_wr_sge`, `publish_placed_wr`): the builders and setters record
+//! before forwarding and forward with a tail call; every other call (and the hot ones' ordinary
+//! paths, `*_recorded`, out of line) records the batch through `record::wr_builder`, which
+//! takes in a placed WR that something recorded meanwhile displaced. `wr_start` is left alone: a batch begins with its first opcode
 //! builder after the last `wr_complete` or `wr_abort` (which end every batch), so a hook there
 //! would add a call per batch and record nothing. `wr_set_xrc_srqn` and `wr_atomic_write` are
 //! left alone too (no record field for the former; the latter only exists in rdma-core ≥ 44
@@ -10,6 +17,7 @@
 use std::ffi::{c_int, c_void};
 use std::mem::offset_of;
 
+use sigmatrace_schemas::compact::{SendBody, SendHead};
 use sigmatrace_schemas::post_source;
 
 use super::slots::{variants, Slots, SLOTS};
@@ -160,16 +168,72 @@ pub(crate) fn stamp() -> u64 {
     }
 }
 
+/// The hot path of the opcode builders whose WR has no immediate data and no atomic operands
+/// (RDMA write, send, RDMA read), when sends are on the hot path: the WR is placed — as its
+/// batch's first (`sink::place_wr`), or, with `NEXT`, after those placed of its batch
+/// (`sink::place_next_wr`) — before the provider's builder runs (the program set `wr_id` and
+/// `wr_flags` before the call, the builder reads them as they are now), so that the hook needs
+/// nothing after the call and forwards with a tail call. False when nothing was placed. No
+/// call, nothing that can panic.
+///
+/// # Safety
+/// `qp` is the live QP the program passed to the builder.
+#[inline(always)]
+unsafe fn place<const NEXT: bool>(qp: Qp, opcode: u32, rkey: u32, raddr: u64) -> bool {
+    if !sink::is_fast_send() {
+        return false;
+    }
+    // SAFETY (both closures): per caller, the QP's fields as the provider reads them.
+    let head = || unsafe {
+        SendHead {
+            qpn: (*qp).qp_base.qp_num,
+            source: post_source::WR_API,
+            remote_addr: raddr,
+            flags: (*qp).wr_flags,
+            num_sge: 0,
+            opcode: opcode as u8,
+        }
+    };
+    let body = || SendBody {
+        // SAFETY: as above.
+        wr_id: unsafe { (*qp).wr_id },
+        rkey,
+        bytes: 0,
+    };
+    if NEXT {
+        sink::place_next_wr(qp as u64, head, body)
+    } else {
+        sink::place_wr(qp as u64, head, body)
+    }
+}
+
+/// `wr_complete`. The hot path — the batch's one WR placed by its opcode builder ([`place`])
+/// — publishes it (`sink::publish_placed_wr`); every other call is recorded by
+/// [`wr_complete_recorded`] (`extern "C"`, a tail call).
 unsafe extern "C" fn wr_complete<const S: usize>(qp: Qp) -> c_int {
     // SAFETY: as above.
     let rc = unsafe { orig::<unsafe extern "C" fn(Qp) -> c_int>(S, COMPLETE)(qp) };
+    if rc == 0 && sink::publish_placed_wr(qp as u64) {
+        return 0;
+    }
+    // SAFETY: qp is live (wr_complete does not destroy it).
+    unsafe { wr_complete_recorded(qp, rc) }
+}
+
+/// [`wr_complete`] off its hot path: the batch written from the builders, or its `PostError`.
+///
+/// # Safety
+/// `qp` live.
+#[inline(never)]
+unsafe extern "C" fn wr_complete_recorded(qp: Qp, rc: c_int) -> c_int {
     if sink::tracing(cat::SEND) {
-        // SAFETY: qp is live (wr_complete does not destroy it).
+        // SAFETY: per caller.
         guard::run("wr_complete", || unsafe {
             dx::wr_complete(qp, rc, post_source::WR_API)
         });
     }
-    rc
+    // Opaque, so that the hook keeps no `rc` across this call but jumps here.
+    std::hint::black_box(rc)
 }
 
 unsafe extern "C" fn wr_abort<const S: usize>(qp: Qp) {
@@ -235,23 +299,59 @@ unsafe extern "C" fn wr_local_inv<const S: usize>(qp: Qp, rkey: u32) {
     begin(qp, ts, IBV_WR_LOCAL_INV, |w| w.imm = rkey);
 }
 
-unsafe extern "C" fn wr_rdma_read<const S: usize>(qp: Qp, rkey: u32, raddr: u64) {
-    let ts = stamp();
-    // SAFETY: as above.
-    unsafe { orig::<unsafe extern "C" fn(Qp, u32, u64)>(S, RDMA_READ)(qp, rkey, raddr) };
-    begin(qp, ts, IBV_WR_RDMA_READ, |w| {
-        (w.rkey, w.remote_addr) = (rkey, raddr)
-    });
+/// An opcode builder with a hot path ([`place`]): the hook for a batch's first WR, then
+/// (`extern "C"`, out of line) one for the next WRs of a batch and the ordinary recording;
+/// every forward is a tail call.
+macro_rules! placed_builder {
+    ($hook:ident, $next:ident, $other:ident, $word:ident, $opcode:ident, ($($arg:ident: $ty:ty),*), $rkey:expr, $raddr:expr, $fill:expr) => {
+        unsafe extern "C" fn $hook<const S: usize>(qp: Qp, $($arg: $ty),*) {
+            // SAFETY: qp is the program's live QP.
+            if !unsafe { place::<false>(qp, $opcode, $rkey, $raddr) } {
+                // SAFETY: the program's arguments.
+                return unsafe { $next::<S>(qp, $($arg),*) };
+            }
+            // SAFETY: forwarding the program's own arguments to the provider.
+            unsafe { orig::<unsafe extern "C" fn(Qp, $($ty),*)>(S, $word)(qp, $($arg),*) }
+        }
+
+        #[inline(never)]
+        unsafe extern "C" fn $next<const S: usize>(qp: Qp, $($arg: $ty),*) {
+            // SAFETY: as above.
+            if !unsafe { place::<true>(qp, $opcode, $rkey, $raddr) } {
+                // SAFETY: the program's arguments.
+                return unsafe { $other::<S>(qp, $($arg),*) };
+            }
+            // SAFETY: as above.
+            unsafe { orig::<unsafe extern "C" fn(Qp, $($ty),*)>(S, $word)(qp, $($arg),*) }
+        }
+
+        #[inline(never)]
+        unsafe extern "C" fn $other<const S: usize>(qp: Qp, $($arg: $ty),*) {
+            let ts = stamp();
+            // SAFETY: as above.
+            unsafe { orig::<unsafe extern "C" fn(Qp, $($ty),*)>(S, $word)(qp, $($arg),*) };
+            begin(qp, ts, $opcode, $fill);
+        }
+    };
 }
 
-unsafe extern "C" fn wr_rdma_write<const S: usize>(qp: Qp, rkey: u32, raddr: u64) {
-    let ts = stamp();
-    // SAFETY: as above.
-    unsafe { orig::<unsafe extern "C" fn(Qp, u32, u64)>(S, RDMA_WRITE)(qp, rkey, raddr) };
-    begin(qp, ts, IBV_WR_RDMA_WRITE, |w| {
-        (w.rkey, w.remote_addr) = (rkey, raddr)
-    });
-}
+placed_builder!(wr_rdma_read, wr_rdma_read_next, wr_rdma_read_recorded, RDMA_READ,
+    IBV_WR_RDMA_READ, (rkey: u32, raddr: u64), rkey, raddr,
+    |w| (w.rkey, w.remote_addr) = (rkey, raddr));
+placed_builder!(wr_rdma_write, wr_rdma_write_next, wr_rdma_write_recorded, RDMA_WRITE,
+    IBV_WR_RDMA_WRITE, (rkey: u32, raddr: u64), rkey, raddr,
+    |w| (w.rkey, w.remote_addr) = (rkey, raddr));
+placed_builder!(
+    wr_send,
+    wr_send_next,
+    wr_send_recorded,
+    SEND,
+    IBV_WR_SEND,
+    (),
+    0,
+    0,
+    |_| {}
+);
 
 unsafe extern "C" fn wr_rdma_write_imm<const S: usize>(qp: Qp, rkey: u32, raddr: u64, imm: u32) {
     let ts = stamp();
@@ -262,13 +362,6 @@ unsafe extern "C" fn wr_rdma_write_imm<const S: usize>(qp: Qp, rkey: u32, raddr:
     begin(qp, ts, IBV_WR_RDMA_WRITE_WITH_IMM, |w| {
         (w.rkey, w.remote_addr, w.imm) = (rkey, raddr, u32::from_be(imm))
     });
-}
-
-unsafe extern "C" fn wr_send<const S: usize>(qp: Qp) {
-    let ts = stamp();
-    // SAFETY: as above.
-    unsafe { orig::<unsafe extern "C" fn(Qp)>(S, SEND)(qp) };
-    begin(qp, ts, IBV_WR_SEND, |_| {});
 }
 
 unsafe extern "C" fn wr_send_imm<const S: usize>(qp: Qp, imm: u32) {
@@ -302,11 +395,32 @@ unsafe extern "C" fn wr_set_ud_addr<const S: usize>(qp: Qp, ah: *mut ibv_ah, rqp
     set(|| wr_builder::set_address(qp as u64, ah as u64, rqpn, qkey as u64));
 }
 
-unsafe extern "C" fn wr_set_inline_data<const S: usize>(qp: Qp, addr: *mut c_void, len: usize) {
-    // SAFETY: as above.
-    unsafe { orig::<unsafe extern "C" fn(Qp, *mut c_void, usize)>(S, SET_INLINE)(qp, addr, len) };
-    set(|| wr_builder::set_data(qp as u64, len.min(u32::MAX as usize) as u32, 1));
+/// A setter that gives the WR one piece of data, with a hot path (`sink::placed_wr_sge`: the
+/// WR placed by its opcode builder gets it before the provider call, then a tail call) and
+/// its ordinary recording (`extern "C"`, out of line).
+macro_rules! placed_setter {
+    ($hook:ident, $other:ident, $word:ident, ($($arg:ident: $ty:ty),*), $bytes:expr) => {
+        unsafe extern "C" fn $hook<const S: usize>(qp: Qp, $($arg: $ty),*) {
+            if !sink::placed_wr_sge(qp as u64, $bytes) {
+                // SAFETY: the program's arguments.
+                return unsafe { $other::<S>(qp, $($arg),*) };
+            }
+            // SAFETY: forwarding the program's own arguments to the provider.
+            unsafe { orig::<unsafe extern "C" fn(Qp, $($ty),*)>(S, $word)(qp, $($arg),*) }
+        }
+
+        #[inline(never)]
+        unsafe extern "C" fn $other<const S: usize>(qp: Qp, $($arg: $ty),*) {
+            // SAFETY: as above.
+            unsafe { orig::<unsafe extern "C" fn(Qp, $($ty),*)>(S, $word)(qp, $($arg),*) };
+            set(|| wr_builder::set_data(qp as u64, $bytes, 1));
+        }
+    };
 }
+
+placed_setter!(wr_set_inline_data, wr_set_inline_data_recorded, SET_INLINE,
+    (addr: *mut c_void, len: usize), len.min(u32::MAX as usize) as u32);
+placed_setter!(wr_set_sge, wr_set_sge_recorded, SET_SGE, (lkey: u32, addr: u64, len: u32), len);
 
 unsafe extern "C" fn wr_set_inline_data_list<const S: usize>(
     qp: Qp,
@@ -325,12 +439,6 @@ unsafe extern "C" fn wr_set_inline_data_list<const S: usize>(
         let (bytes, pieces) = (total.min(u32::MAX as usize), n.min(u16::MAX as usize));
         wr_builder::set_data(qp as u64, bytes as u32, pieces as u16)
     });
-}
-
-unsafe extern "C" fn wr_set_sge<const S: usize>(qp: Qp, lkey: u32, addr: u64, len: u32) {
-    // SAFETY: as above.
-    unsafe { orig::<unsafe extern "C" fn(Qp, u32, u64, u32)>(S, SET_SGE)(qp, lkey, addr, len) };
-    set(|| wr_builder::set_data(qp as u64, len, 1));
 }
 
 unsafe extern "C" fn wr_set_sge_list<const S: usize>(qp: Qp, n: usize, sg: *const ibv_sge) {

@@ -12,14 +12,25 @@ use crate::records::{
     post_source, slot_role, CompletionCompact, CompletionShort, FixedRecord, PostRecv,
     PostRecvCompact, PostSend, PostSendCompact, RecordHeader, SlotBind, TimeBase, WorkCompletion,
 };
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::chunk::{CHUNK_HEADER_SIZE, COMMIT_OFFSET};
 use crate::writer::ChunkWriter;
 
 use super::{
-    addr_op_fits, completion_is_short, event_kind, pack_addr_op, pack_completion,
-    pack_completion_short, post_recv_fits, put_addr_op, CompletionBody, CompletionHead,
+    addr_op_fits, completion_is_short, event_kind, expand_post_send, pack_addr_op, pack_completion,
+    pack_completion_short, post_recv_fits, put_addr_op, BoundSlot, CompletionBody, CompletionHead,
     CompletionSource, SendBody, SendHead, BOOKKEEPING, DTS_BITS, DTS_LIMIT, POST_RECV_C,
     POST_SEND_C,
 };
+
+/// A compact send placed at or after the append position, unpublished
+/// ([`ChunkWriter::place_plain_send_at`]): where its record lies in the chunk, for the data its
+/// caller learns after placing it ([`ChunkWriter::set_placed_sge`]). Valid until anything else
+/// is written through its writer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(transparent)]
+pub struct PlacedSend(u32);
 
 /// Slots per role in the writer's table (readers accept any slot 0–255).
 pub const WRITER_SLOTS: usize = 64;
@@ -287,19 +298,36 @@ impl ChunkWriter {
         head: &SendHead,
         body: impl FnOnce() -> SendBody,
     ) -> bool {
+        self.place_plain_send_at(0, ts, head, body).is_some()
+    }
+
+    /// [`place_plain_send`](Self::place_plain_send) of the `k`-th (from 0) of sends placed
+    /// one after the other — `k` are placed already, right after the append position, and
+    /// nothing else was written since — for a caller that publishes them together
+    /// ([`publish_placed_sends`](Self::publish_placed_sends)), as the `ibv_wr_*` API posts a
+    /// batch of WRs at once. The placed record, for the data a caller learns later
+    /// ([`set_placed_sge`](Self::set_placed_sge)); `None` where `place_plain_send` returns false.
+    #[inline(always)]
+    pub fn place_plain_send_at(
+        &mut self,
+        k: u32,
+        ts: u64,
+        head: &SendHead,
+        body: impl FnOnce() -> SendBody,
+    ) -> Option<PlacedSend> {
+        const SIZE: u32 = size_of::<PostSendCompact>() as u32;
         let h = head;
         if !addr_op_fits(h.remote_addr, h.flags, h.num_sge) {
-            return false;
+            return None;
         }
         let dts = ts.wrapping_sub(self.slots.base);
         let i = h.qpn as usize % WRITER_SLOTS;
-        if dts >= self.slots.lim
-            || self.pos() >= self.place_limit
-            || self.slots.send[i] != send_key(h)
-        {
-            return false;
+        // `k` is small (the caller's run of WRs): this cannot wrap (and makes no panic path).
+        let at = self.pos().wrapping_add(k.wrapping_mul(SIZE));
+        if dts >= self.slots.lim || at >= self.place_limit || self.slots.send[i] != send_key(h) {
+            return None;
         }
-        let c = self.at_pos() as *mut PostSendCompact;
+        let c = self.record_at(at);
         let tslot = dts as u32 | self.slots.hi[SEND_REGION + i];
         // SAFETY: `place_limit` leaves room for this record inside our exclusively owned
         // chunk; the position is 8-aligned; each field is written once.
@@ -315,7 +343,37 @@ impl ChunkWriter {
             std::ptr::addr_of_mut!((*c).rkey).write(b.rkey);
             std::ptr::addr_of_mut!((*c).bytes).write(b.bytes);
         }
-        true
+        Some(PlacedSend(at))
+    }
+
+    /// The compact send at position `at` of the current chunk.
+    #[inline(always)]
+    fn record_at(&self, at: u32) -> *mut PostSendCompact {
+        self.base.wrapping_add(CHUNK_HEADER_SIZE + at as usize) as *mut PostSendCompact
+    }
+
+    /// Gives a placed send one SGE of `bytes`: its `bytes`, and an SGE count of 1 (the
+    /// `ibv_wr_*` API's setters give a WR its data after its opcode). Two stores.
+    ///
+    /// # Safety
+    /// `placed` is still placed — nothing was written through this writer since it was — and
+    /// its SGE count is 0 or 1.
+    #[inline(always)]
+    pub unsafe fn set_placed_sge(&mut self, placed: PlacedSend, bytes: u32) {
+        let c = self.record_at(placed.0);
+        // SAFETY: per caller, a placed record (inside our exclusively owned chunk, 8-aligned)
+        // is at `c`; its SGE count bits are 0 or 1, so setting the lowest of them makes it 1.
+        unsafe {
+            std::ptr::addr_of_mut!((*c).bytes).write(bytes);
+            let addr_op = std::ptr::addr_of_mut!((*c).addr_op);
+            if cfg!(target_endian = "little") {
+                // The top byte: flags | SGE count << 5 (`put_addr_op`).
+                let top = addr_op.cast::<u8>().add(7);
+                top.write(top.read() | 1 << 5);
+            } else {
+                addr_op.write(addr_op.read() | 1 << 61);
+            }
+        }
     }
 
     /// Publishes the record [`place_plain_send`](Self::place_plain_send) placed; nothing may
@@ -323,6 +381,49 @@ impl ChunkWriter {
     #[inline(always)]
     pub fn publish_placed_send(&mut self) {
         self.publish(size_of::<PostSendCompact>() as u32);
+    }
+
+    /// Publishes the `n` records [`place_plain_send_at`](Self::place_plain_send_at) placed
+    /// (with `k` from 0 to `n - 1`); nothing else may have been written through this writer
+    /// since.
+    #[inline(always)]
+    pub fn publish_placed_sends(&mut self, n: u32) {
+        const ONE: u64 = 1 << 32 | size_of::<PostSendCompact>() as u64;
+        self.commit += n as u64 * ONE;
+        // SAFETY: as in `publish`.
+        unsafe {
+            (*(self.base.add(COMMIT_OFFSET) as *const AtomicU64))
+                .store(self.commit, Ordering::Release)
+        };
+    }
+
+    /// The full `PostSend` the `k`-th send [`place_plain_send_at`](Self::place_plain_send_at)
+    /// placed stands for (its compact record read back in the chunk's context), for a caller
+    /// that must write something else before publishing it (the placed bytes are then written
+    /// over; it appends this record later instead). `None` when the writer has no room for
+    /// that record (nothing can be placed there).
+    ///
+    /// The caller must know that it placed that record and that nothing was written through
+    /// this writer since; otherwise the result is meaningless (but reading it is sound).
+    pub fn placed_send(&self, k: u32) -> Option<PostSend> {
+        let at = self
+            .pos()
+            .checked_add(k.checked_mul(size_of::<PostSendCompact>() as u32)?)?;
+        if at >= self.place_limit {
+            return None;
+        }
+        // SAFETY: below `place_limit` a whole compact send lies inside our chunk (which is
+        // mapped and initialised: every byte below the capacity was written or zero-filled).
+        let c = unsafe { self.record_at(at).read() };
+        let i = (c.tslot >> DTS_BITS) as usize % WRITER_SLOTS;
+        let key = self.slots.send[i];
+        let slot = BoundSlot {
+            object: 0,
+            qpn: key as u32,
+            source: (key >> 32) as u8,
+            role: slot_role::SEND,
+        };
+        Some(expand_post_send(&c, self.slots.base, &slot))
     }
 
     /// `append` of a `PostRecv`: compact when it fits.
