@@ -15,6 +15,8 @@ use crate::proto::{self, TracePacket};
 use crate::{ArgKey, ArgValue, CounterUnit, Extra, Name, TraceSink, TrackDef, TrackKind};
 pub(crate) use small::Tail;
 use small::Template;
+#[cfg(test)]
+pub(crate) use small::{epoch_bits, template_kind, EPOCHS, KIND_TAIL};
 
 /// Sequence-scoped clock used for incremental timestamps.
 pub const INCREMENTAL_CLOCK_ID: u32 = 64;
@@ -282,7 +284,8 @@ pub struct PerfettoSeq {
     /// With `z`: the last small packet per (track, type) slot ([`Template`]), allocated
     /// on first use.
     templates: Vec<Template>,
-    /// Current block's number: templates of earlier blocks are stale.
+    /// Current block's number (1 to [`small::EPOCHS`] − 1): templates of earlier blocks are
+    /// stale.
     epoch: u32,
     /// Events written with an absolute timestamp ([`PerfettoSeq::earlier_events`]).
     earlier: u64,
@@ -331,23 +334,30 @@ impl PerfettoSeq {
     pub fn renew(mut self, seq: u32, incremental: bool, base_ts: u64) -> Self {
         let mut buf = std::mem::take(&mut self.buf);
         buf.clear();
-        let mut templates = std::mem::take(&mut self.templates);
         // Templates of a later epoch than any written: none of the old ones is current (the
         // slots are cleared only if the epochs would wrap).
-        let epoch = self.epoch.wrapping_add(1);
-        if epoch < self.epoch || epoch == 0 {
-            templates.fill(Template::default());
-        }
+        self.next_epoch();
+        let (templates, epoch) = (std::mem::take(&mut self.templates), self.epoch);
         let z = self.z.take().map(|mut z| {
             z.renew();
             z
         });
         let mut fresh = PerfettoSeq::new_in(seq, incremental, base_ts, buf);
         fresh.templates = templates;
-        fresh.epoch = epoch.max(1);
+        fresh.epoch = epoch;
         fresh.z = z;
         fresh.fallback = self.fallback.take();
         fresh
+    }
+
+    /// The next block's epoch: the templates written so far are stale.
+    fn next_epoch(&mut self) {
+        self.epoch += 1;
+        if self.epoch == small::EPOCHS {
+            // Epochs wrapped: no slot may look current.
+            self.templates.fill(Template::default());
+            self.epoch = 1;
+        }
     }
 
     /// Whether the packets are compressed while written ([`PerfettoSeq::compressed`]).
@@ -759,12 +769,7 @@ impl TraceSink for PerfettoSeq {
                     frame_compressed(zlib.zlib_if_smaller(buf, fast).unwrap_or(fast))
                 });
                 self.buf.clear();
-                self.epoch = self.epoch.wrapping_add(1);
-                if self.epoch == 0 {
-                    // Epochs wrapped: no slot may look current.
-                    self.templates.fill(Template::default());
-                    self.epoch = 1;
-                }
+                self.next_epoch();
                 out
             }
             None => std::mem::replace(&mut self.buf, Vec::with_capacity(1 << 20)),
