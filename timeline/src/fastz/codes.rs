@@ -259,8 +259,9 @@ pub(super) struct Tables2 {
     /// [`dist_code`] indexes them without a bounds check).
     pub(super) dist: [u32; 32],
     /// Match length `l` (3..=MAX_MATCH) at `l − 3` → its length symbol's code with the extra
-    /// bits appended, the bit count in the top 8 bits.
-    pub(super) len: [u32; 256],
+    /// bits appended (bits 0..32), their count (bits 32..40) and its length code index (bits
+    /// 40..48: the symbol is 257 + it).
+    pub(super) len: [u64; 256],
 }
 
 /// Longest deflate match.
@@ -288,8 +289,8 @@ impl Tables2 {
             let (c, l) = lit.codes[257 + lc];
             let e = LEN_EXTRA[lc] as u32;
             let v = c as u32 | (len as u32 - LEN_BASE[lc] as u32) << l;
-            // Fits: 15 code bits + 5 extra bits, length in the top 8 bits.
-            t.len[len - 3] = v | (l as u32 + e) << 24;
+            // Fits: 15 code bits + 5 extra bits.
+            t.len[len - 3] = v as u64 | ((l as u32 + e) as u64) << 32 | (lc as u64) << 40;
         }
         t
     }

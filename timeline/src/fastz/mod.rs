@@ -63,6 +63,20 @@ pub struct FastZ {
     /// No stream started since the last one ended: the next packet starts one (a sequence
     /// that ends never pays for the code tables of a block it does not write).
     idle: bool,
+    /// The code of the last match distance written in this block (repeats of a burst take
+    /// the same distance match after match).
+    dist: DistCode,
+}
+
+/// A match distance's code, extra bits appended, and its bit count.
+#[derive(Clone, Copy, Default)]
+struct DistCode {
+    /// The distance (0: none).
+    d: usize,
+    bits: u64,
+    n: u32,
+    /// The distance code (< 30).
+    code: usize,
 }
 
 impl Default for FastZ {
@@ -94,6 +108,7 @@ impl FastZ {
             pend_dist: 0,
             last_dist: 0,
             idle: false,
+            dist: DistCode::default(),
         };
         z.start_stream();
         z
@@ -167,6 +182,8 @@ impl FastZ {
         self.lit_freq = [0; 512];
         self.dist_freq = [0; 32];
         self.tokens = 0;
+        // The codes changed.
+        self.dist = DistCode::default();
     }
 
     fn write_dynamic_header(&mut self, ll: &[u8], dl: &[u8]) {
@@ -230,19 +247,34 @@ impl FastZ {
         self.bits.put(acc, n);
     }
 
+    /// Writes a match of `len` bytes (3..=258) at distance `dist`.
     #[inline(always)]
     fn matched(&mut self, len: usize, dist: usize) {
         debug_assert!((3..=MAX_MATCH).contains(&len));
-        let li = (len - 3) as u8 as usize;
-        let le = self.codes.len[li];
-        let dc = dist_code(dist);
+        let le = self.codes.len[(len - 3) as u8 as usize];
+        if dist != self.dist.d {
+            self.dist = self.dist_code(dist);
+        }
+        let dist = self.dist;
+        let ln = (le >> 32) as u32 & 0xff;
+        self.bits
+            .put(le & 0xffff_ffff | dist.bits << ln, ln + dist.n);
+        self.lit_freq[(257 + (le >> 40) as usize) & 511] += 1;
+        self.dist_freq[dist.code & 31] += 1;
+    }
+
+    /// Distance `d`'s code in the current block ([`FastZ::dist`]).
+    #[inline]
+    fn dist_code(&self, d: usize) -> DistCode {
+        let dc = dist_code(d);
         let de = self.codes.dist[dc];
         let dl = de >> 16 & 0xff;
-        let v = (le & 0xff_ffff) as u64
-            | ((de & 0xffff) as u64 | ((dist - DIST_BASE[dc] as usize) as u64) << dl) << (le >> 24);
-        self.bits.put(v, (le >> 24) + dl + (de >> 24));
-        self.lit_freq[(257 + TABLES.len_code[li] as usize) & 511] += 1;
-        self.dist_freq[dc] += 1;
+        DistCode {
+            d,
+            bits: (de & 0xffff) as u64 | ((d - DIST_BASE[dc] as usize) as u64) << dl,
+            n: dl + (de >> 24),
+            code: dc,
+        }
     }
 
     /// Tokenizes raw bytes `buf[start..]` (one packet, written after everything tokenized so
