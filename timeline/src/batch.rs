@@ -30,6 +30,8 @@ const LANE: u8 = 6;
 /// table (args, or more flows).
 const FLOW: u64 = 1 << 8;
 const TERM: u64 = 1 << 9;
+/// The flags of an event's one flow ([`Ev::tail`]).
+pub(crate) const TAIL_FLAGS: u64 = FLOW | TERM;
 const SIDE: u64 = 1 << 10;
 
 /// Events a group's list has room for at first (it grows as needed and is reused).
@@ -412,6 +414,21 @@ impl Ev {
             Some((ty, Tail::Term(self.x)))
         } else {
             None
+        }
+    }
+
+    /// The tail of an event with at most a counter value or one flow (its flags without
+    /// [`SIDE`]): the value of a counter, the flow it starts or terminates, or none.
+    #[inline(always)]
+    pub(crate) fn tail(&self) -> Tail {
+        if self.meta as u8 == COUNTER {
+            Tail::Value(self.x)
+        } else if self.meta & FLOW != 0 {
+            Tail::Flow(self.x)
+        } else if self.meta & TERM != 0 {
+            Tail::Term(self.x)
+        } else {
+            Tail::None
         }
     }
 

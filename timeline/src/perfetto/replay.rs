@@ -1,12 +1,14 @@
-//! Encoding recorded events ([`crate::batch`]) into a sequence: runs of plain events (no
-//! value, flows or args) whose track's last packet of their type and name is in the block are
-//! written from those templates in one loop ([`plain_repeats`]); an event with at most a
-//! counter value or one flow is written from its template without going through the sink
-//! interface; every other event goes through it ([`crate::batch::replay_one`]).
+//! Encoding recorded events ([`crate::batch`]) into a sequence: runs of events with at most a
+//! counter value or one flow whose track's last packet of their type and name is in the block
+//! are written from those templates in one loop ([`repeats`]); every other event goes through
+//! the sink interface ([`crate::batch::replay_one`]).
 
-use super::small::{epoch_bits, repeat_plain, template_slot, Tail, Template, TEMPLATE_SLOTS};
+use super::small::{
+    epoch_bits, repeat_plain, repeat_tail, template_slot, Tail, Template, KIND_TAIL, REPEAT_COPY,
+    TEMPLATE_SLOTS,
+};
 use super::PerfettoSeq;
-use crate::batch::{replay_one, Ev, GroupEvents};
+use crate::batch::{replay_one, Ev, GroupEvents, TAIL_FLAGS};
 use crate::fastz::{FastZ, WINDOW};
 
 impl PerfettoSeq {
@@ -22,7 +24,7 @@ impl PerfettoSeq {
             ) {
                 let epoch = epoch_bits(self.epoch);
                 let last = &mut self.last_ts;
-                i += plain_repeats(&mut self.buf, templates, z, last, epoch, &evs[i..]);
+                i += repeats(&mut self.buf, templates, z, last, epoch, &evs[i..]);
                 if i == evs.len() {
                     break;
                 }
@@ -44,12 +46,15 @@ impl PerfettoSeq {
     }
 }
 
-/// Writes the events at the start of `evs` that are plain repeats of their templates
-/// ([`repeat_plain`]) into `buf` and `z` — the template in the current block (`epoch`:
-/// [`epoch_bits`]), of the same type and name, neither with a tail, within the window — up to
-/// the first that is not; returns how many. `last_ts`: the incremental clock.
+/// Writes the events at the start of `evs` that repeat their templates into `buf` and `z` —
+/// the template in the current block (`epoch`: [`epoch_bits`]) of the same track, type and
+/// name, within the window — up to the first that does not; returns how many. Plain events of
+/// plain templates are [`repeat_plain`]s; counters, events with one flow and plain events of
+/// templates with a tail are [`repeat_tail`]s (the template at least [`REPEAT_COPY`] back).
+/// `last_ts`: the incremental clock. The same bytes and tokens as the sink's path
+/// ([`PerfettoSeq::templated`]).
 #[inline(never)]
-fn plain_repeats(
+fn repeats(
     buf: &mut Vec<u8>,
     templates: &mut [Template; TEMPLATE_SLOTS],
     z: &mut FastZ,
@@ -59,8 +64,8 @@ fn plain_repeats(
 ) -> usize {
     z.wake();
     let mut now = *last_ts;
-    let mut n = 0;
-    for ev in evs {
+    let mut rest = evs.iter();
+    while let Some(ev) = rest.clone().next() {
         if ev.ts < now {
             break;
         }
@@ -68,17 +73,35 @@ fn plain_repeats(
         let t = &mut templates[template_slot(ev.track, ty as i32)];
         let start = buf.len();
         // The kind (type, name, no tail, epoch) of a template equals a recorded plain event's
-        // `meta` with the epoch ([`super::small::template_kind`]); an event with flags or a
-        // value never matches.
-        if t.kind != ev.meta | epoch || t.track != ev.track || start - t.at > WINDOW {
-            break;
-        }
-        if !repeat_plain(buf, z, t, ev.ts - now, ty as usize) {
+        // `meta` with the epoch ([`super::small::template_kind`]); a counter's or an event's
+        // with a flow equals it without their flags and the template's tail flag; an event
+        // with other flags (args, more flows) or a track or lane declaration never does.
+        let key = ev.meta | epoch;
+        if t.kind == key {
+            if t.track != ev.track
+                || start - t.at > WINDOW
+                || !repeat_plain(buf, z, t, ev.ts - now, ty as usize)
+            {
+                break;
+            }
+        } else if t.kind & !KIND_TAIL == key & !TAIL_FLAGS {
+            if t.track != ev.track || start - t.at > WINDOW || t.at + REPEAT_COPY > start {
+                break;
+            }
+            tail_repeat(buf, z, t, ev, ev.ts - now);
+        } else {
             break;
         }
         now = ev.ts;
-        n += 1;
+        rest.next();
     }
     *last_ts = now;
-    n
+    evs.len() - rest.len()
+}
+
+/// [`repeat_tail`] of event `ev` with timestamp delta `tsf`, out of line: the plain repeats'
+/// loop keeps its registers.
+#[inline(never)]
+fn tail_repeat(buf: &mut Vec<u8>, z: &mut FastZ, t: &mut Template, ev: &Ev, tsf: u64) {
+    repeat_tail(buf, z, t, ev.tail(), tsf, ev.meta as u8 as usize);
 }

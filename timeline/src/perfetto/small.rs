@@ -187,7 +187,7 @@ impl PerfettoSeq {
         if t.at + REPEAT_COPY > start {
             return false;
         }
-        self.repeat_tail(slot, t, ty, tail, ts);
+        self.repeat_tail(slot, ty, tail, ts);
         true
     }
 
@@ -301,42 +301,23 @@ impl PerfettoSeq {
     }
 
     /// Writes a small packet with a tail (a counter value or one flow; [`Tail::None`] too) from
-    /// its template `t` (in slot `slot`, at least [`REPEAT_COPY`] bytes back): its bytes up to
-    /// the tail copied, the tail, the timestamp delta and both lengths written, compressed
-    /// against the template — the bytes and tokens [`PerfettoSeq::small_event`] writes for
-    /// it, without encoding its head.
+    /// its template `t` (in slot `slot`, at least [`REPEAT_COPY`] bytes back):
+    /// [`repeat_tail`].
     #[inline(never)]
-    fn repeat_tail(&mut self, slot: usize, t: Template, ty: i32, tail: Tail, ts: u64) {
+    fn repeat_tail(&mut self, slot: usize, ty: i32, tail: Tail, ts: u64) {
         let tsf = self.ts_field(ts);
-        let start = self.buf.len();
         let Some(z) = &mut self.z else {
             return;
         };
-        // At most 30 bytes before the tail, 12 of tail (a negative value: 2 + 10), 11 of
-        // timestamp.
-        let mut a = [0u8; 64];
-        a[..REPEAT_COPY].copy_from_slice(&self.buf[t.at..t.at + REPEAT_COPY]);
-        let mut p = t.vat as usize;
-        put_tail(&mut a, &mut p, tail);
-        a[t.te as usize] = (p - t.te as usize - 1) as u8;
-        a[p] = TAG_TIMESTAMP;
-        p += 1;
-        let plen = p;
-        var(&mut a, &mut p, tsf);
-        a[1] = (p - 2) as u8;
-        self.buf.extend_from_slice(&a);
-        self.buf.truncate(start + p);
-        z.against(&self.buf, start, start - t.at, ty as usize);
-        let s = &mut self.templates[slot];
-        s.at = start;
-        s.plen = plen as u8;
-        s.tlen = (p - plen) as u8;
-        s.ts = tsf;
-        s.kind = if tail == Tail::None {
-            t.kind & !KIND_TAIL
-        } else {
-            t.kind | KIND_TAIL
-        };
+        z.wake();
+        repeat_tail(
+            &mut self.buf,
+            z,
+            &mut self.templates[slot],
+            tail,
+            tsf,
+            ty as usize,
+        );
     }
 }
 
@@ -462,4 +443,46 @@ fn delta_equal(t: Template, tsf: u64, tlen: usize) -> (bool, usize) {
         0
     };
     (same_len, tail_eq)
+}
+
+/// Writes a small packet with a tail (a counter value or one flow; [`Tail::None`] too) and
+/// timestamp delta `tsf` from its template `t` (at least [`REPEAT_COPY`] bytes back) at the
+/// end of `buf`: its bytes up to the tail copied, the tail, the timestamp delta and both
+/// lengths written, compressed against the template ([`FastZ::against`]; the stream started)
+/// — the bytes and tokens [`PerfettoSeq::small_event`] writes for it, without encoding its
+/// head; `t` becomes the new packet.
+#[inline(always)]
+pub(super) fn repeat_tail(
+    buf: &mut Vec<u8>,
+    z: &mut FastZ,
+    t: &mut Template,
+    tail: Tail,
+    tsf: u64,
+    ty: usize,
+) {
+    let start = buf.len();
+    // At most 30 bytes before the tail, 12 of tail (a negative value: 2 + 10), 11 of
+    // timestamp.
+    let mut a = [0u8; 64];
+    a[..REPEAT_COPY].copy_from_slice(&buf[t.at..t.at + REPEAT_COPY]);
+    let mut p = t.vat as usize;
+    put_tail(&mut a, &mut p, tail);
+    a[t.te as usize] = (p - t.te as usize - 1) as u8;
+    a[p] = TAG_TIMESTAMP;
+    p += 1;
+    let plen = p;
+    var(&mut a, &mut p, tsf);
+    a[1] = (p - 2) as u8;
+    buf.extend_from_slice(&a);
+    buf.truncate(start + p);
+    z.against(buf, start, start - t.at, ty);
+    t.at = start;
+    t.plen = plen as u8;
+    t.tlen = (p - plen) as u8;
+    t.ts = tsf;
+    t.kind = if tail == Tail::None {
+        t.kind & !KIND_TAIL
+    } else {
+        t.kind | KIND_TAIL
+    };
 }
