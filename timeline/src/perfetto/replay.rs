@@ -1,7 +1,8 @@
 //! Encoding recorded events ([`crate::batch`]) into a sequence: runs of events with at most a
 //! counter value or one flow whose track's last packet of their type and name is in the block
-//! are written from those templates in one loop ([`repeats`]); every other event goes through
-//! the sink interface ([`crate::batch::replay_one`]).
+//! are written from those templates in one loop ([`repeats`]), other such events written as
+//! new packets ([`PerfettoSeq::new_small`]); every other event (args, declarations) goes
+//! through the sink interface ([`crate::batch::replay_one`]).
 
 use super::small::{
     epoch_bits, repeat_plain, repeat_tail, template_slot, Tail, Template, KIND_TAIL, REPEAT_COPY,
@@ -10,6 +11,8 @@ use super::small::{
 use super::PerfettoSeq;
 use crate::batch::{replay_one, Ev, GroupEvents, TAIL_FLAGS};
 use crate::fastz::{FastZ, WINDOW};
+use crate::proto;
+use crate::{Extra, Name};
 
 impl PerfettoSeq {
     /// Encodes one group's recorded events, in order.
@@ -30,19 +33,56 @@ impl PerfettoSeq {
                 }
             }
             let ev = &evs[i];
-            // Counters and events with one flow, then the rest.
-            let written = if let Some(ty) = ev.plain_type() {
-                self.templated(ty as i32, ev.track, ev.name1(), Tail::None, ev.ts)
-            } else if let Some((ty, tail)) = ev.with_tail() {
-                self.templated(ty as i32, ev.track, ev.name1(), tail, ev.ts)
-            } else {
-                false
+            // Events with at most a counter value or one flow (a template too far back or
+            // less than a copy back, the first of its track in the block, an earlier one), then
+            // the rest.
+            let small = match ev.plain_type() {
+                Some(ty) => Some((ty, Tail::None)),
+                None => ev.with_tail(),
             };
-            if !written {
-                replay_one(events, ev, self);
+            match small {
+                Some((ty, tail)) => {
+                    if !self.templated(ty as i32, ev.track, ev.name1(), tail, ev.ts) {
+                        self.new_small(ev, ty, tail);
+                    }
+                }
+                None => replay_one(events, ev, self),
             }
             i += 1;
         }
+    }
+
+    /// Writes a recorded event of type `ty` with at most a counter value or one flow (`tail`)
+    /// that no template wrote: what the sink interface writes for it
+    /// ([`crate::batch::replay_one`], [`PerfettoSeq::new_event`]), without the interface.
+    #[inline(never)]
+    fn new_small(&mut self, ev: &Ev, ty: u8, tail: Tail) {
+        // Slice ends have no name.
+        let name = match ev.name1() {
+            n if n != 0 && ty as i32 != proto::TYPE_SLICE_END => Some(Name(n as u32 - 1)),
+            _ => None,
+        };
+        let one = [ev.x];
+        let (value, extra) = match tail {
+            Tail::None => (None, Extra::NONE),
+            Tail::Value(v) => (Some(v as i64), Extra::NONE),
+            Tail::Flow(_) => (
+                None,
+                Extra {
+                    flows: &one,
+                    ..Extra::NONE
+                },
+            ),
+            Tail::Term(_) => (
+                None,
+                Extra {
+                    terminating: &one,
+                    ..Extra::NONE
+                },
+            ),
+        };
+        let small = self.z.is_some();
+        self.new_event(ev.ts, ty as i32, ev.track, name, value, &extra, small);
     }
 }
 
