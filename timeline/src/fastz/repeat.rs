@@ -65,19 +65,41 @@ impl FastZ {
         debug_assert!(2 <= plen && plen + tail_eq <= n && n <= SEG && d <= start && d <= WINDOW);
         self.seen(start, ty);
         let cont = self.pend_len > 0 && self.pend_dist == d;
-        let head = if same_len {
-            0
-        } else {
-            // The first byte joins a pending match at `d`, else it is a literal (as is the
-            // frame length).
+        if same_len {
+            // The first `eq` bytes repeat: they go on with the match in progress at `d`, or
+            // start one; the rest (some of the delta) are literals.
+            let eq = plen + tail_eq;
+            debug_assert!(eq >= 3);
+            let mut len = eq;
             if cont {
-                self.run(buf, start, 1, d);
+                len += self.pend_len;
             } else {
-                self.lits(buf, start, start + 1);
+                self.flush(buf, start);
+                self.pend_dist = d;
+                self.last_dist = d;
             }
-            self.lits(buf, start + 1, start + 2);
-            2
-        };
+            if len > MAX_MATCH {
+                self.matched(MAX_MATCH, d);
+                self.tokens += 1;
+                len -= MAX_MATCH;
+            }
+            self.pend_len = len;
+            if eq < n {
+                self.flush(buf, start + eq);
+                self.put_lits(&buf[start + eq..end]);
+                self.tokens += n - eq;
+            }
+            return self.packet_done(buf, end);
+        }
+        // The first byte joins a pending match at `d`, else it is a literal (as is the frame
+        // length).
+        if cont {
+            self.run(buf, start, 1, d);
+        } else {
+            self.lits(buf, start, start + 1);
+        }
+        self.lits(buf, start + 1, start + 2);
+        let head = 2;
         let eq = plen - head + tail_eq;
         if eq >= 3 || (eq > 0 && self.pend_len > 0 && self.pend_dist == d) {
             self.run(buf, start + head, eq, d);

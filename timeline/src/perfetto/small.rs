@@ -403,8 +403,7 @@ pub(super) fn repeat_plain(
     }
     if tsf == t.ts {
         // The same delta: the packet is its template's bytes (the rest of the copy is cut).
-        let a: [u8; REPEAT_COPY] = buf[at..at + REPEAT_COPY].try_into().expect("a copy");
-        buf.extend_from_slice(&a);
+        buf.extend_from_within(at..at + REPEAT_COPY);
         buf.truncate(start + t.plen as usize + t.tlen as usize);
         z.repeat_same(buf, start, start - at, ty);
         t.at = start;
