@@ -80,26 +80,35 @@ pub(super) fn same(buf: &[u8], a: usize, b: usize, n: usize) -> bool {
     if n < 8 {
         return x == y;
     }
-    // The words at 0, 8, … and the one ending at n (overlapping the last).
-    let mut d = word(&x[n - 8..]) ^ word(&y[n - 8..]);
-    for (p, q) in x.chunks_exact(8).zip(y.chunks_exact(8)) {
-        d |= word(p) ^ word(q);
-    }
-    d == 0
+    // The word ending at n first (a small packet's timestamp delta and value: where packets
+    // of a burst differ), then the words at 0, 8, … (the last overlapping it).
+    word(&x[n - 8..]) == word(&y[n - 8..])
+        && x.chunks_exact(8)
+            .zip(y.chunks_exact(8))
+            .all(|(p, q)| word(p) == word(q))
+}
+
+/// 8-bit mask of the zero bytes of x.
+#[inline(always)]
+fn zero_bytes(x: u64) -> u64 {
+    const LO7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    // High bit of each byte set when the byte is non-zero.
+    let nz = (((x & LO7) + LO7) | x) & HI;
+    ((!nz & HI) >> 7).wrapping_mul(0x0102_0408_1020_4080) >> 56
+}
+
+/// Bits `n − 8 .. n` of [`eq_mask`]`(buf, a, b, n)` (8 ≤ n ≤ 64): the equal bytes of the
+/// last word.
+#[inline(always)]
+pub(super) fn eq_mask_last_word(buf: &[u8], a: usize, b: usize, n: usize) -> u64 {
+    let (x, y) = (&buf[a + n - 8..a + n], &buf[b + n - 8..b + n]);
+    zero_bytes(word(x) ^ word(y)) << (n - 8)
 }
 
 /// Bit i (i < n ≤ 64) set when `buf[a + i] == buf[b + i]` (b < a, `a + n ≤ buf.len()`).
 #[inline(always)]
 pub(super) fn eq_mask(buf: &[u8], a: usize, b: usize, n: usize) -> u64 {
-    /// 8-bit mask of the zero bytes of x.
-    #[inline(always)]
-    fn zero_bytes(x: u64) -> u64 {
-        const LO7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
-        const HI: u64 = 0x8080_8080_8080_8080;
-        // High bit of each byte set when the byte is non-zero.
-        let nz = (((x & LO7) + LO7) | x) & HI;
-        ((!nz & HI) >> 7).wrapping_mul(0x0102_0408_1020_4080) >> 56
-    }
     let (x, y) = (&buf[a..a + n], &buf[b..b + n]);
     let mut m = 0u64;
     let mut i = 0;

@@ -2,6 +2,7 @@
 //! and name, written from it as a template): tokenized from what the caller says is equal,
 //! nothing compared or searched.
 
+use super::bits::{eq_mask, eq_mask_last_word, same};
 use super::codes::MAX_MATCH;
 use super::{FastZ, SEG, WINDOW};
 
@@ -108,6 +109,54 @@ impl FastZ {
             self.lits(buf, start + head, end);
         }
         self.packet_done(buf, end);
+    }
+
+    /// Tokenizes one small packet `buf[start..]` written from the packet `d` bytes earlier (the
+    /// last one of its track and type) whose bytes `0..known` it repeats but for its frame
+    /// length (byte 1) and byte `te` (its TrackEvent's length): the tokens of
+    /// [`FastZ::against`], only those two bytes and the ones from `known` on compared. The
+    /// stream is started ([`FastZ::wake`]); `ty` as in [`FastZ::packet`].
+    #[inline(always)]
+    pub fn against_template(
+        &mut self,
+        buf: &[u8],
+        start: usize,
+        (d, known, te): (usize, usize, usize),
+        ty: usize,
+    ) {
+        debug_assert!(!self.idle && start == self.done);
+        let end = buf.len();
+        let seg = end - start;
+        debug_assert!(0 < d && d <= start && d <= WINDOW && seg <= SEG);
+        debug_assert!(1 < te && te < known && known < seg);
+        let b = start - d;
+        debug_assert!((2..known).all(|i| i == te || buf[start + i] == buf[b + i]));
+        self.seen(start, ty);
+        let full = u64::MAX >> (64 - seg);
+        // A packet equal throughout to the one at the latest match distance (the same place
+        // in the burst before) goes on with that match.
+        let dr = self.last_dist;
+        if dr != 0 && dr != d && dr <= start && same(buf, start, start - dr, seg) {
+            self.run(buf, start, seg, dr);
+            return self.packet_done(buf, end);
+        }
+        let m = if seg - known <= 8 && seg >= 8 {
+            // The bytes from `known` on lie in the last word; the rest are known equal (the
+            // bytes of the word before `known` equal too: both agree).
+            let mut m = ((1u64 << known) - 1) & !(1 << 1 | 1 << te);
+            m |= ((buf[start + 1] == buf[b + 1]) as u64) << 1;
+            m |= ((buf[start + te] == buf[b + te]) as u64) << te;
+            m | eq_mask_last_word(buf, start, b, seg)
+        } else {
+            eq_mask(buf, start, b, seg)
+        };
+        debug_assert_eq!(m, eq_mask(buf, start, b, seg));
+        if m == full {
+            self.run(buf, start, seg, d);
+            self.packet_done(buf, end);
+        } else {
+            self.tokens_at(buf, start, m, d);
+        }
     }
 
     /// A pending match longer than one token: the full-length tokens it holds are written

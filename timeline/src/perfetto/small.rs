@@ -474,7 +474,13 @@ pub(super) fn repeat_tail(
     a[1] = (p - 2) as u8;
     buf.extend_from_slice(&a);
     buf.truncate(start + p);
-    z.against(buf, start, start - t.at, ty);
+    // Its bytes before the tail are the template's but for both lengths.
+    z.against_template(
+        buf,
+        start,
+        (start - t.at, t.vat as usize, t.te as usize),
+        ty,
+    );
     t.at = start;
     t.plen = plen as u8;
     t.tlen = (p - plen) as u8;
