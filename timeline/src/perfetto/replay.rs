@@ -20,7 +20,9 @@ impl PerfettoSeq {
         let evs = events.evs();
         let mut i = 0;
         while i < evs.len() {
-            if let (Some(z), Ok(templates), true) = (
+            // The loop when the next event may be a repeat (else it would return at once).
+            if let (true, Some(z), Ok(templates), true) = (
+                self.may_repeat(&evs[i]),
                 self.z.as_deref_mut(),
                 <&mut [Template; TEMPLATE_SLOTS]>::try_from(&mut self.templates[..]),
                 self.incremental,
@@ -50,6 +52,18 @@ impl PerfettoSeq {
             }
             i += 1;
         }
+    }
+
+    /// Whether `ev`'s template slot holds a template of its track, type and name in this block
+    /// (the first test of [`repeats`]; the others are left to it).
+    #[inline(always)]
+    fn may_repeat(&self, ev: &Ev) -> bool {
+        let slot = template_slot(ev.track, ev.meta as u8 as i32);
+        let Some(t) = self.templates.get(slot) else {
+            return false;
+        };
+        let key = ev.meta | epoch_bits(self.epoch);
+        t.kind & !KIND_TAIL == key & !TAIL_FLAGS && t.track == ev.track
     }
 
     /// Writes a recorded event of type `ty` with at most a counter value or one flow (`tail`)
