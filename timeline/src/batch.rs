@@ -30,6 +30,8 @@ const LANE: u8 = 6;
 /// table (args, or more flows).
 const FLOW: u64 = 1 << 8;
 const TERM: u64 = 1 << 9;
+/// The flags of an event's one flow ([`Ev::tail`]).
+pub(crate) const TAIL_FLAGS: u64 = FLOW | TERM;
 const SIDE: u64 = 1 << 10;
 
 /// Events a group's list has room for at first (it grows as needed and is reused).
@@ -415,6 +417,21 @@ impl Ev {
         }
     }
 
+    /// The tail of an event with at most a counter value or one flow (its flags without
+    /// [`SIDE`]): the value of a counter, the flow it starts or terminates, or none.
+    #[inline(always)]
+    pub(crate) fn tail(&self) -> Tail {
+        if self.meta as u8 == COUNTER {
+            Tail::Value(self.x)
+        } else if self.meta & FLOW != 0 {
+            Tail::Flow(self.x)
+        } else if self.meta & TERM != 0 {
+            Tail::Term(self.x)
+        } else {
+            Tail::None
+        }
+    }
+
     /// The event's name + 1 (0: none).
     #[inline(always)]
     pub(crate) fn name1(&self) -> u64 {
@@ -555,6 +572,66 @@ mod tests {
                 },
             );
             s.counter(t + 5, 7 + g as u64, i as i64);
+        }
+    }
+
+    /// The replay compares a template's kind with a recorded event's `meta` directly
+    /// (`perfetto::replay`): a plain event's `meta` is the kind of its type and name, and an
+    /// event with a flow, args or a value never equals any kind a template can have (with or
+    /// without a tail, at any epoch; a counter's always has its value).
+    #[test]
+    fn plain_events_meta_is_their_template_kind() {
+        use crate::perfetto::{epoch_bits, template_kind, EPOCHS, KIND_TAIL};
+        let mut rec = Recorder::new(1);
+        let n = rec.name("WRITE 8 B");
+        let k = rec.arg_key("status");
+        let flow = Extra {
+            flows: &[7],
+            ..Extra::NONE
+        };
+        let args = [(k, ArgValue::U64(1))];
+        rec.begin(10, 5, n, &Extra::NONE);
+        rec.end(11, 5, &Extra::NONE);
+        rec.instant(12, 5, n, &Extra::NONE);
+        rec.begin(13, 5, n, &flow);
+        rec.end(14, 5, &flow);
+        rec.instant(
+            15,
+            5,
+            n,
+            &Extra {
+                terminating: &[7],
+                ..Extra::NONE
+            },
+        );
+        rec.end(
+            16,
+            5,
+            &Extra {
+                args: &args,
+                ..Extra::NONE
+            },
+        );
+        rec.counter(17, 5, 3);
+        let batch = rec.take_batch();
+        let evs = batch.groups[0].evs();
+        let name1 = n.0 as u64 + 1;
+        assert_eq!(evs[0].meta, template_kind(1, name1));
+        assert_eq!(evs[1].meta, template_kind(2, 0));
+        assert_eq!(evs[2].meta, template_kind(3, name1));
+        for ev in &evs[3..] {
+            for ty in 1..=4 {
+                for name1 in [0, name1] {
+                    for epoch in [1, 2, EPOCHS - 1] {
+                        let kind = template_kind(ty, name1) | epoch_bits(epoch);
+                        let e = epoch_bits(epoch);
+                        if ty != 4 {
+                            assert_ne!(ev.meta | e, kind, "{ev:?}");
+                        }
+                        assert_ne!(ev.meta | e, kind | KIND_TAIL, "{ev:?}");
+                    }
+                }
+            }
         }
     }
 

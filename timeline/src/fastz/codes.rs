@@ -8,14 +8,18 @@ pub(super) const LEN_BASE: [u16; 29] = [
 pub(super) const LEN_EXTRA: [u8; 29] = [
     0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0,
 ];
-pub(super) const DIST_BASE: [u16; 30] = [
+/// Distance codes' bases and extra bits (codes 30 and 31 do not occur: the tables have 32
+/// entries so that a code masked with 31 indexes them without a bounds check).
+pub(super) const DIST_BASE: [u16; 32] = [
     1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33, 49, 65, 97, 129, 193, 257, 385, 513, 769, 1025, 1537,
-    2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577,
+    2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577, 0, 0,
 ];
-pub(super) const DIST_EXTRA: [u8; 30] = [
+pub(super) const DIST_EXTRA: [u8; 32] = [
     0, 0, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13,
-    13,
+    13, 0, 0,
 ];
+/// Distance codes in use.
+pub(super) const DIST_CODES: usize = 30;
 /// Order in which code-length code lengths are sent.
 pub(super) const CL_ORDER: [usize; 19] = [
     16, 17, 18, 0, 8, 7, 9, 6, 10, 5, 11, 4, 12, 3, 13, 2, 14, 1, 15,
@@ -23,7 +27,8 @@ pub(super) const CL_ORDER: [usize; 19] = [
 
 /// Static lookup tables: length → length code index, distance → distance code.
 pub(super) struct Tables {
-    pub(super) len_code: [u8; 259],
+    /// Length code index of length `l` at `l − 3` (3..=258: a `u8` index).
+    pub(super) len_code: [u8; 256],
     /// Distance code of d − 1 for d ≤ 256 ...
     pub(super) dist_lo: [u8; 256],
     /// ... and of (d − 1) >> 7 for larger distances.
@@ -59,27 +64,39 @@ const fn fill_codes(
 
 const fn tables() -> Tables {
     let mut t = Tables {
-        len_code: [0; 259],
+        len_code: [0; 256],
         dist_lo: [0; 256],
         dist_hi: [0; 256],
     };
-    fill_codes(&mut t.len_code, &LEN_BASE, 259, (0, 258), (0, 0));
+    fill_codes(&mut t.len_code, &LEN_BASE, 259, (3, 258), (3, 0));
     // Length 258 has its own code (28), not the last range of code 27.
-    t.len_code[258] = 28;
-    fill_codes(&mut t.dist_lo, &DIST_BASE, 32769, (1, 256), (1, 0));
-    fill_codes(&mut t.dist_hi, &DIST_BASE, 32769, (257, 32768), (1, 7));
+    t.len_code[258 - 3] = 28;
+    let dist_base = DIST_BASE.split_at(DIST_CODES).0;
+    fill_codes(&mut t.dist_lo, dist_base, 32769, (1, 256), (1, 0));
+    fill_codes(&mut t.dist_hi, dist_base, 32769, (257, 32768), (1, 7));
     t
 }
 
 pub(super) static TABLES: Tables = tables();
 
-#[inline]
+/// The distance code of `d` (1..=32768), below 32.
+#[inline(always)]
 pub(super) fn dist_code(d: usize) -> usize {
-    if d <= 256 {
-        TABLES.dist_lo[d - 1] as usize
+    debug_assert!((1..=32768).contains(&d));
+    // Both indexes are below 256 for distances in range: `u8` indexes need no bounds check.
+    let c = if d <= 256 {
+        TABLES.dist_lo[(d - 1) as u8 as usize]
     } else {
-        TABLES.dist_hi[(d - 1) >> 7] as usize
-    }
+        TABLES.dist_hi[((d - 1) >> 7) as u8 as usize]
+    };
+    c as usize & 31
+}
+
+/// The length code index of match length `len` (3..=258).
+#[inline(always)]
+pub(super) fn len_code(len: usize) -> usize {
+    debug_assert!((3..=MAX_MATCH).contains(&len));
+    TABLES.len_code[(len - 3) as u8 as usize] as usize
 }
 
 /// A canonical Huffman code: per symbol (bit-reversed code, length).
@@ -238,9 +255,13 @@ pub(super) fn rle(lens: &[u8]) -> Vec<(u8, u8)> {
 #[derive(Clone)]
 pub(super) struct Tables2 {
     pub(super) lit: [u32; 286],
-    pub(super) dist: [u32; 30],
-    /// Match length 3..=MAX_MATCH → its length symbol's code with the extra bits appended.
-    pub(super) len: [u32; MAX_MATCH + 1],
+    /// Per distance code: its code, its length << 16 and its extra bits << 24 (32 entries:
+    /// [`dist_code`] indexes them without a bounds check).
+    pub(super) dist: [u32; 32],
+    /// Match length `l` (3..=MAX_MATCH) at `l − 3` → its length symbol's code with the extra
+    /// bits appended (bits 0..32), their count (bits 32..40) and its length code index (bits
+    /// 40..48: the symbol is 257 + it).
+    pub(super) len: [u64; 256],
 }
 
 /// Longest deflate match.
@@ -254,22 +275,22 @@ impl Tables2 {
         let dist = canonical(dl);
         let mut t = Tables2 {
             lit: [0; 286],
-            dist: [0; 30],
-            len: [0; MAX_MATCH + 1],
+            dist: [0; 32],
+            len: [0; 256],
         };
         for (o, &(c, l)) in t.lit.iter_mut().zip(&lit.codes) {
             *o = c as u32 | (l as u32) << 16;
         }
-        for (o, &(c, l)) in t.dist.iter_mut().zip(&dist.codes) {
-            *o = c as u32 | (l as u32) << 16;
+        for (i, (o, &(c, l))) in t.dist.iter_mut().zip(&dist.codes).enumerate() {
+            *o = c as u32 | (l as u32) << 16 | (DIST_EXTRA[i] as u32) << 24;
         }
         for len in 3..=MAX_MATCH {
-            let lc = TABLES.len_code[len] as usize;
+            let lc = len_code(len);
             let (c, l) = lit.codes[257 + lc];
             let e = LEN_EXTRA[lc] as u32;
             let v = c as u32 | (len as u32 - LEN_BASE[lc] as u32) << l;
-            // Fits: 15 code bits + 5 extra bits, length in the top 8 bits.
-            t.len[len] = v | (l as u32 + e) << 24;
+            // Fits: 15 code bits + 5 extra bits.
+            t.len[len - 3] = v as u64 | ((l as u32 + e) as u64) << 32 | (lc as u64) << 40;
         }
         t
     }
@@ -295,15 +316,15 @@ mod tests {
     #[test]
     fn length_and_distance_codes_cover_their_ranges() {
         for len in 3..=258usize {
-            let c = TABLES.len_code[len] as usize;
+            let c = len_code(len);
             let span = 1usize << LEN_EXTRA[c];
             assert!(
                 (LEN_BASE[c] as usize..LEN_BASE[c] as usize + span).contains(&len),
                 "length {len}: code {c}"
             );
         }
-        assert_eq!(TABLES.len_code[258], 28);
-        assert_eq!(TABLES.len_code[257], 27);
+        assert_eq!(len_code(258), 28);
+        assert_eq!(len_code(257), 27);
         for d in 1..=32768usize {
             let c = dist_code(d);
             let span = 1usize << DIST_EXTRA[c];

@@ -1,5 +1,6 @@
 //! Tests of the fastz encoder: every stream inflates to the raw bytes given.
 
+use super::bits::{eq_mask, same};
 use super::*;
 
 fn inflate(z: &[u8]) -> Vec<u8> {

@@ -15,6 +15,8 @@ use crate::proto::{self, TracePacket};
 use crate::{ArgKey, ArgValue, CounterUnit, Extra, Name, TraceSink, TrackDef, TrackKind};
 pub(crate) use small::Tail;
 use small::Template;
+#[cfg(test)]
+pub(crate) use small::{epoch_bits, template_kind, EPOCHS, KIND_TAIL};
 
 /// Sequence-scoped clock used for incremental timestamps.
 pub const INCREMENTAL_CLOCK_ID: u32 = 64;
@@ -140,7 +142,33 @@ fn zlib_into(z: &mut flate2::Compress, raw: &[u8], out: &mut Vec<u8>) {
 /// Not retrying them: 1024 ranks × 3 k events 3.74 → 2.05 CPU-s, 15.5 → 16.9 B/WR event;
 /// 1024 ranks × 49 k events −3 % CPU, 6.40 → 6.57 B/WR event; HPC Challenge 10.7 → 11.3;
 /// LAMMPS, NetPIPE and ib_write_bw unchanged (their blocks are below 6× or above 7×).
+/// Blocks of at least [`LARGE_BLOCK`] bytes are retried below 5.5× only
+/// ([`LARGE_POOR_RATIO_TENTHS`]).
 pub const FASTZ_POOR_RATIO: usize = 6;
+
+/// A block of at least this many raw bytes is retried with zlib only when fastz compressed it
+/// less than [`LARGE_POOR_RATIO_TENTHS`] / 10 times over. Measured per block (zlib level 3,
+/// real logs of scripts/real-logs.sh and the synthetic 64-rank set): the 64-rank set's dense
+/// 390 KiB blocks come out of fastz 5.8-5.9× smaller and zlib saves 24 % of that, 43 bytes per
+/// raw KiB — 13 MB of zlib input, 590 M instructions (a quarter of that conversion's
+/// encoding) for 4 % of its output (6.83 → 7.10 B/WR event when not retried); the real logs'
+/// blocks between 5.5× and 6× are all under 64 KiB (HPC Challenge's and LAMMPS's, 41-81 bytes
+/// saved per KiB) and stay retried: every real log's output is unchanged.
+pub const LARGE_BLOCK: usize = 64 << 10;
+
+/// The ratio (in tenths) below which a block of at least [`LARGE_BLOCK`] bytes is retried.
+pub const LARGE_POOR_RATIO_TENTHS: usize = 55;
+
+/// Whether a block of `raw` bytes that fastz compressed to `fast` bytes is compressed again
+/// with zlib ([`FASTZ_POOR_RATIO`], [`LARGE_BLOCK`]).
+fn worth_zlib(raw: usize, fast: usize) -> bool {
+    let tenths = if raw >= LARGE_BLOCK {
+        LARGE_POOR_RATIO_TENTHS
+    } else {
+        FASTZ_POOR_RATIO * 10
+    };
+    fast.saturating_mul(tenths) > raw.saturating_mul(10)
+}
 
 /// zlib's level for a block fastz compressed poorly (zlib-rs; its level 1 does not search
 /// and gave 11.5 bytes per WR event on the LAMMPS trace, level 2 9.5, level 3 8.9).
@@ -164,13 +192,14 @@ impl Fallback {
     }
 
     /// The zlib stream of the framed packets `raw`, when fastz's stream `fast` of them is
-    /// shorter than a [`FASTZ_POOR_RATIO`]th of them and zlib's is shorter. fastz matches
+    /// longer than a [`FASTZ_POOR_RATIO`]th of them (a large block's: [`LARGE_BLOCK`]) and
+    /// zlib's is shorter. fastz matches
     /// each packet against a few earlier packets it is told of; where packets repeat in longer
     /// cycles than that (sparse traffic: many lanes and counters each touched now and then) a
     /// match search finds runs of several packets that it cannot. LAMMPS's trace (4 ranks
     /// over openib): 17.9 → 8.9 bytes per WR event; HPC Challenge's 18.2 → 11.6.
     fn zlib_if_smaller(&mut self, raw: &[u8], fast: &[u8]) -> Option<&[u8]> {
-        if fast.len().saturating_mul(FASTZ_POOR_RATIO) <= raw.len() {
+        if !worth_zlib(raw.len(), fast.len()) {
             return None;
         }
         zlib_into(&mut self.z, raw, &mut self.out);
@@ -282,7 +311,8 @@ pub struct PerfettoSeq {
     /// With `z`: the last small packet per (track, type) slot ([`Template`]), allocated
     /// on first use.
     templates: Vec<Template>,
-    /// Current block's number: templates of earlier blocks are stale.
+    /// Current block's number (1 to [`small::EPOCHS`] − 1): templates of earlier blocks are
+    /// stale.
     epoch: u32,
     /// Events written with an absolute timestamp ([`PerfettoSeq::earlier_events`]).
     earlier: u64,
@@ -331,23 +361,30 @@ impl PerfettoSeq {
     pub fn renew(mut self, seq: u32, incremental: bool, base_ts: u64) -> Self {
         let mut buf = std::mem::take(&mut self.buf);
         buf.clear();
-        let mut templates = std::mem::take(&mut self.templates);
         // Templates of a later epoch than any written: none of the old ones is current (the
         // slots are cleared only if the epochs would wrap).
-        let epoch = self.epoch.wrapping_add(1);
-        if epoch < self.epoch || epoch == 0 {
-            templates.fill(Template::default());
-        }
+        self.next_epoch();
+        let (templates, epoch) = (std::mem::take(&mut self.templates), self.epoch);
         let z = self.z.take().map(|mut z| {
             z.renew();
             z
         });
         let mut fresh = PerfettoSeq::new_in(seq, incremental, base_ts, buf);
         fresh.templates = templates;
-        fresh.epoch = epoch.max(1);
+        fresh.epoch = epoch;
         fresh.z = z;
         fresh.fallback = self.fallback.take();
         fresh
+    }
+
+    /// The next block's epoch: the templates written so far are stale.
+    fn next_epoch(&mut self) {
+        self.epoch += 1;
+        if self.epoch == small::EPOCHS {
+            // Epochs wrapped: no slot may look current.
+            self.templates.fill(Template::default());
+            self.epoch = 1;
+        }
     }
 
     /// Whether the packets are compressed while written ([`PerfettoSeq::compressed`]).
@@ -759,12 +796,7 @@ impl TraceSink for PerfettoSeq {
                     frame_compressed(zlib.zlib_if_smaller(buf, fast).unwrap_or(fast))
                 });
                 self.buf.clear();
-                self.epoch = self.epoch.wrapping_add(1);
-                if self.epoch == 0 {
-                    // Epochs wrapped: no slot may look current.
-                    self.templates.fill(Template::default());
-                    self.epoch = 1;
-                }
+                self.next_epoch();
                 out
             }
             None => std::mem::replace(&mut self.buf, Vec::with_capacity(1 << 20)),

@@ -1,28 +1,161 @@
-//! Encoding recorded events ([`crate::batch`]) into a sequence: an event without args (at most
-//! a counter value or one flow) of a track whose last packet of its type and name is in the
-//! block is written from that template here, without going through the sink interface; every
-//! other event goes through it ([`crate::batch::replay_one`]).
+//! Encoding recorded events ([`crate::batch`]) into a sequence: runs of events with at most a
+//! counter value or one flow whose track's last packet of their type and name is in the block
+//! are written from those templates in one loop ([`repeats`]), other such events written as
+//! new packets ([`PerfettoSeq::new_small`]); every other event (args, declarations) goes
+//! through the sink interface ([`crate::batch::replay_one`]).
 
-use super::small::Tail;
+use super::small::{
+    epoch_bits, repeat_plain, repeat_tail, template_slot, Tail, Template, KIND_TAIL, REPEAT_COPY,
+    TEMPLATE_SLOTS,
+};
 use super::PerfettoSeq;
-use crate::batch::{replay_one, GroupEvents};
+use crate::batch::{replay_one, Ev, GroupEvents, TAIL_FLAGS};
+use crate::fastz::{FastZ, WINDOW};
+use crate::proto;
+use crate::{Extra, Name};
 
 impl PerfettoSeq {
     /// Encodes one group's recorded events, in order.
     pub fn replay(&mut self, events: &GroupEvents) {
-        for ev in events.evs() {
-            // Plain slices and instants (most events) first, then counters and events with
-            // one flow.
-            let written = if let Some(ty) = ev.plain_type() {
-                self.templated(ty as i32, ev.track, ev.name1(), Tail::None, ev.ts)
-            } else if let Some((ty, tail)) = ev.with_tail() {
-                self.templated(ty as i32, ev.track, ev.name1(), tail, ev.ts)
-            } else {
-                false
-            };
-            if !written {
-                replay_one(events, ev, self);
+        let evs = events.evs();
+        let mut i = 0;
+        while i < evs.len() {
+            // The loop when the next event may be a repeat (else it would return at once).
+            if let (true, Some(z), Ok(templates), true) = (
+                self.may_repeat(&evs[i]),
+                self.z.as_deref_mut(),
+                <&mut [Template; TEMPLATE_SLOTS]>::try_from(&mut self.templates[..]),
+                self.incremental,
+            ) {
+                let epoch = epoch_bits(self.epoch);
+                let last = &mut self.last_ts;
+                i += repeats(&mut self.buf, templates, z, last, epoch, &evs[i..]);
+                if i == evs.len() {
+                    break;
+                }
             }
+            let ev = &evs[i];
+            // Events with at most a counter value or one flow (a template too far back or
+            // less than a copy back, the first of its track in the block, an earlier one), then
+            // the rest.
+            let small = match ev.plain_type() {
+                Some(ty) => Some((ty, Tail::None)),
+                None => ev.with_tail(),
+            };
+            match small {
+                Some((ty, tail)) => {
+                    if !self.templated(ty as i32, ev.track, ev.name1(), tail, ev.ts) {
+                        self.new_small(ev, ty, tail);
+                    }
+                }
+                None => replay_one(events, ev, self),
+            }
+            i += 1;
         }
     }
+
+    /// Whether `ev`'s template slot holds a template of its track, type and name in this block
+    /// (the first test of [`repeats`]; the others are left to it).
+    #[inline(always)]
+    fn may_repeat(&self, ev: &Ev) -> bool {
+        let slot = template_slot(ev.track, ev.meta as u8 as i32);
+        let Some(t) = self.templates.get(slot) else {
+            return false;
+        };
+        let key = ev.meta | epoch_bits(self.epoch);
+        t.kind & !KIND_TAIL == key & !TAIL_FLAGS && t.track == ev.track
+    }
+
+    /// Writes a recorded event of type `ty` with at most a counter value or one flow (`tail`)
+    /// that no template wrote: what the sink interface writes for it
+    /// ([`crate::batch::replay_one`], [`PerfettoSeq::new_event`]), without the interface.
+    #[inline(never)]
+    fn new_small(&mut self, ev: &Ev, ty: u8, tail: Tail) {
+        // Slice ends have no name.
+        let name = match ev.name1() {
+            n if n != 0 && ty as i32 != proto::TYPE_SLICE_END => Some(Name(n as u32 - 1)),
+            _ => None,
+        };
+        let one = [ev.x];
+        let (value, extra) = match tail {
+            Tail::None => (None, Extra::NONE),
+            Tail::Value(v) => (Some(v as i64), Extra::NONE),
+            Tail::Flow(_) => (
+                None,
+                Extra {
+                    flows: &one,
+                    ..Extra::NONE
+                },
+            ),
+            Tail::Term(_) => (
+                None,
+                Extra {
+                    terminating: &one,
+                    ..Extra::NONE
+                },
+            ),
+        };
+        let small = self.z.is_some();
+        self.new_event(ev.ts, ty as i32, ev.track, name, value, &extra, small);
+    }
+}
+
+/// Writes the events at the start of `evs` that repeat their templates into `buf` and `z` —
+/// the template in the current block (`epoch`: [`epoch_bits`]) of the same track, type and
+/// name, within the window — up to the first that does not; returns how many. Plain events of
+/// plain templates are [`repeat_plain`]s; counters, events with one flow and plain events of
+/// templates with a tail are [`repeat_tail`]s (the template at least [`REPEAT_COPY`] back).
+/// `last_ts`: the incremental clock. The same bytes and tokens as the sink's path
+/// ([`PerfettoSeq::templated`]).
+#[inline(never)]
+fn repeats(
+    buf: &mut Vec<u8>,
+    templates: &mut [Template; TEMPLATE_SLOTS],
+    z: &mut FastZ,
+    last_ts: &mut u64,
+    epoch: u64,
+    evs: &[Ev],
+) -> usize {
+    z.wake();
+    let mut now = *last_ts;
+    let mut rest = evs.iter();
+    while let Some(ev) = rest.clone().next() {
+        if ev.ts < now {
+            break;
+        }
+        let ty = ev.meta as u8;
+        let t = &mut templates[template_slot(ev.track, ty as i32)];
+        let start = buf.len();
+        // The kind (type, name, no tail, epoch) of a template equals a recorded plain event's
+        // `meta` with the epoch ([`super::small::template_kind`]); a counter's or an event's
+        // with a flow equals it without their flags and the template's tail flag; an event
+        // with other flags (args, more flows) or a track or lane declaration never does.
+        let key = ev.meta | epoch;
+        if t.kind == key {
+            if t.track != ev.track
+                || start - t.at > WINDOW
+                || !repeat_plain(buf, z, t, ev.ts - now, ty as usize)
+            {
+                break;
+            }
+        } else if t.kind & !KIND_TAIL == key & !TAIL_FLAGS {
+            if t.track != ev.track || start - t.at > WINDOW || t.at + REPEAT_COPY > start {
+                break;
+            }
+            tail_repeat(buf, z, t, ev, ev.ts - now);
+        } else {
+            break;
+        }
+        now = ev.ts;
+        rest.next();
+    }
+    *last_ts = now;
+    evs.len() - rest.len()
+}
+
+/// [`repeat_tail`] of event `ev` with timestamp delta `tsf`, out of line: the plain repeats'
+/// loop keeps its registers.
+#[inline(never)]
+fn tail_repeat(buf: &mut Vec<u8>, z: &mut FastZ, t: &mut Template, ev: &Ev, tsf: u64) {
+    repeat_tail(buf, z, t, ev.tail(), tsf, ev.meta as u8 as usize);
 }

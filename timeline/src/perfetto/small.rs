@@ -9,7 +9,7 @@ use super::{
     put_varint, varint_len, varint_word, PerfettoSeq, TAG_PACKET, TAG_SEQ_ID, TAG_TIMESTAMP,
     TAG_TRACK_EVENT, TE_COUNTER, TE_FLOW, TE_NAME_IID, TE_TERM_FLOW, TE_TRACK, TE_TYPE,
 };
-use crate::fastz::WINDOW;
+use crate::fastz::{FastZ, WINDOW};
 use crate::{Extra, Name};
 
 /// Where the last small packet (no args) of a track and event type is in the current block,
@@ -20,12 +20,12 @@ use crate::{Extra, Name};
 /// against it ([`FastZ::against`]).
 #[derive(Clone, Copy, Default)]
 pub(super) struct Template {
-    track: u64,
-    /// Event type << 32 | name iid (0: none).
-    kind: u64,
+    pub(super) track: u64,
+    /// [`template_kind`] of its type and name, with [`KIND_TAIL`] when it has a tail, and its
+    /// block's epoch ([`epoch_bits`]).
+    pub(super) kind: u64,
     /// Offset of the packet in the block.
-    at: usize,
-    epoch: u32,
+    pub(super) at: usize,
     /// Bytes before the timestamp varint (its tag included), and the varint's length.
     plen: u8,
     tlen: u8,
@@ -36,6 +36,40 @@ pub(super) struct Template {
     /// Its timestamp delta.
     ts: u64,
 }
+
+/// A template's kind: type (low byte) and name + 1 (high 32 bits; 0: none) — the layout of a
+/// recorded plain event's `meta` ([`crate::batch::Ev`]), so that the replay compares the two
+/// words directly ([`super::replay`]; a counter's template, whose kind would equal a
+/// recorded counter's `meta`, always has [`KIND_TAIL`]).
+#[inline(always)]
+pub(crate) fn template_kind(ty: i32, name1: u64) -> u64 {
+    ty as u64 & 0xff | name1 << 32
+}
+
+/// A template's kind flag: the packet has a tail (a value or a flow). Bits 8..11, where a
+/// recorded event's `meta` has its flags, are clear in a kind: no kind equals the `meta` of
+/// an event with flags, whatever the epoch.
+pub(crate) const KIND_TAIL: u64 = 1 << 11;
+
+/// Where a template's kind holds the epoch of its block (bits 12..32, clear in an event's
+/// `meta`); epochs run from 1 to `EPOCHS − 1`, then the slots are cleared.
+const EPOCH_SHIFT: u32 = 12;
+pub(crate) const EPOCHS: u32 = 1 << 20;
+
+/// Epoch `epoch` as a template kind holds it.
+#[inline(always)]
+pub(crate) fn epoch_bits(epoch: u32) -> u64 {
+    (epoch as u64) << EPOCH_SHIFT
+}
+
+/// The type of a template's packet.
+#[inline(always)]
+fn kind_type(kind: u64) -> u64 {
+    kind & 0xff
+}
+
+/// Mask of a kind's epoch.
+const EPOCH_MASK: u64 = (EPOCHS as u64 - 1) << EPOCH_SHIFT;
 
 /// Bytes a repeat copies from its template in one fixed-size copy (a template packet's bytes
 /// before the timestamp are fewer: at most 30).
@@ -138,23 +172,22 @@ impl PerfettoSeq {
             return false;
         };
         let start = self.buf.len();
-        let kind = (ty as u64) << 32 | name1;
-        if t.epoch != self.epoch
+        let want = template_kind(ty, name1) | epoch_bits(self.epoch);
+        if t.kind & !KIND_TAIL != want
             || t.track != track
-            || t.kind != kind
             || start - t.at > WINDOW
             || self.z.is_none()
         {
             return false;
         }
-        if tail == Tail::None && t.vat + 1 == t.plen {
+        if tail == Tail::None && t.kind & KIND_TAIL == 0 {
             self.repeat(slot, t, ty, ts);
             return true;
         }
         if t.at + REPEAT_COPY > start {
             return false;
         }
-        self.repeat_tail(slot, t, ty, tail, ts);
+        self.repeat_tail(slot, ty, tail, ts);
         true
     }
 
@@ -164,58 +197,36 @@ impl PerfettoSeq {
     #[inline(always)]
     fn repeat(&mut self, slot: usize, t: Template, ty: i32, ts: u64) {
         let tsf = self.ts_field(ts);
-        let start = self.buf.len();
         let Some(z) = &mut self.z else {
             return;
         };
-        let plen = t.plen as usize;
-        let d = start - t.at;
-        if tsf == t.ts && t.at + REPEAT_COPY <= start {
-            // The same delta: the packet is its template's bytes, which continue the match
-            // in progress when that is at the template's distance.
-            let n = plen + t.tlen as usize;
-            let mut a = [0u8; REPEAT_COPY];
-            a.copy_from_slice(&self.buf[t.at..t.at + REPEAT_COPY]);
-            self.buf.extend_from_slice(&a);
-            self.buf.truncate(start + n);
-            if z.extend(&self.buf, start, d, ty as usize) {
-                self.templates[slot].at = start;
-                return;
-            }
-            self.buf.truncate(start);
+        z.wake();
+        if repeat_plain(
+            &mut self.buf,
+            z,
+            &mut self.templates[slot],
+            tsf,
+            ty as usize,
+        ) {
+            return;
         }
-        // The delta as a word (below 2⁵⁶: at most 8 bytes) gives its length too.
-        let tlen = match varint_word(tsf) {
-            Some((w, tlen)) if t.at + REPEAT_COPY <= start => {
-                // One fixed-size copy: the template's first bytes, the frame length, the
-                // delta.
-                let mut a = [0u8; REPEAT_COPY + 8];
-                a[..REPEAT_COPY].copy_from_slice(&self.buf[t.at..t.at + REPEAT_COPY]);
-                a[plen..plen + 8].copy_from_slice(&w.to_le_bytes());
-                a[1] = (plen - 2 + tlen) as u8;
-                self.buf.extend_from_slice(&a);
-                self.buf.truncate(start + plen + tlen);
-                tlen
-            }
-            _ => {
-                let tlen = varint_len(tsf);
-                self.buf.extend_from_within(t.at..t.at + plen);
-                put_varint(&mut self.buf, tsf);
-                self.buf[start + 1] = (plen - 2 + tlen) as u8;
-                tlen
-            }
-        };
-        // Equal leading bytes of the two deltas: of equal length, their bytes differ where
-        // their 7-bit groups do.
-        let same_len = t.tlen as usize == tlen;
-        let tail_eq = if same_len {
-            ((t.ts ^ tsf).trailing_zeros() as usize / 7).min(tlen)
-        } else {
-            0
-        };
-        z.repeat(&self.buf, start, d, plen, same_len, tail_eq, ty as usize);
-        // Only the fields that change are stored (fewer instructions than a whole
-        // `Template`: callgrind, real ib_write_bw log).
+        // The template is less than a copy back, or the delta takes more than 8 bytes.
+        let start = self.buf.len();
+        let plen = t.plen as usize;
+        let tlen = varint_len(tsf);
+        self.buf.extend_from_within(t.at..t.at + plen);
+        put_varint(&mut self.buf, tsf);
+        self.buf[start + 1] = (plen - 2 + tlen) as u8;
+        let (same_len, tail_eq) = delta_equal(t, tsf, tlen);
+        z.repeat(
+            &self.buf,
+            start,
+            start - t.at,
+            plen,
+            same_len,
+            tail_eq,
+            ty as usize,
+        );
         let s = &mut self.templates[slot];
         s.at = start;
         s.tlen = tlen as u8;
@@ -244,9 +255,9 @@ impl PerfettoSeq {
         debug_assert_eq!(self.buf.len(), start + len);
         let slot = template_slot(track, ty);
         let t = self.templates[slot];
-        let shaped = t.epoch == self.epoch
+        let shaped = (t.kind ^ epoch_bits(self.epoch)) & EPOCH_MASK == 0
             && t.track == track
-            && t.kind >> 32 & 0xff == ty as u64
+            && kind_type(t.kind) == ty as u64
             && start - t.at <= WINDOW;
         if let Some(z) = &mut self.z {
             if shaped {
@@ -257,11 +268,14 @@ impl PerfettoSeq {
             }
         }
         let tlen = varint_len(tsf);
+        let tail = if vat + tlen + 1 == len { 0 } else { KIND_TAIL };
+        // A counter's template always has its value: no kind of type 4 equals a recorded
+        // counter's `meta` ([`super::replay`]).
+        debug_assert!(tail != 0 || ty != super::proto::TYPE_COUNTER);
         let new = Template {
             track,
-            kind: (ty as u64) << 32 | name1,
+            kind: template_kind(ty, name1) | tail | epoch_bits(self.epoch),
             at: start,
-            epoch: self.epoch,
             plen: (len - tlen) as u8,
             tlen: tlen as u8,
             vat: vat as u8,
@@ -287,37 +301,23 @@ impl PerfettoSeq {
     }
 
     /// Writes a small packet with a tail (a counter value or one flow; [`Tail::None`] too) from
-    /// its template `t` (in slot `slot`, at least [`REPEAT_COPY`] bytes back): its bytes up to
-    /// the tail copied, the tail, the timestamp delta and both lengths written, compressed
-    /// against the template — the bytes and tokens [`PerfettoSeq::small_event`] writes for
-    /// it, without encoding its head.
+    /// its template `t` (in slot `slot`, at least [`REPEAT_COPY`] bytes back):
+    /// [`repeat_tail`].
     #[inline(never)]
-    fn repeat_tail(&mut self, slot: usize, t: Template, ty: i32, tail: Tail, ts: u64) {
+    fn repeat_tail(&mut self, slot: usize, ty: i32, tail: Tail, ts: u64) {
         let tsf = self.ts_field(ts);
-        let start = self.buf.len();
         let Some(z) = &mut self.z else {
             return;
         };
-        // At most 30 bytes before the tail, 12 of tail (a negative value: 2 + 10), 11 of
-        // timestamp.
-        let mut a = [0u8; 64];
-        a[..REPEAT_COPY].copy_from_slice(&self.buf[t.at..t.at + REPEAT_COPY]);
-        let mut p = t.vat as usize;
-        put_tail(&mut a, &mut p, tail);
-        a[t.te as usize] = (p - t.te as usize - 1) as u8;
-        a[p] = TAG_TIMESTAMP;
-        p += 1;
-        let plen = p;
-        var(&mut a, &mut p, tsf);
-        a[1] = (p - 2) as u8;
-        self.buf.extend_from_slice(&a);
-        self.buf.truncate(start + p);
-        z.against(&self.buf, start, start - t.at, ty as usize);
-        let s = &mut self.templates[slot];
-        s.at = start;
-        s.plen = plen as u8;
-        s.tlen = (p - plen) as u8;
-        s.ts = tsf;
+        z.wake();
+        repeat_tail(
+            &mut self.buf,
+            z,
+            &mut self.templates[slot],
+            tail,
+            tsf,
+            ty as usize,
+        );
     }
 }
 
@@ -381,4 +381,113 @@ pub(super) fn small_packet(
     buf.extend_from_slice(&a);
     buf.truncate(start + p);
     (p, te_at, vat)
+}
+
+/// Writes a plain small packet as a repeat of its template `t` (neither has a tail) at the end
+/// of `buf`: the template's bytes up to its timestamp and the frame length and timestamp delta
+/// `tsf` in one fixed-size copy, compressed as a match at the known distance
+/// ([`FastZ::repeat`]); `t` becomes the new packet. False (nothing written) when the template
+/// is less than [`REPEAT_COPY`] bytes back or the delta takes more than 8 bytes.
+#[inline(always)]
+pub(super) fn repeat_plain(
+    buf: &mut Vec<u8>,
+    z: &mut FastZ,
+    t: &mut Template,
+    tsf: u64,
+    ty: usize,
+) -> bool {
+    let start = buf.len();
+    let at = t.at;
+    if at + REPEAT_COPY > start {
+        return false;
+    }
+    if tsf == t.ts {
+        // The same delta: the packet is its template's bytes (the rest of the copy is cut).
+        buf.extend_from_within(at..at + REPEAT_COPY);
+        buf.truncate(start + t.plen as usize + t.tlen as usize);
+        z.repeat_same(buf, start, start - at, ty);
+        t.at = start;
+        return true;
+    }
+    let Some((w, tlen)) = varint_word(tsf) else {
+        return false;
+    };
+    // A template's bytes before the timestamp are at most 30 (`& 31` drops nothing; it keeps
+    // the delta's word inside the copy without a check).
+    let plen = t.plen as usize & (REPEAT_COPY - 1);
+    let mut a = [0u8; REPEAT_COPY + 8];
+    a[..REPEAT_COPY].copy_from_slice(&buf[at..at + REPEAT_COPY]);
+    buf.extend_from_slice(&a);
+    buf[start + plen..start + plen + 8].copy_from_slice(&w.to_le_bytes());
+    buf[start + 1] = (plen - 2 + tlen) as u8;
+    buf.truncate(start + plen + tlen);
+    let (same_len, tail_eq) = delta_equal(*t, tsf, tlen);
+    z.repeat(buf, start, start - at, plen, same_len, tail_eq, ty);
+    t.at = start;
+    t.tlen = tlen as u8;
+    t.ts = tsf;
+    true
+}
+
+/// Whether a repeat of template `t` with timestamp delta `tsf` (`tlen` varint bytes) has the
+/// template's frame length (its delta as long), and then how many of its delta's leading
+/// bytes equal the template's: of equal length, their bytes differ where their 7-bit groups
+/// do.
+#[inline(always)]
+fn delta_equal(t: Template, tsf: u64, tlen: usize) -> (bool, usize) {
+    let same_len = t.tlen as usize == tlen;
+    let tail_eq = if same_len {
+        ((t.ts ^ tsf).trailing_zeros() as usize / 7).min(tlen)
+    } else {
+        0
+    };
+    (same_len, tail_eq)
+}
+
+/// Writes a small packet with a tail (a counter value or one flow; [`Tail::None`] too) and
+/// timestamp delta `tsf` from its template `t` (at least [`REPEAT_COPY`] bytes back) at the
+/// end of `buf`: its bytes up to the tail copied, the tail, the timestamp delta and both
+/// lengths written, compressed against the template ([`FastZ::against`]; the stream started)
+/// — the bytes and tokens [`PerfettoSeq::small_event`] writes for it, without encoding its
+/// head; `t` becomes the new packet.
+#[inline(always)]
+pub(super) fn repeat_tail(
+    buf: &mut Vec<u8>,
+    z: &mut FastZ,
+    t: &mut Template,
+    tail: Tail,
+    tsf: u64,
+    ty: usize,
+) {
+    let start = buf.len();
+    // At most 30 bytes before the tail, 12 of tail (a negative value: 2 + 10), 11 of
+    // timestamp.
+    let mut a = [0u8; 64];
+    a[..REPEAT_COPY].copy_from_slice(&buf[t.at..t.at + REPEAT_COPY]);
+    let mut p = t.vat as usize;
+    put_tail(&mut a, &mut p, tail);
+    a[t.te as usize] = (p - t.te as usize - 1) as u8;
+    a[p] = TAG_TIMESTAMP;
+    p += 1;
+    let plen = p;
+    var(&mut a, &mut p, tsf);
+    a[1] = (p - 2) as u8;
+    buf.extend_from_slice(&a);
+    buf.truncate(start + p);
+    // Its bytes before the tail are the template's but for both lengths.
+    z.against_template(
+        buf,
+        start,
+        (start - t.at, t.vat as usize, t.te as usize),
+        ty,
+    );
+    t.at = start;
+    t.plen = plen as u8;
+    t.tlen = (p - plen) as u8;
+    t.ts = tsf;
+    t.kind = if tail == Tail::None {
+        t.kind & !KIND_TAIL
+    } else {
+        t.kind | KIND_TAIL
+    };
 }

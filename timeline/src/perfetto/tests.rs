@@ -436,6 +436,26 @@ fn poorly_compressed_blocks_fall_back_to_zlib() {
     }
 }
 
+/// Blocks are retried with zlib below 6× (fastz's output more than a sixth of the raw bytes),
+/// blocks of 64 KiB and more below 5.5×.
+#[test]
+fn zlib_retry_rule_takes_large_blocks_below_their_own_ratio() {
+    use super::{worth_zlib, LARGE_BLOCK};
+    let small = LARGE_BLOCK - 1;
+    assert!(worth_zlib(small, small / 6 + 1));
+    assert!(!worth_zlib(small, small / 6));
+    assert!(worth_zlib(1000, 167));
+    assert!(!worth_zlib(1000, 166));
+    let large = 400 << 10;
+    // 5.8× (the synthetic sets' dense blocks): fastz's kept; 5.4×: retried.
+    assert!(!worth_zlib(large, large * 10 / 58));
+    assert!(worth_zlib(large, large * 10 / 54));
+    assert!(!worth_zlib(large, large * 10 / 55));
+    assert!(worth_zlib(LARGE_BLOCK, LARGE_BLOCK * 10 / 54));
+    assert!(!worth_zlib(LARGE_BLOCK, LARGE_BLOCK / 6 + 1));
+    assert!(!worth_zlib(large, 0));
+}
+
 /// The first two bytes of the zlib stream in one framed `compressed_packets` packet.
 fn zlib_header(block: &[u8]) -> [u8; 2] {
     let outer = decode(block);
