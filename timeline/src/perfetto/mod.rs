@@ -319,6 +319,8 @@ pub struct PerfettoSeq {
     /// With `z`: zlib for its poorly compressed blocks, made on first use and kept (also by
     /// [`PerfettoSeq::renew`]).
     fallback: Option<Box<Fallback>>,
+    /// The last lanes declared with a static key ([`small::LaneTemplate`]).
+    lanes: [small::LaneTemplate; small::LANE_SLOTS],
 }
 
 /// Candidate-table type slots of non-event packets (event types are 1..=4).
@@ -352,6 +354,7 @@ impl PerfettoSeq {
             epoch: 1,
             earlier: 0,
             fallback: None,
+            lanes: Default::default(),
         }
     }
 
@@ -636,7 +639,9 @@ impl PerfettoSeq {
 /// Appends the framed descriptor packet of a lane — a slice track `key` under `parent`,
 /// merged by the sibling merge key `key` — with the bytes prost writes for that
 /// [`TrackDef`] ([`descriptor_packet`]: fields in tag order), without building it.
-pub(super) fn lane_packet(buf: &mut Vec<u8>, uuid: u64, parent: u64, key: &str) {
+/// Returns where the uuid's varint starts in the packet.
+pub(super) fn lane_packet(buf: &mut Vec<u8>, uuid: u64, parent: u64, key: &str) -> usize {
+    let at = buf.len();
     let k = key.len() as u64;
     let td = 1 + varint_len(uuid) + 1 + varint_len(k) + key.len() + 1 + varint_len(parent) + 2;
     let td = td + 2 + varint_len(k) + key.len();
@@ -645,6 +650,7 @@ pub(super) fn lane_packet(buf: &mut Vec<u8>, uuid: u64, parent: u64, key: &str) 
     buf.extend_from_slice(&TAG_TRACK_DESCRIPTOR);
     put_varint(buf, td as u64);
     buf.push(TD_UUID);
+    let uuid_at = buf.len() - at;
     put_varint(buf, uuid);
     buf.push(TD_NAME);
     put_varint(buf, k);
@@ -655,6 +661,7 @@ pub(super) fn lane_packet(buf: &mut Vec<u8>, uuid: u64, parent: u64, key: &str) 
     buf.extend_from_slice(&TD_MERGE_KEY);
     put_varint(buf, k);
     buf.extend_from_slice(key.as_bytes());
+    uuid_at
 }
 
 /// Appends one DebugAnnotation (field 4 of TrackEvent).
@@ -752,7 +759,7 @@ impl TraceSink for PerfettoSeq {
     }
 
     fn lane(&mut self, uuid: u64, parent: u64, key: &'static str) {
-        self.lane_descriptor(uuid, parent, key);
+        self.static_lane(uuid, parent, key);
     }
 
     #[inline]
@@ -785,6 +792,8 @@ impl TraceSink for PerfettoSeq {
     }
 
     fn take(&mut self) -> Vec<u8> {
+        // The lane templates' bytes leave with the block.
+        self.lanes = Default::default();
         match &mut self.z {
             Some(z) => {
                 if self.buf.is_empty() {
