@@ -481,7 +481,8 @@ fn poorly_compressed_blocks_fall_back_to_zlib() {
 /// blocks of 64 KiB and more below 5.5×.
 #[test]
 fn zlib_retry_rule_takes_large_blocks_below_their_own_ratio() {
-    use super::{worth_zlib, LARGE_BLOCK};
+    use super::zlib::worth_zlib;
+    use super::LARGE_BLOCK;
     let small = LARGE_BLOCK - 1;
     assert!(worth_zlib(small, small / 6 + 1));
     assert!(!worth_zlib(small, small / 6));
