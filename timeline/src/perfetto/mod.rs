@@ -17,6 +17,10 @@ pub(crate) use small::Tail;
 use small::Template;
 #[cfg(test)]
 pub(crate) use small::{epoch_bits, template_kind, EPOCHS, KIND_TAIL};
+use zlib::Fallback;
+pub use zlib::{
+    compress_block, frame_compressed, FASTZ_POOR_RATIO, LARGE_BLOCK, LARGE_POOR_RATIO_TENTHS,
+};
 
 /// Sequence-scoped clock used for incremental timestamps.
 pub const INCREMENTAL_CLOCK_ID: u32 = 64;
@@ -105,118 +109,6 @@ fn varint_word(v: u64) -> Option<(u64, usize)> {
 /// Frames an encoded message as a `Trace.packet` entry.
 pub fn frame_packet(out: &mut Vec<u8>, pkt: &TracePacket) {
     prost::encoding::message::encode(1, pkt, out);
-}
-
-/// Wraps already framed packets into one `compressed_packets` packet (zlib, as the Perfetto
-/// tracing service writes it), framed and ready to append to a trace.
-pub fn compress_block(framed: &[u8], level: u32) -> Vec<u8> {
-    let mut z = flate2::Compress::new(flate2::Compression::new(level), true);
-    let mut data = Vec::with_capacity(framed.len() / 3 + 64);
-    zlib_into(&mut z, framed, &mut data);
-    frame_compressed(&data)
-}
-
-/// The zlib stream of `raw` from compressor `z` (reset first) into `out` (cleared first).
-fn zlib_into(z: &mut flate2::Compress, raw: &[u8], out: &mut Vec<u8>) {
-    z.reset();
-    out.clear();
-    loop {
-        out.reserve(64.max(raw.len() / 4));
-        let rest = &raw[z.total_in() as usize..];
-        match z.compress_vec(rest, out, flate2::FlushCompress::Finish) {
-            Ok(flate2::Status::StreamEnd) => return,
-            Ok(_) => {}
-            Err(e) => unreachable!("zlib into memory: {e}"),
-        }
-    }
-}
-
-/// A fastz block that compresses its raw bytes less than this many times over is compressed
-/// again with zlib ([`Fallback::zlib_if_smaller`]). Measured (zlib level 3 against fastz, per
-/// block): sparse real traces' blocks (LAMMPS, HPC Challenge, NetPIPE over openib and UCX)
-/// come out of fastz 1-6× smaller and zlib's are 25-75 % smaller again; dense real ones
-/// (ib_write_bw) beyond 12× (zlib's larger). Blocks fastz shrinks 6-7× gain little from zlib
-/// for what it costs (zlib level 3 takes ~4 ns per raw byte, several times fastz's whole
-/// encoding): the synthetic 1024-rank set with ~3 000 events per rank has 8 700 of its 10 240
-/// blocks there, zlib 8 % smaller — retrying them took 45 % of that conversion's CPU time.
-/// Not retrying them: 1024 ranks × 3 k events 3.74 → 2.05 CPU-s, 15.5 → 16.9 B/WR event;
-/// 1024 ranks × 49 k events −3 % CPU, 6.40 → 6.57 B/WR event; HPC Challenge 10.7 → 11.3;
-/// LAMMPS, NetPIPE and ib_write_bw unchanged (their blocks are below 6× or above 7×).
-/// Blocks of at least [`LARGE_BLOCK`] bytes are retried below 5.5× only
-/// ([`LARGE_POOR_RATIO_TENTHS`]).
-pub const FASTZ_POOR_RATIO: usize = 6;
-
-/// A block of at least this many raw bytes is retried with zlib only when fastz compressed it
-/// less than [`LARGE_POOR_RATIO_TENTHS`] / 10 times over. Measured per block (zlib level 3,
-/// real logs of scripts/real-logs.sh and the synthetic 64-rank set): the 64-rank set's dense
-/// 390 KiB blocks come out of fastz 5.8-5.9× smaller and zlib saves 24 % of that, 43 bytes per
-/// raw KiB — 13 MB of zlib input, 590 M instructions (a quarter of that conversion's
-/// encoding) for 4 % of its output (6.83 → 7.10 B/WR event when not retried); the real logs'
-/// blocks between 5.5× and 6× are all under 64 KiB (HPC Challenge's and LAMMPS's, 41-81 bytes
-/// saved per KiB) and stay retried: every real log's output is unchanged.
-pub const LARGE_BLOCK: usize = 64 << 10;
-
-/// The ratio (in tenths) below which a block of at least [`LARGE_BLOCK`] bytes is retried.
-pub const LARGE_POOR_RATIO_TENTHS: usize = 55;
-
-/// Whether a block of `raw` bytes that fastz compressed to `fast` bytes is compressed again
-/// with zlib ([`FASTZ_POOR_RATIO`], [`LARGE_BLOCK`]).
-fn worth_zlib(raw: usize, fast: usize) -> bool {
-    let tenths = if raw >= LARGE_BLOCK {
-        LARGE_POOR_RATIO_TENTHS
-    } else {
-        FASTZ_POOR_RATIO * 10
-    };
-    fast.saturating_mul(tenths) > raw.saturating_mul(10)
-}
-
-/// zlib's level for a block fastz compressed poorly (zlib-rs; its level 1 does not search
-/// and gave 11.5 bytes per WR event on the LAMMPS trace, level 2 9.5, level 3 8.9).
-const FALLBACK_LEVEL: u32 = 3;
-
-/// zlib for the blocks of one sequence that fastz compressed poorly: one compressor and
-/// output buffer, reset for each block (a new compressor allocates and clears its window and
-/// hash tables: at 1024 ranks, with a few small blocks per sequence, that was a quarter of
-/// the fallback's instructions).
-pub(crate) struct Fallback {
-    z: flate2::Compress,
-    out: Vec<u8>,
-}
-
-impl Fallback {
-    fn new() -> Self {
-        Fallback {
-            z: flate2::Compress::new(flate2::Compression::new(FALLBACK_LEVEL), true),
-            out: Vec::new(),
-        }
-    }
-
-    /// The zlib stream of the framed packets `raw`, when fastz's stream `fast` of them is
-    /// longer than a [`FASTZ_POOR_RATIO`]th of them (a large block's: [`LARGE_BLOCK`]) and
-    /// zlib's is shorter. fastz matches
-    /// each packet against a few earlier packets it is told of; where packets repeat in longer
-    /// cycles than that (sparse traffic: many lanes and counters each touched now and then) a
-    /// match search finds runs of several packets that it cannot. LAMMPS's trace (4 ranks
-    /// over openib): 17.9 → 8.9 bytes per WR event; HPC Challenge's 18.2 → 11.6.
-    fn zlib_if_smaller(&mut self, raw: &[u8], fast: &[u8]) -> Option<&[u8]> {
-        if !worth_zlib(raw.len(), fast.len()) {
-            return None;
-        }
-        zlib_into(&mut self.z, raw, &mut self.out);
-        (self.out.len() < fast.len()).then_some(&self.out[..])
-    }
-}
-
-/// Frames zlib data as one `compressed_packets` packet, ready to append to a trace.
-pub fn frame_compressed(data: &[u8]) -> Vec<u8> {
-    let inner = 2 + varint_len(data.len() as u64) + data.len();
-    let mut out = Vec::with_capacity(inner + 12);
-    out.push(TAG_PACKET);
-    put_varint(&mut out, inner as u64);
-    out.extend_from_slice(&TAG_COMPRESSED);
-    put_varint(&mut out, data.len() as u64);
-    out.extend_from_slice(data);
-    out
 }
 
 /// The trace's clock packet: BOOTTIME == REALTIME at `t`, so epoch timestamps written in the
@@ -319,6 +211,8 @@ pub struct PerfettoSeq {
     /// With `z`: zlib for its poorly compressed blocks, made on first use and kept (also by
     /// [`PerfettoSeq::renew`]).
     fallback: Option<Box<Fallback>>,
+    /// The last lanes declared with a static key ([`small::LaneTemplate`]).
+    lanes: [small::LaneTemplate; small::LANE_SLOTS],
 }
 
 /// Candidate-table type slots of non-event packets (event types are 1..=4).
@@ -352,6 +246,7 @@ impl PerfettoSeq {
             epoch: 1,
             earlier: 0,
             fallback: None,
+            lanes: Default::default(),
         }
     }
 
@@ -636,7 +531,9 @@ impl PerfettoSeq {
 /// Appends the framed descriptor packet of a lane — a slice track `key` under `parent`,
 /// merged by the sibling merge key `key` — with the bytes prost writes for that
 /// [`TrackDef`] ([`descriptor_packet`]: fields in tag order), without building it.
-pub(super) fn lane_packet(buf: &mut Vec<u8>, uuid: u64, parent: u64, key: &str) {
+/// Returns where the uuid's varint starts in the packet.
+pub(super) fn lane_packet(buf: &mut Vec<u8>, uuid: u64, parent: u64, key: &str) -> usize {
+    let at = buf.len();
     let k = key.len() as u64;
     let td = 1 + varint_len(uuid) + 1 + varint_len(k) + key.len() + 1 + varint_len(parent) + 2;
     let td = td + 2 + varint_len(k) + key.len();
@@ -645,6 +542,7 @@ pub(super) fn lane_packet(buf: &mut Vec<u8>, uuid: u64, parent: u64, key: &str) 
     buf.extend_from_slice(&TAG_TRACK_DESCRIPTOR);
     put_varint(buf, td as u64);
     buf.push(TD_UUID);
+    let uuid_at = buf.len() - at;
     put_varint(buf, uuid);
     buf.push(TD_NAME);
     put_varint(buf, k);
@@ -655,6 +553,7 @@ pub(super) fn lane_packet(buf: &mut Vec<u8>, uuid: u64, parent: u64, key: &str) 
     buf.extend_from_slice(&TD_MERGE_KEY);
     put_varint(buf, k);
     buf.extend_from_slice(key.as_bytes());
+    uuid_at
 }
 
 /// Appends one DebugAnnotation (field 4 of TrackEvent).
@@ -752,7 +651,7 @@ impl TraceSink for PerfettoSeq {
     }
 
     fn lane(&mut self, uuid: u64, parent: u64, key: &'static str) {
-        self.lane_descriptor(uuid, parent, key);
+        self.static_lane(uuid, parent, key);
     }
 
     #[inline]
@@ -785,6 +684,8 @@ impl TraceSink for PerfettoSeq {
     }
 
     fn take(&mut self) -> Vec<u8> {
+        // The lane templates' bytes leave with the block.
+        self.lanes = Default::default();
         match &mut self.z {
             Some(z) => {
                 if self.buf.is_empty() {
@@ -808,3 +709,4 @@ mod replay;
 mod small;
 #[cfg(test)]
 mod tests;
+mod zlib;

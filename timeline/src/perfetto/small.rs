@@ -71,6 +71,32 @@ fn kind_type(kind: u64) -> u64 {
 /// Mask of a kind's epoch.
 const EPOCH_MASK: u64 = (EPOCHS as u64 - 1) << EPOCH_SHIFT;
 
+/// The last lane descriptor declared with a static key in one of [`LANE_SLOTS`] slots
+/// (direct-mapped by parent and key; [`PerfettoSeq::static_lane`]): where it is in the block
+/// (reset when the block is taken), its parent and key, and where its uuid's varint is. A lane
+/// of the same parent and key with a uuid of as many varint bytes has the same bytes but the
+/// uuid's.
+#[derive(Clone, Copy, Default)]
+pub(super) struct LaneTemplate {
+    parent: u64,
+    key: &'static str,
+    at: usize,
+    len: usize,
+    uuid_at: u8,
+    /// 0: none.
+    uuid_len: u8,
+}
+
+/// Lane template slots per sequence: a group's queue pairs declare lanes of a few keys each.
+pub(super) const LANE_SLOTS: usize = 16;
+
+/// The lane template slot of `parent` and `key` (a key's address: the keys are static).
+#[inline(always)]
+fn lane_slot(parent: u64, key: &'static str) -> usize {
+    let k = parent ^ (key.as_ptr() as u64).rotate_left(17) ^ key.len() as u64;
+    (k.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 60) as usize
+}
+
 /// Bytes a repeat copies from its template in one fixed-size copy (a template packet's bytes
 /// before the timestamp are fewer: at most 30).
 pub(super) const REPEAT_COPY: usize = 32;
@@ -290,6 +316,47 @@ impl PerfettoSeq {
     pub(super) fn lane_descriptor(&mut self, uuid: u64, parent: u64, key: &str) {
         let at = self.buf.len();
         lane_packet(&mut self.buf, uuid, parent, key);
+        self.lane_written(at, parent);
+    }
+
+    /// A lane's descriptor with a static key: a copy of the last one's of its parent and key
+    /// ([`LaneTemplate`]) with the new uuid when its uuid is as long, else written
+    /// ([`lane_packet`]); the same bytes either way.
+    pub(super) fn static_lane(&mut self, uuid: u64, parent: u64, key: &'static str) {
+        let at = self.buf.len();
+        let slot = lane_slot(parent, key);
+        let l = self.lanes[slot];
+        let ulen = varint_len(uuid);
+        if l.uuid_len != 0
+            && l.parent == parent
+            && std::ptr::eq(l.key, key)
+            && l.uuid_len as usize == ulen
+        {
+            self.buf.extend_from_within(l.at..l.at + l.len);
+            let u = at + l.uuid_at as usize;
+            let mut v = uuid;
+            for b in &mut self.buf[u..u + ulen] {
+                *b = v as u8 | 0x80;
+                v >>= 7;
+            }
+            self.buf[u + ulen - 1] &= 0x7f;
+            self.lanes[slot].at = at;
+        } else {
+            let uuid_at = lane_packet(&mut self.buf, uuid, parent, key);
+            self.lanes[slot] = LaneTemplate {
+                parent,
+                key,
+                at,
+                len: self.buf.len() - at,
+                uuid_at: uuid_at as u8,
+                uuid_len: ulen as u8,
+            };
+        }
+        self.lane_written(at, parent);
+    }
+
+    /// Compresses the lane descriptor just written at `at`.
+    fn lane_written(&mut self, at: usize, parent: u64) {
         if let Some(z) = &mut self.z {
             z.packet(
                 &self.buf,

@@ -327,6 +327,47 @@ fn lane_descriptors_match_prost() {
     }
 }
 
+/// Lanes of one parent and key declared one after another (copies of the last one's
+/// descriptor with the new uuid) are the packets `lane_packet` writes, whatever their uuids'
+/// lengths, with another key between them and blocks taken between them; compressed or not.
+#[test]
+fn lanes_copied_from_the_last_one_are_their_packets() {
+    let uuids = [
+        5u64,
+        6,
+        200,
+        201,
+        1 << 20,
+        (1 << 20) + 1,
+        7,
+        u64::MAX,
+        u64::MAX - 1,
+        9,
+    ];
+    for compressed in [false, true] {
+        let mut s = PerfettoSeq::new(3, false, 0);
+        if compressed {
+            s = s.compressed();
+        }
+        let (mut want, mut blocks) = (Vec::new(), Vec::new());
+        for (i, &uuid) in uuids.iter().enumerate() {
+            let key = if i == 6 { "recv" } else { "send" };
+            s.lane(uuid, 77, key);
+            lane_packet(&mut want, uuid, 77, key);
+            if i == 3 {
+                blocks.push(s.take());
+            }
+        }
+        blocks.push(s.take());
+        let got: Vec<u8> = if compressed {
+            blocks.iter().flat_map(|b| inflated(b)).collect()
+        } else {
+            blocks.concat()
+        };
+        assert_eq!(got, want, "compressed: {compressed}");
+    }
+}
+
 /// Packets written from templates — counters whose values change varint length, slices that
 /// start or end flows on the same tracks as plain ones, on lanes whose uuids take 3 and 4
 /// varint bytes, declared between them — decode to the plain packets.
@@ -440,7 +481,8 @@ fn poorly_compressed_blocks_fall_back_to_zlib() {
 /// blocks of 64 KiB and more below 5.5×.
 #[test]
 fn zlib_retry_rule_takes_large_blocks_below_their_own_ratio() {
-    use super::{worth_zlib, LARGE_BLOCK};
+    use super::zlib::worth_zlib;
+    use super::LARGE_BLOCK;
     let small = LARGE_BLOCK - 1;
     assert!(worth_zlib(small, small / 6 + 1));
     assert!(!worth_zlib(small, small / 6));
