@@ -64,22 +64,6 @@ mpi hpcc 4 hpcc
 grep -q '^Success=1$' "$work/hpcc/hpccoutf.txt" || { echo "real-logs: hpcc's HPL check failed" >&2; exit 1; }
 
 mkdir -p "$work/lammps"
-cat >"$work/lammps/in.lj" <<'EOF'
-units lj
-atom_style atomic
-lattice fcc 0.8442
-region box block 0 10 0 10 0 10
-create_box 1 box
-create_atoms 1 box
-mass 1 1.0
-velocity all create 3.0 87287 loop geom
-pair_style lj/cut 2.5
-pair_coeff 1 1 1.0 1.0 2.5
-neighbor 0.3 bin
-neigh_modify delay 0 every 20 check no
-fix 1 all nve
-thermo 50
-run 200
-EOF
+cp tests/data/in.lj "$work/lammps/in.lj"
 mpi lammps 4 lmp -in in.lj -log none -screen none
 du -sh "$out"/*

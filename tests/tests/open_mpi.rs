@@ -354,22 +354,7 @@ fn hpcc_four_ranks(pml: Pml) {
 }
 
 /// LAMMPS's Lennard-Jones melt benchmark problem (its `bench/in.lj`, 4 000 atoms, 200 steps).
-const LJ_MELT: &str = "units lj
-atom_style atomic
-lattice fcc 0.8442
-region box block 0 10 0 10 0 10
-create_box 1 box
-create_atoms 1 box
-mass 1 1.0
-velocity all create 3.0 87287 loop geom
-pair_style lj/cut 2.5
-pair_coeff 1 1 1.0 1.0 2.5
-neighbor 0.3 bin
-neigh_modify delay 0 every 20 check no
-fix 1 all nve
-thermo 50
-run 200
-";
+const LJ_MELT: &str = include_str!("../data/in.lj");
 
 /// Runs LAMMPS (Debian's `lmp`, unmodified) on `np` ranks over `pml`, traced into
 /// `dir/logs` or not; returns its thermodynamic output (the table from `Step` to `Loop`,
