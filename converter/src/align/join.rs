@@ -109,13 +109,14 @@ pub fn join(inputs: &[LogInput], topo: &Topology, mut f: impl FnMut(&Pair)) {
     let epochs = (total / 2_000_000).clamp(1, 10_000) as i64;
     let step = ((hi - lo) / epochs).max(1) + 1;
     // A process without a message to match (no consuming send or successful receive on a
-    // joined connection, no UD stream end: its scan counted none) is not read at all.
+    // joined connection, no UD stream end: its scan counted none) is not read at all; of the
+    // others, threads in order are read for their messages only.
     let mut cursors: Vec<_> = topo
         .procs
         .iter()
         .zip(&keys)
         .map(|(p, keys)| match has_messages(p, keys, &topo.ud) {
-            true => inputs_for(inputs, p).thread_cursors(),
+            true => inputs_for(inputs, p).message_cursors(),
             false => Vec::new(),
         })
         .collect();

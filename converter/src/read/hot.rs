@@ -15,6 +15,7 @@
 
 #![forbid(unsafe_code)]
 
+use sigmatrace_schemas::compact::Glance;
 use sigmatrace_schemas::reader::RawRecord;
 use sigmatrace_schemas::records::{PostRecv, PostSend, RecordKind, WorkCompletion};
 
@@ -49,6 +50,20 @@ impl<'a> Hot<'a> {
     #[inline]
     pub fn is_hot_kind(kind: u16) -> bool {
         matches!(kind, POST_SEND | POST_RECV | WORK_COMPLETION)
+    }
+}
+
+/// Whether a hot record is a message: a message-consuming send, or a successful receive
+/// completion ([`is_received_message`]) — the records the causality join pairs.
+#[inline(always)]
+pub fn is_message(g: &Glance) -> bool {
+    match g.kind {
+        POST_SEND => verbs::consumes_recv(g.opcode),
+        WORK_COMPLETION => {
+            g.status == 0
+                && (g.opcode == verbs::wc::RECV || g.opcode == verbs::wc::RECV_RDMA_WITH_IMM)
+        }
+        _ => false,
     }
 }
 

@@ -11,12 +11,13 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use sigmatrace_schemas::chunk::CHUNK_HEADER_SIZE;
-use sigmatrace_schemas::compact::{ChunkDecoder, Step};
+use sigmatrace_schemas::compact::{ChunkDecoder, Glimpse, Step};
 use sigmatrace_schemas::reader::{ChunkInfo, RawRecord};
 use sigmatrace_schemas::records::RecordKind;
 use sigmatrace_schemas::HEADER_SIZE;
 
 use crate::error::ConvertError;
+use crate::read::hot::is_message;
 use crate::read::map::MappedLog;
 
 /// One opened log: the mapping and its chunks grouped by writer thread.
@@ -30,6 +31,10 @@ pub struct LogInput {
     /// Chunks the header counts as allocated that are not in the file (the file was cut short,
     /// possibly exactly at a chunk boundary): see [`MissingChunks`].
     pub missing_chunks: Option<MissingChunks>,
+    /// Per thread (as `threads`): whether its records' timestamps never decrease, so that a
+    /// [`ThreadCursor`] hands them out in log order without sorting; set by the scan
+    /// ([`LogInput::set_in_order`]). Unset: none is known to be.
+    in_order: OnceLock<Vec<bool>>,
 }
 
 /// Chunk positions the header counts as allocated that lie beyond the end of the file and whose
@@ -111,7 +116,23 @@ impl LogInput {
             threads,
             bytes,
             missing_chunks,
+            in_order: OnceLock::new(),
         })
+    }
+
+    /// Records which threads' records are in timestamp order already (per thread, as
+    /// `threads`; from the scan, which reads every record the cursors read): their cursors skip
+    /// the reorder window, which hands such records out in log order anyway. Set once.
+    pub fn set_in_order(&self, in_order: Vec<bool>) {
+        debug_assert_eq!(in_order.len(), self.threads.len());
+        let _ = self.in_order.set(in_order);
+    }
+
+    /// Whether thread `t`'s records are known to be in timestamp order.
+    pub fn thread_in_order(&self, t: usize) -> bool {
+        self.in_order
+            .get()
+            .is_some_and(|v| v.get(t).copied().unwrap_or(false))
     }
 
     /// One cursor per writer thread (records of each thread in order).
@@ -119,7 +140,26 @@ impl LogInput {
         let mut issues = Vec::new();
         self.threads
             .iter()
-            .map(|(_, chunks)| ThreadCursor::new(self, chunks, &mut issues))
+            .enumerate()
+            .map(|(t, (_, chunks))| ThreadCursor::new(self, t, chunks, &mut issues))
+            .collect()
+    }
+
+    /// [`LogInput::thread_cursors`] for a pass that wants the messages only ([`is_message`]:
+    /// the causality join): the cursors of threads in order pass over the other records at a
+    /// glance (they hand out the messages in the order they would anyway); the others hand
+    /// out every record.
+    pub fn message_cursors(&self) -> Vec<ThreadCursor<'_>> {
+        let mut issues = Vec::new();
+        self.threads
+            .iter()
+            .enumerate()
+            .map(|(t, (_, chunks))| {
+                let mut c = ThreadCursor::unfilled(self, t, chunks);
+                c.messages_only = c.in_order;
+                c.fill(&mut issues);
+                c
+            })
             .collect()
     }
 
@@ -274,6 +314,14 @@ impl<'a> ChunkRecords<'a> {
         issues: &mut Vec<RecordIssue>,
         out: &mut RawRecord<'a>,
     ) -> Option<Step> {
+        let (offset, kind, bytes) = self.next_raw(issues)?;
+        Some(self.context.accept_into(offset, kind, bytes, out))
+    }
+
+    /// The next record as it is in the file (its offset, kind and bytes, checked), or `None`
+    /// at the end of the chunk or at a damaged record (then reported into `issues`).
+    #[inline(always)]
+    fn next_raw(&mut self, issues: &mut Vec<RecordIssue>) -> Option<(u64, u16, &'a [u8])> {
         let rest = self.bytes.get(self.pos..)?;
         if rest.len() >= 8 {
             let h = u64::from_ne_bytes(rest[..8].try_into().expect("8 bytes"));
@@ -294,13 +342,67 @@ impl<'a> ChunkRecords<'a> {
                 if self.pos - self.released >= RELEASE_WINDOW {
                     self.release_consumed();
                 }
-                return Some(self.context.accept_into(offset, kind, &rest[..len], out));
+                return Some((offset, kind, &rest[..len]));
             }
         } else if rest.is_empty() {
             return None;
         }
         self.damaged(issues);
         None
+    }
+
+    /// The next record at a glance ([`ChunkDecoder::glance`]: a hot record's deciding fields,
+    /// any other record as it is in the file; context records taken in): its offset, kind,
+    /// bytes and what the glance saw, never [`Glimpse::Context`] or [`Glimpse::Damaged`] —
+    /// `None` at the end of the chunk or at a damaged record (reported into `issues`), as
+    /// [`ChunkRecords::next`]. Read a record whole with [`ChunkRecords::expand_into`].
+    #[inline(always)]
+    pub fn next_glance(
+        &mut self,
+        issues: &mut Vec<RecordIssue>,
+    ) -> Option<(u64, u16, &'a [u8], Glimpse)> {
+        loop {
+            let (offset, kind, bytes) = self.next_raw(issues)?;
+            match self.context.glance(kind, bytes) {
+                Glimpse::Context => continue,
+                Glimpse::Damaged => {
+                    self.damaged(issues);
+                    return None;
+                }
+                seen => return Some((offset, kind, bytes, seen)),
+            }
+        }
+    }
+
+    /// The record [`ChunkRecords::next_glance`] returned last, whole, into `out` (as
+    /// [`ChunkRecords::next_into`] would have read it).
+    #[inline(always)]
+    pub fn expand_into(
+        &mut self,
+        (offset, kind, bytes): (u64, u16, &'a [u8]),
+        out: &mut RawRecord<'a>,
+    ) {
+        self.context.expand_into(offset, kind, bytes, out);
+    }
+
+    /// The next message ([`is_message`]: a message-consuming send or a successful receive
+    /// completion) into `out`, the records before it passed over at a glance; false at the
+    /// end of the chunk or at a damaged record (reported into `issues`).
+    #[inline(always)]
+    pub fn next_message_into(
+        &mut self,
+        issues: &mut Vec<RecordIssue>,
+        out: &mut RawRecord<'a>,
+    ) -> bool {
+        while let Some((offset, kind, bytes, seen)) = self.next_glance(issues) {
+            if let Glimpse::Hot(g) = seen {
+                if is_message(&g) {
+                    self.expand_into((offset, kind, bytes), out);
+                    return true;
+                }
+            }
+        }
+        false
     }
 
     /// Releases the consumed pages of the chunk but the last one (records still held in a
@@ -378,12 +480,29 @@ pub struct ThreadCursor<'a> {
     /// A record was taken since the last [`ThreadCursor::park`] (which has nothing to release
     /// otherwise: only taking a record touches the mapping after the window is filled).
     touched: bool,
+    /// The thread's records are in timestamp order ([`LogInput::thread_in_order`]): the window
+    /// is one record (the next, read ahead) in slot 0 or 1, the other one lent.
+    in_order: bool,
+    /// Only messages are read ([`LogInput::message_cursors`]; threads in order only).
+    messages_only: bool,
 }
 
 impl<'a> ThreadCursor<'a> {
-    fn new(input: &'a LogInput, chunks: &'a [ChunkInfo], issues: &mut Vec<RecordIssue>) -> Self {
+    fn new(
+        input: &'a LogInput,
+        thread: usize,
+        chunks: &'a [ChunkInfo],
+        issues: &mut Vec<RecordIssue>,
+    ) -> Self {
+        let mut c = ThreadCursor::unfilled(input, thread, chunks);
+        c.fill(issues);
+        c
+    }
+
+    /// A cursor of thread `thread` that has read nothing yet.
+    fn unfilled(input: &'a LogInput, thread: usize, chunks: &'a [ChunkInfo]) -> Self {
         let none = (0, RawRecord::new(0, 0, &[]));
-        let mut c = ThreadCursor {
+        ThreadCursor {
             input,
             chunks,
             next_chunk: 0,
@@ -396,9 +515,21 @@ impl<'a> ThreadCursor<'a> {
             last_ts: 0,
             ended: false,
             touched: true,
-        };
-        c.fill(issues);
-        c
+            in_order: input.thread_in_order(thread),
+            messages_only: false,
+        }
+    }
+
+    /// The thread's next record in its current chunk into `out` (the next message when it
+    /// reads messages only); false at the chunk's end or damage, or without a chunk.
+    #[inline(always)]
+    fn read_into(&mut self, issues: &mut Vec<RecordIssue>, slot: usize) -> bool {
+        let (out, messages) = (&mut self.ring[slot].1, self.messages_only);
+        match self.iter.as_mut() {
+            Some(it) if messages => it.next_message_into(issues, out),
+            Some(it) => it.next_into(issues, out),
+            None => false,
+        }
     }
 
     /// Timestamp of the next record.
@@ -432,6 +563,9 @@ impl<'a> ThreadCursor<'a> {
     /// the head's slot.
     #[inline(always)]
     fn take_head(&mut self, issues: &mut Vec<RecordIssue>) -> Option<usize> {
+        if self.in_order {
+            return self.take_head_in_order(issues);
+        }
         if let Some(l) = self.lent.take() {
             self.free |= 1 << l;
         }
@@ -447,18 +581,37 @@ impl<'a> ThreadCursor<'a> {
         Some(h)
     }
 
-    /// Reads records until the window holds [`REORDER_WINDOW`] (or the thread ends), each
-    /// decoded into a free slot and inserted after every record with a time ≤ its own
-    /// (usually at the end).
+    /// [`ThreadCursor::take_head`] of a thread whose records are in timestamp order: the window
+    /// sorts nothing (every record goes after the ones before it), so it holds just the next
+    /// record, read into the slot of the two that is not lent.
+    #[inline(always)]
+    fn take_head_in_order(&mut self, issues: &mut Vec<RecordIssue>) -> Option<usize> {
+        if self.len == 0 {
+            return None;
+        }
+        self.touched = true;
+        let head = self.order as usize & 1;
+        let next = head ^ 1;
+        if self.read_into(issues, next) || self.next_chunk_record(issues, next) {
+            let ts = record_ts(self.ring[next].1.record_bytes()).unwrap_or(self.last_ts);
+            self.last_ts = ts;
+            self.ring[next].0 = ts;
+            self.order = next as u64;
+        } else {
+            self.len = 0;
+        }
+        Some(head)
+    }
+
+    /// Reads records until the window holds [`REORDER_WINDOW`] (one for a thread in order; or
+    /// the thread ends), each decoded into a free slot and inserted after every record with a
+    /// time ≤ its own (usually at the end).
     #[inline(always)]
     fn fill(&mut self, issues: &mut Vec<RecordIssue>) {
-        while self.len < REORDER_WINDOW {
+        let window = if self.in_order { 1 } else { REORDER_WINDOW };
+        while self.len < window {
             let slot = slot_index(self.free.trailing_zeros() as usize);
-            let read = match self.iter.as_mut() {
-                Some(it) => it.next_into(issues, &mut self.ring[slot].1),
-                None => false,
-            };
-            if !read && !self.next_chunk_record(issues, slot) {
+            if !self.read_into(issues, slot) && !self.next_chunk_record(issues, slot) {
                 break;
             }
             let ts = record_ts(self.ring[slot].1.record_bytes()).unwrap_or(self.last_ts);
@@ -487,10 +640,8 @@ impl<'a> ThreadCursor<'a> {
             return false;
         }
         loop {
-            if let Some(it) = self.iter.as_mut() {
-                if it.next_into(issues, &mut self.ring[slot].1) {
-                    return true;
-                }
+            if self.read_into(issues, slot) {
+                return true;
             }
             self.iter = None;
             if self.next_chunk > 0 {
@@ -531,7 +682,8 @@ impl<'a> MergedRecords<'a> {
         let mut cursors: Vec<ThreadCursor<'a>> = input
             .threads
             .iter()
-            .map(|(_, chunks)| ThreadCursor::new(input, chunks, &mut issues))
+            .enumerate()
+            .map(|(t, (_, chunks))| ThreadCursor::new(input, t, chunks, &mut issues))
             .collect();
         cursors.retain(|c| c.len > 0);
         MergedRecords {
@@ -649,6 +801,107 @@ mod tests {
             1,
             "only the fresh cursor releases"
         );
+    }
+
+    /// A log of two writer threads (tids 1 and 2) whose `PostSend`s have the timestamps
+    /// given, in log order.
+    fn log_of_threads(dir: &std::path::Path, times: [&[u64]; 2]) -> std::path::PathBuf {
+        use sigmatrace_schemas::records::{PostSend, RecordHeader};
+        use sigmatrace_schemas::{FileHeader, LogWriter, Timestamper, WriterOptions};
+        let path = dir.join("order.sigmatrace");
+        let ts = Timestamper::detect();
+        let header =
+            FileHeader::for_current_process(ts.source(), 1_000_000_000, ts.snapshot(), 4096);
+        let w = LogWriter::create(&path, &header, WriterOptions::default()).unwrap();
+        for (tid, times) in [(1, times[0]), (2, times[1])] {
+            let mut tw = w.thread_writer(tid);
+            for (i, &t) in times.iter().enumerate() {
+                let ps = PostSend {
+                    hdr: RecordHeader::of::<PostSend>(2),
+                    ts: t,
+                    qpn: 0x40 + tid,
+                    wr_id: i as u64,
+                    bytes: 8,
+                    num_sge: 1,
+                    ..Default::default()
+                };
+                assert!(tw.append(&ps));
+            }
+        }
+        drop(w);
+        path
+    }
+
+    /// (ts, file offset, record bytes) of every record `next` hands out.
+    fn drain(next: impl FnMut() -> Option<(u64, u64, Vec<u8>)>) -> Vec<(u64, u64, Vec<u8>)> {
+        std::iter::from_fn(next).collect()
+    }
+
+    fn merged_all(input: &LogInput) -> Vec<(u64, u64, Vec<u8>)> {
+        let mut m = input.merged();
+        drain(|| {
+            m.next()
+                .map(|(ts, r)| (ts, r.offset, r.record_bytes().to_vec()))
+        })
+    }
+
+    /// The scan marks a thread whose records go back in time as not in order (its cursor
+    /// sorts them in its window), and one whose records never do as in order.
+    #[test]
+    fn scan_marks_threads_in_order_and_cursors_sort_the_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = 1u64 << 40;
+        let t1: Vec<u64> = [10, 20, 15, 30, 30, 40].iter().map(|d| base + d).collect();
+        let t2: Vec<u64> = [12, 12, 25, 50].iter().map(|d| base + d).collect();
+        let path = log_of_threads(dir.path(), [&t1, &t2]);
+        let input = LogInput::open(&path).unwrap();
+        let unmarked = merged_all(&input);
+        crate::read::scan::scan_all(std::slice::from_ref(&input));
+        assert!(!input.thread_in_order(0) && input.thread_in_order(1));
+        let marked = merged_all(&input);
+        assert_eq!(marked, unmarked);
+        let times: Vec<u64> = marked.iter().map(|r| r.0 - base).collect();
+        assert_eq!(times, [10, 12, 12, 15, 20, 25, 30, 30, 40, 50]);
+    }
+
+    /// A thread in order reads the same records in the same order whether its cursor knows it
+    /// (no window) or not, merged and on its own, over many chunks.
+    #[test]
+    fn threads_in_order_read_the_same_without_the_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sc = sigmatrace_synth::Scenario::ring(
+            1,
+            2,
+            sigmatrace_synth::Pattern::Write { signal_every: 4 },
+            20_000,
+        );
+        sc.threads = 2;
+        sigmatrace_synth::write(dir.path(), &sc).unwrap();
+        let log = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.extension().is_some_and(|x| x == "sigmatrace"))
+            .unwrap();
+        let plain = LogInput::open(&log).unwrap();
+        let known = LogInput::open(&log).unwrap();
+        crate::read::scan::scan_all(std::slice::from_ref(&known));
+        assert!((0..known.threads.len()).all(|t| known.thread_in_order(t)));
+        assert!(known.threads.iter().any(|(_, c)| c.len() > 2));
+        let all = merged_all(&known);
+        assert!(all.len() > 10_000);
+        assert_eq!(all, merged_all(&plain));
+        let mut issues = Vec::new();
+        for (mut a, mut b) in plain
+            .thread_cursors()
+            .into_iter()
+            .zip(known.thread_cursors())
+        {
+            let mut take = |c: &mut super::ThreadCursor<'_>| {
+                c.pop(&mut issues)
+                    .map(|(ts, r)| (ts, r.offset, r.record_bytes().to_vec()))
+            };
+            assert_eq!(drain(|| take(&mut a)), drain(|| take(&mut b)));
+        }
     }
 
     const CS: u64 = 1 << 20;

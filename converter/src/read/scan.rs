@@ -8,7 +8,13 @@ use sigmatrace_schemas::records::{
     ClockSnapshot, DeviceOpen, GpuClockPair, QpCreate, QpModify, Record,
 };
 
-use crate::read::hot::{is_received_message, Hot};
+use crate::read::hot::is_message;
+use sigmatrace_schemas::compact::Glimpse;
+use sigmatrace_schemas::reader::RawRecord;
+use sigmatrace_schemas::records::RecordKind;
+
+const POST_SEND: u16 = RecordKind::PostSend as u16;
+const POST_RECV: u16 = RecordKind::PostRecv as u16;
 use crate::read::input::{record_ts, ChunkRecords, LogInput, RecordIssue};
 use crate::read::verbs;
 
@@ -106,6 +112,35 @@ impl Scan {
     }
 }
 
+/// The timestamps of one chunk's records, in log order: whether they never decrease, and the
+/// first and the last (`None`: no record carries one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkOrder {
+    pub in_order: bool,
+    pub first_last: Option<(u64, u64)>,
+}
+
+impl ChunkOrder {
+    /// Whether a thread whose chunks have these orders (in its chunk order) has all its
+    /// records in timestamp order: each chunk's are, and no chunk starts before the one
+    /// before it (with a timestamp) ends.
+    pub fn thread_in_order(chunks: impl IntoIterator<Item = ChunkOrder>) -> bool {
+        let mut last = 0u64;
+        for c in chunks {
+            if !c.in_order {
+                return false;
+            }
+            if let Some((first, end)) = c.first_last {
+                if first < last {
+                    return false;
+                }
+                last = end;
+            }
+        }
+        true
+    }
+}
+
 /// Per-QP counters of one chunk: a few QPs are hot, so a small direct-mapped cache in
 /// front of the map avoids hashing every record.
 struct QpTally {
@@ -151,44 +186,52 @@ impl QpTally {
     }
 }
 
-fn scan_chunk(input: &LogInput, chunk: &sigmatrace_schemas::reader::ChunkInfo) -> Scan {
+fn scan_chunk(
+    input: &LogInput,
+    chunk: &sigmatrace_schemas::reader::ChunkInfo,
+) -> (Scan, ChunkOrder) {
     let mut s = Scan::empty();
     let mut tally = QpTally::default();
     let mut recs = ChunkRecords::new(input, chunk, &mut s.issues);
     let (mut min_ts, mut max_ts) = (u64::MAX, 0u64);
+    // Whether a timestamp was below one before it (then the chunk is not in order; when it
+    // is, its first and last timestamps are the least and the greatest).
+    let mut inversions = false;
     let (mut records, mut wr_events) = (0u64, 0u64);
-    // One record reused: each is decoded in place ([`ChunkRecords::next_into`]).
-    let mut r = sigmatrace_schemas::reader::RawRecord::new(0, 0, &[]);
-    while recs.next_into(&mut s.issues, &mut r) {
+    // Hot records are counted at a glance; the others are read whole.
+    while let Some((offset, kind, bytes, seen)) = recs.next_glance(&mut s.issues) {
         records += 1;
-        if let Some(ts) = record_ts(r.record_bytes()) {
+        let ts = match seen {
+            Glimpse::Hot(g) => Some(g.ts),
+            _ => record_ts(bytes),
+        };
+        if let Some(ts) = ts {
+            inversions |= ts < max_ts;
             min_ts = min_ts.min(ts);
             max_ts = max_ts.max(ts);
         }
-        match Hot::of(&r) {
-            Some(Hot::PostSend(ps)) => {
-                wr_events += 1;
-                let c = tally.get(ps.qpn);
-                c.posts += 1;
-                c.consuming_sends += verbs::consumes_recv(ps.opcode) as u64;
-                continue;
-            }
-            Some(Hot::PostRecv(pr)) => {
-                wr_events += 1;
-                if pr.qpn != 0 {
-                    tally.get(pr.qpn).posts += 1;
+        if let Glimpse::Hot(g) = seen {
+            wr_events += 1;
+            match g.kind {
+                POST_SEND => {
+                    let c = tally.get(g.qpn);
+                    c.posts += 1;
+                    c.consuming_sends += verbs::consumes_recv(g.opcode) as u64;
                 }
-                continue;
+                POST_RECV => {
+                    if g.qpn != 0 {
+                        tally.get(g.qpn).posts += 1;
+                    }
+                }
+                _ => {
+                    let c = tally.get(g.qpn);
+                    c.completions += 1;
+                    c.recv_ok += is_message(&g) as u64;
+                }
             }
-            Some(Hot::Completion(wc)) => {
-                wr_events += 1;
-                let c = tally.get(wc.qpn);
-                c.completions += 1;
-                c.recv_ok += is_received_message(wc) as u64;
-                continue;
-            }
-            None => {}
+            continue;
         }
+        let r = RawRecord::new(offset, kind, bytes);
         let rec = match r.decode() {
             Ok(rec) => rec,
             Err(e) => {
@@ -197,6 +240,8 @@ fn scan_chunk(input: &LogInput, chunk: &sigmatrace_schemas::reader::ChunkInfo) -
                     crate::read::input::chunk_end(chunk),
                     e,
                 ));
+                // The records after it are not scanned (but read by the cursors).
+                inversions = true;
                 break;
             }
         };
@@ -220,10 +265,15 @@ fn scan_chunk(input: &LogInput, chunk: &sigmatrace_schemas::reader::ChunkInfo) -
     s.records = records;
     s.wr_events = wr_events;
     s.per_qp = tally.slots.into_iter().collect();
-    s
+    let order = ChunkOrder {
+        in_order: !inversions,
+        first_last: (min_ts <= max_ts).then_some((min_ts, max_ts)),
+    };
+    (s, order)
 }
 
-/// Scans all logs in parallel (files × chunks).
+/// Scans all logs in parallel (files × chunks), and tells each log which of its threads
+/// have their records in timestamp order ([`LogInput::set_in_order`]).
 pub fn scan_all(inputs: &[LogInput]) -> Vec<Scan> {
     let jobs: Vec<(usize, usize)> = inputs
         .iter()
@@ -235,7 +285,7 @@ pub fn scan_all(inputs: &[LogInput]) -> Vec<Scan> {
                 .flat_map(move |(t, (_, cs))| (0..cs.len()).map(move |c| (i, t << 32 | c)))
         })
         .collect();
-    let parts: Vec<(usize, Scan)> = jobs
+    let parts: Vec<(usize, (Scan, ChunkOrder))> = jobs
         .par_iter()
         .map(|&(i, tc)| {
             let inp = &inputs[i];
@@ -245,10 +295,24 @@ pub fn scan_all(inputs: &[LogInput]) -> Vec<Scan> {
             (i, s)
         })
         .collect();
+    // Per log, per thread: its chunks' orders (jobs list them by log, thread, chunk).
+    let mut orders: Vec<Vec<Vec<ChunkOrder>>> = inputs
+        .iter()
+        .map(|inp| inp.threads.iter().map(|_| Vec::new()).collect())
+        .collect();
     let mut out: Vec<Scan> = (0..inputs.len()).map(|_| Scan::empty()).collect();
-    for (i, s) in parts {
+    for (&(i, tc), (_, (s, order))) in jobs.iter().zip(parts) {
+        orders[i][tc >> 32].push(order);
         let cur = std::mem::take(&mut out[i]);
         out[i] = cur.merge(s);
+    }
+    for (inp, threads) in inputs.iter().zip(orders) {
+        inp.set_in_order(
+            threads
+                .into_iter()
+                .map(ChunkOrder::thread_in_order)
+                .collect(),
+        );
     }
     out.into_iter()
         .zip(inputs)
@@ -277,5 +341,31 @@ impl Scan {
         } else {
             format!("{} events ({})", self.dropped, kinds.join(", "))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ChunkOrder;
+
+    fn c(in_order: bool, first_last: Option<(u64, u64)>) -> ChunkOrder {
+        ChunkOrder {
+            in_order,
+            first_last,
+        }
+    }
+
+    #[test]
+    fn a_thread_is_in_order_when_its_chunks_are_and_follow_each_other() {
+        let ok = [c(true, Some((5, 9))), c(true, None), c(true, Some((9, 12)))];
+        assert!(ChunkOrder::thread_in_order(ok));
+        assert!(ChunkOrder::thread_in_order([]));
+        // A chunk that starts before the last timestamp (of a chunk with one) before it.
+        let back = [c(true, Some((5, 9))), c(true, None), c(true, Some((8, 12)))];
+        assert!(!ChunkOrder::thread_in_order(back));
+        assert!(!ChunkOrder::thread_in_order([
+            c(true, Some((1, 2))),
+            c(false, Some((3, 4)))
+        ]));
     }
 }
