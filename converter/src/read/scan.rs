@@ -192,7 +192,7 @@ fn scan_chunk(
 ) -> (Scan, ChunkOrder) {
     let mut s = Scan::empty();
     let mut tally = QpTally::default();
-    let mut recs = ChunkRecords::new(input, chunk, &mut s.issues);
+    let mut recs = ChunkRecords::new(&input.file, chunk, &mut s.issues);
     let (mut min_ts, mut max_ts) = (u64::MAX, 0u64);
     // Whether a timestamp was below one before it (then the chunk is not in order; when it
     // is, its first and last timestamps are the least and the greatest).
