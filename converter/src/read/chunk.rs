@@ -5,7 +5,7 @@
 use std::sync::OnceLock;
 
 use sigmatrace_schemas::chunk::CHUNK_HEADER_SIZE;
-use sigmatrace_schemas::compact::{ChunkDecoder, Glimpse, Step};
+use sigmatrace_schemas::compact::{ChunkDecoder, Glance, Glimpse, Step};
 use sigmatrace_schemas::reader::{ChunkInfo, RawRecord};
 use sigmatrace_schemas::records::RecordKind;
 
@@ -64,6 +64,9 @@ fn fixed_sizes() -> &'static [u16; 256] {
         t
     })
 }
+
+/// A record as it is in the file: its offset, kind and bytes.
+pub type Raw<'a> = (u64, u16, &'a [u8]);
 
 /// One chunk's records, validated like the schemas reader's `RecordIter` (same checks; a
 /// damaged record ends the chunk with the reader's own message) but without per-record
@@ -199,6 +202,69 @@ impl<'a> ChunkRecords<'a> {
                     return None;
                 }
                 seen => return Some((offset, kind, bytes, seen)),
+            }
+        }
+    }
+
+    /// Every record at a glance, in turn, as it is in the file (offset, kind, bytes) with
+    /// `state`: a hot one with its [`Glance`] into `hot`, any other one into `other`; either
+    /// ends the reading by returning false (the next call goes on after that record). The
+    /// records, checks and reports of [`ChunkRecords::next_glance`], the reading position kept
+    /// in a register.
+    #[inline(always)]
+    pub fn glance_each<T>(
+        &mut self,
+        issues: &mut Vec<RecordIssue>,
+        state: &mut T,
+        mut hot: impl FnMut(&mut T, Raw<'a>, Glance) -> bool,
+        mut other: impl FnMut(&mut T, Raw<'a>) -> bool,
+    ) {
+        let bytes = self.bytes;
+        let mut pos = self.pos;
+        while let Some(rest) = bytes.get(pos..) {
+            let Some(h) = rest.first_chunk::<8>().map(|h| u64::from_ne_bytes(*h)) else {
+                self.pos = pos;
+                if !rest.is_empty() {
+                    self.damaged(issues);
+                }
+                return;
+            };
+            let kind = h as u16;
+            let len = (h >> 16) as u16 as usize;
+            let fixed = if kind < 256 {
+                self.sizes[kind as usize] as usize
+            } else {
+                0
+            };
+            if !(len >= 8
+                && len.is_multiple_of(8)
+                && len <= rest.len()
+                && (fixed == 0 || fixed == len))
+            {
+                self.pos = pos;
+                self.damaged(issues);
+                return;
+            }
+            let offset = self.base + pos as u64;
+            pos += len;
+            if pos - self.released >= RELEASE_WINDOW {
+                self.pos = pos;
+                self.release_consumed();
+            }
+            let record = &rest[..len];
+            let go_on = match self.context.glance(kind, record) {
+                Glimpse::Hot(g) => hot(state, (offset, kind, record), g),
+                Glimpse::Other => other(state, (offset, kind, record)),
+                Glimpse::Context => true,
+                Glimpse::Damaged => {
+                    self.pos = pos;
+                    self.damaged(issues);
+                    return;
+                }
+            };
+            if !go_on {
+                self.pos = pos;
+                return;
             }
         }
     }

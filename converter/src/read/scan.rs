@@ -9,13 +9,12 @@ use sigmatrace_schemas::records::{
 };
 
 use crate::read::hot::is_message;
-use sigmatrace_schemas::compact::Glimpse;
 use sigmatrace_schemas::reader::RawRecord;
 use sigmatrace_schemas::records::RecordKind;
 
 const POST_SEND: u16 = RecordKind::PostSend as u16;
 const POST_RECV: u16 = RecordKind::PostRecv as u16;
-use crate::read::input::{record_ts, ChunkRecords, LogInput, RecordIssue};
+use crate::read::input::{chunk_end, record_ts, ChunkRecords, LogInput, RecordIssue};
 use crate::read::verbs;
 
 /// Per-QP counts needed before the emit pass (flow pairing).
@@ -186,6 +185,50 @@ impl QpTally {
     }
 }
 
+/// A chunk's record counts and times as its scan goes.
+#[derive(Default)]
+struct ChunkCounts {
+    min_ts: u64,
+    max_ts: u64,
+    /// A timestamp was below one before it (then the chunk is not in order; when it is, its
+    /// first and last timestamps are the least and the greatest).
+    inversions: bool,
+    hot: u64,
+    other: u64,
+    /// Observed WQEs and CQEs.
+    observed: u64,
+}
+
+impl ChunkCounts {
+    #[inline(always)]
+    fn time(&mut self, ts: u64) {
+        self.inversions |= ts < self.max_ts;
+        self.min_ts = self.min_ts.min(ts);
+        self.max_ts = self.max_ts.max(ts);
+    }
+}
+
+/// What a record that is not hot adds to a chunk's scan; 1 for an observed WQE or CQE (a WR
+/// event), else 0.
+#[inline(never)]
+fn other(s: &mut Scan, rec: Record<'_>) -> u64 {
+    match rec {
+        Record::WqeObserved(_) | Record::CqeObserved(_) => return 1,
+        Record::ClockSnapshot(c) => s.snapshots.push(*c),
+        Record::GpuClockPair(p) => s.gpu_pairs.push(*p),
+        Record::DeviceOpen(d) => s.devices.push(*d),
+        Record::QpCreate(q) => s.qp_creates.push(*q),
+        Record::QpModify(q) if q.result == 0 => s.qp_modifies.push(*q),
+        Record::StringDef(m) => s.strings.push((m.aux, m.key, m.text().into_owned())),
+        Record::ThreadName(m) => s.thread_names.push((m.key, m.text().into_owned())),
+        Record::Dropped(d) => s.dropped += d.count,
+        Record::ObserveOverrun(o) => s.overrun += o.lost,
+        Record::Unknown { .. } => s.unknown_records += 1,
+        _ => {}
+    }
+    0
+}
+
 fn scan_chunk(
     input: &LogInput,
     chunk: &sigmatrace_schemas::reader::ChunkInfo,
@@ -193,30 +236,25 @@ fn scan_chunk(
     let mut s = Scan::empty();
     let mut tally = QpTally::default();
     let mut recs = ChunkRecords::new(&input.file, chunk, &mut s.issues);
-    let (mut min_ts, mut max_ts) = (u64::MAX, 0u64);
-    // Whether a timestamp was below one before it (then the chunk is not in order; when it
-    // is, its first and last timestamps are the least and the greatest).
-    let mut inversions = false;
-    let (mut records, mut wr_events) = (0u64, 0u64);
+    // Times (least, greatest, whether one went back) and hot and other records.
+    let mut c = ChunkCounts {
+        min_ts: u64::MAX,
+        ..Default::default()
+    };
+    let mut broken = None;
+    let mut issues = std::mem::take(&mut s.issues);
     // Hot records are counted at a glance; the others are read whole.
-    while let Some((offset, kind, bytes, seen)) = recs.next_glance(&mut s.issues) {
-        records += 1;
-        let ts = match seen {
-            Glimpse::Hot(g) => Some(g.ts),
-            _ => record_ts(bytes),
-        };
-        if let Some(ts) = ts {
-            inversions |= ts < max_ts;
-            min_ts = min_ts.min(ts);
-            max_ts = max_ts.max(ts);
-        }
-        if let Glimpse::Hot(g) = seen {
-            wr_events += 1;
+    recs.glance_each(
+        &mut issues,
+        &mut c,
+        |c, _, g| {
+            c.time(g.ts);
+            c.hot += 1;
             match g.kind {
                 POST_SEND => {
-                    let c = tally.get(g.qpn);
-                    c.posts += 1;
-                    c.consuming_sends += verbs::consumes_recv(g.opcode) as u64;
+                    let q = tally.get(g.qpn);
+                    q.posts += 1;
+                    q.consuming_sends += verbs::consumes_recv(g.opcode) as u64;
                 }
                 POST_RECV => {
                     if g.qpn != 0 {
@@ -224,42 +262,39 @@ fn scan_chunk(
                     }
                 }
                 _ => {
-                    let c = tally.get(g.qpn);
-                    c.completions += 1;
-                    c.recv_ok += is_message(&g) as u64;
+                    let q = tally.get(g.qpn);
+                    q.completions += 1;
+                    q.recv_ok += is_message(&g) as u64;
                 }
             }
-            continue;
-        }
-        let r = RawRecord::new(offset, kind, bytes);
-        let rec = match r.decode() {
-            Ok(rec) => rec,
-            Err(e) => {
-                s.issues.push(RecordIssue::skipping(
-                    r.offset,
-                    crate::read::input::chunk_end(chunk),
-                    e,
-                ));
-                // The records after it are not scanned (but read by the cursors).
-                inversions = true;
-                break;
+            true
+        },
+        |c, (offset, kind, bytes)| {
+            if let Some(ts) = record_ts(bytes) {
+                c.time(ts);
             }
-        };
-        match rec {
-            Record::WqeObserved(_) | Record::CqeObserved(_) => wr_events += 1,
-            Record::ClockSnapshot(c) => s.snapshots.push(*c),
-            Record::GpuClockPair(p) => s.gpu_pairs.push(*p),
-            Record::DeviceOpen(d) => s.devices.push(*d),
-            Record::QpCreate(q) => s.qp_creates.push(*q),
-            Record::QpModify(q) if q.result == 0 => s.qp_modifies.push(*q),
-            Record::StringDef(m) => s.strings.push((m.aux, m.key, m.text().into_owned())),
-            Record::ThreadName(m) => s.thread_names.push((m.key, m.text().into_owned())),
-            Record::Dropped(d) => s.dropped += d.count,
-            Record::ObserveOverrun(o) => s.overrun += o.lost,
-            Record::Unknown { .. } => s.unknown_records += 1,
-            _ => {}
-        }
+            c.other += 1;
+            match RawRecord::new(offset, kind, bytes).decode() {
+                Ok(rec) => {
+                    c.observed += other(&mut s, rec);
+                    true
+                }
+                Err(e) => {
+                    broken = Some(RecordIssue::skipping(offset, chunk_end(chunk), e));
+                    false
+                }
+            }
+        },
+    );
+    if let Some(issue) = broken {
+        issues.push(issue);
+        // The records after it are not scanned (but read by the cursors).
+        c.inversions = true;
     }
+    s.issues = issues;
+    let (min_ts, max_ts, inversions) = (c.min_ts, c.max_ts, c.inversions);
+    let records = c.hot + c.other;
+    let wr_events = c.hot + c.observed;
     s.min_ts = min_ts;
     s.max_ts = max_ts;
     s.records = records;
