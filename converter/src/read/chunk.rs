@@ -65,6 +65,17 @@ fn fixed_sizes() -> &'static [u16; 256] {
     })
 }
 
+/// What [`ChunkRecords::glance_each`] does after a hot record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Goes on with the next record.
+    Go,
+    /// Reads this one whole first.
+    Whole,
+    /// Stops after this one.
+    Stop,
+}
+
 /// A record as it is in the file: its offset, kind and bytes.
 pub type Raw<'a> = (u64, u16, &'a [u8]);
 
@@ -206,9 +217,9 @@ impl<'a> ChunkRecords<'a> {
         }
     }
 
-    /// Every record at a glance, in turn, as it is in the file (offset, kind, bytes) with
-    /// `state`: a hot one with its [`Glance`] into `hot`, any other one into `other`; either
-    /// ends the reading by returning false (the next call goes on after that record). The
+    /// Every record at a glance, in turn, with `state`: a hot one's [`Glance`] into `hot`,
+    /// which says what next ([`Next`]: read it whole into `whole` first, or stop after it); any
+    /// other one (as it is in the file) into `other`, which may stop the reading (false). The
     /// records, checks and reports of [`ChunkRecords::next_glance`], the reading position kept
     /// in a register.
     #[inline(always)]
@@ -216,7 +227,8 @@ impl<'a> ChunkRecords<'a> {
         &mut self,
         issues: &mut Vec<RecordIssue>,
         state: &mut T,
-        mut hot: impl FnMut(&mut T, Raw<'a>, Glance) -> bool,
+        mut hot: impl FnMut(&mut T, Glance) -> Next,
+        mut whole: impl FnMut(&mut T, &RawRecord<'a>, Glance),
         mut other: impl FnMut(&mut T, Raw<'a>) -> bool,
     ) {
         let bytes = self.bytes;
@@ -253,7 +265,16 @@ impl<'a> ChunkRecords<'a> {
             }
             let record = &rest[..len];
             let go_on = match self.context.glance(kind, record) {
-                Glimpse::Hot(g) => hot(state, (offset, kind, record), g),
+                Glimpse::Hot(g) => match hot(state, g) {
+                    Next::Go => true,
+                    Next::Whole => {
+                        let mut r = RawRecord::new(0, 0, &[]);
+                        self.expand_into((offset, kind, record), &mut r);
+                        whole(state, &r, g);
+                        true
+                    }
+                    Next::Stop => false,
+                },
                 Glimpse::Other => other(state, (offset, kind, record)),
                 Glimpse::Context => true,
                 Glimpse::Damaged => {

@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use sigmatrace_schemas::reader::{ChunkInfo, RawRecord};
 use sigmatrace_schemas::HEADER_SIZE;
@@ -16,6 +16,7 @@ use sigmatrace_schemas::HEADER_SIZE;
 use crate::error::ConvertError;
 pub use crate::read::chunk::{chunk_end, record_ts, ChunkRecords, RecordIssue, RELEASE_WINDOW};
 use crate::read::map::MappedLog;
+use crate::read::messages::{Spill, SpillCursor, ThreadPieces};
 
 /// One opened log: the mapping and its chunks grouped by writer thread.
 pub struct LogInput {
@@ -32,6 +33,9 @@ pub struct LogInput {
     /// [`ThreadCursor`] hands them out in log order without sorting; set by the scan
     /// ([`LogInput::set_in_order`]). Unset: none is known to be.
     in_order: OnceLock<Vec<bool>>,
+    /// The scan's spill of this log's messages and, per thread, its pieces of it in log order
+    /// ([`LogInput::set_spilled`]).
+    spilled: OnceLock<(Arc<Spill>, ThreadPieces)>,
 }
 
 /// Chunk positions the header counts as allocated that lie beyond the end of the file and whose
@@ -114,6 +118,7 @@ impl LogInput {
             bytes,
             missing_chunks,
             in_order: OnceLock::new(),
+            spilled: OnceLock::new(),
         })
     }
 
@@ -123,6 +128,23 @@ impl LogInput {
     pub fn set_in_order(&self, in_order: Vec<bool>) {
         debug_assert_eq!(in_order.len(), self.threads.len());
         let _ = self.in_order.set(in_order);
+    }
+
+    /// Records where the scan spilled this log's messages: per thread (as `threads`), its
+    /// pieces of `spill` in log order. Set once.
+    pub fn set_spilled(&self, spill: Arc<Spill>, pieces: ThreadPieces) {
+        debug_assert_eq!(pieces.len(), self.threads.len());
+        let _ = self.spilled.set((spill, pieces));
+    }
+
+    /// Thread `t`'s messages ([`is_message`]) from the scan's spill, in the order its record
+    /// cursor would hand them out: for a thread in timestamp order whose messages were spilled.
+    ///
+    /// [`is_message`]: crate::read::hot::is_message
+    pub fn spilled_messages(&self, t: usize) -> Option<SpillCursor<'_>> {
+        let (spill, pieces) = self.spilled.get()?;
+        let pieces = pieces.get(t).filter(|_| self.thread_in_order(t))?;
+        Some(SpillCursor::new(spill, pieces))
     }
 
     /// Whether thread `t`'s records are known to be in timestamp order.
@@ -146,16 +168,29 @@ impl LogInput {
     /// the causality join): the cursors of threads in order pass over the other records at a
     /// glance (they hand out the messages in the order they would anyway); the others hand
     /// out every record.
+    ///
+    /// [`is_message`]: crate::read::hot::is_message
     pub fn message_cursors(&self) -> Vec<ThreadCursor<'_>> {
-        let mut issues = Vec::new();
-        self.threads
-            .iter()
-            .enumerate()
-            .map(|(t, (_, chunks))| {
-                let mut c = ThreadCursor::unfilled(self, t, chunks);
-                c.messages_only = c.in_order;
-                c.fill(&mut issues);
-                c
+        (0..self.threads.len())
+            .map(|t| self.message_cursor(t))
+            .collect()
+    }
+
+    /// Thread `t`'s cursor of [`LogInput::message_cursors`].
+    fn message_cursor(&self, t: usize) -> ThreadCursor<'_> {
+        let mut c = ThreadCursor::unfilled(self, t, &self.threads[t].1);
+        c.messages_only = c.in_order;
+        c.fill(&mut Vec::new());
+        c
+    }
+
+    /// Every thread's messages for the causality join: from the scan's spill where it has them
+    /// ([`LogInput::spilled_messages`]), else from its records ([`LogInput::message_cursors`]).
+    pub fn thread_messages(&self) -> Vec<ThreadMessages<'_>> {
+        (0..self.threads.len())
+            .map(|t| match self.spilled_messages(t) {
+                Some(spilled) => ThreadMessages::Spilled(spilled),
+                None => ThreadMessages::Records(self.message_cursor(t)),
             })
             .collect()
     }
@@ -164,6 +199,14 @@ impl LogInput {
     pub fn merged(&self) -> MergedRecords<'_> {
         MergedRecords::new(self)
     }
+}
+
+/// Where the causality join reads one thread's messages.
+pub enum ThreadMessages<'a> {
+    /// The scan's spill: the messages alone.
+    Spilled(SpillCursor<'a>),
+    /// The records (the join takes the messages among them).
+    Records(ThreadCursor<'a>),
 }
 
 /// Drops a consumed chunk's pages from this process's resident set (they stay in the page

@@ -8,7 +8,11 @@ use sigmatrace_schemas::records::{
     ClockSnapshot, DeviceOpen, GpuClockPair, QpCreate, QpModify, Record,
 };
 
-use crate::read::hot::is_message;
+use std::sync::Arc;
+
+use crate::read::chunk::Next;
+use crate::read::hot::{is_message, message_of};
+use crate::read::messages::{Spill, SpillWriter};
 use sigmatrace_schemas::reader::RawRecord;
 use sigmatrace_schemas::records::RecordKind;
 
@@ -185,9 +189,8 @@ impl QpTally {
     }
 }
 
-/// A chunk's record counts and times as its scan goes.
-#[derive(Default)]
-struct ChunkCounts {
+/// A chunk's record counts, times and messages as its scan goes.
+struct ChunkCounts<'s> {
     min_ts: u64,
     max_ts: u64,
     /// A timestamp was below one before it (then the chunk is not in order; when it is, its
@@ -197,9 +200,11 @@ struct ChunkCounts {
     other: u64,
     /// Observed WQEs and CQEs.
     observed: u64,
+    /// The chunk's messages, for the causality join.
+    messages: SpillWriter<'s>,
 }
 
-impl ChunkCounts {
+impl ChunkCounts<'_> {
     #[inline(always)]
     fn time(&mut self, ts: u64) {
         self.inversions |= ts < self.max_ts;
@@ -229,17 +234,27 @@ fn other(s: &mut Scan, rec: Record<'_>) -> u64 {
     0
 }
 
+/// A chunk's scan: what it found, its timestamps' order, and where its messages went in
+/// `spill` (`None`: not spilled).
+type ChunkScan = (Scan, ChunkOrder, Option<Vec<(u64, u32)>>);
+
 fn scan_chunk(
     input: &LogInput,
     chunk: &sigmatrace_schemas::reader::ChunkInfo,
-) -> (Scan, ChunkOrder) {
+    spill: Option<&Spill>,
+) -> ChunkScan {
     let mut s = Scan::empty();
     let mut tally = QpTally::default();
     let mut recs = ChunkRecords::new(&input.file, chunk, &mut s.issues);
     // Times (least, greatest, whether one went back) and hot and other records.
     let mut c = ChunkCounts {
         min_ts: u64::MAX,
-        ..Default::default()
+        max_ts: 0,
+        inversions: false,
+        hot: 0,
+        other: 0,
+        observed: 0,
+        messages: SpillWriter::new(spill),
     };
     let mut broken = None;
     let mut issues = std::mem::take(&mut s.issues);
@@ -247,27 +262,41 @@ fn scan_chunk(
     recs.glance_each(
         &mut issues,
         &mut c,
-        |c, _, g| {
+        |c, g| {
             c.time(g.ts);
             c.hot += 1;
-            match g.kind {
+            let message = match g.kind {
                 POST_SEND => {
                     let q = tally.get(g.qpn);
+                    let consuming = verbs::consumes_recv(g.opcode);
                     q.posts += 1;
-                    q.consuming_sends += verbs::consumes_recv(g.opcode) as u64;
+                    q.consuming_sends += consuming as u64;
+                    consuming
                 }
                 POST_RECV => {
                     if g.qpn != 0 {
                         tally.get(g.qpn).posts += 1;
                     }
+                    false
                 }
                 _ => {
                     let q = tally.get(g.qpn);
+                    let received = is_message(&g);
                     q.completions += 1;
-                    q.recv_ok += is_message(&g) as u64;
+                    q.recv_ok += received as u64;
+                    received
                 }
+            };
+            if message {
+                Next::Whole
+            } else {
+                Next::Go
             }
-            true
+        },
+        |c, r, g| {
+            if let Some(m) = message_of(r, g.ts) {
+                c.messages.push(m);
+            }
         },
         |c, (offset, kind, bytes)| {
             if let Some(ts) = record_ts(bytes) {
@@ -304,12 +333,19 @@ fn scan_chunk(
         in_order: !inversions,
         first_last: (min_ts <= max_ts).then_some((min_ts, max_ts)),
     };
-    (s, order)
+    (s, order, c.messages.finish())
 }
 
 /// Scans all logs in parallel (files × chunks), and tells each log which of its threads
-/// have their records in timestamp order ([`LogInput::set_in_order`]).
+/// have their records in timestamp order ([`LogInput::set_in_order`]) and where their
+/// messages are ([`LogInput::set_spilled`]: when they could all be spilled).
 pub fn scan_all(inputs: &[LogInput]) -> Vec<Scan> {
+    scan_spilling(inputs, Spill::create())
+}
+
+/// [`scan_all`], the messages spilled to `spill` (none without).
+pub fn scan_spilling(inputs: &[LogInput], spill: Option<Spill>) -> Vec<Scan> {
+    let spill = spill.map(Arc::new);
     let jobs: Vec<(usize, usize)> = inputs
         .iter()
         .enumerate()
@@ -320,24 +356,28 @@ pub fn scan_all(inputs: &[LogInput]) -> Vec<Scan> {
                 .flat_map(move |(t, (_, cs))| (0..cs.len()).map(move |c| (i, t << 32 | c)))
         })
         .collect();
-    let parts: Vec<(usize, (Scan, ChunkOrder))> = jobs
+    let parts: Vec<ChunkScan> = jobs
         .par_iter()
         .map(|&(i, tc)| {
             let inp = &inputs[i];
             let chunk = &inp.threads[tc >> 32].1[tc & 0xffff_ffff];
-            let s = scan_chunk(inp, chunk);
+            let s = scan_chunk(inp, chunk, spill.as_deref());
             crate::read::input::release_chunk(inp, chunk);
-            (i, s)
+            s
         })
         .collect();
-    // Per log, per thread: its chunks' orders (jobs list them by log, thread, chunk).
-    let mut orders: Vec<Vec<Vec<ChunkOrder>>> = inputs
-        .iter()
-        .map(|inp| inp.threads.iter().map(|_| Vec::new()).collect())
-        .collect();
+    // Per log, per thread: its chunks' orders and message pieces (jobs list them by log,
+    // thread, chunk).
+    let mut orders: Vec<Vec<Vec<ChunkOrder>>> = per_thread(inputs);
+    let mut pieces: Vec<Vec<Vec<(u64, u32)>>> = per_thread(inputs);
+    let mut spilled = spill.is_some();
     let mut out: Vec<Scan> = (0..inputs.len()).map(|_| Scan::empty()).collect();
-    for (&(i, tc), (_, (s, order))) in jobs.iter().zip(parts) {
+    for (&(i, tc), (s, order, chunk_pieces)) in jobs.iter().zip(parts) {
         orders[i][tc >> 32].push(order);
+        match chunk_pieces {
+            Some(p) => pieces[i][tc >> 32].extend(p),
+            None => spilled = false,
+        }
         let cur = std::mem::take(&mut out[i]);
         out[i] = cur.merge(s);
     }
@@ -349,9 +389,22 @@ pub fn scan_all(inputs: &[LogInput]) -> Vec<Scan> {
                 .collect(),
         );
     }
+    if let Some(spill) = spill.filter(|s| spilled && !s.failed()) {
+        for (inp, p) in inputs.iter().zip(pieces) {
+            inp.set_spilled(spill.clone(), p);
+        }
+    }
     out.into_iter()
         .zip(inputs)
         .map(|(s, inp)| s.finish(inp.file.losses()))
+        .collect()
+}
+
+/// An empty list per thread of every log.
+fn per_thread<T>(inputs: &[LogInput]) -> Vec<Vec<Vec<T>>> {
+    inputs
+        .iter()
+        .map(|inp| inp.threads.iter().map(|_| Vec::new()).collect())
         .collect()
 }
 
