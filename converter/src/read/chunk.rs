@@ -290,6 +290,72 @@ impl<'a> ChunkRecords<'a> {
         }
     }
 
+    /// [`ChunkRecords::next_into`] of the next `out.len()` records, each with its timestamp
+    /// (a record too short to carry one gets the one before it, `last_ts`); returns how many
+    /// it read, fewer at the end of the chunk or at a damaged record (reported into `issues`).
+    /// The reading position is kept in a register.
+    #[inline(always)]
+    pub fn fill_into(
+        &mut self,
+        issues: &mut Vec<RecordIssue>,
+        out: &mut [(u64, RawRecord<'a>)],
+        last_ts: &mut u64,
+    ) -> usize {
+        let bytes = self.bytes;
+        let mut pos = self.pos;
+        let mut n = 0;
+        while n < out.len() {
+            let Some(rest) = bytes.get(pos..) else {
+                return n;
+            };
+            let Some(h) = rest.first_chunk::<8>().map(|h| u64::from_ne_bytes(*h)) else {
+                self.pos = pos;
+                if !rest.is_empty() {
+                    self.damaged(issues);
+                }
+                return n;
+            };
+            let kind = h as u16;
+            let len = (h >> 16) as u16 as usize;
+            let fixed = if kind < 256 {
+                self.sizes[kind as usize] as usize
+            } else {
+                0
+            };
+            if !(len >= 8
+                && len.is_multiple_of(8)
+                && len <= rest.len()
+                && (fixed == 0 || fixed == len))
+            {
+                self.pos = pos;
+                self.damaged(issues);
+                return n;
+            }
+            let offset = self.base + pos as u64;
+            pos += len;
+            if pos - self.released >= RELEASE_WINDOW {
+                self.pos = pos;
+                self.release_consumed();
+            }
+            let (ts, r) = &mut out[n];
+            match self.context.accept_into(offset, kind, &rest[..len], r) {
+                Step::Record => {
+                    *ts = record_ts(r.record_bytes()).unwrap_or(*last_ts);
+                    *last_ts = *ts;
+                    n += 1;
+                }
+                Step::Context => {}
+                Step::Damaged => {
+                    self.pos = pos;
+                    self.damaged(issues);
+                    return n;
+                }
+            }
+        }
+        self.pos = pos;
+        n
+    }
+
     /// The record [`ChunkRecords::next_glance`] returned last, whole, into `out` (as
     /// [`ChunkRecords::next_into`] would have read it).
     #[inline(always)]

@@ -237,6 +237,10 @@ const _: () = assert!(REORDER_WINDOW <= 8);
 const RING: usize = 16;
 const _: () = assert!(RING.is_power_of_two());
 
+/// Records a cursor of a thread in order reads at once: half the ring (the other half holds
+/// the record lent).
+const HALF: usize = RING / 2;
+
 /// A slot number (always below [`RING`]: the order word's bytes and the free mask's bits
 /// name slots) as a ring index the compiler knows is in bounds: no bounds check per access.
 #[inline(always)]
@@ -272,8 +276,9 @@ pub struct ThreadCursor<'a> {
     /// A record was taken since the last [`ThreadCursor::park`] (which has nothing to release
     /// otherwise: only taking a record touches the mapping after the window is filled).
     touched: bool,
-    /// The thread's records are in timestamp order ([`LogInput::thread_in_order`]): the window
-    /// is one record (the next, read ahead) in slot 0 or 1, the other one lent.
+    /// The thread's records are in timestamp order ([`LogInput::thread_in_order`]): no window;
+    /// `order` is the head's slot and `len` the records from it to the end of its half of the
+    /// ring ([`ThreadCursor::take_head_in_order`]).
     in_order: bool,
     /// Only messages are read ([`LogInput::message_cursors`]; threads in order only).
     messages_only: bool,
@@ -374,25 +379,54 @@ impl<'a> ThreadCursor<'a> {
     }
 
     /// [`ThreadCursor::take_head`] of a thread whose records are in timestamp order: the window
-    /// sorts nothing (every record goes after the ones before it), so it holds just the next
-    /// record, read into the slot of the two that is not lent.
+    /// sorts nothing (every record goes after the ones before it), so the records are read
+    /// [`HALF`] at a time into one half of the ring and handed out in turn; the next half is
+    /// read when the last record of this one is taken (it stays lent meanwhile).
     #[inline(always)]
     fn take_head_in_order(&mut self, issues: &mut Vec<RecordIssue>) -> Option<usize> {
         if self.len == 0 {
             return None;
         }
         self.touched = true;
-        let head = self.order as usize & 1;
-        let next = head ^ 1;
-        if self.read_into(issues, next) || self.next_chunk_record(issues, next) {
-            let ts = record_ts(self.ring[next].1.record_bytes()).unwrap_or(self.last_ts);
-            self.last_ts = ts;
-            self.ring[next].0 = ts;
-            self.order = next as u64;
+        let head = slot_index(self.order as usize);
+        if self.len > 1 {
+            self.order += 1;
+            self.len -= 1;
         } else {
-            self.len = 0;
+            let other = (head & HALF) ^ HALF;
+            self.len = self.fill_half(issues, other);
+            self.order = other as u64;
         }
         Some(head)
+    }
+
+    /// Reads up to [`HALF`] records (of a thread in order) into the ring from slot `base` on;
+    /// returns how many.
+    #[inline(always)]
+    fn fill_half(&mut self, issues: &mut Vec<RecordIssue>, base: usize) -> usize {
+        let mut n = 0;
+        while n < HALF {
+            if !self.messages_only {
+                if let Some(it) = self.iter.as_mut() {
+                    let out = &mut self.ring[base + n..base + HALF];
+                    n += it.fill_into(issues, out, &mut self.last_ts);
+                    if n == HALF {
+                        break;
+                    }
+                }
+            }
+            // The chunk ended (or a message is wanted): the next record, from the next
+            // chunks if need be.
+            let slot = base + n;
+            if !self.next_chunk_record(issues, slot) {
+                break;
+            }
+            let ts = record_ts(self.ring[slot].1.record_bytes()).unwrap_or(self.last_ts);
+            self.last_ts = ts;
+            self.ring[slot].0 = ts;
+            n += 1;
+        }
+        n
     }
 
     /// Reads records until the window holds [`REORDER_WINDOW`] (one for a thread in order; or
@@ -400,8 +434,12 @@ impl<'a> ThreadCursor<'a> {
     /// time ≤ its own (usually at the end).
     #[inline(always)]
     fn fill(&mut self, issues: &mut Vec<RecordIssue>) {
-        let window = if self.in_order { 1 } else { REORDER_WINDOW };
-        while self.len < window {
+        if self.in_order {
+            self.order = 0;
+            self.len = self.fill_half(issues, 0);
+            return;
+        }
+        while self.len < REORDER_WINDOW {
             let slot = slot_index(self.free.trailing_zeros() as usize);
             if !self.read_into(issues, slot) && !self.next_chunk_record(issues, slot) {
                 break;
