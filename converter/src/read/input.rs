@@ -400,6 +400,19 @@ impl<'a> ThreadCursor<'a> {
         Some(head)
     }
 
+    /// The head of a thread in order that has another record read after it (`len` > 1): taken
+    /// without reading.
+    #[inline(always)]
+    fn take_read_ahead(&mut self) -> (u64, &RawRecord<'a>) {
+        debug_assert!(self.in_order && self.len > 1);
+        let head = slot_index(self.order as usize);
+        self.order += 1;
+        self.len -= 1;
+        self.touched = true;
+        let (ts, r) = &self.ring[head];
+        (*ts, r)
+    }
+
     /// Reads up to [`HALF`] records (of a thread in order) into the ring from slot `base` on;
     /// returns how many.
     #[inline(always)]
@@ -535,6 +548,12 @@ impl<'a> MergedRecords<'a> {
         if let Some(mut done) = self.exhausted.take() {
             done.park();
         }
+        // One thread in order, its next record already read: no merge, no refill.
+        if let [c] = &self.cursors[..] {
+            if c.in_order && c.len > 1 {
+                return Some(self.cursors[0].take_read_ahead());
+            }
+        }
         let best = match self.cursors.len() {
             0 => return None,
             1 => 0,
@@ -557,6 +576,9 @@ impl<'a> MergedRecords<'a> {
                 best
             }
         };
+        if self.cursors[best].in_order && self.cursors[best].len > 1 {
+            return Some(self.cursors[best].take_read_ahead());
+        }
         let c = &mut self.cursors[best];
         let slot = c.take_head(&mut self.issues)?;
         let cur = if c.len == 0 {
