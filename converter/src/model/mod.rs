@@ -644,7 +644,7 @@ impl<'a> ProcessModel<'a> {
             args: if failed || full { &sargs } else { &[] },
             ..Extra::NONE
         };
-        for _ in 0..=pos {
+        for _ in 0..pos + 1 {
             let st = &mut self.qps[qi];
             let w = st.send.pop_front().expect("position is inside the queue");
             st.inflight_bytes -= w.bytes as i64;
