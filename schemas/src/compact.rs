@@ -43,6 +43,9 @@ pub const DTS_LIMIT: u64 = 1 << DTS_BITS;
 /// Largest bookkeeping a compact append may add before its record (`TimeBase` + `SlotBind`).
 pub(crate) const BOOKKEEPING: u32 = (size_of::<TimeBase>() + size_of::<SlotBind>()) as u32;
 
+const POST_SEND: u16 = RecordKind::PostSend as u16;
+const POST_RECV: u16 = RecordKind::PostRecv as u16;
+const WORK_COMPLETION: u16 = RecordKind::WorkCompletion as u16;
 const TIME_BASE: u16 = RecordKind::TimeBase as u16;
 const SLOT_BIND: u16 = RecordKind::SlotBind as u16;
 const POST_SEND_C: u16 = RecordKind::PostSendCompact as u16;
@@ -324,6 +327,34 @@ pub enum Step {
     Damaged,
 }
 
+/// The fields of a hot record (`PostSend`, `PostRecv`, `WorkCompletion`, full or compact) that
+/// decide what a pass does with it, read without expanding a compact one
+/// ([`ChunkDecoder::glance`]): each equals the field of the full record.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Glance {
+    /// The full record's kind.
+    pub kind: u16,
+    pub ts: u64,
+    pub qpn: u32,
+    /// A send's or a completion's opcode (0 for a receive WR).
+    pub opcode: u8,
+    /// A completion's status (0 otherwise).
+    pub status: u8,
+}
+
+/// What [`ChunkDecoder::glance`] saw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Glimpse {
+    /// A hot record, full or compact.
+    Hot(Glance),
+    /// Any other record: not compact, its bytes are the record.
+    Other,
+    /// A `TimeBase` or `SlotBind`: context, taken in.
+    Context,
+    /// A compact record whose slot is not bound (for its kind) in this chunk.
+    Damaged,
+}
+
 /// The decoding context of one chunk, fed its records in order.
 #[derive(Default)]
 pub struct ChunkDecoder {
@@ -368,6 +399,95 @@ impl ChunkDecoder {
             return Step::Record;
         }
         self.compact(offset, kind, bytes, out)
+    }
+
+    /// A first look at a record (its kind and bytes, of the length of its kind), in place of
+    /// [`ChunkDecoder::accept_into`] for the records a pass does not need whole: a hot one's
+    /// [`Glance`]; context taken in and damage found as `accept_into` would. A record it
+    /// glanced at is then read whole with [`ChunkDecoder::expand_into`].
+    #[inline(always)]
+    pub fn glance(&mut self, kind: u16, bytes: &[u8]) -> Glimpse {
+        let hot = |kind: RecordKind, ts, qpn, opcode, status| {
+            Glimpse::Hot(Glance {
+                kind: kind as u16,
+                ts,
+                qpn,
+                opcode,
+                status,
+            })
+        };
+        let base = self.base;
+        let dts = |tslot: u32| base + (tslot as u64 & (DTS_LIMIT - 1));
+        match kind {
+            POST_SEND => match bytemuck::try_from_bytes::<PostSend>(bytes) {
+                Ok(p) => hot(RecordKind::PostSend, p.ts, p.qpn, p.opcode, 0),
+                Err(_) => Glimpse::Other,
+            },
+            POST_RECV => match bytemuck::try_from_bytes::<PostRecv>(bytes) {
+                Ok(p) => hot(RecordKind::PostRecv, p.ts, p.qpn, 0, 0),
+                Err(_) => Glimpse::Other,
+            },
+            WORK_COMPLETION => match bytemuck::try_from_bytes::<WorkCompletion>(bytes) {
+                Ok(c) => hot(RecordKind::WorkCompletion, c.ts, c.qpn, c.opcode, c.status),
+                Err(_) => Glimpse::Other,
+            },
+            TIME_BASE | SLOT_BIND => match self.context(kind, bytes) {
+                Step::Context => Glimpse::Context,
+                _ => Glimpse::Damaged,
+            },
+            POST_SEND_C => {
+                let c = read::<PostSendCompact>(bytes);
+                match self.slot(c.tslot, slot_role::SEND) {
+                    Some(s) => {
+                        let opcode = (c.addr_op >> 48) as u8;
+                        hot(RecordKind::PostSend, dts(c.tslot), s.qpn, opcode, 0)
+                    }
+                    None => Glimpse::Damaged,
+                }
+            }
+            POST_RECV_C => {
+                let c = read::<PostRecvCompact>(bytes);
+                match self.slot(c.tslot, slot_role::RECV) {
+                    Some(s) => hot(RecordKind::PostRecv, dts(c.tslot), s.qpn, 0, 0),
+                    None => Glimpse::Damaged,
+                }
+            }
+            COMPLETION_C => {
+                let c = read::<CompletionCompact>(bytes);
+                match self.slot(c.tslot, slot_role::COMPLETION) {
+                    Some(s) => {
+                        let (ts, op) = (dts(c.tslot), c.opcode);
+                        hot(RecordKind::WorkCompletion, ts, s.qpn, op, c.status)
+                    }
+                    None => Glimpse::Damaged,
+                }
+            }
+            COMPLETION_S => {
+                let c = read::<CompletionShort>(bytes);
+                match self.slot(c.tslot, slot_role::COMPLETION) {
+                    Some(s) => {
+                        let (ts, op) = (dts(c.tslot), c.opcode as u8);
+                        hot(RecordKind::WorkCompletion, ts, s.qpn, op, 0)
+                    }
+                    None => Glimpse::Damaged,
+                }
+            }
+            _ => Glimpse::Other,
+        }
+    }
+
+    /// The record [`ChunkDecoder::glance`] just saw (a hot or other record, not context or
+    /// damage) into `out`, as [`ChunkDecoder::accept_into`] would have read it.
+    #[inline(always)]
+    pub fn expand_into<'a>(
+        &mut self,
+        offset: u64,
+        kind: u16,
+        bytes: &'a [u8],
+        out: &mut RawRecord<'a>,
+    ) {
+        let step = self.accept_into(offset, kind, bytes, out);
+        debug_assert_eq!(step, Step::Record);
     }
 
     /// A compact or context record: expanded into `out` (a record), consumed (context), or

@@ -298,3 +298,75 @@ fn short_completions_hold_exactly_the_plain_sends() {
     assert_eq!(n(RecordKind::CompletionCompact), 4200, "{kinds:?}");
     assert_eq!(n(RecordKind::WorkCompletion), 2400, "{kinds:?}");
 }
+
+/// A glance at a record (without expanding a compact one) sees the fields of the record it
+/// stands for, takes in context and finds damage exactly as reading it whole does.
+#[test]
+fn a_glance_sees_the_fields_of_the_full_record() {
+    use sigmatrace_schemas::compact::{ChunkDecoder, Glimpse, Step};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("g.sigmalog");
+    let w = writer(&path, CS, 1 << 30);
+    let mut tw = w.thread_writer(3);
+    for r in &stream(5_000) {
+        let mut words = vec![0u64; r.len() / 8];
+        bytemuck::cast_slice_mut::<u64, u8>(&mut words).copy_from_slice(r);
+        assert!(append_bytes(&mut tw, bytemuck::cast_slice(&words)));
+    }
+    // A receive WR with flags has no compact form.
+    assert!(tw.append(&PostRecv {
+        hdr: RecordHeader::of::<PostRecv>(1),
+        ts: 1 << 45,
+        wr_id: 9,
+        qpn: 0x321,
+        ..Default::default()
+    }));
+    let log = LogFile::open(&path).unwrap();
+    let (mut hot, mut seen) = (0, std::collections::BTreeSet::new());
+    for c in log.chunks() {
+        let (mut whole, mut glancing) = (ChunkDecoder::new(), ChunkDecoder::new());
+        for r in log.raw_records(c) {
+            let r = r.unwrap();
+            let mut out = RawRecord::new(0, 0, &[]);
+            let step = whole.accept_into(r.offset, r.kind, r.bytes, &mut out);
+            let glimpse = glancing.glance(r.kind, r.bytes);
+            seen.insert(r.kind);
+            match (step, glimpse) {
+                (Step::Context, Glimpse::Context) => {}
+                (Step::Record, Glimpse::Hot(g)) => {
+                    hot += 1;
+                    let want = match out.decode().unwrap() {
+                        Record::PostSend(p) => (p.hdr.kind, p.ts, p.qpn, p.opcode, 0),
+                        Record::PostRecv(p) => (p.hdr.kind, p.ts, p.qpn, 0, 0),
+                        Record::WorkCompletion(c) => (c.hdr.kind, c.ts, c.qpn, c.opcode, c.status),
+                        other => panic!("{other:?}"),
+                    };
+                    assert_eq!((g.kind, g.ts, g.qpn, g.opcode, g.status), want);
+                    let mut again = RawRecord::new(0, 0, &[]);
+                    glancing.expand_into(r.offset, r.kind, r.bytes, &mut again);
+                    assert_eq!(again.record_bytes(), out.record_bytes());
+                }
+                other => panic!("{other:?} for kind {}", r.kind),
+            }
+        }
+    }
+    assert_eq!(hot, 5_001);
+    // Every hot kind, full and compact, and both context kinds were seen.
+    for k in [30u16, 31, 33, 54, 55, 56, 57, 58, 59] {
+        assert!(seen.contains(&k), "kind {k} not in {seen:?}");
+    }
+    // An unbound slot is damage for both.
+    let mut fresh = ChunkDecoder::new();
+    let c = log.chunks().last().unwrap();
+    let r = log
+        .raw_records(c)
+        .map(Result::unwrap)
+        .find(|r| r.kind == RecordKind::PostSendCompact as u16)
+        .unwrap();
+    assert_eq!(fresh.glance(r.kind, r.bytes), Glimpse::Damaged);
+    let mut out = RawRecord::new(0, 0, &[]);
+    assert_eq!(
+        fresh.accept_into(r.offset, r.kind, r.bytes, &mut out),
+        Step::Damaged
+    );
+}

@@ -40,6 +40,37 @@ impl LinearMap {
         r.clamp(0, MAX_TIME)
     }
 
+    /// This map on the inputs `lo..=hi` alone where it provably needs none of what keeps
+    /// [`LinearMap::map`] in range (none of them maps before `x0`, saturates or clamps):
+    /// `None` when it might (a map that does not increase, a range reaching past the map's
+    /// limits or before its origin). See [`RangeMap`].
+    pub fn on_range(&self, lo: u64, hi: u64) -> Option<RangeMap> {
+        if !(self.slope > 0.0 && self.slope.is_finite()) || lo > hi || hi - lo == u64::MAX {
+            return None;
+        }
+        // Distances from x0 that are i64 and not negative (then every input's between them
+        // is, and `wrapping_sub` as i64 gives it).
+        let d = |x: u64| x as i128 - self.x0 as i128;
+        if d(lo) < 0 || d(hi) > i64::MAX as i128 {
+            return None;
+        }
+        // The map increases (each of its steps rounds monotonically), so its values on the
+        // range lie between those at its ends: inside i64 with room (no saturating cast) and,
+        // added to `out0`, inside [0, MAX_TIME] (nothing clamped).
+        let rounded = |x: u64| d(x) as i64 as f64 * self.slope + 0.5;
+        let (a, b) = (rounded(lo), rounded(hi));
+        if !(a >= 0.0 && b < (1u64 << 62) as f64) {
+            return None;
+        }
+        let inside =
+            |r: f64| (0..=MAX_TIME as i128).contains(&(self.out0 as i128 + r as i64 as i128));
+        (inside(a) && inside(b)).then_some(RangeMap {
+            lo,
+            len: hi - lo + 1,
+            map: *self,
+        })
+    }
+
     /// The smallest x with `map(x) >= out` (for increasing maps).
     pub fn inverse_ceil(&self, out: i64) -> u64 {
         if self.slope <= 0.0 {
@@ -74,6 +105,41 @@ impl LinearMap {
             out0: self.out0.saturating_add(delta.round() as i64),
             slope: self.slope * (1.0 + rate),
         }
+    }
+}
+
+/// A [`LinearMap`] with the inputs where its checks do nothing ([`LinearMap::on_range`]):
+/// there it maps with the same floating-point operations, less the checks; elsewhere as the
+/// map itself (out of line). The same results, bit for bit, for every input.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RangeMap {
+    /// The inputs `lo..lo + len` (none when `len` is 0).
+    lo: u64,
+    len: u64,
+    map: LinearMap,
+}
+
+impl RangeMap {
+    /// `map` on `lo..=hi` where [`LinearMap::on_range`] allows it, else everywhere as `map`.
+    pub fn new(map: LinearMap, lo: u64, hi: u64) -> RangeMap {
+        map.on_range(lo, hi)
+            .unwrap_or(RangeMap { lo: 0, len: 0, map })
+    }
+
+    /// [`LinearMap::map`] of `x`.
+    #[inline(always)]
+    pub fn map(&self, x: u64) -> i64 {
+        if x.wrapping_sub(self.lo) >= self.len {
+            return self.outside(x);
+        }
+        let v = x.wrapping_sub(self.map.x0) as i64 as f64 * self.map.slope;
+        self.map.out0 + (v + 0.5) as i64
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn outside(&self, x: u64) -> i64 {
+        self.map.map(x)
     }
 }
 
@@ -345,6 +411,76 @@ mod tests {
             realtime: rt,
             ts_after: ts + 20,
         }
+    }
+
+    /// A map on a range gives what the map gives, bit for bit, on the range, at its edges and
+    /// outside it (random maps: TSC-like and ns slopes, origins before, inside and after the
+    /// range, realistic and extreme intercepts); a range where clamping would act gets none.
+    #[test]
+    fn range_maps_map_as_their_maps_everywhere() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut fast = 0;
+        for i in 0..2_000 {
+            let lo = next() >> (8 + i % 24);
+            let hi = lo + (next() >> (20 + i % 30));
+            let x0 = match i % 3 {
+                0 => lo.saturating_sub(next() >> 30),
+                1 => lo + (hi - lo) / 2,
+                _ => hi.saturating_add(next() >> 34),
+            };
+            let slope = [0.4, 1.0, 1.0 + 3e-5, 0.384_615_384_615_384_6, 1e-9, 7.5][i % 6];
+            let out0 = match i % 4 {
+                0 => 1_700_000_000_000_000_000,
+                1 => (next() >> 2) as i64,
+                2 => -((next() >> 40) as i64),
+                _ => MAX_TIME - (next() >> 44) as i64,
+            };
+            let map = LinearMap { x0, out0, slope };
+            let r = RangeMap::new(map, lo, hi);
+            fast += (r.len > 0) as u32;
+            let span = hi - lo;
+            let probes = [
+                lo,
+                hi,
+                lo.wrapping_sub(1),
+                hi.wrapping_add(1),
+                0,
+                u64::MAX,
+                x0,
+            ];
+            for x in probes
+                .into_iter()
+                .chain((0..50).map(|_| lo + next() % (span + 1)))
+            {
+                assert_eq!(r.map(x), map.map(x), "{map:?} on {lo}..={hi} at {x}");
+            }
+        }
+        assert!(fast > 300, "{fast} maps with a fast range");
+        // Clamped at the top end, before the origin, or a decreasing map: no fast range.
+        let top = LinearMap {
+            x0: 0,
+            out0: MAX_TIME - 10,
+            slope: 1.0,
+        };
+        assert_eq!(top.on_range(0, 100), None);
+        let later = LinearMap {
+            x0: 50,
+            out0: 1 << 40,
+            slope: 1.0,
+        };
+        assert_eq!(later.on_range(0, 100), None);
+        let down = LinearMap {
+            x0: 0,
+            out0: 1 << 40,
+            slope: -1.0,
+        };
+        assert_eq!(down.on_range(0, 100), None);
     }
 
     #[test]

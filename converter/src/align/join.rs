@@ -8,13 +8,12 @@
 use std::collections::VecDeque;
 
 use rayon::prelude::*;
-use sigmatrace_schemas::reader::RawRecord;
-use sigmatrace_schemas::records::{PostSend, RecordKind, WorkCompletion};
 
 use crate::align::topology::{Process, Topology, UdJoin};
 use crate::fastmap::FastMap;
-use crate::read::input::{LogInput, ThreadCursor};
-use crate::read::verbs;
+use crate::read::hot::message_of;
+use crate::read::input::{LogInput, ThreadMessages};
+use crate::read::messages::Message;
 
 /// Re-joins all messages on the final clocks and counts causality violations.
 pub fn verify(inputs: &[LogInput], topo: &Topology) -> (u64, u64) {
@@ -29,7 +28,7 @@ pub fn verify(inputs: &[LogInput], topo: &Topology) -> (u64, u64) {
 }
 
 /// One matched message: sender (process, QPN), index k, send and receive output times.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Pair {
     pub sender: (usize, u32),
     pub receiver: usize,
@@ -109,21 +108,15 @@ pub fn join(inputs: &[LogInput], topo: &Topology, mut f: impl FnMut(&Pair)) {
     let epochs = (total / 2_000_000).clamp(1, 10_000) as i64;
     let step = ((hi - lo) / epochs).max(1) + 1;
     // A process without a message to match (no consuming send or successful receive on a
-    // joined connection, no UD stream end: its scan counted none) is not read at all.
+    // joined connection, no UD stream end: its scan counted none) is not read at all; of the
+    // others, threads in order are read for their messages only: from the scan's spill, or
+    // their records passed over at a glance.
     let mut cursors: Vec<_> = topo
         .procs
         .iter()
         .zip(&keys)
         .map(|(p, keys)| match has_messages(p, keys, &topo.ud) {
-            true => {
-                // Parked at once: a new cursor has faulted in its first records (and the
-                // kernel's fault-around maps up to 64 KiB of page-cache pages with them), which
-                // for thousands of logs held before the first epoch was most of the peak
-                // memory (4 096 ranks: 515 MB of file pages).
-                let mut threads = inputs_for(inputs, p).thread_cursors();
-                threads.iter_mut().for_each(ThreadCursor::park);
-                threads
-            }
+            true => inputs_for(inputs, p).thread_messages(),
             false => Vec::new(),
         })
         .collect();
@@ -180,7 +173,7 @@ fn has_messages(p: &Process, keys: &[(u32, u32)], ud: &UdJoin) -> bool {
 /// Process `p`'s messages before output time `end` (the epoch's end), from each of its
 /// threads in turn: (connection, is send, output time), in time order.
 fn epoch_messages(
-    threads: &mut [ThreadCursor<'_>],
+    threads: &mut [ThreadMessages<'_>],
     p: &Process,
     keys: &[(u32, u32)],
     ud: &UdJoin,
@@ -192,16 +185,26 @@ fn epoch_messages(
     let ts_end = p.map.inverse_ceil(end);
     let ud = (ud.send.get(p.index), ud.recv.get(p.index));
     let mut runs = 0;
-    for cur in threads.iter_mut() {
+    for thread in threads.iter_mut() {
         let before = out.len();
-        while cur.head_ts().is_some_and(|ts| ts < ts_end) {
-            let (ts, r) = cur.pop(&mut issues).expect("head");
-            if let Some(m) = message(r, ts, p, &mut cache, keys, ud) {
-                out.push(m);
+        match thread {
+            ThreadMessages::Records(cur) => {
+                while cur.head_ts().is_some_and(|ts| ts < ts_end) {
+                    let (ts, r) = cur.pop(&mut issues).expect("head");
+                    if let Some(m) = message_of(r, ts) {
+                        out.extend(joined(&m, p, &mut cache, keys, ud));
+                    }
+                }
+                cur.park();
+            }
+            ThreadMessages::Spilled(cur) => {
+                while cur.head_ts().is_some_and(|ts| ts < ts_end) {
+                    let m = cur.pop().expect("head");
+                    out.extend(joined(&m, p, &mut cache, keys, ud));
+                }
             }
         }
         runs += (out.len() > before) as usize;
-        cur.park();
     }
     if runs > 1 {
         out.sort_by_key(|e| e.2);
@@ -216,63 +219,113 @@ type UdMaps<'a> = (
     Option<&'a FastMap<(u32, u32, u16), u32>>,
 );
 
-/// The message a record is, if any: a message-consuming send or a successful receive
-/// completion on a joined connection or UD stream, as (connection, is send, output time).
+/// A message (a message-consuming send or a successful receive completion) on a joined
+/// connection or UD stream, as (connection, is send, output time); `None` on neither.
 #[inline]
-fn message(
-    r: &RawRecord<'_>,
-    ts: u64,
+fn joined(
+    m: &Message,
     p: &Process,
     cache: &mut crate::fastmap::IndexCache,
     keys: &[(u32, u32)],
     (ud_send, ud_recv): UdMaps<'_>,
 ) -> Option<(u32, bool, i64)> {
-    use std::mem::offset_of;
-    const K_SEND: u16 = RecordKind::PostSend as u16;
-    const K_WC: u16 = RecordKind::WorkCompletion as u16;
-    let b = r.record_bytes();
-    let u32_at = |at: usize| u32::from_ne_bytes(b[at..at + 4].try_into().expect("4"));
-    let (qi, send) = match r.kind {
-        K_SEND => {
-            if !verbs::consumes_recv(b[offset_of!(PostSend, opcode)]) {
-                return None;
+    let qi = if m.send {
+        if let Some(m_ud) = ud_send.filter(|u| !u.is_empty()) {
+            if let Some(&c) = m_ud.get(&(m.qpn, m.a, m.b)) {
+                return Some((c, true, p.time(m.ts)));
             }
-            let qpn = u32_at(offset_of!(PostSend, qpn));
-            if let Some(m) = ud_send.filter(|m| !m.is_empty()) {
-                let rkey = u32_at(offset_of!(PostSend, rkey));
-                let at = offset_of!(PostSend, remote_addr);
-                let ah = u64::from_ne_bytes(b[at..at + 8].try_into().expect("8"));
-                if let Some(&c) = m.get(&(qpn, rkey, ah)) {
-                    return Some((c, true, p.time(ts)));
-                }
-            }
-            (p.qp_at(cache, qpn, ts), true)
         }
-        K_WC => {
-            let op = b[offset_of!(WorkCompletion, opcode)];
-            if b[offset_of!(WorkCompletion, status)] != 0
-                || (op != verbs::wc::RECV && op != verbs::wc::RECV_RDMA_WITH_IMM)
-            {
-                return None;
+        p.qp_at(cache, m.qpn, m.ts)
+    } else {
+        if let Some(m_ud) = ud_recv.filter(|u| !u.is_empty()) {
+            if let Some(&c) = m_ud.get(&(m.qpn, m.a, m.b as u16)) {
+                return Some((c, false, p.time(m.ts)));
             }
-            let qpn = u32_at(offset_of!(WorkCompletion, qpn));
-            if let Some(m) = ud_recv.filter(|m| !m.is_empty()) {
-                let src = u32_at(offset_of!(WorkCompletion, src_qp));
-                let at = offset_of!(WorkCompletion, slid);
-                let slid = u16::from_ne_bytes(b[at..at + 2].try_into().expect("2"));
-                if let Some(&c) = m.get(&(qpn, src, slid)) {
-                    return Some((c, false, p.time(ts)));
-                }
-            }
-            (p.completion_qp(cache, qpn, ts, r.offset), false)
         }
-        _ => return None,
+        p.completion_qp(cache, m.qpn, m.ts, m.offset)
     };
     let qi = qi?;
-    let c = if send { keys[qi].0 } else { keys[qi].1 };
-    (c != 0).then(|| (c, send, p.time(ts)))
+    let c = if m.send { keys[qi].0 } else { keys[qi].1 };
+    (c != 0).then(|| (c, m.send, p.time(m.ts)))
 }
 
 pub(crate) fn inputs_for<'a>(inputs: &'a [LogInput], p: &Process) -> &'a LogInput {
     p.log_in(inputs).expect("every process has its input")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::read::scan::{scan_spilling, Scan};
+    use sigmatrace_synth::{Pattern, Scenario};
+
+    /// The logs of `sc`, opened and scanned (with or without the message spill), and their
+    /// topology with its UD streams, as the pipeline builds them.
+    fn loaded(dir: &std::path::Path, spill: bool) -> (Vec<LogInput>, Topology) {
+        let mut paths: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "sigmatrace"))
+            .collect();
+        paths.sort();
+        let inputs: Vec<LogInput> = paths.iter().map(|p| LogInput::open(p).unwrap()).collect();
+        let spill = spill.then(|| crate::read::messages::Spill::create().unwrap());
+        let scans: Vec<Scan> = scan_spilling(&inputs, spill);
+        let mut topo = Topology::build(&inputs, &scans);
+        let first = topo
+            .procs
+            .iter()
+            .flat_map(|p| p.qps.iter().map(|q| q.conn))
+            .max();
+        let ud = crate::model::ud::build(&inputs, &topo, first.unwrap_or(0) + 1);
+        topo.ud = ud.join_keys();
+        (inputs, topo)
+    }
+
+    fn pairs(inputs: &[LogInput], topo: &Topology) -> Vec<Pair> {
+        let mut v = Vec::new();
+        join(inputs, topo, |p| v.push(*p));
+        v
+    }
+
+    /// The join pairs the same messages, in the same order, whether it reads the scan's spill
+    /// (threads in order) or every record — over two writer threads per process, RC and UD
+    /// streams, many chunks; and with logs whose time goes backwards (snapshots stamped ahead),
+    /// whose threads it reads from their records.
+    #[test]
+    fn the_join_pairs_the_same_from_the_spill_and_from_the_records() {
+        let rc = Scenario::ring(3, 2, Pattern::SendRecv, 3_000);
+        let ud = Scenario::ring(2, 2, Pattern::Ud, 300);
+        for (mut sc, messages) in [(rc, 6 * 3_000 * 2), (ud, 4 * 300 * 2)] {
+            for lead in [0, 4_000] {
+                let dir = tempfile::tempdir().unwrap();
+                sc.threads = 2;
+                sc.chunk_size = 64 << 10;
+                sc.snapshot_every_ns = 200_000;
+                sc.snapshot_lead_ns = lead;
+                sigmatrace_synth::write(dir.path(), &sc).unwrap();
+                let (spilled, topo) = loaded(dir.path(), true);
+                let (unspilled, topo_b) = loaded(dir.path(), false);
+                let threads = |inputs: &[LogInput]| -> usize {
+                    let per_log = |i: &LogInput| {
+                        let n = i.threads.len();
+                        (0..n).filter(|&t| i.spilled_messages(t).is_some()).count()
+                    };
+                    inputs.iter().map(per_log).sum()
+                };
+                let all: usize = spilled.iter().map(|i| i.threads.len()).sum();
+                assert_eq!(threads(&unspilled), 0);
+                // Most threads are in order (a SEND's completion can be written behind a
+                // later record); with snapshots stamped ahead, those that write them are not.
+                let n = threads(&spilled);
+                match lead {
+                    0 => assert!(n > all / 2, "{n} of {all}"),
+                    _ => assert!(n > 0 && n <= all / 2, "{n} of {all}"),
+                }
+                let (a, b) = (pairs(&spilled, &topo), pairs(&unspilled, &topo_b));
+                assert_eq!(a.len(), messages, "every message paired");
+                assert_eq!(a, b);
+            }
+        }
+    }
 }

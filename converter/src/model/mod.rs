@@ -19,6 +19,7 @@ use std::sync::atomic::AtomicU64;
 
 use sigmatrace_schemas::records::Record;
 
+use crate::align::clock::RangeMap;
 use crate::align::topology::{Process, Qp, Topology};
 use crate::model::emit::{qp_group, Detail, Lanes, NameCache, SampledCounter};
 use crate::model::observed::ObservedState;
@@ -195,6 +196,8 @@ pub struct ProcessModel<'a> {
     loss_track: Option<u64>,
     /// The WRs of the completion being modelled (reused).
     done: Vec<DoneWr>,
+    /// The process's clock map, its checks dropped on the log's time range.
+    clock: RangeMap,
 }
 
 /// Width of a throughput bucket (ns): each "completed bytes/s" sample is the bytes completed
@@ -240,6 +243,7 @@ impl<'a> ProcessModel<'a> {
             progress: None,
             loss_track: None,
             done: Vec::new(),
+            clock: RangeMap::new(p.map, p.min_ts, p.max_ts),
         }
     }
 
@@ -342,7 +346,7 @@ impl<'a> ProcessModel<'a> {
         batch: Option<usize>,
     ) -> bool {
         while let Some((ts, r)) = recs.next() {
-            let t = self.p.time(ts);
+            let t = self.clock.map(ts);
             self.last_t = self.last_t.max(t);
             match Hot::of(r) {
                 Some(Hot::PostSend(ps)) => {
@@ -640,7 +644,7 @@ impl<'a> ProcessModel<'a> {
             args: if failed || full { &sargs } else { &[] },
             ..Extra::NONE
         };
-        for _ in 0..=pos {
+        for _ in 0..pos + 1 {
             let st = &mut self.qps[qi];
             let w = st.send.pop_front().expect("position is inside the queue");
             st.inflight_bytes -= w.bytes as i64;

@@ -15,9 +15,11 @@
 
 #![forbid(unsafe_code)]
 
+use sigmatrace_schemas::compact::Glance;
 use sigmatrace_schemas::reader::RawRecord;
 use sigmatrace_schemas::records::{PostRecv, PostSend, RecordKind, WorkCompletion};
 
+use super::messages::Message;
 use super::verbs;
 
 /// A hot record, viewed in place.
@@ -50,6 +52,43 @@ impl<'a> Hot<'a> {
     pub fn is_hot_kind(kind: u16) -> bool {
         matches!(kind, POST_SEND | POST_RECV | WORK_COMPLETION)
     }
+}
+
+/// Whether a hot record is a message: a message-consuming send, or a successful receive
+/// completion ([`is_received_message`]) — the records the causality join pairs.
+#[inline(always)]
+pub fn is_message(g: &Glance) -> bool {
+    match g.kind {
+        POST_SEND => verbs::consumes_recv(g.opcode),
+        WORK_COMPLETION => {
+            g.status == 0
+                && (g.opcode == verbs::wc::RECV || g.opcode == verbs::wc::RECV_RDMA_WITH_IMM)
+        }
+        _ => false,
+    }
+}
+
+/// The message a record is ([`is_message`]) at its time `ts`, with what the causality join
+/// needs of it; `None` for any other record.
+#[inline]
+pub fn message_of(r: &RawRecord<'_>, ts: u64) -> Option<Message> {
+    let (send, qpn, a, b) = match Hot::of(r)? {
+        Hot::PostSend(ps) if verbs::consumes_recv(ps.opcode) => {
+            (true, ps.qpn, ps.rkey, ps.remote_addr)
+        }
+        Hot::Completion(wc) if is_received_message(wc) => {
+            (false, wc.qpn, wc.src_qp, wc.slid as u64)
+        }
+        _ => return None,
+    };
+    Some(Message {
+        send,
+        ts,
+        qpn,
+        a,
+        b,
+        offset: r.offset,
+    })
 }
 
 /// Whether a completion is a successful receive (a message that consumed a receive WR).

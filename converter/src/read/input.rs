@@ -8,16 +8,15 @@
 
 use std::path::{Path, PathBuf};
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
-use sigmatrace_schemas::chunk::CHUNK_HEADER_SIZE;
-use sigmatrace_schemas::compact::{ChunkDecoder, Step};
 use sigmatrace_schemas::reader::{ChunkInfo, RawRecord};
-use sigmatrace_schemas::records::RecordKind;
 use sigmatrace_schemas::HEADER_SIZE;
 
 use crate::error::ConvertError;
+pub use crate::read::chunk::{chunk_end, record_ts, ChunkRecords, RecordIssue, RELEASE_WINDOW};
 use crate::read::map::MappedLog;
+use crate::read::messages::{Spill, SpillCursor, ThreadPieces};
 
 /// One opened log: the mapping and its chunks grouped by writer thread.
 pub struct LogInput {
@@ -30,6 +29,13 @@ pub struct LogInput {
     /// Chunks the header counts as allocated that are not in the file (the file was cut short,
     /// possibly exactly at a chunk boundary): see [`MissingChunks`].
     pub missing_chunks: Option<MissingChunks>,
+    /// Per thread (as `threads`): whether its records' timestamps never decrease, so that a
+    /// [`ThreadCursor`] hands them out in log order without sorting; set by the scan
+    /// ([`LogInput::set_in_order`]). Unset: none is known to be.
+    in_order: OnceLock<Vec<bool>>,
+    /// The scan's spill of this log's messages and, per thread, its pieces of it in log order
+    /// ([`LogInput::set_spilled`]).
+    spilled: OnceLock<(Arc<Spill>, ThreadPieces)>,
 }
 
 /// Chunk positions the header counts as allocated that lie beyond the end of the file and whose
@@ -111,7 +117,41 @@ impl LogInput {
             threads,
             bytes,
             missing_chunks,
+            in_order: OnceLock::new(),
+            spilled: OnceLock::new(),
         })
+    }
+
+    /// Records which threads' records are in timestamp order already (per thread, as
+    /// `threads`; from the scan, which reads every record the cursors read): their cursors skip
+    /// the reorder window, which hands such records out in log order anyway. Set once.
+    pub fn set_in_order(&self, in_order: Vec<bool>) {
+        debug_assert_eq!(in_order.len(), self.threads.len());
+        let _ = self.in_order.set(in_order);
+    }
+
+    /// Records where the scan spilled this log's messages: per thread (as `threads`), its
+    /// pieces of `spill` in log order. Set once.
+    pub fn set_spilled(&self, spill: Arc<Spill>, pieces: ThreadPieces) {
+        debug_assert_eq!(pieces.len(), self.threads.len());
+        let _ = self.spilled.set((spill, pieces));
+    }
+
+    /// Thread `t`'s messages ([`is_message`]) from the scan's spill, in the order its record
+    /// cursor would hand them out: for a thread in timestamp order whose messages were spilled.
+    ///
+    /// [`is_message`]: crate::read::hot::is_message
+    pub fn spilled_messages(&self, t: usize) -> Option<SpillCursor<'_>> {
+        let (spill, pieces) = self.spilled.get()?;
+        let pieces = pieces.get(t).filter(|_| self.thread_in_order(t))?;
+        Some(SpillCursor::new(spill, pieces))
+    }
+
+    /// Whether thread `t`'s records are known to be in timestamp order.
+    pub fn thread_in_order(&self, t: usize) -> bool {
+        self.in_order
+            .get()
+            .is_some_and(|v| v.get(t).copied().unwrap_or(false))
     }
 
     /// One cursor per writer thread (records of each thread in order).
@@ -119,7 +159,39 @@ impl LogInput {
         let mut issues = Vec::new();
         self.threads
             .iter()
-            .map(|(_, chunks)| ThreadCursor::new(self, chunks, &mut issues))
+            .enumerate()
+            .map(|(t, (_, chunks))| ThreadCursor::new(self, t, chunks, &mut issues))
+            .collect()
+    }
+
+    /// [`LogInput::thread_cursors`] for a pass that wants the messages only ([`is_message`]:
+    /// the causality join): the cursors of threads in order pass over the other records at a
+    /// glance (they hand out the messages in the order they would anyway); the others hand
+    /// out every record.
+    ///
+    /// [`is_message`]: crate::read::hot::is_message
+    pub fn message_cursors(&self) -> Vec<ThreadCursor<'_>> {
+        (0..self.threads.len())
+            .map(|t| self.message_cursor(t))
+            .collect()
+    }
+
+    /// Thread `t`'s cursor of [`LogInput::message_cursors`].
+    fn message_cursor(&self, t: usize) -> ThreadCursor<'_> {
+        let mut c = ThreadCursor::unfilled(self, t, &self.threads[t].1);
+        c.messages_only = c.in_order;
+        c.fill(&mut Vec::new());
+        c
+    }
+
+    /// Every thread's messages for the causality join: from the scan's spill where it has them
+    /// ([`LogInput::spilled_messages`]), else from its records ([`LogInput::message_cursors`]).
+    pub fn thread_messages(&self) -> Vec<ThreadMessages<'_>> {
+        (0..self.threads.len())
+            .map(|t| match self.spilled_messages(t) {
+                Some(spilled) => ThreadMessages::Spilled(spilled),
+                None => ThreadMessages::Records(self.message_cursor(t)),
+            })
             .collect()
     }
 
@@ -127,6 +199,14 @@ impl LogInput {
     pub fn merged(&self) -> MergedRecords<'_> {
         MergedRecords::new(self)
     }
+}
+
+/// Where the causality join reads one thread's messages.
+pub enum ThreadMessages<'a> {
+    /// The scan's spill: the messages alone.
+    Spilled(SpillCursor<'a>),
+    /// The records (the join takes the messages among them).
+    Records(ThreadCursor<'a>),
 }
 
 /// Drops a consumed chunk's pages from this process's resident set (they stay in the page
@@ -143,192 +223,6 @@ pub fn release_chunk(input: &LogInput, chunk: &ChunkInfo) {
     );
 }
 
-/// How many consumed bytes of a chunk a reader keeps resident before it releases them: a
-/// process's reader holds about this much per writer thread, so that hundreds of logs read in
-/// lock-step (the causality join) stay within a flat memory budget whatever the chunk size.
-pub const RELEASE_WINDOW: usize = 512 << 10;
-
-/// Timestamp of a record: every record kind has its `ts` at offset 8.
-#[inline]
-pub fn record_ts(bytes: &[u8]) -> Option<u64> {
-    bytes
-        .get(8..16)
-        .map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes")))
-}
-
-/// A damaged record found while iterating (iteration of its chunk stops there).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RecordIssue {
-    pub offset: u64,
-    pub what: String,
-}
-
-impl RecordIssue {
-    /// A damaged record at `offset` whose chunk's readable bytes end at `end`: the message
-    /// names the byte range that is not converted.
-    pub fn skipping(offset: u64, end: u64, what: impl std::fmt::Display) -> RecordIssue {
-        RecordIssue {
-            offset,
-            what: format!(
-                "{what}; bytes {offset}..{end} ({} bytes) of the chunk not read",
-                end.saturating_sub(offset)
-            ),
-        }
-    }
-}
-
-/// File offset where the readable record bytes of `chunk` end.
-pub fn chunk_end(chunk: &ChunkInfo) -> u64 {
-    chunk.offset + CHUNK_HEADER_SIZE as u64 + u64::from(chunk.readable)
-}
-
-/// Expected length of each fixed-size record kind below 256 (0: variable length or unknown).
-fn fixed_sizes() -> &'static [u16; 256] {
-    static T: OnceLock<[u16; 256]> = OnceLock::new();
-    T.get_or_init(|| {
-        let mut t = [0u16; 256];
-        for (k, v) in t.iter_mut().enumerate() {
-            *v = RecordKind::from_id(k as u16)
-                .and_then(|k| k.fixed_size())
-                .unwrap_or(0) as u16;
-        }
-        t
-    })
-}
-
-/// One chunk's records, validated like the schemas reader's `RecordIter` (same checks; a
-/// damaged record ends the chunk with the reader's own message) but without per-record
-/// decoding: the hot loop reads the 8-byte header and checks the length.
-pub struct ChunkRecords<'a> {
-    input: &'a LogInput,
-    chunk: &'a ChunkInfo,
-    bytes: &'a [u8],
-    /// File offset of `bytes[0]`.
-    base: u64,
-    pos: usize,
-    /// `pos` at the last release of consumed bytes.
-    released: usize,
-    sizes: &'static [u16; 256],
-    /// The chunk's compact-record context (schemas FORMAT.md, "Compact records").
-    context: ChunkDecoder,
-}
-
-impl<'a> ChunkRecords<'a> {
-    /// The records of `chunk`; a damaged first record is reported into `issues`.
-    pub fn new(input: &'a LogInput, chunk: &'a ChunkInfo, issues: &mut Vec<RecordIssue>) -> Self {
-        let mut it = input.file.raw_records(chunk);
-        let bytes: &'a [u8] = match it.next() {
-            Some(Ok(first)) => {
-                // SAFETY: the reader's raw iterator covers exactly the chunk's `readable`
-                // record bytes starting at its first record (as in the file), inside the file mapping owned by
-                // `input.file` (alive for 'a); this is the same slice, whole.
-                unsafe { std::slice::from_raw_parts(first.bytes.as_ptr(), chunk.readable as usize) }
-            }
-            Some(Err(e)) => {
-                issues.push(RecordIssue::skipping(e.offset, chunk_end(chunk), e.what));
-                &[]
-            }
-            None => &[],
-        };
-        ChunkRecords {
-            input,
-            chunk,
-            bytes,
-            base: chunk.offset + CHUNK_HEADER_SIZE as u64,
-            pos: 0,
-            released: 0,
-            sizes: fixed_sizes(),
-            context: ChunkDecoder::new(),
-        }
-    }
-
-    /// The next record (its file offset, kind and bytes), or `None` at the end of the chunk or
-    /// at a damaged record (then reported into `issues`).
-    #[inline]
-    pub fn next(&mut self, issues: &mut Vec<RecordIssue>) -> Option<RawRecord<'a>> {
-        let mut r = RawRecord::new(0, 0, &[]);
-        self.next_into(issues, &mut r).then_some(r)
-    }
-
-    /// [`ChunkRecords::next`] into `out` (false: none, `out` unchanged).
-    #[inline(always)]
-    pub fn next_into(&mut self, issues: &mut Vec<RecordIssue>, out: &mut RawRecord<'a>) -> bool {
-        loop {
-            // Compact records come out expanded, their context records are consumed.
-            match self.next_in_file(issues, out) {
-                Some(Step::Record) => return true,
-                Some(Step::Context) => continue,
-                Some(Step::Damaged) => {
-                    self.damaged(issues);
-                    return false;
-                }
-                None => return false,
-            }
-        }
-    }
-
-    /// The next record of the file into `out` (unchanged unless [`Step::Record`]).
-    #[inline(always)]
-    fn next_in_file(
-        &mut self,
-        issues: &mut Vec<RecordIssue>,
-        out: &mut RawRecord<'a>,
-    ) -> Option<Step> {
-        let rest = self.bytes.get(self.pos..)?;
-        if rest.len() >= 8 {
-            let h = u64::from_ne_bytes(rest[..8].try_into().expect("8 bytes"));
-            let kind = h as u16;
-            let len = (h >> 16) as u16 as usize;
-            let fixed = if kind < 256 {
-                self.sizes[kind as usize] as usize
-            } else {
-                0
-            };
-            if len >= 8
-                && len.is_multiple_of(8)
-                && len <= rest.len()
-                && (fixed == 0 || fixed == len)
-            {
-                let offset = self.base + self.pos as u64;
-                self.pos += len;
-                if self.pos - self.released >= RELEASE_WINDOW {
-                    self.release_consumed();
-                }
-                return Some(self.context.accept_into(offset, kind, &rest[..len], out));
-            }
-        } else if rest.is_empty() {
-            return None;
-        }
-        self.damaged(issues);
-        None
-    }
-
-    /// Releases the consumed pages of the chunk but the last one (records still held in a
-    /// reorder window fault back in if touched).
-    #[cold]
-    fn release_consumed(&mut self) {
-        let upto = self.pos.saturating_sub(4096);
-        self.input
-            .file
-            .release(self.base + self.released as u64, self.base + upto as u64);
-        self.released = upto;
-    }
-
-    #[cold]
-    fn damaged(&mut self, issues: &mut Vec<RecordIssue>) {
-        let at = self.base + self.pos as u64;
-        let err = self
-            .input
-            .file
-            .records(self.chunk)
-            .find_map(|r| r.err())
-            .map(|e| RecordIssue::skipping(e.offset, chunk_end(self.chunk), e.what))
-            .unwrap_or_else(|| RecordIssue::skipping(at, chunk_end(self.chunk), "damaged record"));
-        issues.push(err);
-        self.pos = self.bytes.len() + 1;
-    }
-}
-
 /// How far back in a thread's log a record's time may lie behind an earlier record's: a
 /// writer appends a due clock snapshot (a fresh, later time) before the record it is
 /// reserving, and flushes buffered records (earlier times) behind it. A cursor sorts a window
@@ -342,6 +236,10 @@ const _: () = assert!(REORDER_WINDOW <= 8);
 /// next pop) and room to spare.
 const RING: usize = 16;
 const _: () = assert!(RING.is_power_of_two());
+
+/// Records a cursor of a thread in order reads at once: half the ring (the other half holds
+/// the record lent).
+const HALF: usize = RING / 2;
 
 /// A slot number (always below [`RING`]: the order word's bytes and the free mask's bits
 /// name slots) as a ring index the compiler knows is in bounds: no bounds check per access.
@@ -378,12 +276,30 @@ pub struct ThreadCursor<'a> {
     /// A record was taken since the last [`ThreadCursor::park`] (which has nothing to release
     /// otherwise: only taking a record touches the mapping after the window is filled).
     touched: bool,
+    /// The thread's records are in timestamp order ([`LogInput::thread_in_order`]): no window;
+    /// `order` is the head's slot and `len` the records from it to the end of its half of the
+    /// ring ([`ThreadCursor::take_head_in_order`]).
+    in_order: bool,
+    /// Only messages are read ([`LogInput::message_cursors`]; threads in order only).
+    messages_only: bool,
 }
 
 impl<'a> ThreadCursor<'a> {
-    fn new(input: &'a LogInput, chunks: &'a [ChunkInfo], issues: &mut Vec<RecordIssue>) -> Self {
+    fn new(
+        input: &'a LogInput,
+        thread: usize,
+        chunks: &'a [ChunkInfo],
+        issues: &mut Vec<RecordIssue>,
+    ) -> Self {
+        let mut c = ThreadCursor::unfilled(input, thread, chunks);
+        c.fill(issues);
+        c
+    }
+
+    /// A cursor of thread `thread` that has read nothing yet.
+    fn unfilled(input: &'a LogInput, thread: usize, chunks: &'a [ChunkInfo]) -> Self {
         let none = (0, RawRecord::new(0, 0, &[]));
-        let mut c = ThreadCursor {
+        ThreadCursor {
             input,
             chunks,
             next_chunk: 0,
@@ -396,9 +312,21 @@ impl<'a> ThreadCursor<'a> {
             last_ts: 0,
             ended: false,
             touched: true,
-        };
-        c.fill(issues);
-        c
+            in_order: input.thread_in_order(thread),
+            messages_only: false,
+        }
+    }
+
+    /// The thread's next record in its current chunk into `out` (the next message when it
+    /// reads messages only); false at the chunk's end or damage, or without a chunk.
+    #[inline(always)]
+    fn read_into(&mut self, issues: &mut Vec<RecordIssue>, slot: usize) -> bool {
+        let (out, messages) = (&mut self.ring[slot].1, self.messages_only);
+        match self.iter.as_mut() {
+            Some(it) if messages => it.next_message_into(issues, out),
+            Some(it) => it.next_into(issues, out),
+            None => false,
+        }
     }
 
     /// Timestamp of the next record.
@@ -432,6 +360,9 @@ impl<'a> ThreadCursor<'a> {
     /// the head's slot.
     #[inline(always)]
     fn take_head(&mut self, issues: &mut Vec<RecordIssue>) -> Option<usize> {
+        if self.in_order {
+            return self.take_head_in_order(issues);
+        }
         if let Some(l) = self.lent.take() {
             self.free |= 1 << l;
         }
@@ -447,18 +378,83 @@ impl<'a> ThreadCursor<'a> {
         Some(h)
     }
 
-    /// Reads records until the window holds [`REORDER_WINDOW`] (or the thread ends), each
-    /// decoded into a free slot and inserted after every record with a time ≤ its own
-    /// (usually at the end).
+    /// [`ThreadCursor::take_head`] of a thread whose records are in timestamp order: the window
+    /// sorts nothing (every record goes after the ones before it), so the records are read
+    /// [`HALF`] at a time into one half of the ring and handed out in turn; the next half is
+    /// read when the last record of this one is taken (it stays lent meanwhile).
+    #[inline(always)]
+    fn take_head_in_order(&mut self, issues: &mut Vec<RecordIssue>) -> Option<usize> {
+        if self.len == 0 {
+            return None;
+        }
+        self.touched = true;
+        let head = slot_index(self.order as usize);
+        if self.len > 1 {
+            self.order += 1;
+            self.len -= 1;
+        } else {
+            let other = (head & HALF) ^ HALF;
+            self.len = self.fill_half(issues, other);
+            self.order = other as u64;
+        }
+        Some(head)
+    }
+
+    /// The head of a thread in order that has another record read after it (`len` > 1): taken
+    /// without reading.
+    #[inline(always)]
+    fn take_read_ahead(&mut self) -> (u64, &RawRecord<'a>) {
+        debug_assert!(self.in_order && self.len > 1);
+        let head = slot_index(self.order as usize);
+        self.order += 1;
+        self.len -= 1;
+        self.touched = true;
+        let (ts, r) = &self.ring[head];
+        (*ts, r)
+    }
+
+    /// Reads up to [`HALF`] records (of a thread in order) into the ring from slot `base` on;
+    /// returns how many.
+    #[inline(always)]
+    fn fill_half(&mut self, issues: &mut Vec<RecordIssue>, base: usize) -> usize {
+        let mut n = 0;
+        while n < HALF {
+            if !self.messages_only {
+                if let Some(it) = self.iter.as_mut() {
+                    let out = &mut self.ring[base + n..base + HALF];
+                    n += it.fill_into(issues, out, &mut self.last_ts);
+                    if n == HALF {
+                        break;
+                    }
+                }
+            }
+            // The chunk ended (or a message is wanted): the next record, from the next
+            // chunks if need be.
+            let slot = base + n;
+            if !self.next_chunk_record(issues, slot) {
+                break;
+            }
+            let ts = record_ts(self.ring[slot].1.record_bytes()).unwrap_or(self.last_ts);
+            self.last_ts = ts;
+            self.ring[slot].0 = ts;
+            n += 1;
+        }
+        n
+    }
+
+    /// Reads records until the window holds [`REORDER_WINDOW`] (one for a thread in order; or
+    /// the thread ends), each decoded into a free slot and inserted after every record with a
+    /// time ≤ its own (usually at the end).
     #[inline(always)]
     fn fill(&mut self, issues: &mut Vec<RecordIssue>) {
+        if self.in_order {
+            self.order = 0;
+            self.len = self.fill_half(issues, 0);
+            return;
+        }
         while self.len < REORDER_WINDOW {
             let slot = slot_index(self.free.trailing_zeros() as usize);
-            let read = match self.iter.as_mut() {
-                Some(it) => it.next_into(issues, &mut self.ring[slot].1),
-                None => false,
-            };
-            if !read && !self.next_chunk_record(issues, slot) {
+            if !self.read_into(issues, slot) && !self.next_chunk_record(issues, slot) {
                 break;
             }
             let ts = record_ts(self.ring[slot].1.record_bytes()).unwrap_or(self.last_ts);
@@ -487,10 +483,8 @@ impl<'a> ThreadCursor<'a> {
             return false;
         }
         loop {
-            if let Some(it) = self.iter.as_mut() {
-                if it.next_into(issues, &mut self.ring[slot].1) {
-                    return true;
-                }
+            if self.read_into(issues, slot) {
+                return true;
             }
             self.iter = None;
             if self.next_chunk > 0 {
@@ -502,7 +496,7 @@ impl<'a> ThreadCursor<'a> {
             }
             let c = &self.chunks[self.next_chunk];
             self.next_chunk += 1;
-            self.iter = Some(ChunkRecords::new(self.input, c, issues));
+            self.iter = Some(ChunkRecords::new(&self.input.file, c, issues));
         }
     }
 }
@@ -531,7 +525,8 @@ impl<'a> MergedRecords<'a> {
         let mut cursors: Vec<ThreadCursor<'a>> = input
             .threads
             .iter()
-            .map(|(_, chunks)| ThreadCursor::new(input, chunks, &mut issues))
+            .enumerate()
+            .map(|(t, (_, chunks))| ThreadCursor::new(input, t, chunks, &mut issues))
             .collect();
         cursors.retain(|c| c.len > 0);
         MergedRecords {
@@ -552,6 +547,12 @@ impl<'a> MergedRecords<'a> {
     pub fn next(&mut self) -> Option<(u64, &RawRecord<'a>)> {
         if let Some(mut done) = self.exhausted.take() {
             done.park();
+        }
+        // One thread in order, its next record already read: no merge, no refill.
+        if let [c] = &self.cursors[..] {
+            if c.in_order && c.len > 1 {
+                return Some(self.cursors[0].take_read_ahead());
+            }
         }
         let best = match self.cursors.len() {
             0 => return None,
@@ -575,6 +576,9 @@ impl<'a> MergedRecords<'a> {
                 best
             }
         };
+        if self.cursors[best].in_order && self.cursors[best].len > 1 {
+            return Some(self.cursors[best].take_read_ahead());
+        }
         let c = &mut self.cursors[best];
         let slot = c.take_head(&mut self.issues)?;
         let cur = if c.len == 0 {
@@ -649,6 +653,107 @@ mod tests {
             1,
             "only the fresh cursor releases"
         );
+    }
+
+    /// A log of two writer threads (tids 1 and 2) whose `PostSend`s have the timestamps
+    /// given, in log order.
+    fn log_of_threads(dir: &std::path::Path, times: [&[u64]; 2]) -> std::path::PathBuf {
+        use sigmatrace_schemas::records::{PostSend, RecordHeader};
+        use sigmatrace_schemas::{FileHeader, LogWriter, Timestamper, WriterOptions};
+        let path = dir.join("order.sigmatrace");
+        let ts = Timestamper::detect();
+        let header =
+            FileHeader::for_current_process(ts.source(), 1_000_000_000, ts.snapshot(), 4096);
+        let w = LogWriter::create(&path, &header, WriterOptions::default()).unwrap();
+        for (tid, times) in [(1, times[0]), (2, times[1])] {
+            let mut tw = w.thread_writer(tid);
+            for (i, &t) in times.iter().enumerate() {
+                let ps = PostSend {
+                    hdr: RecordHeader::of::<PostSend>(2),
+                    ts: t,
+                    qpn: 0x40 + tid,
+                    wr_id: i as u64,
+                    bytes: 8,
+                    num_sge: 1,
+                    ..Default::default()
+                };
+                assert!(tw.append(&ps));
+            }
+        }
+        drop(w);
+        path
+    }
+
+    /// (ts, file offset, record bytes) of every record `next` hands out.
+    fn drain(next: impl FnMut() -> Option<(u64, u64, Vec<u8>)>) -> Vec<(u64, u64, Vec<u8>)> {
+        std::iter::from_fn(next).collect()
+    }
+
+    fn merged_all(input: &LogInput) -> Vec<(u64, u64, Vec<u8>)> {
+        let mut m = input.merged();
+        drain(|| {
+            m.next()
+                .map(|(ts, r)| (ts, r.offset, r.record_bytes().to_vec()))
+        })
+    }
+
+    /// The scan marks a thread whose records go back in time as not in order (its cursor
+    /// sorts them in its window), and one whose records never do as in order.
+    #[test]
+    fn scan_marks_threads_in_order_and_cursors_sort_the_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = 1u64 << 40;
+        let t1: Vec<u64> = [10, 20, 15, 30, 30, 40].iter().map(|d| base + d).collect();
+        let t2: Vec<u64> = [12, 12, 25, 50].iter().map(|d| base + d).collect();
+        let path = log_of_threads(dir.path(), [&t1, &t2]);
+        let input = LogInput::open(&path).unwrap();
+        let unmarked = merged_all(&input);
+        crate::read::scan::scan_all(std::slice::from_ref(&input));
+        assert!(!input.thread_in_order(0) && input.thread_in_order(1));
+        let marked = merged_all(&input);
+        assert_eq!(marked, unmarked);
+        let times: Vec<u64> = marked.iter().map(|r| r.0 - base).collect();
+        assert_eq!(times, [10, 12, 12, 15, 20, 25, 30, 30, 40, 50]);
+    }
+
+    /// A thread in order reads the same records in the same order whether its cursor knows it
+    /// (no window) or not, merged and on its own, over many chunks.
+    #[test]
+    fn threads_in_order_read_the_same_without_the_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sc = sigmatrace_synth::Scenario::ring(
+            1,
+            2,
+            sigmatrace_synth::Pattern::Write { signal_every: 4 },
+            20_000,
+        );
+        sc.threads = 2;
+        sigmatrace_synth::write(dir.path(), &sc).unwrap();
+        let log = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.extension().is_some_and(|x| x == "sigmatrace"))
+            .unwrap();
+        let plain = LogInput::open(&log).unwrap();
+        let known = LogInput::open(&log).unwrap();
+        crate::read::scan::scan_all(std::slice::from_ref(&known));
+        assert!((0..known.threads.len()).all(|t| known.thread_in_order(t)));
+        assert!(known.threads.iter().any(|(_, c)| c.len() > 2));
+        let all = merged_all(&known);
+        assert!(all.len() > 10_000);
+        assert_eq!(all, merged_all(&plain));
+        let mut issues = Vec::new();
+        for (mut a, mut b) in plain
+            .thread_cursors()
+            .into_iter()
+            .zip(known.thread_cursors())
+        {
+            let mut take = |c: &mut super::ThreadCursor<'_>| {
+                c.pop(&mut issues)
+                    .map(|(ts, r)| (ts, r.offset, r.record_bytes().to_vec()))
+            };
+            assert_eq!(drain(|| take(&mut a)), drain(|| take(&mut b)));
+        }
     }
 
     const CS: u64 = 1 << 20;

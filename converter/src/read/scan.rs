@@ -8,8 +8,17 @@ use sigmatrace_schemas::records::{
     ClockSnapshot, DeviceOpen, GpuClockPair, QpCreate, QpModify, Record,
 };
 
-use crate::read::hot::{is_received_message, Hot};
-use crate::read::input::{record_ts, ChunkRecords, LogInput, RecordIssue};
+use std::sync::Arc;
+
+use crate::read::chunk::Next;
+use crate::read::hot::{is_message, message_of};
+use crate::read::messages::{Spill, SpillWriter};
+use sigmatrace_schemas::reader::RawRecord;
+use sigmatrace_schemas::records::RecordKind;
+
+const POST_SEND: u16 = RecordKind::PostSend as u16;
+const POST_RECV: u16 = RecordKind::PostRecv as u16;
+use crate::read::input::{chunk_end, record_ts, ChunkRecords, LogInput, RecordIssue};
 use crate::read::verbs;
 
 /// Per-QP counts needed before the emit pass (flow pairing).
@@ -106,6 +115,35 @@ impl Scan {
     }
 }
 
+/// The timestamps of one chunk's records, in log order: whether they never decrease, and the
+/// first and the last (`None`: no record carries one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkOrder {
+    pub in_order: bool,
+    pub first_last: Option<(u64, u64)>,
+}
+
+impl ChunkOrder {
+    /// Whether a thread whose chunks have these orders (in its chunk order) has all its
+    /// records in timestamp order: each chunk's are, and no chunk starts before the one
+    /// before it (with a timestamp) ends.
+    pub fn thread_in_order(chunks: impl IntoIterator<Item = ChunkOrder>) -> bool {
+        let mut last = 0u64;
+        for c in chunks {
+            if !c.in_order {
+                return false;
+            }
+            if let Some((first, end)) = c.first_last {
+                if first < last {
+                    return false;
+                }
+                last = end;
+            }
+        }
+        true
+    }
+}
+
 /// Per-QP counters of one chunk: a few QPs are hot, so a small direct-mapped cache in
 /// front of the map avoids hashing every record.
 struct QpTally {
@@ -151,80 +189,163 @@ impl QpTally {
     }
 }
 
-fn scan_chunk(input: &LogInput, chunk: &sigmatrace_schemas::reader::ChunkInfo) -> Scan {
+/// A chunk's record counts, times and messages as its scan goes.
+struct ChunkCounts<'s> {
+    min_ts: u64,
+    max_ts: u64,
+    /// A timestamp was below one before it (then the chunk is not in order; when it is, its
+    /// first and last timestamps are the least and the greatest).
+    inversions: bool,
+    hot: u64,
+    other: u64,
+    /// Observed WQEs and CQEs.
+    observed: u64,
+    /// The chunk's messages, for the causality join.
+    messages: SpillWriter<'s>,
+}
+
+impl ChunkCounts<'_> {
+    #[inline(always)]
+    fn time(&mut self, ts: u64) {
+        self.inversions |= ts < self.max_ts;
+        self.min_ts = self.min_ts.min(ts);
+        self.max_ts = self.max_ts.max(ts);
+    }
+}
+
+/// What a record that is not hot adds to a chunk's scan; 1 for an observed WQE or CQE (a WR
+/// event), else 0.
+#[inline(never)]
+fn other(s: &mut Scan, rec: Record<'_>) -> u64 {
+    match rec {
+        Record::WqeObserved(_) | Record::CqeObserved(_) => return 1,
+        Record::ClockSnapshot(c) => s.snapshots.push(*c),
+        Record::GpuClockPair(p) => s.gpu_pairs.push(*p),
+        Record::DeviceOpen(d) => s.devices.push(*d),
+        Record::QpCreate(q) => s.qp_creates.push(*q),
+        Record::QpModify(q) if q.result == 0 => s.qp_modifies.push(*q),
+        Record::StringDef(m) => s.strings.push((m.aux, m.key, m.text().into_owned())),
+        Record::ThreadName(m) => s.thread_names.push((m.key, m.text().into_owned())),
+        Record::Dropped(d) => s.dropped += d.count,
+        Record::ObserveOverrun(o) => s.overrun += o.lost,
+        Record::Unknown { .. } => s.unknown_records += 1,
+        _ => {}
+    }
+    0
+}
+
+/// A chunk's scan: what it found, its timestamps' order, and where its messages went in
+/// `spill` (`None`: not spilled).
+type ChunkScan = (Scan, ChunkOrder, Option<Vec<(u64, u32)>>);
+
+fn scan_chunk(
+    input: &LogInput,
+    chunk: &sigmatrace_schemas::reader::ChunkInfo,
+    spill: Option<&Spill>,
+) -> ChunkScan {
     let mut s = Scan::empty();
     let mut tally = QpTally::default();
-    let mut recs = ChunkRecords::new(input, chunk, &mut s.issues);
-    let (mut min_ts, mut max_ts) = (u64::MAX, 0u64);
-    let (mut records, mut wr_events) = (0u64, 0u64);
-    // One record reused: each is decoded in place ([`ChunkRecords::next_into`]).
-    let mut r = sigmatrace_schemas::reader::RawRecord::new(0, 0, &[]);
-    while recs.next_into(&mut s.issues, &mut r) {
-        records += 1;
-        if let Some(ts) = record_ts(r.record_bytes()) {
-            min_ts = min_ts.min(ts);
-            max_ts = max_ts.max(ts);
-        }
-        match Hot::of(&r) {
-            Some(Hot::PostSend(ps)) => {
-                wr_events += 1;
-                let c = tally.get(ps.qpn);
-                c.posts += 1;
-                c.consuming_sends += verbs::consumes_recv(ps.opcode) as u64;
-                continue;
-            }
-            Some(Hot::PostRecv(pr)) => {
-                wr_events += 1;
-                if pr.qpn != 0 {
-                    tally.get(pr.qpn).posts += 1;
+    let mut recs = ChunkRecords::new(&input.file, chunk, &mut s.issues);
+    // Times (least, greatest, whether one went back) and hot and other records.
+    let mut c = ChunkCounts {
+        min_ts: u64::MAX,
+        max_ts: 0,
+        inversions: false,
+        hot: 0,
+        other: 0,
+        observed: 0,
+        messages: SpillWriter::new(spill),
+    };
+    let mut broken = None;
+    let mut issues = std::mem::take(&mut s.issues);
+    // Hot records are counted at a glance; the others are read whole.
+    recs.glance_each(
+        &mut issues,
+        &mut c,
+        |c, g| {
+            c.time(g.ts);
+            c.hot += 1;
+            let message = match g.kind {
+                POST_SEND => {
+                    let q = tally.get(g.qpn);
+                    let consuming = verbs::consumes_recv(g.opcode);
+                    q.posts += 1;
+                    q.consuming_sends += consuming as u64;
+                    consuming
                 }
-                continue;
+                POST_RECV => {
+                    if g.qpn != 0 {
+                        tally.get(g.qpn).posts += 1;
+                    }
+                    false
+                }
+                _ => {
+                    let q = tally.get(g.qpn);
+                    let received = is_message(&g);
+                    q.completions += 1;
+                    q.recv_ok += received as u64;
+                    received
+                }
+            };
+            if message {
+                Next::Whole
+            } else {
+                Next::Go
             }
-            Some(Hot::Completion(wc)) => {
-                wr_events += 1;
-                let c = tally.get(wc.qpn);
-                c.completions += 1;
-                c.recv_ok += is_received_message(wc) as u64;
-                continue;
+        },
+        |c, r, g| {
+            if let Some(m) = message_of(r, g.ts) {
+                c.messages.push(m);
             }
-            None => {}
-        }
-        let rec = match r.decode() {
-            Ok(rec) => rec,
-            Err(e) => {
-                s.issues.push(RecordIssue::skipping(
-                    r.offset,
-                    crate::read::input::chunk_end(chunk),
-                    e,
-                ));
-                break;
+        },
+        |c, (offset, kind, bytes)| {
+            if let Some(ts) = record_ts(bytes) {
+                c.time(ts);
             }
-        };
-        match rec {
-            Record::WqeObserved(_) | Record::CqeObserved(_) => wr_events += 1,
-            Record::ClockSnapshot(c) => s.snapshots.push(*c),
-            Record::GpuClockPair(p) => s.gpu_pairs.push(*p),
-            Record::DeviceOpen(d) => s.devices.push(*d),
-            Record::QpCreate(q) => s.qp_creates.push(*q),
-            Record::QpModify(q) if q.result == 0 => s.qp_modifies.push(*q),
-            Record::StringDef(m) => s.strings.push((m.aux, m.key, m.text().into_owned())),
-            Record::ThreadName(m) => s.thread_names.push((m.key, m.text().into_owned())),
-            Record::Dropped(d) => s.dropped += d.count,
-            Record::ObserveOverrun(o) => s.overrun += o.lost,
-            Record::Unknown { .. } => s.unknown_records += 1,
-            _ => {}
-        }
+            c.other += 1;
+            match RawRecord::new(offset, kind, bytes).decode() {
+                Ok(rec) => {
+                    c.observed += other(&mut s, rec);
+                    true
+                }
+                Err(e) => {
+                    broken = Some(RecordIssue::skipping(offset, chunk_end(chunk), e));
+                    false
+                }
+            }
+        },
+    );
+    if let Some(issue) = broken {
+        issues.push(issue);
+        // The records after it are not scanned (but read by the cursors).
+        c.inversions = true;
     }
+    s.issues = issues;
+    let (min_ts, max_ts, inversions) = (c.min_ts, c.max_ts, c.inversions);
+    let records = c.hot + c.other;
+    let wr_events = c.hot + c.observed;
     s.min_ts = min_ts;
     s.max_ts = max_ts;
     s.records = records;
     s.wr_events = wr_events;
     s.per_qp = tally.slots.into_iter().collect();
-    s
+    let order = ChunkOrder {
+        in_order: !inversions,
+        first_last: (min_ts <= max_ts).then_some((min_ts, max_ts)),
+    };
+    (s, order, c.messages.finish())
 }
 
-/// Scans all logs in parallel (files × chunks).
+/// Scans all logs in parallel (files × chunks), and tells each log which of its threads
+/// have their records in timestamp order ([`LogInput::set_in_order`]) and where their
+/// messages are ([`LogInput::set_spilled`]: when they could all be spilled).
 pub fn scan_all(inputs: &[LogInput]) -> Vec<Scan> {
+    scan_spilling(inputs, Spill::create())
+}
+
+/// [`scan_all`], the messages spilled to `spill` (none without).
+pub fn scan_spilling(inputs: &[LogInput], spill: Option<Spill>) -> Vec<Scan> {
+    let spill = spill.map(Arc::new);
     let jobs: Vec<(usize, usize)> = inputs
         .iter()
         .enumerate()
@@ -235,20 +356,43 @@ pub fn scan_all(inputs: &[LogInput]) -> Vec<Scan> {
                 .flat_map(move |(t, (_, cs))| (0..cs.len()).map(move |c| (i, t << 32 | c)))
         })
         .collect();
-    let parts: Vec<(usize, Scan)> = jobs
+    let parts: Vec<ChunkScan> = jobs
         .par_iter()
         .map(|&(i, tc)| {
             let inp = &inputs[i];
             let chunk = &inp.threads[tc >> 32].1[tc & 0xffff_ffff];
-            let s = scan_chunk(inp, chunk);
+            let s = scan_chunk(inp, chunk, spill.as_deref());
             crate::read::input::release_chunk(inp, chunk);
-            (i, s)
+            s
         })
         .collect();
+    // Per log, per thread: its chunks' orders and message pieces (jobs list them by log,
+    // thread, chunk).
+    let mut orders: Vec<Vec<Vec<ChunkOrder>>> = per_thread(inputs);
+    let mut pieces: Vec<Vec<Vec<(u64, u32)>>> = per_thread(inputs);
+    let mut spilled = spill.is_some();
     let mut out: Vec<Scan> = (0..inputs.len()).map(|_| Scan::empty()).collect();
-    for (i, s) in parts {
+    for (&(i, tc), (s, order, chunk_pieces)) in jobs.iter().zip(parts) {
+        orders[i][tc >> 32].push(order);
+        match chunk_pieces {
+            Some(p) => pieces[i][tc >> 32].extend(p),
+            None => spilled = false,
+        }
         let cur = std::mem::take(&mut out[i]);
         out[i] = cur.merge(s);
+    }
+    for (inp, threads) in inputs.iter().zip(orders) {
+        inp.set_in_order(
+            threads
+                .into_iter()
+                .map(ChunkOrder::thread_in_order)
+                .collect(),
+        );
+    }
+    if let Some(spill) = spill.filter(|s| spilled && !s.failed()) {
+        for (inp, p) in inputs.iter().zip(pieces) {
+            inp.set_spilled(spill.clone(), p);
+        }
     }
     out.into_iter()
         .zip(inputs)
@@ -260,6 +404,14 @@ pub fn scan_all(inputs: &[LogInput]) -> Vec<Scan> {
             inp.file.release(0, inp.file.len());
             s
         })
+        .collect()
+}
+
+/// An empty list per thread of every log.
+fn per_thread<T>(inputs: &[LogInput]) -> Vec<Vec<Vec<T>>> {
+    inputs
+        .iter()
+        .map(|inp| inp.threads.iter().map(|_| Vec::new()).collect())
         .collect()
 }
 
@@ -284,5 +436,31 @@ impl Scan {
         } else {
             format!("{} events ({})", self.dropped, kinds.join(", "))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ChunkOrder;
+
+    fn c(in_order: bool, first_last: Option<(u64, u64)>) -> ChunkOrder {
+        ChunkOrder {
+            in_order,
+            first_last,
+        }
+    }
+
+    #[test]
+    fn a_thread_is_in_order_when_its_chunks_are_and_follow_each_other() {
+        let ok = [c(true, Some((5, 9))), c(true, None), c(true, Some((9, 12)))];
+        assert!(ChunkOrder::thread_in_order(ok));
+        assert!(ChunkOrder::thread_in_order([]));
+        // A chunk that starts before the last timestamp (of a chunk with one) before it.
+        let back = [c(true, Some((5, 9))), c(true, None), c(true, Some((8, 12)))];
+        assert!(!ChunkOrder::thread_in_order(back));
+        assert!(!ChunkOrder::thread_in_order([
+            c(true, Some((1, 2))),
+            c(false, Some((3, 4)))
+        ]));
     }
 }

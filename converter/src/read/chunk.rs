@@ -1,0 +1,412 @@
+//! One chunk's records ([`ChunkRecords`]): checked like the schemas reader checks them, read in
+//! the chunk's compact-record context, whole or at a glance; the pages read leave the resident
+//! set every [`RELEASE_WINDOW`] bytes.
+
+use std::sync::OnceLock;
+
+use sigmatrace_schemas::chunk::CHUNK_HEADER_SIZE;
+use sigmatrace_schemas::compact::{ChunkDecoder, Glance, Glimpse, Step};
+use sigmatrace_schemas::reader::{ChunkInfo, RawRecord};
+use sigmatrace_schemas::records::RecordKind;
+
+use crate::read::hot::is_message;
+use crate::read::map::MappedLog;
+
+/// How many consumed bytes of a chunk a reader keeps resident before it releases them: a
+/// process's reader holds about this much per writer thread, so that hundreds of logs read in
+/// lock-step (the causality join) stay within a flat memory budget whatever the chunk size.
+pub const RELEASE_WINDOW: usize = 512 << 10;
+
+/// Timestamp of a record: every record kind has its `ts` at offset 8.
+#[inline]
+pub fn record_ts(bytes: &[u8]) -> Option<u64> {
+    bytes
+        .get(8..16)
+        .map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes")))
+}
+
+/// A damaged record found while iterating (iteration of its chunk stops there).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordIssue {
+    pub offset: u64,
+    pub what: String,
+}
+
+impl RecordIssue {
+    /// A damaged record at `offset` whose chunk's readable bytes end at `end`: the message
+    /// names the byte range that is not converted.
+    pub fn skipping(offset: u64, end: u64, what: impl std::fmt::Display) -> RecordIssue {
+        RecordIssue {
+            offset,
+            what: format!(
+                "{what}; bytes {offset}..{end} ({} bytes) of the chunk not read",
+                end.saturating_sub(offset)
+            ),
+        }
+    }
+}
+
+/// File offset where the readable record bytes of `chunk` end.
+pub fn chunk_end(chunk: &ChunkInfo) -> u64 {
+    chunk.offset + CHUNK_HEADER_SIZE as u64 + u64::from(chunk.readable)
+}
+
+/// Expected length of each fixed-size record kind below 256 (0: variable length or unknown).
+fn fixed_sizes() -> &'static [u16; 256] {
+    static T: OnceLock<[u16; 256]> = OnceLock::new();
+    T.get_or_init(|| {
+        let mut t = [0u16; 256];
+        for (k, v) in t.iter_mut().enumerate() {
+            *v = RecordKind::from_id(k as u16)
+                .and_then(|k| k.fixed_size())
+                .unwrap_or(0) as u16;
+        }
+        t
+    })
+}
+
+/// What [`ChunkRecords::glance_each`] does after a hot record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Goes on with the next record.
+    Go,
+    /// Reads this one whole first.
+    Whole,
+    /// Stops after this one.
+    Stop,
+}
+
+/// A record as it is in the file: its offset, kind and bytes.
+pub type Raw<'a> = (u64, u16, &'a [u8]);
+
+/// One chunk's records, validated like the schemas reader's `RecordIter` (same checks; a
+/// damaged record ends the chunk with the reader's own message) but without per-record
+/// decoding: the hot loop reads the 8-byte header and checks the length.
+pub struct ChunkRecords<'a> {
+    file: &'a MappedLog,
+    chunk: &'a ChunkInfo,
+    bytes: &'a [u8],
+    /// File offset of `bytes[0]`.
+    base: u64,
+    pos: usize,
+    /// `pos` at the last release of consumed bytes.
+    released: usize,
+    sizes: &'static [u16; 256],
+    /// The chunk's compact-record context (schemas FORMAT.md, "Compact records").
+    context: ChunkDecoder,
+}
+
+impl<'a> ChunkRecords<'a> {
+    /// The records of `chunk`; a damaged first record is reported into `issues`.
+    pub fn new(file: &'a MappedLog, chunk: &'a ChunkInfo, issues: &mut Vec<RecordIssue>) -> Self {
+        let mut it = file.raw_records(chunk);
+        let bytes: &'a [u8] = match it.next() {
+            Some(Ok(first)) => {
+                // SAFETY: the reader's raw iterator covers exactly the chunk's `readable`
+                // record bytes starting at its first record (as in the file), inside the file mapping owned by
+                // `file` (alive for 'a); this is the same slice, whole.
+                unsafe { std::slice::from_raw_parts(first.bytes.as_ptr(), chunk.readable as usize) }
+            }
+            Some(Err(e)) => {
+                issues.push(RecordIssue::skipping(e.offset, chunk_end(chunk), e.what));
+                &[]
+            }
+            None => &[],
+        };
+        ChunkRecords {
+            file,
+            chunk,
+            bytes,
+            base: chunk.offset + CHUNK_HEADER_SIZE as u64,
+            pos: 0,
+            released: 0,
+            sizes: fixed_sizes(),
+            context: ChunkDecoder::new(),
+        }
+    }
+
+    /// The next record (its file offset, kind and bytes), or `None` at the end of the chunk or
+    /// at a damaged record (then reported into `issues`).
+    #[inline]
+    pub fn next(&mut self, issues: &mut Vec<RecordIssue>) -> Option<RawRecord<'a>> {
+        let mut r = RawRecord::new(0, 0, &[]);
+        self.next_into(issues, &mut r).then_some(r)
+    }
+
+    /// [`ChunkRecords::next`] into `out` (false: none, `out` unchanged).
+    #[inline(always)]
+    pub fn next_into(&mut self, issues: &mut Vec<RecordIssue>, out: &mut RawRecord<'a>) -> bool {
+        loop {
+            // Compact records come out expanded, their context records are consumed.
+            match self.next_in_file(issues, out) {
+                Some(Step::Record) => return true,
+                Some(Step::Context) => continue,
+                Some(Step::Damaged) => {
+                    self.damaged(issues);
+                    return false;
+                }
+                None => return false,
+            }
+        }
+    }
+
+    /// The next record of the file into `out` (unchanged unless [`Step::Record`]).
+    #[inline(always)]
+    fn next_in_file(
+        &mut self,
+        issues: &mut Vec<RecordIssue>,
+        out: &mut RawRecord<'a>,
+    ) -> Option<Step> {
+        let (offset, kind, bytes) = self.next_raw(issues)?;
+        Some(self.context.accept_into(offset, kind, bytes, out))
+    }
+
+    /// The next record as it is in the file (its offset, kind and bytes, checked), or `None`
+    /// at the end of the chunk or at a damaged record (then reported into `issues`).
+    #[inline(always)]
+    fn next_raw(&mut self, issues: &mut Vec<RecordIssue>) -> Option<(u64, u16, &'a [u8])> {
+        let rest = self.bytes.get(self.pos..)?;
+        if rest.len() >= 8 {
+            let h = u64::from_ne_bytes(rest[..8].try_into().expect("8 bytes"));
+            let kind = h as u16;
+            let len = (h >> 16) as u16 as usize;
+            let fixed = if kind < 256 {
+                self.sizes[kind as usize] as usize
+            } else {
+                0
+            };
+            if len >= 8
+                && len.is_multiple_of(8)
+                && len <= rest.len()
+                && (fixed == 0 || fixed == len)
+            {
+                let offset = self.base + self.pos as u64;
+                self.pos += len;
+                if self.pos - self.released >= RELEASE_WINDOW {
+                    self.release_consumed();
+                }
+                return Some((offset, kind, &rest[..len]));
+            }
+        } else if rest.is_empty() {
+            return None;
+        }
+        self.damaged(issues);
+        None
+    }
+
+    /// The next record at a glance ([`ChunkDecoder::glance`]: a hot record's deciding fields,
+    /// any other record as it is in the file; context records taken in): its offset, kind,
+    /// bytes and what the glance saw, never [`Glimpse::Context`] or [`Glimpse::Damaged`] —
+    /// `None` at the end of the chunk or at a damaged record (reported into `issues`), as
+    /// [`ChunkRecords::next`]. Read a record whole with [`ChunkRecords::expand_into`].
+    #[inline(always)]
+    pub fn next_glance(
+        &mut self,
+        issues: &mut Vec<RecordIssue>,
+    ) -> Option<(u64, u16, &'a [u8], Glimpse)> {
+        loop {
+            let (offset, kind, bytes) = self.next_raw(issues)?;
+            match self.context.glance(kind, bytes) {
+                Glimpse::Context => continue,
+                Glimpse::Damaged => {
+                    self.damaged(issues);
+                    return None;
+                }
+                seen => return Some((offset, kind, bytes, seen)),
+            }
+        }
+    }
+
+    /// Every record at a glance, in turn, with `state`: a hot one's [`Glance`] into `hot`,
+    /// which says what next ([`Next`]: read it whole into `whole` first, or stop after it); any
+    /// other one (as it is in the file) into `other`, which may stop the reading (false). The
+    /// records, checks and reports of [`ChunkRecords::next_glance`], the reading position kept
+    /// in a register.
+    #[inline(always)]
+    pub fn glance_each<T>(
+        &mut self,
+        issues: &mut Vec<RecordIssue>,
+        state: &mut T,
+        mut hot: impl FnMut(&mut T, Glance) -> Next,
+        mut whole: impl FnMut(&mut T, &RawRecord<'a>, Glance),
+        mut other: impl FnMut(&mut T, Raw<'a>) -> bool,
+    ) {
+        let bytes = self.bytes;
+        let mut pos = self.pos;
+        while let Some(rest) = bytes.get(pos..) {
+            let Some(h) = rest.first_chunk::<8>().map(|h| u64::from_ne_bytes(*h)) else {
+                self.pos = pos;
+                if !rest.is_empty() {
+                    self.damaged(issues);
+                }
+                return;
+            };
+            let kind = h as u16;
+            let len = (h >> 16) as u16 as usize;
+            let fixed = if kind < 256 {
+                self.sizes[kind as usize] as usize
+            } else {
+                0
+            };
+            if !(len >= 8
+                && len.is_multiple_of(8)
+                && len <= rest.len()
+                && (fixed == 0 || fixed == len))
+            {
+                self.pos = pos;
+                self.damaged(issues);
+                return;
+            }
+            let offset = self.base + pos as u64;
+            pos += len;
+            if pos - self.released >= RELEASE_WINDOW {
+                self.pos = pos;
+                self.release_consumed();
+            }
+            let record = &rest[..len];
+            let go_on = match self.context.glance(kind, record) {
+                Glimpse::Hot(g) => match hot(state, g) {
+                    Next::Go => true,
+                    Next::Whole => {
+                        let mut r = RawRecord::new(0, 0, &[]);
+                        self.expand_into((offset, kind, record), &mut r);
+                        whole(state, &r, g);
+                        true
+                    }
+                    Next::Stop => false,
+                },
+                Glimpse::Other => other(state, (offset, kind, record)),
+                Glimpse::Context => true,
+                Glimpse::Damaged => {
+                    self.pos = pos;
+                    self.damaged(issues);
+                    return;
+                }
+            };
+            if !go_on {
+                self.pos = pos;
+                return;
+            }
+        }
+    }
+
+    /// [`ChunkRecords::next_into`] of the next `out.len()` records, each with its timestamp
+    /// (a record too short to carry one gets the one before it, `last_ts`); returns how many
+    /// it read, fewer at the end of the chunk or at a damaged record (reported into `issues`).
+    /// The reading position is kept in a register.
+    #[inline(always)]
+    pub fn fill_into(
+        &mut self,
+        issues: &mut Vec<RecordIssue>,
+        out: &mut [(u64, RawRecord<'a>)],
+        last_ts: &mut u64,
+    ) -> usize {
+        let bytes = self.bytes;
+        let mut pos = self.pos;
+        let mut n = 0;
+        while n < out.len() {
+            let Some(rest) = bytes.get(pos..) else {
+                return n;
+            };
+            let Some(h) = rest.first_chunk::<8>().map(|h| u64::from_ne_bytes(*h)) else {
+                self.pos = pos;
+                if !rest.is_empty() {
+                    self.damaged(issues);
+                }
+                return n;
+            };
+            let kind = h as u16;
+            let len = (h >> 16) as u16 as usize;
+            let fixed = if kind < 256 {
+                self.sizes[kind as usize] as usize
+            } else {
+                0
+            };
+            if !(len >= 8
+                && len.is_multiple_of(8)
+                && len <= rest.len()
+                && (fixed == 0 || fixed == len))
+            {
+                self.pos = pos;
+                self.damaged(issues);
+                return n;
+            }
+            let offset = self.base + pos as u64;
+            pos += len;
+            if pos - self.released >= RELEASE_WINDOW {
+                self.pos = pos;
+                self.release_consumed();
+            }
+            let (ts, r) = &mut out[n];
+            match self.context.accept_into(offset, kind, &rest[..len], r) {
+                Step::Record => {
+                    *ts = record_ts(r.record_bytes()).unwrap_or(*last_ts);
+                    *last_ts = *ts;
+                    n += 1;
+                }
+                Step::Context => {}
+                Step::Damaged => {
+                    self.pos = pos;
+                    self.damaged(issues);
+                    return n;
+                }
+            }
+        }
+        self.pos = pos;
+        n
+    }
+
+    /// The record [`ChunkRecords::next_glance`] returned last, whole, into `out` (as
+    /// [`ChunkRecords::next_into`] would have read it).
+    #[inline(always)]
+    pub fn expand_into(
+        &mut self,
+        (offset, kind, bytes): (u64, u16, &'a [u8]),
+        out: &mut RawRecord<'a>,
+    ) {
+        self.context.expand_into(offset, kind, bytes, out);
+    }
+
+    /// The next message ([`is_message`]: a message-consuming send or a successful receive
+    /// completion) into `out`, the records before it passed over at a glance; false at the
+    /// end of the chunk or at a damaged record (reported into `issues`).
+    #[inline(always)]
+    pub fn next_message_into(
+        &mut self,
+        issues: &mut Vec<RecordIssue>,
+        out: &mut RawRecord<'a>,
+    ) -> bool {
+        while let Some((offset, kind, bytes, seen)) = self.next_glance(issues) {
+            if let Glimpse::Hot(g) = seen {
+                if is_message(&g) {
+                    self.expand_into((offset, kind, bytes), out);
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// Releases the consumed pages of the chunk but the last one (records still held in a
+    /// reorder window fault back in if touched).
+    #[cold]
+    fn release_consumed(&mut self) {
+        let upto = self.pos.saturating_sub(4096);
+        self.file
+            .release(self.base + self.released as u64, self.base + upto as u64);
+        self.released = upto;
+    }
+
+    #[cold]
+    fn damaged(&mut self, issues: &mut Vec<RecordIssue>) {
+        let at = self.base + self.pos as u64;
+        let err = self
+            .file
+            .records(self.chunk)
+            .find_map(|r| r.err())
+            .map(|e| RecordIssue::skipping(e.offset, chunk_end(self.chunk), e.what))
+            .unwrap_or_else(|| RecordIssue::skipping(at, chunk_end(self.chunk), "damaged record"));
+        issues.push(err);
+        self.pos = self.bytes.len() + 1;
+    }
+}
