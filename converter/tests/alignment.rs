@@ -401,3 +401,74 @@ fn alignment_is_shown_in_the_trace() {
     );
     common::validate(&out, &[]);
 }
+
+/// Every linked pair's correction lies inside the range its own messages allow at the time
+/// they bound it best (what the report prints as "correction's value in brackets"): rings of
+/// four clock domains with offsets of milliseconds, drifts of tens of ppm, short runs (the
+/// drifts the LP picks reach the box) and loaded latencies, as the ring all-reduce run under
+/// a clock error per rank. Fails when the range at t0 is that of the offsets (b's clock read
+/// at the same τ) instead of the clock difference (b's read σ later): there the correction
+/// was outside by up to MAX_DRIFT·σ (1.3 µs at a 2.6 ms lead).
+#[test]
+fn each_link_correction_lies_in_its_pair_range() {
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let (mut bounded, mut at_t0) = (0, 0);
+    for _ in 0..60 {
+        let half = 2e6 + (next() % 8_000_000) as f64;
+        // Domain k's clock reads t + off_k + drift_k·t at true time t (domain 0: the truth).
+        let clocks: Vec<(f64, f64)> = (0..4)
+            .map(|k| match k {
+                0 => (0.0, 0.0),
+                _ => (
+                    (next() % 8_000_000) as f64 - 4e6,
+                    ((next() % 100_000) as f64 - 5e4) * 1e-9,
+                ),
+            })
+            .collect();
+        let read = |k: usize, t: f64| t + clocks[k].0 + clocks[k].1 * t;
+        let mut cons = Vec::new();
+        for (a, b) in [(0, 1), (1, 2), (2, 3), (3, 0)] {
+            for (from, to, n) in [(a, b, 30), (b, a, 5)] {
+                for _ in 0..n {
+                    let sent = (next() % (2 * half as u64)) as f64 - half;
+                    let latency = 2_000.0 + (next() % 800_000) as f64;
+                    let x = read(from, sent).round() as i64;
+                    let d = read(to, sent + latency).round() as i64 - x;
+                    cons.push(Con {
+                        a: from,
+                        b: to,
+                        x,
+                        d,
+                    });
+                }
+            }
+        }
+        cons.sort();
+        let s = solve::solve(4, 0, half, &cons).expect("the truth satisfies every constraint");
+        assert!(s.dropped.is_empty(), "{:?}", s.dropped);
+        for (&(a, b), r) in &s.pairs {
+            let Some((at, lead, lo, hi)) = r.best else {
+                continue;
+            };
+            bounded += 1;
+            at_t0 += (at == 0.0) as u32;
+            let corr = s.offset[a] + s.drift[a] * at - s.offset[b] - s.drift[b] * (at + lead);
+            assert!(
+                lo - 1.0 <= corr && corr <= hi + 1.0,
+                "pair {a}–{b} at {at:.0} ns (b's lead {lead:.0} ns): correction {corr:.0} ns \
+                 outside [{lo:.0}, {hi:.0}]; drifts {:?}",
+                s.drift
+            );
+        }
+    }
+    assert!(
+        bounded >= 200 && at_t0 >= 10,
+        "{bounded} bounded, {at_t0} at t0"
+    );
+}

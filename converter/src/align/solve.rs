@@ -342,10 +342,17 @@ fn pair_range(
         hi: hi.map(|v| v.0 / US),
         ..Default::default()
     };
-    let (Some(lo0), Some(hi0)) = (lo, hi) else {
+    if lo.is_none() || hi.is_none() {
+        return out;
+    }
+    let sigma = |tau: f64| (lead.0 + lead.1 * tau) / US / half;
+    // The range at t0 above is of the offsets (both clocks read τ = 0); the clock difference
+    // at t0 reads b's clock σ(0) later, as at every other candidate time (the range of the
+    // offsets reported as the difference's put the correction outside it by up to
+    // MAX_DRIFT·σ(0) where the drifts reach the box).
+    let Ok((Some(lo0), Some(hi0))) = pair_at(reference, half, pair, cons, (0.0, sigma(0.0))) else {
         return out;
     };
-    let sigma = |tau: f64| (lead.0 + lead.1 * tau) / US / half;
     let mut best = (0.0, lo0.0, hi0.0);
     let (mut l, mut h) = cons
         .iter()
