@@ -11,8 +11,10 @@
 //! on one host, so only each port's own LID tells the datagrams' receivers apart (before, a
 //! LID learned for the host from the first pair rejected the second: no UD flows one way).
 //!
-//! What must hold: no warning; every received message — RC and UD — is paired with its send
-//! (flows = receive completions − those flushed at teardown, mostly udcm's unused receives);
+//! What must hold: no warning but the one for a UD stream whose last datagram was never polled
+//! (UCX's wire-up, when the machine is loaded at teardown: exactly one, proven last with one
+//! clock); every received message — RC and UD — is paired with its send (flows = receive
+//! completions − those flushed at teardown, mostly udcm's unused receives);
 //! no failed WR, no completion without its WR, no flow ending before it starts; the trace is
 //! byte-identical with `--jobs 1` and `2`; and each direction's RDMA bytes hold every payload
 //! byte NetPIPE reports (NetPIPE times each size in 3 trials of `-n` round trips). Then the
@@ -222,6 +224,35 @@ fn check_run(dir: &Path, logs: &Path, ranks: usize, payload: u64) -> Report {
     report
 }
 
+/// The only warning a run may give: a UD stream whose receiver did not poll its last datagram
+/// before exiting (UCX's wire-up on its UD QPs, when the machine is loaded at teardown; at
+/// most one per stream). With one machine clock the converter proves the missing one is the
+/// last sent and pairs the others; across clock domains, where nothing proves it, it draws
+/// none of the stream's flows. Returns the receives left unpaired that way.
+fn unpolled_datagrams(warnings: &[String], one_clock: bool) -> u64 {
+    warnings
+        .iter()
+        .map(|w| {
+            let counts = w.split_once(" datagrams sent, ").and_then(|(sent, rest)| {
+                let sent: u64 = sent.rsplit(' ').next()?.parse().ok()?;
+                let recvd: u64 = rest.split(' ').next()?.parse().ok()?;
+                Some((sent, recvd))
+            });
+            let Some((sent, recvd)) = counts else {
+                panic!("a warning: {w}\nall: {warnings:?}");
+            };
+            assert_eq!(sent, recvd + 1, "{w}");
+            if w.ends_with("no flows drawn") {
+                assert!(!one_clock, "one machine clock, yet unpaired: {w}");
+                return recvd;
+            }
+            let proven = format!("the first {recvd} paired, the last 1 sent after");
+            assert!(w.contains(&proven), "{w}");
+            0
+        })
+        .sum()
+}
+
 /// [`check_run`] but the traffic between ranks; returns the report, its text and the trace.
 fn check_paired(dir: &Path, logs: &Path, ranks: usize) -> (Report, String, PathBuf) {
     let n_logs = std::fs::read_dir(logs).unwrap().count();
@@ -232,23 +263,20 @@ fn check_paired(dir: &Path, logs: &Path, ranks: usize) -> (Report, String, PathB
         sigmatrace_convert::stats(std::slice::from_ref(&logs), &ConvertOptions::default()).unwrap();
     let text = report.text();
     let t = &report.summary.totals;
-    assert!(
-        report.summary.warnings.is_empty(),
-        "{:?}",
-        report.summary.warnings
-    );
+    let one_clock = report.summary.alignment.domains.len() <= 1;
+    let unpaired = unpolled_datagrams(&report.summary.warnings, one_clock);
     assert_eq!((t.wr_failed, t.orphan_completions), (0, 0), "{t:?}");
     // Failed WRs are 0, so the per-QP errors are the receives flushed at teardown.
     let flushed = qp_column_sum(&text, 0);
     let received = t.recv_completed - flushed;
     assert!(received > 8, "udcm's datagrams and RC sends: {t:?}");
     assert_eq!(
-        (t.flows_out, t.flows_in),
+        (t.flows_out + unpaired, t.flows_in + unpaired),
         (received, received),
         "{t:?}\n{text}"
     );
     let v = validate(&trace, &[]);
-    assert_eq!(v["stats"]["flows"], received);
+    assert_eq!(v["stats"]["flows"], received - unpaired);
     assert_eq!(v["stats"]["backward_flows"], 0);
     eprintln!(
         "{ranks} ranks: {} WR events, {} completed WRs, {received} messages paired \
@@ -286,7 +314,7 @@ fn netpipe_over_open_mpi_ucx_untraced() {
     netpipe_untraced(Pml::Ucx);
 }
 
-/// The same traced: what must hold over openib holds over UCX (no warning, every message
+/// The same traced: what must hold over openib holds over UCX (no other warning, every message
 /// paired — UCX's wire-up datagrams on its UD QPs too —, no failed WR or orphan completion, no
 /// backward flow, byte-identical with 1 and 2 workers, every payload byte on the wire).
 #[test]
