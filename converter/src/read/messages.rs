@@ -9,7 +9,8 @@
 //! its messages from there ([`SpillCursor`]): the same messages in the order its record cursor
 //! would hand them out (log order). Memory stays bounded: a chunk's messages are written in
 //! pieces of at most [`PIECE`] as the scan goes, and a cursor holds one piece at a time. Without
-//! the spill (it could not be made or written) the join reads the records, as it always can.
+//! the spill (it could not be made or written, or the run has more messages than
+//! [`MAX_SPILL_BYTES`] hold) the join reads the records, as it always can.
 //!
 //! [`LogInput::set_spilled`]: crate::read::input::LogInput::set_spilled
 
@@ -34,6 +35,11 @@ pub struct Message {
 
 /// Bytes of a spilled message.
 pub const ENTRY: usize = 32;
+
+/// Most bytes a spill takes in `TMPDIR` (32 M messages, about 200 M WR events of the benchmark's
+/// mix): `TMPDIR` is often a tmpfs, whose pages are memory. A run with more messages is joined
+/// from its records.
+pub const MAX_SPILL_BYTES: u64 = 1 << 30;
 
 /// Messages per piece: what a scan job collects before it writes, and what a cursor reads at
 /// once (8 KiB).
@@ -73,6 +79,8 @@ pub struct Spill {
     file: File,
     /// Messages written or reserved so far.
     len: AtomicU64,
+    /// Most messages it takes.
+    cap: u64,
     /// A write failed: the spill is not used.
     failed: AtomicBool,
 }
@@ -95,7 +103,7 @@ impl Spill {
                 Ok(file) => {
                     // Unlinked at once: nothing is left behind, however the process ends.
                     std::fs::remove_file(&path).ok()?;
-                    return Some(Spill::on(file));
+                    return Some(Spill::on(file, MAX_SPILL_BYTES / ENTRY as u64));
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
                 Err(_) => return None,
@@ -104,11 +112,12 @@ impl Spill {
         None
     }
 
-    /// An empty spill in `file`.
-    fn on(file: File) -> Spill {
+    /// An empty spill in `file` of at most `cap` messages.
+    fn on(file: File, cap: u64) -> Spill {
         Spill {
             file,
             len: AtomicU64::new(0),
+            cap,
             failed: AtomicBool::new(false),
         }
     }
@@ -120,6 +129,13 @@ impl Spill {
             return None;
         }
         let first = self.len.fetch_add(msgs.len() as u64, Ordering::Relaxed);
+        if first + msgs.len() as u64 > self.cap {
+            // Full: the whole spill is dropped (the join reads the records) and its file
+            // truncated now rather than when the scan ends.
+            self.failed.store(true, Ordering::Relaxed);
+            self.file.set_len(0).ok();
+            return None;
+        }
         let mut bytes = Vec::with_capacity(msgs.len() * ENTRY);
         for m in msgs {
             bytes.extend_from_slice(&m.to_bytes());
@@ -303,11 +319,20 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ro");
         std::fs::write(&path, b"").unwrap();
-        let ro = Spill::on(std::fs::File::open(&path).unwrap());
+        let ro = Spill::on(std::fs::File::open(&path).unwrap(), u64::MAX);
         let mut w = SpillWriter::new(Some(&ro));
         w.push(msg(1));
         assert_eq!(w.finish(), None);
         assert!(ro.failed());
+        // A spill with more messages than its cap is not used either, and its file is emptied.
+        let small = Spill::on(tempfile::tempfile().unwrap(), 2 * PIECE as u64);
+        let mut w = SpillWriter::new(Some(&small));
+        (0..2 * PIECE as u64).for_each(|i| w.push(msg(i)));
+        assert!(!small.failed(), "two pieces fit");
+        w.push(msg(0));
+        assert_eq!(w.finish(), None);
+        assert!(small.failed());
+        assert_eq!(small.file.metadata().unwrap().len(), 0);
         // Without a spill nothing is collected.
         let mut none = SpillWriter::new(None);
         none.push(msg(1));
