@@ -46,6 +46,29 @@ impl RecordIssue {
     }
 }
 
+/// The kind and length of the record at the start of `rest`, when its header describes a
+/// whole record of a valid length (a multiple of 8, at least its header, within `rest`, and
+/// the kind's own length where `sizes` fixes one); `Ok(None)` when `rest` is empty, `Err`
+/// when it holds a damaged record. The one header check of every reader of a chunk.
+#[inline(always)]
+fn record_header(rest: &[u8], sizes: &[u16; 256]) -> Result<Option<(u16, usize)>, ()> {
+    let Some(h) = rest.first_chunk::<8>().map(|h| u64::from_ne_bytes(*h)) else {
+        return if rest.is_empty() { Ok(None) } else { Err(()) };
+    };
+    let kind = h as u16;
+    let len = (h >> 16) as u16 as usize;
+    let fixed = if kind < 256 {
+        sizes[kind as usize] as usize
+    } else {
+        0
+    };
+    if len >= 8 && len.is_multiple_of(8) && len <= rest.len() && (fixed == 0 || fixed == len) {
+        Ok(Some((kind, len)))
+    } else {
+        Err(())
+    }
+}
+
 /// File offset where the readable record bytes of `chunk` end.
 pub fn chunk_end(chunk: &ChunkInfo) -> u64 {
     chunk.offset + CHUNK_HEADER_SIZE as u64 + u64::from(chunk.readable)
@@ -166,32 +189,21 @@ impl<'a> ChunkRecords<'a> {
     #[inline(always)]
     fn next_raw(&mut self, issues: &mut Vec<RecordIssue>) -> Option<(u64, u16, &'a [u8])> {
         let rest = self.bytes.get(self.pos..)?;
-        if rest.len() >= 8 {
-            let h = u64::from_ne_bytes(rest[..8].try_into().expect("8 bytes"));
-            let kind = h as u16;
-            let len = (h >> 16) as u16 as usize;
-            let fixed = if kind < 256 {
-                self.sizes[kind as usize] as usize
-            } else {
-                0
-            };
-            if len >= 8
-                && len.is_multiple_of(8)
-                && len <= rest.len()
-                && (fixed == 0 || fixed == len)
-            {
+        match record_header(rest, self.sizes) {
+            Ok(Some((kind, len))) => {
                 let offset = self.base + self.pos as u64;
                 self.pos += len;
                 if self.pos - self.released >= RELEASE_WINDOW {
                     self.release_consumed();
                 }
-                return Some((offset, kind, &rest[..len]));
+                Some((offset, kind, &rest[..len]))
             }
-        } else if rest.is_empty() {
-            return None;
+            Ok(None) => None,
+            Err(()) => {
+                self.damaged(issues);
+                None
+            }
         }
-        self.damaged(issues);
-        None
     }
 
     /// The next record at a glance ([`ChunkDecoder::glance`]: a hot record's deciding fields,
@@ -234,29 +246,16 @@ impl<'a> ChunkRecords<'a> {
         let bytes = self.bytes;
         let mut pos = self.pos;
         while let Some(rest) = bytes.get(pos..) {
-            let Some(h) = rest.first_chunk::<8>().map(|h| u64::from_ne_bytes(*h)) else {
-                self.pos = pos;
-                if !rest.is_empty() {
-                    self.damaged(issues);
+            let (kind, len) = match record_header(rest, self.sizes) {
+                Ok(Some(header)) => header,
+                end => {
+                    self.pos = pos;
+                    if end.is_err() {
+                        self.damaged(issues);
+                    }
+                    return;
                 }
-                return;
             };
-            let kind = h as u16;
-            let len = (h >> 16) as u16 as usize;
-            let fixed = if kind < 256 {
-                self.sizes[kind as usize] as usize
-            } else {
-                0
-            };
-            if !(len >= 8
-                && len.is_multiple_of(8)
-                && len <= rest.len()
-                && (fixed == 0 || fixed == len))
-            {
-                self.pos = pos;
-                self.damaged(issues);
-                return;
-            }
             let offset = self.base + pos as u64;
             pos += len;
             if pos - self.released >= RELEASE_WINDOW {
@@ -308,29 +307,16 @@ impl<'a> ChunkRecords<'a> {
             let Some(rest) = bytes.get(pos..) else {
                 return n;
             };
-            let Some(h) = rest.first_chunk::<8>().map(|h| u64::from_ne_bytes(*h)) else {
-                self.pos = pos;
-                if !rest.is_empty() {
-                    self.damaged(issues);
+            let (kind, len) = match record_header(rest, self.sizes) {
+                Ok(Some(header)) => header,
+                end => {
+                    self.pos = pos;
+                    if end.is_err() {
+                        self.damaged(issues);
+                    }
+                    return n;
                 }
-                return n;
             };
-            let kind = h as u16;
-            let len = (h >> 16) as u16 as usize;
-            let fixed = if kind < 256 {
-                self.sizes[kind as usize] as usize
-            } else {
-                0
-            };
-            if !(len >= 8
-                && len.is_multiple_of(8)
-                && len <= rest.len()
-                && (fixed == 0 || fixed == len))
-            {
-                self.pos = pos;
-                self.damaged(issues);
-                return n;
-            }
             let offset = self.base + pos as u64;
             pos += len;
             if pos - self.released >= RELEASE_WINDOW {

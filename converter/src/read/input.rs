@@ -597,13 +597,9 @@ impl<'a> MergedRecords<'a> {
 mod tests {
     use super::{LogInput, MissingChunks};
 
-    /// Reading a log releases each chunk's pages once when it is done, and once more per
-    /// thread at its end (the records still in its window touch its last pages again) — not
-    /// once per record taken after its last chunk ran out, and a cursor parked again without
-    /// taking a record releases nothing (each release is a `madvise` that may interrupt every
-    /// other core running the converter).
-    #[test]
-    fn pages_are_released_once_per_chunk_not_per_record_or_idle_park() {
+    /// A synthetic log of one rank with two threads and 20 000 WRITEs (many chunks), in a
+    /// temporary directory that lives as long as the first value.
+    fn two_thread_log() -> (tempfile::TempDir, std::path::PathBuf) {
         let dir = tempfile::tempdir().unwrap();
         let mut sc = sigmatrace_synth::Scenario::ring(
             1,
@@ -618,6 +614,17 @@ mod tests {
             .map(|e| e.unwrap().path())
             .find(|p| p.extension().is_some_and(|x| x == "sigmatrace"))
             .unwrap();
+        (dir, log)
+    }
+
+    /// Reading a log releases each chunk's pages once when it is done, and once more per
+    /// thread at its end (the records still in its window touch its last pages again) — not
+    /// once per record taken after its last chunk ran out, and a cursor parked again without
+    /// taking a record releases nothing (each release is a `madvise` that may interrupt every
+    /// other core running the converter).
+    #[test]
+    fn pages_are_released_once_per_chunk_not_per_record_or_idle_park() {
+        let (_dir, log) = two_thread_log();
         let input = LogInput::open(&log).unwrap();
         let chunks: u64 = input.threads.iter().map(|(_, c)| c.len() as u64).sum();
         let threads = input.threads.len() as u64;
@@ -720,20 +727,7 @@ mod tests {
     /// (no window) or not, merged and on its own, over many chunks.
     #[test]
     fn threads_in_order_read_the_same_without_the_window() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut sc = sigmatrace_synth::Scenario::ring(
-            1,
-            2,
-            sigmatrace_synth::Pattern::Write { signal_every: 4 },
-            20_000,
-        );
-        sc.threads = 2;
-        sigmatrace_synth::write(dir.path(), &sc).unwrap();
-        let log = std::fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .find(|p| p.extension().is_some_and(|x| x == "sigmatrace"))
-            .unwrap();
+        let (_dir, log) = two_thread_log();
         let plain = LogInput::open(&log).unwrap();
         let known = LogInput::open(&log).unwrap();
         crate::read::scan::scan_all(std::slice::from_ref(&known));
