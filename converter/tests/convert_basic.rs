@@ -313,3 +313,30 @@ fn many_ranks_report_traffic_as_pairs() {
     let line = format!("== Traffic rank × rank: {n} ranks, ");
     assert!(text.contains(&line), "{text}");
 }
+
+#[test]
+fn without_report_sections_the_trace_and_summary_are_the_same_and_no_section_is_made() {
+    let sc = Scenario::ring(2, 2, Pattern::SendRecv, 300);
+    let (dir, _) = common::generate(&sc);
+    let (with, without) = (
+        dir.path().join("with.pftrace"),
+        dir.path().join("without.pftrace"),
+    );
+    let a = convert_with_report(&[dir.path().to_owned()], &with, &opts(Detail::Normal)).unwrap();
+    let o = ConvertOptions {
+        report_sections: false,
+        ..opts(Detail::Normal)
+    };
+    let b = convert_with_report(&[dir.path().to_owned()], &without, &o).unwrap();
+    assert_eq!(
+        std::fs::read(&with).unwrap(),
+        std::fs::read(&without).unwrap()
+    );
+    assert_eq!(
+        serde_json::to_value(&a.summary.totals).unwrap(),
+        serde_json::to_value(&b.summary.totals).unwrap()
+    );
+    assert_eq!(a.summary.warnings, b.summary.warnings);
+    assert!(a.section::<Traffic>().is_some() && a.section::<QpTable>().is_some());
+    assert!(b.sections.is_empty(), "{} sections", b.sections.len());
+}

@@ -223,3 +223,43 @@ fn cli_rank_ranges_and_nonsense_options() {
         assert!(e.contains(says), "{bad:?}: {e}");
     }
 }
+
+/// The command line computes the report's sections only when it prints them: `--stats` prints
+/// the same tables as the `stats` command (the trace is the same either way), a plain
+/// conversion none.
+#[test]
+fn cli_stats_tables_only_with_stats() {
+    let exe = env!("CARGO_BIN_EXE_sigmatrace-convert");
+    let (dir, _truth) = common::generate(&Scenario::ring(2, 2, Pattern::SendRecv, 50));
+    let convert = |out: &str, extra: &[&str]| {
+        let r = Command::new(exe)
+            .arg(dir.path())
+            .arg("-o")
+            .arg(dir.path().join(out))
+            .args(["-q", "--jobs", "1"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        String::from_utf8(r.stdout).unwrap()
+    };
+    let with = convert("with.perfetto-trace", &["--stats"]);
+    let plain = convert("plain.perfetto-trace", &[]);
+    let trace = |n: &str| std::fs::read(dir.path().join(n)).unwrap();
+    assert_eq!(trace("with.perfetto-trace"), trace("plain.perfetto-trace"));
+    let stats = Command::new(exe)
+        .arg("stats")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stats = String::from_utf8(stats.stdout).unwrap();
+    for title in ["== Clock alignment", "== Traffic", "== Queue pairs"] {
+        assert!(with.contains(title), "--stats lacks {title}:\n{with}");
+        assert!(
+            !plain.contains(title),
+            "plain conversion printed {title}:\n{plain}"
+        );
+    }
+    let tables = |s: &str| s[s.find("== Traffic").unwrap()..].to_string();
+    assert_eq!(tables(&with), tables(&stats));
+}

@@ -95,6 +95,8 @@ fn convert(a: ConvertArgs) -> Result<(), ConvertError> {
     opts.detail = a.detail;
     opts.compress_level = a.compress;
     opts.progress = !a.quiet;
+    // The report's sections only when it is printed.
+    opts.report_sections = a.stats;
     let unsharded = a.stats || !nsys.files.is_empty();
     opts.nsys = nsys;
     if unsharded {

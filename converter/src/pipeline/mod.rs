@@ -105,7 +105,10 @@ fn run(
         )
     });
     let pass = frame.pass(&topo, &ud, &inputs, &progress, output.is_some(), opts);
-    let template = default_sections();
+    let template = match opts.report_sections {
+        true => default_sections(),
+        false => Vec::new(),
+    };
     let results: Vec<ProcResult> = crate::model::order::map_in_order(&topo.procs, |p| {
         pass.process(p.index, &template, tx.clone())
     });

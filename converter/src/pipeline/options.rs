@@ -32,6 +32,11 @@ pub struct ConvertOptions {
     pub nsys: crate::import::nsys::NsysOptions,
     /// Re-check every matched message pair on the final clocks (one more pass).
     pub verify_alignment: bool,
+    /// Compute the report's sections (clock alignment, traffic, per-QP latency, barriers,
+    /// skew: what `stats`, `--stats` and [`Report::text`] print). The trace does not depend
+    /// on them; the command line turns them off when it prints no report, which saves their
+    /// bookkeeping for every completion.
+    pub report_sections: bool,
 }
 
 impl Default for ConvertOptions {
@@ -49,6 +54,7 @@ impl Default for ConvertOptions {
             skip_unreadable: false,
             nsys: Default::default(),
             verify_alignment: false,
+            report_sections: true,
         }
     }
 }

@@ -17,7 +17,7 @@ use crate::pipeline::options::ConvertOptions;
 use crate::pipeline::writer::Blocks;
 use crate::progress::Progress;
 use crate::read::input::LogInput;
-use crate::report::{default_sections, Section, SectionSet};
+use crate::report::{Section, SectionSet};
 use sigmatrace_timeline::batch::Recorder;
 use sigmatrace_timeline::chrome;
 use sigmatrace_timeline::groups::PerfettoGroups;
@@ -102,7 +102,8 @@ pub(crate) fn model_subset(
 ) -> Vec<ProcResult> {
     let progress = Progress::start(false, 0);
     let pass = frame.pass(&l.topo, &l.ud, &l.inputs, &progress, true, opts);
-    let template = default_sections();
+    // A shard reports totals and warnings only (`shard::stitch::encode_result`): no sections.
+    let template = Vec::new();
     crate::model::order::map_in_order(subset, |&i| pass.process(i, &template, tx.clone()))
 }
 
