@@ -104,7 +104,6 @@ pub struct Recorder {
     /// An encoded batch to record the next one into.
     spare: Option<EventBatch>,
     cur: usize,
-    events: usize,
     name_ids: HashMap<String, u32>,
     key_ids: HashMap<String, u32>,
 }
@@ -125,7 +124,6 @@ impl Recorder {
             },
             spare: None,
             cur: 0,
-            events: 0,
             name_ids: HashMap::new(),
             key_ids: HashMap::new(),
         }
@@ -151,7 +149,6 @@ impl Recorder {
             batch: fit(std::mem::take(&mut self.batch)),
             spare: self.spare.take().map(fit),
             cur: 0,
-            events: 0,
             name_ids: self.name_ids,
             key_ids: self.key_ids,
         }
@@ -160,7 +157,6 @@ impl Recorder {
     /// Takes the events recorded so far; the recorder goes on with the batch given back
     /// last ([`Recorder::give_back`]), or a new one.
     pub fn take_batch(&mut self) -> EventBatch {
-        self.events = 0;
         let fresh = match self.spare.take() {
             Some(b) => b,
             None => EventBatch {
@@ -192,18 +188,24 @@ impl Recorder {
 
     #[inline(always)]
     fn push(&mut self, ev: Ev) {
-        self.events += 1;
         self.batch.groups[self.cur].evs.push(ev);
     }
 
     #[inline(always)]
     fn event(&mut self, ts: u64, ty: u8, track: u64, name: Option<Name>, extra: &Extra<'_>) {
         let meta = ty as u64 | name.map_or(0, |n| (n.0 as u64 + 1) << 32);
-        let (x, flag) = match (extra.args, extra.flows, extra.terminating) {
+        // The slices are taken out of `extra` (and handed to the cold path by value), so that
+        // a caller's `Extra` built for this call need not be stored in memory.
+        let Extra {
+            args,
+            flows,
+            terminating,
+        } = *extra;
+        let (x, flag) = match (args, flows, terminating) {
             ([], [], []) => (0, 0),
             ([], [f], []) => (*f, FLOW),
             ([], [], [f]) => (*f, TERM),
-            _ => (self.side(extra), SIDE),
+            _ => (self.side(args, flows, terminating), SIDE),
         };
         self.push(Ev {
             ts,
@@ -214,9 +216,9 @@ impl Recorder {
     }
 
     #[cold]
-    fn side(&mut self, extra: &Extra<'_>) -> u64 {
-        let args = extra
-            .args
+    #[inline(never)]
+    fn side(&mut self, args: &[(ArgKey, ArgValue<'_>)], flows: &[u64], terminating: &[u64]) -> u64 {
+        let args = args
             .iter()
             .map(|&(k, v)| {
                 let v = match v {
@@ -232,8 +234,8 @@ impl Recorder {
         let side = &mut self.batch.groups[self.cur].side;
         side.push(Side::Extra {
             args,
-            flows: extra.flows.to_vec(),
-            terminating: extra.terminating.to_vec(),
+            flows: flows.to_vec(),
+            terminating: terminating.to_vec(),
         });
         side.len() as u64 - 1
     }
@@ -317,9 +319,10 @@ impl TraceSink for Recorder {
         0
     }
 
-    /// Events recorded since the last [`Recorder::take_batch`].
+    /// Events recorded since the last [`Recorder::take_batch`]: those of the batch (it starts
+    /// empty), counted here rather than at every event (this is asked every few hundred).
     fn recorded(&self) -> usize {
-        self.events
+        self.batch.len()
     }
 
     /// Nothing is encoded here ([`PerfettoGroups::encode`] encodes the batches).
