@@ -536,6 +536,14 @@ impl<'a> MergedRecords<'a> {
         }
     }
 
+    /// Parks the cursor that ran out at the last step.
+    #[cold]
+    fn park_exhausted(&mut self) {
+        if let Some(mut done) = self.exhausted.take() {
+            done.park();
+        }
+    }
+
     /// Timestamp of the next record without consuming it.
     pub fn peek_ts(&self) -> Option<u64> {
         self.cursors.iter().filter_map(|c| c.head_ts()).min()
@@ -545,8 +553,9 @@ impl<'a> MergedRecords<'a> {
     #[inline(always)]
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Option<(u64, &RawRecord<'a>)> {
-        if let Some(mut done) = self.exhausted.take() {
-            done.park();
+        // Looked at, not taken (a store per record), until a cursor ran out.
+        if self.exhausted.is_some() {
+            self.park_exhausted();
         }
         // One thread in order, its next record already read: no merge, no refill.
         if let [c] = &self.cursors[..] {
