@@ -141,6 +141,9 @@ struct OpenRecv {
 struct QpState {
     /// The QP's group ([`qp_group`]), kept here so that it is not computed per WR.
     group: u32,
+    /// Whether its one-sided ops are drawn on the peer QP's track too (normal detail or more,
+    /// a matched peer with a track).
+    draws_inferred: bool,
     send: VecDeque<OpenWr>,
     recv: VecDeque<OpenRecv>,
     send_lanes: Lanes,
@@ -228,9 +231,12 @@ impl<'a> ProcessModel<'a> {
             uuids,
             names: NameCache::default(),
             keys,
-            qps: (0..p.qps.len())
-                .map(|qi| QpState {
+            qps: (p.qps.iter().enumerate())
+                .map(|(qi, q)| QpState {
                     group: qp_group(qi),
+                    draws_inferred: opts.detail >= Detail::Normal
+                        && q.peer.is_some()
+                        && q.peer_track != 0,
                     ..QpState::default()
                 })
                 .collect(),
@@ -705,6 +711,8 @@ impl<'a> ProcessModel<'a> {
         };
         for (qi, st) in self.qps.iter_mut().enumerate() {
             let q = &self.p.qps[qi];
+            // The most send lanes a QP used: they are only ever added, by drawn sends.
+            self.totals.max_lanes = self.totals.max_lanes.max(st.send_lanes.count() as u64);
             sink.group(st.group);
             while let Some(w) = st.send.pop_front() {
                 self.totals.incomplete_wrs += 1;

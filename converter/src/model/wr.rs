@@ -377,11 +377,8 @@ impl SendCtx<'_, '_> {
             },
         );
         self.totals.slices += 1;
-        self.totals.max_lanes = self.totals.max_lanes.max(st.send_lanes.count() as u64);
-        let inferred = (self.detail >= Detail::Normal
-            && verbs::one_sided(ps.opcode)
-            && q.peer.is_some()
-            && q.peer_track != 0)
+        // (`max_lanes` is taken from the send lanes at the end: they are only made here.)
+        let inferred = (st.draws_inferred && verbs::one_sided(ps.opcode))
             .then(|| self.begin_inferred(sink, t, q, st, ps, full));
         (Some(l), inferred)
     }
