@@ -349,7 +349,7 @@ impl<'a> ChunkRecords<'a> {
             let (ts, r) = &mut out[n];
             match self.context.accept_into(offset, kind, &rest[..len], r) {
                 Step::Record => {
-                    *ts = record_ts(r.record_bytes()).unwrap_or(*last_ts);
+                    *ts = r.ts().unwrap_or(*last_ts);
                     *last_ts = *ts;
                     n += 1;
                 }

@@ -434,7 +434,7 @@ impl<'a> ThreadCursor<'a> {
             if !self.next_chunk_record(issues, slot) {
                 break;
             }
-            let ts = record_ts(self.ring[slot].1.record_bytes()).unwrap_or(self.last_ts);
+            let ts = self.ring[slot].1.ts().unwrap_or(self.last_ts);
             self.last_ts = ts;
             self.ring[slot].0 = ts;
             n += 1;
@@ -457,7 +457,7 @@ impl<'a> ThreadCursor<'a> {
             if !self.read_into(issues, slot) && !self.next_chunk_record(issues, slot) {
                 break;
             }
-            let ts = record_ts(self.ring[slot].1.record_bytes()).unwrap_or(self.last_ts);
+            let ts = self.ring[slot].1.ts().unwrap_or(self.last_ts);
             self.last_ts = ts;
             self.ring[slot].0 = ts;
             self.free &= !(1 << slot);
