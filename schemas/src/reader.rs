@@ -179,11 +179,24 @@ impl<'a> RawRecord<'a> {
         self.full.len != 0
     }
 
-    /// The record's `ts` (every full record has it at offset 8).
-    #[inline]
+    /// The record's `ts` (every full record has it at offset 8; an expanded one is whole, at
+    /// least its header and time: its second word).
+    #[inline(always)]
     pub fn ts(&self) -> Option<u64> {
-        let b = self.record_bytes().get(8..16)?;
+        if self.full.len != 0 {
+            debug_assert!(self.full.len >= 16);
+            return Some(self.full.words[1]);
+        }
+        let b = self.bytes.get(8..16)?;
         Some(u64::from_ne_bytes(b.try_into().ok()?))
+    }
+
+    /// The full record of a compact one as 8-byte words (its first [`RawRecord::record_bytes`]
+    /// bytes are the record of kind `kind`), so that a reader can view it as its struct
+    /// without a length or alignment check; `None` for a record as it is in the file.
+    #[inline(always)]
+    pub fn expanded_words(&self) -> Option<&[u64; 8]> {
+        (self.full.len != 0).then_some(&self.full.words)
     }
 
     /// Decodes the record (zero-copy for records that are not compact in the file).

@@ -104,7 +104,10 @@ pub struct Recorder {
     /// An encoded batch to record the next one into.
     spare: Option<EventBatch>,
     cur: usize,
-    events: usize,
+    /// The events of group `cur`, out of the batch while the group is current (its list in the
+    /// batch is an empty stand-in meanwhile): recording an event is a push onto this list, not
+    /// a look-up of the group's. Back in the batch whenever the batch is looked at or taken.
+    cur_evs: Vec<Ev>,
     name_ids: HashMap<String, u32>,
     key_ids: HashMap<String, u32>,
 }
@@ -125,15 +128,35 @@ impl Recorder {
             },
             spare: None,
             cur: 0,
-            events: 0,
+            cur_evs: Vec::new(),
             name_ids: HashMap::new(),
             key_ids: HashMap::new(),
         }
+        .with_current_out()
+    }
+
+    /// Takes the current group's events out of the batch into `cur_evs` (an empty stand-in
+    /// goes in their place).
+    fn with_current_out(mut self) -> Recorder {
+        self.take_current_out();
+        self
+    }
+
+    #[inline]
+    fn take_current_out(&mut self) {
+        std::mem::swap(&mut self.batch.groups[self.cur].evs, &mut self.cur_evs);
+    }
+
+    /// Puts the current group's events back into the batch (its stand-in into `cur_evs`).
+    #[inline]
+    fn put_current_back(&mut self) {
+        std::mem::swap(&mut self.batch.groups[self.cur].evs, &mut self.cur_evs);
     }
 
     /// A recorder like [`Recorder::new`]'s in the buffers of `self` (a recorder that is done):
     /// its batches' lists keep their capacity.
     pub fn renew(mut self, groups: usize) -> Recorder {
+        self.put_current_back();
         let groups = groups.max(1);
         let fit = |mut b: EventBatch| {
             b.groups.resize_with(groups, GroupEvents::default);
@@ -151,16 +174,17 @@ impl Recorder {
             batch: fit(std::mem::take(&mut self.batch)),
             spare: self.spare.take().map(fit),
             cur: 0,
-            events: 0,
+            cur_evs: self.cur_evs,
             name_ids: self.name_ids,
             key_ids: self.key_ids,
         }
+        .with_current_out()
     }
 
     /// Takes the events recorded so far; the recorder goes on with the batch given back
     /// last ([`Recorder::give_back`]), or a new one.
     pub fn take_batch(&mut self) -> EventBatch {
-        self.events = 0;
+        self.put_current_back();
         let fresh = match self.spare.take() {
             Some(b) => b,
             None => EventBatch {
@@ -173,7 +197,9 @@ impl Recorder {
                 ..Default::default()
             },
         };
-        std::mem::replace(&mut self.batch, fresh)
+        let taken = std::mem::replace(&mut self.batch, fresh);
+        self.take_current_out();
+        taken
     }
 
     /// Takes back an encoded batch ([`PerfettoGroups::encode`] empties it) to record into
@@ -192,18 +218,24 @@ impl Recorder {
 
     #[inline(always)]
     fn push(&mut self, ev: Ev) {
-        self.events += 1;
-        self.batch.groups[self.cur].evs.push(ev);
+        self.cur_evs.push(ev);
     }
 
     #[inline(always)]
     fn event(&mut self, ts: u64, ty: u8, track: u64, name: Option<Name>, extra: &Extra<'_>) {
         let meta = ty as u64 | name.map_or(0, |n| (n.0 as u64 + 1) << 32);
-        let (x, flag) = match (extra.args, extra.flows, extra.terminating) {
+        // The slices are taken out of `extra` (and handed to the cold path by value), so that
+        // a caller's `Extra` built for this call need not be stored in memory.
+        let Extra {
+            args,
+            flows,
+            terminating,
+        } = *extra;
+        let (x, flag) = match (args, flows, terminating) {
             ([], [], []) => (0, 0),
             ([], [f], []) => (*f, FLOW),
             ([], [], [f]) => (*f, TERM),
-            _ => (self.side(extra), SIDE),
+            _ => (self.side(args, flows, terminating), SIDE),
         };
         self.push(Ev {
             ts,
@@ -214,9 +246,9 @@ impl Recorder {
     }
 
     #[cold]
-    fn side(&mut self, extra: &Extra<'_>) -> u64 {
-        let args = extra
-            .args
+    #[inline(never)]
+    fn side(&mut self, args: &[(ArgKey, ArgValue<'_>)], flows: &[u64], terminating: &[u64]) -> u64 {
+        let args = args
             .iter()
             .map(|&(k, v)| {
                 let v = match v {
@@ -232,10 +264,20 @@ impl Recorder {
         let side = &mut self.batch.groups[self.cur].side;
         side.push(Side::Extra {
             args,
-            flows: extra.flows.to_vec(),
-            terminating: extra.terminating.to_vec(),
+            flows: flows.to_vec(),
+            terminating: terminating.to_vec(),
         });
         side.len() as u64 - 1
+    }
+}
+
+impl Recorder {
+    /// Makes group `g` (another group, in range) the current one.
+    #[inline(never)]
+    fn switch_group(&mut self, g: usize) {
+        self.put_current_back();
+        self.cur = g;
+        self.take_current_out();
     }
 }
 
@@ -317,9 +359,10 @@ impl TraceSink for Recorder {
         0
     }
 
-    /// Events recorded since the last [`Recorder::take_batch`].
+    /// Events recorded since the last [`Recorder::take_batch`]: those of the batch (it starts
+    /// empty), counted here rather than at every event (this is asked every few hundred).
     fn recorded(&self) -> usize {
-        self.events
+        self.batch.len() + self.cur_evs.len()
     }
 
     /// Nothing is encoded here ([`PerfettoGroups::encode`] encodes the batches).
@@ -329,7 +372,10 @@ impl TraceSink for Recorder {
 
     #[inline]
     fn group(&mut self, g: u32) {
-        self.cur = (g as usize).min(self.batch.groups.len() - 1);
+        let g = (g as usize).min(self.batch.groups.len() - 1);
+        if g != self.cur {
+            self.switch_group(g);
+        }
     }
 }
 
@@ -633,6 +679,36 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The current group's events are out of the batch while it is current: taking the batch,
+    /// counting it and renewing the recorder see them in their group all the same.
+    #[test]
+    fn current_group_events_are_in_their_group_when_taken() {
+        let mut rec = Recorder::new(3);
+        let n = rec.name("WRITE 8 B");
+        rec.group(2);
+        rec.begin(10, 5, n, &Extra::NONE);
+        rec.group(1);
+        rec.begin(11, 6, n, &Extra::NONE);
+        rec.end(12, 6, &Extra::NONE);
+        rec.group(9);
+        rec.counter(13, 7, 1);
+        assert_eq!(rec.recorded(), 4);
+        let batch = rec.take_batch();
+        let lens: Vec<usize> = batch.groups.iter().map(|g| g.evs().len()).collect();
+        assert_eq!(lens, [0, 2, 2]);
+        assert_eq!(rec.recorded(), 0);
+        rec.give_back(batch);
+        rec.begin(14, 5, n, &Extra::NONE);
+        let mut rec = rec.renew(2);
+        assert_eq!(rec.recorded(), 0);
+        rec.group(1);
+        rec.end(15, 5, &Extra::NONE);
+        let batch = rec.take_batch();
+        let lens: Vec<usize> = batch.groups.iter().map(|g| g.evs().len()).collect();
+        assert_eq!(lens, [0, 1]);
+        assert_eq!(batch.groups[1].evs()[0].ts, 15);
     }
 
     fn groups() -> PerfettoGroups {

@@ -166,8 +166,22 @@ impl Lanes {
     }
 
     /// The lowest free lane, taken.
-    #[inline]
+    #[inline(always)]
     fn take_free(&mut self) -> Option<(u32, u64)> {
+        // Nearly always the word remembered has one: taken without a loop.
+        if let Some(w) = self.free.get_mut(self.first_free_word) {
+            if *w != 0 {
+                let i = self.first_free_word * 64 + w.trailing_zeros() as usize;
+                *w &= *w - 1;
+                return Some((i as u32, self.tracks[i]));
+            }
+        }
+        self.take_free_after()
+    }
+
+    /// [`Lanes::take_free`] when the word remembered has no free lane: the words after it.
+    #[inline(never)]
+    fn take_free_after(&mut self) -> Option<(u32, u64)> {
         while let Some(&w) = self.free.get(self.first_free_word) {
             if w != 0 {
                 let i = self.first_free_word * 64 + w.trailing_zeros() as usize;
@@ -394,8 +408,9 @@ pub fn static_tracks(topo: &Topology) -> Vec<TrackDef> {
 /// inferred names remembered (consecutive WRs mostly have the same opcode and size).
 pub struct NameCache {
     map: crate::fastmap::FastMap<(u8, u8, u32, u8), Name>,
-    /// The last (opcode, bytes) and name of kind 0 (send WRs) and of kind 2 (inferred).
-    last: [Option<((u8, u32), Name)>; 2],
+    /// The last (opcode, bytes) ([`last_key`]; 0: none) and name of kind 0 (send WRs) and of
+    /// kind 2 (inferred).
+    last: [(u64, Name); 2],
     /// A few of the map's entries, direct-mapped by their key ([`hot_key`]; 0: empty), so
     /// that the names of a handful of alternating sizes are not hashed every time.
     hot: [(u64, Name); HOT_NAMES],
@@ -405,10 +420,16 @@ impl Default for NameCache {
     fn default() -> Self {
         NameCache {
             map: Default::default(),
-            last: [None; 2],
+            last: [(0, Name(0)); 2],
             hot: [(0, Name(0)); HOT_NAMES],
         }
     }
+}
+
+/// A [`NameCache::last`] key: (opcode, bytes) as one non-zero word, compared at once.
+#[inline(always)]
+fn last_key(opcode: u8, bytes: u32) -> u64 {
+    1 << 40 | (opcode as u64) << 32 | bytes as u64
 }
 
 /// Slots of [`NameCache::hot`].
@@ -438,7 +459,7 @@ impl NameCache {
         bytes: u32,
     ) -> Name {
         match self.last[kind as usize / 2] {
-            Some((k, n)) if k == (opcode, bytes) => n,
+            (k, n) if k == last_key(opcode, bytes) => n,
             _ => self.look_up(sink, kind, opcode, bytes),
         }
     }
@@ -459,7 +480,7 @@ impl NameCache {
                 verbs::size_label(bytes as u64)
             ))
         });
-        self.last[kind as usize / 2] = Some(((opcode, bytes), n));
+        self.last[kind as usize / 2] = (last_key(opcode, bytes), n);
         n
     }
 

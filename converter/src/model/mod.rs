@@ -14,6 +14,8 @@ pub mod order;
 pub mod ud;
 mod wr;
 
+use wr::{OpenWr, NO_LANE};
+
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::AtomicU64;
 
@@ -128,16 +130,6 @@ pub struct ProcessTotals {
 /// but not its wait, and the report counts them.
 pub const RECV_LANES: usize = 16;
 
-struct OpenWr {
-    wr_id: u64,
-    post: i64,
-    opcode: u8,
-    bytes: u32,
-    lane: Option<u32>,
-    inferred_lane: Option<u32>,
-    signaled: bool,
-}
-
 struct OpenRecv {
     wr_id: u64,
     bytes: u32,
@@ -147,6 +139,11 @@ struct OpenRecv {
 
 #[derive(Default)]
 struct QpState {
+    /// The QP's group ([`qp_group`]), kept here so that it is not computed per WR.
+    group: u32,
+    /// Whether its one-sided ops are drawn on the peer QP's track too (normal detail or more,
+    /// a matched peer with a track).
+    draws_inferred: bool,
     send: VecDeque<OpenWr>,
     recv: VecDeque<OpenRecv>,
     send_lanes: Lanes,
@@ -198,6 +195,8 @@ pub struct ProcessModel<'a> {
     done: Vec<DoneWr>,
     /// The process's clock map, its checks dropped on the log's time range.
     clock: RangeMap,
+    /// [`Detail::counter_interval`] of the options' detail.
+    counter_interval: i64,
 }
 
 /// Width of a throughput bucket (ns): each "completed bytes/s" sample is the bytes completed
@@ -232,7 +231,15 @@ impl<'a> ProcessModel<'a> {
             uuids,
             names: NameCache::default(),
             keys,
-            qps: p.qps.iter().map(|_| QpState::default()).collect(),
+            qps: (p.qps.iter().enumerate())
+                .map(|(qi, q)| QpState {
+                    group: qp_group(qi),
+                    draws_inferred: opts.detail >= Detail::Normal
+                        && q.peer.is_some()
+                        && q.peer_track != 0,
+                    ..QpState::default()
+                })
+                .collect(),
             srq_lanes: BTreeMap::new(),
             observed: ObservedState::default(),
             qp_cache: Default::default(),
@@ -244,6 +251,7 @@ impl<'a> ProcessModel<'a> {
             loss_track: None,
             done: Vec::new(),
             clock: RangeMap::new(p.map, p.min_ts, p.max_ts),
+            counter_interval: opts.detail.counter_interval(),
         }
     }
 
@@ -443,28 +451,39 @@ impl<'a> ProcessModel<'a> {
         let Some(qi) = self.p.qp_at(&mut self.qp_cache, ps.qpn, ts) else {
             return;
         };
-        sink.group(qp_group(qi));
-        let q = &self.p.qps[qi];
         let drawn = self.drawn(t);
+        // Counts the send (nothing is drawn there).
         let flow = self.send_flow(qi, ps, drawn);
+        // The QP and its state are looked up once, the rest of the model borrowed beside them.
+        let p = self.p;
+        let q = &p.qps[qi];
+        let st = &mut self.qps[qi];
+        sink.group(st.group);
         let (lane, inferred_lane) = if drawn {
-            self.begin_send(sink, t, qi, ps, flow)
+            let mut ctx = wr::SendCtx {
+                p,
+                uuids: self.uuids,
+                names: &mut self.names,
+                keys: &self.keys,
+                totals: &mut self.totals,
+                detail: self.opts.detail,
+            };
+            ctx.begin_send(sink, t, q, st, ps, flow)
         } else {
             (None, None)
         };
-        let st = &mut self.qps[qi];
         st.send.push_back(OpenWr {
             wr_id: ps.wr_id,
             post: t,
             opcode: ps.opcode,
             bytes: ps.bytes,
-            lane,
-            inferred_lane,
+            lane: lane.unwrap_or(NO_LANE),
+            inferred_lane: inferred_lane.unwrap_or(NO_LANE),
             signaled: ps.hdr.aux & verbs::SEND_SIGNALED != 0,
         });
         st.inflight_bytes += ps.bytes as i64;
         if drawn {
-            let iv = self.opts.detail.counter_interval();
+            let iv = self.counter_interval;
             let n = st.send.len() as i64;
             st.outstanding.set(sink, q.outstanding_track, t, n, iv);
             st.inflight
@@ -525,9 +544,9 @@ impl<'a> ProcessModel<'a> {
         let Some(qi) = self.p.qp_at(&mut self.qp_cache, qpn, ts) else {
             return;
         };
-        sink.group(qp_group(qi));
         let q = &self.p.qps[qi];
         let st = &mut self.qps[qi];
+        sink.group(st.group);
         let recv = wr::RecvSlice {
             track: (q.track, "recv"),
             t,
@@ -577,7 +596,7 @@ impl<'a> ProcessModel<'a> {
             self.recv_completion(sink, obs, t, qi, wc);
             wc.byte_len as i64
         } else {
-            sink.group(qp_group(qi));
+            sink.group(self.qps[qi].group);
             self.send_completion(sink, obs, t, qi, wc)
         };
         self.account_throughput(sink, t, if wc.status == 0 { bytes } else { 0 });
@@ -607,102 +626,6 @@ impl<'a> ProcessModel<'a> {
         if next.is_none_or(|n| n > bucket + 1) {
             sink.counter((end + THROUGHPUT_BUCKET) as u64, self.p.throughput_track, 0);
         }
-    }
-
-    /// A send-side completion on QP `qi`: ends the WRs it completes and returns their posted
-    /// bytes.
-    fn send_completion<S: TraceSink + ?Sized>(
-        &mut self,
-        sink: &mut S,
-        obs: &mut dyn Observer,
-        t: i64,
-        qi: usize,
-        wc: &sigmatrace_schemas::records::WorkCompletion,
-    ) -> i64 {
-        let q = &self.p.qps[qi];
-        // The completed WR is the first *signaled* WR with this wr_id (programs often reuse
-        // one wr_id for every WR); errors and QPs with sq_sig_all can complete any WR, so fall
-        // back to the first WR with this wr_id.
-        let queue = &self.qps[qi].send;
-        let first_signaled = || queue.iter().position(|w| w.wr_id == wc.wr_id && w.signaled);
-        let first_any = || queue.iter().position(|w| w.wr_id == wc.wr_id);
-        let found = if wc.status == 0 {
-            first_signaled().or_else(first_any)
-        } else {
-            first_any()
-        };
-        let Some(pos) = found else {
-            self.totals.orphan_completions += 1;
-            return 0;
-        };
-        let full = self.opts.detail == Detail::Full;
-        let mut bytes = 0i64;
-        let status_str = verbs::status_name(wc.status);
-        let failed = wc.status != 0;
-        let sargs = [(self.keys.status, ArgValue::Str(status_str))];
-        let extra = Extra {
-            args: if failed || full { &sargs } else { &[] },
-            ..Extra::NONE
-        };
-        for _ in 0..pos + 1 {
-            let st = &mut self.qps[qi];
-            let w = st.send.pop_front().expect("position is inside the queue");
-            st.inflight_bytes -= w.bytes as i64;
-            bytes += w.bytes as i64;
-            if let Some(l) = w.lane {
-                sink.end(t as u64, st.send_lanes.uuid(l), &extra);
-                st.send_lanes.release(l);
-            }
-            if let Some(l) = w.inferred_lane {
-                sink.end(t as u64, st.inferred_lanes.uuid(l), &extra);
-                st.inferred_lanes.release(l);
-            }
-            if failed && w.lane.is_some() {
-                let name = self.names.error(sink, wc.status);
-                let args = [
-                    (self.keys.wr_id, ArgValue::U64(w.wr_id)),
-                    (self.keys.status, ArgValue::Str(status_str)),
-                ];
-                sink.instant(
-                    t as u64,
-                    q.track,
-                    name,
-                    &Extra {
-                        args: &args,
-                        ..Extra::NONE
-                    },
-                );
-            }
-            if failed {
-                self.totals.wr_failed += 1;
-            } else {
-                self.totals.wr_completed += 1;
-            }
-            self.done.push(DoneWr {
-                opcode: w.opcode,
-                bytes: w.bytes,
-                post: w.post,
-            });
-        }
-        obs.observe(
-            self.p,
-            &ModelEvent::WrsDone {
-                qp: q,
-                wrs: &self.done,
-                done: t,
-                status: wc.status,
-            },
-        );
-        self.done.clear();
-        if self.drawn(t) {
-            let st = &mut self.qps[qi];
-            let iv = self.opts.detail.counter_interval();
-            st.outstanding
-                .set(sink, q.outstanding_track, t, st.send.len() as i64, iv);
-            st.inflight
-                .set(sink, q.inflight_bytes_track, t, st.inflight_bytes, iv);
-        }
-        bytes
     }
 
     fn recv_completion<S: TraceSink + ?Sized>(
@@ -743,7 +666,7 @@ impl<'a> ProcessModel<'a> {
         };
         // Receives posted to an SRQ are drawn on its lanes (group 0), the others on the QP's.
         let srq_recv = found.as_ref().is_some_and(|f| f.0.srq);
-        sink.group(if srq_recv { 0 } else { qp_group(qi) });
+        sink.group(if srq_recv { 0 } else { self.qps[qi].group });
         if drawn {
             let name = if ok {
                 self.names.recv(sink, wc.byte_len, imm, true)
@@ -788,13 +711,15 @@ impl<'a> ProcessModel<'a> {
         };
         for (qi, st) in self.qps.iter_mut().enumerate() {
             let q = &self.p.qps[qi];
-            sink.group(qp_group(qi));
+            // The most send lanes a QP used: they are only ever added, by drawn sends.
+            self.totals.max_lanes = self.totals.max_lanes.max(st.send_lanes.count() as u64);
+            sink.group(st.group);
             while let Some(w) = st.send.pop_front() {
                 self.totals.incomplete_wrs += 1;
-                if let Some(l) = w.lane {
+                if let Some(l) = w.lane() {
                     sink.end(t as u64, st.send_lanes.uuid(l), &extra);
                 }
-                if let Some(l) = w.inferred_lane {
+                if let Some(l) = w.inferred_lane() {
                     sink.end(t as u64, st.inferred_lanes.uuid(l), &extra);
                 }
             }

@@ -1,14 +1,19 @@
-//! The steps of one work request in the model pass, split out of `post_send` and
-//! `recv_completion` (all `#[inline]`: they run once per WR): the flow a message starts or ends,
-//! the slices a posted send opens, the slice a posted receive opens, the receive WR a
-//! completion consumes and where its arrival is drawn.
+//! The steps of one work request in the model pass, split out of `post_send` and the
+//! completions (mostly `#[inline]`: they run once per WR): the flow a message starts or ends,
+//! the open send WRs, the slices a posted send opens, the WRs a send-side completion ends,
+//! the slice a posted receive opens, the receive WR a completion consumes and where its
+//! arrival is drawn.
+
+use std::sync::atomic::AtomicU64;
 
 use sigmatrace_schemas::records::{PostSend, WorkCompletion};
 use sigmatrace_timeline::{ArgKey, ArgValue, Extra, TraceSink};
 
-use crate::align::topology::flow_id;
+use crate::align::topology::{flow_id, Process, Qp};
 use crate::model::emit::{Detail, Lanes, NameCache};
-use crate::model::{OpenRecv, ProcessModel, ProcessTotals, RECV_LANES};
+use crate::model::{
+    DoneWr, Keys, ModelEvent, Observer, OpenRecv, ProcessModel, ProcessTotals, QpState, RECV_LANES,
+};
 use crate::read::verbs;
 
 /// How many of a send's args (wr_id, bytes, remote address, rkey, immediate) full detail
@@ -88,99 +93,102 @@ impl ProcessModel<'_> {
         None
     }
 
-    /// Opens a drawn send's slice on a lane of QP `qi` (starting `flow`) and, at normal detail
-    /// for one-sided ops on a matched QP, its inferred arrival on the peer's track. Returns the
-    /// two lanes.
-    #[inline]
-    pub(super) fn begin_send<S: TraceSink + ?Sized>(
+    /// A send-side completion on QP `qi`: ends the WRs it completes and returns their posted
+    /// bytes.
+    pub(super) fn send_completion<S: TraceSink + ?Sized>(
         &mut self,
         sink: &mut S,
+        obs: &mut dyn Observer,
         t: i64,
         qi: usize,
-        ps: &PostSend,
-        flow: Option<u64>,
-    ) -> (Option<u32>, Option<u32>) {
-        let q = &self.p.qps[qi];
-        let name = self.names.wr(sink, ps.opcode, ps.bytes);
+        wc: &sigmatrace_schemas::records::WorkCompletion,
+    ) -> i64 {
+        let p = self.p;
+        let q = &p.qps[qi];
+        // The QP's state is looked up once, the rest of the model borrowed beside it.
         let st = &mut self.qps[qi];
-        let (l, uuid) = st.send_lanes.acquire(sink, self.uuids, q.track, "send");
-        let full = self.opts.detail == Detail::Full;
-        let nargs = send_arg_count(ps.opcode, full);
-        // The args are built only when shown (full detail).
-        let args;
-        let picked;
-        let args_used: &[(ArgKey, ArgValue)] = if nargs == 0 {
-            &[]
+        // The completed WR is the first *signaled* WR with this wr_id (programs often reuse
+        // one wr_id for every WR); errors and QPs with sq_sig_all can complete any WR, so fall
+        // back to the first WR with this wr_id.
+        let queue = &st.send;
+        let first_signaled = || queue.iter().position(|w| w.wr_id == wc.wr_id && w.signaled);
+        let first_any = || queue.iter().position(|w| w.wr_id == wc.wr_id);
+        let found = if wc.status == 0 {
+            first_signaled().or_else(first_any)
         } else {
-            args = [
-                (self.keys.wr_id, ArgValue::U64(ps.wr_id)),
-                (self.keys.bytes, ArgValue::U64(ps.bytes as u64)),
-                (self.keys.raddr, ArgValue::Hex(ps.remote_addr)),
-                (self.keys.rkey, ArgValue::Hex(ps.rkey as u64)),
-                (self.keys.imm, ArgValue::Hex(ps.imm as u64)),
-            ];
-            if nargs == 5 && ps.opcode == verbs::wr::SEND_WITH_IMM {
-                picked = [args[0], args[1], args[4]];
-                &picked[..]
-            } else {
-                &args[..nargs]
-            }
+            first_any()
         };
-        sink.begin(
-            t as u64,
-            uuid,
-            name,
-            &Extra {
-                args: args_used,
-                flows: flow.as_slice(),
-                terminating: &[],
+        let Some(pos) = found else {
+            self.totals.orphan_completions += 1;
+            return 0;
+        };
+        let full = self.opts.detail == Detail::Full;
+        let mut bytes = 0i64;
+        let status_str = verbs::status_name(wc.status);
+        let failed = wc.status != 0;
+        let sargs = [(self.keys.status, ArgValue::Str(status_str))];
+        let extra = Extra {
+            args: if failed || full { &sargs } else { &[] },
+            ..Extra::NONE
+        };
+        for w in st.send.drain(..=pos) {
+            bytes += w.bytes as i64;
+            if let Some(l) = w.lane() {
+                sink.end(t as u64, st.send_lanes.uuid(l), &extra);
+                st.send_lanes.release(l);
+            }
+            if let Some(l) = w.inferred_lane() {
+                sink.end(t as u64, st.inferred_lanes.uuid(l), &extra);
+                st.inferred_lanes.release(l);
+            }
+            if failed && w.lane().is_some() {
+                let name = self.names.error(sink, wc.status);
+                let args = [
+                    (self.keys.wr_id, ArgValue::U64(w.wr_id)),
+                    (self.keys.status, ArgValue::Str(status_str)),
+                ];
+                sink.instant(
+                    t as u64,
+                    q.track,
+                    name,
+                    &Extra {
+                        args: &args,
+                        ..Extra::NONE
+                    },
+                );
+            }
+            self.done.push(DoneWr {
+                opcode: w.opcode,
+                bytes: w.bytes,
+                post: w.post,
+            });
+        }
+        st.inflight_bytes -= bytes;
+        let completed = pos as u64 + 1;
+        if failed {
+            self.totals.wr_failed += completed;
+        } else {
+            self.totals.wr_completed += completed;
+        }
+        obs.observe(
+            p,
+            &ModelEvent::WrsDone {
+                qp: q,
+                wrs: &self.done,
+                done: t,
+                status: wc.status,
             },
         );
-        self.totals.slices += 1;
-        self.totals.max_lanes = self.totals.max_lanes.max(st.send_lanes.count() as u64);
-        let inferred = (self.opts.detail >= Detail::Normal
-            && verbs::one_sided(ps.opcode)
-            && q.peer.is_some()
-            && q.peer_track != 0)
-            .then(|| self.begin_inferred(sink, t, qi, ps, full));
-        (Some(l), inferred)
-    }
-
-    /// Opens the inferred arrival of a one-sided op on a lane of the peer QP's track; returns
-    /// the lane.
-    #[inline]
-    fn begin_inferred<S: TraceSink + ?Sized>(
-        &mut self,
-        sink: &mut S,
-        t: i64,
-        qi: usize,
-        ps: &PostSend,
-        full: bool,
-    ) -> u32 {
-        let q = &self.p.qps[qi];
-        let iname = self.names.inferred(sink, ps.opcode, ps.bytes);
-        let st = &mut self.qps[qi];
-        let (il, iuuid) =
-            st.inferred_lanes
-                .acquire(sink, self.uuids, q.peer_track, "inferred arrivals");
-        if full {
-            let from = format!("{} QP {:#x}", self.p.label(), q.qpn);
-            let fargs = [(self.keys.from, ArgValue::Str(&from))];
-            sink.begin(
-                t as u64,
-                iuuid,
-                iname,
-                &Extra {
-                    args: &fargs,
-                    ..Extra::NONE
-                },
-            );
-        } else {
-            sink.begin(t as u64, iuuid, iname, &Extra::NONE);
+        self.done.clear();
+        if self.drawn(t) {
+            let st = &mut self.qps[qi];
+            let iv = self.counter_interval;
+            st.outstanding
+                .set(sink, q.outstanding_track, t, st.send.len() as i64, iv);
+            st.inflight
+                .set(sink, q.inflight_bytes_track, t, st.inflight_bytes, iv);
         }
-        self.totals.slices += 1;
-        self.totals.inferred += 1;
-        il
+        bytes
     }
 
     /// The receive WR `wr_id` a completion on QP `qi` consumes, taken off the QP's queue or its
@@ -278,6 +286,137 @@ impl ProcessModel<'_> {
             }
         }
         let _ = r.bytes;
+    }
+}
+
+/// A posted send WR not completed yet (32 bytes: its lanes are words, [`NO_LANE`] for none).
+pub(super) struct OpenWr {
+    pub wr_id: u64,
+    pub post: i64,
+    pub bytes: u32,
+    /// Its slice's lane.
+    pub lane: u32,
+    /// Its inferred arrival's lane (on the peer QP's track).
+    pub inferred_lane: u32,
+    pub opcode: u8,
+    pub signaled: bool,
+}
+
+/// An [`OpenWr`] lane that is none (the WR, or its arrival, is not drawn).
+pub(super) const NO_LANE: u32 = u32::MAX;
+
+impl OpenWr {
+    #[inline(always)]
+    pub(super) fn lane(&self) -> Option<u32> {
+        (self.lane != NO_LANE).then_some(self.lane)
+    }
+
+    #[inline(always)]
+    pub(super) fn inferred_lane(&self) -> Option<u32> {
+        (self.inferred_lane != NO_LANE).then_some(self.inferred_lane)
+    }
+}
+
+/// What opening a posted send's slices uses of the model besides its QP and the QP's state
+/// (borrowed apart from them, so that those are looked up once per WR).
+pub(super) struct SendCtx<'m, 'a> {
+    pub p: &'a Process,
+    pub uuids: &'a AtomicU64,
+    pub names: &'m mut NameCache,
+    pub keys: &'m Keys,
+    pub totals: &'m mut ProcessTotals,
+    pub detail: Detail,
+}
+
+impl SendCtx<'_, '_> {
+    /// Opens a drawn send's slice on a lane of QP `q` (state `st`; starting `flow`) and, at
+    /// normal detail for one-sided ops on a matched QP, its inferred arrival on the peer's
+    /// track. Returns the two lanes.
+    #[inline(always)]
+    pub(super) fn begin_send<S: TraceSink + ?Sized>(
+        &mut self,
+        sink: &mut S,
+        t: i64,
+        q: &Qp,
+        st: &mut QpState,
+        ps: &PostSend,
+        flow: Option<u64>,
+    ) -> (Option<u32>, Option<u32>) {
+        let name = self.names.wr(sink, ps.opcode, ps.bytes);
+        let (l, uuid) = st.send_lanes.acquire(sink, self.uuids, q.track, "send");
+        let full = self.detail == Detail::Full;
+        let nargs = send_arg_count(ps.opcode, full);
+        // The args are built only when shown (full detail).
+        let args;
+        let picked;
+        let args_used: &[(ArgKey, ArgValue)] = if nargs == 0 {
+            &[]
+        } else {
+            args = [
+                (self.keys.wr_id, ArgValue::U64(ps.wr_id)),
+                (self.keys.bytes, ArgValue::U64(ps.bytes as u64)),
+                (self.keys.raddr, ArgValue::Hex(ps.remote_addr)),
+                (self.keys.rkey, ArgValue::Hex(ps.rkey as u64)),
+                (self.keys.imm, ArgValue::Hex(ps.imm as u64)),
+            ];
+            if nargs == 5 && ps.opcode == verbs::wr::SEND_WITH_IMM {
+                picked = [args[0], args[1], args[4]];
+                &picked[..]
+            } else {
+                &args[..nargs]
+            }
+        };
+        sink.begin(
+            t as u64,
+            uuid,
+            name,
+            &Extra {
+                args: args_used,
+                flows: flow.as_slice(),
+                terminating: &[],
+            },
+        );
+        self.totals.slices += 1;
+        // (`max_lanes` is taken from the send lanes at the end: they are only made here.)
+        let inferred = (st.draws_inferred && verbs::one_sided(ps.opcode))
+            .then(|| self.begin_inferred(sink, t, q, st, ps, full));
+        (Some(l), inferred)
+    }
+
+    /// Opens the inferred arrival of a one-sided op on a lane of the peer QP's track; returns
+    /// the lane.
+    #[inline(always)]
+    fn begin_inferred<S: TraceSink + ?Sized>(
+        &mut self,
+        sink: &mut S,
+        t: i64,
+        q: &Qp,
+        st: &mut QpState,
+        ps: &PostSend,
+        full: bool,
+    ) -> u32 {
+        let iname = self.names.inferred(sink, ps.opcode, ps.bytes);
+        let (il, iuuid) =
+            st.inferred_lanes
+                .acquire(sink, self.uuids, q.peer_track, "inferred arrivals");
+        if full {
+            let from = format!("{} QP {:#x}", self.p.label(), q.qpn);
+            let fargs = [(self.keys.from, ArgValue::Str(&from))];
+            sink.begin(
+                t as u64,
+                iuuid,
+                iname,
+                &Extra {
+                    args: &fargs,
+                    ..Extra::NONE
+                },
+            );
+        } else {
+            sink.begin(t as u64, iuuid, iname, &Extra::NONE);
+        }
+        self.totals.slices += 1;
+        self.totals.inferred += 1;
+        il
     }
 }
 

@@ -48,19 +48,25 @@ impl RecordIssue {
 
 /// The kind and length of the record at the start of `rest`, when its header describes a
 /// whole record of a valid length (a multiple of 8, at least its header, within `rest`, and
-/// the kind's own length where `sizes` fixes one); `Ok(None)` when `rest` is empty, `Err`
+/// the kind's own length where `heads` fixes one); `Ok(None)` when `rest` is empty, `Err`
 /// when it holds a damaged record. The one header check of every reader of a chunk.
 #[inline(always)]
-fn record_header(rest: &[u8], sizes: &[u16; 256]) -> Result<Option<(u16, usize)>, ()> {
+fn record_header(rest: &[u8], heads: &FixedHeads) -> Result<Option<(u16, usize)>, ()> {
     let Some(h) = rest.first_chunk::<8>().map(|h| u64::from_ne_bytes(*h)) else {
         return if rest.is_empty() { Ok(None) } else { Err(()) };
     };
     let kind = h as u16;
     let len = (h >> 16) as u16 as usize;
-    let fixed = if kind < 256 {
-        sizes[kind as usize] as usize
-    } else {
-        0
+    // Nearly every record is of a fixed-length kind, at that length: one compare of its
+    // kind and length with the kind's expected ones (a valid length, see `fixed_heads`).
+    if heads[h as u8 as usize] == h & 0xffff_ffff && len <= rest.len() {
+        return Ok(Some((kind, len)));
+    }
+    let fixed = match heads[h as u8 as usize] {
+        _ if kind >= 256 => 0,
+        NOT_FIXED => 0,
+        NEVER_VALID => return Err(()),
+        e => (e >> 16) as usize,
     };
     if len >= 8 && len.is_multiple_of(8) && len <= rest.len() && (fixed == 0 || fixed == len) {
         Ok(Some((kind, len)))
@@ -74,15 +80,32 @@ pub fn chunk_end(chunk: &ChunkInfo) -> u64 {
     chunk.offset + CHUNK_HEADER_SIZE as u64 + u64::from(chunk.readable)
 }
 
-/// Expected length of each fixed-size record kind below 256 (0: variable length or unknown).
-fn fixed_sizes() -> &'static [u16; 256] {
-    static T: OnceLock<[u16; 256]> = OnceLock::new();
+/// Per kind below 256, the first 4 bytes of its records' header (kind, and its length in the
+/// high 16 bits) as a word, when the kind has a fixed length; [`NOT_FIXED`] otherwise.
+type FixedHeads = [u64; 256];
+
+/// A [`FixedHeads`] entry of a kind of variable length or unknown: never a header's 4 bytes.
+const NOT_FIXED: u64 = 1 << 32;
+/// A [`FixedHeads`] entry of a kind whose fixed length is not a valid record length (none is):
+/// its records are all damaged.
+const NEVER_VALID: u64 = 2 << 32;
+
+/// The expected header of each fixed-size record kind below 256 ([`FixedHeads`]).
+fn fixed_heads() -> &'static FixedHeads {
+    static T: OnceLock<FixedHeads> = OnceLock::new();
     T.get_or_init(|| {
-        let mut t = [0u16; 256];
+        let mut t = [NOT_FIXED; 256];
         for (k, v) in t.iter_mut().enumerate() {
-            *v = RecordKind::from_id(k as u16)
-                .and_then(|k| k.fixed_size())
-                .unwrap_or(0) as u16;
+            if let Some(len) = RecordKind::from_id(k as u16).and_then(|k| k.fixed_size()) {
+                // A fixed length is a valid record length (the fast path of `record_header`
+                // checks nothing else); a kind whose length were not would never read.
+                let valid = len >= 8 && len.is_multiple_of(8) && len <= u16::MAX as usize;
+                *v = if valid {
+                    k as u64 | (len as u64) << 16
+                } else {
+                    NEVER_VALID
+                };
+            }
         }
         t
     })
@@ -114,7 +137,7 @@ pub struct ChunkRecords<'a> {
     pos: usize,
     /// `pos` at the last release of consumed bytes.
     released: usize,
-    sizes: &'static [u16; 256],
+    heads: &'static FixedHeads,
     /// The chunk's compact-record context (schemas FORMAT.md, "Compact records").
     context: ChunkDecoder,
 }
@@ -143,7 +166,7 @@ impl<'a> ChunkRecords<'a> {
             base: chunk.offset + CHUNK_HEADER_SIZE as u64,
             pos: 0,
             released: 0,
-            sizes: fixed_sizes(),
+            heads: fixed_heads(),
             context: ChunkDecoder::new(),
         }
     }
@@ -189,7 +212,7 @@ impl<'a> ChunkRecords<'a> {
     #[inline(always)]
     fn next_raw(&mut self, issues: &mut Vec<RecordIssue>) -> Option<(u64, u16, &'a [u8])> {
         let rest = self.bytes.get(self.pos..)?;
-        match record_header(rest, self.sizes) {
+        match record_header(rest, self.heads) {
             Ok(Some((kind, len))) => {
                 let offset = self.base + self.pos as u64;
                 self.pos += len;
@@ -246,7 +269,7 @@ impl<'a> ChunkRecords<'a> {
         let bytes = self.bytes;
         let mut pos = self.pos;
         while let Some(rest) = bytes.get(pos..) {
-            let (kind, len) = match record_header(rest, self.sizes) {
+            let (kind, len) = match record_header(rest, self.heads) {
                 Ok(Some(header)) => header,
                 end => {
                     self.pos = pos;
@@ -307,7 +330,7 @@ impl<'a> ChunkRecords<'a> {
             let Some(rest) = bytes.get(pos..) else {
                 return n;
             };
-            let (kind, len) = match record_header(rest, self.sizes) {
+            let (kind, len) = match record_header(rest, self.heads) {
                 Ok(Some(header)) => header,
                 end => {
                     self.pos = pos;
@@ -326,7 +349,7 @@ impl<'a> ChunkRecords<'a> {
             let (ts, r) = &mut out[n];
             match self.context.accept_into(offset, kind, &rest[..len], r) {
                 Step::Record => {
-                    *ts = record_ts(r.record_bytes()).unwrap_or(*last_ts);
+                    *ts = r.ts().unwrap_or(*last_ts);
                     *last_ts = *ts;
                     n += 1;
                 }

@@ -34,10 +34,28 @@ const POST_SEND: u16 = RecordKind::PostSend as u16;
 const POST_RECV: u16 = RecordKind::PostRecv as u16;
 const WORK_COMPLETION: u16 = RecordKind::WorkCompletion as u16;
 
+// The hot records' sizes, 8 and 6 words: [`Hot::of`] views an expanded one in its words.
+const _: () = assert!(
+    size_of::<PostSend>() == 64 && size_of::<PostRecv>() == 48 && size_of::<WorkCompletion>() == 64
+);
+
 impl<'a> Hot<'a> {
     /// The typed view of `r`, or `None` when it is not one of the hot kinds.
     #[inline]
     pub fn of(r: &'a RawRecord<'_>) -> Option<Hot<'a>> {
+        // A compact record expanded: its words hold the whole record of its kind, viewed
+        // without checks (the sizes are asserted at compile time above).
+        if let Some(w) = r.expanded_words() {
+            return match r.kind {
+                POST_SEND => Some(Hot::PostSend(bytemuck::cast_ref::<[u64; 8], _>(w))),
+                POST_RECV => {
+                    let w: &[u64; 6] = w.first_chunk()?;
+                    Some(Hot::PostRecv(bytemuck::cast_ref(w)))
+                }
+                WORK_COMPLETION => Some(Hot::Completion(bytemuck::cast_ref::<[u64; 8], _>(w))),
+                _ => None,
+            };
+        }
         let bytes = r.record_bytes();
         match r.kind {
             POST_SEND => bytemuck::try_from_bytes(bytes).ok().map(Hot::PostSend),

@@ -434,7 +434,7 @@ impl<'a> ThreadCursor<'a> {
             if !self.next_chunk_record(issues, slot) {
                 break;
             }
-            let ts = record_ts(self.ring[slot].1.record_bytes()).unwrap_or(self.last_ts);
+            let ts = self.ring[slot].1.ts().unwrap_or(self.last_ts);
             self.last_ts = ts;
             self.ring[slot].0 = ts;
             n += 1;
@@ -457,7 +457,7 @@ impl<'a> ThreadCursor<'a> {
             if !self.read_into(issues, slot) && !self.next_chunk_record(issues, slot) {
                 break;
             }
-            let ts = record_ts(self.ring[slot].1.record_bytes()).unwrap_or(self.last_ts);
+            let ts = self.ring[slot].1.ts().unwrap_or(self.last_ts);
             self.last_ts = ts;
             self.ring[slot].0 = ts;
             self.free &= !(1 << slot);
@@ -536,6 +536,14 @@ impl<'a> MergedRecords<'a> {
         }
     }
 
+    /// Parks the cursor that ran out at the last step.
+    #[cold]
+    fn park_exhausted(&mut self) {
+        if let Some(mut done) = self.exhausted.take() {
+            done.park();
+        }
+    }
+
     /// Timestamp of the next record without consuming it.
     pub fn peek_ts(&self) -> Option<u64> {
         self.cursors.iter().filter_map(|c| c.head_ts()).min()
@@ -545,8 +553,9 @@ impl<'a> MergedRecords<'a> {
     #[inline(always)]
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Option<(u64, &RawRecord<'a>)> {
-        if let Some(mut done) = self.exhausted.take() {
-            done.park();
+        // Looked at, not taken (a store per record), until a cursor ran out.
+        if self.exhausted.is_some() {
+            self.park_exhausted();
         }
         // One thread in order, its next record already read: no merge, no refill.
         if let [c] = &self.cursors[..] {
