@@ -229,11 +229,21 @@ impl FastZ {
     }
 
     /// Writes `bytes` as literals (their count not added to `tokens`): their codes gathered
-    /// in a local word, written three at a time or more (codes are at most 15 bits).
+    /// in a local word, written three at a time or more (codes are at most 15 bits); up to
+    /// three (a timestamp delta's bytes, mostly) in one word without a check between them.
     #[inline(always)]
     fn put_lits(&mut self, bytes: &[u8]) {
         let codes = &self.codes.lit;
         let (mut acc, mut n) = (0u64, 0u32);
+        if bytes.len() <= 3 {
+            for &b in bytes {
+                let e = codes[b as usize];
+                acc |= ((e & 0xffff) as u64) << n;
+                n += e >> 16;
+                self.lit_freq[b as usize] += 1;
+            }
+            return self.bits.put(acc, n);
+        }
         for &b in bytes {
             let e = codes[b as usize];
             acc |= ((e & 0xffff) as u64) << n;

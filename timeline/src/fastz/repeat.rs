@@ -4,7 +4,7 @@
 
 use super::bits::{eq_mask, eq_mask_last_word, same};
 use super::codes::MAX_MATCH;
-use super::{FastZ, SEG, WINDOW};
+use super::{FastZ, BLOCK_TOKENS, SEG, WINDOW};
 
 impl FastZ {
     /// Makes the packet at `start` the last of type `ty` (< 8) and the previous packet:
@@ -19,9 +19,9 @@ impl FastZ {
     /// Tokenizes one packet `buf[start..]` equal throughout to the bytes `d` earlier (at most
     /// [`SEG`] bytes): the match in progress goes on over it when it is at `d`, else it is
     /// written and the packet starts one. The stream is started ([`FastZ::wake`]). `ty` as in
-    /// [`FastZ::packet`].
+    /// [`FastZ::packet`]. Whether the match in progress went on.
     #[inline(always)]
-    pub fn repeat_same(&mut self, buf: &[u8], start: usize, d: usize, ty: usize) {
+    pub fn repeat_same(&mut self, buf: &[u8], start: usize, d: usize, ty: usize) -> bool {
         debug_assert!(!self.idle && start == self.done);
         let end = buf.len();
         debug_assert!(end - start <= SEG && 0 < d && d <= start && d <= WINDOW);
@@ -33,12 +33,14 @@ impl FastZ {
             if self.pend_len > MAX_MATCH {
                 self.long_match(buf, end);
             }
+            true
         } else {
             self.flush(buf, start);
             self.pend_dist = d;
             self.last_dist = d;
             self.pend_len = end - start;
             self.packet_done(buf, end);
+            false
         }
     }
 
@@ -156,6 +158,48 @@ impl FastZ {
             self.packet_done(buf, end);
         } else {
             self.tokens_at(buf, start, m, d);
+        }
+    }
+
+    /// The distance of the match in progress (0: none), which packets equal throughout to
+    /// the bytes that far back extend ([`FastZ::extend_run`]), and how many bytes those may
+    /// take before the match's full-length tokens fill the block (the packet that passes it
+    /// ends the block).
+    #[inline(always)]
+    pub fn run_at(&self) -> (usize, usize) {
+        if self.pend_len == 0 {
+            return (0, 0);
+        }
+        let tokens = BLOCK_TOKENS.saturating_sub(self.tokens);
+        (
+            self.pend_dist,
+            (MAX_MATCH * tokens).saturating_sub(self.pend_len),
+        )
+    }
+
+    /// Tokenizes the packets `buf[done..]` (tokenized so far: `done`), each equal throughout
+    /// to the bytes [`FastZ::run_at`]'s distance earlier and together at most its room
+    /// longer, or the last of them the first to pass it: the match in progress goes on over
+    /// them, its full-length tokens written (then the block ends when they fill it). The same
+    /// tokens as [`FastZ::repeat_same`] for each packet in turn, which writes a full-length
+    /// token when the match passes one and ends the block only then. `last`: start + 1 of the
+    /// last of those packets of each type (0: none; the types of [`FastZ::packet`], below
+    /// 4), `prev` that of the last.
+    #[inline]
+    pub fn extend_run(&mut self, buf: &[u8], last: &[usize; 4], prev: usize) {
+        debug_assert!(!self.idle && self.pend_len > 0 && prev > self.done);
+        let end = buf.len();
+        debug_assert!(buf[self.done..] == buf[self.done - self.pend_dist..end - self.pend_dist]);
+        for (ty, &l) in last.iter().enumerate() {
+            if l != 0 {
+                self.by_type[ty] = self.stream + l as u64;
+            }
+        }
+        self.prev = self.stream + prev as u64;
+        self.pend_len += end - self.done;
+        self.done = end;
+        if self.pend_len > MAX_MATCH {
+            self.long_match(buf, end);
         }
     }
 

@@ -132,11 +132,21 @@ fn repeats(
         // with other flags (args, more flows) or a track or lane declaration never does.
         let key = ev.meta | epoch;
         if t.kind == key {
-            if t.track != ev.track
-                || start - t.at > WINDOW
-                || !repeat_plain(buf, z, t, ev.ts - now, ty as usize)
-            {
+            if t.track != ev.track || start - t.at > WINDOW {
                 break;
+            }
+            match repeat_plain(buf, z, t, ev.ts - now, ty as usize) {
+                None => break,
+                Some(false) => {}
+                Some(true) => {
+                    // A packet that went on with the match in progress: the next ones may.
+                    now = ev.ts;
+                    rest.next();
+                    let evs = rest.as_slice();
+                    let n = run(buf, templates, z, &mut now, epoch, evs);
+                    rest = evs[n..].iter();
+                    continue;
+                }
             }
         } else if t.kind & !KIND_TAIL == key & !TAIL_FLAGS {
             if t.track != ev.track || start - t.at > WINDOW || t.at + REPEAT_COPY > start {
@@ -151,6 +161,92 @@ fn repeats(
     }
     *last_ts = now;
     evs.len() - rest.len()
+}
+
+/// Writes the plain events at the start of `evs` that repeat their templates with the same
+/// timestamp delta where those lie as far back as the match in progress ([`FastZ::run_at`]),
+/// up to the first that does not; returns how many. Their bytes are those that far back: the
+/// packets are copied and tokenized together ([`FastZ::extend_run`]) at the end and where one
+/// ends the block — the bytes and tokens of [`repeat_plain`]s ([`FastZ::repeat_same`] going
+/// on with the match). `now`: the incremental clock.
+#[inline(never)]
+fn run(
+    buf: &mut Vec<u8>,
+    templates: &mut [Template; TEMPLATE_SLOTS],
+    z: &mut FastZ,
+    now: &mut u64,
+    epoch: u64,
+    evs: &[Ev],
+) -> usize {
+    let (d, room) = z.run_at();
+    if d < REPEAT_COPY {
+        return 0;
+    }
+    // The packets not yet copied: `buf.len()..end`; past `limit` the match's full-length
+    // tokens fill the block. Start + 1 of the last packet of each type.
+    let mut end = buf.len();
+    let mut limit = end + room;
+    let mut last = [0usize; 4];
+    let mut clock = *now;
+    let mut rest = evs.iter();
+    while let Some(ev) = rest.next() {
+        let ty = ev.meta as u8;
+        let t = &mut templates[template_slot(ev.track, ty as i32)];
+        if ev.ts < clock
+            || t.kind != ev.meta | epoch
+            || t.track != ev.track
+            || t.at + d != end
+            || t.ts != ev.ts - clock
+        {
+            // Not taken.
+            rest = evs[evs.len() - rest.len() - 1..].iter();
+            break;
+        }
+        t.at = end;
+        last[ty as usize & 3] = end + 1;
+        end += t.len();
+        clock = ev.ts;
+        if end > limit {
+            // The packet ends the block ([`FastZ::repeat_same`]).
+            match run_write(buf, z, d, end, &mut last) {
+                Some(l) => limit = l,
+                None => break,
+            }
+        }
+    }
+    if end > buf.len() {
+        run_write(buf, z, d, end, &mut last);
+    }
+    *now = clock;
+    evs.len() - rest.len()
+}
+
+/// Copies the packets of a [`run`] not yet copied, up to `end`, and tokenizes them
+/// ([`FastZ::extend_run`]; `last`: start + 1 of the last one of each type, cleared). The
+/// limit of the next packets when the match goes on at `d`.
+#[inline(never)]
+fn run_write(
+    buf: &mut Vec<u8>,
+    z: &mut FastZ,
+    d: usize,
+    end: usize,
+    last: &mut [usize; 4],
+) -> Option<usize> {
+    copy_back(buf, d, end);
+    let prev = *last.iter().max().unwrap_or(&0);
+    z.extend_run(buf, last, prev);
+    *last = [0; 4];
+    let (e, room) = z.run_at();
+    (e == d).then_some(end + room)
+}
+
+/// Extends `buf` to `end` with the bytes `d` earlier, in copies of at most `d` bytes.
+fn copy_back(buf: &mut Vec<u8>, d: usize, end: usize) {
+    buf.reserve(end - buf.len());
+    while buf.len() < end {
+        let from = buf.len() - d;
+        buf.extend_from_within(from..from + d.min(end - buf.len()));
+    }
 }
 
 /// [`repeat_tail`] of event `ev` with timestamp delta `tsf`, out of line: the plain repeats'

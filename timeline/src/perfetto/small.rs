@@ -34,7 +34,15 @@ pub(super) struct Template {
     vat: u8,
     te: u8,
     /// Its timestamp delta.
-    ts: u64,
+    pub(super) ts: u64,
+}
+
+impl Template {
+    /// The packet's length.
+    #[inline(always)]
+    pub(super) fn len(&self) -> usize {
+        self.plen as usize + self.tlen as usize
+    }
 }
 
 /// A template's kind: type (low byte) and name + 1 (high 32 bits; 0: none) — the layout of a
@@ -233,7 +241,9 @@ impl PerfettoSeq {
             &mut self.templates[slot],
             tsf,
             ty as usize,
-        ) {
+        )
+        .is_some()
+        {
             return;
         }
         // The template is less than a copy back, or the delta takes more than 8 bytes.
@@ -453,8 +463,10 @@ pub(super) fn small_packet(
 /// Writes a plain small packet as a repeat of its template `t` (neither has a tail) at the end
 /// of `buf`: the template's bytes up to its timestamp and the frame length and timestamp delta
 /// `tsf` in one fixed-size copy, compressed as a match at the known distance
-/// ([`FastZ::repeat`]); `t` becomes the new packet. False (nothing written) when the template
-/// is less than [`REPEAT_COPY`] bytes back or the delta takes more than 8 bytes.
+/// ([`FastZ::repeat`]); `t` becomes the new packet. None (nothing written) when the template
+/// is less than [`REPEAT_COPY`] bytes back or the delta takes more than 8 bytes, else whether
+/// the packet is its template's bytes and went on with the match in progress
+/// ([`FastZ::repeat_same`]).
 #[inline(always)]
 pub(super) fn repeat_plain(
     buf: &mut Vec<u8>,
@@ -462,23 +474,21 @@ pub(super) fn repeat_plain(
     t: &mut Template,
     tsf: u64,
     ty: usize,
-) -> bool {
+) -> Option<bool> {
     let start = buf.len();
     let at = t.at;
     if at + REPEAT_COPY > start {
-        return false;
+        return None;
     }
     if tsf == t.ts {
         // The same delta: the packet is its template's bytes (the rest of the copy is cut).
         buf.extend_from_within(at..at + REPEAT_COPY);
-        buf.truncate(start + t.plen as usize + t.tlen as usize);
-        z.repeat_same(buf, start, start - at, ty);
+        buf.truncate(start + t.len());
+        let went_on = z.repeat_same(buf, start, start - at, ty);
         t.at = start;
-        return true;
+        return Some(went_on);
     }
-    let Some((w, tlen)) = varint_word(tsf) else {
-        return false;
-    };
+    let (w, tlen) = varint_word(tsf)?;
     // A template's bytes before the timestamp are at most 30 (`& 31` drops nothing; it keeps
     // the delta's word inside the copy without a check).
     let plen = t.plen as usize & (REPEAT_COPY - 1);
@@ -493,7 +503,7 @@ pub(super) fn repeat_plain(
     t.at = start;
     t.tlen = tlen as u8;
     t.ts = tsf;
-    true
+    Some(false)
 }
 
 /// Whether a repeat of template `t` with timestamp delta `tsf` (`tlen` varint bytes) has the
