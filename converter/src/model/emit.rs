@@ -432,8 +432,9 @@ fn last_key(opcode: u8, bytes: u32) -> u64 {
     1 << 40 | (opcode as u64) << 32 | bytes as u64
 }
 
-/// Slots of [`NameCache::hot`].
-const HOT_NAMES: usize = 16;
+/// Slots of [`NameCache::hot`]: enough that the names of a run's message sizes (MPI programs
+/// use dozens) rarely share one.
+const HOT_NAMES: usize = 256;
 
 /// A [`NameCache`] key as one non-zero word.
 #[inline(always)]
@@ -489,7 +490,7 @@ impl NameCache {
     #[inline(always)]
     fn cached(&mut self, key: (u8, u8, u32, u8), make: impl FnOnce() -> Name) -> Name {
         let k = hot_key(key);
-        let slot = (k.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 60) as usize % HOT_NAMES;
+        let slot = (k.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize % HOT_NAMES;
         if self.hot[slot].0 == k {
             return self.hot[slot].1;
         }
