@@ -135,28 +135,23 @@ impl Recorder {
         .with_current_out()
     }
 
-    /// Takes the current group's events out of the batch into `cur_evs` (an empty stand-in
-    /// goes in their place).
+    /// [`Recorder::swap_current`] of a recorder whose current group's events are in the batch.
     fn with_current_out(mut self) -> Recorder {
-        self.take_current_out();
+        self.swap_current();
         self
     }
 
+    /// Swaps the current group's event list in the batch with `cur_evs`: takes the events out
+    /// (an empty stand-in goes in their place), or puts them back (the stand-in comes out).
     #[inline]
-    fn take_current_out(&mut self) {
-        std::mem::swap(&mut self.batch.groups[self.cur].evs, &mut self.cur_evs);
-    }
-
-    /// Puts the current group's events back into the batch (its stand-in into `cur_evs`).
-    #[inline]
-    fn put_current_back(&mut self) {
+    fn swap_current(&mut self) {
         std::mem::swap(&mut self.batch.groups[self.cur].evs, &mut self.cur_evs);
     }
 
     /// A recorder like [`Recorder::new`]'s in the buffers of `self` (a recorder that is done):
     /// its batches' lists keep their capacity.
     pub fn renew(mut self, groups: usize) -> Recorder {
-        self.put_current_back();
+        self.swap_current(); // back into the batch
         let groups = groups.max(1);
         let fit = |mut b: EventBatch| {
             b.groups.resize_with(groups, GroupEvents::default);
@@ -184,7 +179,7 @@ impl Recorder {
     /// Takes the events recorded so far; the recorder goes on with the batch given back
     /// last ([`Recorder::give_back`]), or a new one.
     pub fn take_batch(&mut self) -> EventBatch {
-        self.put_current_back();
+        self.swap_current(); // back into the batch
         let fresh = match self.spare.take() {
             Some(b) => b,
             None => EventBatch {
@@ -198,7 +193,7 @@ impl Recorder {
             },
         };
         let taken = std::mem::replace(&mut self.batch, fresh);
-        self.take_current_out();
+        self.swap_current(); // out of the fresh one
         taken
     }
 
@@ -275,9 +270,9 @@ impl Recorder {
     /// Makes group `g` (another group, in range) the current one.
     #[inline(never)]
     fn switch_group(&mut self, g: usize) {
-        self.put_current_back();
+        self.swap_current(); // the old group's back
         self.cur = g;
-        self.take_current_out();
+        self.swap_current(); // the new group's out
     }
 }
 
@@ -576,7 +571,7 @@ impl PerfettoGroups {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::perfetto::PerfettoSeq;
 
@@ -718,28 +713,45 @@ mod tests {
         PerfettoGroups::new(seqs, 4096)
     }
 
-    /// Recording and encoding in batches writes the same bytes as feeding the groups
-    /// directly and taking the ready blocks at every batch boundary.
-    #[test]
-    fn batches_encode_as_the_events_fed_directly() {
-        let mut direct = groups();
+    /// The bytes of `rounds` rounds of `feed` fed to fresh groups (`make`) directly, taking
+    /// the ready blocks at every round's end, and the bytes of the same rounds recorded (a
+    /// recorder of `groups` groups; `recorded` sees it after each round's feed) and encoded
+    /// batch by batch: (direct, recorded).
+    pub(crate) fn direct_and_recorded(
+        make: impl Fn() -> PerfettoGroups,
+        groups: usize,
+        rounds: u64,
+        feed: impl Fn(&mut dyn TraceSink, u64),
+        recorded: impl Fn(&Recorder),
+    ) -> (Vec<u8>, Vec<u8>) {
+        let mut direct = make();
         let mut want = Vec::new();
-        for round in 0..4 {
+        for round in 0..rounds {
             feed(&mut direct, round);
             want.extend(direct.take_ready(usize::MAX));
         }
         want.extend(direct.take());
-        let mut enc = groups();
-        let mut rec = Recorder::new(3);
+        let mut enc = make();
+        let mut rec = Recorder::new(groups);
         let mut got = Vec::new();
-        for round in 0..4 {
+        for round in 0..rounds {
             feed(&mut rec, round);
-            assert_eq!(rec.recorded(), 3000 * 4 + 3);
+            recorded(&rec);
             let b = rec.take_batch();
             got.extend(enc.encode(&b));
             rec.give_back(b);
         }
         got.extend(enc.take());
+        (want, got)
+    }
+
+    /// Recording and encoding in batches writes the same bytes as feeding the groups
+    /// directly and taking the ready blocks at every batch boundary.
+    #[test]
+    fn batches_encode_as_the_events_fed_directly() {
+        let (want, got) = direct_and_recorded(groups, 3, 4, feed, |rec| {
+            assert_eq!(rec.recorded(), 3000 * 4 + 3)
+        });
         assert!(want.len() > 1000);
         assert_eq!(got, want);
     }

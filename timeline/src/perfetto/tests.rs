@@ -522,7 +522,6 @@ fn inflated(block: &[u8]) -> Vec<u8> {
 /// fill in the middle of a run (runs make most of the 14 MB of packets).
 #[test]
 fn replayed_runs_encode_as_the_events_fed_directly() {
-    use crate::batch::Recorder;
     use crate::groups::PerfettoGroups;
     let feed = |s: &mut dyn TraceSink, round: u64| {
         let name = s.name("WRITE 8 B");
@@ -537,23 +536,7 @@ fn replayed_runs_encode_as_the_events_fed_directly() {
     };
     let groups =
         || PerfettoGroups::new(vec![PerfettoSeq::new(1, true, 1000).compressed()], 1 << 26);
-    let mut direct = groups();
-    let mut want = Vec::new();
-    for round in 0..2 {
-        feed(&mut direct, round);
-        want.extend(direct.take_ready(usize::MAX));
-    }
-    want.extend(direct.take());
-    let mut enc = groups();
-    let mut rec = Recorder::new(1);
-    let mut got = Vec::new();
-    for round in 0..2 {
-        feed(&mut rec, round);
-        let b = rec.take_batch();
-        got.extend(enc.encode(&b));
-        rec.give_back(b);
-    }
-    got.extend(enc.take());
+    let (want, got) = crate::batch::tests::direct_and_recorded(groups, 1, 2, feed, |_| {});
     assert!(want.len() > 1000);
     assert_eq!(got, want);
 }
