@@ -98,6 +98,7 @@ fn summary(v: &[f64], prec: usize) -> String {
 fn noop_section(lib: &Path, logs: &Path) {
     let (lib, logs) = (lib.to_path_buf(), logs.to_path_buf());
     println!("== 1. no-op device: hook cost (ns per op, median of rounds, traced vs untraced interleaved)");
+    tsc_read_cost();
     println!("-- steady state: 64-chunk rings (64 MiB per thread)");
     let noop = cprog("noop_bench");
     let out = run(traced(&mut Command::new(&noop), &lib, &logs)
@@ -110,6 +111,32 @@ fn noop_section(lib: &Path, logs: &Path) {
     let out = run(traced(&mut Command::new(&noop), &lib, &logs).args(["time", "15", "100000"]));
     print!("{out}");
     let _ = std::fs::remove_dir_all(&logs);
+}
+
+/// One line: what a TSC read (the timestamp every traced post and poll takes) costs on this
+/// machine by itself, back to back (median of 9 runs of 10 M reads) — a floor under the
+/// per-post cost that no placing of the record can go below.
+fn tsc_read_cost() {
+    #[cfg(target_arch = "x86_64")]
+    {
+        const READS: u32 = 10_000_000;
+        let mut ns: Vec<f64> = (0..9)
+            .map(|_| {
+                let start = std::time::Instant::now();
+                let mut sum = 0u64;
+                for _ in 0..READS {
+                    // SAFETY: `rdtsc` reads the time-stamp counter; no memory is touched.
+                    sum = sum.wrapping_add(unsafe { core::arch::x86_64::_rdtsc() });
+                }
+                std::hint::black_box(sum);
+                start.elapsed().as_nanos() as f64 / READS as f64
+            })
+            .collect();
+        println!(
+            "one TSC read (rdtsc, back to back): {:.1} ns",
+            median(&mut ns)
+        );
+    }
 }
 
 /// Section 2: callgrind instructions per op, traced minus untraced.
