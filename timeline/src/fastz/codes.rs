@@ -109,20 +109,30 @@ pub(super) struct Code {
 pub(super) fn code_lengths(freq: &[u32], limit: u32) -> Vec<u8> {
     let n = freq.len();
     // (frequency, symbol) packed in one word: sorted as the pairs are, with cheaper compares.
-    let mut syms: Vec<u64> = (0..n)
-        .filter(|&i| freq[i] > 0)
-        .map(|i| (freq[i] as u64) << 32 | i as u64)
-        .collect();
+    // The symbols of frequency 1 (most of a block's: every symbol gets one more than half its
+    // count in the block before) come first, in symbol order already: only the others are
+    // sorted.
+    let mut syms: Vec<u64> = Vec::with_capacity(n);
+    syms.extend((0..n).filter(|&i| freq[i] == 1).map(|i| 1 << 32 | i as u64));
+    let ones = syms.len();
+    syms.extend(
+        (0..n)
+            .filter(|&i| freq[i] > 1)
+            .map(|i| (freq[i] as u64) << 32 | i as u64),
+    );
+    syms[ones..].sort_unstable();
     let mut lens = vec![0u8; n];
-    // Pad to two used symbols.
-    let mut i = 0;
-    while syms.len() < 2 && i < n {
-        if freq[i] == 0 {
-            syms.push(1 << 32 | i as u64);
+    if syms.len() < 2 {
+        // Pad to two used symbols.
+        let mut i = 0;
+        while syms.len() < 2 && i < n {
+            if freq[i] == 0 {
+                syms.push(1 << 32 | i as u64);
+            }
+            i += 1;
         }
-        i += 1;
+        syms.sort_unstable();
     }
-    syms.sort_unstable();
     let m = syms.len();
     // Huffman tree by the two-queue method over the sorted leaves.
     // Nodes 0..m are leaves, m.. internal; parent links give depths.
@@ -185,6 +195,24 @@ pub(super) fn code_lengths(freq: &[u32], limit: u32) -> Vec<u8> {
     lens
 }
 
+/// Each byte's bits in reverse order.
+static REVERSED_BYTES: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = (i as u8).reverse_bits();
+        i += 1;
+    }
+    t
+};
+
+/// `c.reverse_bits()` by table (without the target's bit-reversal instructions, the library's
+/// takes some twenty instructions).
+#[inline(always)]
+fn reverse16(c: u16) -> u16 {
+    (REVERSED_BYTES[(c & 0xff) as usize] as u16) << 8 | REVERSED_BYTES[(c >> 8) as usize] as u16
+}
+
 pub(super) fn canonical(lens: &[u8]) -> Code {
     let mut bl_count = [0u16; 16];
     for &l in lens {
@@ -205,7 +233,7 @@ pub(super) fn canonical(lens: &[u8]) -> Code {
             }
             let c = next[l as usize];
             next[l as usize] += 1;
-            (c.reverse_bits() >> (16 - l as u32), l)
+            (reverse16(c) >> (16 - l as u32), l)
         })
         .collect();
     Code { codes }
