@@ -566,11 +566,7 @@ impl PerfettoGroups {
                 }
             })
             .collect();
-        // Mostly one sequence's block is taken: handed on as it is, not copied again.
-        if outs.iter().filter(|o| !o.is_empty()).count() <= 1 {
-            return outs.into_iter().find(|o| !o.is_empty()).unwrap_or_default();
-        }
-        outs.concat()
+        crate::groups::join(outs)
     }
 }
 
