@@ -566,7 +566,7 @@ impl PerfettoGroups {
                 }
             })
             .collect();
-        outs.concat()
+        crate::groups::join(outs)
     }
 }
 

@@ -101,11 +101,7 @@ impl TraceSink for PerfettoGroups {
 
     /// Every group's pending bytes, in group order.
     fn take(&mut self) -> Vec<u8> {
-        let mut out = Vec::new();
-        for q in &mut self.seqs {
-            out.extend_from_slice(&q.take());
-        }
-        out
+        join(self.seqs.iter_mut().map(|q| q.take()).collect())
     }
 
     #[inline]
@@ -116,14 +112,18 @@ impl TraceSink for PerfettoGroups {
     /// The pending bytes of the groups holding at least `min` (at most the group block).
     fn take_ready(&mut self, min: usize) -> Vec<u8> {
         let min = min.min(self.group_block);
-        let mut out = Vec::new();
-        for q in &mut self.seqs {
-            if q.pending_bytes() >= min {
-                out.extend_from_slice(&q.take());
-            }
-        }
-        out
+        let ready = self.seqs.iter_mut().filter(|q| q.pending_bytes() >= min);
+        join(ready.map(|q| q.take()).collect())
     }
+}
+
+/// The sequences' outputs one after another: the only one that is not empty as it is, else
+/// copied once into a buffer of their total length (not grown output by output).
+pub(crate) fn join(outs: Vec<Vec<u8>>) -> Vec<u8> {
+    if outs.iter().filter(|o| !o.is_empty()).count() <= 1 {
+        return outs.into_iter().find(|o| !o.is_empty()).unwrap_or_default();
+    }
+    outs.concat()
 }
 
 #[cfg(test)]

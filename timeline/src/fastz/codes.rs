@@ -104,34 +104,85 @@ pub(super) struct Code {
     pub(super) codes: Vec<(u16, u8)>,
 }
 
-/// Code lengths (≤ `limit`) for the frequencies; symbols with frequency 0 get length 0. At
-/// least two symbols always get a code (inflate rejects a one-symbol code for literals).
-pub(super) fn code_lengths(freq: &[u32], limit: u32) -> Vec<u8> {
-    let n = freq.len();
-    // (frequency, symbol) packed in one word: sorted as the pairs are, with cheaper compares.
-    let mut syms: Vec<u64> = (0..n)
-        .filter(|&i| freq[i] > 0)
-        .map(|i| (freq[i] as u64) << 32 | i as u64)
-        .collect();
-    let mut lens = vec![0u8; n];
-    // Pad to two used symbols.
-    let mut i = 0;
-    while syms.len() < 2 && i < n {
-        if freq[i] == 0 {
-            syms.push(1 << 32 | i as u64);
-        }
-        i += 1;
+/// Most symbols of an alphabet [`code_lengths`] codes (literals/lengths: 286 or 288).
+const MAX_SYMBOLS: usize = 288;
+
+/// Working arrays of [`code_lengths`], kept by the encoder between blocks: only the entries
+/// a call writes are read (no allocation, no zeroing per block).
+#[derive(Clone)]
+pub(super) struct HuffmanScratch {
+    /// (frequency, symbol) of the symbols coded, in one word each.
+    syms: [u64; MAX_SYMBOLS],
+    /// Per node (leaves 0..m, then internal nodes): weight, parent and depth.
+    weight: [u64; 2 * MAX_SYMBOLS],
+    parent: [u16; 2 * MAX_SYMBOLS],
+    depth: [u16; 2 * MAX_SYMBOLS],
+}
+
+impl HuffmanScratch {
+    pub(super) fn new() -> Box<Self> {
+        Box::new(HuffmanScratch {
+            syms: [0; MAX_SYMBOLS],
+            weight: [0; 2 * MAX_SYMBOLS],
+            parent: [0; 2 * MAX_SYMBOLS],
+            depth: [0; 2 * MAX_SYMBOLS],
+        })
     }
-    syms.sort_unstable();
-    let m = syms.len();
+}
+
+/// Code lengths (≤ `limit`) for the frequencies (at most [`MAX_SYMBOLS`]); symbols with
+/// frequency 0 get length 0. At least two symbols always get a code (inflate rejects a
+/// one-symbol code for literals).
+pub(super) fn code_lengths(freq: &[u32], limit: u32, scratch: &mut HuffmanScratch) -> Vec<u8> {
+    let n = freq.len();
+    assert!(n <= MAX_SYMBOLS, "{n} symbols");
+    let HuffmanScratch {
+        syms,
+        weight,
+        parent,
+        depth,
+    } = scratch;
+    // (frequency, symbol) packed in one word: sorted as the pairs are, with cheaper compares.
+    // The symbols of frequency 1 (most of a block's: every symbol gets one more than half its
+    // count in the block before) come first, in symbol order already: only the others are
+    // sorted.
+    let mut m = 0;
+    for (i, &f) in freq.iter().enumerate() {
+        if f == 1 {
+            syms[m] = 1 << 32 | i as u64;
+            m += 1;
+        }
+    }
+    let ones = m;
+    for (i, &f) in freq.iter().enumerate() {
+        if f > 1 {
+            syms[m] = (f as u64) << 32 | i as u64;
+            m += 1;
+        }
+    }
+    syms[ones..m].sort_unstable();
+    let mut lens = vec![0u8; n];
+    if m < 2 {
+        // Pad to two used symbols.
+        let mut i = 0;
+        while m < 2 && i < n {
+            if freq[i] == 0 {
+                syms[m] = 1 << 32 | i as u64;
+                m += 1;
+            }
+            i += 1;
+        }
+        syms[..m].sort_unstable();
+    }
+    let syms = &syms[..m];
     // Huffman tree by the two-queue method over the sorted leaves.
     // Nodes 0..m are leaves, m.. internal; parent links give depths.
-    let mut weight: Vec<u64> = syms.iter().map(|s| s >> 32).collect();
-    let mut parent = vec![usize::MAX; 2 * m];
+    for (w, s) in weight.iter_mut().zip(syms) {
+        *w = s >> 32;
+    }
     let (mut leaf, mut inner) = (0usize, m);
-    weight.reserve(m);
     for next in m..2 * m - 1 {
-        let pick = |leaf: &mut usize, inner: &mut usize, weight: &Vec<u64>| -> usize {
+        let pick = |leaf: &mut usize, inner: &mut usize, weight: &[u64]| -> usize {
             if *leaf < m && (*inner >= next || weight[*leaf] <= weight[*inner]) {
                 *leaf += 1;
                 *leaf - 1
@@ -140,21 +191,21 @@ pub(super) fn code_lengths(freq: &[u32], limit: u32) -> Vec<u8> {
                 *inner - 1
             }
         };
-        let a = pick(&mut leaf, &mut inner, &weight);
-        let b = pick(&mut leaf, &mut inner, &weight);
-        weight.push(weight[a] + weight[b]);
-        parent[a] = next;
-        parent[b] = next;
+        let a = pick(&mut leaf, &mut inner, &weight[..]);
+        let b = pick(&mut leaf, &mut inner, &weight[..]);
+        weight[next] = weight[a] + weight[b];
+        parent[a] = next as u16;
+        parent[b] = next as u16;
     }
     let root = 2 * m - 2;
-    let mut depth = vec![0u32; 2 * m - 1];
+    depth[root] = 0;
     for v in (0..root).rev() {
-        depth[v] = depth[parent[v]] + 1;
+        depth[v] = depth[parent[v] as usize] + 1;
     }
     // Count leaves per length; fold lengths over the limit back (Kraft repair).
     let mut count = [0u32; 64];
-    for d in &depth[..m] {
-        count[(*d).min(63) as usize] += 1;
+    for &d in &depth[..m] {
+        count[(d as usize).min(63)] += 1;
     }
     let lim = limit as usize;
     for l in lim + 1..64 {
@@ -185,6 +236,24 @@ pub(super) fn code_lengths(freq: &[u32], limit: u32) -> Vec<u8> {
     lens
 }
 
+/// Each byte's bits in reverse order.
+static REVERSED_BYTES: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = (i as u8).reverse_bits();
+        i += 1;
+    }
+    t
+};
+
+/// `c.reverse_bits()` by table (without the target's bit-reversal instructions, the library's
+/// takes some twenty instructions).
+#[inline(always)]
+fn reverse16(c: u16) -> u16 {
+    (REVERSED_BYTES[(c & 0xff) as usize] as u16) << 8 | REVERSED_BYTES[(c >> 8) as usize] as u16
+}
+
 pub(super) fn canonical(lens: &[u8]) -> Code {
     let mut bl_count = [0u16; 16];
     for &l in lens {
@@ -205,7 +274,7 @@ pub(super) fn canonical(lens: &[u8]) -> Code {
             }
             let c = next[l as usize];
             next[l as usize] += 1;
-            (c.reverse_bits() >> (16 - l as u32), l)
+            (reverse16(c) >> (16 - l as u32), l)
         })
         .collect();
     Code { codes }

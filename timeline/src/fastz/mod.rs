@@ -41,6 +41,8 @@ pub struct FastZ {
     lit_freq: [u32; 512],
     dist_freq: [u32; 32],
     codes: Box<Tables2>,
+    /// [`code_lengths`]'s working arrays.
+    scratch: Box<HuffmanScratch>,
     tokens: usize,
     bits: Bits,
     /// Candidate table: (key, absolute packet start + 1).
@@ -91,6 +93,7 @@ impl FastZ {
             lit_freq: [0; 512],
             dist_freq: [0; 32],
             codes: Box::new(Tables2::fixed().clone()),
+            scratch: HuffmanScratch::new(),
             tokens: 0,
             bits: Bits {
                 out: Vec::new(),
@@ -174,8 +177,8 @@ impl FastZ {
             for (f, &n) in df.iter_mut().zip(&self.dist_freq) {
                 *f = (n >> 1) + 1;
             }
-            let ll = code_lengths(&lf, 15);
-            let dl = code_lengths(&df, 15);
+            let ll = code_lengths(&lf, 15, &mut self.scratch);
+            let dl = code_lengths(&df, 15, &mut self.scratch);
             self.write_dynamic_header(&ll, &dl);
             *self.codes = Tables2::from_lengths(&ll, &dl);
         }
@@ -194,7 +197,7 @@ impl FastZ {
         for &(s, _) in &runs {
             cl_freq[s as usize] += 1;
         }
-        let cll = code_lengths(&cl_freq, 7);
+        let cll = code_lengths(&cl_freq, 7, &mut self.scratch);
         let cl = canonical(&cll);
         let hclen = (4..=19)
             .rev()
@@ -328,8 +331,10 @@ impl FastZ {
         // The mask of a packet equal throughout; packets longer than a segment (or empty)
         // are never taken as a whole.
         let full = (seg == end - start && seg > 0).then(|| u64::MAX >> (64 - seg));
-        // (mask of the first segment, distance, estimated cost in bits)
-        let mut best = (0u64, 0usize, u32::MAX);
+        // (mask of the first segment, distance); its estimated cost in bits is computed only
+        // when another candidate is compared with it (the count of ones takes a dozen
+        // instructions without the target's population count).
+        let mut best = (0u64, 0usize);
         // The latest distance first: it continues the pending match, and is taken without
         // looking further when at most one byte differs or only the packet's last `TAIL`
         // bytes (where small packets keep their timestamp delta: no other candidate can do
@@ -346,9 +351,11 @@ impl FastZ {
                 self.packet_done(buf, end);
                 return;
             }
-            best = (m, dr, self.cost(m, seg, dr));
+            best = (m, dr);
         }
-        let good = (seg as u32 - best.0.count_ones()) <= 1
+        // At most one byte of the segment differs, or only the last `TAIL` ones.
+        let differ = !best.0 & u64::MAX.checked_shr(64 - seg as u32).unwrap_or(0);
+        let good = differ & differ.wrapping_sub(1) == 0
             || (full.is_some() && (!best.0).trailing_zeros() as usize + TAIL >= seg);
         if best.1 == 0 || !good {
             for d in [dist(ck), dist(ct), dist(cp)] {
@@ -363,15 +370,14 @@ impl FastZ {
                     self.packet_done(buf, end);
                     return;
                 }
-                let c = self.cost(m, seg, d);
-                if c < best.2 {
-                    best = (m, d, c);
+                if best.1 == 0 || self.cost(m, seg, d) < self.cost(best.0, seg, best.1) {
+                    best = (m, d);
                 }
                 // The first candidate there is: the others are not compared.
                 break;
             }
         }
-        let (mask, d, _) = best;
+        let (mask, d) = best;
         self.tokens_at(buf, start, mask, d);
     }
 

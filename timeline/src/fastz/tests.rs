@@ -53,11 +53,11 @@ fn code_lengths_respect_the_limit_and_kraft() {
         a = b;
         b = c;
     }
-    let l = code_lengths(&f, 15);
+    let l = code_lengths(&f, 15, &mut HuffmanScratch::new());
     assert!(l.iter().all(|&x| (1..=15).contains(&x)));
     let k: f64 = l.iter().map(|&x| 0.5f64.powi(x as i32)).sum();
     assert!(k <= 1.0 + 1e-12, "{k}");
-    let one = code_lengths(&[0, 5, 0], 7);
+    let one = code_lengths(&[0, 5, 0], 7, &mut HuffmanScratch::new());
     assert_eq!(one.iter().filter(|&&x| x > 0).count(), 2);
 }
 
