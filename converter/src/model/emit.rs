@@ -243,31 +243,48 @@ impl Lanes {
 }
 
 /// A counter sampled at most once per interval (and always when it returns to zero).
-#[derive(Default)]
 pub struct SampledCounter {
     pub value: i64,
     last_emitted: i64,
-    last_t: i64,
+    /// The time from which the next sample may be written: the last one's plus the interval
+    /// (the interval from 0 before any; `i64::MIN` when the interval is 0: every change).
+    next_t: i64,
+    interval: i64,
     dirty: bool,
 }
 
 impl SampledCounter {
-    pub fn set<S: TraceSink + ?Sized>(
-        &mut self,
-        sink: &mut S,
-        track: u64,
-        t: i64,
-        v: i64,
-        interval: i64,
-    ) {
+    /// A counter sampled at most once per `interval` (ns; 0: at every change).
+    pub fn new(interval: i64) -> SampledCounter {
+        SampledCounter {
+            value: 0,
+            last_emitted: 0,
+            next_t: Self::after(0, interval),
+            interval,
+            dirty: false,
+        }
+    }
+
+    /// [`SampledCounter::next_t`] after a sample at `t`.
+    #[inline]
+    fn after(t: i64, interval: i64) -> i64 {
+        if interval == 0 {
+            i64::MIN
+        } else {
+            t.saturating_add(interval)
+        }
+    }
+
+    #[inline]
+    pub fn set<S: TraceSink + ?Sized>(&mut self, sink: &mut S, track: u64, t: i64, v: i64) {
         self.value = v;
         if v == self.last_emitted && !self.dirty {
             return;
         }
-        if interval == 0 || t - self.last_t >= interval || v == 0 {
+        if t >= self.next_t || v == 0 {
             sink.counter(t as u64, track, v);
             self.last_emitted = v;
-            self.last_t = t;
+            self.next_t = Self::after(t, self.interval);
             self.dirty = false;
         } else {
             self.dirty = true;

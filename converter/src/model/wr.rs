@@ -110,7 +110,7 @@ impl ProcessModel<'_> {
         // The completed WR is the first *signaled* WR with this wr_id (programs often reuse
         // one wr_id for every WR); errors and QPs with sq_sig_all can complete any WR, so fall
         // back to the first WR with this wr_id.
-        let queue = &st.send;
+        let queue = st.send.open();
         let first_signaled = || queue.iter().position(|w| w.wr_id == wc.wr_id && w.signaled);
         let first_any = || queue.iter().position(|w| w.wr_id == wc.wr_id);
         let found = if wc.status == 0 {
@@ -122,46 +122,53 @@ impl ProcessModel<'_> {
             self.totals.orphan_completions += 1;
             return 0;
         };
-        let full = self.opts.detail == Detail::Full;
-        let mut bytes = 0i64;
-        let status_str = verbs::status_name(wc.status);
-        let failed = wc.status != 0;
-        let sargs = [(self.keys.status, ArgValue::Str(status_str))];
-        let extra = Extra {
-            args: if failed || full { &sargs } else { &[] },
-            ..Extra::NONE
-        };
-        for w in st.send.drain(..=pos) {
-            bytes += w.bytes as i64;
-            if let Some(l) = w.lane() {
-                sink.end(t as u64, st.send_lanes.uuid(l), &extra);
-                st.send_lanes.release(l);
-            }
-            if let Some(l) = w.inferred_lane() {
-                sink.end(t as u64, st.inferred_lanes.uuid(l), &extra);
-                st.inferred_lanes.release(l);
-            }
-            if failed && w.lane().is_some() {
-                let name = self.names.error(sink, wc.status);
-                let args = [
-                    (self.keys.wr_id, ArgValue::U64(w.wr_id)),
-                    (self.keys.status, ArgValue::Str(status_str)),
-                ];
-                sink.instant(
-                    t as u64,
-                    q.track,
-                    name,
-                    &Extra {
-                        args: &args,
-                        ..Extra::NONE
-                    },
-                );
-            }
-            self.done.push(DoneWr {
+        // What observers are told of the WRs, copied only for observers that look.
+        if obs.wants_done_wrs() {
+            let done = queue[..=pos].iter().map(|w| DoneWr {
                 opcode: w.opcode,
                 bytes: w.bytes,
                 post: w.post,
             });
+            self.done.extend(done);
+        }
+        let full = self.opts.detail == Detail::Full;
+        let status_str = verbs::status_name(wc.status);
+        let failed = wc.status != 0;
+        let wrs = st.send.take_front(pos + 1);
+        let lanes = (&mut st.send_lanes, &mut st.inferred_lanes);
+        let mut bytes = 0i64;
+        if !failed && !full {
+            // The common case, its events without args.
+            for w in wrs {
+                bytes += w.bytes as i64;
+                end_lanes(sink, lanes.0, lanes.1, w, t, &Extra::NONE);
+            }
+        } else {
+            let sargs = [(self.keys.status, ArgValue::Str(status_str))];
+            let extra = Extra {
+                args: &sargs,
+                ..Extra::NONE
+            };
+            for w in wrs {
+                bytes += w.bytes as i64;
+                end_lanes(sink, lanes.0, lanes.1, w, t, &extra);
+                if failed && w.lane().is_some() {
+                    let name = self.names.error(sink, wc.status);
+                    let args = [
+                        (self.keys.wr_id, ArgValue::U64(w.wr_id)),
+                        (self.keys.status, ArgValue::Str(status_str)),
+                    ];
+                    sink.instant(
+                        t as u64,
+                        q.track,
+                        name,
+                        &Extra {
+                            args: &args,
+                            ..Extra::NONE
+                        },
+                    );
+                }
+            }
         }
         st.inflight_bytes -= bytes;
         let completed = pos as u64 + 1;
@@ -182,11 +189,10 @@ impl ProcessModel<'_> {
         self.done.clear();
         if self.drawn(t) {
             let st = &mut self.qps[qi];
-            let iv = self.counter_interval;
             st.outstanding
-                .set(sink, q.outstanding_track, t, st.send.len() as i64, iv);
+                .set(sink, q.outstanding_track, t, st.send.len() as i64);
             st.inflight
-                .set(sink, q.inflight_bytes_track, t, st.inflight_bytes, iv);
+                .set(sink, q.inflight_bytes_track, t, st.inflight_bytes);
         }
         bytes
     }
@@ -233,7 +239,7 @@ impl ProcessModel<'_> {
     /// decides — the receive queue (or the SRQ) or the send queue; only when both or neither
     /// have one, the recorded opcode.
     pub(super) fn failed_on_recv(&self, qi: usize, wc: &WorkCompletion) -> bool {
-        let sends = self.qps[qi].send.iter().any(|w| w.wr_id == wc.wr_id);
+        let sends = self.qps[qi].send.open().iter().any(|w| w.wr_id == wc.wr_id);
         match (sends, self.find_recv(qi, wc.wr_id).is_some()) {
             (true, false) => false,
             (false, true) => true,
@@ -289,6 +295,27 @@ impl ProcessModel<'_> {
     }
 }
 
+/// Ends a completed send WR's slice and its inferred arrival (those drawn) at `t` with
+/// `extra`, and frees their lanes.
+#[inline(always)]
+fn end_lanes<S: TraceSink + ?Sized>(
+    sink: &mut S,
+    send_lanes: &mut Lanes,
+    inferred_lanes: &mut Lanes,
+    w: &OpenWr,
+    t: i64,
+    extra: &Extra<'_>,
+) {
+    if let Some(l) = w.lane() {
+        sink.end(t as u64, send_lanes.uuid(l), extra);
+        send_lanes.release(l);
+    }
+    if let Some(l) = w.inferred_lane() {
+        sink.end(t as u64, inferred_lanes.uuid(l), extra);
+        inferred_lanes.release(l);
+    }
+}
+
 /// A posted send WR not completed yet (32 bytes: its lanes are words, [`NO_LANE`] for none).
 pub(super) struct OpenWr {
     pub wr_id: u64,
@@ -300,6 +327,62 @@ pub(super) struct OpenWr {
     pub inferred_lane: u32,
     pub opcode: u8,
     pub signaled: bool,
+}
+
+/// A QP's posted send WRs not completed yet, in posting order: a list whose completed front
+/// is passed over (`head`) rather than removed one at a time, so that posting is a push and a
+/// completion's WRs are one contiguous run of it. The front is dropped once it is at least half
+/// the list (each WR is moved at most about once more).
+#[derive(Default)]
+pub(super) struct SendQueue {
+    wrs: Vec<OpenWr>,
+    /// WRs of `wrs` before this one are done.
+    head: usize,
+}
+
+impl SendQueue {
+    /// WRs still open.
+    #[inline(always)]
+    pub(super) fn len(&self) -> usize {
+        self.wrs.len() - self.head
+    }
+
+    /// The open WRs, the oldest first.
+    #[inline(always)]
+    pub(super) fn open(&self) -> &[OpenWr] {
+        &self.wrs[self.head..]
+    }
+
+    #[inline(always)]
+    pub(super) fn push(&mut self, w: OpenWr) {
+        self.wrs.push(w);
+    }
+
+    /// Takes the `n` oldest open WRs (`n` ≤ [`SendQueue::len`]): returned as a run to go
+    /// through, done once the run has been gone through (the list is kept until the next
+    /// push or take).
+    #[inline(always)]
+    pub(super) fn take_front(&mut self, n: usize) -> &[OpenWr] {
+        if self.head >= 64 && self.head * 2 >= self.wrs.len() {
+            self.compact();
+        }
+        let from = self.head;
+        self.head += n;
+        &self.wrs[from..self.head]
+    }
+
+    /// Drops the done front of the list.
+    #[cold]
+    fn compact(&mut self) {
+        self.wrs.drain(..self.head);
+        self.head = 0;
+    }
+
+    /// Takes every open WR, the oldest first.
+    pub(super) fn take_all(&mut self) -> std::vec::Drain<'_, OpenWr> {
+        self.wrs.drain(..std::mem::take(&mut self.head));
+        self.wrs.drain(..)
+    }
 }
 
 /// An [`OpenWr`] lane that is none (the WR, or its arrival, is not drawn).
