@@ -307,12 +307,10 @@ fn end_lanes<S: TraceSink + ?Sized>(
     extra: &Extra<'_>,
 ) {
     if let Some(l) = w.lane() {
-        sink.end(t as u64, send_lanes.uuid(l), extra);
-        send_lanes.release(l);
+        sink.end(t as u64, send_lanes.release_track(l), extra);
     }
     if let Some(l) = w.inferred_lane() {
-        sink.end(t as u64, inferred_lanes.uuid(l), extra);
-        inferred_lanes.release(l);
+        sink.end(t as u64, inferred_lanes.release_track(l), extra);
     }
 }
 
