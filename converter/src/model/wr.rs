@@ -111,10 +111,9 @@ impl ProcessModel<'_> {
         // one wr_id for every WR); errors and QPs with sq_sig_all can complete any WR, so fall
         // back to the first WR with this wr_id.
         let queue = st.send.open();
-        let first_signaled = || queue.iter().position(|w| w.wr_id == wc.wr_id && w.signaled);
         let first_any = || queue.iter().position(|w| w.wr_id == wc.wr_id);
         let found = if wc.status == 0 {
-            first_signaled().or_else(first_any)
+            st.send.first_signaled(wc.wr_id).or_else(first_any)
         } else {
             first_any()
         };
@@ -336,6 +335,10 @@ pub(super) struct SendQueue {
     wrs: Vec<OpenWr>,
     /// WRs of `wrs` before this one are done.
     head: usize,
+    /// Where the signaled WRs are in `wrs`, in order, those open from `signaled_head` on: a
+    /// completion looks for its WR among them (programs signal one WR in tens or hundreds).
+    signaled: Vec<usize>,
+    signaled_head: usize,
 }
 
 impl SendQueue {
@@ -353,7 +356,18 @@ impl SendQueue {
 
     #[inline(always)]
     pub(super) fn push(&mut self, w: OpenWr) {
+        if w.signaled {
+            self.signaled.push(self.wrs.len());
+        }
         self.wrs.push(w);
+    }
+
+    /// Where in [`SendQueue::open`] the first signaled WR `wr_id` is.
+    #[inline]
+    pub(super) fn first_signaled(&self, wr_id: u64) -> Option<usize> {
+        let open = &self.signaled[self.signaled_head..];
+        let found = open.iter().find(|&&i| self.wrs[i].wr_id == wr_id)?;
+        Some(found - self.head)
     }
 
     /// Takes the `n` oldest open WRs (`n` ≤ [`SendQueue::len`]): returned as a run to go
@@ -366,18 +380,30 @@ impl SendQueue {
         }
         let from = self.head;
         self.head += n;
+        while self
+            .signaled
+            .get(self.signaled_head)
+            .is_some_and(|&i| i < self.head)
+        {
+            self.signaled_head += 1;
+        }
         &self.wrs[from..self.head]
     }
 
     /// Drops the done front of the list.
     #[cold]
     fn compact(&mut self) {
+        self.signaled.drain(..self.signaled_head);
+        self.signaled_head = 0;
+        self.signaled.iter_mut().for_each(|i| *i -= self.head);
         self.wrs.drain(..self.head);
         self.head = 0;
     }
 
     /// Takes every open WR, the oldest first.
     pub(super) fn take_all(&mut self) -> std::vec::Drain<'_, OpenWr> {
+        self.signaled.clear();
+        self.signaled_head = 0;
         self.wrs.drain(..std::mem::take(&mut self.head));
         self.wrs.drain(..)
     }
@@ -527,5 +553,47 @@ impl RecvSlice {
         sink.begin(self.t as u64, uuid, name, &Extra::NONE);
         totals.slices += 1;
         Some(lane)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{OpenWr, SendQueue, NO_LANE};
+
+    fn wr(wr_id: u64, signaled: bool) -> OpenWr {
+        OpenWr {
+            wr_id,
+            post: 0,
+            bytes: 1,
+            lane: NO_LANE,
+            inferred_lane: NO_LANE,
+            opcode: 0,
+            signaled,
+        }
+    }
+
+    /// The first signaled WR of a wr_id is found where a scan of the open WRs finds it, across
+    /// completions that drop the done front of the list.
+    #[test]
+    fn first_signaled_matches_a_scan_of_the_open_wrs() {
+        let mut q = SendQueue::default();
+        let scan =
+            |q: &SendQueue, id: u64| q.open().iter().position(|w| w.wr_id == id && w.signaled);
+        for round in 0..50u64 {
+            for i in 0..37u64 {
+                q.push(wr(i % 3, (i + round) % 5 == 0));
+            }
+            for id in 0..4 {
+                assert_eq!(q.first_signaled(id), scan(&q, id));
+            }
+            let n = scan(&q, round % 3).map_or(q.len() / 2, |p| p + 1);
+            assert_eq!(q.take_front(n).len(), n);
+            for id in 0..4 {
+                assert_eq!(q.first_signaled(id), scan(&q, id));
+            }
+        }
+        let open = q.len();
+        assert_eq!(q.take_all().count(), open);
+        assert_eq!((q.len(), q.first_signaled(0)), (0, None));
     }
 }
