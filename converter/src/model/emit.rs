@@ -174,9 +174,9 @@ impl Lanes {
         }
     }
 
-    /// The lowest free lane, taken.
+    /// The lowest free lane, taken (lane, uuid); `None` when a new one is needed.
     #[inline(always)]
-    fn take_free(&mut self) -> Option<(u32, u64)> {
+    pub fn take_free(&mut self) -> Option<(u32, u64)> {
         // Nearly always the word remembered has one: taken without a loop.
         if let Some(w) = self.words.get_mut(self.first_free_word) {
             if w.free != 0 {

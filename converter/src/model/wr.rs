@@ -137,10 +137,15 @@ impl ProcessModel<'_> {
         let lanes = (&mut st.send_lanes, &mut st.inferred_lanes);
         let mut bytes = 0i64;
         if !failed && !full {
-            // The common case, its events without args.
+            // The common case, its events without args (a WR's two at once when it has both).
             for w in wrs {
                 bytes += w.bytes as i64;
-                end_lanes(sink, lanes.0, lanes.1, w, t, &Extra::NONE);
+                if let (Some(l), Some(il)) = (w.lane(), w.inferred_lane()) {
+                    let (a, b) = (lanes.0.release_track(l), lanes.1.release_track(il));
+                    sink.end_two(t as u64, a, b);
+                } else {
+                    end_lanes(sink, lanes.0, lanes.1, w, t, &Extra::NONE);
+                }
             }
         } else {
             let sargs = [(self.keys.status, ArgValue::Str(status_str))];
@@ -453,6 +458,17 @@ impl SendCtx<'_, '_> {
         let (l, uuid) = st.send_lanes.acquire(sink, self.uuids, q.track, "send");
         let full = self.detail == Detail::Full;
         let nargs = send_arg_count(ps.opcode, full);
+        let inferred = st.draws_inferred && verbs::one_sided(ps.opcode);
+        // Most often (no args, no flow, a free lane for the arrival) both slices open at once.
+        if inferred && nargs == 0 && flow.is_none() {
+            let iname = self.names.inferred(sink, ps.opcode, ps.bytes);
+            if let Some((il, iuuid)) = st.inferred_lanes.take_free() {
+                sink.begin_two(t as u64, (uuid, name), (iuuid, iname));
+                self.totals.slices += 2;
+                self.totals.inferred += 1;
+                return (Some(l), Some(il));
+            }
+        }
         // The args are built only when shown (full detail).
         let args;
         let picked;
@@ -485,8 +501,7 @@ impl SendCtx<'_, '_> {
         );
         self.totals.slices += 1;
         // (`max_lanes` is taken from the send lanes at the end: they are only made here.)
-        let inferred = (st.draws_inferred && verbs::one_sided(ps.opcode))
-            .then(|| self.begin_inferred(sink, t, q, st, ps, full));
+        let inferred = inferred.then(|| self.begin_inferred(sink, t, q, st, ps, full));
         (Some(l), inferred)
     }
 
