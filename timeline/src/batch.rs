@@ -334,6 +334,30 @@ impl TraceSink for Recorder {
         self.event(ts, END, track, None, extra);
     }
 
+    /// Both events pushed at once (one capacity check).
+    #[inline]
+    fn begin_two(&mut self, ts: u64, a: (u64, Name), b: (u64, Name)) {
+        let ev = |(track, name): (u64, Name)| Ev {
+            ts,
+            track,
+            x: 0,
+            meta: BEGIN as u64 | (name.0 as u64 + 1) << 32,
+        };
+        self.cur_evs.extend([ev(a), ev(b)]);
+    }
+
+    /// Both events pushed at once (one capacity check).
+    #[inline]
+    fn end_two(&mut self, ts: u64, a: u64, b: u64) {
+        let ev = |track| Ev {
+            ts,
+            track,
+            x: 0,
+            meta: END as u64,
+        };
+        self.cur_evs.extend([ev(a), ev(b)]);
+    }
+
     #[inline]
     fn instant(&mut self, ts: u64, track: u64, name: Name, extra: &Extra<'_>) {
         self.event(ts, INSTANT, track, Some(name), extra);
@@ -613,6 +637,10 @@ pub(crate) mod tests {
                 },
             );
             s.counter(t + 5, 7 + g as u64, i as i64);
+            if i % 5 == 0 {
+                s.begin_two(t + 6, (track, n), (track, n));
+                s.end_two(t + 7, track, track);
+            }
         }
     }
 
@@ -750,7 +778,7 @@ pub(crate) mod tests {
     #[test]
     fn batches_encode_as_the_events_fed_directly() {
         let (want, got) = direct_and_recorded(groups, 3, 4, feed, |rec| {
-            assert_eq!(rec.recorded(), 3000 * 4 + 3)
+            assert_eq!(rec.recorded(), 3000 * 4 + 3 + 600 * 4)
         });
         assert!(want.len() > 1000);
         assert_eq!(got, want);

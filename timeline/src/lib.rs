@@ -128,6 +128,18 @@ pub trait TraceSink: Send {
     fn begin(&mut self, ts: u64, track: u64, name: Name, extra: &Extra<'_>);
     /// Closes the most recent open slice on `track`; `extra.args` are added to it.
     fn end(&mut self, ts: u64, track: u64, extra: &Extra<'_>);
+    /// Opens a slice on `a` and then one on `b` (track, name), without args or flows: the
+    /// same as the two [`TraceSink::begin`] calls (a recording sink records both at once).
+    fn begin_two(&mut self, ts: u64, a: (u64, Name), b: (u64, Name)) {
+        self.begin(ts, a.0, a.1, &Extra::NONE);
+        self.begin(ts, b.0, b.1, &Extra::NONE);
+    }
+    /// Closes the most recent open slice on `a` and then on `b`, without args: the same as
+    /// the two [`TraceSink::end`] calls (a recording sink records both at once).
+    fn end_two(&mut self, ts: u64, a: u64, b: u64) {
+        self.end(ts, a, &Extra::NONE);
+        self.end(ts, b, &Extra::NONE);
+    }
     /// A zero-duration event.
     fn instant(&mut self, ts: u64, track: u64, name: Name, extra: &Extra<'_>);
     /// A counter sample.

@@ -142,11 +142,20 @@ impl Detail {
 /// different lanes, all merged in the UI by one sibling merge key.
 #[derive(Default)]
 pub struct Lanes {
-    tracks: Vec<u64>,
-    /// Free lanes: bit `i % 64` of word `i / 64` (the lowest is taken first).
-    free: Vec<u64>,
+    /// The lanes, 64 to a word: lane `i` is bit and track `i % 64` of word `i / 64`.
+    words: Vec<LaneWord>,
+    /// Lanes created.
+    count: usize,
     /// Words below this one have no free lane.
     first_free_word: usize,
+}
+
+/// 64 lanes of [`Lanes`]: which are free (a bit each, the lowest is taken first) and their
+/// tracks (0 past the lanes created), side by side so that a lane's bit and track are found
+/// with one look-up.
+struct LaneWord {
+    free: u64,
+    tracks: [u64; 64],
 }
 
 impl Lanes {
@@ -165,15 +174,13 @@ impl Lanes {
         }
     }
 
-    /// The lowest free lane, taken.
+    /// The lowest free lane, taken (lane, uuid); `None` when a new one is needed.
     #[inline(always)]
-    fn take_free(&mut self) -> Option<(u32, u64)> {
+    pub fn take_free(&mut self) -> Option<(u32, u64)> {
         // Nearly always the word remembered has one: taken without a loop.
-        if let Some(w) = self.free.get_mut(self.first_free_word) {
-            if *w != 0 {
-                let i = self.first_free_word * 64 + w.trailing_zeros() as usize;
-                *w &= *w - 1;
-                return Some((i as u32, self.tracks[i]));
+        if let Some(w) = self.words.get_mut(self.first_free_word) {
+            if w.free != 0 {
+                return Some(w.take_lowest(self.first_free_word));
             }
         }
         self.take_free_after()
@@ -182,11 +189,9 @@ impl Lanes {
     /// [`Lanes::take_free`] when the word remembered has no free lane: the words after it.
     #[inline(never)]
     fn take_free_after(&mut self) -> Option<(u32, u64)> {
-        while let Some(&w) = self.free.get(self.first_free_word) {
-            if w != 0 {
-                let i = self.first_free_word * 64 + w.trailing_zeros() as usize;
-                self.free[self.first_free_word] &= w - 1;
-                return Some((i as u32, self.tracks[i]));
+        while let Some(w) = self.words.get_mut(self.first_free_word) {
+            if w.free != 0 {
+                return Some(w.take_lowest(self.first_free_word));
             }
             self.first_free_word += 1;
         }
@@ -204,7 +209,7 @@ impl Lanes {
         max: usize,
     ) -> Option<(u32, u64)> {
         self.take_free()
-            .or_else(|| (self.tracks.len() < max).then(|| self.new_lane(sink, uuids, parent, key)))
+            .or_else(|| (self.count < max).then(|| self.new_lane(sink, uuids, parent, key)))
     }
 
     #[cold]
@@ -217,57 +222,97 @@ impl Lanes {
     ) -> (u32, u64) {
         let uuid = uuids.fetch_add(1, Ordering::Relaxed);
         sink.lane(uuid, parent, key);
-        self.tracks.push(uuid);
-        if self.tracks.len() > self.free.len() * 64 {
-            self.free.push(0);
+        let lane = self.count;
+        if lane == self.words.len() * 64 {
+            self.words.push(LaneWord {
+                free: 0,
+                tracks: [0; 64],
+            });
         }
-        ((self.tracks.len() - 1) as u32, uuid)
+        self.words[lane / 64].tracks[lane % 64] = uuid;
+        self.count += 1;
+        (lane as u32, uuid)
     }
 
     #[inline]
     pub fn release(&mut self, lane: u32) {
+        self.release_track(lane);
+    }
+
+    /// Frees `lane` and returns its track.
+    #[inline]
+    pub fn release_track(&mut self, lane: u32) -> u64 {
         let w = lane as usize / 64;
-        self.free[w] |= 1 << (lane % 64);
+        let word = &mut self.words[w];
+        word.free |= 1 << (lane % 64);
         self.first_free_word = self.first_free_word.min(w);
+        word.tracks[lane as usize % 64]
     }
 
     #[inline]
     pub fn uuid(&self, lane: u32) -> u64 {
-        self.tracks[lane as usize]
+        self.words[lane as usize / 64].tracks[lane as usize % 64]
     }
 
     /// Lanes ever created (peak concurrency).
     pub fn count(&self) -> usize {
-        self.tracks.len()
+        self.count
+    }
+}
+
+impl LaneWord {
+    /// Takes the lowest free lane of this word (it has one), word `w` of its [`Lanes`].
+    #[inline(always)]
+    fn take_lowest(&mut self, w: usize) -> (u32, u64) {
+        let b = self.free.trailing_zeros() as usize % 64;
+        self.free &= self.free - 1;
+        ((w * 64 + b) as u32, self.tracks[b])
     }
 }
 
 /// A counter sampled at most once per interval (and always when it returns to zero).
-#[derive(Default)]
 pub struct SampledCounter {
     pub value: i64,
     last_emitted: i64,
-    last_t: i64,
+    /// The time from which the next sample may be written: the last one's plus the interval
+    /// (the interval from 0 before any; `i64::MIN` when the interval is 0: every change).
+    next_t: i64,
+    interval: i64,
     dirty: bool,
 }
 
 impl SampledCounter {
-    pub fn set<S: TraceSink + ?Sized>(
-        &mut self,
-        sink: &mut S,
-        track: u64,
-        t: i64,
-        v: i64,
-        interval: i64,
-    ) {
+    /// A counter sampled at most once per `interval` (ns; 0: at every change).
+    pub fn new(interval: i64) -> SampledCounter {
+        SampledCounter {
+            value: 0,
+            last_emitted: 0,
+            next_t: Self::after(0, interval),
+            interval,
+            dirty: false,
+        }
+    }
+
+    /// [`SampledCounter::next_t`] after a sample at `t`.
+    #[inline]
+    fn after(t: i64, interval: i64) -> i64 {
+        if interval == 0 {
+            i64::MIN
+        } else {
+            t.saturating_add(interval)
+        }
+    }
+
+    #[inline]
+    pub fn set<S: TraceSink + ?Sized>(&mut self, sink: &mut S, track: u64, t: i64, v: i64) {
         self.value = v;
         if v == self.last_emitted && !self.dirty {
             return;
         }
-        if interval == 0 || t - self.last_t >= interval || v == 0 {
+        if t >= self.next_t || v == 0 {
             sink.counter(t as u64, track, v);
             self.last_emitted = v;
-            self.last_t = t;
+            self.next_t = Self::after(t, self.interval);
             self.dirty = false;
         } else {
             self.dirty = true;

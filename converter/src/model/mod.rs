@@ -14,7 +14,7 @@ pub mod order;
 pub mod ud;
 mod wr;
 
-use wr::{OpenWr, NO_LANE};
+use wr::{OpenWr, SendQueue, NO_LANE};
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::AtomicU64;
@@ -64,6 +64,11 @@ pub struct DoneWr {
 /// Receives model events of one process.
 pub trait Observer: Send {
     fn observe(&mut self, p: &Process, ev: &ModelEvent<'_>);
+    /// Whether [`ModelEvent::WrsDone`] should list the WRs done (otherwise its list is
+    /// empty: the WRs are not copied for an observer that does not look at them).
+    fn wants_done_wrs(&self) -> bool {
+        true
+    }
     /// Raw records for report sections that need more than model events, at output time `t`:
     /// `WqeObserved`, `ObserveOverrun` and atomic `PostSend`s (see `report::direct`).
     fn record(&mut self, _p: &Process, _t: i64, _rec: &Record<'_>) {}
@@ -137,14 +142,13 @@ struct OpenRecv {
     srq: bool,
 }
 
-#[derive(Default)]
 struct QpState {
     /// The QP's group ([`qp_group`]), kept here so that it is not computed per WR.
     group: u32,
     /// Whether its one-sided ops are drawn on the peer QP's track too (normal detail or more,
     /// a matched peer with a track).
     draws_inferred: bool,
-    send: VecDeque<OpenWr>,
+    send: SendQueue,
     recv: VecDeque<OpenRecv>,
     send_lanes: Lanes,
     recv_lanes: Lanes,
@@ -195,8 +199,6 @@ pub struct ProcessModel<'a> {
     done: Vec<DoneWr>,
     /// The process's clock map, its checks dropped on the log's time range.
     clock: RangeMap,
-    /// [`Detail::counter_interval`] of the options' detail.
-    counter_interval: i64,
 }
 
 /// Width of a throughput bucket (ns): each "completed bytes/s" sample is the bytes completed
@@ -237,7 +239,17 @@ impl<'a> ProcessModel<'a> {
                     draws_inferred: opts.detail >= Detail::Normal
                         && q.peer.is_some()
                         && q.peer_track != 0,
-                    ..QpState::default()
+                    send: SendQueue::default(),
+                    recv: VecDeque::new(),
+                    send_lanes: Lanes::default(),
+                    recv_lanes: Lanes::default(),
+                    inferred_lanes: Lanes::default(),
+                    arrivals: None,
+                    sent_consuming: 0,
+                    recv_ok: 0,
+                    outstanding: SampledCounter::new(opts.detail.counter_interval()),
+                    inflight: SampledCounter::new(opts.detail.counter_interval()),
+                    inflight_bytes: 0,
                 })
                 .collect(),
             srq_lanes: BTreeMap::new(),
@@ -251,7 +263,6 @@ impl<'a> ProcessModel<'a> {
             loss_track: None,
             done: Vec::new(),
             clock: RangeMap::new(p.map, p.min_ts, p.max_ts),
-            counter_interval: opts.detail.counter_interval(),
         }
     }
 
@@ -472,7 +483,7 @@ impl<'a> ProcessModel<'a> {
         } else {
             (None, None)
         };
-        st.send.push_back(OpenWr {
+        st.send.push(OpenWr {
             wr_id: ps.wr_id,
             post: t,
             opcode: ps.opcode,
@@ -483,11 +494,10 @@ impl<'a> ProcessModel<'a> {
         });
         st.inflight_bytes += ps.bytes as i64;
         if drawn {
-            let iv = self.counter_interval;
             let n = st.send.len() as i64;
-            st.outstanding.set(sink, q.outstanding_track, t, n, iv);
+            st.outstanding.set(sink, q.outstanding_track, t, n);
             st.inflight
-                .set(sink, q.inflight_bytes_track, t, st.inflight_bytes, iv);
+                .set(sink, q.inflight_bytes_track, t, st.inflight_bytes);
         }
     }
 
@@ -714,7 +724,7 @@ impl<'a> ProcessModel<'a> {
             // The most send lanes a QP used: they are only ever added, by drawn sends.
             self.totals.max_lanes = self.totals.max_lanes.max(st.send_lanes.count() as u64);
             sink.group(st.group);
-            while let Some(w) = st.send.pop_front() {
+            for w in st.send.take_all() {
                 self.totals.incomplete_wrs += 1;
                 if let Some(l) = w.lane() {
                     sink.end(t as u64, st.send_lanes.uuid(l), &extra);

@@ -110,11 +110,10 @@ impl ProcessModel<'_> {
         // The completed WR is the first *signaled* WR with this wr_id (programs often reuse
         // one wr_id for every WR); errors and QPs with sq_sig_all can complete any WR, so fall
         // back to the first WR with this wr_id.
-        let queue = &st.send;
-        let first_signaled = || queue.iter().position(|w| w.wr_id == wc.wr_id && w.signaled);
+        let queue = st.send.open();
         let first_any = || queue.iter().position(|w| w.wr_id == wc.wr_id);
         let found = if wc.status == 0 {
-            first_signaled().or_else(first_any)
+            st.send.first_signaled(wc.wr_id).or_else(first_any)
         } else {
             first_any()
         };
@@ -122,46 +121,58 @@ impl ProcessModel<'_> {
             self.totals.orphan_completions += 1;
             return 0;
         };
-        let full = self.opts.detail == Detail::Full;
-        let mut bytes = 0i64;
-        let status_str = verbs::status_name(wc.status);
-        let failed = wc.status != 0;
-        let sargs = [(self.keys.status, ArgValue::Str(status_str))];
-        let extra = Extra {
-            args: if failed || full { &sargs } else { &[] },
-            ..Extra::NONE
-        };
-        for w in st.send.drain(..=pos) {
-            bytes += w.bytes as i64;
-            if let Some(l) = w.lane() {
-                sink.end(t as u64, st.send_lanes.uuid(l), &extra);
-                st.send_lanes.release(l);
-            }
-            if let Some(l) = w.inferred_lane() {
-                sink.end(t as u64, st.inferred_lanes.uuid(l), &extra);
-                st.inferred_lanes.release(l);
-            }
-            if failed && w.lane().is_some() {
-                let name = self.names.error(sink, wc.status);
-                let args = [
-                    (self.keys.wr_id, ArgValue::U64(w.wr_id)),
-                    (self.keys.status, ArgValue::Str(status_str)),
-                ];
-                sink.instant(
-                    t as u64,
-                    q.track,
-                    name,
-                    &Extra {
-                        args: &args,
-                        ..Extra::NONE
-                    },
-                );
-            }
-            self.done.push(DoneWr {
+        // What observers are told of the WRs, copied only for observers that look.
+        if obs.wants_done_wrs() {
+            let done = queue[..=pos].iter().map(|w| DoneWr {
                 opcode: w.opcode,
                 bytes: w.bytes,
                 post: w.post,
             });
+            self.done.extend(done);
+        }
+        let full = self.opts.detail == Detail::Full;
+        let status_str = verbs::status_name(wc.status);
+        let failed = wc.status != 0;
+        let wrs = st.send.take_front(pos + 1);
+        let lanes = (&mut st.send_lanes, &mut st.inferred_lanes);
+        let mut bytes = 0i64;
+        if !failed && !full {
+            // The common case, its events without args (a WR's two at once when it has both).
+            for w in wrs {
+                bytes += w.bytes as i64;
+                if let (Some(l), Some(il)) = (w.lane(), w.inferred_lane()) {
+                    let (a, b) = (lanes.0.release_track(l), lanes.1.release_track(il));
+                    sink.end_two(t as u64, a, b);
+                } else {
+                    end_lanes(sink, lanes.0, lanes.1, w, t, &Extra::NONE);
+                }
+            }
+        } else {
+            let sargs = [(self.keys.status, ArgValue::Str(status_str))];
+            let extra = Extra {
+                args: &sargs,
+                ..Extra::NONE
+            };
+            for w in wrs {
+                bytes += w.bytes as i64;
+                end_lanes(sink, lanes.0, lanes.1, w, t, &extra);
+                if failed && w.lane().is_some() {
+                    let name = self.names.error(sink, wc.status);
+                    let args = [
+                        (self.keys.wr_id, ArgValue::U64(w.wr_id)),
+                        (self.keys.status, ArgValue::Str(status_str)),
+                    ];
+                    sink.instant(
+                        t as u64,
+                        q.track,
+                        name,
+                        &Extra {
+                            args: &args,
+                            ..Extra::NONE
+                        },
+                    );
+                }
+            }
         }
         st.inflight_bytes -= bytes;
         let completed = pos as u64 + 1;
@@ -182,11 +193,10 @@ impl ProcessModel<'_> {
         self.done.clear();
         if self.drawn(t) {
             let st = &mut self.qps[qi];
-            let iv = self.counter_interval;
             st.outstanding
-                .set(sink, q.outstanding_track, t, st.send.len() as i64, iv);
+                .set(sink, q.outstanding_track, t, st.send.len() as i64);
             st.inflight
-                .set(sink, q.inflight_bytes_track, t, st.inflight_bytes, iv);
+                .set(sink, q.inflight_bytes_track, t, st.inflight_bytes);
         }
         bytes
     }
@@ -233,7 +243,7 @@ impl ProcessModel<'_> {
     /// decides — the receive queue (or the SRQ) or the send queue; only when both or neither
     /// have one, the recorded opcode.
     pub(super) fn failed_on_recv(&self, qi: usize, wc: &WorkCompletion) -> bool {
-        let sends = self.qps[qi].send.iter().any(|w| w.wr_id == wc.wr_id);
+        let sends = self.qps[qi].send.open().iter().any(|w| w.wr_id == wc.wr_id);
         match (sends, self.find_recv(qi, wc.wr_id).is_some()) {
             (true, false) => false,
             (false, true) => true,
@@ -289,6 +299,25 @@ impl ProcessModel<'_> {
     }
 }
 
+/// Ends a completed send WR's slice and its inferred arrival (those drawn) at `t` with
+/// `extra`, and frees their lanes.
+#[inline(always)]
+fn end_lanes<S: TraceSink + ?Sized>(
+    sink: &mut S,
+    send_lanes: &mut Lanes,
+    inferred_lanes: &mut Lanes,
+    w: &OpenWr,
+    t: i64,
+    extra: &Extra<'_>,
+) {
+    if let Some(l) = w.lane() {
+        sink.end(t as u64, send_lanes.release_track(l), extra);
+    }
+    if let Some(l) = w.inferred_lane() {
+        sink.end(t as u64, inferred_lanes.release_track(l), extra);
+    }
+}
+
 /// A posted send WR not completed yet (32 bytes: its lanes are words, [`NO_LANE`] for none).
 pub(super) struct OpenWr {
     pub wr_id: u64,
@@ -300,6 +329,89 @@ pub(super) struct OpenWr {
     pub inferred_lane: u32,
     pub opcode: u8,
     pub signaled: bool,
+}
+
+/// A QP's posted send WRs not completed yet, in posting order: a list whose completed front
+/// is passed over (`head`) rather than removed one at a time, so that posting is a push and a
+/// completion's WRs are one contiguous run of it. The front is dropped once it is at least half
+/// the list (each WR is moved at most about once more).
+#[derive(Default)]
+pub(super) struct SendQueue {
+    wrs: Vec<OpenWr>,
+    /// WRs of `wrs` before this one are done.
+    head: usize,
+    /// Where the signaled WRs are in `wrs`, in order, those open from `signaled_head` on: a
+    /// completion looks for its WR among them (programs signal one WR in tens or hundreds).
+    signaled: Vec<usize>,
+    signaled_head: usize,
+}
+
+impl SendQueue {
+    /// WRs still open.
+    #[inline(always)]
+    pub(super) fn len(&self) -> usize {
+        self.wrs.len() - self.head
+    }
+
+    /// The open WRs, the oldest first.
+    #[inline(always)]
+    pub(super) fn open(&self) -> &[OpenWr] {
+        &self.wrs[self.head..]
+    }
+
+    #[inline(always)]
+    pub(super) fn push(&mut self, w: OpenWr) {
+        if w.signaled {
+            self.signaled.push(self.wrs.len());
+        }
+        self.wrs.push(w);
+    }
+
+    /// Where in [`SendQueue::open`] the first signaled WR `wr_id` is.
+    #[inline]
+    pub(super) fn first_signaled(&self, wr_id: u64) -> Option<usize> {
+        let open = &self.signaled[self.signaled_head..];
+        let found = open.iter().find(|&&i| self.wrs[i].wr_id == wr_id)?;
+        Some(found - self.head)
+    }
+
+    /// Takes the `n` oldest open WRs (`n` ≤ [`SendQueue::len`]): returned as a run to go
+    /// through, done once the run has been gone through (the list is kept until the next
+    /// push or take).
+    #[inline(always)]
+    pub(super) fn take_front(&mut self, n: usize) -> &[OpenWr] {
+        if self.head >= 64 && self.head * 2 >= self.wrs.len() {
+            self.compact();
+        }
+        let from = self.head;
+        self.head += n;
+        while self
+            .signaled
+            .get(self.signaled_head)
+            .is_some_and(|&i| i < self.head)
+        {
+            self.signaled_head += 1;
+        }
+        &self.wrs[from..self.head]
+    }
+
+    /// Drops the done front of the list.
+    #[cold]
+    fn compact(&mut self) {
+        self.signaled.drain(..self.signaled_head);
+        self.signaled_head = 0;
+        self.signaled.iter_mut().for_each(|i| *i -= self.head);
+        self.wrs.drain(..self.head);
+        self.head = 0;
+    }
+
+    /// Takes every open WR, the oldest first.
+    pub(super) fn take_all(&mut self) -> std::vec::Drain<'_, OpenWr> {
+        self.signaled.clear();
+        self.signaled_head = 0;
+        self.wrs.drain(..std::mem::take(&mut self.head));
+        self.wrs.drain(..)
+    }
 }
 
 /// An [`OpenWr`] lane that is none (the WR, or its arrival, is not drawn).
@@ -346,6 +458,17 @@ impl SendCtx<'_, '_> {
         let (l, uuid) = st.send_lanes.acquire(sink, self.uuids, q.track, "send");
         let full = self.detail == Detail::Full;
         let nargs = send_arg_count(ps.opcode, full);
+        let inferred = st.draws_inferred && verbs::one_sided(ps.opcode);
+        // Most often (no args, no flow, a free lane for the arrival) both slices open at once.
+        if inferred && nargs == 0 && flow.is_none() {
+            let iname = self.names.inferred(sink, ps.opcode, ps.bytes);
+            if let Some((il, iuuid)) = st.inferred_lanes.take_free() {
+                sink.begin_two(t as u64, (uuid, name), (iuuid, iname));
+                self.totals.slices += 2;
+                self.totals.inferred += 1;
+                return (Some(l), Some(il));
+            }
+        }
         // The args are built only when shown (full detail).
         let args;
         let picked;
@@ -378,8 +501,7 @@ impl SendCtx<'_, '_> {
         );
         self.totals.slices += 1;
         // (`max_lanes` is taken from the send lanes at the end: they are only made here.)
-        let inferred = (st.draws_inferred && verbs::one_sided(ps.opcode))
-            .then(|| self.begin_inferred(sink, t, q, st, ps, full));
+        let inferred = inferred.then(|| self.begin_inferred(sink, t, q, st, ps, full));
         (Some(l), inferred)
     }
 
@@ -446,5 +568,47 @@ impl RecvSlice {
         sink.begin(self.t as u64, uuid, name, &Extra::NONE);
         totals.slices += 1;
         Some(lane)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{OpenWr, SendQueue, NO_LANE};
+
+    fn wr(wr_id: u64, signaled: bool) -> OpenWr {
+        OpenWr {
+            wr_id,
+            post: 0,
+            bytes: 1,
+            lane: NO_LANE,
+            inferred_lane: NO_LANE,
+            opcode: 0,
+            signaled,
+        }
+    }
+
+    /// The first signaled WR of a wr_id is found where a scan of the open WRs finds it, across
+    /// completions that drop the done front of the list.
+    #[test]
+    fn first_signaled_matches_a_scan_of_the_open_wrs() {
+        let mut q = SendQueue::default();
+        let scan =
+            |q: &SendQueue, id: u64| q.open().iter().position(|w| w.wr_id == id && w.signaled);
+        for round in 0..50u64 {
+            for i in 0..37u64 {
+                q.push(wr(i % 3, (i + round) % 5 == 0));
+            }
+            for id in 0..4 {
+                assert_eq!(q.first_signaled(id), scan(&q, id));
+            }
+            let n = scan(&q, round % 3).map_or(q.len() / 2, |p| p + 1);
+            assert_eq!(q.take_front(n).len(), n);
+            for id in 0..4 {
+                assert_eq!(q.first_signaled(id), scan(&q, id));
+            }
+        }
+        let open = q.len();
+        assert_eq!(q.take_all().count(), open);
+        assert_eq!((q.len(), q.first_signaled(0)), (0, None));
     }
 }

@@ -49,6 +49,9 @@ impl Observer for SectionSet {
             s.observe(p, ev);
         }
     }
+    fn wants_done_wrs(&self) -> bool {
+        !self.0.is_empty()
+    }
     fn record(&mut self, p: &Process, t: i64, rec: &sigmatrace_schemas::records::Record<'_>) {
         for s in &mut self.0 {
             s.record(p, t, rec);
