@@ -46,21 +46,24 @@ impl RecordIssue {
     }
 }
 
-/// The kind and length of the record at the start of `rest`, when its header describes a
+/// The kind and bytes of the record at the start of `rest`, when its header describes a
 /// whole record of a valid length (a multiple of 8, at least its header, within `rest`, and
 /// the kind's own length where `heads` fixes one); `Ok(None)` when `rest` is empty, `Err`
 /// when it holds a damaged record. The one header check of every reader of a chunk.
 #[inline(always)]
-fn record_header(rest: &[u8], heads: &FixedHeads) -> Result<Option<(u16, usize)>, ()> {
+fn record_header<'r>(rest: &'r [u8], heads: &FixedHeads) -> Result<Option<(u16, &'r [u8])>, ()> {
     let Some(h) = rest.first_chunk::<8>().map(|h| u64::from_ne_bytes(*h)) else {
         return if rest.is_empty() { Ok(None) } else { Err(()) };
     };
     let kind = h as u16;
     let len = (h >> 16) as u16 as usize;
     // Nearly every record is of a fixed-length kind, at that length: one compare of its
-    // kind and length with the kind's expected ones (a valid length, see `fixed_heads`).
-    if heads[h as u8 as usize] == h & 0xffff_ffff && len <= rest.len() {
-        return Ok(Some((kind, len)));
+    // kind and length with the kind's expected ones (a valid length, see `fixed_heads`), and
+    // the record's bytes taken with the one check that they are within `rest`.
+    if heads[h as u8 as usize] == h & 0xffff_ffff {
+        if let Some(record) = rest.get(..len) {
+            return Ok(Some((kind, record)));
+        }
     }
     let fixed = match heads[h as u8 as usize] {
         _ if kind >= 256 => 0,
@@ -68,10 +71,11 @@ fn record_header(rest: &[u8], heads: &FixedHeads) -> Result<Option<(u16, usize)>
         NEVER_VALID => return Err(()),
         e => (e >> 16) as usize,
     };
-    if len >= 8 && len.is_multiple_of(8) && len <= rest.len() && (fixed == 0 || fixed == len) {
-        Ok(Some((kind, len)))
-    } else {
-        Err(())
+    match rest.get(..len) {
+        Some(record) if len >= 8 && len.is_multiple_of(8) && (fixed == 0 || fixed == len) => {
+            Ok(Some((kind, record)))
+        }
+        _ => Err(()),
     }
 }
 
@@ -213,13 +217,13 @@ impl<'a> ChunkRecords<'a> {
     fn next_raw(&mut self, issues: &mut Vec<RecordIssue>) -> Option<(u64, u16, &'a [u8])> {
         let rest = self.bytes.get(self.pos..)?;
         match record_header(rest, self.heads) {
-            Ok(Some((kind, len))) => {
+            Ok(Some((kind, record))) => {
                 let offset = self.base + self.pos as u64;
-                self.pos += len;
+                self.pos += record.len();
                 if self.pos - self.released >= RELEASE_WINDOW {
                     self.release_consumed();
                 }
-                Some((offset, kind, &rest[..len]))
+                Some((offset, kind, record))
             }
             Ok(None) => None,
             Err(()) => {
@@ -269,7 +273,7 @@ impl<'a> ChunkRecords<'a> {
         let bytes = self.bytes;
         let mut pos = self.pos;
         while let Some(rest) = bytes.get(pos..) {
-            let (kind, len) = match record_header(rest, self.heads) {
+            let (kind, record) = match record_header(rest, self.heads) {
                 Ok(Some(header)) => header,
                 end => {
                     self.pos = pos;
@@ -280,12 +284,11 @@ impl<'a> ChunkRecords<'a> {
                 }
             };
             let offset = self.base + pos as u64;
-            pos += len;
+            pos += record.len();
             if pos - self.released >= RELEASE_WINDOW {
                 self.pos = pos;
                 self.release_consumed();
             }
-            let record = &rest[..len];
             let go_on = match self.context.glance(kind, record) {
                 Glimpse::Hot(g) => match hot(state, g) {
                     Next::Go => true,
@@ -330,7 +333,7 @@ impl<'a> ChunkRecords<'a> {
             let Some(rest) = bytes.get(pos..) else {
                 return n;
             };
-            let (kind, len) = match record_header(rest, self.heads) {
+            let (kind, record) = match record_header(rest, self.heads) {
                 Ok(Some(header)) => header,
                 end => {
                     self.pos = pos;
@@ -341,13 +344,13 @@ impl<'a> ChunkRecords<'a> {
                 }
             };
             let offset = self.base + pos as u64;
-            pos += len;
+            pos += record.len();
             if pos - self.released >= RELEASE_WINDOW {
                 self.pos = pos;
                 self.release_consumed();
             }
             let (ts, r) = &mut out[n];
-            match self.context.accept_into(offset, kind, &rest[..len], r) {
+            match self.context.accept_into(offset, kind, record, r) {
                 Step::Record => {
                     *ts = r.ts().unwrap_or(*last_ts);
                     *last_ts = *ts;

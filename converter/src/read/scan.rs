@@ -147,6 +147,9 @@ impl ChunkOrder {
 /// Per-QP counters of one chunk: a few QPs are hot, so a small direct-mapped cache in
 /// front of the map avoids hashing every record.
 struct QpTally {
+    /// The QP counted last (`u64::MAX`: none) and its slot: a run of one QP's records (the
+    /// common case) counts without hashing.
+    last: (u64, usize),
     cache: [(u32, u32); 64],
     slots: Vec<(u32, QpCounts)>,
     index: crate::fastmap::FastMap<u32, u32>,
@@ -155,6 +158,7 @@ struct QpTally {
 impl Default for QpTally {
     fn default() -> Self {
         QpTally {
+            last: (u64::MAX, 0),
             cache: [(0, 0); 64],
             slots: Vec::new(),
             index: Default::default(),
@@ -167,37 +171,102 @@ impl QpTally {
     /// [`QpTally::look_up`].
     #[inline(always)]
     fn get(&mut self, qpn: u32) -> &mut QpCounts {
+        if self.last.0 == qpn as u64 {
+            return &mut self.slots[self.last.1].1;
+        }
         let c = (qpn.wrapping_mul(0x9e37_79b1) >> 26) as usize;
         let (k, i) = self.cache[c];
         // Slot indices are stored + 1 so that the zeroed cache never matches.
-        if k == qpn && i != 0 {
-            return &mut self.slots[i as usize - 1].1;
-        }
-        self.look_up(qpn, c)
+        let i = if k == qpn && i != 0 {
+            i as usize - 1
+        } else {
+            self.look_up(qpn, c)
+        };
+        self.last = (qpn as u64, i);
+        &mut self.slots[i].1
     }
 
-    /// [`QpTally::get`] of a QP not in cache slot `c`: from the map (added when new), cached.
+    /// The slot of a QP not in cache slot `c`: from the map (added when new), cached.
     #[inline(never)]
-    fn look_up(&mut self, qpn: u32, c: usize) -> &mut QpCounts {
+    fn look_up(&mut self, qpn: u32, c: usize) -> usize {
         let n = self.slots.len() as u32;
         let i = *self.index.entry(qpn).or_insert(n);
         if i == n {
             self.slots.push((qpn, QpCounts::default()));
         }
         self.cache[c] = (qpn, i + 1);
-        &mut self.slots[i as usize].1
+        i as usize
+    }
+}
+
+/// The timestamps of a chunk's records as its scan goes: the least and the greatest, and
+/// whether one was below one before it. A record costs a compare with the one before it;
+/// the least and the greatest are found where the times go back (rare): the least is the
+/// first or one below the one before it, the greatest the last or one above the one after it.
+#[derive(Clone, Copy, Debug)]
+struct Times {
+    /// The last timestamp; `u64::MAX` before the first.
+    prev: u64,
+    /// The least timestamp of those where the times went back, and the first.
+    lo: u64,
+    /// The greatest timestamp before the times went back.
+    hi: u64,
+    /// A timestamp was below one before it.
+    inversions: bool,
+}
+
+impl Times {
+    fn new() -> Times {
+        Times {
+            prev: u64::MAX,
+            lo: u64::MAX,
+            hi: 0,
+            inversions: false,
+        }
+    }
+
+    /// The next timestamp, `seen` timestamps after the first (the caller counts them anyway;
+    /// read only when the times go back).
+    #[inline(always)]
+    fn add(&mut self, ts: u64, seen: impl FnOnce() -> u64) {
+        if ts < self.prev {
+            self.back(ts, seen());
+        }
+        self.prev = ts;
+    }
+
+    /// `ts` is below the last timestamp, or the first one (below the initial `prev`), `seen`
+    /// timestamps before it.
+    #[cold]
+    #[inline(never)]
+    fn back(&mut self, ts: u64, seen: u64) {
+        // Before the first timestamp `prev` is u64::MAX: a first timestamp of u64::MAX does not
+        // come here, and the one after it that does (below it) is no first.
+        if seen > 0 {
+            self.inversions = true;
+            self.hi = self.hi.max(self.prev);
+        }
+        self.lo = self.lo.min(ts);
+    }
+
+    /// The least and the greatest of the `seen` timestamps (`(u64::MAX, 0)` without any), and
+    /// whether one was below one before it.
+    fn finish(&self, seen: u64) -> (u64, u64, bool) {
+        if seen == 0 {
+            return (u64::MAX, 0, false);
+        }
+        (self.lo, self.hi.max(self.prev), self.inversions)
     }
 }
 
 /// A chunk's record counts, times and messages as its scan goes.
 struct ChunkCounts<'s> {
-    min_ts: u64,
-    max_ts: u64,
-    /// A timestamp was below one before it (then the chunk is not in order; when it is, its
-    /// first and last timestamps are the least and the greatest).
-    inversions: bool,
+    /// Their order: when they never go back, the first and last are the least and greatest.
+    times: Times,
     hot: u64,
     other: u64,
+    /// Other records with a timestamp.
+    other_timed: u64,
     /// Observed WQEs and CQEs.
     observed: u64,
     /// The chunk's messages, for the causality join.
@@ -205,11 +274,11 @@ struct ChunkCounts<'s> {
 }
 
 impl ChunkCounts<'_> {
+    /// The next record's timestamp (before it is counted).
     #[inline(always)]
     fn time(&mut self, ts: u64) {
-        self.inversions |= ts < self.max_ts;
-        self.min_ts = self.min_ts.min(ts);
-        self.max_ts = self.max_ts.max(ts);
+        let seen = self.hot + self.other_timed;
+        self.times.add(ts, || seen);
     }
 }
 
@@ -248,11 +317,10 @@ fn scan_chunk(
     let mut recs = ChunkRecords::new(&input.file, chunk, &mut s.issues);
     // Times (least, greatest, whether one went back) and hot and other records.
     let mut c = ChunkCounts {
-        min_ts: u64::MAX,
-        max_ts: 0,
-        inversions: false,
+        times: Times::new(),
         hot: 0,
         other: 0,
+        other_timed: 0,
         observed: 0,
         messages: SpillWriter::new(spill),
     };
@@ -301,6 +369,7 @@ fn scan_chunk(
         |c, (offset, kind, bytes)| {
             if let Some(ts) = record_ts(bytes) {
                 c.time(ts);
+                c.other_timed += 1;
             }
             c.other += 1;
             match RawRecord::new(offset, kind, bytes).decode() {
@@ -315,13 +384,13 @@ fn scan_chunk(
             }
         },
     );
+    let (min_ts, max_ts, mut inversions) = c.times.finish(c.hot + c.other_timed);
     if let Some(issue) = broken {
         issues.push(issue);
         // The records after it are not scanned (but read by the cursors).
-        c.inversions = true;
+        inversions = true;
     }
     s.issues = issues;
-    let (min_ts, max_ts, inversions) = (c.min_ts, c.max_ts, c.inversions);
     let records = c.hot + c.other;
     let wr_events = c.hot + c.observed;
     s.min_ts = min_ts;
@@ -441,7 +510,34 @@ impl Scan {
 
 #[cfg(test)]
 mod tests {
-    use super::ChunkOrder;
+    use super::{ChunkOrder, Times};
+
+    /// `Times` finds what comparing every timestamp with the least and the greatest so far
+    /// finds, on sequences with repeats, steps back and the extreme values.
+    #[test]
+    fn times_agree_with_the_running_least_and_greatest() {
+        let mut seed = 0x1234_5678_9abc_def0u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let pick = [0, 1, 5, 6, 7, 100, u64::MAX - 1, u64::MAX];
+        for _ in 0..20_000 {
+            let n = (next() % 7) as usize;
+            let seq: Vec<u64> = (0..n).map(|_| pick[(next() % 8) as usize]).collect();
+            let (mut min, mut max, mut inv) = (u64::MAX, 0u64, false);
+            let mut t = Times::new();
+            for (seen, &ts) in seq.iter().enumerate() {
+                inv |= ts < max;
+                min = min.min(ts);
+                max = max.max(ts);
+                t.add(ts, || seen as u64);
+            }
+            assert_eq!(t.finish(seq.len() as u64), (min, max, inv), "{seq:?}");
+        }
+    }
 
     fn c(in_order: bool, first_last: Option<(u64, u64)>) -> ChunkOrder {
         ChunkOrder {
