@@ -356,11 +356,21 @@ pub enum Glimpse {
 }
 
 /// The decoding context of one chunk, fed its records in order.
-#[derive(Default)]
 pub struct ChunkDecoder {
     base: u64,
-    /// Indexed by slot; allocated at the chunk's first `SlotBind`.
-    slots: Vec<BoundSlot>,
+    /// Indexed by slot (every slot number has one: no bounds check per record); none bound
+    /// (role 0) at the chunk's start.
+    slots: Box<[BoundSlot; 256]>,
+}
+
+impl Default for ChunkDecoder {
+    fn default() -> ChunkDecoder {
+        let slots: Box<[BoundSlot]> = vec![BoundSlot::default(); 256].into_boxed_slice();
+        ChunkDecoder {
+            base: 0,
+            slots: slots.try_into().expect("256 slots"),
+        }
+    }
 }
 
 impl ChunkDecoder {
@@ -548,9 +558,6 @@ impl ChunkDecoder {
             return Step::Context;
         }
         let b = read::<SlotBind>(bytes);
-        if self.slots.is_empty() {
-            self.slots = vec![BoundSlot::default(); 256];
-        }
         self.slots[b.hdr.aux as usize & 255] = BoundSlot {
             object: b.object,
             qpn: b.qpn,
@@ -563,9 +570,8 @@ impl ChunkDecoder {
     /// The slot `tslot` names, when this chunk bound it for slot role `role`.
     #[inline(always)]
     fn slot(&self, tslot: u32, role: u8) -> Option<&BoundSlot> {
-        self.slots
-            .get((tslot >> DTS_BITS) as usize)
-            .filter(|s| s.role == role)
+        let s = &self.slots[(tslot >> DTS_BITS) as usize];
+        (s.role == role).then_some(s)
     }
 }
 
