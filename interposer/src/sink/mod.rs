@@ -155,25 +155,19 @@ fn process() -> Option<&'static Process> {
 /// same count. Either way it hands back the memory of plain chunks whose writers moved on
 /// (`LogWriter::release_retired`), so the program's resident memory does not grow with the
 /// log. It blocks every signal (process-directed signals keep going to the program's
-/// threads), polls while chunks are being finished — every 200 µs, or every 2 ms with rings,
-/// whose finished chunks wake it at once ([`wake_drainer`], so that a burst after an idle
-/// period does not fill the ring while it sleeps) — backs off to 20 ms when idle, and stops
-/// preparing on
+/// threads), polls every 200 µs while chunks are being finished and backs off to 20 ms when
+/// idle — woken at once when a thread finishes a ring chunk ([`wake_drainer`]), so that a
+/// burst after an idle period does not fill the ring while it sleeps — and stops preparing on
 /// an I/O error (the appending thread then meets and reports it). Flight recorder: the drain
 /// only hands back idle rings' pages, and a requested dump ([`request_dump`]) is done within
 /// one idle period (≤ 20 ms).
 fn start_background(writer: LogWriter, ring_chunks: u32, flight: bool) {
     let mut ahead = if writer.has_rings() { 0 } else { ring_chunks };
-    let woken = writer.has_rings() && !flight;
-    if woken {
+    if writer.has_rings() && !flight {
         writer.set_drain_waker(wake_drainer);
     }
-    // Woken for every finished ring chunk, the drainer need not poll fast while chunks are
-    // being finished: each wake-up costs a context switch on a core the program may need
-    // (every 200 µs, ib_write_bw -q 16 over softnic: ~5 000 a second, most of the thread's CPU).
-    let busy_us = if woken { BUSY_POLL_WOKEN_US } else { 200 };
     let body = move || {
-        let mut idle_us = busy_us;
+        let mut idle_us = 200;
         loop {
             if flight {
                 dump_if_requested(&writer);
@@ -187,11 +181,7 @@ fn start_background(writer: LogWriter, ring_chunks: u32, flight: bool) {
                 }
             };
             busy |= writer.release_retired() > 0;
-            idle_us = if busy {
-                busy_us
-            } else {
-                (idle_us * 2).min(20_000)
-            };
+            idle_us = if busy { 200 } else { (idle_us * 2).min(20_000) };
             std::thread::park_timeout(std::time::Duration::from_micros(idle_us));
         }
     };
@@ -219,10 +209,6 @@ fn start_background(writer: LogWriter, ring_chunks: u32, flight: bool) {
         }
     }
 }
-
-/// The background thread's poll interval (µs) after a pass that found work, when finished
-/// ring chunks wake it ([`wake_drainer`]); it doubles while idle, up to 20 ms.
-const BUSY_POLL_WOKEN_US: u64 = 2_000;
 
 /// The background thread (`pthread_t`, 0 until it runs).
 static BACKGROUND: AtomicUsize = AtomicUsize::new(0);
