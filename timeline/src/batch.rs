@@ -218,7 +218,7 @@ impl Recorder {
 
     #[inline(always)]
     fn event(&mut self, ts: u64, ty: u8, track: u64, name: Option<Name>, extra: &Extra<'_>) {
-        let meta = ty as u64 | name.map_or(0, |n| (n.0 as u64 + 1) << 32);
+        let plain = Ev::plain(ts, ty, track, name);
         // The slices are taken out of `extra` (and handed to the cold path by value), so that
         // a caller's `Extra` built for this call need not be stored in memory.
         let Extra {
@@ -233,10 +233,9 @@ impl Recorder {
             _ => (self.side(args, flows, terminating), SIDE),
         };
         self.push(Ev {
-            ts,
-            track,
             x,
-            meta: meta | flag,
+            meta: plain.meta | flag,
+            ..plain
         });
     }
 
@@ -337,24 +336,14 @@ impl TraceSink for Recorder {
     /// Both events pushed at once (one capacity check).
     #[inline]
     fn begin_two(&mut self, ts: u64, a: (u64, Name), b: (u64, Name)) {
-        let ev = |(track, name): (u64, Name)| Ev {
-            ts,
-            track,
-            x: 0,
-            meta: BEGIN as u64 | (name.0 as u64 + 1) << 32,
-        };
+        let ev = |(track, name)| Ev::plain(ts, BEGIN, track, Some(name));
         self.cur_evs.extend([ev(a), ev(b)]);
     }
 
     /// Both events pushed at once (one capacity check).
     #[inline]
     fn end_two(&mut self, ts: u64, a: u64, b: u64) {
-        let ev = |track| Ev {
-            ts,
-            track,
-            x: 0,
-            meta: END as u64,
-        };
+        let ev = |track| Ev::plain(ts, END, track, None);
         self.cur_evs.extend([ev(a), ev(b)]);
     }
 
@@ -456,6 +445,18 @@ pub(crate) fn replay_one(events: &GroupEvents, ev: &Ev, sink: &mut dyn TraceSink
 }
 
 impl Ev {
+    /// An event of type `ty` without args, flows or value: the type and the name (index + 1)
+    /// packed into `meta`.
+    #[inline(always)]
+    fn plain(ts: u64, ty: u8, track: u64, name: Option<Name>) -> Ev {
+        Ev {
+            ts,
+            track,
+            x: 0,
+            meta: ty as u64 | name.map_or(0, |n| (n.0 as u64 + 1) << 32),
+        }
+    }
+
     /// The event's type (a Perfetto TrackEvent type: slice begin 1, end 2, instant 3) when it
     /// is one without args, flows or value.
     #[inline(always)]
