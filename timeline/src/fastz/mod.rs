@@ -56,6 +56,10 @@ pub struct FastZ {
     done: usize,
     /// Frequencies seen yet (else the next block uses the fixed code).
     trained: bool,
+    /// Adler-32 of the stream's raw bytes before `summed` (an offset in the caller's buffer;
+    /// bytes the caller dropped ([`FastZ::slide`]) included).
+    adler: u32,
+    summed: usize,
     /// The match in progress: `pend_len` bytes ending at `done` equal those `pend_dist`
     /// earlier; not yet written, so that the next packet can extend it.
     pend_len: usize,
@@ -107,6 +111,8 @@ impl FastZ {
             stream: 0,
             done: 0,
             trained: false,
+            adler: 1,
+            summed: 0,
             pend_len: 0,
             pend_dist: 0,
             last_dist: 0,
@@ -157,6 +163,8 @@ impl FastZ {
         self.bits.out[..2].copy_from_slice(&[0x78, 0x01]);
         self.bits.pos = 2;
         self.done = 0;
+        self.adler = 1;
+        self.summed = 0;
         self.pend_len = 0;
         self.last_dist = 0;
         self.start_block();
@@ -585,7 +593,43 @@ impl FastZ {
         self.packet(buf, start, 0, 7);
     }
 
-    /// Ends the stream over raw bytes `buf` (everything given to [`FastZ::packet`]) and returns
+    /// Bytes of the current stream's zlib data written so far (0 between streams).
+    pub fn compressed_len(&self) -> usize {
+        if self.idle {
+            0
+        } else {
+            self.bits.pos
+        }
+    }
+
+    /// Whether every byte of `buf` (the caller's raw bytes) is tokenized.
+    pub fn caught_up(&self, buf: &[u8]) -> bool {
+        !self.idle && self.done == buf.len()
+    }
+
+    /// The caller drops its first `k` raw bytes (a stream longer than the caller keeps, see
+    /// [`crate::perfetto`]'s sliding blocks): they are added to the checksum, and offsets
+    /// move `k` back. The candidates in the dropped bytes are forgotten (the stream's start
+    /// moves on to the first byte kept). Only when [`FastZ::caught_up`], and `k` at least a
+    /// window back from the end (later packets never reach what was dropped).
+    pub fn slide(&mut self, buf: &[u8], k: usize) {
+        debug_assert!(self.caught_up(buf) && k + WINDOW <= buf.len());
+        self.checksum(buf);
+        self.summed -= k;
+        self.done -= k;
+        self.stream += k as u64;
+    }
+
+    /// Adds the raw bytes tokenized since the last call to the stream's checksum.
+    fn checksum(&mut self, buf: &[u8]) {
+        if self.done > self.summed {
+            self.adler = zlib_rs::adler32::adler32(self.adler, &buf[self.summed..self.done]);
+            self.summed = self.done;
+        }
+    }
+
+    /// Ends the stream over raw bytes `buf` (everything given to [`FastZ::packet`] but what
+    /// [`FastZ::slide`] dropped) and returns
     /// the zlib bytes; the encoder starts a new stream.
     pub fn finish(&mut self, buf: &[u8]) -> Vec<u8> {
         self.finish_with(buf, |z| z.to_vec())
@@ -601,7 +645,8 @@ impl FastZ {
         self.bits.put(0b011, 3);
         self.bits.put(0, 7);
         self.bits.align();
-        let adler = zlib_rs::adler32::adler32(1, buf);
+        self.checksum(buf);
+        let adler = self.adler;
         self.bits.room(4);
         let p = self.bits.pos;
         self.bits.out[p..p + 4].copy_from_slice(&adler.to_be_bytes());

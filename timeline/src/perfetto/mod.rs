@@ -213,6 +213,9 @@ pub struct PerfettoSeq {
     fallback: Option<Box<Fallback>>,
     /// The last lanes declared with a static key ([`small::LaneTemplate`]).
     lanes: [small::LaneTemplate; small::LANE_SLOTS],
+    /// Raw bytes of the current block dropped from the front of `buf`: the block slides
+    /// ([`PerfettoSeq::slide`]).
+    slid: usize,
 }
 
 /// Candidate-table type slots of non-event packets (event types are 1..=4).
@@ -247,6 +250,7 @@ impl PerfettoSeq {
             earlier: 0,
             fallback: None,
             lanes: Default::default(),
+            slid: 0,
         }
     }
 
@@ -679,8 +683,16 @@ impl TraceSink for PerfettoSeq {
         );
     }
 
+    /// The raw bytes of the block; once the block slides ([`PerfettoSeq::slide`]), its zlib
+    /// data so far counted [`small::SLID_ZLIB_WEIGHT`] times (the raw bytes it keeps are at
+    /// most what an unslid block holds), or a [`small::SLID_BLOCK_RATIO`]th of its raw bytes if
+    /// more.
     fn pending_bytes(&self) -> usize {
-        self.buf.len()
+        if self.slid == 0 {
+            return self.buf.len();
+        }
+        let zlib = self.z.as_ref().map_or(0, |z| z.compressed_len());
+        (zlib * small::SLID_ZLIB_WEIGHT).max((self.slid + self.buf.len()) / small::SLID_BLOCK_RATIO)
     }
 
     fn take(&mut self) -> Vec<u8> {
@@ -692,11 +704,15 @@ impl TraceSink for PerfettoSeq {
                     return Vec::new();
                 }
                 let (buf, fallback) = (&self.buf, &mut self.fallback);
+                // A block that slid is dense: not retried (its first bytes are gone).
+                let whole = self.slid == 0;
                 let out = z.finish_with(buf, |fast| {
                     let zlib = fallback.get_or_insert_with(|| Box::new(Fallback::new()));
-                    frame_compressed(zlib.zlib_if_smaller(buf, fast).unwrap_or(fast))
+                    let retried = whole.then(|| zlib.zlib_if_smaller(buf, fast)).flatten();
+                    frame_compressed(retried.unwrap_or(fast))
                 });
                 self.buf.clear();
+                self.slid = 0;
                 self.next_epoch();
                 out
             }

@@ -52,6 +52,7 @@ impl PerfettoSeq {
             }
             i += 1;
         }
+        self.slide();
     }
 
     /// Whether `ev`'s template slot holds a template of its track, type and name in this block

@@ -105,6 +105,71 @@ fn lane_slot(parent: u64, key: &'static str) -> usize {
     (k.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 60) as usize
 }
 
+/// A block whose raw bytes reach this many slides ([`PerfettoSeq::slide`]) when it is dense:
+/// taken now, it would not be retried with zlib ([`super::zlib::worth_zlib`]), which a block
+/// that slid no longer can be.
+pub(super) const SLIDE_AT: usize = 384 << 10;
+
+/// Raw bytes a sliding block keeps (the compressor's window, and more: a template farther back
+/// than the window is not used).
+const SLIDE_KEEP: usize = 40 << 10;
+
+/// How many times a block that slid counts its zlib data as pending: the encoder's output
+/// buffer grows by doubling (a block of the caller's block size or more holds that much).
+pub(super) const SLID_ZLIB_WEIGHT: usize = 2;
+
+/// A block that slid counts at least this fraction of its raw bytes as pending
+/// ([`PerfettoSeq::pending_bytes`](crate::TraceSink::pending_bytes)), so that no block's
+/// packets decompress into more than this many times the caller's block size.
+pub(super) const SLID_BLOCK_RATIO: usize = 32;
+
+impl PerfettoSeq {
+    /// Lets a dense block go on past [`SLIDE_AT`] raw bytes without holding them: its first
+    /// bytes — all but the last [`SLIDE_KEEP`], which hold every template and match candidate
+    /// still in the compressor's reach — are dropped (the compressor has them in its checksum),
+    /// the offsets of what is kept move back, and templates and lane templates in what was
+    /// dropped are forgotten. Until the block is taken, its zlib data counts as pending
+    /// ([`crate::TraceSink::pending_bytes`], [`SLID_ZLIB_WEIGHT`]): a dense block goes on to
+    /// many times the caller's block size, and starts over (each track's first packet written
+    /// without a template, the code tables sent again) that much less often — the real
+    /// `ib_write_bw -q 16` log: 445 → 66 blocks, 3.850 → 3.704 G instructions, 16.49 → 15.58
+    /// MB, the packets of each sequence the same. Only with the compressor,
+    /// when every byte is tokenized and the block is dense ([`SLIDE_AT`]; a sparse block
+    /// stays whole, for the zlib retry at [`crate::TraceSink::take`]).
+    pub(super) fn slide(&mut self) {
+        let len = self.buf.len();
+        let Some(z) = self.z.as_deref_mut() else {
+            return;
+        };
+        if len < SLIDE_AT
+            || super::zlib::worth_zlib(self.slid + len, z.compressed_len())
+            || !z.caught_up(&self.buf)
+        {
+            return;
+        }
+        let k = len - SLIDE_KEEP;
+        z.slide(&self.buf, k);
+        self.buf.copy_within(k.., 0);
+        self.buf.truncate(SLIDE_KEEP);
+        for t in &mut self.templates {
+            if t.at < k {
+                // No kind matches 0 (its epoch bits are 0).
+                t.kind = 0;
+            } else {
+                t.at -= k;
+            }
+        }
+        for l in &mut self.lanes {
+            if l.at < k {
+                l.uuid_len = 0;
+            } else {
+                l.at -= k;
+            }
+        }
+        self.slid += k;
+    }
+}
+
 /// Bytes a repeat copies from its template in one fixed-size copy (a template packet's bytes
 /// before the timestamp are fewer: at most 30).
 pub(super) const REPEAT_COPY: usize = 32;

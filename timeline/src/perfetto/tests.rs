@@ -540,3 +540,94 @@ fn replayed_runs_encode_as_the_events_fed_directly() {
     assert!(want.len() > 1000);
     assert_eq!(got, want);
 }
+
+/// The blocks of `rounds` rounds of `feed` recorded and encoded batch by batch into one
+/// compressed sequence whose group block is 512 KiB, and the plain packets of the same events
+/// fed to a plain sequence; after each batch, the raw bytes the sequence holds are checked
+/// against `max_held`. (blocks, plain packets).
+fn recorded_blocks(
+    rounds: u64,
+    feed: impl Fn(&mut dyn TraceSink, u64),
+    max_held: usize,
+) -> (Vec<Vec<u8>>, Vec<u8>) {
+    use crate::batch::Recorder;
+    use crate::groups::PerfettoGroups;
+    let mut plain = PerfettoSeq::new(4, true, 1000);
+    for round in 0..rounds {
+        feed(&mut plain, round);
+    }
+    let mut enc = PerfettoGroups::new(
+        vec![PerfettoSeq::new(4, true, 1000).compressed()],
+        512 << 10,
+    );
+    let mut rec = Recorder::new(1);
+    let mut out = Vec::new();
+    for round in 0..rounds {
+        feed(&mut rec, round);
+        let b = rec.take_batch();
+        out.extend(enc.encode(&b));
+        rec.give_back(b);
+        let held = enc.seqs_mut()[0].buf.len();
+        assert!(held <= max_held, "{held} raw bytes held");
+    }
+    out.extend(enc.take());
+    let trace = decode(&out);
+    let blocks = trace.packet.iter().map(|p| {
+        let mut framed = Vec::new();
+        p.encode(&mut framed).unwrap();
+        let mut one = vec![TAG_PACKET];
+        put_varint(&mut one, framed.len() as u64);
+        one.extend(framed);
+        one
+    });
+    (blocks.collect(), plain.take())
+}
+
+/// A dense sequence (slices on 128 lanes in turn, as a QP's WRs) slides: its blocks go on far
+/// past the group block while the sequence holds less than it of raw bytes, and inflate to the
+/// plain sequence's packets (the checksum of the bytes dropped on the way included); a sparse
+/// one (a counter whose values repeat in a long cycle) does not, and its blocks are retried
+/// with zlib as before.
+#[test]
+fn dense_blocks_slide_and_sparse_ones_stay_whole() {
+    let dense = |s: &mut dyn TraceSink, round: u64| {
+        let n = s.name("WRITE 8 B");
+        let mut ts = 1000 + round * 1_000_000_000;
+        for i in 0..20_000u64 {
+            ts += 40 + (i % 97 == 0) as u64 * 13;
+            s.end(ts, 1000 + (i + 64) % 128, &Extra::NONE);
+            s.begin(ts, 1000 + i % 128, n, &Extra::NONE);
+        }
+    };
+    // 30 rounds of 40 000 packets of ~14 bytes: ~17 MB raw.
+    let (blocks, plain) = recorded_blocks(30, dense, small::SLIDE_AT + (1 << 20));
+    let inflated_all: Vec<u8> = blocks.iter().flat_map(|b| inflated(b)).collect();
+    assert_eq!(inflated_all.len(), plain.len());
+    assert_eq!(decode(&inflated_all), decode(&plain));
+    assert!(plain.len() > 16 << 20, "{}", plain.len());
+    // Without sliding: a block per 512 KiB (32 or more).
+    assert!(blocks.len() <= 8, "{} blocks", blocks.len());
+    for b in &blocks {
+        assert_eq!(zlib_header(b), [0x78, 0x01], "fastz's stream");
+        assert!(inflated(b).len() <= small::SLID_BLOCK_RATIO * (512 << 10) + (1 << 20));
+    }
+    let sparse = |s: &mut dyn TraceSink, round: u64| {
+        let mut ts = 1000 + round * 1_000_000_000;
+        for i in 0..40_000usize {
+            ts += [3, 17, 250, 9, 1000][i % 5];
+            s.counter(ts, 7, [5, 0, 3, 0, 9, 1, 0][i % 7]);
+        }
+    };
+    let (blocks, plain) = recorded_blocks(30, sparse, 2 << 20);
+    let inflated_all: Vec<u8> = blocks.iter().flat_map(|b| inflated(b)).collect();
+    assert_eq!(decode(&inflated_all), decode(&plain));
+    assert!(
+        blocks.len() >= plain.len() / (1 << 20),
+        "{} blocks",
+        blocks.len()
+    );
+    for b in &blocks[..blocks.len() - 1] {
+        assert_eq!(zlib_header(b), [0x78, 0x5e], "zlib's stream");
+        assert!(inflated(b).len() <= (512 << 10) + (1 << 20));
+    }
+}
