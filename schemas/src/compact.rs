@@ -382,11 +382,8 @@ impl ChunkDecoder {
     /// Reads one record (its file offset, kind and bytes, of the length of its kind).
     #[inline(always)]
     pub fn accept<'a>(&mut self, offset: u64, kind: u16, bytes: &'a [u8]) -> Decoded<'a> {
-        if !(TIME_BASE..=COMPLETION_S).contains(&kind) {
-            return Decoded::Record(RawRecord::new(offset, kind, bytes));
-        }
         let mut r = RawRecord::new(offset, kind, bytes);
-        match self.compact(offset, kind, bytes, &mut r) {
+        match self.accept_into(offset, kind, bytes, &mut r) {
             Step::Record => Decoded::Record(r),
             Step::Context => Decoded::Context,
             Step::Damaged => Decoded::Damaged(unbound(kind, bytes)),
@@ -404,11 +401,50 @@ impl ChunkDecoder {
         bytes: &'a [u8],
         out: &mut RawRecord<'a>,
     ) -> Step {
-        if !(TIME_BASE..=COMPLETION_S).contains(&kind) {
-            out.set_raw(offset, kind, bytes);
-            return Step::Record;
+        // One switch over every kind (a range check and a jump table), not a range check for
+        // the compact and context kinds and then a second switch among them. Measured on the
+        // converter (callgrind, real `ib_write_bw` log, 3.23 M compact records): its ring
+        // refill 317.6 -> 305.6 M instructions.
+        let base = self.base;
+        match kind {
+            POST_SEND_C => {
+                let c = read::<PostSendCompact>(bytes);
+                let Some(s) = self.slot(c.tslot, slot_role::SEND) else {
+                    return Step::Damaged;
+                };
+                out.set_expanded(offset, bytes, &expand_post_send(&c, base, s));
+                Step::Record
+            }
+            COMPLETION_S => {
+                let c = read::<CompletionShort>(bytes);
+                let Some(s) = self.slot(c.tslot, slot_role::COMPLETION) else {
+                    return Step::Damaged;
+                };
+                out.set_expanded(offset, bytes, &expand_completion_short(&c, base, s));
+                Step::Record
+            }
+            COMPLETION_C => {
+                let c = read::<CompletionCompact>(bytes);
+                let Some(s) = self.slot(c.tslot, slot_role::COMPLETION) else {
+                    return Step::Damaged;
+                };
+                out.set_expanded(offset, bytes, &expand_completion(&c, base, s));
+                Step::Record
+            }
+            POST_RECV_C => {
+                let c = read::<PostRecvCompact>(bytes);
+                let Some(s) = self.slot(c.tslot, slot_role::RECV) else {
+                    return Step::Damaged;
+                };
+                out.set_expanded(offset, bytes, &expand_post_recv(&c, base, s));
+                Step::Record
+            }
+            TIME_BASE | SLOT_BIND => self.context(kind, bytes),
+            _ => {
+                out.set_raw(offset, kind, bytes);
+                Step::Record
+            }
         }
-        self.compact(offset, kind, bytes, out)
     }
 
     /// A first look at a record (its kind and bytes, of the length of its kind), in place of
@@ -500,54 +536,6 @@ impl ChunkDecoder {
         debug_assert_eq!(step, Step::Record);
     }
 
-    /// A compact or context record: expanded into `out` (a record), consumed (context), or
-    /// damaged (its slot is not bound: [`unbound`] says so).
-    #[inline(always)]
-    fn compact<'a>(
-        &mut self,
-        offset: u64,
-        kind: u16,
-        bytes: &'a [u8],
-        out: &mut RawRecord<'a>,
-    ) -> Step {
-        let base = self.base;
-        match kind {
-            TIME_BASE | SLOT_BIND => self.context(kind, bytes),
-            POST_SEND_C => {
-                let c = read::<PostSendCompact>(bytes);
-                let Some(s) = self.slot(c.tslot, slot_role::SEND) else {
-                    return Step::Damaged;
-                };
-                out.set_expanded(offset, bytes, &expand_post_send(&c, base, s));
-                Step::Record
-            }
-            POST_RECV_C => {
-                let c = read::<PostRecvCompact>(bytes);
-                let Some(s) = self.slot(c.tslot, slot_role::RECV) else {
-                    return Step::Damaged;
-                };
-                out.set_expanded(offset, bytes, &expand_post_recv(&c, base, s));
-                Step::Record
-            }
-            COMPLETION_C => {
-                let c = read::<CompletionCompact>(bytes);
-                let Some(s) = self.slot(c.tslot, slot_role::COMPLETION) else {
-                    return Step::Damaged;
-                };
-                out.set_expanded(offset, bytes, &expand_completion(&c, base, s));
-                Step::Record
-            }
-            _ => {
-                let c = read::<CompletionShort>(bytes);
-                let Some(s) = self.slot(c.tslot, slot_role::COMPLETION) else {
-                    return Step::Damaged;
-                };
-                out.set_expanded(offset, bytes, &expand_completion_short(&c, base, s));
-                Step::Record
-            }
-        }
-    }
-
     /// A context record (a time base or a slot binding), taken in: rare, out of line, so that
     /// the record arms inlined in every reader keep their registers.
     #[cold]
@@ -576,7 +564,7 @@ impl ChunkDecoder {
 }
 
 /// What is wrong with a compact record (of kind `kind`, `bytes` in the file) that
-/// [`ChunkDecoder::compact`] found damaged: its slot is not bound.
+/// [`ChunkDecoder::accept_into`] found damaged: its slot is not bound.
 #[cold]
 fn unbound(kind: u16, bytes: &[u8]) -> String {
     let tslot = match kind {
