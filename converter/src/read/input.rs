@@ -14,7 +14,10 @@ use sigmatrace_schemas::reader::{ChunkInfo, RawRecord};
 use sigmatrace_schemas::HEADER_SIZE;
 
 use crate::error::ConvertError;
-pub use crate::read::chunk::{chunk_end, record_ts, ChunkRecords, RecordIssue, RELEASE_WINDOW};
+pub use crate::read::chunk::{
+    chunk_end, record_ts, ChunkRecords, RecordIssue, JOIN_RELEASE_WINDOW, PROCESS_RELEASE_BUDGET,
+    RELEASE_WINDOW,
+};
 use crate::read::map::MappedLog;
 use crate::read::messages::{Spill, SpillCursor, ThreadPieces};
 
@@ -180,6 +183,7 @@ impl LogInput {
     fn message_cursor(&self, t: usize) -> ThreadCursor<'_> {
         let mut c = ThreadCursor::unfilled(self, t, &self.threads[t].1);
         c.messages_only = c.in_order;
+        c.window = JOIN_RELEASE_WINDOW;
         c.fill(&mut Vec::new());
         c
     }
@@ -282,6 +286,10 @@ pub struct ThreadCursor<'a> {
     in_order: bool,
     /// Only messages are read ([`LogInput::message_cursors`]; threads in order only).
     messages_only: bool,
+    /// Consumed bytes of a chunk kept before they are released ([`RELEASE_WINDOW`], a share
+    /// of [`PROCESS_RELEASE_BUDGET`] with more than two threads; the causality join's cursors:
+    /// [`JOIN_RELEASE_WINDOW`]).
+    window: usize,
 }
 
 impl<'a> ThreadCursor<'a> {
@@ -314,6 +322,8 @@ impl<'a> ThreadCursor<'a> {
             touched: true,
             in_order: input.thread_in_order(thread),
             messages_only: false,
+            window: (PROCESS_RELEASE_BUDGET / input.threads.len().max(1))
+                .clamp(JOIN_RELEASE_WINDOW, RELEASE_WINDOW),
         }
     }
 
@@ -499,7 +509,9 @@ impl<'a> ThreadCursor<'a> {
             }
             let c = &self.chunks[self.next_chunk];
             self.next_chunk += 1;
-            self.iter = Some(ChunkRecords::new(&self.input.file, c, issues));
+            self.iter = Some(
+                ChunkRecords::new(&self.input.file, c, issues).with_release_window(self.window),
+            );
         }
     }
 }
