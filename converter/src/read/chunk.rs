@@ -16,10 +16,10 @@ use crate::read::map::MappedLog;
 /// reader holds about this much, whatever the chunk size. The scan's readers (one per job)
 /// and a process's model cursors (one per writer thread, one process per job) are few at a
 /// time; each release is an `MADV_DONTNEED` that interrupts the other cores running our
-/// threads to flush their TLBs. Measured against 512 KiB (64 ranks × 50 M WR events, 2.9 GB
-/// of logs): `--jobs 2` 8.53 → 7.84 CPU-s (system time 1.55 → 1.18 s), `--jobs 1` system
-/// time 0.88 → 0.71 s, peak RSS unchanged (62 / 34 MB); 1024 ranks `--jobs 2` system time 2.76
-/// → 1.33 s, 88 → 87 MB.
+/// threads to flush their TLBs. Measured against 512 KiB, alternating (64 ranks × 50 M WR
+/// events, 2.9 GB of logs): `--jobs 2` 8.46 → 7.95 CPU-s (system time 1.40 → 1.18 s), peak
+/// RSS 62 → 64 MB; 1024 ranks × 50 M `--jobs 2` 11.08 → 10.32 CPU-s, 88 → 87 MB; `--jobs 1`
+/// within the noise.
 pub const RELEASE_WINDOW: usize = 2 << 20;
 
 /// [`RELEASE_WINDOW`] of the causality join's cursors, which read every log in lock-step
@@ -404,7 +404,7 @@ impl<'a> ChunkRecords<'a> {
         self.pos = pos;
         match stop {
             // The consumed pages are released once per call, not checked for per record: at
-            // most `out.len()` records later (a few hundred bytes of the 512 KiB window).
+            // most `out.len()` records later (a few hundred bytes past the release window).
             // Measured (callgrind, real `ib_write_bw` log): `fill_half` 335.0 -> 317.6 M
             // instructions.
             Stop::Full if pos - self.released >= self.window => self.release_consumed(),
