@@ -14,7 +14,7 @@ use crate::fastz::FastZ;
 use crate::proto::{self, TracePacket};
 use crate::{ArgKey, ArgValue, CounterUnit, Extra, Name, TraceSink, TrackDef, TrackKind};
 pub(crate) use small::Tail;
-use small::Template;
+use small::TemplateLine;
 #[cfg(test)]
 pub(crate) use small::{epoch_bits, template_kind, EPOCHS, KIND_TAIL};
 use zlib::Fallback;
@@ -202,7 +202,7 @@ pub struct PerfettoSeq {
     z: Option<Box<FastZ>>,
     /// With `z`: the last small packet per (track, type) slot ([`Template`]), allocated
     /// on first use.
-    templates: Vec<Template>,
+    templates: Vec<TemplateLine>,
     /// Current block's number (1 to [`small::EPOCHS`] − 1): templates of earlier blocks are
     /// stale.
     epoch: u32,
@@ -281,7 +281,7 @@ impl PerfettoSeq {
         self.epoch += 1;
         if self.epoch == small::EPOCHS {
             // Epochs wrapped: no slot may look current.
-            self.templates.fill(Template::default());
+            self.templates.fill(TemplateLine::default());
             self.epoch = 1;
         }
     }

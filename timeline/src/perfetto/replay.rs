@@ -5,8 +5,8 @@
 //! through the sink interface ([`crate::batch::replay_one`]).
 
 use super::small::{
-    epoch_bits, repeat_plain, repeat_tail, template_slot, Tail, Template, KIND_TAIL, REPEAT_COPY,
-    TEMPLATE_SLOTS,
+    epoch_bits, repeat_plain, repeat_tail, slots, slots_ref, template_slot, Tail, Template,
+    KIND_TAIL, REPEAT_COPY, TEMPLATE_SLOTS,
 };
 use super::PerfettoSeq;
 use crate::batch::{replay_one, Ev, GroupEvents, TAIL_FLAGS};
@@ -24,7 +24,7 @@ impl PerfettoSeq {
             if let (true, Some(z), Ok(templates), true) = (
                 self.may_repeat(&evs[i]),
                 self.z.as_deref_mut(),
-                <&mut [Template; TEMPLATE_SLOTS]>::try_from(&mut self.templates[..]),
+                <&mut [Template; TEMPLATE_SLOTS]>::try_from(slots(&mut self.templates)),
                 self.incremental,
             ) {
                 let epoch = epoch_bits(self.epoch);
@@ -60,7 +60,7 @@ impl PerfettoSeq {
     #[inline(always)]
     fn may_repeat(&self, ev: &Ev) -> bool {
         let slot = template_slot(ev.track, ev.meta as u8 as i32);
-        let Some(t) = self.templates.get(slot) else {
+        let Some(t) = slots_ref(&self.templates).get(slot) else {
             return false;
         };
         let key = ev.meta | epoch_bits(self.epoch);
@@ -133,7 +133,7 @@ fn repeats(
         // with other flags (args, more flows) or a track or lane declaration never does.
         let key = ev.meta | epoch;
         if t.kind == key {
-            if t.track != ev.track || start - t.at > WINDOW {
+            if t.track != ev.track || start - t.at() > WINDOW {
                 break;
             }
             match repeat_plain(buf, z, t, ev.ts - now, ty as usize) {
@@ -150,7 +150,7 @@ fn repeats(
                 }
             }
         } else if t.kind & !KIND_TAIL == key & !TAIL_FLAGS {
-            if t.track != ev.track || start - t.at > WINDOW || t.at + REPEAT_COPY > start {
+            if t.track != ev.track || start - t.at() > WINDOW || t.at() + REPEAT_COPY > start {
                 break;
             }
             tail_repeat(buf, z, t, ev, ev.ts - now);
@@ -196,14 +196,14 @@ fn run(
         if ev.ts < clock
             || t.kind != ev.meta | epoch
             || t.track != ev.track
-            || t.at + d != end
+            || t.at() + d != end
             || t.ts != ev.ts - clock
         {
             // Not taken.
             rest = evs[evs.len() - rest.len() - 1..].iter();
             break;
         }
-        t.at = end;
+        t.set_at(end);
         last[ty as usize & 3] = end + 1;
         end += t.len();
         clock = ev.ts;

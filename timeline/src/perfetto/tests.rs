@@ -631,3 +631,34 @@ fn dense_blocks_slide_and_sparse_ones_stay_whole() {
         assert!(inflated(b).len() <= (512 << 10) + (1 << 20));
     }
 }
+
+/// The template table's layout ([`small::template_slot`]): a track's slice begin and end share
+/// a cache line, a caller's consecutive tracks take consecutive lines (no two of 2 048 collide),
+/// and tracks that differ in their high 32 bits only (two processes' lanes) do not share their
+/// lines. Hashing each (track, type) alone met none of these (a cache miss per packet).
+#[test]
+fn template_slots_keep_a_tracks_slices_and_consecutive_tracks_together() {
+    use small::{template_slot, TEMPLATE_SLOTS};
+    let line = |track: u64, ty: i32| template_slot(track, ty) * 32 / 64;
+    for base in [1u64, 0x7_0000_0000_0042, (5 << 36) + 17, u64::MAX - 4096] {
+        let mut seen = std::collections::HashSet::new();
+        for k in 0..2048u64 {
+            let t = base.wrapping_add(k);
+            let slots: Vec<usize> = (1..=4).map(|ty| template_slot(t, ty)).collect();
+            assert!(slots.iter().all(|&s| s < TEMPLATE_SLOTS));
+            assert_eq!(
+                line(t, proto::TYPE_SLICE_BEGIN),
+                line(t, proto::TYPE_SLICE_END)
+            );
+            for s in slots {
+                assert!(seen.insert(s), "track {t:#x}: slot {s} taken twice");
+            }
+        }
+    }
+    // Lanes of processes 1 and 2 (uuid ranges 2^36 apart) with the same low bits.
+    let (a, b) = ((1u64 << 36) + 40, (2u64 << 36) + 40);
+    assert_ne!(
+        line(a, proto::TYPE_SLICE_BEGIN),
+        line(b, proto::TYPE_SLICE_BEGIN)
+    );
+}
