@@ -351,7 +351,14 @@ impl RankLog<'_> {
             qpn: d.qpn_src,
             bytes,
             rkey: if ud { d.qpn_dst } else { 0x1234 },
-            imm: k as u32,
+            // As the tracer records it: immediate data only where the opcode carries it (a
+            // program's `imm_data` is not read otherwise), so that the hot sends are written
+            // compact as a traced program's are.
+            imm: if op == ibv::wr::RDMA_WRITE_WITH_IMM {
+                k as u32
+            } else {
+                0
+            },
             num_sge: 1,
             opcode: op,
             ..Default::default()
@@ -426,7 +433,8 @@ impl RankLog<'_> {
             src_qp: d.qpn_src,
             slid,
             byte_len: if imm { 0 } else { d.bytes_of(k) },
-            imm: k as u32,
+            // Only a completion with immediate data has it (`IBV_WC_WITH_IMM`), as traced.
+            imm: if imm { k as u32 } else { 0 },
             opcode: if imm {
                 ibv::wc::RECV_RDMA_WITH_IMM
             } else {
