@@ -10,7 +10,7 @@ use sigmatrace_schemas::reader::{ChunkInfo, RawRecord};
 use sigmatrace_schemas::records::RecordKind;
 
 use crate::read::hot::is_message;
-use crate::read::map::MappedLog;
+use crate::read::map::{prefetch_ahead, MappedLog, PREFETCH_AHEAD};
 
 /// How many consumed bytes of a chunk a reader keeps resident before it releases them: a
 /// reader holds about this much, whatever the chunk size. The scan's readers (one per job)
@@ -308,6 +308,7 @@ impl<'a> ChunkRecords<'a> {
         let bytes = self.bytes;
         let mut pos = self.pos;
         while let Some(rest) = bytes.get(pos..) {
+            prefetch_ahead(bytes, pos + PREFETCH_AHEAD);
             let (kind, record) = match record_header(rest, self.heads) {
                 Ok(Some(header)) => header,
                 end => {
@@ -368,6 +369,10 @@ impl<'a> ChunkRecords<'a> {
         let mut last = *last_ts;
         let mut n = 0;
         let mut stop = Stop::Full;
+        // The lines the next call reads (a call reads a few hundred bytes).
+        for line in 0..4 {
+            prefetch_ahead(bytes, pos + PREFETCH_AHEAD + 64 * line);
+        }
         while n < out.len() {
             let Some(rest) = bytes.get(pos..) else {
                 stop = Stop::End;

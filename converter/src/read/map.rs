@@ -187,6 +187,31 @@ impl Mapping {
     }
 }
 
+/// How far ahead of its reading position a reader of a mapped log prefetches
+/// ([`prefetch_ahead`]).
+pub const PREFETCH_AHEAD: usize = 2048;
+
+/// Asks the CPU to fetch the cache line of `bytes[at]` (nothing when `at` is past the end): a
+/// reader streaming through a mapped log prefetches [`PREFETCH_AHEAD`] bytes ahead, since
+/// the hardware prefetcher stops at each 4 KiB page and the log's bytes come from the page
+/// cache, not from a cache near the core (perf: a third of the scan's samples on the loads
+/// of a record's header and fields).
+#[inline(always)]
+pub fn prefetch_ahead(bytes: &[u8], at: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(b) = bytes.get(at) {
+        // SAFETY: a prefetch is a hint: it reads nothing into the program, never faults (a
+        // line whose page is not mapped is dropped) and the address lies inside the slice.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                (b as *const u8).cast::<i8>(),
+            )
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (bytes, at);
+}
+
 impl std::ops::Deref for MappedLog {
     type Target = LogView<'static>;
     fn deref(&self) -> &Self::Target {
