@@ -39,6 +39,7 @@ fn key_slot(key: u64) -> usize {
     let line = (id as u32).wrapping_add(((id >> 32) as u32).wrapping_mul(0x9e37_79b1));
     ((line as usize) << 1 | (k & 1) as usize) & (KEY_SLOTS - 1)
 }
+
 /// Bytes compared per step (one equality mask).
 const SEG: usize = 64;
 /// Trailing bytes of a small packet that may differ from a candidate that is still taken at
