@@ -35,9 +35,16 @@ const KEY_SLOTS: usize = 4096;
 #[inline(always)]
 fn key_slot(key: u64) -> usize {
     let k = key.wrapping_sub(1);
-    let id = k >> 3;
-    let line = (id as u32).wrapping_add(((id >> 32) as u32).wrapping_mul(0x9e37_79b1));
-    ((line as usize) << 1 | (k & 1) as usize) & (KEY_SLOTS - 1)
+    (id_line(k >> 3) << 1 | (k & 1) as usize) & (KEY_SLOTS - 1)
+}
+
+/// The line of a direct-mapped table where a caller's id (a track uuid) goes: its low 32 bits
+/// plus a hash of its high 32 bits, so that consecutive ids take consecutive lines and ids
+/// differing in their high bits only (two processes' lanes) do not share theirs. The
+/// encoder's template table and [`key_slot`] both use it (masked to their size).
+#[inline(always)]
+pub(crate) fn id_line(id: u64) -> usize {
+    (id as u32).wrapping_add(((id >> 32) as u32).wrapping_mul(0x9e37_79b1)) as usize
 }
 
 /// Bytes compared per step (one equality mask).

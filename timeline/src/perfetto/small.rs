@@ -220,8 +220,7 @@ pub(super) fn slots_ref(lines: &[TemplateLine]) -> &[Template] {
 /// slices interleave).
 #[inline(always)]
 pub(super) fn template_slot(track: u64, ty: i32) -> usize {
-    let line = (track as u32).wrapping_add(((track >> 32) as u32).wrapping_mul(0x9e37_79b1));
-    ((line as usize) << 2 | (ty as usize + 3) & 3) & (TEMPLATE_SLOTS - 1)
+    (crate::fastz::id_line(track) << 2 | (ty as usize + 3) & 3) & (TEMPLATE_SLOTS - 1)
 }
 
 /// What follows the name of a small packet before its timestamp: nothing, a counter value,
