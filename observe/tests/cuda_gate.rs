@@ -44,10 +44,12 @@ fn gate_then_device_poller_on_the_test_double() {
         "{} missing: build the workspace first (cargo build --workspace)",
         lib.display()
     );
-    let dir = std::env::temp_dir().join(format!("observe-cuda-gate-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let link = dir.join("libcuda.so.1");
-    let _ = std::fs::remove_file(&link);
+    // Removed when the test ends, passed or failed (the library stays mapped once loaded).
+    let dir = tempfile::Builder::new()
+        .prefix("observe-cuda-gate-")
+        .tempdir()
+        .unwrap();
+    let link = dir.path().join("libcuda.so.1");
     std::os::unix::fs::symlink(&lib, &link).unwrap();
     let c = CString::new(link.to_str().unwrap()).unwrap();
     // SAFETY: loading a test library by path, as an application would load its driver.

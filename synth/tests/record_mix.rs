@@ -12,15 +12,18 @@ const WC_WITH_IMM: u32 = 2;
 
 #[test]
 fn sends_and_completions_without_immediate_data_are_compact() {
-    let dir = std::env::temp_dir().join(format!("synth-record-mix-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    // Removed when the test ends, passed or failed.
+    let tmp = tempfile::Builder::new()
+        .prefix("synth-record-mix-")
+        .tempdir()
+        .expect("temp dir");
+    let dir = tmp.path();
     // Writes (a WRITE_WITH_IMM every 8th: a receive completion with immediate data on the
     // peer), sends and receives, ping-pongs.
     let mut sc = Scenario::ring(3, 1, Pattern::Write { signal_every: 4 }, 400);
     sc.links[1].pattern = Pattern::SendRecv;
     sc.links[2].pattern = Pattern::PingPong;
-    let truth = sigmatrace_synth::write(&dir, &sc).expect("write");
+    let truth = sigmatrace_synth::write(dir, &sc).expect("write");
     // (compact, full) per kind: sends without immediate data, with it; completions likewise.
     let mut sends = [[0u64; 2]; 2];
     let mut completions = [[0u64; 2]; 2];
@@ -48,7 +51,6 @@ fn sends_and_completions_without_immediate_data_are_compact() {
             }
         }
     }
-    std::fs::remove_dir_all(&dir).ok();
     // Every send and completion without immediate data compact, sends with it full (the
     // compact send has no room for it); some of each.
     assert_eq!(
