@@ -108,3 +108,40 @@ fn ud_stream_short_only_at_its_end_is_paired_where_proven() {
     );
     common::validate(&out, &[]);
 }
+
+/// In a `--from/--to` window a datagram is drawn with its flow when both its send and its
+/// receive lie inside (as RC messages are): every flow drawn starts at one send and ends at
+/// one receive, none backwards, and the ones cut by the window's edges are left out on both
+/// sides.
+#[test]
+fn ud_datagrams_inside_a_time_window_keep_their_flows() {
+    let sc = Scenario::ring(2, 2, Pattern::Ud, 2000);
+    let (dir, truth) = common::generate(&sc);
+    let out = dir.path().join("ud-window.perfetto-trace");
+    let opts = ConvertOptions {
+        window_s: Some((0.0055, 0.0062)),
+        jobs: 2,
+        ..Default::default()
+    };
+    let s = convert(&[dir.path().to_owned()], &out, &opts).unwrap();
+    let drawn = s.totals.flows_out;
+    assert!(
+        drawn > 0 && drawn < truth.flows / 2,
+        "{drawn} of {}",
+        truth.flows
+    );
+    assert_eq!(s.totals.flows_in, drawn);
+    let packets = common::decode(&out);
+    let (mut starts, mut ends): (Vec<u64>, Vec<u64>) = (Vec::new(), Vec::new());
+    for e in packets.iter().filter_map(|p| p.track_event.as_ref()) {
+        starts.extend(&e.flow_ids);
+        ends.extend(&e.terminating_flow_ids);
+    }
+    starts.sort_unstable();
+    ends.sort_unstable();
+    assert_eq!(starts.len() as u64, drawn);
+    assert_eq!(starts, ends);
+    let v = common::validate(&out, &["flows=1"]);
+    assert_eq!(v["stats"]["flows"], drawn);
+    assert_eq!(v["stats"]["backward_flows"], 0);
+}

@@ -28,6 +28,8 @@ mod alignment;
 mod libraries;
 #[path = "timelines/round_trips.rs"]
 mod round_trips;
+#[path = "timelines/windows.rs"]
+mod windows;
 
 /// Injected clock errors (offset ns, drift ppb) by softnic node (1-based, cycled).
 const SKEWS: [(i64, i64); 8] = [

@@ -101,8 +101,9 @@ pub struct ModelOptions {
     pub detail: Detail,
     /// Only WRs posted (receives completed) inside [from, to) output ns are drawn.
     pub window: Option<(i64, i64)>,
-    /// Per sending (process, QPN): message index range whose both ends are drawn.
-    pub flow_ranges: Option<HashMap<(usize, u32), (u64, u64)>>,
+    /// Per connection (an RC sending QP's, a UD stream's: the `conn` of its flow ids): the
+    /// range of message indices whose both ends are drawn.
+    pub flow_ranges: Option<HashMap<u64, (u64, u64)>>,
     /// Bytes of encoded output after which a block is handed to the writer.
     pub block_bytes: usize,
 }
@@ -274,14 +275,14 @@ impl<'a> ProcessModel<'a> {
         }
     }
 
-    fn flow_ok(&self, sender: usize, qpn: u32, k: u64, limit: u64) -> bool {
+    /// Whether message `k` of connection `conn` is drawn with its flow: it has one (below
+    /// `limit`) and, in a time window, both its ends are inside.
+    fn flow_ok(&self, conn: u64, k: u64, limit: u64) -> bool {
         if k >= limit {
             return false;
         }
         match &self.opts.flow_ranges {
-            Some(r) => r
-                .get(&(sender, qpn))
-                .is_some_and(|&(lo, hi)| k >= lo && k < hi),
+            Some(r) => r.get(&conn).is_some_and(|&(lo, hi)| k >= lo && k < hi),
             None => true,
         }
     }

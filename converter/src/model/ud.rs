@@ -391,22 +391,23 @@ impl UdStreams {
         j
     }
 
-    fn next(link: Option<&UdLink>, counters: &mut [u64]) -> Option<u64> {
+    fn next(link: Option<&UdLink>, counters: &mut [u64]) -> Option<(u64, u64)> {
         let l = link?;
         let k = counters.get_mut(l.slot)?;
         let i = *k;
         *k += 1;
-        (i < l.flows).then(|| crate::align::topology::flow_id(l.conn, i))
+        (i < l.flows).then_some((l.conn, i))
     }
 
-    /// Flow id of the next datagram of process `p`'s send stream `key` (its counter in
-    /// `counters` advances), when the stream is paired and drawn with flows.
-    pub fn next_send(&self, p: usize, key: SendKey, counters: &mut [u64]) -> Option<u64> {
+    /// The stream's connection and the index of the next datagram of process `p`'s send
+    /// stream `key` (its counter in `counters` advances) — its flow id is
+    /// `flow_id(conn, index)` — when the stream is paired and drawn with flows.
+    pub fn next_send(&self, p: usize, key: SendKey, counters: &mut [u64]) -> Option<(u64, u64)> {
         Self::next(self.send.get(p).and_then(|m| m.get(&key)), counters)
     }
 
-    /// Flow id ended by the next receive of process `p`'s receive stream `key`.
-    pub fn next_recv(&self, p: usize, key: RecvKey, counters: &mut [u64]) -> Option<u64> {
+    /// The same for the next receive of process `p`'s receive stream `key`.
+    pub fn next_recv(&self, p: usize, key: RecvKey, counters: &mut [u64]) -> Option<(u64, u64)> {
         Self::next(self.recv.get(p).and_then(|m| m.get(&key)), counters)
     }
 }

@@ -37,8 +37,8 @@ fn send_arg_count(opcode: u8, full: bool) -> usize {
 
 impl ProcessModel<'_> {
     /// The flow a posted send on QP `qi` starts, when drawn: the k-th message-consuming send of
-    /// a connection, or the next datagram of a UD stream (none in a time window: the other end
-    /// may lie outside it). Counts the send either way.
+    /// a connection, or the next datagram of a UD stream (in a time window, only when both ends
+    /// lie inside it). Counts the send either way.
     #[inline(always)]
     pub(super) fn send_flow(&mut self, qi: usize, ps: &PostSend, drawn: bool) -> Option<u64> {
         if !verbs::consumes_recv(ps.opcode) {
@@ -53,16 +53,16 @@ impl ProcessModel<'_> {
         let q = &self.p.qps[qi];
         let k = self.qps[qi].sent_consuming;
         self.qps[qi].sent_consuming += 1;
-        if drawn && self.flow_ok(self.p.index, q.qpn, k, q.flows_out) {
+        if drawn && self.flow_ok(q.conn, k, q.flows_out) {
             self.totals.flows_out += 1;
             return Some(flow_id(q.conn, k));
         }
         if q.qp_type == verbs::qp_type::UD {
             let key = (ps.qpn, ps.rkey, ps.remote_addr);
-            if let Some(f) = self.ud.next_send(self.p.index, key, &mut self.ud_k) {
-                if drawn && self.opts.window.is_none() {
+            if let Some((conn, i)) = self.ud.next_send(self.p.index, key, &mut self.ud_k) {
+                if drawn && self.flow_ok(conn, i, u64::MAX) {
                     self.totals.flows_out += 1;
-                    return Some(f);
+                    return Some(flow_id(conn, i));
                 }
             }
         }
@@ -76,17 +76,17 @@ impl ProcessModel<'_> {
         let q = &self.p.qps[qi];
         let k = self.qps[qi].recv_ok;
         self.qps[qi].recv_ok += 1;
-        if let Some((pp, pq)) = q.peer {
-            if drawn && self.flow_ok(pp, pq, k, q.flows_in) {
+        if q.peer.is_some() {
+            if drawn && self.flow_ok(q.peer_conn, k, q.flows_in) {
                 self.totals.flows_in += 1;
                 return Some(flow_id(q.peer_conn, k));
             }
         } else if q.qp_type == verbs::qp_type::UD {
             let key = (q.qpn, wc.src_qp, wc.slid);
-            if let Some(f) = self.ud.next_recv(self.p.index, key, &mut self.ud_k) {
-                if drawn && self.opts.window.is_none() {
+            if let Some((conn, i)) = self.ud.next_recv(self.p.index, key, &mut self.ud_k) {
+                if drawn && self.flow_ok(conn, i, u64::MAX) {
                     self.totals.flows_in += 1;
-                    return Some(f);
+                    return Some(flow_id(conn, i));
                 }
             }
         }

@@ -132,7 +132,7 @@ fn model_options(
         let mut m = std::collections::HashMap::new();
         align::join(inputs, topo, |pr| {
             if pr.x >= a && pr.x < b && pr.y >= a && pr.y < b {
-                let e = m.entry(pr.sender).or_insert((pr.k, pr.k + 1));
+                let e = m.entry(pr.conn as u64).or_insert((pr.k, pr.k + 1));
                 e.0 = e.0.min(pr.k);
                 e.1 = e.1.max(pr.k + 1);
             }

@@ -44,7 +44,7 @@ pub struct Checker {
     seq_ids: BTreeSet<u32>,
     clocks: Clocks,
     pub tracks: Tracks,
-    flows: Flows,
+    pub flows: Flows,
 }
 
 impl Checker {

@@ -16,6 +16,9 @@ pub struct Flows {
     orphans: BTreeMap<u64, usize>,
     pub count: u64,
     pub backward: u64,
+    /// Every flow with a start and a terminating event: (id, start time, end time), in the
+    /// order they were closed.
+    pub spans: Vec<(u64, i128, i128)>,
 }
 
 /// A flow with a single event (a flow needs a start and an end).
@@ -38,9 +41,11 @@ impl Flows {
             if self.orphans.remove(&fid).is_some() {
                 // Its terminating event came earlier in the file.
                 self.count += 1;
-                if self.start.remove(&fid).unwrap_or(ts) < ts {
+                let end = self.start.remove(&fid).unwrap_or(ts);
+                if end < ts {
                     self.backward += 1;
                 }
+                self.spans.push((fid, ts, end));
                 continue;
             }
             match self.open.get_mut(&fid) {
@@ -54,9 +59,11 @@ impl Flows {
         for fid in term {
             if self.open.remove(&fid).is_some() {
                 self.count += 1;
-                if ts < self.start.remove(&fid).unwrap_or(ts) {
+                let start = self.start.remove(&fid).unwrap_or(ts);
+                if ts < start {
                     self.backward += 1;
                 }
+                self.spans.push((fid, start, ts));
             } else if self.orphans.remove(&fid).is_some() {
                 self.count += 1;
                 self.start.remove(&fid);

@@ -138,6 +138,10 @@ pub struct Report {
     /// name (not in the JSON: the independent validator has no such key).
     #[serde(skip)]
     pub counter_totals: BTreeMap<String, i128>,
+    /// Every flow with a start and a terminating event: (id, start, end) trace times, in the
+    /// order the flows were closed (not in the JSON either).
+    #[serde(skip)]
+    pub flow_spans: Vec<(u64, i128, i128)>,
 }
 
 impl Report {
@@ -211,6 +215,7 @@ fn check_decompressed(data: &[u8]) -> Report {
         error_counts: c.errs.counts,
         stats: c.stats,
         counter_totals: std::mem::take(&mut c.tracks.totals),
+        flow_spans: std::mem::take(&mut c.flows.spans),
     }
 }
 
@@ -223,6 +228,7 @@ fn fatal(e: read::Unreadable, c: checker::Checker) -> Report {
         error_counts: c.errs.counts,
         stats: c.stats,
         counter_totals: BTreeMap::new(),
+        flow_spans: Vec::new(),
     }
 }
 
