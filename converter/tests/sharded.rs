@@ -241,3 +241,41 @@ fn mpirun_np4_writes_the_single_process_trace() {
     );
     same_trace(&single, &sharded, &stats);
 }
+
+/// A `--from/--to` window under a launcher, each shard seeing only its node-local logs: the
+/// same trace as the single-process conversion with that window — the flows whose both ends
+/// lie inside it (RC messages and UD datagrams; the ranges come from a join over every
+/// shard's messages), nothing else.
+#[test]
+fn windowed_node_local_shards_write_the_single_process_trace() {
+    let (logs, truth) = common::generate(&scenario());
+    let dirs: Vec<PathBuf> = (0..4)
+        .map(|k| logs.path().join(format!("local{k}")))
+        .collect();
+    for d in &dirs {
+        std::fs::create_dir(d).unwrap();
+    }
+    for f in &truth.files {
+        let log = sigmatrace_schemas::reader::LogFile::open(f).unwrap();
+        let host = log.view().header().hostname.clone();
+        let h: usize = host.trim_start_matches("node").parse().unwrap();
+        std::fs::rename(f, dirs[h / 2].join(f.file_name().unwrap())).unwrap();
+    }
+    let out = tempfile::tempdir().unwrap();
+    let window = ["--from", "0.004", "--to", "0.008"];
+    let single = out.path().join("single.perfetto-trace");
+    let o = convert(&[logs.path().to_owned()], &single, &[], &window)
+        .output()
+        .unwrap();
+    ok(&o, "single-process conversion");
+    let v = common::validate(&single, &["slices=1000", "flows=1000"]);
+    assert_eq!(v["stats"]["backward_flows"], 0);
+    assert!(v["stats"]["flows"].as_u64().unwrap() < truth.flows, "{v:#}");
+    let sharded = out.path().join("sharded.perfetto-trace");
+    let errs = simulated_launch(&dirs, &sharded, &window);
+    assert!(errs[0].contains("converted in 4 shards"), "{}", errs[0]);
+    assert!(
+        std::fs::read(&single).unwrap() == std::fs::read(&sharded).unwrap(),
+        "the sharded windowed trace differs from the single-process one"
+    );
+}
