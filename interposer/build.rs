@@ -87,6 +87,11 @@ fn build_cuda_stub(cc: &Path, dir: &Path) {
         "cuLaunchKernel",
         "cuLaunchKernelEx",
         "cuLaunchCooperativeKernel",
+        "cuGraphCreate",
+        "cuGraphInstantiateWithFlags",
+        "cuGraphLaunch",
+        "cuGraphExecDestroy",
+        "cuGraphDestroy",
     ];
     let src: String = names
         .iter()

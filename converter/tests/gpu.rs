@@ -20,7 +20,7 @@ fn observed_wqes_and_kernels() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("gpu.sigmatrace");
     let (ks, ke) = (1_500_000u64, 1_800_000u64);
-    write_log(&path, &[(ks, ke)]);
+    write_log(&path, &[(ks, ke, ALLREDUCE)]);
     let (out, rep) = convert_one(dir.path(), path);
     assert_eq!(rep.summary.totals.slices, 9, "8 WQEs + 1 kernel");
     common::validate(&out, &["slices=9", "instants=1"]);
@@ -52,6 +52,46 @@ fn observed_wqes_and_kernels() {
     }
 }
 
+/// A CUDA graph launch (`cuGraphLaunch`: its "function" the executable graph, no kernel name
+/// of its own) is one slice on its stream named after the graph, between the kernels around
+/// it, at its mapped times; a kernel launched with the same handle as a function keeps the
+/// kernel naming.
+#[test]
+fn graph_launches_are_slices_named_by_their_graph() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gpu.sigmatrace");
+    let graph = (launch_api::CU_GRAPH_LAUNCH, 0x7e57_0010);
+    let kernels = [
+        (1_500_000u64, 1_600_000u64, ALLREDUCE),
+        (1_600_000, 1_750_000, graph),
+        (1_750_000, 1_800_000, ALLREDUCE),
+        (1_800_000, 1_950_000, graph),
+        (
+            1_950_000,
+            1_960_000,
+            (launch_api::CU_LAUNCH_KERNEL, 0x7e57_0010),
+        ),
+    ];
+    write_log(&path, &kernels);
+    let (out, rep) = convert_one(dir.path(), path);
+    assert_eq!(rep.summary.totals.slices, 8 + 5, "8 WQEs + 5 launches");
+    common::validate(&out, &["slices=13"]);
+    let pkts = common::decode(&out);
+    let starts = |name: &str| -> Vec<i64> {
+        slice_begins(&pkts, name)
+            .iter()
+            .map(|p| p.timestamp.unwrap() as i64 - RT0 as i64)
+            .collect()
+    };
+    let graphs = starts("CUDA graph 0x7e570010");
+    assert_eq!(graphs.len(), 2, "{graphs:?}");
+    for (got, want) in graphs.iter().zip([1_600_000i64, 1_800_000]) {
+        assert!((got - want).abs() <= 2, "graph start {got} vs {want}");
+    }
+    assert_eq!(starts("allreduce_kernel").len(), 2);
+    assert_eq!(starts("kernel 0x7e570010").len(), 1);
+}
+
 /// Kernels of one stream are drawn at their mapped times, never moved: one that overlaps the
 /// one before (programmatic dependent launch) goes to a second lane of the stream (same name
 /// and merge key), one that fits after a lane's last kernel goes back to it, and one whose
@@ -61,10 +101,10 @@ fn overlapping_kernels_keep_their_times() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("gpu.sigmatrace");
     let kernels = [
-        (1_500_000u64, 1_800_000u64),
-        (1_700_000, 1_900_000),
-        (2_000_000, 1_950_000),
-        (1_850_000, 1_950_000),
+        (1_500_000u64, 1_800_000u64, ALLREDUCE),
+        (1_700_000, 1_900_000, ALLREDUCE),
+        (2_000_000, 1_950_000, ALLREDUCE),
+        (1_850_000, 1_950_000, ALLREDUCE),
     ];
     write_log(&path, &kernels);
     let (out, rep) = convert_one(dir.path(), path);
@@ -263,9 +303,12 @@ fn gpu(host: u64) -> u64 {
     5_000_000_000 + host + host / 100_000
 }
 
+/// The launch of `allreduce_kernel` (function 0xf00d, `cuLaunchKernel`).
+const ALLREDUCE: (u32, u64) = (launch_api::CU_LAUNCH_KERNEL, 0xf00d);
+
 /// One process's log: three GPU clock pairs, a discovered QP with 8 observed WQEs (2 CQEs),
-/// and kernels of one stream launched and executed from host time start to end, in order.
-fn write_log(path: &std::path::Path, kernels: &[(u64, u64)]) {
+/// and launches (API, function) on one stream executed from host time start to end, in order.
+fn write_log(path: &std::path::Path, kernels: &[(u64, u64, (u32, u64))]) {
     let header = FileHeader {
         boot_id: [9; 16],
         hostname: "gpunode".into(),
@@ -332,13 +375,13 @@ fn write_log(path: &std::path::Path, kernels: &[(u64, u64)]) {
         0xf00d,
         b"allreduce_kernel",
     );
-    for (i, &(ks, ke)) in kernels.iter().enumerate() {
+    for (i, &(ks, ke, (api, function))) in kernels.iter().enumerate() {
         let correlation = 7 + i as u64;
         t.append(&KernelLaunch {
-            hdr: RecordHeader::of::<KernelLaunch>(1),
+            hdr: RecordHeader::of::<KernelLaunch>(api),
             ts: 1_200_000 + i as u64,
             correlation,
-            function: 0xf00d,
+            function,
             stream: 0x55,
             device: 0,
             ..Default::default()

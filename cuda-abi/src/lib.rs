@@ -1,9 +1,9 @@
 //! The C layouts and signatures of the CUDA driver's kernel-launch entry points, in one
 //! place: the interposer reads a program's `CUlaunchConfig` and hooks the three launch calls
-//! (`interposer/src/decode/cuda.rs`), the device poller calls `cuLaunchKernel`
+//! and `cuGraphLaunch` (`interposer/src/decode/cuda.rs`), the device poller calls `cuLaunchKernel`
 //! (`observe/src/cuda.rs`), and the libcuda test double implements and calls them
 //! (`testkit/cuda-double`). Written from the CUDA 12 driver API (`cuda.h`: `CUlaunchConfig`,
-//! `cuLaunchKernel`, `cuLaunchKernelEx`, `cuLaunchCooperativeKernel`); no CUDA headers are
+//! `cuLaunchKernel`, `cuLaunchKernelEx`, `cuLaunchCooperativeKernel`, `cuGraphLaunch`); no CUDA headers are
 //! needed to build. Handles (`CUfunction`, `CUstream`) are pointers in C and `u64` here, the
 //! same 8 bytes on the 64-bit targets SigmaTrace builds for; results are the raw `CUresult`
 //! code (`c_int`: a Rust enum must never hold a code it does not know).
@@ -56,6 +56,9 @@ pub type LaunchCooperativeKernelFn = grid_launch_fn!();
 /// `cuLaunchKernelEx`: configuration, function, kernel parameters, extra.
 pub type LaunchKernelExFn =
     unsafe extern "C" fn(*const LaunchConfig, u64, *mut *mut c_void, *mut *mut c_void) -> CuResult;
+
+/// `cuGraphLaunch`: executable graph (`CUgraphExec`), stream.
+pub type GraphLaunchFn = unsafe extern "C" fn(u64, u64) -> CuResult;
 
 #[cfg(test)]
 mod tests {

@@ -51,7 +51,12 @@ typedef struct {
 			   uint64_t, void **, void **))                                                    \
 	X(cuLaunchKernelEx, (const CUlaunchConfig *, uint64_t, void **, void **))                          \
 	X(cuLaunchCooperativeKernel, (uint64_t, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, \
-				      unsigned, uint64_t, void **))
+				      unsigned, uint64_t, void **))                                        \
+	X(cuGraphCreate, (uint64_t *, unsigned))                                                           \
+	X(cuGraphInstantiateWithFlags, (uint64_t *, uint64_t, unsigned long long))                         \
+	X(cuGraphLaunch, (uint64_t, uint64_t))                                                             \
+	X(cuGraphExecDestroy, (uint64_t))                                                                  \
+	X(cuGraphDestroy, (uint64_t))
 
 #ifdef LINKED
 #define DECLARE(name, args) CUresult name args;
@@ -180,7 +185,18 @@ int main(void)
 	      "cuLaunchCooperativeKernel");
 	printf("launch 3 0x%llx 16 1 1 256 1 1 1024 0x%llx\n", (unsigned long long)f_coop,
 	       (unsigned long long)stream);
+	/* A CUDA graph, launched twice: timed as one span per launch, named by its handle. */
+	uint64_t graph = 0, exec = 0;
+	check(CALL(cuGraphCreate)(&graph, 0), "cuGraphCreate");
+	check(CALL(cuGraphInstantiateWithFlags)(&exec, graph, 0), "cuGraphInstantiateWithFlags");
+	for (int k = 0; k < 2; k++) {
+		check(CALL(cuGraphLaunch)(exec, stream), "cuGraphLaunch");
+		printf("launch 4 0x%llx 0 0 0 0 0 0 0 0x%llx\n", (unsigned long long)exec,
+		       (unsigned long long)stream);
+	}
 	check(CALL(cuStreamSynchronize)(stream), "cuStreamSynchronize");
+	check(CALL(cuGraphExecDestroy)(exec), "cuGraphExecDestroy");
+	check(CALL(cuGraphDestroy)(graph), "cuGraphDestroy");
 
 	check(CALL(cuMemHostUnregister)(page), "cuMemHostUnregister");
 	check(CALL(cuMemFree_v2)(dptr), "cuMemFree");

@@ -64,6 +64,7 @@ const HOOKED: &[&str] = &[
     "cuLaunchKernel",
     "cuLaunchKernelEx",
     "cuLaunchCooperativeKernel",
+    "cuGraphLaunch",
 ];
 const UNHOOKED: &[&str] = &[
     "cuInit",
@@ -73,6 +74,10 @@ const UNHOOKED: &[&str] = &[
     "cuStreamCreateWithPriority",
     "cuStreamSynchronize",
     "cuModuleLoadData",
+    "cuGraphCreate",
+    "cuGraphInstantiateWithFlags",
+    "cuGraphExecDestroy",
+    "cuGraphDestroy",
 ];
 
 /// The records the program's own output predicts, checked against the trace.
@@ -152,7 +157,9 @@ fn check_trace(out: &Out, t: &Trace) {
             launch_api::CU_LAUNCH_KERNEL,
             launch_api::CU_LAUNCH_KERNEL,
             launch_api::CU_LAUNCH_KERNEL_EX,
-            launch_api::CU_LAUNCH_COOPERATIVE_KERNEL
+            launch_api::CU_LAUNCH_COOPERATIVE_KERNEL,
+            launch_api::CU_GRAPH_LAUNCH,
+            launch_api::CU_GRAPH_LAUNCH
         ]
     );
 
@@ -188,7 +195,7 @@ fn check_trace(out: &Out, t: &Trace) {
     }
     assert_eq!(
         t.attr("kernel_timing").as_deref(),
-        Some("resolved:4,unresolved:0,untimed:0,failed:0")
+        Some("resolved:6,unresolved:0,untimed:0,failed:0")
     );
 }
 

@@ -6,14 +6,15 @@
 //! retires it. A CQE's `wqe_counter` retires every earlier WQE of the ring (selective
 //! signalling). Kernels go to "GPU n / stream s" tracks on the process's second sequence, which
 //! uses absolute timestamps (executions are reported after they end, out of time order);
-//! `%globaltimer` times are mapped through the device's `GpuClockPair` fit.
+//! `%globaltimer` times are mapped through the device's `GpuClockPair` fit. A CUDA graph
+//! launch is one slice there too, named after its executable graph ("CUDA graph 0x…").
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use sigmatrace_mlx5::cqe::opcode as cqe_op;
 use sigmatrace_schemas::records::{
-    mem_kind, queue_kind, string_ns, CqeObserved, KernelExec, Record, WqeObserved,
+    launch_api, mem_kind, queue_kind, string_ns, CqeObserved, KernelExec, Record, WqeObserved,
 };
 
 use crate::align::topology::{Process, Topology};
@@ -48,7 +49,9 @@ struct ObservedQp {
 pub struct ObservedState {
     gpu_queues_track: Option<u64>,
     qps: std::collections::BTreeMap<u32, ObservedQp>,
-    launches: HashMap<u64, (u64, u64, u16)>,
+    /// Launches waiting for their execution, by correlation: function (an executable graph
+    /// for [`launch_api::CU_GRAPH_LAUNCH`]), stream, device, launch API.
+    launches: HashMap<u64, (u64, u64, u16, u32)>,
     kernel_names: HashMap<u64, String>,
     devices: HashMap<u32, u64>,
     /// Per (device, stream): its lane tracks and the end of each lane's last kernel.
@@ -105,7 +108,7 @@ impl ObservedState {
             Record::CqeObserved(c) => self.cqe(sink, names, t, drawn, c),
             Record::KernelLaunch(k) => {
                 self.launches
-                    .insert(k.correlation, (k.function, k.stream, k.device));
+                    .insert(k.correlation, (k.function, k.stream, k.device, k.hdr.aux));
             }
             Record::KernelExec(k) => self.kernel_exec(ctx, kernel_sink, k),
             _ => {}
@@ -248,7 +251,7 @@ impl ObservedState {
 
     /// A kernel execution: its slice on the launch's "GPU n / stream s" track, in output time.
     fn kernel_exec(&mut self, ctx: &Ctx<'_>, kernel_sink: &mut dyn TraceSink, k: &KernelExec) {
-        let Some((func, stream, dev)) = self.launches.remove(&k.correlation) else {
+        let Some((func, stream, dev, api)) = self.launches.remove(&k.correlation) else {
             return;
         };
         let map = |v: u64| -> i64 {
@@ -301,11 +304,14 @@ impl ObservedState {
         };
         lanes[lane].1 = e;
         let track = lanes[lane].0;
-        let fname = self
-            .kernel_names
-            .get(&func)
-            .cloned()
-            .unwrap_or_else(|| format!("kernel {func:#x}"));
+        let fname = if api == launch_api::CU_GRAPH_LAUNCH {
+            format!("CUDA graph {func:#x}")
+        } else {
+            self.kernel_names
+                .get(&func)
+                .cloned()
+                .unwrap_or_else(|| format!("kernel {func:#x}"))
+        };
         let name = kernel_sink.name(&fname);
         kernel_sink.begin(s as u64, track, name, &Extra::NONE);
         kernel_sink.end(e as u64, track, &Extra::NONE);

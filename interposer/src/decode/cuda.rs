@@ -321,3 +321,23 @@ pub unsafe fn launch_ex(
         after(st, api, f, c.grid, c.block, c.shared_mem, ret);
     }
 }
+
+/// Before `cuGraphLaunch` (`PTSZ`: `cuGraphLaunch_ptsz`): an executable graph is timed on its
+/// stream as a kernel is (events before and after it), the whole graph as one span.
+pub fn graph_launch_pre<const PTSZ: bool>(_exec: u64, stream: u64) -> Launch {
+    before::<PTSZ>(stream)
+}
+
+/// `cuGraphLaunch[_ptsz]`: recorded as a launch of [`launch_api::CU_GRAPH_LAUNCH`] whose
+/// function is the executable graph (no grid: a graph's kernels are its nodes).
+pub fn graph_launch(st: Launch, exec: u64, _stream: u64, ret: c_int) {
+    after(
+        st,
+        launch_api::CU_GRAPH_LAUNCH,
+        exec,
+        [0; 3],
+        [0; 3],
+        0,
+        ret,
+    );
+}

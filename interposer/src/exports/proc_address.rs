@@ -40,7 +40,9 @@ pub fn variant_name(base: &str, ver: i32, flags: u64) -> String {
             format!("{base}_v2")
         }
         "cuMemHostRegister" if ver >= 6050 => format!("{base}_v2"),
-        "cuLaunchKernel" | "cuLaunchKernelEx" | "cuLaunchCooperativeKernel" if ptsz => {
+        "cuLaunchKernel" | "cuLaunchKernelEx" | "cuLaunchCooperativeKernel" | "cuGraphLaunch"
+            if ptsz =>
+        {
             format!("{base}_ptsz")
         }
         _ => base.into(),
@@ -150,6 +152,11 @@ mod tests {
             "cuLaunchKernel_ptsz"
         );
         assert_eq!(variant_name("cuLaunchKernel", 12000, 0), "cuLaunchKernel");
+        assert_eq!(
+            variant_name("cuGraphLaunch", 12000, PER_THREAD_DEFAULT_STREAM),
+            "cuGraphLaunch_ptsz"
+        );
+        assert_eq!(variant_name("cuGraphLaunch", 12000, 0), "cuGraphLaunch");
         assert_eq!(
             variant_name("cuModuleGetFunction", 12000, 2),
             "cuModuleGetFunction"

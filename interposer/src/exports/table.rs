@@ -156,6 +156,8 @@ hook_table! {
     cuLaunchKernelEx_ptsz @ Cuda "" (cfg: *const CuLaunchConfig, f: u64, params: *mut *mut c_void, extra: *mut *mut c_void) -> c_int => pre cu::launch_ex_pre::<true>, post cu::launch_ex;
     cuLaunchCooperativeKernel @ Cuda "" (f: u64, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shm: c_uint, stream: u64, params: *mut *mut c_void) -> c_int => pre cu::coop_pre::<false>, post cu::coop;
     cuLaunchCooperativeKernel_ptsz @ Cuda "" (f: u64, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shm: c_uint, stream: u64, params: *mut *mut c_void) -> c_int => pre cu::coop_pre::<true>, post cu::coop;
+    cuGraphLaunch @ Cuda "" (exec: u64, stream: u64) -> c_int => pre cu::graph_launch_pre::<false>, post cu::graph_launch;
+    cuGraphLaunch_ptsz @ Cuda "" (exec: u64, stream: u64) -> c_int => pre cu::graph_launch_pre::<true>, post cu::graph_launch;
 }
 
 /// The entry for `name`, and for `dlvsym` lookups only if `version` is the table's version.

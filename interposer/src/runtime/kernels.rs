@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use sigmatrace_schemas::ChunkWriter;
+use sigmatrace_schemas::{launch_api, ChunkWriter};
 
 use crate::ffi::{as_fn, dl};
 use crate::record;
@@ -314,7 +314,8 @@ pub fn after(l: Launch, api: u32, function: u64, d: Dims, ret: c_int) {
         shared_mem: d.shared_mem,
         device: l.device,
     });
-    if !lock().names.contains(&function) {
+    // A graph launch's "function" is the executable graph: not a CUfunction to name.
+    if api != launch_api::CU_GRAPH_LAUNCH && !lock().names.contains(&function) {
         if let Some(get_name) = f.func_get_name {
             let mut p: *const c_char = std::ptr::null();
             // SAFETY: valid out pointer; the function the program just launched.

@@ -10,6 +10,9 @@ pub mod launch_api {
     pub const CU_LAUNCH_KERNEL: u32 = 1;
     pub const CU_LAUNCH_KERNEL_EX: u32 = 2;
     pub const CU_LAUNCH_COOPERATIVE_KERNEL: u32 = 3;
+    /// `cuGraphLaunch`: the launch's `function` is the executable graph (`CUgraphExec`), its
+    /// grid, block and shared memory 0; its execution spans the whole graph on the stream.
+    pub const CU_GRAPH_LAUNCH: u32 = 4;
 }
 
 /// Clock domain of GPU times (aux of [`KernelExec`]).

@@ -6,7 +6,8 @@
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct LaunchRecord {
-    /// 1 cuLaunchKernel, 2 cuLaunchKernelEx, 3 cuLaunchCooperativeKernel.
+    /// 1 cuLaunchKernel, 2 cuLaunchKernelEx, 3 cuLaunchCooperativeKernel, 4 cuGraphLaunch
+    /// (`function` the executable graph; grid, block and shared memory 0).
     pub api: u32,
     pub grid: [u32; 3],
     pub block: [u32; 3],
@@ -21,5 +22,5 @@ pub struct LaunchRecord {
 /// The driver's launch layouts and signatures: one definition, the interposer's and the
 /// device poller's too.
 pub use sigmatrace_cuda_abi::{
-    LaunchConfig, LaunchCooperativeKernelFn, LaunchKernelExFn, LaunchKernelFn,
+    GraphLaunchFn, LaunchConfig, LaunchCooperativeKernelFn, LaunchKernelExFn, LaunchKernelFn,
 };

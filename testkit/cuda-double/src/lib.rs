@@ -20,6 +20,7 @@ use std::sync::Mutex;
 pub mod abi;
 mod device;
 mod exec;
+mod graph;
 mod timing;
 
 pub use abi::{LaunchConfig, LaunchRecord};
@@ -42,6 +43,8 @@ struct State {
     launches: Vec<LaunchRecord>,
     functions: HashMap<u64, std::ffi::CString>,
     allocs: HashMap<u64, usize>,
+    /// Executable graphs instantiated and not destroyed ([`graph`]).
+    graph_execs: std::collections::HashSet<u64>,
     next_handle: u64,
     timing: timing::Timing,
     /// (start, end) of every launch on the simulated stream clock (CLOCK_MONOTONIC ns).
@@ -651,6 +654,11 @@ fn lookup(name: &str, cuda_version: c_int) -> Option<*const c_void> {
         "cuLaunchCooperativeKernel" | "cuLaunchCooperativeKernel_ptsz" => {
             cuLaunchCooperativeKernel as *const c_void
         }
+        "cuGraphCreate" => graph::cuGraphCreate as *const c_void,
+        "cuGraphInstantiateWithFlags" => graph::cuGraphInstantiateWithFlags as *const c_void,
+        "cuGraphLaunch" | "cuGraphLaunch_ptsz" => graph::cuGraphLaunch as *const c_void,
+        "cuGraphExecDestroy" => graph::cuGraphExecDestroy as *const c_void,
+        "cuGraphDestroy" => graph::cuGraphDestroy as *const c_void,
         "cuCtxGetCurrent" => cuCtxGetCurrent as *const c_void,
         "cuCtxGetDevice" => cuCtxGetDevice as *const c_void,
         "cuCtxSynchronize" => cuCtxSynchronize as *const c_void,
@@ -711,7 +719,7 @@ unsafe fn get_proc(
     let name = unsafe { CStr::from_ptr(symbol) }
         .to_string_lossy()
         .into_owned();
-    let name = if flags & 2 != 0 && name.starts_with("cuLaunch") {
+    let name = if flags & 2 != 0 && (name.starts_with("cuLaunch") || name == "cuGraphLaunch") {
         format!("{name}_ptsz")
     } else {
         name

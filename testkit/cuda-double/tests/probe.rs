@@ -72,6 +72,7 @@ fn probe_resolves_everything_through_cugetprocaddress() {
         "launch api=1 grid=[2, 1, 1] block=[128, 1, 1] shm=0 stream=0x0 first_param=0xfeedf00d function_ok=true",
         "launch api=2 grid=[3, 1, 1] block=[64, 1, 1] shm=256 stream=0x55 first_param=0xfeedf00d function_ok=true",
         "launch api=3 grid=[4, 1, 1] block=[32, 1, 1]",
+        "launch api=4 grid=[0, 0, 0] block=[0, 0, 0] shm=0 stream=0x0 first_param=0x0 function_ok=false",
         "probe: all ok",
     ] {
         assert!(text.contains(want), "missing {want:?} in:\n{text}");

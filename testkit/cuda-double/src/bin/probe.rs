@@ -9,7 +9,8 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 #[path = "../abi.rs"]
 mod abi;
 use abi::{
-    LaunchConfig, LaunchCooperativeKernelFn, LaunchKernelExFn, LaunchKernelFn, LaunchRecord,
+    GraphLaunchFn, LaunchConfig, LaunchCooperativeKernelFn, LaunchKernelExFn, LaunchKernelFn,
+    LaunchRecord,
 };
 
 type GetProc =
@@ -117,6 +118,7 @@ fn main() {
     let (dptr, _page) = memory(&lib);
     let func = kernel(&lib);
     launches(&lib, func);
+    graph(&lib);
     call!(lib, "cuMemFree", unsafe extern "C" fn(u64) -> c_int, (dptr));
     // cuGetExportTable is forwarded untouched by hooks; the double has no tables.
     let t = lib.dlsym("cuGetExportTable");
@@ -238,6 +240,36 @@ fn launches(lib: &Lib, func: u64) {
         "cuLaunchCooperativeKernel",
         LaunchCooperativeKernelFn,
         (func, 4, 1, 1, 32, 1, 1, 0, 0, params.as_mut_ptr())
+    );
+}
+
+/// An (empty) graph created, instantiated, launched on the default stream and destroyed.
+fn graph(lib: &Lib) {
+    let (mut g, mut exec) = (0u64, 0u64);
+    call!(
+        lib,
+        "cuGraphCreate",
+        unsafe extern "C" fn(*mut u64, c_uint) -> c_int,
+        (&mut g, 0)
+    );
+    call!(
+        lib,
+        "cuGraphInstantiateWithFlags",
+        unsafe extern "C" fn(*mut u64, u64, u64) -> c_int,
+        (&mut exec, g, 0)
+    );
+    call!(lib, "cuGraphLaunch", GraphLaunchFn, (exec, 0));
+    call!(
+        lib,
+        "cuGraphExecDestroy",
+        unsafe extern "C" fn(u64) -> c_int,
+        (exec)
+    );
+    call!(
+        lib,
+        "cuGraphDestroy",
+        unsafe extern "C" fn(u64) -> c_int,
+        (g)
     );
 }
 
