@@ -28,6 +28,8 @@ mod alignment;
 mod libraries;
 #[path = "timelines/round_trips.rs"]
 mod round_trips;
+#[path = "timelines/waits.rs"]
+mod waits;
 #[path = "timelines/windows.rs"]
 mod windows;
 

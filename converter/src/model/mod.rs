@@ -11,6 +11,7 @@
 pub mod emit;
 pub mod observed;
 pub mod order;
+pub mod polls;
 pub mod ud;
 mod wr;
 
@@ -70,7 +71,8 @@ pub trait Observer: Send {
         true
     }
     /// Raw records for report sections that need more than model events, at output time `t`:
-    /// `WqeObserved`, `ObserveOverrun` and atomic `PostSend`s (see `report::direct`).
+    /// `WqeObserved`, `ObserveOverrun` and atomic `PostSend`s (see `report::direct`), and
+    /// `EmptyPolls` that are not damaged (`report::waits`).
     fn record(&mut self, _p: &Process, _t: i64, _rec: &Record<'_>) {}
 }
 
@@ -128,6 +130,13 @@ pub struct ProcessTotals {
     pub kernels_malformed: u64,
     /// Observed WQEs first seen after the CQE that retires them: drawn as instants.
     pub observed_late: u64,
+    /// Empty-poll runs (`EmptyPolls`), the empty polls they hold and their time (ns, first
+    /// poll to last): where the process polled a CQ that had nothing for it.
+    pub poll_runs: u64,
+    pub empty_polls: u64,
+    pub empty_poll_ns: u64,
+    /// Empty-poll runs whose end maps before their start (damaged): not drawn or counted.
+    pub poll_runs_malformed: u64,
 }
 
 /// Receive WRs drawn as slices at once per receive queue (a QP's or an SRQ's). Libraries keep
@@ -186,6 +195,7 @@ pub struct ProcessModel<'a> {
     qps: Vec<QpState>,
     srq_lanes: BTreeMap<u64, (u64, Lanes, VecDeque<OpenRecv>)>,
     observed: ObservedState,
+    polls: crate::model::polls::PollRuns,
     qp_cache: crate::fastmap::IndexCache,
     /// Datagrams so far per UD stream ([`crate::model::ud`]).
     ud_k: Vec<u64>,
@@ -255,6 +265,7 @@ impl<'a> ProcessModel<'a> {
                 .collect(),
             srq_lanes: BTreeMap::new(),
             observed: ObservedState::default(),
+            polls: Default::default(),
             qp_cache: Default::default(),
             ud_k: vec![0; ud.slots.get(pi).copied().unwrap_or(0)],
             throughput: (i64::MIN, 0),
@@ -347,6 +358,11 @@ impl<'a> ProcessModel<'a> {
         self.totals.inferred += self.observed.inferred;
         self.totals.observed_late += self.observed.late;
         self.totals.kernels_malformed += self.observed.kernels_malformed;
+        self.totals.poll_runs += self.polls.runs;
+        self.totals.empty_polls += self.polls.polls;
+        self.totals.empty_poll_ns += self.polls.ns;
+        self.totals.poll_runs_malformed += self.polls.malformed;
+        self.totals.slices += self.polls.drawn;
         flush(kernel_sink.take());
         std::mem::take(&mut recs.issues)
     }
@@ -428,6 +444,18 @@ impl<'a> ProcessModel<'a> {
         if let Record::Dropped(d) = rec {
             let track = (self.uuids, self.p.track, &mut self.loss_track);
             return crate::model::emit::loss_marker(sink, track, t as u64, d);
+        }
+        if let Record::EmptyPolls(e) = rec {
+            let (detail, window) = (self.opts.detail, self.opts.window);
+            let p = self.p;
+            if self
+                .polls
+                .record(p, kernel_sink, self.uuids, detail, window, e)
+                .is_some()
+            {
+                obs.record(p, t, &rec);
+            }
+            return;
         }
         if matches!(rec, Record::WqeObserved(_) | Record::ObserveOverrun(_)) {
             obs.record(self.p, t, &rec);

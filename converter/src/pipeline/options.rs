@@ -121,6 +121,21 @@ impl Report {
                 s.totals.kernels_malformed
             ));
         }
+        if s.totals.poll_runs > 0 {
+            out.push_str(&format!(
+                "{} empty-poll runs: {} polls of CQs that had nothing, {:.3} ms in all (by \
+                 process and peer waited for: Waits; drawn as slices at --detail full)\n\n",
+                s.totals.poll_runs,
+                s.totals.empty_polls,
+                s.totals.empty_poll_ns as f64 / 1e6
+            ));
+        }
+        if s.totals.poll_runs_malformed > 0 {
+            out.push_str(&format!(
+                "{} empty-poll runs not counted: their last poll maps before their first\n\n",
+                s.totals.poll_runs_malformed
+            ));
+        }
         for sec in &self.sections {
             sec.text(&ctx, &mut out);
         }

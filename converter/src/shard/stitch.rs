@@ -138,6 +138,10 @@ fn totals(v: &serde_json::Value) -> ProcessTotals {
         recv_undrawn: f("recv_undrawn"),
         kernels_malformed: f("kernels_malformed"),
         observed_late: f("observed_late"),
+        poll_runs: f("poll_runs"),
+        empty_polls: f("empty_polls"),
+        empty_poll_ns: f("empty_poll_ns"),
+        poll_runs_malformed: f("poll_runs_malformed"),
     }
 }
 
@@ -188,6 +192,10 @@ mod tests {
             recv_undrawn: 11,
             kernels_malformed: 12,
             observed_late: 13,
+            poll_runs: 14,
+            empty_polls: 15,
+            empty_poll_ns: 16,
+            poll_runs_malformed: 17,
         };
         let v = serde_json::to_value(&t).unwrap();
         // A field added to ProcessTotals but not here would come back 0 and fail this.
