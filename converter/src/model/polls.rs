@@ -56,10 +56,11 @@ impl PollRuns {
             self.malformed += 1;
             return None;
         }
-        let ns = (end - start) as u64;
+        // Saturating: a damaged log's times may map anywhere in i64.
+        let ns = end.saturating_sub(start) as u64;
         self.runs += 1;
-        self.polls += e.count;
-        self.ns += ns;
+        self.polls = self.polls.saturating_add(e.count);
+        self.ns = self.ns.saturating_add(ns);
         if detail < Detail::Full || !window.is_none_or(|(a, b)| start >= a && start < b) {
             return Some(ns);
         }

@@ -307,8 +307,8 @@ pub(crate) fn merge_results(
         totals.kernels_malformed += t.kernels_malformed;
         totals.observed_late += t.observed_late;
         totals.poll_runs += t.poll_runs;
-        totals.empty_polls += t.empty_polls;
-        totals.empty_poll_ns += t.empty_poll_ns;
+        totals.empty_polls = totals.empty_polls.saturating_add(t.empty_polls);
+        totals.empty_poll_ns = totals.empty_poll_ns.saturating_add(t.empty_poll_ns);
         totals.poll_runs_malformed += t.poll_runs_malformed;
         for (dst, src) in sections.iter_mut().zip(secs) {
             dst.merge(src);

@@ -44,13 +44,9 @@ impl Waits {
             return;
         }
         if let (Some(ns), Some(p)) = (self.pending.remove(&cq), self.current) {
-            *self
-                .cqs
-                .entry((p, cq))
-                .or_default()
-                .by_peer
-                .entry(peer)
-                .or_default() += ns;
+            let w = self.cqs.entry((p, cq)).or_default();
+            let charged = w.by_peer.entry(peer).or_default();
+            *charged = charged.saturating_add(ns);
         }
     }
 }
@@ -65,13 +61,16 @@ impl Section for Waits {
     fn record(&mut self, p: &Process, _t: i64, rec: &Record<'_>) {
         let Record::EmptyPolls(e) = *rec else { return };
         let (start, end) = (p.time(e.first_ts), p.time(e.ts));
+        // Saturating: a damaged log's times may map anywhere in i64 (the model passes only
+        // runs whose end is not before their start).
         let ns = end.saturating_sub(start).max(0) as u64;
         self.current = Some(p.index);
         let w = self.cqs.entry((p.index, e.cq)).or_default();
         w.runs += 1;
-        w.polls += e.count;
-        w.ns += ns;
-        *self.pending.entry(e.cq).or_default() += ns;
+        w.polls = w.polls.saturating_add(e.count);
+        w.ns = w.ns.saturating_add(ns);
+        let pending = self.pending.entry(e.cq).or_default();
+        *pending = pending.saturating_add(ns);
     }
     fn observe(&mut self, _p: &Process, ev: &ModelEvent<'_>) {
         match *ev {
@@ -83,7 +82,8 @@ impl Section for Waits {
         let Some(p) = self.current else { return };
         for (cq, ns) in self.pending.drain() {
             let w = self.cqs.entry((p, cq)).or_default();
-            *w.by_peer.entry(None).or_default() += ns;
+            let charged = w.by_peer.entry(None).or_default();
+            *charged = charged.saturating_add(ns);
         }
     }
     fn merge(&mut self, other: Box<dyn Section>) {
@@ -91,10 +91,11 @@ impl Section for Waits {
             for (k, w) in o.cqs {
                 let m = self.cqs.entry(k).or_default();
                 m.runs += w.runs;
-                m.polls += w.polls;
-                m.ns += w.ns;
+                m.polls = m.polls.saturating_add(w.polls);
+                m.ns = m.ns.saturating_add(w.ns);
                 for (k, v) in w.by_peer {
-                    *m.by_peer.entry(k).or_default() += v;
+                    let charged = m.by_peer.entry(k).or_default();
+                    *charged = charged.saturating_add(v);
                 }
             }
         }
@@ -117,7 +118,10 @@ impl Section for Waits {
         );
         for (&(p, cq), w) in &self.cqs {
             let proc_ = &ctx.topo.procs[p];
-            let span = (proc_.time(proc_.max_ts) - proc_.time(proc_.min_ts)).max(1) as f64;
+            let span = (proc_
+                .time(proc_.max_ts)
+                .saturating_sub(proc_.time(proc_.min_ts)))
+            .max(1) as f64;
             let mut peers: Vec<(&Option<usize>, &u64)> = w.by_peer.iter().collect();
             peers.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
             let peers: Vec<String> = peers
