@@ -314,12 +314,13 @@ pub enum Decoded<'a> {
     Record(RawRecord<'a>),
     /// A `TimeBase` or `SlotBind`: context, consumed.
     Context,
-    /// A compact record whose slot is not bound (for its kind) in this chunk.
+    /// A compact record whose slot is not bound (for its kind) in this chunk, or a `TimeBase`
+    /// whose base leaves no room for a time offset.
     Damaged(String),
 }
 
 /// What [`ChunkDecoder::accept_into`] read: a record (written to its `out`), a context
-/// record (consumed), or a compact record whose slot is not bound ([`Decoded::Damaged`]).
+/// record (consumed), or damage ([`Decoded::Damaged`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {
     Record,
@@ -351,7 +352,8 @@ pub enum Glimpse {
     Other,
     /// A `TimeBase` or `SlotBind`: context, taken in.
     Context,
-    /// A compact record whose slot is not bound (for its kind) in this chunk.
+    /// A compact record whose slot is not bound (for its kind) in this chunk, or a `TimeBase`
+    /// whose base leaves no room for a time offset.
     Damaged,
 }
 
@@ -386,7 +388,7 @@ impl ChunkDecoder {
         match self.accept_into(offset, kind, bytes, &mut r) {
             Step::Record => Decoded::Record(r),
             Step::Context => Decoded::Context,
-            Step::Damaged => Decoded::Damaged(unbound(kind, bytes)),
+            Step::Damaged => Decoded::Damaged(damage(kind, bytes)),
         }
     }
 
@@ -542,7 +544,13 @@ impl ChunkDecoder {
     #[inline(never)]
     fn context(&mut self, kind: u16, bytes: &[u8]) -> Step {
         if kind == TIME_BASE {
-            self.base = read::<TimeBase>(bytes).base;
+            let base = read::<TimeBase>(bytes).base;
+            // A base from which a time offset overflows is damage (a writer's times are
+            // clock readings): refused here, so that `base + dts` never overflows below.
+            if base > MAX_BASE {
+                return Step::Damaged;
+            }
+            self.base = base;
             return Step::Context;
         }
         let b = read::<SlotBind>(bytes);
@@ -563,10 +571,21 @@ impl ChunkDecoder {
     }
 }
 
-/// What is wrong with a compact record (of kind `kind`, `bytes` in the file) that
-/// [`ChunkDecoder::accept_into`] found damaged: its slot is not bound.
+/// The largest time base a `TimeBase` may set: every time offset (< [`DTS_LIMIT`]) added to
+/// it fits in 64 bits.
+const MAX_BASE: u64 = u64::MAX - (DTS_LIMIT - 1);
+
+/// What is wrong with a record (of kind `kind`, `bytes` in the file) that
+/// [`ChunkDecoder::accept_into`] found damaged: a compact record's slot is not bound, or a
+/// `TimeBase` sets a base no time offset can be added to.
 #[cold]
-fn unbound(kind: u16, bytes: &[u8]) -> String {
+fn damage(kind: u16, bytes: &[u8]) -> String {
+    if kind == TIME_BASE {
+        return format!(
+            "TimeBase sets base {:#x}, above {MAX_BASE:#x}: a time offset from it overflows",
+            read::<TimeBase>(bytes).base
+        );
+    }
     let tslot = match kind {
         POST_SEND_C => read::<PostSendCompact>(bytes).tslot,
         POST_RECV_C => read::<PostRecvCompact>(bytes).tslot,

@@ -370,3 +370,49 @@ fn a_glance_sees_the_fields_of_the_full_record() {
         Step::Damaged
     );
 }
+
+/// A `TimeBase` no time offset can be added to (a damaged log: a writer's bases are clock
+/// readings) is damage, found by reading whole and at a glance alike, with a message naming
+/// it; the largest base that leaves room for every offset is taken. (The fuzzer found
+/// `base + dts` overflowing on such a log.)
+#[test]
+fn a_time_base_without_room_for_an_offset_is_damage() {
+    use sigmatrace_schemas::compact::{ChunkDecoder, Decoded, Glimpse, Step, DTS_LIMIT};
+    use sigmatrace_schemas::records::TimeBase;
+    let at = |base: u64| TimeBase {
+        hdr: RecordHeader::of::<TimeBase>(0),
+        base,
+    };
+    let kind = RecordKind::TimeBase as u16;
+    let largest = u64::MAX - (DTS_LIMIT - 1);
+    for (base, ok) in [(largest, true), (largest + 1, false), (u64::MAX, false)] {
+        let tb = at(base);
+        let bytes = bytemuck::bytes_of(&tb);
+        let (mut whole, mut glancing) = (ChunkDecoder::new(), ChunkDecoder::new());
+        let mut out = RawRecord::new(0, 0, &[]);
+        let step = whole.accept_into(64, kind, bytes, &mut out);
+        let glimpse = glancing.glance(kind, bytes);
+        if ok {
+            assert_eq!(
+                (step, glimpse),
+                (Step::Context, Glimpse::Context),
+                "{base:#x}"
+            );
+        } else {
+            assert_eq!(
+                (step, glimpse),
+                (Step::Damaged, Glimpse::Damaged),
+                "{base:#x}"
+            );
+            match ChunkDecoder::new().accept(64, kind, bytes) {
+                Decoded::Damaged(what) => {
+                    assert!(
+                        what.contains(&format!("TimeBase sets base {base:#x}")),
+                        "{what}"
+                    )
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+}
