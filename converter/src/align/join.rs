@@ -105,8 +105,9 @@ pub fn join(inputs: &[LogInput], topo: &Topology, mut f: impl FnMut(&Pair)) {
     }
     let keys = conn_keys(topo);
     let conns = conn_ends(topo);
-    let epochs = (total / 2_000_000).clamp(1, 10_000) as i64;
-    let step = ((hi - lo) / epochs).max(1) + 1;
+    let epochs = (total / 2_000_000).clamp(1, 10_000) as i128;
+    // In i128: a damaged log's times may span all of i64.
+    let step = ((hi as i128 - lo as i128) / epochs).max(1) + 1;
     // A process without a message to match (no consuming send or successful receive on a
     // joined connection, no UD stream end: its scan counted none) is not read at all; of the
     // others, threads in order are read for their messages only: from the scan's spill, or
@@ -121,9 +122,11 @@ pub fn join(inputs: &[LogInput], topo: &Topology, mut f: impl FnMut(&Pair)) {
         })
         .collect();
     let mut queues: Vec<ConnQueues> = (0..conns.len()).map(|_| ConnQueues::default()).collect();
-    let mut end = lo;
-    while end <= hi + step {
-        end += step;
+    let mut next_end = lo as i128;
+    while next_end <= hi as i128 + step {
+        next_end += step;
+        // The epoch's end, past i64 only after the last time there is.
+        let end = next_end.min(i64::MAX as i128) as i64;
         // Per process, its messages of this epoch: (connection, is send, time).
         let batches: Vec<Vec<(u32, bool, i64)>> = cursors
             .par_iter_mut()
