@@ -75,7 +75,7 @@ pub struct ConvertArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Perfetto)]
     pub format: Format,
-    /// Per-WR detail: compact, normal or full (args on every WR, exact counters).
+    /// Per-WR detail: compact, normal or full (args on every WR, exact counters, empty polls).
     #[arg(long, value_enum, default_value_t = Detail::Normal)]
     pub detail: Detail,
     /// Compression of packet blocks: 0 = none, 1 = fast structured deflate (default), 2-9 = zlib level.

@@ -123,7 +123,7 @@ pub enum Detail {
     /// Plus receive WR slices, inferred arrivals on target QPs, denser counters.
     #[default]
     Normal,
-    /// Plus per-WR arguments (wr_id, addresses, keys, status) and exact counters.
+    /// Plus per-WR arguments (wr_id, addresses, keys, status), exact counters and empty-poll runs.
     Full,
 }
 
