@@ -122,19 +122,7 @@ fn empty_poll_runs_are_counted_and_drawn_at_full_detail() {
 /// (begin, end, `polls` arg, track) of the slices named `name` (absolute timestamps: the
 /// process's second sequence).
 fn slices_named(pkts: &[proto::TracePacket], name: &str) -> Vec<(u64, u64, u64, u64)> {
-    let names: std::collections::HashMap<(u32, u64), String> = pkts
-        .iter()
-        .filter_map(|p| {
-            p.interned_data
-                .as_ref()
-                .map(|i| (p.trusted_packet_sequence_id.unwrap_or(0), i))
-        })
-        .flat_map(|(s, i)| {
-            i.event_names
-                .iter()
-                .map(move |e| ((s, e.iid.unwrap()), e.name.clone().unwrap()))
-        })
-        .collect();
+    let names = common::event_names(pkts);
     let mut open: std::collections::HashMap<u64, (u64, u64)> = Default::default();
     let mut out = Vec::new();
     for p in pkts {

@@ -403,19 +403,7 @@ fn write_log(path: &std::path::Path, kernels: &[(u64, u64, (u32, u64))]) {
 
 /// The SLICE_BEGIN packets named `name` (names interned per sequence).
 fn slice_begins<'a>(pkts: &'a [proto::TracePacket], name: &str) -> Vec<&'a proto::TracePacket> {
-    let names: std::collections::HashMap<(u32, u64), String> = pkts
-        .iter()
-        .filter_map(|p| {
-            p.interned_data
-                .as_ref()
-                .map(|i| (p.trusted_packet_sequence_id.unwrap_or(0), i))
-        })
-        .flat_map(|(s, i)| {
-            i.event_names
-                .iter()
-                .map(move |e| ((s, e.iid.unwrap()), e.name.clone().unwrap()))
-        })
-        .collect();
+    let names = common::event_names(pkts);
     pkts.iter()
         .filter(|p| {
             p.track_event.as_ref().is_some_and(|e| {

@@ -184,13 +184,10 @@ fn four_shards_with_launcher_variables_write_the_single_process_trace() {
     }
 }
 
-#[test]
-fn node_local_directories_each_seen_by_one_shard() {
-    let (logs, truth) = common::generate(&scenario());
-    // Each "node-local" directory holds the logs of two hosts; rank k sees only its own.
-    let dirs: Vec<PathBuf> = (0..4)
-        .map(|k| logs.path().join(format!("local{k}")))
-        .collect();
+/// Moves the scenario's logs into four "node-local" directories under `root`, each holding
+/// the logs of two hosts (rank k of a launch then sees only its own).
+fn node_local_dirs(root: &Path, truth: &sigmatrace_synth::Truth) -> Vec<PathBuf> {
+    let dirs: Vec<PathBuf> = (0..4).map(|k| root.join(format!("local{k}"))).collect();
     for d in &dirs {
         std::fs::create_dir(d).unwrap();
     }
@@ -200,6 +197,13 @@ fn node_local_directories_each_seen_by_one_shard() {
         let h: usize = host.trim_start_matches("node").parse().unwrap();
         std::fs::rename(f, dirs[h / 2].join(f.file_name().unwrap())).unwrap();
     }
+    dirs
+}
+
+#[test]
+fn node_local_directories_each_seen_by_one_shard() {
+    let (logs, truth) = common::generate(&scenario());
+    let dirs = node_local_dirs(logs.path(), &truth);
     let out = tempfile::tempdir().unwrap();
     let single = out.path().join("single.perfetto-trace");
     let stats = reference(logs.path(), &single);
@@ -249,18 +253,7 @@ fn mpirun_np4_writes_the_single_process_trace() {
 #[test]
 fn windowed_node_local_shards_write_the_single_process_trace() {
     let (logs, truth) = common::generate(&scenario());
-    let dirs: Vec<PathBuf> = (0..4)
-        .map(|k| logs.path().join(format!("local{k}")))
-        .collect();
-    for d in &dirs {
-        std::fs::create_dir(d).unwrap();
-    }
-    for f in &truth.files {
-        let log = sigmatrace_schemas::reader::LogFile::open(f).unwrap();
-        let host = log.view().header().hostname.clone();
-        let h: usize = host.trim_start_matches("node").parse().unwrap();
-        std::fs::rename(f, dirs[h / 2].join(f.file_name().unwrap())).unwrap();
-    }
+    let dirs = node_local_dirs(logs.path(), &truth);
     let out = tempfile::tempdir().unwrap();
     let window = ["--from", "0.004", "--to", "0.008"];
     let single = out.path().join("single.perfetto-trace");

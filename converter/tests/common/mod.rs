@@ -45,6 +45,24 @@ pub fn decode(trace: &Path) -> Vec<sigmatrace_timeline::proto::TracePacket> {
     out
 }
 
+/// The event names interned in decoded packets, by (sequence, iid) (iids are per sequence).
+pub fn event_names(
+    pkts: &[sigmatrace_timeline::proto::TracePacket],
+) -> std::collections::HashMap<(u32, u64), String> {
+    pkts.iter()
+        .filter_map(|p| {
+            p.interned_data
+                .as_ref()
+                .map(|i| (p.trusted_packet_sequence_id.unwrap_or(0), i))
+        })
+        .flat_map(|(s, i)| {
+            i.event_names
+                .iter()
+                .map(move |e| ((s, e.iid.unwrap()), e.name.clone().unwrap()))
+        })
+        .collect()
+}
+
 /// A clock snapshot at `t` ns on every clock but REALTIME, which reads `realtime_origin + t`
 /// (a log with MONOTONIC_RAW timestamps).
 pub fn snapshot(t: u64, realtime_origin: u64) -> ClockSnapshot {
