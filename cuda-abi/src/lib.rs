@@ -1,12 +1,13 @@
 //! The C layouts and signatures of the CUDA driver's kernel-launch entry points, in one
 //! place: the interposer reads a program's `CUlaunchConfig` and hooks the three launch calls
-//! and `cuGraphLaunch` (`interposer/src/decode/cuda.rs`), the device poller calls `cuLaunchKernel`
-//! (`observe/src/cuda.rs`), and the libcuda test double implements and calls them
-//! (`testkit/cuda-double`). Written from the CUDA 12 driver API (`cuda.h`: `CUlaunchConfig`,
-//! `cuLaunchKernel`, `cuLaunchKernelEx`, `cuLaunchCooperativeKernel`, `cuGraphLaunch`); no CUDA headers are
-//! needed to build. Handles (`CUfunction`, `CUstream`) are pointers in C and `u64` here, the
-//! same 8 bytes on the 64-bit targets SigmaTrace builds for; results are the raw `CUresult`
-//! code (`c_int`: a Rust enum must never hold a code it does not know).
+//! and `cuGraphLaunch` (`interposer/src/decode/cuda.rs`), the device poller calls
+//! `cuLaunchKernel` (`observe/src/cuda.rs`), and the libcuda test double implements and calls
+//! them (`testkit/cuda-double`). Written from the CUDA 12 driver API (`cuda.h`:
+//! `CUlaunchConfig`, `cuLaunchKernel`, `cuLaunchKernelEx`, `cuLaunchCooperativeKernel`,
+//! `cuGraphLaunch`); no CUDA headers are needed to build. Handles (`CUfunction`, `CUstream`,
+//! `CUgraphExec`) are pointers in C and `u64` here, the same 8 bytes on the 64-bit targets
+//! SigmaTrace builds for; results are the raw `CUresult` code (`c_int`: a Rust enum must never
+//! hold a code it does not know).
 #![no_std]
 #![forbid(unsafe_code)]
 

@@ -1,6 +1,7 @@
 //! Report: sections computed from the same model pass as the trace (`stats`): [`alignment`],
 //! [`traffic`] (matrices, per-QP table), [`direct`] (barriers and skew from directly posted or
-//! observed WQEs), [`waits`] (time polling empty CQs, by the peer waited for). Each file depends only on [`section`]; this module lists them.
+//! observed WQEs), [`waits`] (time polling empty CQs, by the peer waited for). Each file
+//! depends only on [`section`]; this module lists them.
 //!
 //! A report is a list of [`Section`]s. Each section gets a fresh instance per process (so the
 //! model pass stays parallel), observes that process's [`ModelEvent`]s, and is merged at the
