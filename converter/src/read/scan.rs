@@ -305,7 +305,7 @@ fn other(s: &mut Scan, rec: Record<'_>) -> u64 {
 
 /// A chunk's scan: what it found, its timestamps' order, and where its messages went in
 /// `spill` (`None`: not spilled).
-type ChunkScan = (Scan, ChunkOrder, Option<Vec<(u64, u32)>>);
+type ChunkScan = (Scan, ChunkOrder, Option<Vec<crate::read::messages::Piece>>);
 
 fn scan_chunk(
     input: &LogInput,
@@ -438,7 +438,7 @@ pub fn scan_spilling(inputs: &[LogInput], spill: Option<Spill>) -> Vec<Scan> {
     // Per log, per thread: its chunks' orders and message pieces (jobs list them by log,
     // thread, chunk).
     let mut orders: Vec<Vec<Vec<ChunkOrder>>> = per_thread(inputs);
-    let mut pieces: Vec<Vec<Vec<(u64, u32)>>> = per_thread(inputs);
+    let mut pieces: Vec<Vec<Vec<crate::read::messages::Piece>>> = per_thread(inputs);
     let mut spilled = spill.is_some();
     let mut out: Vec<Scan> = (0..inputs.len()).map(|_| Scan::empty()).collect();
     for (&(i, tc), (s, order, chunk_pieces)) in jobs.iter().zip(parts) {
