@@ -73,30 +73,33 @@ struct Coder {
 
 impl Coder {
     /// Appends `m`, coded against the messages before it, to `out`.
+    #[inline]
     fn encode(&mut self, m: &Message, out: &mut Vec<u8>) {
+        // Coded in a scratch array and appended at once (no growth check per byte).
+        let mut code = [0u8; MAX_CODED];
         let (dt, back) = match m.ts.checked_sub(self.ts) {
             Some(d) => (d, 0),
             None => (self.ts - m.ts, BACK),
         };
         let mut flags = (m.send as u8 * SEND) | back;
-        let head = out.len();
-        out.push(0);
-        put_varint(out, dt);
-        put_varint(out, m.offset.wrapping_sub(self.offset));
+        let mut n = 1;
+        put_varint(&mut code, &mut n, dt);
+        put_varint(&mut code, &mut n, m.offset.wrapping_sub(self.offset));
         let last = &mut self.fields[m.send as usize];
         if m.qpn != last.0 {
             flags |= NEW_QPN;
-            put_varint(out, m.qpn as u64);
+            put_varint(&mut code, &mut n, m.qpn as u64);
         }
         if m.a != last.1 {
             flags |= NEW_A;
-            put_varint(out, m.a as u64);
+            put_varint(&mut code, &mut n, m.a as u64);
         }
         if m.b != last.2 {
             flags |= NEW_B;
-            put_varint(out, m.b);
+            put_varint(&mut code, &mut n, m.b);
         }
-        out[head] = flags;
+        code[0] = flags;
+        out.extend_from_slice(&code[..n]);
         *last = (m.qpn, m.a, m.b);
         self.ts = m.ts;
         self.offset = m.offset;
@@ -104,6 +107,7 @@ impl Coder {
 
     /// The message at `*pos` of `bytes` (`*pos` moved past it); `None` where the bytes do
     /// not hold one.
+    #[inline]
     fn decode(&mut self, bytes: &[u8], pos: &mut usize) -> Option<Message> {
         let flags = *bytes.get(*pos)?;
         *pos += 1;
@@ -114,17 +118,19 @@ impl Coder {
             _ => self.ts.checked_sub(dt)?,
         };
         let offset = self.offset.wrapping_add(varint(bytes, pos)?);
-        let (mut qpn, mut a, mut b) = self.fields[send as usize];
-        if flags & NEW_QPN != 0 {
-            qpn = u32::try_from(varint(bytes, pos)?).ok()?;
+        let last = &mut self.fields[send as usize];
+        if flags & (NEW_QPN | NEW_A | NEW_B) != 0 {
+            if flags & NEW_QPN != 0 {
+                last.0 = u32::try_from(varint(bytes, pos)?).ok()?;
+            }
+            if flags & NEW_A != 0 {
+                last.1 = u32::try_from(varint(bytes, pos)?).ok()?;
+            }
+            if flags & NEW_B != 0 {
+                last.2 = varint(bytes, pos)?;
+            }
         }
-        if flags & NEW_A != 0 {
-            a = u32::try_from(varint(bytes, pos)?).ok()?;
-        }
-        if flags & NEW_B != 0 {
-            b = varint(bytes, pos)?;
-        }
-        self.fields[send as usize] = (qpn, a, b);
+        let (qpn, a, b) = *last;
         (self.ts, self.offset) = (ts, offset);
         Some(Message {
             send,
@@ -137,21 +143,30 @@ impl Coder {
     }
 }
 
-/// Appends `v` as a LEB128 varint.
-#[inline]
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+/// Writes `v` as a LEB128 varint at `code[*n..]` (`*n` moved past it; a message's varints
+/// fit [`MAX_CODED`]).
+#[inline(always)]
+fn put_varint(code: &mut [u8; MAX_CODED], n: &mut usize, mut v: u64) {
     while v >= 0x80 {
-        out.push(v as u8 | 0x80);
+        code[*n] = v as u8 | 0x80;
+        *n += 1;
         v >>= 7;
     }
-    out.push(v as u8);
+    code[*n] = v as u8;
+    *n += 1;
 }
 
 /// The LEB128 varint at `*pos` (moved past it); `None` when cut or longer than 10 bytes.
-#[inline]
+#[inline(always)]
 fn varint(bytes: &[u8], pos: &mut usize) -> Option<u64> {
-    let mut v = 0u64;
-    for shift in (0..70).step_by(7) {
+    // One byte (a small difference) most often.
+    let b = *bytes.get(*pos)?;
+    *pos += 1;
+    if b < 0x80 {
+        return Some(b as u64);
+    }
+    let mut v = (b & 0x7f) as u64;
+    for shift in (7..70).step_by(7) {
         let b = *bytes.get(*pos)?;
         *pos += 1;
         v |= ((b & 0x7f) as u64).checked_shl(shift).unwrap_or(0);
