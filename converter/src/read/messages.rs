@@ -166,15 +166,20 @@ fn varint(bytes: &[u8], pos: &mut usize) -> Option<u64> {
         return Some(b as u64);
     }
     let mut v = (b & 0x7f) as u64;
-    for shift in (7..70).step_by(7) {
+    let mut shift = 7;
+    loop {
         let b = *bytes.get(*pos)?;
         *pos += 1;
-        v |= ((b & 0x7f) as u64).checked_shl(shift).unwrap_or(0);
+        // The tenth byte's bits above 2^64 are dropped (`shift` ≤ 63 here).
+        v |= ((b & 0x7f) as u64) << shift;
         if b < 0x80 {
             return Some(v);
         }
+        shift += 7;
+        if shift > 63 {
+            return None;
+        }
     }
-    None
 }
 
 /// Where one piece of the spill is: its first byte, its length and how many messages it
