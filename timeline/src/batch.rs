@@ -103,11 +103,8 @@ pub struct Recorder {
     batch: EventBatch,
     /// An encoded batch to record the next one into.
     spare: Option<EventBatch>,
+    /// The group events go to (below the batch's group count).
     cur: usize,
-    /// The events of group `cur`, out of the batch while the group is current (its list in the
-    /// batch is an empty stand-in meanwhile): recording an event is a push onto this list, not
-    /// a look-up of the group's. Back in the batch whenever the batch is looked at or taken.
-    cur_evs: Vec<Ev>,
     name_ids: HashMap<String, u32>,
     key_ids: HashMap<String, u32>,
 }
@@ -128,30 +125,14 @@ impl Recorder {
             },
             spare: None,
             cur: 0,
-            cur_evs: Vec::new(),
             name_ids: HashMap::new(),
             key_ids: HashMap::new(),
         }
-        .with_current_out()
-    }
-
-    /// [`Recorder::swap_current`] of a recorder whose current group's events are in the batch.
-    fn with_current_out(mut self) -> Recorder {
-        self.swap_current();
-        self
-    }
-
-    /// Swaps the current group's event list in the batch with `cur_evs`: takes the events out
-    /// (an empty stand-in goes in their place), or puts them back (the stand-in comes out).
-    #[inline]
-    fn swap_current(&mut self) {
-        std::mem::swap(&mut self.batch.groups[self.cur].evs, &mut self.cur_evs);
     }
 
     /// A recorder like [`Recorder::new`]'s in the buffers of `self` (a recorder that is done):
     /// its batches' lists keep their capacity.
     pub fn renew(mut self, groups: usize) -> Recorder {
-        self.swap_current(); // back into the batch
         let groups = groups.max(1);
         let fit = |mut b: EventBatch| {
             b.groups.resize_with(groups, GroupEvents::default);
@@ -169,17 +150,14 @@ impl Recorder {
             batch: fit(std::mem::take(&mut self.batch)),
             spare: self.spare.take().map(fit),
             cur: 0,
-            cur_evs: self.cur_evs,
             name_ids: self.name_ids,
             key_ids: self.key_ids,
         }
-        .with_current_out()
     }
 
     /// Takes the events recorded so far; the recorder goes on with the batch given back
     /// last ([`Recorder::give_back`]), or a new one.
     pub fn take_batch(&mut self) -> EventBatch {
-        self.swap_current(); // back into the batch
         let fresh = match self.spare.take() {
             Some(b) => b,
             None => EventBatch {
@@ -192,9 +170,7 @@ impl Recorder {
                 ..Default::default()
             },
         };
-        let taken = std::mem::replace(&mut self.batch, fresh);
-        self.swap_current(); // out of the fresh one
-        taken
+        std::mem::replace(&mut self.batch, fresh)
     }
 
     /// Takes back an encoded batch ([`PerfettoGroups::encode`] empties it) to record into
@@ -213,7 +189,13 @@ impl Recorder {
 
     #[inline(always)]
     fn push(&mut self, ev: Ev) {
-        self.cur_evs.push(ev);
+        self.cur_evs().push(ev);
+    }
+
+    /// The current group's events.
+    #[inline(always)]
+    fn cur_evs(&mut self) -> &mut Vec<Ev> {
+        &mut self.batch.groups[self.cur].evs
     }
 
     #[inline(always)]
@@ -262,16 +244,6 @@ impl Recorder {
             terminating: terminating.to_vec(),
         });
         side.len() as u64 - 1
-    }
-}
-
-impl Recorder {
-    /// Makes group `g` (another group, in range) the current one.
-    #[inline(never)]
-    fn switch_group(&mut self, g: usize) {
-        self.swap_current(); // the old group's back
-        self.cur = g;
-        self.swap_current(); // the new group's out
     }
 }
 
@@ -337,14 +309,14 @@ impl TraceSink for Recorder {
     #[inline]
     fn begin_two(&mut self, ts: u64, a: (u64, Name), b: (u64, Name)) {
         let ev = |(track, name)| Ev::plain(ts, BEGIN, track, Some(name));
-        self.cur_evs.extend([ev(a), ev(b)]);
+        self.cur_evs().extend([ev(a), ev(b)]);
     }
 
     /// Both events pushed at once (one capacity check).
     #[inline]
     fn end_two(&mut self, ts: u64, a: u64, b: u64) {
         let ev = |track| Ev::plain(ts, END, track, None);
-        self.cur_evs.extend([ev(a), ev(b)]);
+        self.cur_evs().extend([ev(a), ev(b)]);
     }
 
     #[inline]
@@ -370,7 +342,7 @@ impl TraceSink for Recorder {
     /// Events recorded since the last [`Recorder::take_batch`]: those of the batch (it starts
     /// empty), counted here rather than at every event (this is asked every few hundred).
     fn recorded(&self) -> usize {
-        self.batch.len() + self.cur_evs.len()
+        self.batch.len()
     }
 
     /// Nothing is encoded here ([`PerfettoGroups::encode`] encodes the batches).
@@ -380,10 +352,7 @@ impl TraceSink for Recorder {
 
     #[inline]
     fn group(&mut self, g: u32) {
-        let g = (g as usize).min(self.batch.groups.len() - 1);
-        if g != self.cur {
-            self.switch_group(g);
-        }
+        self.cur = (g as usize).min(self.batch.groups.len() - 1);
     }
 }
 
