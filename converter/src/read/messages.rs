@@ -43,26 +43,27 @@ pub struct Message {
 pub const MAX_SPILL_BYTES: u64 = 1 << 30;
 
 /// Most messages in a piece: what a scan job collects before it writes, and what a cursor
-/// reads at once (about 5 KiB).
+/// reads at once (4 to 8 KiB coded).
 pub const PIECE: usize = 1024;
 
-/// Most bytes of one coded message: the flag byte and five varints (two of at most 10
-/// bytes, one of 10, two of 5).
+/// Most bytes of one coded message: the flag byte, the time and offset differences and `b`
+/// (varints of at most 10 bytes), the QPN and `a` (at most 5).
 const MAX_CODED: usize = 1 + 10 + 10 + 5 + 5 + 10;
 
 /// Flags of a coded message's first byte.
 const SEND: u8 = 1;
 /// The time is below the one before it (the varint is the difference the other way).
 const BACK: u8 = 2;
-/// The QPN, `a` and `b` differ from the message before (then each follows as a varint).
+/// The QPN, `a` and `b` differ from the last message of the same direction (then each
+/// follows as a varint).
 const NEW_QPN: u8 = 4;
 const NEW_A: u8 = 8;
 const NEW_B: u8 = 16;
 
-/// One piece's coding state: the message before, and the QPN, `a` and `b` of the last send
-/// and of the last receive (a send's `a` and `b` are a receive's source QP and LID: they
-/// alternate in a ping-pong, each side stays the same). All zero at a piece's start, so that
-/// each piece decodes alone.
+/// One piece's coding state: the time and offset of the message before, and the QPN, `a` and
+/// `b` of the last send and of the last receive (a send's `a` and `b` are its `rkey` and
+/// address, a receive's its source QP and LID: in a ping-pong they alternate, each
+/// direction's stay the same). All zero at a piece's start, so that each piece decodes alone.
 #[derive(Clone, Copy, Debug, Default)]
 struct Coder {
     ts: u64,
