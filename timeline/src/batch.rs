@@ -533,6 +533,12 @@ impl PerfettoGroups {
     /// parallel), then takes the blocks of the groups holding at least the group block, in
     /// group order (framed, compressed when the sequences compress).
     pub fn encode(&mut self, batch: &EventBatch) -> Vec<u8> {
+        crate::groups::join(self.encode_blocks(batch))
+    }
+
+    /// [`PerfettoGroups::encode`], each group's blocks apart (empty for a group with none
+    /// ready): the caller writes them in turn, not joined into one copy first.
+    pub fn encode_blocks(&mut self, batch: &EventBatch) -> Vec<Vec<u8>> {
         let EventBatch {
             groups,
             names,
@@ -540,8 +546,7 @@ impl PerfettoGroups {
         } = batch;
         let block = self.group_block();
         let seqs = self.seqs_mut();
-        let outs: Vec<Vec<u8>> = seqs
-            .par_iter_mut()
+        seqs.par_iter_mut()
             .zip(groups.par_iter())
             .map(|(seq, events)| {
                 for s in names {
@@ -559,8 +564,7 @@ impl PerfettoGroups {
                     Vec::new()
                 }
             })
-            .collect();
-        crate::groups::join(outs)
+            .collect()
     }
 }
 

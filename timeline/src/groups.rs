@@ -51,6 +51,12 @@ impl PerfettoGroups {
     pub(crate) fn seqs_mut(&mut self) -> &mut [PerfettoSeq] {
         &mut self.seqs
     }
+
+    /// [`TraceSink::take`], each group's pending bytes apart (empty for a group with none),
+    /// in group order: the caller writes them in turn, not joined into one copy first.
+    pub fn take_blocks(&mut self) -> Vec<Vec<u8>> {
+        self.seqs.iter_mut().map(|q| q.take()).collect()
+    }
 }
 
 impl TraceSink for PerfettoGroups {
@@ -101,7 +107,7 @@ impl TraceSink for PerfettoGroups {
 
     /// Every group's pending bytes, in group order.
     fn take(&mut self) -> Vec<u8> {
-        join(self.seqs.iter_mut().map(|q| q.take()).collect())
+        join(self.take_blocks())
     }
 
     #[inline]

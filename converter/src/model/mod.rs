@@ -328,11 +328,11 @@ impl<'a> ProcessModel<'a> {
                             let limit = Some(BATCH_EVENTS);
                             self.records(&mut recs, &mut n, rec, kernel_sink, obs, &mut keep, limit)
                         },
-                        || ready.take().map(|b| (enc.encode(&b), b)),
+                        || ready.take().map(|b| (enc.encode_blocks(&b), b)),
                     );
                     kernel.into_iter().for_each(&mut *flush);
-                    if let Some((bytes, batch)) = encoded {
-                        flush(bytes);
+                    if let Some((blocks, batch)) = encoded {
+                        blocks.into_iter().for_each(&mut *flush);
                         rec.give_back(batch);
                     }
                     if !more {
@@ -344,9 +344,9 @@ impl<'a> ProcessModel<'a> {
                 // The last batch goes back too: the next process's recorder (pooled) records
                 // into lists that have their capacity already.
                 let last = rec.take_batch();
-                flush(enc.encode(&last));
+                enc.encode_blocks(&last).into_iter().for_each(&mut *flush);
                 rec.give_back(last);
-                flush(enc.take());
+                enc.take_blocks().into_iter().for_each(&mut *flush);
                 rec
             }
         };
