@@ -20,6 +20,7 @@ pub(crate) use small::{epoch_bits, template_kind, EPOCHS, KIND_TAIL};
 use zlib::Fallback;
 pub use zlib::{
     compress_block, frame_compressed, FASTZ_POOR_RATIO, LARGE_BLOCK, LARGE_POOR_RATIO_TENTHS,
+    SLIDE_RATIO_TENTHS,
 };
 
 /// Sequence-scoped clock used for incremental timestamps.

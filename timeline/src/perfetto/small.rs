@@ -120,9 +120,8 @@ fn lane_slot(parent: u64, key: &'static str) -> usize {
     (k.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 60) as usize
 }
 
-/// A block whose raw bytes reach this many slides ([`PerfettoSeq::slide`]) when it is dense:
-/// taken now, it would not be retried with zlib ([`super::zlib::worth_zlib`]), which a block
-/// that slid no longer can be.
+/// A block whose raw bytes reach this many slides ([`PerfettoSeq::slide`]) when it is dense
+/// ([`super::zlib::dense_enough_to_slide`]); a block that slid is no longer retried with zlib.
 pub(super) const SLIDE_AT: usize = 384 << 10;
 
 /// Raw bytes a sliding block keeps (the compressor's window, and more: a template farther back
@@ -157,7 +156,7 @@ impl PerfettoSeq {
             return;
         };
         if len < SLIDE_AT
-            || super::zlib::worth_zlib(self.slid + len, z.compressed_len())
+            || !super::zlib::dense_enough_to_slide(self.slid + len, z.compressed_len())
             || !z.caught_up(&self.buf)
         {
             return;

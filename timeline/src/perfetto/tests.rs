@@ -477,11 +477,11 @@ fn poorly_compressed_blocks_fall_back_to_zlib() {
     }
 }
 
-/// Blocks are retried with zlib below 6× (fastz's output more than a sixth of the raw bytes),
-/// blocks of 64 KiB and more below 5.5×.
+/// Blocks taken whole are retried with zlib below 6× (fastz's output more than a sixth of the
+/// raw bytes), blocks of 64 KiB and more below 6.5×; a block slides from 5.5× on.
 #[test]
 fn zlib_retry_rule_takes_large_blocks_below_their_own_ratio() {
-    use super::zlib::worth_zlib;
+    use super::zlib::{dense_enough_to_slide, worth_zlib};
     use super::LARGE_BLOCK;
     let small = LARGE_BLOCK - 1;
     assert!(worth_zlib(small, small / 6 + 1));
@@ -489,13 +489,20 @@ fn zlib_retry_rule_takes_large_blocks_below_their_own_ratio() {
     assert!(worth_zlib(1000, 167));
     assert!(!worth_zlib(1000, 166));
     let large = 400 << 10;
-    // 5.8× (the synthetic sets' dense blocks): fastz's kept; 5.4×: retried.
-    assert!(!worth_zlib(large, large * 10 / 58));
-    assert!(worth_zlib(large, large * 10 / 54));
-    assert!(!worth_zlib(large, large * 10 / 55));
-    assert!(worth_zlib(LARGE_BLOCK, LARGE_BLOCK * 10 / 54));
-    assert!(!worth_zlib(LARGE_BLOCK, LARGE_BLOCK / 6 + 1));
+    // HPC Challenge's whole blocks at 5.5-6.4×: retried; 6.6× and the 7× ones: kept.
+    assert!(worth_zlib(large, large * 10 / 64));
+    assert!(worth_zlib(large, large * 10 / 55));
+    assert!(!worth_zlib(large, large * 10 / 65));
+    assert!(!worth_zlib(large, large * 10 / 66));
+    assert!(!worth_zlib(large, large / 7));
+    assert!(worth_zlib(LARGE_BLOCK, LARGE_BLOCK * 10 / 64));
+    assert!(!worth_zlib(LARGE_BLOCK, LARGE_BLOCK * 10 / 65));
     assert!(!worth_zlib(large, 0));
+    // 5.8× (the synthetic sets' dense blocks) slides; 5.4× stays whole, to be retried.
+    assert!(dense_enough_to_slide(large, large * 10 / 58));
+    assert!(dense_enough_to_slide(large, large * 10 / 55));
+    assert!(!dense_enough_to_slide(large, large * 10 / 54));
+    assert!(dense_enough_to_slide(large, 0));
 }
 
 /// The first two bytes of the zlib stream in one framed `compressed_packets` packet.
