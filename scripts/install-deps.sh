@@ -28,9 +28,11 @@ if [ "${#missing[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-# Rust components used by the test command.
+# Rust components used by the test command and the release build.
 rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
 rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
+# llvm-profdata for the profile-guided release build (scripts/build-release.sh).
+rustup component list --installed 2>/dev/null | grep -q '^llvm-tools' || rustup component add llvm-tools
 
 # cargo-fuzz: CI builds the fuzz targets (without running them).
 if ! command -v cargo-fuzz >/dev/null 2>&1; then

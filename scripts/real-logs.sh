@@ -13,14 +13,15 @@
 # Needs scripts/install-deps.sh and a release build of the tracer and softnic:
 #   cargo build --release -p softnic -p softnic-mlx5 -p softnic-efa -p softnic-rdmacm \
 #     -p sigmatrace-interposer
+# (`BUILD=debug` takes them from target/debug instead: the logs hold the same records.)
 # `N=...` sets ib_write_bw's iteration count. Fails loudly when a program fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 out=$(realpath -m "${1:-target/real-logs}")
-rel=$root/target/release
+rel=$root/target/${BUILD:-release}
 for f in libsigmatrace.so softnic-run; do
-  [[ -e $rel/$f ]] || { echo "real-logs: $rel/$f missing (cargo build --release, see above)" >&2; exit 1; }
+  [[ -e $rel/$f ]] || { echo "real-logs: $rel/$f missing (cargo build, see above)" >&2; exit 1; }
 done
 n=${N:-200000}
 work=$(mktemp -d)
