@@ -17,7 +17,7 @@
 #   4. check: the PGO converter's traces of the real logs and of the 64-rank set are
 #      byte-identical to the debug converter's (the one the tests run); any difference fails.
 #
-# `SIGMATRACE_TARGET_CPU=x86-64-v3` (or another `-C target-cpu`) adds it to both builds: ~3 %
+# `SIGMATRACE_TARGET_CPU=x86-64-v3` (or another `-C target-cpu`) adds it to both builds: 2–3 %
 # fewer instructions again, but the binaries then need that CPU (AVX2, BMI2: SIGILL elsewhere).
 set -euo pipefail
 cd "$(dirname "$0")/.."
