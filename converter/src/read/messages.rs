@@ -76,7 +76,9 @@ impl Coder {
     /// Appends `m`, coded against the messages before it, to `out`.
     #[inline]
     fn encode(&mut self, m: &Message, out: &mut Vec<u8>) {
-        // Coded in a scratch array and appended at once (no growth check per byte).
+        // Coded in a scratch array and appended whole, then cut to length: a copy of a fixed
+        // size is a few moves, one of `n` bytes a call to `memcpy` (perf: 0.9 % of the 64-rank
+        // conversion, the scan's spill).
         let mut code = [0u8; MAX_CODED];
         let (dt, back) = match m.ts.checked_sub(self.ts) {
             Some(d) => (d, 0),
@@ -100,7 +102,9 @@ impl Coder {
             put_varint(&mut code, &mut n, m.b);
         }
         code[0] = flags;
-        out.extend_from_slice(&code[..n]);
+        let at = out.len();
+        out.extend_from_slice(&code);
+        out.truncate(at + n);
         *last = (m.qpn, m.a, m.b);
         self.ts = m.ts;
         self.offset = m.offset;
