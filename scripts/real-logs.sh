@@ -13,7 +13,8 @@
 # Needs scripts/install-deps.sh and a release build of the tracer and softnic:
 #   cargo build --release -p softnic -p softnic-mlx5 -p softnic-efa -p softnic-rdmacm \
 #     -p sigmatrace-interposer
-# (`BUILD=debug` takes them from target/debug instead: the logs hold the same records.)
+# (`BUILD=debug` takes them from target/debug instead: the same kinds of records, though the
+# slower debug fabric changes the MPI programs' traffic somewhat.)
 # `N=...` sets ib_write_bw's iteration count. Fails loudly when a program fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
