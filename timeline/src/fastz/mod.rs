@@ -643,8 +643,11 @@ impl FastZ {
         self.stream += k as u64;
     }
 
-    /// Adds the raw bytes tokenized since the last call to the stream's checksum.
-    fn checksum(&mut self, buf: &[u8]) {
+    /// Adds the raw bytes tokenized since the last call to the stream's checksum. The caller
+    /// may call it at any time (bytes tokenized are final): right after writing a batch of
+    /// packets their bytes are still in the cache, where a block's whole checksum at its end
+    /// read them back from memory.
+    pub fn checksum(&mut self, buf: &[u8]) {
         if self.done > self.summed {
             self.adler = zlib_rs::adler32::adler32(self.adler, &buf[self.summed..self.done]);
             self.summed = self.done;

@@ -52,6 +52,9 @@ impl PerfettoSeq {
             }
             i += 1;
         }
+        if let Some(z) = self.z.as_deref_mut() {
+            z.checksum(&self.buf);
+        }
         self.slide();
     }
 
