@@ -44,7 +44,7 @@ pub fn map_in_order<I: Sync, T: Send>(items: &[I], f: impl Fn(&I) -> T + Sync) -
 
 /// What a worker sends to the writer.
 pub enum Block {
-    /// An encoded block of process `.0` (`.0` = the number of processes: after them).
+    /// Encoded blocks of process `.0`, in order (`.0` = the number of processes: after them).
     Data(usize, Vec<u8>),
     /// Process `.0` has sent all its blocks.
     Done(usize),

@@ -227,13 +227,30 @@ impl ModelPass<'_> {
         let mut model =
             ProcessModel::new(self.topo, self.ud, p.index, self.mopts, &uuids, out.sink());
         model.progress = Some(self.progress.counter());
+        // Blocks go to the writer in bundles of at least `SEND_BYTES` (each message may wake
+        // the writer thread: one per block was ~40 000 wake-ups at 1024 ranks × 50 M).
+        let mut bundle: Vec<u8> = Vec::new();
         let mut flush = |b: Vec<u8>| {
             if b.is_empty() || !self.output {
                 return;
             }
-            let _ = tx.send(Block::Data(index, self.blocks.finish(b)));
+            let b = self.blocks.finish(b);
+            if bundle.is_empty() && b.len() >= SEND_BYTES {
+                let _ = tx.send(Block::Data(index, b));
+                return;
+            }
+            if bundle.is_empty() {
+                bundle.reserve_exact(SEND_BYTES + b.len());
+            }
+            bundle.extend_from_slice(&b);
+            if bundle.len() >= SEND_BYTES {
+                let _ = tx.send(Block::Data(index, std::mem::take(&mut bundle)));
+            }
         };
         let issues = model.run(input, out, kernel_sink.as_mut(), &mut obs, &mut flush);
+        if !bundle.is_empty() {
+            let _ = tx.send(Block::Data(index, bundle));
+        }
         let _ = tx.send(Block::Done(index));
         if let ProcSink::Recorded(r) = sink {
             let (recorder, groups) = *r;
@@ -279,6 +296,9 @@ impl ModelPass<'_> {
         Ok(merged)
     }
 }
+
+/// Bytes of blocks a worker collects before it sends them to the writer.
+const SEND_BYTES: usize = 1 << 20;
 
 /// Sums the processes' totals, merges their report sections (in process order) and adds
 /// their warnings (each once).
