@@ -44,10 +44,24 @@ pub fn map_in_order<I: Sync, T: Send>(items: &[I], f: impl Fn(&I) -> T + Sync) -
 
 /// What a worker sends to the writer.
 pub enum Block {
-    /// Encoded blocks of process `.0`, in order (`.0` = the number of processes: after them).
+    /// An encoded block of process `.0` (`.0` = the number of processes: after them).
     Data(usize, Vec<u8>),
+    /// Encoded blocks of process `.0`, in order: a worker's blocks are sent a bundle at a time
+    /// (each message may wake the writer's thread).
+    Bundle(usize, Vec<Vec<u8>>),
     /// Process `.0` has sent all its blocks.
     Done(usize),
+}
+
+impl Block {
+    /// The process and blocks of a `Data` or `Bundle` message; `Err(process)` for `Done`.
+    pub fn into_blocks(self) -> Result<(usize, Vec<Vec<u8>>), usize> {
+        match self {
+            Block::Data(p, b) => Ok((p, vec![b])),
+            Block::Bundle(p, blocks) => Ok((p, blocks)),
+            Block::Done(p) => Err(p),
+        }
+    }
 }
 
 enum Held {
@@ -96,6 +110,13 @@ impl BlockOrder {
                 Ok(0)
             }
             Block::Data(..) => Err(io::Error::other("a block after its process finished")),
+            Block::Bundle(p, blocks) => {
+                let mut n = 0;
+                for b in blocks {
+                    n += self.push(Block::Data(p, b), out)?;
+                }
+                Ok(n)
+            }
             Block::Done(p) => {
                 if let Some(d) = self.done.get_mut(p) {
                     *d = true;
@@ -176,6 +197,7 @@ mod tests {
         for m in order {
             let m = match m {
                 Block::Data(p, b) => Block::Data(*p, b.clone()),
+                Block::Bundle(p, b) => Block::Bundle(*p, b.clone()),
                 Block::Done(p) => Block::Done(*p),
             };
             o.push(m, &mut out).unwrap();

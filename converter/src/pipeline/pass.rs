@@ -228,28 +228,23 @@ impl ModelPass<'_> {
             ProcessModel::new(self.topo, self.ud, p.index, self.mopts, &uuids, out.sink());
         model.progress = Some(self.progress.counter());
         // Blocks go to the writer in bundles of at least `SEND_BYTES` (each message may wake
-        // the writer thread: one per block was ~40 000 wake-ups at 1024 ranks × 50 M).
-        let mut bundle: Vec<u8> = Vec::new();
+        // the writer's thread: one per block was ~40 000 wake-ups at 1024 ranks × 50 M).
+        let mut bundle: (Vec<Vec<u8>>, usize) = (Vec::new(), 0);
         let mut flush = |b: Vec<u8>| {
             if b.is_empty() || !self.output {
                 return;
             }
             let b = self.blocks.finish(b);
-            if bundle.is_empty() && b.len() >= SEND_BYTES {
-                let _ = tx.send(Block::Data(index, b));
-                return;
-            }
-            if bundle.is_empty() {
-                bundle.reserve_exact(SEND_BYTES + b.len());
-            }
-            bundle.extend_from_slice(&b);
-            if bundle.len() >= SEND_BYTES {
-                let _ = tx.send(Block::Data(index, std::mem::take(&mut bundle)));
+            bundle.1 += b.len();
+            bundle.0.push(b);
+            if bundle.1 >= SEND_BYTES {
+                let _ = tx.send(Block::Bundle(index, std::mem::take(&mut bundle.0)));
+                bundle.1 = 0;
             }
         };
         let issues = model.run(input, out, kernel_sink.as_mut(), &mut obs, &mut flush);
-        if !bundle.is_empty() {
-            let _ = tx.send(Block::Data(index, bundle));
+        if !bundle.0.is_empty() {
+            let _ = tx.send(Block::Bundle(index, bundle.0));
         }
         let _ = tx.send(Block::Done(index));
         if let ProcSink::Recorded(r) = sink {

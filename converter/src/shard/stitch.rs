@@ -44,17 +44,19 @@ pub fn spawn_part_writer(
             Ok(std::io::BufWriter::with_capacity(1 << 16, f))
         };
         for msg in rx {
-            match msg {
-                Block::Data(i, b) => {
+            match msg.into_blocks() {
+                Ok((i, blocks)) => {
                     let w = match open.entry(i) {
                         std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
                         std::collections::hash_map::Entry::Vacant(e) => e.insert(create(i)?),
                     };
                     let p = tmp(i);
-                    w.write_all(&b).map_err(out_err(&p))?;
-                    total += b.len() as u64;
+                    for b in blocks {
+                        w.write_all(&b).map_err(out_err(&p))?;
+                        total += b.len() as u64;
+                    }
                 }
-                Block::Done(i) => {
+                Err(i) => {
                     let w = match open.remove(&i) {
                         Some(w) => w,
                         None => create(i)?,
