@@ -357,6 +357,35 @@ fn counter_tracks_take_only_counter_events() {
     fires(&checked(&t), "track-event", 1);
 }
 
+/// Extra counter values are samples of their tracks: counted as counter events, checked as
+/// counter values (a slice track takes none), one uuid per value.
+#[test]
+fn extra_counter_values_are_samples_of_their_tracks() {
+    let with_extra = |mut p: TracePacket, uuids: Vec<u64>, values: Vec<i64>| {
+        let te = p.track_event.as_mut().unwrap();
+        te.extra_counter_track_uuids = uuids;
+        te.extra_counter_values = values;
+        p
+    };
+    let mut t = valid();
+    t.push(with_extra(counter(400, COUNTER, 1), vec![COUNTER], vec![2]));
+    t.push(with_extra(begin(410, SLICES), vec![COUNTER], vec![3]));
+    t.push(end(420, SLICES));
+    let r = checked(&t);
+    assert!(r.ok, "{:#}", r.json());
+    assert_eq!(r.stats.counter_events, 2 + 1 + 2);
+    let mut t = valid();
+    t.push(with_extra(counter(400, COUNTER, 1), vec![SLICES], vec![2]));
+    fires(&checked(&t), "counter-track", 1);
+    let mut t = valid();
+    t.push(with_extra(
+        counter(400, COUNTER, 1),
+        vec![COUNTER],
+        vec![2, 3],
+    ));
+    fires(&checked(&t), "track-event", 1);
+}
+
 #[test]
 fn interned_names_must_be_defined_earlier_on_the_sequence() {
     let mut t = valid();

@@ -26,6 +26,11 @@ const COUNTER: u8 = 4;
 const TRACK: u8 = 5;
 /// A lane ([`TraceSink::lane`]): `x` is the parent, the side table holds the key.
 const LANE: u8 = 6;
+/// Two counter samples at one time, on track `track` and on track `track + 1`, recorded one
+/// after the other: `x` holds both values (the first in its low 32 bits), each below 2³².
+/// Written as one COUNTER packet whose extra counter value is the second
+/// ([`crate::perfetto`]); other sinks get the two samples ([`replay_one`]).
+pub(crate) const COUNTER_PAIR: u8 = 7;
 /// `meta` flags: `x` is a flow the event starts, or one it terminates; `x` indexes the side
 /// table (args, or more flows).
 const FLOW: u64 = 1 << 8;
@@ -324,8 +329,22 @@ impl TraceSink for Recorder {
         self.event(ts, INSTANT, track, Some(name), extra);
     }
 
+    /// A sample right after one on the track before this one at the same time (a caller's
+    /// counters of one object, sampled together) joins it as a [`COUNTER_PAIR`] when both
+    /// values fit in 32 bits.
     #[inline]
     fn counter(&mut self, ts: u64, track: u64, value: i64) {
+        if let Some(last) = self.cur_evs().last_mut() {
+            if last.meta == COUNTER as u64
+                && last.ts == ts
+                && last.track.wrapping_add(1) == track
+                && (last.x | value as u64) >> 32 == 0
+            {
+                last.x |= (value as u64) << 32;
+                last.meta = COUNTER_PAIR as u64;
+                return;
+            }
+        }
         self.push(Ev {
             ts,
             track,
@@ -387,6 +406,11 @@ pub(crate) fn replay_one(events: &GroupEvents, ev: &Ev, sink: &mut dyn TraceSink
         sink.counter(ev.ts, ev.track, ev.x as i64);
         return;
     }
+    if ty == COUNTER_PAIR {
+        sink.counter(ev.ts, ev.track, (ev.x & 0xffff_ffff) as i64);
+        sink.counter(ev.ts, ev.track + 1, (ev.x >> 32) as i64);
+        return;
+    }
     let one = [ev.x];
     let owned;
     let extra = if ev.meta & FLOW != 0 {
@@ -434,13 +458,16 @@ impl Ev {
         (self.meta & 0xff00 == 0 && ty < COUNTER).then_some(ty)
     }
 
-    /// The event's type (counter 4, or slice begin 1, end 2, instant 3) and its counter value
-    /// or its one flow, when it is a counter or an event with one flow and no args.
+    /// The event's type (counter 4, counter pair 7, or slice begin 1, end 2, instant 3) and
+    /// its counter value(s) or its one flow, when it is a counter or an event with one flow and
+    /// no args.
     #[inline(always)]
     pub(crate) fn with_tail(&self) -> Option<(u8, Tail)> {
         let ty = self.meta as u8;
         if ty == COUNTER {
             Some((ty, Tail::Value(self.x)))
+        } else if ty == COUNTER_PAIR {
+            Some((ty, Tail::Pair(self.x)))
         } else if ty >= COUNTER || self.meta & SIDE != 0 {
             None
         } else if self.meta & FLOW != 0 {
@@ -453,11 +480,13 @@ impl Ev {
     }
 
     /// The tail of an event with at most a counter value or one flow (its flags without
-    /// [`SIDE`]): the value of a counter, the flow it starts or terminates, or none.
+    /// [`SIDE`]): the value(s) of a counter or pair, the flow it starts or terminates, or none.
     #[inline(always)]
     pub(crate) fn tail(&self) -> Tail {
         if self.meta as u8 == COUNTER {
             Tail::Value(self.x)
+        } else if self.meta as u8 == COUNTER_PAIR {
+            Tail::Pair(self.x)
         } else if self.meta & FLOW != 0 {
             Tail::Flow(self.x)
         } else if self.meta & TERM != 0 {

@@ -127,6 +127,12 @@ pub struct TrackEvent {
     pub counter_value: Option<i64>,
     #[prost(double, optional, tag = "44")]
     pub double_counter_value: Option<f64>,
+    /// Samples of other counter tracks at this event's time, one per uuid of
+    /// `extra_counter_track_uuids` (upstream: not packed).
+    #[prost(int64, repeated, packed = "false", tag = "12")]
+    pub extra_counter_values: Vec<i64>,
+    #[prost(uint64, repeated, packed = "false", tag = "31")]
+    pub extra_counter_track_uuids: Vec<u64>,
     #[prost(message, repeated, tag = "4")]
     pub debug_annotations: Vec<DebugAnnotation>,
     #[prost(fixed64, repeated, packed = "false", tag = "47")]

@@ -329,6 +329,24 @@ impl Checker {
                 ),
             ),
         }
+        // Extra counter values: samples of other counter tracks at this event's time, each
+        // counted as a counter event of its track.
+        let (uuids, values) = (&te.extra_counter_track_uuids, &te.extra_counter_values);
+        if uuids.len() != values.len() {
+            self.errs.add(
+                "track-event",
+                idx,
+                format!(
+                    "{} extra counter values for {} extra counter track uuids",
+                    values.len(),
+                    uuids.len()
+                ),
+            );
+        }
+        for (&u, &v) in uuids.iter().zip(values) {
+            self.stats.counter_events += 1;
+            self.tracks.counter(u, idx, v);
+        }
         if !te.flow_ids.is_empty() || !te.terminating_flow_ids.is_empty() {
             let t = ts.unwrap_or(0);
             self.flows

@@ -40,6 +40,8 @@ const TE_TYPE: u8 = 0x48; // 9, VARINT
 const TE_NAME_IID: u8 = 0x50; // 10, VARINT
 const TE_TRACK: u8 = 0x58; // 11, VARINT
 const TE_COUNTER: [u8; 2] = [0xf0, 0x01]; // 30, VARINT
+const TE_EXTRA_COUNTER_VALUE: u8 = 0x60; // 12, VARINT (repeated, not packed)
+const TE_EXTRA_COUNTER_TRACK: [u8; 2] = [0xf8, 0x01]; // 31, VARINT (repeated, not packed)
 const TE_FLOW: [u8; 2] = [0xf9, 0x02]; // 47, I64
 const TE_TERM_FLOW: [u8; 2] = [0x81, 0x03]; // 48, I64
                                             // DebugAnnotation
@@ -462,7 +464,7 @@ impl PerfettoSeq {
         // With fastz the layout puts what varies last (see `small_packet`); plain and zlib
         // output keep field-number order, which zlib matches best.
         if small && !earlier && self.interned.is_empty() {
-            return self.small_event((ty, track, tsf), name, value, extra);
+            return self.small_event((ty, track, tsf), name, value, extra, None);
         }
         let te = &mut self.scratch;
         te.clear();

@@ -75,6 +75,9 @@ impl PerfettoSeq {
     /// ([`crate::batch::replay_one`], [`PerfettoSeq::new_event`]), without the interface.
     #[inline(never)]
     fn new_small(&mut self, ev: &Ev, ty: u8, tail: Tail) {
+        if let Tail::Pair(x) = tail {
+            return self.new_pair(ev, x);
+        }
         // Slice ends have no name.
         let name = match ev.name1() {
             n if n != 0 && ty as i32 != proto::TYPE_SLICE_END => Some(Name(n as u32 - 1)),
@@ -82,7 +85,7 @@ impl PerfettoSeq {
         };
         let one = [ev.x];
         let (value, extra) = match tail {
-            Tail::None => (None, Extra::NONE),
+            Tail::None | Tail::Pair(_) => (None, Extra::NONE),
             Tail::Value(v) => (Some(v as i64), Extra::NONE),
             Tail::Flow(_) => (
                 None,
@@ -101,6 +104,30 @@ impl PerfettoSeq {
         };
         let small = self.z.is_some();
         self.new_event(ev.ts, ty as i32, ev.track, name, value, &extra, small);
+    }
+
+    /// Writes a recorded counter pair ([`crate::batch::COUNTER_PAIR`], values `x`) that no
+    /// template wrote: one COUNTER packet with an extra counter value, the template of the
+    /// pairs of its track — or, where that packet is not small (no compressor, interned data to
+    /// attach, an event earlier than the packet before it, or a prefix longer than a repeat
+    /// copies), its two samples as two counters.
+    #[cold]
+    #[inline(never)]
+    fn new_pair(&mut self, ev: &Ev, x: u64) {
+        use super::varint_len;
+        let prefix = varint_len(self.seq as u64) + varint_len(ev.track) + varint_len(ev.track + 1);
+        if !self.started {
+            self.start();
+        }
+        if self.z.is_none() || !self.interned.is_empty() || self.is_earlier(ev.ts) || prefix > 20 {
+            let sink: &mut dyn crate::TraceSink = self;
+            sink.counter(ev.ts, ev.track, (x & 0xffff_ffff) as i64);
+            sink.counter(ev.ts, ev.track + 1, (x >> 32) as i64);
+            return;
+        }
+        let tsf = self.ts_field(ev.ts);
+        let ty = crate::batch::COUNTER_PAIR as i32;
+        self.small_event((ty, ev.track, tsf), None, None, &Extra::NONE, Some(x));
     }
 }
 

@@ -7,7 +7,8 @@
 use super::{lane_packet, TY_DESCRIPTOR};
 use super::{
     put_varint, varint_len, varint_word, PerfettoSeq, TAG_PACKET, TAG_SEQ_ID, TAG_TIMESTAMP,
-    TAG_TRACK_EVENT, TE_COUNTER, TE_FLOW, TE_NAME_IID, TE_TERM_FLOW, TE_TRACK, TE_TYPE,
+    TAG_TRACK_EVENT, TE_COUNTER, TE_EXTRA_COUNTER_TRACK, TE_EXTRA_COUNTER_VALUE, TE_FLOW,
+    TE_NAME_IID, TE_TERM_FLOW, TE_TRACK, TE_TYPE,
 };
 use crate::fastz::{FastZ, WINDOW};
 use crate::{Extra, Name};
@@ -223,11 +224,13 @@ pub(super) fn template_slot(track: u64, ty: i32) -> usize {
 }
 
 /// What follows the name of a small packet before its timestamp: nothing, a counter value,
-/// or one flow it starts or terminates.
+/// a counter value and one extra counter value (a [`crate::batch::COUNTER_PAIR`]: the first in
+/// the low 32 bits), or one flow it starts or terminates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Tail {
     None,
     Value(u64),
+    Pair(u64),
     Flow(u64),
     Term(u64),
 }
@@ -276,6 +279,14 @@ fn put_tail(a: &mut [u8], p: &mut usize, tail: Tail) {
             a[*p..*p + 2].copy_from_slice(&TE_COUNTER);
             *p += 2;
             return var(a, p, v);
+        }
+        Tail::Pair(x) => {
+            a[*p..*p + 2].copy_from_slice(&TE_COUNTER);
+            *p += 2;
+            var(a, p, x & 0xffff_ffff);
+            a[*p] = TE_EXTRA_COUNTER_VALUE;
+            *p += 1;
+            return var(a, p, x >> 32);
         }
         Tail::Flow(f) => (TE_FLOW, f),
         Tail::Term(f) => (TE_TERM_FLOW, f),
@@ -378,6 +389,8 @@ impl PerfettoSeq {
     /// ([`small_packet`]) and compressed against the last packet of its track and type when
     /// there is one in the block (else against the compressor's own candidates); it becomes
     /// its track's template.
+    /// `pair`: a [`crate::batch::COUNTER_PAIR`]'s values (type 7, written as a COUNTER with
+    /// one extra counter value on track `track + 1`; `value` is then `None`).
     #[inline]
     pub(super) fn small_event(
         &mut self,
@@ -385,14 +398,23 @@ impl PerfettoSeq {
         name: Option<Name>,
         value: Option<i64>,
         extra: &Extra<'_>,
+        pair: Option<u64>,
     ) {
         let name1 = name.map_or(0, |n| n.0 as u64 + 1);
         if self.templates.is_empty() {
             self.templates = vec![TemplateLine::default(); TEMPLATE_SLOTS / 2];
         }
         let start = self.buf.len();
-        let (len, te, vat) =
-            small_packet(&mut self.buf, self.seq, ty, track, name, value, extra, tsf);
+        let (len, te, vat) = small_packet(
+            &mut self.buf,
+            self.seq,
+            (ty, track),
+            name,
+            value,
+            extra,
+            pair,
+            tsf,
+        );
         debug_assert_eq!(self.buf.len(), start + len);
         let slot = template_slot(track, ty);
         let t = slots_ref(&self.templates)[slot];
@@ -506,20 +528,23 @@ impl PerfettoSeq {
 /// Writes a packet without args or interned data (at most two flow ids) into a stack buffer
 /// and appends it in one fixed-size copy; returns its length, where its TrackEvent length byte
 /// is and where its value and flow fields start. Same layout as the general path.
+/// A counter pair (`pair`, type [`crate::batch::COUNTER_PAIR`]) is a COUNTER on `track` with
+/// the extra counter track `track + 1` before its value fields and its two values as the tail
+/// ([`Tail::Pair`]).
 #[allow(clippy::too_many_arguments)]
 #[inline]
 pub(super) fn small_packet(
     buf: &mut Vec<u8>,
     seq: u32,
-    ty: i32,
-    track: u64,
+    (ty, track): (i32, u64),
     name: Option<Name>,
     value: Option<i64>,
     extra: &Extra<'_>,
+    pair: Option<u64>,
     tsf: u64,
 ) -> (usize, usize, usize) {
-    // Worst case: 2 + 6 + 2 + (2 + 11 + 6 + 12 + 2 × 10) + 11 = 72 bytes, so both length
-    // fields take one byte.
+    // Worst case: 2 + 6 + 2 + (2 + 11 + 6 + 12 + 2 × 10) + 11 = 72 bytes (a pair: 2 + 6 + 2 +
+    // (2 + 11 + 12 + 7 + 6) + 11 = 59), so both length fields take one byte.
     let mut a = [0u8; 112];
     a[0] = TAG_PACKET;
     a[2] = TAG_SEQ_ID;
@@ -529,7 +554,11 @@ pub(super) fn small_packet(
     let te_at = p + 1;
     p += 2;
     a[p] = TE_TYPE;
-    a[p + 1] = ty as u8;
+    a[p + 1] = if pair.is_some() {
+        super::proto::TYPE_COUNTER as u8
+    } else {
+        ty as u8
+    };
     a[p + 2] = TE_TRACK;
     p += 3;
     var(&mut a, &mut p, track);
@@ -538,7 +567,15 @@ pub(super) fn small_packet(
         p += 1;
         var(&mut a, &mut p, n.0 as u64 + 1);
     }
+    if pair.is_some() {
+        a[p..p + 2].copy_from_slice(&TE_EXTRA_COUNTER_TRACK);
+        p += 2;
+        var(&mut a, &mut p, track + 1);
+    }
     let vat = p;
+    if let Some(x) = pair {
+        put_tail(&mut a, &mut p, Tail::Pair(x));
+    }
     if let Some(v) = value {
         a[p..p + 2].copy_from_slice(&TE_COUNTER);
         p += 2;

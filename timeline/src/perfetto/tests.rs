@@ -669,3 +669,135 @@ fn template_slots_keep_a_tracks_slices_and_consecutive_tracks_together() {
         line(b, proto::TYPE_SLICE_BEGIN)
     );
 }
+
+/// The counter samples (time, track, value) of one incremental sequence's trace: counter
+/// values and extra counter values, compressed blocks inflated, times resolved.
+fn counter_samples(bytes: &[u8]) -> Vec<(u64, u64, i64)> {
+    let mut packets = Vec::new();
+    for p in decode(bytes).packet {
+        match &p.compressed_packets {
+            Some(data) => {
+                let mut d = flate2::read::ZlibDecoder::new(&data[..]);
+                let mut inner = Vec::new();
+                std::io::Read::read_to_end(&mut d, &mut inner).unwrap();
+                packets.extend(decode(&inner).packet);
+            }
+            None => packets.push(p),
+        }
+    }
+    let mut now = 0;
+    let mut samples = Vec::new();
+    for p in packets {
+        if let Some(cs) = &p.clock_snapshot {
+            now = cs.clocks[0].timestamp.unwrap();
+            continue;
+        }
+        let ts = match (p.timestamp, p.timestamp_clock_id) {
+            (Some(t), Some(proto::CLOCK_BOOTTIME)) => t,
+            (Some(d), _) => {
+                now += d;
+                now
+            }
+            (None, _) => continue,
+        };
+        let Some(te) = &p.track_event else { continue };
+        if te.r#type == Some(proto::TYPE_COUNTER) {
+            samples.push((ts, te.track_uuid.unwrap(), te.counter_value.unwrap()));
+        }
+        assert_eq!(
+            te.extra_counter_values.len(),
+            te.extra_counter_track_uuids.len()
+        );
+        for (&u, &v) in te
+            .extra_counter_track_uuids
+            .iter()
+            .zip(&te.extra_counter_values)
+        {
+            samples.push((ts, u, v));
+        }
+    }
+    samples
+}
+
+/// Recorded counter samples on consecutive tracks at one time (a QP's outstanding WRs and
+/// bytes in flight) are written as one COUNTER packet with an extra counter value: the trace
+/// holds every sample of the events fed directly (which writes each on its own), in one packet
+/// less per pair and fewer bytes than the same samples on tracks two apart (which never pair);
+/// samples that do not pair (another time, the tracks the other way round, a value of 32 bits
+/// or more, a negative one, a pair earlier than the packet before it) are written alone.
+#[test]
+fn recorded_counter_pairs_are_one_packet_with_the_same_samples() {
+    use crate::groups::PerfettoGroups;
+    let (lane, c) = (1u64 << 33, (1u64 << 32) + 10);
+    let feed = |apart: u64| {
+        move |s: &mut dyn TraceSink, round: u64| {
+            let name = s.name("WRITE");
+            let mut ts = 1_000 + round * 10_000_000;
+            let mut r = 0x2545_f491_4f6c_dd1d_u64 ^ round;
+            for i in 0..3_000i64 {
+                r ^= r << 13;
+                r ^= r >> 7;
+                r ^= r << 17;
+                ts += 1_000;
+                s.begin(ts, lane, name, &Extra::NONE);
+                s.counter(ts, c, (r % 64) as i64);
+                s.counter(ts, c + apart, (r >> 8) as i64 % 100_000);
+                ts += 300 + (i % 3) as u64;
+                s.end(ts, lane, &Extra::NONE);
+                match i % 50 {
+                    0 => {
+                        s.counter(ts, c, 0);
+                        s.counter(ts + 1, c + apart, 5);
+                    }
+                    1 => {
+                        s.counter(ts, c + apart, 1);
+                        s.counter(ts, c, 2);
+                    }
+                    2 => {
+                        s.counter(ts, c, 3);
+                        s.counter(ts, c + apart, 1 << 32);
+                    }
+                    3 => {
+                        s.counter(ts, c, -1);
+                        s.counter(ts, c + apart, 4);
+                    }
+                    4 => {
+                        // Earlier than the end before it: absolute times, two packets.
+                        s.counter(ts - 100, c, 5);
+                        s.counter(ts - 100, c + apart, 6);
+                    }
+                    _ => {}
+                }
+            }
+        }
+    };
+    let groups =
+        || PerfettoGroups::new(vec![PerfettoSeq::new(1, true, 1000).compressed()], 1 << 20);
+    use crate::batch::tests::direct_and_recorded;
+    let (want, got) = direct_and_recorded(groups, 1, 3, feed(1), |_| {});
+    let (_, apart) = direct_and_recorded(groups, 1, 3, feed(2), |_| {});
+    let (mut a, mut b) = (counter_samples(&want), counter_samples(&got));
+    assert_eq!(a.len(), 3 * (3_000 * 2 + 5 * 60 * 2));
+    a.sort_unstable();
+    b.sort_unstable();
+    assert_eq!(a, b);
+    let packets = |bytes: &[u8]| {
+        decode(bytes)
+            .packet
+            .iter()
+            .map(|p| match &p.compressed_packets {
+                Some(data) => {
+                    let mut d = flate2::read::ZlibDecoder::new(&data[..]);
+                    let mut inner = Vec::new();
+                    std::io::Read::read_to_end(&mut d, &mut inner).unwrap();
+                    decode(&inner).packet.len()
+                }
+                None => 1,
+            })
+            .sum::<usize>()
+    };
+    // Each round: 3 000 pairs become one packet each; 600 samples stay alone.
+    assert_eq!(packets(&want) - packets(&got), 3 * 3_000);
+    assert_eq!(packets(&apart), packets(&want));
+    assert!(got.len() < apart.len(), "{} !< {}", got.len(), apart.len());
+}
