@@ -8,6 +8,23 @@ fn decode(bytes: &[u8]) -> proto::Trace {
     proto::Trace::decode(bytes).expect("valid trace")
 }
 
+/// The packets of a trace, those of its `compressed_packets` blocks inflated in their place.
+fn all_packets(bytes: &[u8]) -> Vec<TracePacket> {
+    let mut packets = Vec::new();
+    for p in decode(bytes).packet {
+        match &p.compressed_packets {
+            Some(z) => {
+                let mut d = flate2::read::ZlibDecoder::new(&z[..]);
+                let mut raw = Vec::new();
+                std::io::Read::read_to_end(&mut d, &mut raw).unwrap();
+                packets.extend(decode(&raw).packet);
+            }
+            None => packets.push(p),
+        }
+    }
+    packets
+}
+
 #[test]
 fn hand_encoded_events_match_prost() {
     let mut s = PerfettoSeq::new(7, false, 0);
@@ -216,19 +233,7 @@ fn earlier_events_keep_their_time_in_compressed_sequences() {
         s.instant(ts, 1, n, &Extra::NONE);
     }
     assert_eq!(s.earlier_events(), 2);
-    let outer = decode(&s.take());
-    let mut packets = Vec::new();
-    for p in outer.packet {
-        match &p.compressed_packets {
-            Some(z) => {
-                let mut d = flate2::read::ZlibDecoder::new(&z[..]);
-                let mut raw = Vec::new();
-                std::io::Read::read_to_end(&mut d, &mut raw).unwrap();
-                packets.extend(decode(&raw).packet);
-            }
-            None => packets.push(p),
-        }
-    }
+    let packets = all_packets(&s.take());
     // Absolute times as a reader computes them: deltas add up, BOOTTIME packets are absolute.
     let mut clock = 1000u64;
     let mut got = Vec::new();
@@ -673,21 +678,9 @@ fn template_slots_keep_a_tracks_slices_and_consecutive_tracks_together() {
 /// The counter samples (time, track, value) of one incremental sequence's trace: counter
 /// values and extra counter values, compressed blocks inflated, times resolved.
 fn counter_samples(bytes: &[u8]) -> Vec<(u64, u64, i64)> {
-    let mut packets = Vec::new();
-    for p in decode(bytes).packet {
-        match &p.compressed_packets {
-            Some(data) => {
-                let mut d = flate2::read::ZlibDecoder::new(&data[..]);
-                let mut inner = Vec::new();
-                std::io::Read::read_to_end(&mut d, &mut inner).unwrap();
-                packets.extend(decode(&inner).packet);
-            }
-            None => packets.push(p),
-        }
-    }
     let mut now = 0;
     let mut samples = Vec::new();
-    for p in packets {
+    for p in all_packets(bytes) {
         if let Some(cs) = &p.clock_snapshot {
             now = cs.clocks[0].timestamp.unwrap();
             continue;
@@ -781,21 +774,7 @@ fn recorded_counter_pairs_are_one_packet_with_the_same_samples() {
     a.sort_unstable();
     b.sort_unstable();
     assert_eq!(a, b);
-    let packets = |bytes: &[u8]| {
-        decode(bytes)
-            .packet
-            .iter()
-            .map(|p| match &p.compressed_packets {
-                Some(data) => {
-                    let mut d = flate2::read::ZlibDecoder::new(&data[..]);
-                    let mut inner = Vec::new();
-                    std::io::Read::read_to_end(&mut d, &mut inner).unwrap();
-                    decode(&inner).packet.len()
-                }
-                None => 1,
-            })
-            .sum::<usize>()
-    };
+    let packets = |bytes: &[u8]| all_packets(bytes).len();
     // Each round: 3 000 pairs become one packet each; 600 samples stay alone.
     assert_eq!(packets(&want) - packets(&got), 3 * 3_000);
     assert_eq!(packets(&apart), packets(&want));
