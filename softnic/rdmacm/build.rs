@@ -25,7 +25,15 @@ fn main() {
     let src = cdir.join(format!("{name}.c"));
     println!("cargo:rerun-if-changed={}", src.display());
     let status = std::process::Command::new(cc.path())
-        .args(["-O2", "-g", "-Wall", "-Werror", "-std=gnu11", "-o"])
+        .args([
+            "-O2",
+            "-g",
+            "-Wall",
+            "-Werror",
+            "-std=gnu11",
+            "-pthread",
+            "-o",
+        ])
         .arg(bindir.join(name))
         .arg(&src)
         .args(["-lrdmacm", "-libverbs"])

@@ -4,7 +4,9 @@
  *     for ESTABLISHED and DISCONNECTED on the new channel.
  *   client ADDR PORT: connects to PORT+1 (nobody there: REJECTED, status 8), to PORT
  *     (REJECTED, status 28, the server's private data), and again (CONNECT_RESPONSE with
- *     the server's private data, rdma_establish, rdma_disconnect, DISCONNECTED).
+ *     the server's private data, rdma_establish, rdma_disconnect, DISCONNECTED on a second
+ *     thread that holds the event 300 ms: rdma_destroy_id must wait for its ack, as
+ *     librdmacm's does).
  *   server-vanish / client-vanish ADDR PORT: the client exits right after establishing,
  *     without disconnecting; the server must see DISCONNECTED.
  * The listener's channel fd is non-blocking and waited on with poll(). Prints "ok: ..." per
@@ -13,6 +15,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <rdma/rdma_cma.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,6 +128,19 @@ static struct rdma_cm_event *connect_to(struct rdma_event_channel *ch, struct rd
 	return ev;
 }
 
+static atomic_int disconnected_seen, disconnected_acked;
+
+/* Takes the DISCONNECTED event, holds it 300 ms, then acks it. */
+static void *hold_disconnected(void *ch)
+{
+	struct rdma_cm_event *ev = next(ch, RDMA_CM_EVENT_DISCONNECTED);
+	atomic_store(&disconnected_seen, 1);
+	usleep(300 * 1000);
+	atomic_store(&disconnected_acked, 1);
+	rdma_ack_cm_event(ev);
+	return NULL;
+}
+
 static void client(const char *ip, int port)
 {
 	struct rdma_event_channel *ch = rdma_create_event_channel();
@@ -152,10 +169,16 @@ static void client(const char *ip, int port)
 	rdma_ack_cm_event(ev);
 	CHECK(rdma_establish(id) == 0, "establish");
 	printf("ok: connect response, established\n");
+	pthread_t holder;
+	CHECK(pthread_create(&holder, NULL, hold_disconnected, ch) == 0, "thread");
 	CHECK(rdma_disconnect(id) == 0, "disconnect");
-	rdma_ack_cm_event(next(ch, RDMA_CM_EVENT_DISCONNECTED));
+	while (!atomic_load(&disconnected_seen))
+		usleep(1000);
 	printf("ok: disconnected\n");
-	rdma_destroy_id(id);
+	CHECK(rdma_destroy_id(id) == 0, "destroy");
+	CHECK(atomic_load(&disconnected_acked), "rdma_destroy_id returned before the event was acked");
+	printf("ok: destroy waited for the ack\n");
+	pthread_join(holder, NULL);
 	rdma_destroy_event_channel(ch);
 }
 

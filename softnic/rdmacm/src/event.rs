@@ -16,12 +16,19 @@ use std::sync::atomic::Ordering;
 struct EventBox {
     ev: rdma_cm_event,
     private: [u8; 256],
+    /// The id the event was reported for: `ev.id`, or the listener of a CONNECT_REQUEST.
+    owner: usize,
 }
 
-/// Frees an event returned by rdma_get_cm_event.
-pub fn free(ev: *mut rdma_cm_event) {
+/// Acks and frees an event returned by rdma_get_cm_event: counts it on the id it was
+/// reported for and wakes rdma_destroy_id waiting for that.
+pub fn ack(cm: &mut Cm, ev: *mut rdma_cm_event) {
     // SAFETY: every event handed out is the first field of a leaked Box<EventBox>.
-    drop(unsafe { Box::from_raw(ev as *mut EventBox) });
+    let b = unsafe { Box::from_raw(ev as *mut EventBox) };
+    if let Some(st) = cm.ids.get_mut(&b.owner) {
+        st.events_acked += 1;
+    }
+    crate::state::notify_ack();
 }
 
 /// Blocks (unless the fd is non-blocking) for the next event on `chan`.
@@ -66,7 +73,7 @@ pub fn next_event(chan: *mut rdma_event_channel) -> CmResult<*mut rdma_cm_event>
     }
 }
 
-fn new_event(p: &Pending, id: usize) -> Box<EventBox> {
+fn new_event(p: &Pending, id: usize, owner: usize) -> Box<EventBox> {
     let mut b = Box::new(EventBox {
         ev: rdma_cm_event {
             id: id as *mut rdma_cm_id,
@@ -76,6 +83,7 @@ fn new_event(p: &Pending, id: usize) -> Box<EventBox> {
             ..Default::default()
         },
         private: [0; 256],
+        owner,
     });
     if let Some(m) = &p.msg {
         let cap = m.kind.private_capacity();
@@ -114,6 +122,15 @@ fn ud_params(b: &mut EventBox, m: &Msg) {
 }
 
 fn materialize(cm: &mut Cm, p: Pending) -> CmResult<Option<*mut rdma_cm_event>> {
+    let owner = if p.event == RDMA_CM_EVENT_CONNECT_REQUEST {
+        p.listen
+    } else {
+        p.id
+    };
+    // The kernel discards the events of an id being destroyed.
+    if cm.ids.get(&owner).is_none_or(|st| st.destroying) {
+        return Ok(None);
+    }
     let key = if p.event == RDMA_CM_EVENT_CONNECT_REQUEST {
         match new_request_id(cm, &p) {
             Ok(k) => k,
@@ -132,7 +149,7 @@ fn materialize(cm: &mut Cm, p: Pending) -> CmResult<Option<*mut rdma_cm_event>> 
         p.event = event;
         p.status = status;
     }
-    let mut b = new_event(&p, key);
+    let mut b = new_event(&p, key, owner);
     if ud {
         if let Some(m) = &p.msg {
             ud_params(&mut b, m);
@@ -143,6 +160,9 @@ fn materialize(cm: &mut Cm, p: Pending) -> CmResult<Option<*mut rdma_cm_event>> 
         RDMA_CM_EVENT_DISCONNECTED | RDMA_CM_EVENT_ADDR_RESOLVED | RDMA_CM_EVENT_ROUTE_RESOLVED
     ) {
         b.ev.param.conn = rdma_conn_param::default();
+    }
+    if let Some(st) = cm.ids.get_mut(&owner) {
+        st.events_reported += 1;
     }
     Ok(Some(Box::into_raw(b) as *mut rdma_cm_event))
 }
@@ -240,18 +260,21 @@ fn new_request_id(cm: &mut Cm, p: &Pending) -> CmResult<usize> {
 /// For a synchronous id: waits for its event, keeps it in `id->event` (acked by the next
 /// call, as librdmacm does) and fails with the event's error.
 pub fn complete_sync(key: usize, expect: u32) -> CmResult<()> {
-    let (chan, prev) = {
+    let chan = {
         let mut cm = lock();
         let st = cm.id(key)?;
         if !st.sync {
             return Ok(());
         }
-        let prev = std::mem::replace(&mut st.cid.event, ptr::null_mut());
-        (st.chan, prev)
+        let (chan, prev) = (
+            st.chan,
+            std::mem::replace(&mut st.cid.event, ptr::null_mut()),
+        );
+        if !prev.is_null() {
+            ack(&mut cm, prev);
+        }
+        chan
     };
-    if !prev.is_null() {
-        free(prev);
-    }
     let ev = next_event(chan as *mut rdma_event_channel)?;
     // SAFETY: ev was just produced by next_event.
     let (event, status) = unsafe { ((*ev).event, (*ev).status) };
@@ -293,7 +316,7 @@ pub extern "C" fn sv_rdma_ack_cm_event(ev: *mut rdma_cm_event) -> i32 {
         set_errno(libc::EINVAL);
         return -1;
     }
-    free(ev);
+    ack(&mut lock(), ev);
     0
 }
 

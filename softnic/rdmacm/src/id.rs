@@ -130,6 +130,9 @@ pub fn new_id(
             conn: Conn::Idle,
             dreq_sent: false,
             disc_reported: false,
+            events_reported: 0,
+            events_acked: 0,
+            destroying: false,
             psn: random_psn(),
             responder_resources: 0xff,
             initiator_depth: 0xff,
@@ -338,7 +341,7 @@ pub fn destroy(cm: &mut Cm, key: usize) -> CmResult<()> {
     cm.unwatch(key);
     cm.ids.remove(&key);
     if !ev.is_null() {
-        crate::event::free(ev);
+        crate::event::ack(cm, ev);
     }
     if sync {
         cm.chans.remove(&chan);
@@ -390,7 +393,29 @@ pub extern "C" fn sv_rdma_create_id(
 
 #[no_mangle]
 pub extern "C" fn sv_rdma_destroy_id(id: *mut rdma_cm_id) -> i32 {
-    ret(destroy(&mut lock(), id as usize))
+    let key = id as usize;
+    let mut cm = lock();
+    // As librdmacm: the id stops reporting events, acks the one it holds (a synchronous
+    // id's last event), then waits until every event it reported was acked, so that no
+    // other thread still handles one of its events when it is freed.
+    let held = match cm.id(key) {
+        Ok(st) => {
+            st.destroying = true;
+            std::mem::replace(&mut st.cid.event, ptr::null_mut())
+        }
+        Err(e) => return ret(Err(e)),
+    };
+    if !held.is_null() {
+        crate::event::ack(&mut cm, held);
+    }
+    while cm
+        .ids
+        .get(&key)
+        .is_some_and(|st| st.events_acked < st.events_reported)
+    {
+        cm = crate::state::wait_for_ack(cm);
+    }
+    ret(destroy(&mut cm, key))
 }
 
 #[no_mangle]

@@ -402,7 +402,7 @@ fn get_request(listen: usize) -> CmResult<usize> {
     // SAFETY: ev was just produced by next_event.
     let (event, status, child) = unsafe { ((*ev).event, (*ev).status, (*ev).id as usize) };
     if event != RDMA_CM_EVENT_CONNECT_REQUEST {
-        crate::event::free(ev);
+        crate::event::ack(&mut lock(), ev);
         return Err(CmError::Errno(if status < 0 { -status } else { libc::EIO }));
     }
     let mut cm = lock();

@@ -13,7 +13,7 @@ use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
 /// Where an id is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +50,12 @@ pub struct IdState {
     pub conn: Conn,
     pub dreq_sent: bool,
     pub disc_reported: bool,
+    /// Events handed out for this id (a CONNECT_REQUEST counts for its listener) and how
+    /// many of them were acked: rdma_destroy_id waits until both agree, as librdmacm does.
+    pub events_reported: u32,
+    pub events_acked: u32,
+    /// rdma_destroy_id is waiting for acks: events not yet handed out are discarded.
+    pub destroying: bool,
     pub psn: u32,
     pub responder_resources: u8,
     pub initiator_depth: u8,
@@ -115,11 +121,24 @@ unsafe impl Send for Cm {}
 
 static CM: OnceLock<Mutex<Cm>> = OnceLock::new();
 
+/// Signalled whenever an event is acked (for rdma_destroy_id's wait).
+static ACKED: Condvar = Condvar::new();
+
 /// Locks the process's CM state.
 pub fn lock() -> MutexGuard<'static, Cm> {
     CM.get_or_init(|| Mutex::new(Cm::default()))
         .lock()
         .unwrap_or_else(|e| e.into_inner())
+}
+
+/// Releases the CM lock until some event is acked, then holds it again.
+pub fn wait_for_ack(cm: MutexGuard<'static, Cm>) -> MutexGuard<'static, Cm> {
+    ACKED.wait(cm).unwrap_or_else(|e| e.into_inner())
+}
+
+/// Wakes the threads in [`wait_for_ack`].
+pub fn notify_ack() {
+    ACKED.notify_all();
 }
 
 /// Errors of the library's internal operations, mapped to errno at the C boundary.

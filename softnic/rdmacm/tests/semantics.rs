@@ -2,7 +2,8 @@
 //! when nobody listens, rdma_reject with private data (status 28, 148-byte REJ data), the
 //! private data and swapped depths of a CONNECT_REQUEST (56-byte REQ data), rdma_migrate_id
 //! before rdma_accept (ESTABLISHED arrives on the new channel), CONNECT_RESPONSE + rdma_establish
-//! on an id without a QP, DISCONNECTED on both sides, a non-blocking channel fd polled.
+//! on an id without a QP, DISCONNECTED on both sides (rdma_destroy_id waits until another
+//! thread acks the id's DISCONNECTED event), a non-blocking channel fd polled.
 
 mod common;
 use common::run_pair;
@@ -29,7 +30,7 @@ fn reject_private_data_migrate_establish_disconnect() {
         );
         assert_eq!(
             run.client.stdout,
-            "ok: no listener\nok: rejected with private data\nok: connect response, established\nok: disconnected\n"
+            "ok: no listener\nok: rejected with private data\nok: connect response, established\nok: disconnected\nok: destroy waited for the ack\n"
         );
     }
 }
