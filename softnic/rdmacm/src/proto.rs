@@ -7,16 +7,116 @@
 use crate::ffi::*;
 use crate::state::{Cm, Conn, Pending};
 use crate::wire::{Kind, Msg, REJ_INVALID_SERVICE_ID};
-use std::os::unix::net::SocketAddr;
+use std::collections::VecDeque;
+use std::io::ErrorKind;
+use std::os::unix::net::{SocketAddr, UnixDatagram};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
-/// Sends `m` from id `key`'s socket to `to`.
+/// A CM message the receiver's full socket queue refused (`EAGAIN`: a Unix datagram socket
+/// holds `net.unix.max_dgram_qlen` datagrams, 10 by default — a burst of REQs at one listener
+/// overflows it), sent again by the receive thread, as the IB CM retransmits a MAD nobody
+/// answered. Messages of one id keep their order: while one waits, the id's later ones
+/// queue behind it.
+struct Resend {
+    key: usize,
+    kind: Kind,
+    /// The id's socket (a second handle: the id may be destroyed meanwhile, as a DREQ sent
+    /// by rdma_destroy_id still goes out).
+    sock: UnixDatagram,
+    to: SocketAddr,
+    bytes: Vec<u8>,
+    since: Instant,
+}
+
+static RESENDS: Mutex<VecDeque<Resend>> = Mutex::new(VecDeque::new());
+
+/// How many messages wait in [`RESENDS`] (read by the receive thread without the lock).
+static WAITING: AtomicUsize = AtomicUsize::new(0);
+
+/// How long a refused message is retried: librdmacm's CM response timeout (2^20 × 4.096 µs,
+/// 4.3 s) a few times over. A REQ or SIDR REQ not delivered by then reports
+/// RDMA_CM_EVENT_UNREACHABLE with `-ETIMEDOUT`, as the IB CM does after its retries.
+const RESEND_FOR: Duration = Duration::from_secs(16);
+
+fn resends() -> MutexGuard<'static, VecDeque<Resend>> {
+    RESENDS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Sends `m` from id `key`'s socket to `to`; a full receive queue queues it for the receive
+/// thread ([`resend_waiting`]) and counts as sent.
 pub fn send(cm: &Cm, key: usize, to: &SocketAddr, m: &Msg) -> std::io::Result<()> {
     let sock = cm
         .ids
         .get(&key)
         .and_then(|s| s.sock.as_ref())
         .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOTCONN))?;
-    sock.send_to_addr(&m.encode(), to).map(|_| ())
+    let bytes = m.encode();
+    let mut q = resends();
+    if !q.iter().any(|r| r.key == key) {
+        match sock.send_to_addr(&bytes, to) {
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            r => return r.map(|_| ()),
+        }
+    }
+    q.push_back(Resend {
+        key,
+        kind: m.kind,
+        sock: sock.try_clone()?,
+        to: to.clone(),
+        bytes,
+        since: Instant::now(),
+    });
+    WAITING.store(q.len(), Ordering::Release);
+    Ok(())
+}
+
+/// Whether messages wait to be sent again.
+pub fn resends_waiting() -> bool {
+    WAITING.load(Ordering::Acquire) > 0
+}
+
+/// Sends the waiting messages again, in order (receive thread, CM lock held): each that goes
+/// out or fails for good leaves the queue; the first still refused holds back its id's later
+/// ones. A request that fails for good reports as [`super::conn`]'s connect does.
+pub fn resend_waiting(cm: &mut Cm) {
+    let mut q = resends();
+    let mut blocked: Vec<usize> = Vec::new();
+    let mut failed: Vec<(usize, Kind, bool)> = Vec::new();
+    q.retain(|r| {
+        if blocked.contains(&r.key) {
+            return true;
+        }
+        match r.sock.send_to_addr(&r.bytes, &r.to) {
+            Err(e) if e.kind() == ErrorKind::WouldBlock && r.since.elapsed() < RESEND_FOR => {
+                blocked.push(r.key);
+                true
+            }
+            Err(e) => {
+                failed.push((r.key, r.kind, e.kind() == ErrorKind::WouldBlock));
+                false
+            }
+            Ok(_) => false,
+        }
+    });
+    WAITING.store(q.len(), Ordering::Release);
+    drop(q);
+    for (key, kind, timed_out) in failed {
+        let Some(st) = cm.ids.get_mut(&key) else {
+            continue;
+        };
+        if !matches!(kind, Kind::Req | Kind::SidrReq) || st.conn != Conn::Connecting {
+            continue;
+        }
+        st.conn = Conn::Idle;
+        let (event, status) = if timed_out || kind == Kind::SidrReq {
+            (RDMA_CM_EVENT_UNREACHABLE, -libc::ETIMEDOUT)
+        } else {
+            (RDMA_CM_EVENT_REJECTED, i32::from(REJ_INVALID_SERVICE_ID))
+        };
+        cm.push_simple(key, event, status);
+    }
 }
 
 /// Sends `m` to the peer of id `key`, if it has one.

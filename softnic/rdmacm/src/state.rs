@@ -296,6 +296,9 @@ fn receiver() -> RawFd {
 /// How often connected peers are checked for having gone away (ms).
 const PEER_CHECK_MS: i32 = 200;
 
+/// How often messages a full receive queue refused are sent again (ms).
+const RESEND_MS: i32 = 1;
+
 fn receive_loop(ep: RawFd) {
     let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 16];
     let mut last_check = std::time::Instant::now();
@@ -304,8 +307,15 @@ fn receive_loop(ep: RawFd) {
             last_check = std::time::Instant::now();
             crate::proto::check_peers(&mut lock());
         }
+        // Refused messages are sent again every millisecond (`proto::send`).
+        let wait = if crate::proto::resends_waiting() {
+            crate::proto::resend_waiting(&mut lock());
+            RESEND_MS
+        } else {
+            PEER_CHECK_MS
+        };
         // SAFETY: evs is a valid array of 16 events.
-        let n = unsafe { libc::epoll_wait(ep, evs.as_mut_ptr(), 16, PEER_CHECK_MS) };
+        let n = unsafe { libc::epoll_wait(ep, evs.as_mut_ptr(), 16, wait) };
         if n < 0 {
             if errno() == libc::EINTR {
                 continue;

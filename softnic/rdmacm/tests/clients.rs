@@ -5,7 +5,7 @@
 //! readable log whose work requests are the ones the program's protocol posts.
 
 mod common;
-use common::{count, read_log, run_pair, Logged, Pair, TCP_SOCKET};
+use common::{count, read_log, run_pair, run_pair_daemon, Logged, Pair, TCP_SOCKET};
 use sigmatrace_testkit::{free_port, system_bin, Out};
 
 const PS_TCP: &str = "106";
@@ -143,6 +143,95 @@ fn rping() {
     assert_eq!((s.qps, cl.qps), (1, 1));
     // INIT, RTR, RTS (librdmacm) and ERR (rdma_disconnect) on each side.
     assert_eq!((s.modifies, cl.modifies), (4, 4));
+}
+
+/// `rdma_xserver` / `rdma_xclient` in their default RC mode (`-c x`, XRC, is not offered:
+/// softnic has no XRC domains): the client sends one 16-byte message with rdma_post_send.
+#[test]
+fn rdma_xserver_xclient_rc() {
+    let (s, c, plain) = tcp_pair(
+        &["rdma_xserver", "-p", PORT],
+        &["rdma_xclient", "-s", "127.0.1.1", "-p", PORT],
+    );
+    assert!(
+        plain.server.stdout.contains("rdma_xserver: end 0"),
+        "{:#?}",
+        plain.server
+    );
+    assert!(
+        plain.client.stdout.contains("rdma_xclient: end 0"),
+        "{:#?}",
+        plain.client
+    );
+    assert_eq!(c.sends, vec![(WR_SEND, 16)], "client");
+    assert!(s.sends.is_empty(), "server: {:?}", s.sends);
+    assert_eq!((s.recvs, c.recvs), (1, 0));
+}
+
+/// `cmtime -c 200`: 200 ids connect at once, each with a QP, then all disconnect. Their REQs
+/// reach the one listener's socket together — more than a Unix datagram socket queues
+/// (`net.unix.max_dgram_qlen`, 10): the refused ones are sent again, as the IB CM retransmits
+/// (before, about 7 % were REJECTED with status 8, "no listener"). Untraced and traced, every
+/// connection is made: no error event, the step table complete; the traced client's log has
+/// its 200 QPs. The server (a daemon) is killed after the client exits.
+#[test]
+fn cmtime_connection_burst() {
+    let n = 200;
+    let port = free_port();
+    let p = port.to_string();
+    let server = vec![
+        system_bin("cmtime"),
+        "-b".into(),
+        "127.0.1.1".into(),
+        "-p".into(),
+        p.clone(),
+    ];
+    let c = n.to_string();
+    let client = vec![
+        system_bin("cmtime"),
+        "-s".into(),
+        "127.0.1.1".into(),
+        "-p".into(),
+        p,
+        "-c".into(),
+        c,
+    ];
+    let steps = [
+        "create id",
+        "resolve addr",
+        "resolve route",
+        "create qp",
+        "connect",
+        "disconnect",
+        "destroy",
+    ];
+    let logs = tempfile::tempdir().unwrap();
+    for traced in [None, Some(logs.path())] {
+        let run = run_pair_daemon(&server, &client, (PS_TCP, port), traced);
+        let out = &run.client;
+        assert!(
+            out.ok(),
+            "cmtime client (traced: {}): {out:#?}",
+            traced.is_some()
+        );
+        let all = format!("{}{}", out.stdout, out.stderr);
+        assert!(!all.contains("event:") && !all.contains("error"), "{all}");
+        for step in steps {
+            assert!(
+                out.stdout
+                    .lines()
+                    .any(|l| l.starts_with(step) && l.contains(':')),
+                "no {step:?} line: {all}"
+            );
+        }
+        assert!(
+            run.server.timed_out,
+            "the server ran until killed: {:#?}",
+            run.server
+        );
+    }
+    let cl = read_log(&logs.path().join("client"));
+    assert_eq!(cl.qps, n, "QPs created by the traced client");
 }
 
 #[test]
@@ -322,6 +411,93 @@ fn riostream_async_poll() {
         assert_eq!(count(&l.sends, WR_RDMA_WRITE, 65536), 20);
         assert_eq!(count(&l.sends, WR_RDMA_WRITE, 100000 - 65536), 20);
     }
+}
+
+/// `rstream -T v -C 500 -S 4096` (rsockets stream, rsend/rrecv, data verified by rstream),
+/// untraced and traced alike: each side sends 500 transfers of 4 KiB, each one data message
+/// (a SEND_WITH_IMM of its bytes); its log holds exactly those and the protocol's others.
+#[test]
+fn rstream_verify() {
+    let (n, size) = (500usize, 4096u32);
+    let opts = ["-T", "v", "-C", "500", "-S", "4096"];
+    let server = [&["rstream", "-b", "127.0.1.1", "-p", PORT][..], &opts].concat();
+    let client = [&["rstream", "-s", "127.0.1.1", "-p", PORT][..], &opts].concat();
+    let (s, c, plain) = tcp_pair(&server, &client);
+    for (who, out, l) in [("server", &plain.server, &s), ("client", &plain.client, &c)] {
+        let rows: Vec<_> = out.stdout.lines().collect();
+        assert_eq!(rows.len(), 2, "{who}: header and one row:\n{}", out.stdout);
+        assert!(rows[1].starts_with("custom"), "{who}: {}", out.stdout);
+        assert!(out.stderr.trim().is_empty(), "{who}: {}", out.stderr);
+        assert_eq!(
+            count(&l.sends, WR_SEND_WITH_IMM, size),
+            n,
+            "{who}: {:?}",
+            l.sends
+        );
+        // Besides: rstream's one 16-byte sync message, at most one end of stream (none when
+        // the peer's arrived first: rclose then only disconnects), and one credit write per
+        // receive buffer reposted (each side posts 16 up front).
+        assert_eq!(count(&l.sends, WR_SEND_WITH_IMM, 16), 1, "{who}");
+        let eos = count(&l.sends, WR_SEND_WITH_IMM, 0);
+        assert!(eos <= 1, "{who}: {eos} ends of stream");
+        let credits = count(&l.sends, WR_RDMA_WRITE_CREDIT.0, WR_RDMA_WRITE_CREDIT.1);
+        assert_eq!(credits, l.recvs - 16, "{who}: a credit per reposted buffer");
+        assert_eq!(l.sends.len(), n + 1 + eos + credits, "{who}: {:?}", l.sends);
+        assert_eq!(l.qps, 1, "{who}");
+    }
+}
+
+/// `rcopy` (rsockets file copy; the server is a daemon, killed after the client exits): a
+/// 1 MB file of pseudo-random bytes arrives intact, untraced and traced; the traced client's
+/// log holds the file's bytes in its data messages (SEND_WITH_IMM) exactly once.
+#[test]
+fn rcopy_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    let data: Vec<u8> = (0..1_000_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    std::fs::write(&src, &data).unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    for traced in [None, Some(logs.path())] {
+        let dst = dir.path().join(format!("dst-{}", traced.is_some()));
+        let port = free_port();
+        let p = port.to_string();
+        let server = vec![system_bin("rcopy"), "-p".into(), p.clone()];
+        let target = format!("127.0.1.1:{}", dst.display());
+        let client = vec![
+            system_bin("rcopy"),
+            src.display().to_string(),
+            target,
+            "-p".into(),
+            p,
+        ];
+        let run = run_pair_daemon(&server, &client, (PS_TCP, port), traced);
+        assert!(run.client.ok(), "rcopy client: {:#?}", run.client);
+        assert!(run.client.stdout.contains("done"), "{:#?}", run.client);
+        assert!(
+            std::fs::read(&dst).unwrap() == data,
+            "{} differs",
+            dst.display()
+        );
+    }
+    // The file in messages of at most 64 KiB (an rsockets message's limit): 15 full ones and
+    // the rest; rcopy's own control messages (its request and reply) are below 64 bytes.
+    let c = read_log(&logs.path().join("client"));
+    let size = data.len() as u32;
+    assert_eq!(
+        count(&c.sends, WR_SEND_WITH_IMM, 65536),
+        (size / 65536) as usize
+    );
+    assert_eq!(count(&c.sends, WR_SEND_WITH_IMM, size % 65536), 1);
+    let file_bytes: u64 = c
+        .sends
+        .iter()
+        .filter(|(op, b)| *op == WR_SEND_WITH_IMM && *b > 64)
+        .map(|(_, b)| u64::from(*b))
+        .sum();
+    assert_eq!(file_bytes, u64::from(size), "{:?}", c.sends);
+    assert_eq!(c.qps, 1);
 }
 
 /// A riostream server and client with the options `extra`.

@@ -41,6 +41,27 @@ pub fn run_pair(
     ready: (&str, u16),
     logs: Option<&Path>,
 ) -> Pair {
+    run_pair_with(server, client, ready, logs, LIMIT)
+}
+
+/// [`run_pair`] for a server that never exits by itself (a daemon such as `cmtime`'s): it is
+/// killed once the client has exited (its [`Out`] then says `timed_out`).
+pub fn run_pair_daemon(
+    server: &[String],
+    client: &[String],
+    ready: (&str, u16),
+    logs: Option<&Path>,
+) -> Pair {
+    run_pair_with(server, client, ready, logs, Duration::ZERO)
+}
+
+fn run_pair_with(
+    server: &[String],
+    client: &[String],
+    ready: (&str, u16),
+    logs: Option<&Path>,
+    server_after_client: Duration,
+) -> Pair {
     let dir = tempfile::tempdir().unwrap();
     let fabric = dir.path().join("fabric").display().to_string();
     let run = softnic_run().display().to_string();
@@ -65,7 +86,7 @@ pub fn run_pair(
     }
     let c = mk("2", client, "client").spawn();
     let client = c.wait(LIMIT);
-    let server = s.wait(LIMIT);
+    let server = s.wait(server_after_client);
     Pair { server, client }
 }
 
