@@ -14,6 +14,13 @@ use std::time::{Duration, Instant};
 
 const WR_RDMA_WRITE_WITH_IMM: u8 = 1;
 const WR_SEND: u8 = 2;
+const WR_RDMA_READ: u8 = 4;
+const WR_ATOMIC_CMP_AND_SWP: u8 = 5;
+const WR_ATOMIC_FETCH_AND_ADD: u8 = 6;
+
+/// WRs qperf keeps outstanding on its RC read and atomic rate tests: when the time is up that
+/// many are posted and not completed (its `send_msgs` − `recv_msgs` on the atomic tests).
+const QPERF_OUTSTANDING: u64 = 1024;
 
 /// Output lines with each `name = value` value masked (values and their units vary).
 fn shape(s: &str) -> Vec<String> {
@@ -165,4 +172,106 @@ fn qperf_rc_rdma_write_bw() {
     assert!(s.recvs as u64 >= stat(&out, "recv_msgs"), "{out}");
     assert_eq!(s.sends.len(), 0, "{:?}", s.sends);
     assert!(stat(&out, "send_msgs") > 0, "{out}");
+}
+
+#[test]
+fn qperf_rc_rdma_read_bw() {
+    let (out, s, c) = traced_like_untraced("rc_rdma_read_bw");
+    // 64 KiB RDMA READs from the client; qperf counts the completed ones.
+    assert_eq!(
+        count(&c.sends, WR_RDMA_READ, 65536) as u64,
+        stat(&out, "send_msgs") + QPERF_OUTSTANDING,
+        "{out}"
+    );
+    assert_eq!(c.sends.len(), count(&c.sends, WR_RDMA_READ, 65536));
+    assert_eq!(s.sends.len(), 0, "{:?}", s.sends);
+}
+
+/// An atomic rate test: the client posts 8-byte atomics of `opcode`, each counted by qperf.
+fn atomics(test: &str, opcode: u8) {
+    let (out, s, c) = traced_like_untraced(test);
+    let posted = stat(&out, "send_msgs");
+    assert_eq!(count(&c.sends, opcode, 8) as u64, posted, "{out}");
+    assert_eq!(c.sends.len() as u64, posted);
+    assert_eq!(posted - stat(&out, "recv_msgs"), QPERF_OUTSTANDING, "{out}");
+    assert_eq!(s.sends.len(), 0, "{:?}", s.sends);
+}
+
+#[test]
+fn qperf_rc_compare_swap_mr() {
+    atomics("rc_compare_swap_mr", WR_ATOMIC_CMP_AND_SWP);
+}
+
+#[test]
+fn qperf_rc_fetch_add_mr() {
+    atomics("rc_fetch_add_mr", WR_ATOMIC_FETCH_AND_ADD);
+}
+
+/// A one-way SEND bandwidth test: the client posts `bytes`-byte SENDs (counted by qperf), the
+/// server only receives (on UC and UD a message may be dropped: it completes no receive).
+fn one_way_sends(test: &str, bytes: u32) {
+    let (out, s, c) = traced_like_untraced(test);
+    assert_eq!(
+        count(&c.sends, WR_SEND, bytes) as u64,
+        stat(&out, "send_msgs"),
+        "{out}"
+    );
+    assert_eq!(c.sends.len(), count(&c.sends, WR_SEND, bytes));
+    assert_eq!(s.sends.len(), 0, "{:?}", s.sends);
+    assert!(stat(&out, "recv_msgs") > 0, "{out}");
+    assert!(s.completions as u64 >= stat(&out, "recv_msgs"), "{out}");
+    assert!(
+        s.recvs >= s.completions,
+        "a completion per posted receive at most"
+    );
+}
+
+#[test]
+fn qperf_uc_bw() {
+    one_way_sends("uc_bw", 65536);
+}
+
+#[test]
+fn qperf_ud_bw() {
+    one_way_sends("ud_bw", 2048);
+}
+
+#[test]
+fn qperf_rc_bi_bw() {
+    let (out, s, c) = traced_like_untraced("rc_bi_bw");
+    // Both sides stream 64 KiB SENDs; qperf counts each side's.
+    assert_eq!(
+        count(&c.sends, WR_SEND, 65536) as u64,
+        stat(&out, "loc_send_msgs")
+    );
+    assert_eq!(
+        count(&s.sends, WR_SEND, 65536) as u64,
+        stat(&out, "rem_send_msgs")
+    );
+    assert_eq!(
+        (c.sends.len(), s.sends.len()),
+        (
+            count(&c.sends, WR_SEND, 65536),
+            count(&s.sends, WR_SEND, 65536)
+        )
+    );
+}
+
+#[test]
+fn qperf_rc_rdma_write_lat() {
+    let (out, s, c) = traced_like_untraced("rc_rdma_write_lat");
+    // A ping-pong of 1-byte RDMA WRITEs with immediate (each consuming the peer's receive).
+    assert_eq!(
+        count(&c.sends, WR_RDMA_WRITE_WITH_IMM, 1) as u64,
+        stat(&out, "loc_send_msgs")
+    );
+    assert_eq!(
+        count(&s.sends, WR_RDMA_WRITE_WITH_IMM, 1) as u64,
+        stat(&out, "rem_send_msgs")
+    );
+    assert_eq!(
+        c.sends.len() + s.sends.len(),
+        count(&c.sends, WR_RDMA_WRITE_WITH_IMM, 1) + count(&s.sends, WR_RDMA_WRITE_WITH_IMM, 1)
+    );
+    assert!(stat(&out, "loc_send_msgs") > 10, "{out}");
 }
