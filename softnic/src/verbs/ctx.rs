@@ -227,6 +227,20 @@ pub unsafe extern "C" fn vctx_query_device_ex(
     a.hca_core_clock = 1_000_000; // kHz: timestamps are nanoseconds
     a.phys_port_cnt_ex = 1;
     a.max_wq_type_rq = 0;
+    // On-demand paging: softnic reads and writes a region's pages when a WR or an inbound
+    // request touches them (registration pins and checks nothing), which is ODP's contract,
+    // for every transport's operations. Not implicit ODP (a region of the whole address
+    // space: `reg_mr` wants an address).
+    a.odp_caps.general_caps = u64::from(IBV_ODP_SUPPORT);
+    let (send, recv, write) = (
+        IBV_ODP_SUPPORT_SEND,
+        IBV_ODP_SUPPORT_RECV,
+        IBV_ODP_SUPPORT_WRITE,
+    );
+    let rc = send | recv | write | IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC;
+    a.odp_caps.per_transport_caps.rc_odp_caps = rc | IBV_ODP_SUPPORT_SRQ_RECV;
+    a.odp_caps.per_transport_caps.uc_odp_caps = send | recv | write;
+    a.odp_caps.per_transport_caps.ud_odp_caps = send | recv;
     let n = attr_size.min(size_of::<ibv_device_attr_ex>());
     std::ptr::copy_nonoverlapping(&a as *const _ as *const u8, attr as *mut u8, n);
     0
