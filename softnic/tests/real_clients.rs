@@ -25,10 +25,19 @@ fn pair(name: &str, extra: &[&str]) -> (Done, Done) {
 }
 
 fn pair_within(name: &str, extra: &[&str], limit: Duration) -> (Done, Done) {
+    pair_env(&[], name, extra, limit)
+}
+
+/// [`pair_within`] with environment settings `env` (`NAME=value`, through `env(1)`).
+fn pair_env(env: &[&str], name: &str, extra: &[&str], limit: Duration) -> (Done, Done) {
     let dir = tempfile::tempdir().expect("tempdir");
     let port = free_port().to_string();
     let b = bin(name);
-    let mut s = vec![b.as_str(), "-p", &port];
+    let mut s: Vec<&str> = match env {
+        [] => Vec::new(),
+        _ => [&["/usr/bin/env"][..], env].concat(),
+    };
+    s.extend_from_slice(&[b.as_str(), "-p", &port]);
     s.extend_from_slice(extra);
     let mut c = s.clone();
     c.push("localhost");
@@ -269,10 +278,15 @@ fn ucx_final(out: &str) -> Vec<f64> {
 
 /// A UCT-level ucx_perftest run over `tl` on softnic: `iters` iterations, no warm-up.
 fn ucx_perftest(args: &[&str], iters: u32) {
+    ucx_perftest_env(&[], args, iters);
+}
+
+/// [`ucx_perftest`] with environment settings `env`.
+fn ucx_perftest_env(env: &[&str], args: &[&str], iters: u32) {
     let n = iters.to_string();
     let mut all = vec!["-d", "softnic0:1", "-n", &n, "-w", "0"];
     all.extend_from_slice(args);
-    let (_sd, cd) = pair("ucx_perftest", &all);
+    let (_sd, cd) = pair_env(env, "ucx_perftest", &all, LIMIT);
     let f = ucx_final(&cd.out);
     assert_eq!(f.len(), 8, "{}", cd.out);
     assert_eq!(f[0], iters as f64, "{}", cd.out);
@@ -305,4 +319,30 @@ fn ucx_perftest_put_bw_rc_verbs_zcopy() {
         ],
         2000,
     );
+}
+
+/// UCT over `rc_verbs`: RDMA READ (`get`, zero-copy 4 KiB), the fetching atomics (`fadd`,
+/// `cswap`) and the posted one at full rate (`add_mr`). (`swap` is not offered by UCX's
+/// `rc_verbs` on any device: verbs has no atomic swap.)
+#[test]
+fn ucx_perftest_rc_verbs_get_and_atomics() {
+    ucx_perftest(
+        &["-t", "get", "-x", "rc_verbs", "-D", "zcopy", "-s", "4096"],
+        1000,
+    );
+    ucx_perftest(&["-t", "fadd", "-x", "rc_verbs"], 1000);
+    ucx_perftest(&["-t", "cswap", "-x", "rc_verbs"], 1000);
+    ucx_perftest(&["-t", "add_mr", "-x", "rc_verbs"], 1000);
+}
+
+/// UCP with only the verbs transports (`UCX_TLS=rc_verbs,ud_verbs,self`: no shared memory or
+/// TCP between the two processes): tag matching eager and 64 KiB rendezvous, streams, and
+/// 64 KiB gets.
+#[test]
+fn ucx_perftest_ucp_over_verbs() {
+    let env = ["UCX_TLS=rc_verbs,ud_verbs,self"];
+    ucx_perftest_env(&env, &["-t", "tag_lat"], 1000);
+    ucx_perftest_env(&env, &["-t", "tag_bw", "-s", "65536"], 1000);
+    ucx_perftest_env(&env, &["-t", "stream_bw"], 1000);
+    ucx_perftest_env(&env, &["-t", "ucp_get", "-s", "65536"], 1000);
 }
