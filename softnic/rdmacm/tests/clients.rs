@@ -5,8 +5,11 @@
 //! readable log whose work requests are the ones the program's protocol posts.
 
 mod common;
-use common::{count, read_log, run_pair, run_pair_daemon, Logged, Pair, TCP_SOCKET};
-use sigmatrace_testkit::{free_port, system_bin, Out};
+use common::{
+    count, read_log, run_pair, run_pair_daemon, settle_rping_exit, Logged, Pair,
+    RPING_CM_THREAD_ERROR, TCP_SOCKET,
+};
+use sigmatrace_testkit::{free_port, system_bin};
 
 const PS_TCP: &str = "106";
 const PS_UDP: &str = "111";
@@ -21,21 +24,7 @@ const WR_RDMA_WRITE_CREDIT: (u8, u32) = (WR_RDMA_WRITE, 8);
 /// and if that never-joined thread loops back into rdma_get_cm_event after main destroyed the
 /// event channel, the call fails and rping prints the error (over the kernel, EBADF from the
 /// closed fd; on softnic, EINVAL for the unknown channel) while main is already exiting 0.
-const RACY: &[&str] = &[
-    "client DISCONNECT EVENT...",
-    "rdma_get_cm_event: Invalid argument",
-];
-
-/// rping's CM thread calls `exit(-1)` when rdma_get_cm_event fails: when it loses the race
-/// of [`RACY`] the process may exit 255 instead of 0, with that error as its last line (the
-/// kernel has the same window; later rdma-core signals the thread through an eventfd and joins
-/// it before destroying the channel). Such an exit counts as the 0 it would have been, and
-/// only such an exit: any other line or status still fails the test.
-fn settle_racy_exit(out: &mut Out) {
-    if out.code == Some(255) && out.stderr.trim_end().ends_with(RACY[1]) {
-        out.code = Some(0);
-    }
-}
+const RACY: &[&str] = &["client DISCONNECT EVENT...", RPING_CM_THREAD_ERROR];
 
 /// Output with every number replaced by `#` (timings, PSNs, QPNs vary between runs).
 fn shape(s: &str) -> Vec<String> {
@@ -77,11 +66,11 @@ fn traced_like_untraced(
     };
     let (server, client) = (own(server), own(client));
     let mut plain = run_pair(&server, &client, ready, None);
-    settle_racy_exit(&mut plain.client);
+    settle_rping_exit(&mut plain.client);
     plain.assert_ok(&format!("{server:?} / {client:?} untraced:"));
     let logs = tempfile::tempdir().unwrap();
     let mut traced = run_pair(&server, &client, ready, Some(logs.path()));
-    settle_racy_exit(&mut traced.client);
+    settle_rping_exit(&mut traced.client);
     traced.assert_ok(&format!("{server:?} / {client:?} traced:"));
     for (p, t, who) in [
         (&plain.server, &traced.server, "server"),

@@ -4,7 +4,7 @@
 //! traced.
 
 mod common;
-use common::{cm_listening, count, read_log, LIMIT};
+use common::{cm_listening, count, read_log, settle_rping_exit, LIMIT};
 use sigmatrace_testkit::{free_port, listening, softnic_run, system_bin, Cmd, Out};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -125,7 +125,8 @@ fn roce_rping() {
         let client = ["rping", "-c", "-a", "127.0.1.1", "-p", &p, "-C", "10", "-v"];
         let logs = tempfile::tempdir().unwrap();
         let l = traced.then(|| logs.path());
-        let (s, c) = pair(&server, &client, || cm_listening("106", port), l);
+        let (s, mut c) = pair(&server, &client, || cm_listening("106", port), l);
+        settle_rping_exit(&mut c);
         assert!(s.ok() && c.ok(), "traced={traced}: {s:#?}\n{c:#?}");
         let pings = c
             .stdout
