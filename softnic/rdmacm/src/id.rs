@@ -457,6 +457,23 @@ pub extern "C" fn sv_rdma_listen(id: *mut rdma_cm_id, _backlog: i32) -> i32 {
 #[no_mangle]
 pub extern "C" fn sv_rdma_migrate_id(id: *mut rdma_cm_id, ch: *mut rdma_event_channel) -> i32 {
     let mut cm = lock();
+    // As librdmacm: a synchronous id acks the event it holds (its last call's), then no
+    // event of the id is still being handled on the old channel when the call returns
+    // (every one reported was acked).
+    let held = match cm.ids.get_mut(&(id as usize)) {
+        Some(st) if st.sync => std::mem::replace(&mut st.cid.event, ptr::null_mut()),
+        _ => ptr::null_mut(),
+    };
+    if !held.is_null() {
+        crate::event::ack(&mut cm, held);
+    }
+    while cm
+        .ids
+        .get(&(id as usize))
+        .is_some_and(|st| st.events_acked < st.events_reported)
+    {
+        cm = crate::state::wait_for_ack(cm);
+    }
     let r = (|| {
         let new = if ch.is_null() {
             cm.new_channel()?
