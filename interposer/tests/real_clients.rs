@@ -247,6 +247,26 @@ fn ibv_rc_pingpong_new_post_api() {
     }
 }
 
+/// On-demand paging with prefetch (`-o -P`): the buffer is registered with
+/// `IBV_ACCESS_ON_DEMAND` (softnic reports ODP for RC) and traced like any other region.
+#[test]
+fn ibv_rc_pingpong_on_demand_paging() {
+    const IBV_ACCESS_ON_DEMAND: u32 = 1 << 6;
+    let (s, c, _d) = rc(&["-o", "-P", "-n", "300"], 300, post_source::POST_SEND);
+    for side in [&s, &c] {
+        let t = side.trace.as_ref().unwrap();
+        let mr = t.mrs()[0];
+        assert_ne!(
+            mr.hdr.aux & IBV_ACCESS_ON_DEMAND,
+            0,
+            "aux {:#x}",
+            mr.hdr.aux
+        );
+        assert_eq!(mr.length, 4096);
+        assert!(t.errors().is_empty());
+    }
+}
+
 #[test]
 fn ibv_rc_pingpong_timestamps() {
     let (s, c, _d) = rc(&["-t", "-n", "300"], 300, post_source::POST_SEND);

@@ -1,8 +1,9 @@
 /* Hardware semantics and the compat ABI in one process (two loopback QPs where a peer is
- * needed). Modes: compat, cq, async, qp_event, srq_limit, rereg. Prints "OK <mode>". */
+ * needed). Modes: compat, cq, async, qp_event, srq_limit, rereg, odp. Prints "OK <mode>". */
 #include "sn_common.h"
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 
 /* Two RC QPs of one context connected to each other. */
 struct pair {
@@ -166,6 +167,58 @@ static void mode_rereg(void)
 	CHECK(wc.status == IBV_WC_REM_ACCESS_ERR, "other PD after rereg: %s", ibv_wc_status_str(wc.status));
 }
 
+/* On-demand paging: the device reports it for RC; an ODP region whose pages were never
+ * touched takes an RDMA WRITE; ibv_advise_mr prefetches ODP ranges and refuses the rest as the
+ * kernel does (ENOENT: not ODP, other PD, outside, read-only for PREFETCH_WRITE; EOPNOTSUPP:
+ * unknown advice or flag; EINVAL: no SGE). */
+static void mode_odp(void)
+{
+	struct pair p;
+	pair_init(&p, NULL);
+	struct ibv_device_attr_ex a;
+	CHECK(ibv_query_device_ex(p.s.ctx, NULL, &a) == 0, "query_device_ex");
+	CHECK(a.odp_caps.general_caps & IBV_ODP_SUPPORT, "general ODP caps %#llx",
+	      (unsigned long long)a.odp_caps.general_caps);
+	uint32_t rc = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+		      IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
+	CHECK((a.odp_caps.per_transport_caps.rc_odp_caps & rc) == rc, "RC ODP caps %#x",
+	      a.odp_caps.per_transport_caps.rc_odp_caps);
+	CHECK(!(a.odp_caps.general_caps & IBV_ODP_SUPPORT_IMPLICIT), "implicit ODP not offered");
+
+	size_t len = 1 << 20;
+	char *t = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK(t != MAP_FAILED, "mmap");
+	struct ibv_mr *odp = ibv_reg_mr(p.s.pd, t, len, ALL_ACCESS | IBV_ACCESS_ON_DEMAND);
+	CHECK(odp, "reg ODP: %s", strerror(errno));
+	struct ibv_sge sge = { .addr = (uintptr_t)t, .length = 8192, .lkey = odp->lkey };
+	CHECK(ibv_advise_mr(p.s.pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_FLAG_FLUSH,
+			    &sge, 1) == 0, "prefetch write");
+	CHECK(ibv_advise_mr(p.s.pd, IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT, 0, &sge, 1) == 0,
+	      "prefetch no fault");
+	struct ibv_wc wc = write_to(&p, (uintptr_t)t + 512 * 1024, odp->rkey);
+	CHECK(wc.status == IBV_WC_SUCCESS, "write into untouched ODP pages: %s",
+	      ibv_wc_status_str(wc.status));
+	CHECK(!memcmp(t + 512 * 1024, p.s.buf, 64), "written bytes");
+
+	CHECK(ibv_advise_mr(p.s.pd, 7, 0, &sge, 1) == EOPNOTSUPP, "unknown advice");
+	CHECK(ibv_advise_mr(p.s.pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 2, &sge, 1) == EOPNOTSUPP,
+	      "unknown flag");
+	CHECK(ibv_advise_mr(p.s.pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sge, 0) == EINVAL, "no SGE");
+	struct ibv_sge outside = { .addr = (uintptr_t)t + len - 4096, .length = 8192, .lkey = odp->lkey };
+	CHECK(ibv_advise_mr(p.s.pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &outside, 1) == ENOENT,
+	      "range outside");
+	struct ibv_sge plain = { .addr = (uintptr_t)p.s.buf, .length = 64, .lkey = p.s.mr->lkey };
+	CHECK(ibv_advise_mr(p.s.pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &plain, 1) == ENOENT,
+	      "not an ODP region");
+	struct ibv_pd *pd2 = ibv_alloc_pd(p.s.ctx);
+	CHECK(ibv_advise_mr(pd2, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sge, 1) == ENOENT, "other PD");
+	struct ibv_mr *ro = ibv_reg_mr(p.s.pd, t, 4096, IBV_ACCESS_ON_DEMAND);
+	struct ibv_sge rsge = { .addr = (uintptr_t)t, .length = 4096, .lkey = ro->lkey };
+	CHECK(ibv_advise_mr(p.s.pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &rsge, 1) == 0, "read-only read");
+	CHECK(ibv_advise_mr(p.s.pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, 0, &rsge, 1) == ENOENT,
+	      "read-only write");
+}
+
 #include "compat_calls.h"
 
 int main(int argc, char **argv)
@@ -182,6 +235,8 @@ int main(int argc, char **argv)
 		mode_srq_limit();
 	else if (!strcmp(m, "rereg"))
 		mode_rereg();
+	else if (!strcmp(m, "odp"))
+		mode_odp();
 	else if (!strcmp(m, "compat"))
 		mode_compat();
 	else

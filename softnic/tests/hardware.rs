@@ -54,6 +54,13 @@ fn rereg_mr_then_remote_access_error() {
     mode("rereg");
 }
 
+/// On-demand paging: capabilities, an RDMA WRITE into an ODP region's untouched pages, and
+/// `ibv_advise_mr`'s success and refusals.
+#[test]
+fn on_demand_paging_and_advise_mr() {
+    mode("odp");
+}
+
 /// Every IBVERBS_1.1 compat export resolved with dlvsym and compared with the inline path
 /// (ibv_query_port@IBVERBS_1.1 fills the attribute); the IBVERBS_1.0 twins not supported.
 #[test]

@@ -65,8 +65,9 @@ fn pair_env(env: &[&str], name: &str, extra: &[&str], limit: Duration) -> (Done,
     (sd, cd)
 }
 
-/// Checks a pingpong's closing lines: "N bytes in T seconds = R Mbit/sec", "N iters in ...".
-fn pingpong(name: &str, extra: &[&str]) {
+/// Checks a pingpong's closing lines: "N bytes in T seconds = R Mbit/sec", "N iters in ...";
+/// returns the server's and the client's runs.
+fn pingpong(name: &str, extra: &[&str]) -> (Done, Done) {
     let (sd, cd) = pair(name, extra);
     for d in [&sd, &cd] {
         assert!(
@@ -96,6 +97,7 @@ fn pingpong(name: &str, extra: &[&str]) {
     if extra.contains(&"-t") {
         assert!(cd.out.contains("completion clock cycles"), "{}", cd.out);
     }
+    (sd, cd)
 }
 
 /// The data line after perftest's "#bytes" header, split into numbers.
@@ -179,6 +181,17 @@ fn ibv_rc_pingpong_events() {
 fn ibv_rc_pingpong_timestamps() {
     pingpong("ibv_rc_pingpong", &["-t"]);
 }
+/// On-demand paging (`-o`) and its prefetch (`-P`): `ibv_advise_mr` succeeds (before,
+/// without the verb, rc_pingpong printed "Couldn't prefetch MR(95). Continue anyway").
+#[test]
+fn ibv_rc_pingpong_on_demand_paging() {
+    pingpong("ibv_rc_pingpong", &["-o"]);
+    let (sd, cd) = pingpong("ibv_rc_pingpong", &["-o", "-P"]);
+    for d in [&sd, &cd] {
+        assert!(!d.out.contains("Couldn't prefetch"), "{}", d.out);
+    }
+}
+
 #[test]
 fn ibv_uc_pingpong() {
     pingpong("ibv_uc_pingpong", &[]);

@@ -131,6 +131,7 @@ pub unsafe extern "C" fn sv_ibv_open_device(dev: *mut ibv_device) -> *mut ibv_co
     v.sz = size_of::<verbs_context>();
     v.query_port = Some(crate::verbs::ctx::vctx_query_port);
     v.query_device_ex = Some(crate::verbs::ctx::vctx_query_device_ex);
+    v.advise_mr = Some(crate::verbs::objects::vctx_advise_mr);
     v.create_cq_ex = Some(crate::verbs::objects::vctx_create_cq_ex);
     v.create_qp_ex = Some(crate::verbs::objects::vctx_create_qp_ex);
     v.create_srq_ex = Some(crate::verbs::objects::vctx_create_srq_ex);

@@ -141,6 +141,48 @@ pub unsafe extern "C" fn sv_ibv_reg_mr(
     sv_ibv_reg_mr_iova2(pd, addr, length, addr as u64, access as u32)
 }
 
+/// `IB_UVERBS_ADVISE_MR_FLAG_FLUSH` (`<rdma/ib_user_ioctl_verbs.h>`, outside the bindings).
+const ADVISE_MR_FLAG_FLUSH: u32 = 1;
+
+/// `ibv_advise_mr`: prefetching pages of on-demand-paging regions. softnic has nothing to
+/// fetch ahead (it touches pages when a request does), so a valid request succeeds at once;
+/// as the kernel's, an unknown advice or flag is `EOPNOTSUPP`, an empty list `EINVAL`, and a
+/// range that is not inside an ODP region of this PD (writable, for PREFETCH_WRITE) `ENOENT`.
+///
+/// # Safety
+/// `sg_list` holds `num_sges` entries (the caller's).
+pub unsafe extern "C" fn vctx_advise_mr(
+    pd: *mut ibv_pd,
+    advice: ib_uverbs_advise_mr_advice,
+    flags: u32,
+    sg_list: *mut ibv_sge,
+    num_sges: u32,
+) -> c_int {
+    if advice > IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT || flags & !ADVISE_MR_FLAG_FLUSH != 0 {
+        return libc::EOPNOTSUPP;
+    }
+    if pd.is_null() || sg_list.is_null() || num_sges == 0 {
+        return libc::EINVAL;
+    }
+    let pd = pd_id(pd);
+    // SAFETY: per the caller, `num_sges` entries.
+    let sges = std::slice::from_raw_parts(sg_list, num_sges as usize);
+    let prefetchable = |sge: &ibv_sge| {
+        global().mr(sge.lkey).is_some_and(|mr| {
+            mr.pd == pd
+                && mr.access & IBV_ACCESS_ON_DEMAND != 0
+                && (advice != IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_WRITE
+                    || mr.access & IBV_ACCESS_LOCAL_WRITE != 0)
+                && mr.contains(sge.addr, u64::from(sge.length))
+        })
+    };
+    if sges.iter().all(prefetchable) {
+        0
+    } else {
+        libc::ENOENT
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn sv_ibv_reg_dmabuf_mr(
     _pd: *mut ibv_pd,
