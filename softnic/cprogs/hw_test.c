@@ -1,5 +1,5 @@
 /* Hardware semantics and the compat ABI in one process (two loopback QPs where a peer is
- * needed). Modes: compat, cq, async, qp_event, srq_limit, rereg, odp. Prints "OK <mode>". */
+ * needed). Modes: compat, cq, async, qp_event, srq_limit, rereg, odp, dm. Prints "OK <mode>". */
 #include "sn_common.h"
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -219,6 +219,56 @@ static void mode_odp(void)
 	      "read-only write");
 }
 
+/* Device memory: the device offers max_dm_size bytes; copies in and out, bounds (EFAULT);
+ * a zero-based region on it (required: EINVAL without IBV_ACCESS_ZERO_BASED) takes an RDMA
+ * WRITE at offset 64 and is the source of an RDMA READ into host memory; allocations beyond
+ * the size fail with ENOMEM until freed. */
+static void mode_dm(void)
+{
+	struct pair p;
+	pair_init(&p, NULL);
+	struct ibv_device_attr_ex a;
+	CHECK(ibv_query_device_ex(p.s.ctx, NULL, &a) == 0, "query_device_ex");
+	CHECK(a.max_dm_size >= 8192, "max_dm_size %llu", (unsigned long long)a.max_dm_size);
+	struct ibv_alloc_dm_attr da = { .length = 4096 };
+	struct ibv_dm *dm = ibv_alloc_dm(p.s.ctx, &da);
+	CHECK(dm, "alloc_dm: %s", strerror(errno));
+	char in[256], out[256];
+	for (int i = 0; i < 256; i++)
+		in[i] = (char)(i * 7 + 1);
+	CHECK(ibv_memcpy_to_dm(dm, 1024, in, sizeof in) == 0, "memcpy_to_dm");
+	CHECK(ibv_memcpy_from_dm(out, dm, 1024, sizeof out) == 0 && !memcmp(in, out, sizeof in),
+	      "round trip");
+	CHECK(ibv_memcpy_to_dm(dm, 4000, in, 200) == EFAULT, "past the end");
+	CHECK(!ibv_reg_dm_mr(p.s.pd, dm, 0, 4096, ALL_ACCESS) && errno == EINVAL, "not zero-based");
+	struct ibv_mr *mr = ibv_reg_dm_mr(p.s.pd, dm, 0, 4096, ALL_ACCESS | IBV_ACCESS_ZERO_BASED);
+	CHECK(mr, "reg_dm_mr: %s", strerror(errno));
+
+	memset(p.s.buf, 0x5a, 64);
+	struct ibv_wc wc = write_to(&p, 64, mr->rkey);
+	CHECK(wc.status == IBV_WC_SUCCESS, "write into dm: %s", ibv_wc_status_str(wc.status));
+	CHECK(ibv_memcpy_from_dm(out, dm, 64, 64) == 0, "read back");
+	for (int i = 0; i < 64; i++)
+		CHECK(out[i] == 0x5a, "dm byte %d = %#x", i, out[i]);
+
+	struct ibv_sge sge = { .addr = (uintptr_t)p.s.buf + 4096, .length = 256, .lkey = p.s.mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = 8, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_READ,
+				  .send_flags = IBV_SEND_SIGNALED }, *bad;
+	wr.wr.rdma.remote_addr = 1024;
+	wr.wr.rdma.rkey = mr->rkey;
+	CHECK(ibv_post_send(p.a, &wr, &bad) == 0, "post read");
+	wc = poll1(p.s.cq);
+	CHECK(wc.status == IBV_WC_SUCCESS, "read from dm: %s", ibv_wc_status_str(wc.status));
+	CHECK(!memcmp(p.s.buf + 4096, in, 256), "bytes read from dm");
+
+	struct ibv_alloc_dm_attr big = { .length = a.max_dm_size };
+	CHECK(!ibv_alloc_dm(p.s.ctx, &big) && errno == ENOMEM, "beyond the device memory");
+	CHECK(ibv_dereg_mr(mr) == 0 && ibv_free_dm(dm) == 0, "free");
+	struct ibv_dm *all = ibv_alloc_dm(p.s.ctx, &big);
+	CHECK(all, "all of it once freed: %s", strerror(errno));
+	CHECK(ibv_free_dm(all) == 0, "free all");
+}
+
 #include "compat_calls.h"
 
 int main(int argc, char **argv)
@@ -237,6 +287,8 @@ int main(int argc, char **argv)
 		mode_rereg();
 	else if (!strcmp(m, "odp"))
 		mode_odp();
+	else if (!strcmp(m, "dm"))
+		mode_dm();
 	else if (!strcmp(m, "compat"))
 		mode_compat();
 	else

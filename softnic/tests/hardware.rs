@@ -61,6 +61,13 @@ fn on_demand_paging_and_advise_mr() {
     mode("odp");
 }
 
+/// Device memory: allocation within `max_dm_size`, copies and their bounds, a zero-based
+/// region on it as the target of an RDMA WRITE and the source of an RDMA READ.
+#[test]
+fn device_memory() {
+    mode("dm");
+}
+
 /// Every IBVERBS_1.1 compat export resolved with dlvsym and compared with the inline path
 /// (ibv_query_port@IBVERBS_1.1 fills the attribute); the IBVERBS_1.0 twins not supported.
 #[test]

@@ -192,6 +192,12 @@ fn ibv_rc_pingpong_on_demand_paging() {
     }
 }
 
+/// Device memory (`-j`): the buffer is allocated on the device, registered zero-based.
+#[test]
+fn ibv_rc_pingpong_device_memory() {
+    pingpong("ibv_rc_pingpong", &["-j"]);
+}
+
 #[test]
 fn ibv_uc_pingpong() {
     pingpong("ibv_uc_pingpong", &[]);

@@ -132,6 +132,9 @@ pub unsafe extern "C" fn sv_ibv_open_device(dev: *mut ibv_device) -> *mut ibv_co
     v.query_port = Some(crate::verbs::ctx::vctx_query_port);
     v.query_device_ex = Some(crate::verbs::ctx::vctx_query_device_ex);
     v.advise_mr = Some(crate::verbs::objects::vctx_advise_mr);
+    v.alloc_dm = Some(crate::verbs::dm::vctx_alloc_dm);
+    v.free_dm = Some(crate::verbs::dm::vctx_free_dm);
+    v.reg_dm_mr = Some(crate::verbs::dm::vctx_reg_dm_mr);
     v.create_cq_ex = Some(crate::verbs::objects::vctx_create_cq_ex);
     v.create_qp_ex = Some(crate::verbs::objects::vctx_create_qp_ex);
     v.create_srq_ex = Some(crate::verbs::objects::vctx_create_srq_ex);
@@ -233,6 +236,7 @@ pub unsafe extern "C" fn vctx_query_device_ex(
     // for every transport's operations. Not implicit ODP (a region of the whole address
     // space: `reg_mr` wants an address).
     a.odp_caps.general_caps = u64::from(IBV_ODP_SUPPORT);
+    a.max_dm_size = crate::verbs::dm::MAX_DM_SIZE;
     let (send, recv, write) = (
         IBV_ODP_SUPPORT_SEND,
         IBV_ODP_SUPPORT_RECV,

@@ -13,6 +13,7 @@ pub mod async_events;
 pub mod by_number;
 pub mod ctx;
 pub mod datapath;
+pub mod dm;
 pub mod layout;
 pub mod misc;
 pub mod objects;

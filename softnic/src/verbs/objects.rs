@@ -78,7 +78,7 @@ pub unsafe extern "C" fn sv_ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     0
 }
 
-const ACCESS_SUPPORTED: u32 = IBV_ACCESS_LOCAL_WRITE
+pub(crate) const ACCESS_SUPPORTED: u32 = IBV_ACCESS_LOCAL_WRITE
     | IBV_ACCESS_REMOTE_WRITE
     | IBV_ACCESS_REMOTE_READ
     | IBV_ACCESS_REMOTE_ATOMIC
