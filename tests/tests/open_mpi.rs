@@ -226,10 +226,13 @@ fn check_run(dir: &Path, logs: &Path, ranks: usize, payload: u64) -> Report {
 
 /// The only warning a run may give: a UD stream whose receiver did not poll its last datagram
 /// before exiting (UCX's wire-up on its UD QPs, when the machine is loaded at teardown; at
-/// most one per stream). With one machine clock the converter proves the missing one is the
-/// last sent and pairs the others; across clock domains, where nothing proves it, it draws
-/// none of the stream's flows. Returns the receives left unpaired that way.
-fn unpolled_datagrams(warnings: &[String], one_clock: bool) -> u64 {
+/// most one per stream). The converter pairs the others only where it proves the missing one
+/// is the last sent: one machine clock, and that datagram sent after the last receive
+/// completed (`converter/tests/ud.rs` checks both outcomes); otherwise — across clock domains,
+/// or when the last datagram was already in flight while the receiver polled the one before
+/// (seen in CI under load, HPC Challenge over UCX: 4 sent, 3 received) — it draws none of the
+/// stream's flows. Returns the receives left unpaired that way.
+fn unpolled_datagrams(warnings: &[String]) -> u64 {
     warnings
         .iter()
         .map(|w| {
@@ -243,7 +246,6 @@ fn unpolled_datagrams(warnings: &[String], one_clock: bool) -> u64 {
             };
             assert_eq!(sent, recvd + 1, "{w}");
             if w.ends_with("no flows drawn") {
-                assert!(!one_clock, "one machine clock, yet unpaired: {w}");
                 return recvd;
             }
             let proven = format!("the first {recvd} paired, the last 1 sent after");
@@ -263,8 +265,7 @@ fn check_paired(dir: &Path, logs: &Path, ranks: usize) -> (Report, String, PathB
         sigmatrace_convert::stats(std::slice::from_ref(&logs), &ConvertOptions::default()).unwrap();
     let text = report.text();
     let t = &report.summary.totals;
-    let one_clock = report.summary.alignment.domains.len() <= 1;
-    let unpaired = unpolled_datagrams(&report.summary.warnings, one_clock);
+    let unpaired = unpolled_datagrams(&report.summary.warnings);
     assert_eq!((t.wr_failed, t.orphan_completions), (0, 0), "{t:?}");
     // Failed WRs are 0, so the per-QP errors are the receives flushed at teardown.
     let flushed = qp_column_sum(&text, 0);
