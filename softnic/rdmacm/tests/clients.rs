@@ -168,23 +168,13 @@ fn cmtime_connection_burst() {
     let n = 200;
     let port = free_port();
     let p = port.to_string();
-    let server = vec![
-        system_bin("cmtime"),
-        "-b".into(),
-        "127.0.1.1".into(),
-        "-p".into(),
-        p.clone(),
-    ];
-    let c = n.to_string();
-    let client = vec![
-        system_bin("cmtime"),
-        "-s".into(),
-        "127.0.1.1".into(),
-        "-p".into(),
-        p,
-        "-c".into(),
-        c,
-    ];
+    let argv = |v: &[&str]| -> Vec<String> {
+        let mut a = vec![system_bin(v[0])];
+        a.extend(v[1..].iter().map(|s| s.to_string()));
+        a
+    };
+    let server = argv(&["cmtime", "-b", "127.0.1.1", "-p", &p]);
+    let client = argv(&["cmtime", "-s", "127.0.1.1", "-p", &p, "-c", &n.to_string()]);
     let steps = [
         "create id",
         "resolve addr",

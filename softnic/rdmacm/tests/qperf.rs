@@ -254,42 +254,37 @@ fn qperf_ud_bw() {
     one_way_sends("ud_bw", 2048);
 }
 
-#[test]
-fn qperf_rc_bi_bw() {
-    let (out, s, c) = traced_like_untraced("rc_bi_bw");
-    // Both sides stream 64 KiB SENDs; qperf counts each side's.
+/// A test where both sides post `bytes`-byte WRs of `opcode` and nothing else; qperf counts
+/// each side's (`loc_send_msgs`, `rem_send_msgs`). Returns qperf's output.
+fn both_sides_send(test: &str, opcode: u8, bytes: u32) -> String {
+    let (out, s, c) = traced_like_untraced(test);
     assert_eq!(
-        count(&c.sends, WR_SEND, 65536) as u64,
+        count(&c.sends, opcode, bytes) as u64,
         stat(&out, "loc_send_msgs")
     );
     assert_eq!(
-        count(&s.sends, WR_SEND, 65536) as u64,
+        count(&s.sends, opcode, bytes) as u64,
         stat(&out, "rem_send_msgs")
     );
     assert_eq!(
         (c.sends.len(), s.sends.len()),
         (
-            count(&c.sends, WR_SEND, 65536),
-            count(&s.sends, WR_SEND, 65536)
+            count(&c.sends, opcode, bytes),
+            count(&s.sends, opcode, bytes)
         )
     );
+    out
+}
+
+#[test]
+fn qperf_rc_bi_bw() {
+    // Both sides stream 64 KiB SENDs.
+    both_sides_send("rc_bi_bw", WR_SEND, 65536);
 }
 
 #[test]
 fn qperf_rc_rdma_write_lat() {
-    let (out, s, c) = traced_like_untraced("rc_rdma_write_lat");
     // A ping-pong of 1-byte RDMA WRITEs with immediate (each consuming the peer's receive).
-    assert_eq!(
-        count(&c.sends, WR_RDMA_WRITE_WITH_IMM, 1) as u64,
-        stat(&out, "loc_send_msgs")
-    );
-    assert_eq!(
-        count(&s.sends, WR_RDMA_WRITE_WITH_IMM, 1) as u64,
-        stat(&out, "rem_send_msgs")
-    );
-    assert_eq!(
-        c.sends.len() + s.sends.len(),
-        count(&c.sends, WR_RDMA_WRITE_WITH_IMM, 1) + count(&s.sends, WR_RDMA_WRITE_WITH_IMM, 1)
-    );
+    let out = both_sides_send("rc_rdma_write_lat", WR_RDMA_WRITE_WITH_IMM, 1);
     assert!(stat(&out, "loc_send_msgs") > 10, "{out}");
 }
