@@ -6,6 +6,7 @@ use crate::state::{lock, set_errno, Cm, CmError, CmResult, Conn, IdState};
 use std::net::Ipv4Addr;
 use std::os::unix::net::UnixDatagram;
 use std::ptr;
+use std::sync::MutexGuard;
 
 /// Maps a result to the C convention (0, or -1 with errno).
 pub fn ret(r: CmResult<()>) -> i32 {
@@ -391,19 +392,17 @@ pub extern "C" fn sv_rdma_create_id(
     }
 }
 
-#[no_mangle]
-pub extern "C" fn sv_rdma_destroy_id(id: *mut rdma_cm_id) -> i32 {
-    let key = id as usize;
-    let mut cm = lock();
-    // As librdmacm: the id stops reporting events, acks the one it holds (a synchronous
-    // id's last event), then waits until every event it reported was acked, so that no
-    // other thread still handles one of its events when it is freed.
-    let held = match cm.id(key) {
-        Ok(st) => {
-            st.destroying = true;
-            std::mem::replace(&mut st.cid.event, ptr::null_mut())
-        }
-        Err(e) => return ret(Err(e)),
+/// What `rdma_destroy_id` and `rdma_migrate_id` do first, as librdmacm: ack the event the id
+/// holds (a synchronous id's last call's) when `ack_held`, then wait (the lock released)
+/// until every event reported for the id was acked.
+fn settle_events(
+    mut cm: MutexGuard<'static, Cm>,
+    key: usize,
+    ack_held: bool,
+) -> MutexGuard<'static, Cm> {
+    let held = match cm.ids.get_mut(&key) {
+        Some(st) if ack_held => std::mem::replace(&mut st.cid.event, ptr::null_mut()),
+        _ => ptr::null_mut(),
     };
     if !held.is_null() {
         crate::event::ack(&mut cm, held);
@@ -415,6 +414,21 @@ pub extern "C" fn sv_rdma_destroy_id(id: *mut rdma_cm_id) -> i32 {
     {
         cm = crate::state::wait_for_ack(cm);
     }
+    cm
+}
+
+#[no_mangle]
+pub extern "C" fn sv_rdma_destroy_id(id: *mut rdma_cm_id) -> i32 {
+    let key = id as usize;
+    let mut cm = lock();
+    // As librdmacm: the id stops reporting events, acks the one it holds (a synchronous
+    // id's last event), then waits until every event it reported was acked, so that no
+    // other thread still handles one of its events when it is freed.
+    match cm.id(key) {
+        Ok(st) => st.destroying = true,
+        Err(e) => return ret(Err(e)),
+    }
+    let mut cm = settle_events(cm, key, true);
     ret(destroy(&mut cm, key))
 }
 
@@ -456,24 +470,12 @@ pub extern "C" fn sv_rdma_listen(id: *mut rdma_cm_id, _backlog: i32) -> i32 {
 
 #[no_mangle]
 pub extern "C" fn sv_rdma_migrate_id(id: *mut rdma_cm_id, ch: *mut rdma_event_channel) -> i32 {
-    let mut cm = lock();
+    let cm = lock();
     // As librdmacm: a synchronous id acks the event it holds (its last call's), then no
     // event of the id is still being handled on the old channel when the call returns
     // (every one reported was acked).
-    let held = match cm.ids.get_mut(&(id as usize)) {
-        Some(st) if st.sync => std::mem::replace(&mut st.cid.event, ptr::null_mut()),
-        _ => ptr::null_mut(),
-    };
-    if !held.is_null() {
-        crate::event::ack(&mut cm, held);
-    }
-    while cm
-        .ids
-        .get(&(id as usize))
-        .is_some_and(|st| st.events_acked < st.events_reported)
-    {
-        cm = crate::state::wait_for_ack(cm);
-    }
+    let sync = cm.ids.get(&(id as usize)).is_some_and(|st| st.sync);
+    let mut cm = settle_events(cm, id as usize, sync);
     let r = (|| {
         let new = if ch.is_null() {
             cm.new_channel()?
