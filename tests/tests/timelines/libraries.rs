@@ -1,6 +1,7 @@
 //! Communication libraries over softnic, traced (used by real_timelines.rs, whose checks every
-//! case gets): UCX's `ucx_perftest` (Debian's ucx-utils) and libfabric's `fi_pingpong`
-//! (libfabric-bin, verbs provider), unmodified, one process per softnic node.
+//! case gets): UCX's `ucx_perftest` (Debian's ucx-utils), libfabric's `fi_pingpong`
+//! (libfabric-bin, verbs provider) and fio's `rdma` I/O engine, unmodified, one process per
+//! softnic node.
 //!
 //! What UCX does on the wire, per side, for `-t am_lat -x rc_verbs -n N -w 0`: N SENDs of 9
 //! bytes (the 8-byte message and UCT's 1-byte active-message id), mostly unsignaled (a
@@ -87,4 +88,75 @@ fn fi_pingpong_msg_verbs() {
         // Every message's bytes where it was sent and where it arrived.
         Some(2 * 2 * (iters * 64 + 4)),
     );
+}
+
+/// fio's `rdma` I/O engine (Debian's fio), unmodified: the server job on node 1, the client
+/// job on node 2 (softnic/rdmacm/tests/fio.rs has what engines/rdma.c posts). Each side
+/// SENDs one 8 208-byte `rdma_info_blk` at connect; with a one-sided verb the client then
+/// moves `blocks` 64 KiB blocks by RDMA WRITE or READ and SENDs the block once more to
+/// finish (3 messages in all); with `send` it SENDs the blocks into receives the server
+/// posted ahead (2 + `blocks` messages).
+fn fio_case(verb: &'static str, blocks: u64) {
+    const INFO: u64 = 8208;
+    const BLOCK: u64 = 64 * 1024;
+    let server_depth = if verb == "send" { blocks } else { 4 };
+    let messages = if verb == "send" { 2 + blocks } else { 3 };
+    let data_wrs = if verb == "send" { 0 } else { blocks };
+    case_bytes(
+        &format!("fio --ioengine=rdma --verb={verb}"),
+        move || {
+            let port = free_port();
+            let job = |name: &str| {
+                format!(
+                    "fio --name={name} --ioengine=rdma --port={port} --bs={BLOCK} --size={}",
+                    blocks * BLOCK
+                )
+            };
+            Run {
+                servers: vec![(
+                    proc_(
+                        1,
+                        &format!("{} --rw=read --iodepth={server_depth}", job("srv")),
+                    ),
+                    port,
+                )],
+                clients: vec![proc_(
+                    2,
+                    &format!(
+                        "{} --hostname=127.0.1.1 --verb={verb} --rw=write --iodepth=4",
+                        job("cli")
+                    ),
+                )],
+                persistent_servers: false,
+            }
+        },
+        move |_| Expect {
+            wrs: messages + data_wrs,
+            recvs: messages,
+            flows: messages,
+            slack: 0,
+        },
+        // The blocks once (written, read, or sent and received: then twice) and every
+        // info block where it was sent and where it arrived.
+        Some(if verb == "send" {
+            2 * (blocks * BLOCK + 2 * INFO)
+        } else {
+            blocks * BLOCK + 2 * 3 * INFO
+        }),
+    );
+}
+
+#[test]
+fn fio_rdma_write() {
+    fio_case("write", 64);
+}
+
+#[test]
+fn fio_rdma_read() {
+    fio_case("read", 64);
+}
+
+#[test]
+fn fio_rdma_send() {
+    fio_case("send", 64);
 }
