@@ -18,15 +18,25 @@ DEB_PKGS=(
   python3 python3-venv python3-pip valgrind sqlite3 openmpi-bin netpipe-openmpi hpcc lammps
   ucx-utils libfabric-bin fio
 )
-missing=()
-for p in "${DEB_PKGS[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ "${#missing[@]}" -gt 0 ]; then
-  echo "install-deps: installing Debian packages: ${missing[*]}"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+# QEMU (live migration over RDMA, migration/rdma.c) without its recommended firmware and GUI
+# packages: the test boots nothing.
+BARE_DEB_PKGS=(qemu-system-x86)
+updated=""
+install_missing() {
+  local missing=() p
+  for p in "${@:2}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ "${#missing[@]}" -gt 0 ]; then
+    echo "install-deps: installing Debian packages: ${missing[*]}"
+    [ -n "$updated" ] || { $SUDO apt-get update -qq; updated=1; }
+    # $1: extra apt-get options (word-split on purpose).
+    # shellcheck disable=SC2086
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $1 "${missing[@]}" >/dev/null
+  fi
+}
+install_missing "" "${DEB_PKGS[@]}"
+install_missing "--no-install-recommends" "${BARE_DEB_PKGS[@]}"
 
 # Rust components used by the test command and the release build.
 rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt

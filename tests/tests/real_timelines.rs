@@ -1,7 +1,7 @@
 //! Trustworthy timelines on real clients: unmodified Debian verbs programs (ibverbs-utils,
-//! perftest, qperf, rping, UCX's ucx_perftest, libfabric's fi_pingpong) and the demo's ring
-//! all-reduce, each process a simulated softnic node, traced with `libsigmatrace.so` and
-//! converted.
+//! perftest, qperf, rping, UCX's ucx_perftest, libfabric's fi_pingpong, fio, QEMU's RDMA live
+//! migration) and the demo's ring all-reduce, each process a simulated softnic node, traced
+//! with `libsigmatrace.so` and converted.
 //!
 //! For every client: the work requests and completions the options imply (never counted from
 //! the trace), every completion on its QP (none orphaned), every message paired by a flow,
@@ -26,6 +26,8 @@ use sigmatrace_testkit::{cm_listening, listening};
 mod alignment;
 #[path = "timelines/libraries.rs"]
 mod libraries;
+#[path = "timelines/qemu.rs"]
+mod qemu;
 #[path = "timelines/round_trips.rs"]
 mod round_trips;
 #[path = "timelines/waits.rs"]
