@@ -110,15 +110,16 @@ unsafe fn accepted<'a, T: WrNode>(
     (list, failed)
 }
 
-/// Sum of the lengths of `n` SGEs.
+/// Sum of the lengths of `n` SGEs (at most `MAX_SGE` of them), read unaligned
+/// ([`super::sge_length`]).
 ///
 /// # Safety
-/// `sg` must point to `n` readable SGEs (or be null).
+/// `sg` must point to `n` readable SGEs (or be null), at any alignment.
 #[inline(always)]
 unsafe fn sge_bytes(sg: *const ibv_sge, n: c_int) -> u32 {
     if n == 1 {
         // SAFETY: one SGE (the common case); the provider already read it.
-        return unsafe { (*sg).length };
+        return unsafe { super::sge_length(sg, 0) };
     }
     // SAFETY: per caller.
     unsafe { sge_bytes_list(sg, n) }
@@ -128,16 +129,11 @@ unsafe fn sge_bytes(sg: *const ibv_sge, n: c_int) -> u32 {
 /// As [`sge_bytes`].
 #[inline(never)]
 unsafe fn sge_bytes_list(sg: *const ibv_sge, n: c_int) -> u32 {
-    if sg.is_null() || n <= 0 {
+    if n <= 0 {
         return 0;
     }
-    let n = (n as usize).min(MAX_SGE);
-    let mut total = 0u32;
-    for i in 0..n {
-        // SAFETY: i < n SGEs the program passed.
-        total = total.wrapping_add(unsafe { (*sg.add(i)).length });
-    }
-    total
+    // SAFETY: per caller (null gives 0).
+    unsafe { super::sge_sum(sg, (n as usize).min(MAX_SGE)) }
 }
 
 const fn bits(ops: &[u32]) -> u32 {
@@ -304,7 +300,7 @@ pub unsafe fn place_send(
         SendBody {
             wr_id: (*wr).wr_id,
             rkey: (*wr).wr.rdma.rkey & write_mask as u32,
-            bytes: (*(*wr).sg_list).length,
+            bytes: super::sge_length((*wr).sg_list, 0),
         }
     };
     sink::place_plain_send(head, body, args)
@@ -349,7 +345,7 @@ pub unsafe fn sends_ok(qp: *mut ibv_qp, wr: *mut ibv_send_wr, ts: u64) {
             SendBody {
                 wr_id: (*wr).wr_id,
                 rkey: if write { (*wr).wr.rdma.rkey } else { 0 },
-                bytes: (*(*wr).sg_list).length,
+                bytes: super::sge_length((*wr).sg_list, 0),
             }
         };
         let recorded = data::post_plain_send_one(ts, head, body);
@@ -366,7 +362,10 @@ pub unsafe fn sends_ok(qp: *mut ibv_qp, wr: *mut ibv_send_wr, ts: u64) {
         unsafe {
             let w = &*wr;
             let ops = send_operands(w, (*qp).qp_type == IBV_QPT_UD);
-            ((*qp).qp_num, send_wr(w, ops, (*w.sg_list).length))
+            (
+                (*qp).qp_num,
+                send_wr(w, ops, super::sge_length(w.sg_list, 0)),
+            )
         }
     });
 }
@@ -625,7 +624,7 @@ unsafe fn one_sge_recv(
     }
     // SAFETY: wr has one SGE (the provider read the same).
     data::bound_recv(ts, target(), || unsafe {
-        ((*wr).wr_id, (*(*wr).sg_list).length)
+        ((*wr).wr_id, super::sge_length((*wr).sg_list, 0))
     })
 }
 

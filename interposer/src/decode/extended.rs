@@ -46,16 +46,13 @@ pub unsafe fn wr_complete(qp: *mut ibv_qp_ex, rc: c_int, source: u8) {
     wr_builder::complete(qp as u64, qpn, rc, source);
 }
 
-/// Sum of the lengths of the first `n` of `sg` (0 when null).
+/// Sum of the lengths of the first `n` of `sg` (0 when null; see [`super::sge_sum`]).
 ///
 /// # Safety
-/// `sg` null or `n` readable SGEs.
+/// `sg` null or `n` readable SGEs (any alignment).
 pub unsafe fn sge_sum(sg: *const ibv_sge, n: usize) -> u32 {
-    if sg.is_null() {
-        return 0;
-    }
-    // SAFETY: i < n SGEs the program passed.
-    (0..n).fold(0u32, |t, i| t.wrapping_add(unsafe { (*sg.add(i)).length }))
+    // SAFETY: per caller.
+    unsafe { super::sge_sum(sg, n) }
 }
 
 /// Sum of the lengths of the first `n` of `bufs` (0 when null).

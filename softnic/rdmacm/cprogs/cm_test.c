@@ -7,8 +7,15 @@
  *     the server's private data, rdma_establish, rdma_disconnect, DISCONNECTED on a second
  *     thread that holds the event 300 ms: rdma_destroy_id must wait for its ack, as
  *     librdmacm's does).
+ *     The server's accepted id then reports TIMEWAIT_EXIT, not before 1 s after DISCONNECTED
+ *     (the IB CM's time wait: about 2 s for the path's packet lifetime).
  *   server-vanish / client-vanish ADDR PORT: the client exits right after establishing,
  *     without disconnecting; the server must see DISCONNECTED.
+ *   server6 / client6 ADDR PORT: IPv6 addressing of softnic's IPv4 nodes, as tgtd's iSER
+ *     portals use it: [::]:PORT with RDMA_OPTION_ID_AFONLY beside 0.0.0.0:PORT, and [::]:PORT+2
+ *     without it; an IPv4 request to PORT reaches the IPv4 listener, an IPv6 one (the
+ *     v4-mapped ADDR) the IPv6-only listener, an IPv4 one to PORT+2 the dual-stack listener
+ *     (its id's addresses IPv4); ids report their addresses in the family they were given.
  * The listener's channel fd is non-blocking and waited on with poll(). Prints "ok: ..." per
  * checked step; exits 0 only if every check held. */
 #include <arpa/inet.h>
@@ -16,6 +23,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <time.h>
 #include <stdatomic.h>
 #include <rdma/rdma_cma.h>
 #include <stdio.h>
@@ -97,6 +105,13 @@ static void server(const char *ip, int port)
 	printf("ok: established on the migrated channel\n");
 	rdma_ack_cm_event(next(ch2, RDMA_CM_EVENT_DISCONNECTED));
 	printf("ok: disconnected\n");
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	rdma_ack_cm_event(next(ch2, RDMA_CM_EVENT_TIMEWAIT_EXIT));
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double waited = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+	CHECK(waited >= 1.0, "TIMEWAIT_EXIT %.3f s after DISCONNECTED", waited);
+	printf("ok: time wait exit\n");
 	CHECK(rdma_get_cm_event(ch, &ev) == -1 && errno == EAGAIN, "listener channel drained");
 	rdma_destroy_id(id);
 	rdma_destroy_id(listen);
@@ -216,6 +231,95 @@ static void client_vanish(const char *ip, int port)
 	_exit(0);
 }
 
+static struct rdma_cm_id *listener(struct rdma_event_channel *ch, struct sockaddr *a, int afonly)
+{
+	struct rdma_cm_id *id;
+	CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "create_id");
+	if (afonly >= 0)
+		CHECK(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &afonly,
+				      sizeof(afonly)) == 0, "AFONLY");
+	CHECK(rdma_bind_addr(id, a) == 0, "bind (family %d): %s", a->sa_family, strerror(errno));
+	CHECK(rdma_listen(id, 4) == 0, "listen");
+	return id;
+}
+
+static void any6(struct sockaddr_in6 *a, int port)
+{
+	memset(a, 0, sizeof(*a));
+	a->sin6_family = AF_INET6;
+	a->sin6_port = htons(port);
+	a->sin6_addr = in6addr_any;
+}
+
+static void server6(const char *ip, int port)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct sockaddr_in6 a6;
+	struct sockaddr_in a4;
+	(void)ip;
+	CHECK(ch, "channel");
+	any6(&a6, port);
+	struct rdma_cm_id *v6only = listener(ch, (struct sockaddr *)&a6, 1);
+	addr_of(&a4, "0.0.0.0", port);
+	struct rdma_cm_id *v4 = listener(ch, (struct sockaddr *)&a4, -1);
+	any6(&a6, port + 2);
+	struct rdma_cm_id *dual = listener(ch, (struct sockaddr *)&a6, 0);
+	struct sockaddr_in6 *l6 = (struct sockaddr_in6 *)rdma_get_local_addr(v6only);
+	CHECK(l6->sin6_family == AF_INET6 && ntohs(l6->sin6_port) == port &&
+	      IN6_IS_ADDR_UNSPECIFIED(&l6->sin6_addr), "IPv6 listener's own address");
+	CHECK(rdma_get_local_addr(v4)->sa_family == AF_INET, "IPv4 listener's own address");
+	printf("ok: IPv4 and IPv6-only listeners share a port\n");
+	struct rdma_cm_id *want[3] = { v4, v6only, dual };
+	for (int i = 0; i < 3; i++) {
+		struct rdma_cm_event *ev = next(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
+		CHECK(ev->listen_id == want[i], "request %d reached the wrong listener", i);
+		CHECK(rdma_get_peer_addr(ev->id)->sa_family == AF_INET, "request %d: peer family", i);
+		CHECK(rdma_reject(ev->id, NULL, 0) == 0, "reject");
+		CHECK(rdma_destroy_id(ev->id) == 0, "destroy");
+		rdma_ack_cm_event(ev);
+	}
+	printf("ok: each request reached its listener\n");
+	rdma_destroy_id(dual);
+	rdma_destroy_id(v4);
+	rdma_destroy_id(v6only);
+	rdma_destroy_event_channel(ch);
+}
+
+/* Connects to a (IPv4 or IPv6) and expects REJECTED; returns the id's own address family. */
+static int rejected(struct rdma_event_channel *ch, struct sockaddr *a)
+{
+	struct rdma_cm_id *id;
+	CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "create_id");
+	CHECK(rdma_resolve_addr(id, NULL, a, 2000) == 0, "resolve_addr: %s", strerror(errno));
+	rdma_ack_cm_event(next(ch, RDMA_CM_EVENT_ADDR_RESOLVED));
+	int family = rdma_get_local_addr(id)->sa_family;
+	CHECK(rdma_get_peer_addr(id)->sa_family == family, "peer family");
+	CHECK(rdma_resolve_route(id, 2000) == 0, "resolve_route");
+	rdma_ack_cm_event(next(ch, RDMA_CM_EVENT_ROUTE_RESOLVED));
+	struct rdma_conn_param p = { 0 };
+	CHECK(rdma_connect(id, &p) == 0, "connect: %s", strerror(errno));
+	rdma_ack_cm_event(next(ch, RDMA_CM_EVENT_REJECTED));
+	rdma_destroy_id(id);
+	return family;
+}
+
+static void client6(const char *ip, int port)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct sockaddr_in a4;
+	struct sockaddr_in6 a6 = { .sin6_family = AF_INET6, .sin6_port = htons(port) };
+	char mapped[64];
+	snprintf(mapped, sizeof(mapped), "::ffff:%s", ip);
+	CHECK(inet_pton(AF_INET6, mapped, &a6.sin6_addr) == 1, "bad address %s", mapped);
+	addr_of(&a4, ip, port);
+	CHECK(rejected(ch, (struct sockaddr *)&a4) == AF_INET, "IPv4 id's family");
+	CHECK(rejected(ch, (struct sockaddr *)&a6) == AF_INET6, "IPv6 id's family");
+	addr_of(&a4, ip, port + 2);
+	CHECK(rejected(ch, (struct sockaddr *)&a4) == AF_INET, "IPv4 id's family");
+	printf("ok: IPv4, IPv6 and dual-stack requests answered\n");
+	rdma_destroy_event_channel(ch);
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -226,6 +330,10 @@ int main(int argc, char **argv)
 		server_vanish(argv[2], atoi(argv[3]));
 	else if (!strcmp(argv[1], "client-vanish"))
 		client_vanish(argv[2], atoi(argv[3]));
+	else if (!strcmp(argv[1], "server6"))
+		server6(argv[2], atoi(argv[3]));
+	else if (!strcmp(argv[1], "client6"))
+		client6(argv[2], atoi(argv[3]));
 	else
 		client(argv[2], atoi(argv[3]));
 	return 0;

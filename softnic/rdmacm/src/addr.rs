@@ -6,8 +6,16 @@
 //! Unix datagram socket `softnic-cm:<fabric tag>:<port space>:<ip>:<port>`; an id created for
 //! an incoming connection owns `softnic-cm:<fabric tag>:c:<pid>:<n>`. The fabric tag is a
 //! hash of SOFTNIC_FABRIC, so processes see each other exactly when they share a fabric.
+//!
+//! Nodes have IPv4 addresses only. A program may still write them as IPv6 (tgtd's iSER portal
+//! binds `[::]`): the unspecified `::`, loopback `::1` and v4-mapped `::ffff:a.b.c.d` name the
+//! IPv4 wildcard, loopback and `a.b.c.d`, and the id reports its addresses back in the
+//! program's family ([`Family`]). As over the kernel's rdma_cm, an IPv6 listener takes IPv4
+//! requests too unless `RDMA_OPTION_ID_AFONLY` is set, and a request from an IPv4 peer makes
+//! an id with IPv4 addresses (softnic's requests do not say their family: a child id always
+//! reports IPv4).
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::SocketAddr;
 
@@ -23,6 +31,36 @@ impl V4 {
         ip: Ipv4Addr::UNSPECIFIED,
         port: 0,
     };
+}
+
+/// The address family a program used for an id's own address (bind) or its peer's (resolve).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Family {
+    #[default]
+    V4,
+    V6,
+}
+
+/// The IPv4 address an IPv6 one names (module doc), if any.
+pub fn v4_of(ip: Ipv6Addr) -> Option<Ipv4Addr> {
+    if ip.is_unspecified() {
+        Some(Ipv4Addr::UNSPECIFIED)
+    } else if ip.is_loopback() {
+        Some(Ipv4Addr::LOCALHOST)
+    } else {
+        ip.to_ipv4_mapped()
+    }
+}
+
+/// How an IPv4 address is written as IPv6 ([`v4_of`]'s inverse).
+pub fn v6_of(ip: Ipv4Addr) -> Ipv6Addr {
+    if ip.is_unspecified() {
+        Ipv6Addr::UNSPECIFIED
+    } else if ip == Ipv4Addr::LOCALHOST {
+        Ipv6Addr::LOCALHOST
+    } else {
+        ip.to_ipv6_mapped()
+    }
 }
 
 /// This process's node address.
@@ -66,9 +104,17 @@ fn fabric_tag() -> String {
     format!("{h:016x}")
 }
 
-/// Name of the socket owned by an id bound to `a` in port space `ps`.
-pub fn bound_name(ps: u32, a: V4) -> SocketAddr {
-    named(&format!("{}:{ps:x}:{}:{}", fabric_tag(), a.ip, a.port))
+/// Name of the socket owned by an id bound to `a` in port space `ps`; `v6_only`: an IPv6 id
+/// with `RDMA_OPTION_ID_AFONLY` set, reached by IPv6 requests only, beside an IPv4 id on the
+/// same port (tgtd's two iSER portals).
+pub fn bound_name(ps: u32, a: V4, v6_only: bool) -> SocketAddr {
+    let only = if v6_only { "6:" } else { "" };
+    named(&format!(
+        "{}:{ps:x}:{only}{}:{}",
+        fabric_tag(),
+        a.ip,
+        a.port
+    ))
 }
 
 /// Name of the socket of the `n`th id this process created for an incoming connection.

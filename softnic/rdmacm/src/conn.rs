@@ -1,6 +1,6 @@
 //! Connecting: rdma_connect, rdma_accept, rdma_reject, rdma_establish, rdma_disconnect.
 
-use crate::addr;
+use crate::addr::{self, Family};
 use crate::event::complete_sync;
 use crate::ffi::*;
 use crate::id::{einval, ret};
@@ -66,9 +66,14 @@ fn connect(cm: &mut Cm, key: usize, p: Option<&rdma_conn_param>) -> CmResult<()>
     m.retry_count = st.retry_count;
     m.rnr_retry_count = st.rnr_retry_count;
     st.conn = Conn::Connecting;
-    let to = addr::bound_name(m.ps, m.dst);
+    // An IPv6 request reaches an IPv6-only listener first, else one that takes both.
+    let v6 = st.family == Family::V6;
     let m = with_port(cm, m)?;
-    if proto::send(cm, key, &to, &m).is_err() {
+    let mut sent = v6 && proto::send(cm, key, &addr::bound_name(m.ps, m.dst, true), &m).is_ok();
+    if !sent {
+        sent = proto::send(cm, key, &addr::bound_name(m.ps, m.dst, false), &m).is_ok();
+    }
+    if !sent {
         // Nobody is bound there: what the IB CM reports for an unknown service ID.
         cm.id(key)?.conn = Conn::Idle;
         let (event, status) = if ud {

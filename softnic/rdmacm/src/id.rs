@@ -1,9 +1,9 @@
 //! Event channels and ids: create/destroy, bind, listen, resolve address and route, migrate.
 
-use crate::addr::{self, V4};
+use crate::addr::{self, Family, V4};
 use crate::ffi::*;
 use crate::state::{lock, set_errno, Cm, CmError, CmResult, Conn, IdState};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::unix::net::UnixDatagram;
 use std::ptr;
 use std::sync::MutexGuard;
@@ -33,22 +33,37 @@ pub fn einval<T>() -> CmResult<T> {
     Err(CmError::Errno(libc::EINVAL))
 }
 
-/// Reads an IPv4 `struct sockaddr` supplied by the application.
+/// Reads a `struct sockaddr` supplied by the application (IPv4, or IPv6 naming an IPv4 address:
+/// see `addr`).
 pub fn read_sockaddr(sa: *const libc::sockaddr) -> CmResult<V4> {
+    read_addr(sa).map(|(a, _)| a)
+}
+
+/// [`read_sockaddr`] and the family the application wrote it in.
+pub fn read_addr(sa: *const libc::sockaddr) -> CmResult<(V4, Family)> {
     if sa.is_null() {
         return einval();
     }
     // SAFETY: the caller passed a sockaddr; sa_family is its first field.
     let family = i32::from(unsafe { (*sa).sa_family });
-    if family != libc::AF_INET {
-        return Err(CmError::Errno(libc::EAFNOSUPPORT));
+    match family {
+        libc::AF_INET => {
+            // SAFETY: an AF_INET address is a sockaddr_in.
+            let sin = unsafe { &*(sa as *const libc::sockaddr_in) };
+            let ip = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
+            let port = u16::from_be(sin.sin_port);
+            Ok((V4 { ip, port }, Family::V4))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: an AF_INET6 address is a sockaddr_in6.
+            let sin6 = unsafe { &*(sa as *const libc::sockaddr_in6) };
+            let ip = addr::v4_of(Ipv6Addr::from(sin6.sin6_addr.s6_addr))
+                .ok_or(CmError::Errno(libc::EADDRNOTAVAIL))?;
+            let port = u16::from_be(sin6.sin6_port);
+            Ok((V4 { ip, port }, Family::V6))
+        }
+        _ => Err(CmError::Errno(libc::EAFNOSUPPORT)),
     }
-    // SAFETY: an AF_INET address is a sockaddr_in.
-    let sin = unsafe { &*(sa as *const libc::sockaddr_in) };
-    Ok(V4 {
-        ip: Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
-        port: u16::from_be(sin.sin_port),
-    })
 }
 
 /// Fills a `sockaddr_in` (bindgen layout).
@@ -56,6 +71,14 @@ pub fn write_sin(sin: &mut sockaddr_in, a: V4) {
     sin.sin_family = libc::AF_INET as sa_family_t;
     sin.sin_port = a.port.to_be();
     sin.sin_addr.s_addr = u32::from(a.ip).to_be();
+}
+
+/// Fills a `sockaddr_in6` (bindgen layout) with the IPv6 form of `a`.
+pub fn write_sin6(sin6: &mut sockaddr_in6, a: V4) {
+    *sin6 = sockaddr_in6::default();
+    sin6.sin6_family = libc::AF_INET6 as sa_family_t;
+    sin6.sin6_port = a.port.to_be();
+    sin6.sin6_addr.__in6_u.__u6_addr8 = addr::v6_of(a.ip).octets();
 }
 
 /// A random 24-bit PSN.
@@ -72,10 +95,19 @@ impl IdState {
         let local = self.local;
         let remote = self.remote;
         let r = &mut self.cid.route;
-        // SAFETY: writing the sockaddr_in member of the address unions.
+        // SAFETY: writing the sockaddr_in or sockaddr_in6 member of the address unions (both
+        // fit their sockaddr_storage).
         unsafe {
-            write_sin(&mut r.addr.__bindgen_anon_1.src_sin, local);
-            write_sin(&mut r.addr.__bindgen_anon_2.dst_sin, remote);
+            match self.family {
+                Family::V4 => {
+                    write_sin(&mut r.addr.__bindgen_anon_1.src_sin, local);
+                    write_sin(&mut r.addr.__bindgen_anon_2.dst_sin, remote);
+                }
+                Family::V6 => {
+                    write_sin6(&mut r.addr.__bindgen_anon_1.src_sin6, local);
+                    write_sin6(&mut r.addr.__bindgen_anon_2.dst_sin6, remote);
+                }
+            }
             r.addr.addr.ibaddr.sgid.raw = dev_gid;
             r.addr.addr.ibaddr.pkey = 0xffffu16.to_be();
         }
@@ -125,12 +157,15 @@ pub fn new_id(
             sock: None,
             local: V4::UNSPECIFIED,
             remote: V4::UNSPECIFIED,
+            family: Family::V4,
+            afonly: false,
             bound: false,
             peer: None,
             peer_msg: None,
             conn: Conn::Idle,
             dreq_sent: false,
             disc_reported: false,
+            timewait_until: None,
             events_reported: 0,
             events_acked: 0,
             destroying: false,
@@ -159,6 +194,7 @@ pub fn bind(cm: &mut Cm, key: usize, a: V4) -> CmResult<()> {
         return einval();
     }
     let ps = st.cid.ps;
+    let v6_only = st.family == Family::V6 && st.afonly;
     // A wildcard bind claims the node's own address: requests to it reach this id.
     let claim_ip = if a.ip.is_unspecified() {
         addr::node_ip()
@@ -166,16 +202,14 @@ pub fn bind(cm: &mut Cm, key: usize, a: V4) -> CmResult<()> {
         a.ip
     };
     let sock = if a.port != 0 {
-        UnixDatagram::bind_addr(&addr::bound_name(
-            ps,
-            V4 {
-                ip: claim_ip,
-                port: a.port,
-            },
-        ))
-        .map_err(|e| CmError::Errno(e.raw_os_error().unwrap_or(libc::EADDRINUSE)))?
+        let at = V4 {
+            ip: claim_ip,
+            port: a.port,
+        };
+        UnixDatagram::bind_addr(&addr::bound_name(ps, at, v6_only))
+            .map_err(|e| CmError::Errno(e.raw_os_error().unwrap_or(libc::EADDRINUSE)))?
     } else {
-        ephemeral(ps, claim_ip)?.1
+        ephemeral(ps, claim_ip, v6_only)?.1
     };
     let port = if a.port != 0 { a.port } else { port_of(&sock) };
     sock.set_nonblocking(true)
@@ -194,11 +228,12 @@ pub fn bind(cm: &mut Cm, key: usize, a: V4) -> CmResult<()> {
     cm.watch(key)
 }
 
-fn ephemeral(ps: u32, ip: Ipv4Addr) -> CmResult<(u16, UnixDatagram)> {
+fn ephemeral(ps: u32, ip: Ipv4Addr, v6_only: bool) -> CmResult<(u16, UnixDatagram)> {
     let start = (random_psn() % 28232) as u16;
     for i in 0..28232u16 {
         let port = 32768 + (start + i) % 28232;
-        if let Ok(s) = UnixDatagram::bind_addr(&addr::bound_name(ps, V4 { ip, port })) {
+        let name = addr::bound_name(ps, V4 { ip, port }, v6_only);
+        if let Ok(s) = UnixDatagram::bind_addr(&name) {
             return Ok((port, s));
         }
     }
@@ -434,7 +469,28 @@ pub extern "C" fn sv_rdma_destroy_id(id: *mut rdma_cm_id) -> i32 {
 
 #[no_mangle]
 pub extern "C" fn sv_rdma_bind_addr(id: *mut rdma_cm_id, sa: *mut libc::sockaddr) -> i32 {
-    ret(read_sockaddr(sa).and_then(|a| bind(&mut lock(), id as usize, a)))
+    ret(read_addr(sa).and_then(|(a, family)| {
+        in_family(&mut lock(), id as usize, family, |cm| {
+            bind(cm, id as usize, a)
+        })
+    }))
+}
+
+/// Runs `f` with id `key` reporting its addresses in `family` (kept only if `f` succeeds).
+fn in_family(
+    cm: &mut Cm,
+    key: usize,
+    family: Family,
+    f: impl FnOnce(&mut Cm) -> CmResult<()>,
+) -> CmResult<()> {
+    let before = std::mem::replace(&mut cm.id(key)?.family, family);
+    let r = f(cm);
+    if r.is_err() {
+        if let Ok(st) = cm.id(key) {
+            st.family = before;
+        }
+    }
+    r
 }
 
 #[no_mangle]
@@ -450,8 +506,10 @@ pub extern "C" fn sv_rdma_resolve_addr(
         } else {
             Some(read_sockaddr(src)?)
         };
-        let dst = read_sockaddr(dst)?;
-        resolve_addr(&mut lock(), id as usize, src, dst)?;
+        let (dst, family) = read_addr(dst)?;
+        in_family(&mut lock(), id as usize, family, |cm| {
+            resolve_addr(cm, id as usize, src, dst)
+        })?;
         crate::event::complete_sync(id as usize, RDMA_CM_EVENT_ADDR_RESOLVED)
     })();
     ret(r)

@@ -209,7 +209,8 @@ pub extern "C" fn sv_rdma_set_option(
     optlen: usize,
 ) -> i32 {
     let r = (|| {
-        lock().id(id as usize)?;
+        let mut cm = lock();
+        let st = cm.id(id as usize)?;
         if optval.is_null() {
             return einval();
         }
@@ -217,9 +218,16 @@ pub extern "C" fn sv_rdma_set_option(
             (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS | RDMA_OPTION_ID_ACK_TIMEOUT) if optlen == 1 => {
                 Ok(())
             }
-            (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR | RDMA_OPTION_ID_AFONLY)
-                if optlen == std::mem::size_of::<i32>() =>
-            {
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR) if optlen == std::mem::size_of::<i32>() => {
+                Ok(())
+            }
+            // As the kernel: only before the id is bound.
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY) if optlen == std::mem::size_of::<i32>() => {
+                if st.bound {
+                    return einval();
+                }
+                // SAFETY: optval points to optlen (= 4) readable bytes, an int.
+                st.afonly = unsafe { optval.cast::<i32>().read_unaligned() } != 0;
                 Ok(())
             }
             (RDMA_OPTION_ID | RDMA_OPTION_IB, _) => einval(),

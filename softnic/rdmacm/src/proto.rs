@@ -251,5 +251,32 @@ pub fn report_disconnect(cm: &mut Cm, key: usize) {
     }
     st.disc_reported = true;
     st.conn = Conn::Disconnected;
+    st.timewait_until = Some(std::time::Instant::now() + TIMEWAIT);
     cm.push_simple(key, RDMA_CM_EVENT_DISCONNECTED, 0);
+}
+
+/// How long a disconnected connection stays in the IB CM's time wait: the kernel's
+/// `cm_convert_to_ms(packet_life_time + 1)` for the path's packet lifetime (18, `id.rs`'s
+/// `publish_route`: 1 << (19 − 8) ms).
+pub const TIMEWAIT: std::time::Duration = std::time::Duration::from_millis(1 << (18 + 1 - 8));
+
+/// Reports RDMA_CM_EVENT_TIMEWAIT_EXIT on each id whose time wait ended (receiving thread,
+/// every [`super::state`] peer check): as over the kernel, the last event of a connection,
+/// which programs that free a connection only then wait for (tgtd's iSER target drops its
+/// last reference to the connection, and ends the session, on it). An id destroyed before
+/// never reports it.
+pub fn end_timewaits(cm: &mut Cm) {
+    let now = std::time::Instant::now();
+    let due: Vec<usize> = cm
+        .ids
+        .iter_mut()
+        .filter(|(_, st)| st.timewait_until.is_some_and(|t| t <= now) && !st.destroying)
+        .map(|(k, st)| {
+            st.timewait_until = None;
+            *k
+        })
+        .collect();
+    for key in due {
+        cm.push_simple(key, RDMA_CM_EVENT_TIMEWAIT_EXIT, 0);
+    }
 }

@@ -5,7 +5,7 @@
 //! channel's fd is readable exactly while events are pending; `rdma_get_cm_event` reads one
 //! byte (blocking or not, as the application set the fd) and pops one event.
 
-use crate::addr::V4;
+use crate::addr::{Family, V4};
 use crate::ffi::*;
 use crate::verbs::Dev;
 use crate::wire::Msg;
@@ -43,6 +43,10 @@ pub struct IdState {
     pub sock: Option<UnixDatagram>,
     pub local: V4,
     pub remote: V4,
+    /// How the program wrote the addresses (bind, resolve): the family they are reported in.
+    pub family: Family,
+    /// `RDMA_OPTION_ID_AFONLY`: bound with an IPv6 address, the id takes IPv6 requests only.
+    pub afonly: bool,
     pub bound: bool,
     pub peer: Option<SocketAddr>,
     /// The peer's REQ (passive side) or REP (active side).
@@ -50,6 +54,9 @@ pub struct IdState {
     pub conn: Conn,
     pub dreq_sent: bool,
     pub disc_reported: bool,
+    /// When the connection's time wait ends (set at DISCONNECTED): the id then reports
+    /// RDMA_CM_EVENT_TIMEWAIT_EXIT, its last event, unless destroyed before ([`TIMEWAIT`]).
+    pub timewait_until: Option<std::time::Instant>,
     /// Events handed out for this id (a CONNECT_REQUEST counts for its listener) and how
     /// many of them were acked: rdma_destroy_id waits until both agree, as librdmacm does.
     pub events_reported: u32,
@@ -283,9 +290,21 @@ fn receiver() -> RawFd {
     *EPOLL.get_or_init(|| {
         // SAFETY: plain syscall.
         let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        let spawned = std::thread::Builder::new()
-            .name("softnic-rdmacm".into())
-            .spawn(move || receive_loop(ep));
+        // Every signal blocked in the thread, as softnic's engine thread: the kernel's rdma_cm
+        // adds no thread to the program, so its process-directed signals must not land here.
+        // SAFETY: sigset_t is plain data; only the calling thread's mask changes, restored
+        // right after the spawn (the new thread inherits the full mask).
+        let spawned = unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+            let spawned = std::thread::Builder::new()
+                .name("softnic-rdmacm".into())
+                .spawn(move || receive_loop(ep));
+            libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+            spawned
+        };
         if spawned.is_err() {
             eprintln!("softnic librdmacm: cannot start the CM receive thread");
         }
@@ -305,7 +324,9 @@ fn receive_loop(ep: RawFd) {
     loop {
         if last_check.elapsed().as_millis() >= PEER_CHECK_MS as u128 {
             last_check = std::time::Instant::now();
-            crate::proto::check_peers(&mut lock());
+            let mut cm = lock();
+            crate::proto::check_peers(&mut cm);
+            crate::proto::end_timewaits(&mut cm);
         }
         // Refused messages are sent again every millisecond (`proto::send`).
         let wait = if crate::proto::resends_waiting() {

@@ -95,15 +95,27 @@ fn enqueue(q: &QpInner, sq: &mut SendQueue, fill: impl FnOnce(&mut SendWqe) -> c
     0
 }
 
+/// The program's `n` (at most [`MAX_SGE`]) scatter/gather entries at `sg`, each read
+/// unaligned: programs may keep them at any address (libiscsi's iSER descriptors are packed
+/// structs), which libmlx5's plain loads accept on x86.
+///
+/// # Safety
+/// `sg` points to `n` readable `ibv_sge`s when `n` > 0.
+unsafe fn copy_sges(sg: *const ibv_sge, n: usize) -> [ibv_sge; MAX_SGE] {
+    let mut out = [ibv_sge::default(); MAX_SGE];
+    for (i, o) in out.iter_mut().take(n).enumerate() {
+        // SAFETY: entry i of the caller's n; read_unaligned accepts any alignment.
+        *o = unsafe { sg.add(i).read_unaligned() };
+    }
+    out
+}
+
 unsafe fn fill_sges(w: &mut SendWqe, sg: *const ibv_sge, n: usize) -> c_int {
     if n > MAX_SGE {
         return libc::EINVAL;
     }
-    let sges = if n == 0 {
-        &[][..]
-    } else {
-        std::slice::from_raw_parts(sg, n)
-    };
+    let copied = copy_sges(sg, n);
+    let sges = &copied[..n];
     let len: u64 = sges.iter().map(|s| s.length as u64).sum();
     if len > MAX_MSG {
         return libc::EINVAL;
@@ -225,10 +237,7 @@ unsafe fn post_recv_common(
             num_sge: r.num_sge as u32,
             sge: [ibv_sge::default(); MAX_SGE],
         };
-        if r.num_sge > 0 {
-            rw.sge[..r.num_sge as usize]
-                .copy_from_slice(std::slice::from_raw_parts(r.sg_list, r.num_sge as usize));
-        }
+        rw.sge = copy_sges(r.sg_list, r.num_sge as usize);
         rq.q.push_back(rw);
         wr = r.next;
     }
@@ -252,12 +261,12 @@ pub unsafe extern "C" fn op_post_recv(
         while !w.is_null() {
             let r = &*w;
             let n = r.num_sge.max(0) as usize;
-            let sges = if n == 0 {
-                &[][..]
-            } else {
-                std::slice::from_raw_parts(r.sg_list, n)
-            };
-            if let Err(e) = d.post_recv(sges, Some(r.wr_id)) {
+            if n > MAX_SGE {
+                *bad = w;
+                return libc::EINVAL;
+            }
+            let copied = copy_sges(r.sg_list, n);
+            if let Err(e) = d.post_recv(&copied[..n], Some(r.wr_id)) {
                 *bad = w;
                 return e;
             }

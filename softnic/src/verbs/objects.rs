@@ -165,8 +165,11 @@ pub unsafe extern "C" fn vctx_advise_mr(
         return libc::EINVAL;
     }
     let pd = pd_id(pd);
-    // SAFETY: per the caller, `num_sges` entries.
-    let sges = std::slice::from_raw_parts(sg_list, num_sges as usize);
+    // SAFETY: per the caller, `num_sges` entries, read unaligned (programs may keep them at any
+    // address, as datapath.rs's `copy_sges` says).
+    let sges: Vec<ibv_sge> = (0..num_sges as usize)
+        .map(|i| unsafe { sg_list.add(i).read_unaligned() })
+        .collect();
     let prefetchable = |sge: &ibv_sge| {
         global().mr(sge.lkey).is_some_and(|mr| {
             mr.pd == pd

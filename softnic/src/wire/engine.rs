@@ -485,14 +485,26 @@ pub fn progress_qp(qp: &QpInner) -> bool {
     did
 }
 
-/// Starts the process's progress thread (once).
+/// Starts the process's progress thread (once), with every signal blocked: a NIC adds no
+/// thread to the program, so none of the program's process-directed signals may land on ours
+/// (tgtd blocks SIGUSR2 in its threads and reads it from a signalfd; delivered to a softnic
+/// thread that had it unblocked, its default action ended the process).
 pub fn start(g: &'static Global) {
     static STARTED: std::sync::Once = std::sync::Once::new();
     STARTED.call_once(|| {
-        std::thread::Builder::new()
-            .name("softnic-engine".into())
-            .spawn(move || engine_thread(g))
-            .expect("spawn softnic engine");
+        // SAFETY: sigset_t is plain data; only the calling thread's mask changes, and it is
+        // restored right after the spawn (the new thread inherits the full mask).
+        unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+            let spawned = std::thread::Builder::new()
+                .name("softnic-engine".into())
+                .spawn(move || engine_thread(g));
+            libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+            spawned.expect("spawn softnic engine");
+        }
     });
 }
 

@@ -138,3 +138,26 @@ fn the_hot_paths_choose_the_form_the_ordinary_path_chooses() {
     assert_eq!(shorts, 2 * 13 + 9);
     assert_eq!(compacts, 2 * (17 + IBV_WC_TM_RNDV_INCOMPLETE) + 3 + 19);
 }
+
+/// SGEs at an odd address, as programs keep them in packed structs (libiscsi's iSER
+/// descriptors): the lengths are read without assuming alignment (a debug build aborted the
+/// traced program on a misaligned-pointer check before).
+#[test]
+fn sge_lengths_are_read_at_any_alignment() {
+    let sges = [(0x1000u64, 300u32, 7u32), (0x2000, 4096, 8), (0x3000, 5, 9)];
+    let mut bytes = vec![0u8; 1 + sges.len() * std::mem::size_of::<ibv_sge>()];
+    for (i, &(addr, length, lkey)) in sges.iter().enumerate() {
+        let at = 1 + i * std::mem::size_of::<ibv_sge>();
+        bytes[at..at + 8].copy_from_slice(&addr.to_ne_bytes());
+        bytes[at + 8..at + 12].copy_from_slice(&length.to_ne_bytes());
+        bytes[at + 12..at + 16].copy_from_slice(&lkey.to_ne_bytes());
+    }
+    let sg = bytes[1..].as_ptr().cast::<ibv_sge>();
+    assert_ne!(sg as usize % std::mem::align_of::<ibv_sge>(), 0);
+    // SAFETY: `bytes` holds the three SGEs from offset 1.
+    unsafe {
+        assert_eq!(sge_bytes(sg, 1), 300);
+        assert_eq!(sge_bytes(sg, 3), 300 + 4096 + 5);
+        assert_eq!(crate::decode::sge_length(sg, 2), 5);
+    }
+}
