@@ -19,9 +19,10 @@ DEB_PKGS=(
   ucx-utils libfabric-bin fio
 )
 # Without their recommended packages: QEMU (live migration over RDMA; no firmware or GUI: the
-# test boots nothing) and NetPIPE over MPICH (no MPICH development files: `mpirun.mpich` runs
-# it, Open MPI stays the default `mpirun`, mpicc and mpi.h).
-BARE_DEB_PKGS=(qemu-system-x86 mpich netpipe-mpich2)
+# test boots nothing), NetPIPE over MPICH (no MPICH development files: `mpirun.mpich` runs
+# it, Open MPI stays the default `mpirun`, mpicc and mpi.h), and iSER: the tgt target daemon
+# with QEMU's qemu-io over its libiscsi block driver (qemu-block-extra) as the initiator.
+BARE_DEB_PKGS=(qemu-system-x86 mpich netpipe-mpich2 tgt qemu-utils qemu-block-extra)
 updated=""
 install_missing() {
   local missing=() p

@@ -24,6 +24,8 @@ use sigmatrace_testkit::{cm_listening, listening};
 
 #[path = "timelines/alignment.rs"]
 mod alignment;
+#[path = "timelines/iser.rs"]
+mod iser;
 #[path = "timelines/libraries.rs"]
 mod libraries;
 #[path = "timelines/qemu.rs"]
@@ -792,4 +794,25 @@ fn ring_allreduce_demo() {
     };
     let (logs, _) = execute(|| run, tmp.path(), true);
     check(&logs, expect, true, "ring all-reduce (clock errors)");
+}
+
+/// (opcode, bytes) of every WR posted to a send queue, per log in `logs` (each closed cleanly).
+fn posted_sends(logs: &Path) -> Vec<Vec<(u8, u32)>> {
+    use sigmatrace_schemas::{LogFile, Record};
+    let mut all = Vec::new();
+    for e in std::fs::read_dir(logs).unwrap() {
+        let path = e.unwrap().path();
+        let log = LogFile::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert!(log.salvage().is_clean(), "{}", path.display());
+        let mut sends = Vec::new();
+        for c in log.chunks() {
+            for raw in log.records(c) {
+                if let Record::PostSend(r) = raw.unwrap().decode().unwrap() {
+                    sends.push((r.opcode, r.bytes));
+                }
+            }
+        }
+        all.push(sends);
+    }
+    all
 }

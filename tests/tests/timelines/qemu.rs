@@ -16,7 +16,6 @@
 
 use super::*;
 use serde_json::{json, Value};
-use sigmatrace_schemas::{LogFile, Record};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 
@@ -183,24 +182,6 @@ fn migrate(dir: &Path, traced: Option<bool>, what: &str) -> Value {
     ram
 }
 
-/// (opcode, bytes) of every WR posted to a send queue, all logs in `logs`.
-fn posted_sends(logs: &Path) -> Vec<(u8, u32)> {
-    let mut sends = Vec::new();
-    for e in std::fs::read_dir(logs).unwrap() {
-        let path = e.unwrap().path();
-        let log = LogFile::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        assert!(log.salvage().is_clean(), "{}", path.display());
-        for c in log.chunks() {
-            for raw in log.records(c) {
-                if let Record::PostSend(r) = raw.unwrap().decode().unwrap() {
-                    sends.push((r.opcode, r.bytes));
-                }
-            }
-        }
-    }
-    sends
-}
-
 #[test]
 fn qemu_rdma_live_migration() {
     let plain_dir = tempfile::tempdir().unwrap();
@@ -219,7 +200,7 @@ fn qemu_rdma_live_migration() {
         let ram = migrate(tmp.path(), Some(skew), &what);
         assert_eq!(counters(&ram), counters(&plain), "{what}: {ram}");
         let logs = tmp.path().join("logs");
-        let sends = posted_sends(&logs);
+        let sends: Vec<(u8, u32)> = posted_sends(&logs).concat();
         let bytes =
             |op: u8| -> u64 { sends.iter().filter(|s| s.0 == op).map(|s| s.1 as u64).sum() };
         let messages = sends.iter().filter(|s| s.0 == WR_SEND).count() as u64;
