@@ -1,5 +1,6 @@
 /* Hardware semantics and the compat ABI in one process (two loopback QPs where a peer is
- * needed). Modes: compat, cq, async, qp_event, srq_limit, rereg, odp, dm. Prints "OK <mode>". */
+ * needed). Modes: compat, cq, async, qp_event, srq_limit, rereg, odp, dm, order. Prints
+ * "OK <mode>". */
 #include "sn_common.h"
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -269,6 +270,47 @@ static void mode_dm(void)
 	CHECK(ibv_free_dm(all) == 0, "free all");
 }
 
+/* Completion order across a QP's two directions: A SENDs to B, B answers as soon as its
+ * receive completes; A's send completion must come before the receive of the answer (B
+ * acknowledged A's message on receipt, before its program could answer, and a NIC meets the
+ * ACK first). Many round trips, the process's progress thread and the polling thread both
+ * driving the QPs. */
+static void mode_order(void)
+{
+	struct pair p;
+	pair_init(&p, NULL);
+	struct ibv_sge sa = { .addr = (uintptr_t)p.s.buf, .length = 8, .lkey = p.s.mr->lkey };
+	struct ibv_sge sb = { .addr = (uintptr_t)p.s.buf + 64, .length = 8, .lkey = p.s.mr->lkey };
+	char *rbuf = (char *)p.s.buf + 4096;
+	for (int i = 0; i < 20000; i++) {
+		post_recv(p.a, NULL, 1, rbuf, 64, p.s.mr->lkey);
+		post_recv(p.b, NULL, 2, rbuf + 64, 64, p.s.mr->lkey);
+		struct ibv_send_wr wa = { .wr_id = 10, .sg_list = &sa, .num_sge = 1,
+					  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *bad;
+		struct ibv_send_wr wb = wa;
+		wb.wr_id = 20;
+		wb.sg_list = &sb;
+		CHECK(ibv_post_send(p.a, &wa, &bad) == 0, "post A");
+		int a_sent = 0, a_recv = 0, b_recv = 0, b_sent = 0;
+		while (!(a_sent && a_recv && b_sent)) {
+			struct ibv_wc wc = poll1(p.s.cq);
+			CHECK(wc.status == IBV_WC_SUCCESS, "round %d: status %d", i, wc.status);
+			if (wc.qp_num == p.a->qp_num && wc.opcode == IBV_WC_SEND) {
+				a_sent = 1;
+			} else if (wc.qp_num == p.a->qp_num) {
+				CHECK(a_sent, "round %d: the answer's receive before the send it answers", i);
+				a_recv = 1;
+			} else if (wc.opcode == IBV_WC_SEND) {
+				b_sent = 1;
+			} else {
+				CHECK(!b_recv, "round %d: two receives on B", i);
+				b_recv = 1;
+				CHECK(ibv_post_send(p.b, &wb, &bad) == 0, "post B");
+			}
+		}
+	}
+}
+
 #include "compat_calls.h"
 
 int main(int argc, char **argv)
@@ -291,6 +333,8 @@ int main(int argc, char **argv)
 		mode_dm();
 	else if (!strcmp(m, "compat"))
 		mode_compat();
+	else if (!strcmp(m, "order"))
+		mode_order();
 	else
 		FAIL("unknown mode %s", m);
 	printf("OK %s\n", m);

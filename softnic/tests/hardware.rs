@@ -93,3 +93,10 @@ fn ibv_asyncwatch_sees_port_active() {
         d.out
     );
 }
+
+/// A QP's send completion comes before the receive of the peer's answer to it (20 000 round
+/// trips on one CQ): the peer acknowledged on receipt, so its ACK precedes its answer.
+#[test]
+fn send_completion_before_the_answers_receive() {
+    mode("order");
+}

@@ -91,6 +91,16 @@ impl Guarded {
     }
 }
 
+impl Guarded {
+    /// Kills the process group now and returns what it wrote (stdout+stderr), for the message
+    /// of a failure elsewhere.
+    pub fn kill(mut self) -> String {
+        let child = self.0.take().expect("not finished yet");
+        kill_group(&child);
+        output_text(&child.wait_with_output().expect("output"))
+    }
+}
+
 impl Drop for Guarded {
     fn drop(&mut self) {
         if let Some(c) = self.0.as_mut() {

@@ -816,3 +816,23 @@ fn posted_sends(logs: &Path) -> Vec<Vec<(u8, u32)>> {
     }
     all
 }
+
+/// Starts `p` under softnic on `dir/fabric`: traced into `dir/logs` (with its node's clock
+/// error if the flag says so, as [`launch`]) or untraced (softnic-run alone).
+fn start(p: &Proc, dir: &Path, traced: Option<bool>) -> Guarded {
+    let fabric = dir.join("fabric");
+    std::fs::create_dir_all(&fabric).unwrap();
+    match traced {
+        Some(skew) => launch(p, &dir.join("logs"), &fabric, skew),
+        None => Guarded::spawn(
+            Command::new(artifact("softnic-run"))
+                .args(["--node", &p.node.to_string(), "--fabric"])
+                .arg(&fabric)
+                .arg("--")
+                .args(&p.argv)
+                .env_remove("LD_PRELOAD")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped()),
+        ),
+    }
+}

@@ -388,8 +388,8 @@ pub fn process_resp(qp: &QpInner, sq: &mut SendQueue) -> bool {
                             _ => IBV_WC_RETRY_EXC_ERR,
                         };
                         w.st = WQE_DONE;
-                        ring.pop();
                         complete_in_order(qp, sq);
+                        ring.pop();
                         qp_error(qp, sq);
                         continue;
                     }
@@ -397,10 +397,11 @@ pub fn process_resp(qp: &QpInner, sq: &mut SendQueue) -> bool {
             }
             _ => {}
         }
-        ring.pop();
-    }
-    if did {
+        // The completions a response finishes are visible before the response leaves the
+        // ring: another thread that finds the ring empty may then take the peer's requests
+        // (`progress_qp`), and their receive completions must come after these.
         complete_in_order(qp, sq);
+        ring.pop();
     }
     did
 }
@@ -465,6 +466,25 @@ pub fn progress_qp(qp: &QpInner) -> bool {
             }
         }
     }
+    // Responses (ACKs) before requests: a peer acknowledges a message on receipt, before its
+    // program can answer it, so an ACK waiting here was sent before any request that answers
+    // the acknowledged message, and a NIC meets them in that order on the wire. Taking the
+    // request first completed the answer's receive before the acknowledged send — tgtd took a
+    // SCSI command for a protocol error because the send completion of its login response,
+    // which moves its connection to the full-feature phase, came after the command. So
+    // requests also wait while a response is left (another thread holds the send queue, or
+    // one arrived meanwhile): whoever runs this next takes it first.
+    if qp.file.resp().has_data() || qp.backlog.load(Ordering::Relaxed) {
+        if let Ok(mut sq) = qp.sq.try_lock() {
+            did |= process_resp(qp, &mut sq);
+            if qp.backlog.load(Ordering::Relaxed) || sq.next != sq.tail {
+                did |= tx_pump(qp, &mut sq);
+            }
+        }
+    }
+    if qp.file.resp().has_data() {
+        return true;
+    }
     if qp.file.req().has_data() {
         if let Ok(mut r) = qp.resp.try_lock() {
             did |= crate::wire::responder::process_req(qp, &mut r);
@@ -472,14 +492,6 @@ pub fn progress_qp(qp: &QpInner) -> bool {
     } else if let Ok(mut r) = qp.resp.try_lock() {
         if r.read.is_some() || r.ack_pending.is_some() {
             did |= crate::wire::responder::process_req(qp, &mut r);
-        }
-    }
-    if qp.file.resp().has_data() || qp.backlog.load(Ordering::Relaxed) {
-        if let Ok(mut sq) = qp.sq.try_lock() {
-            did |= process_resp(qp, &mut sq);
-            if qp.backlog.load(Ordering::Relaxed) || sq.next != sq.tail {
-                did |= tx_pump(qp, &mut sq);
-            }
         }
     }
     did

@@ -50,25 +50,6 @@ fn wait_for(what: &str, ok: impl Fn() -> bool) {
     }
 }
 
-/// Starts `p` under softnic, traced (with its node's clock error if `skew`) or not.
-fn start(p: &Proc, dir: &Path, traced: Option<bool>) -> Guarded {
-    let fabric = dir.join("fabric");
-    std::fs::create_dir_all(&fabric).unwrap();
-    match traced {
-        Some(skew) => launch(p, &dir.join("logs"), &fabric, skew),
-        None => Guarded::spawn(
-            Command::new(artifact("softnic-run"))
-                .args(["--node", &p.node.to_string(), "--fabric"])
-                .arg(&fabric)
-                .arg("--")
-                .args(&p.argv)
-                .env_remove("LD_PRELOAD")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped()),
-        ),
-    }
-}
-
 /// One run in `dir`: tgtd up and configured, qemu-io's writes and checked reads, tgtd shut
 /// down once the session ended; checks qemu-io's output and the backing file.
 fn run(dir: &Path, traced: Option<bool>, what: &str) {
@@ -122,7 +103,11 @@ fn run(dir: &Path, traced: Option<bool>, what: &str) {
     }
     let client = start(&Proc { node: 2, argv }, dir, traced);
     let (ok, text) = client.finish("qemu-io", Duration::from_secs(120));
-    assert!(ok, "{what}: qemu-io failed:\n{text}");
+    if !ok {
+        // tgtd's side of it, for the failure's message.
+        let target = tgtd.kill();
+        panic!("{what}: qemu-io failed:\n{text}\ntgtd:\n{target}");
+    }
     for (_, at, len) in BLOCKS {
         for done in ["wrote", "read"] {
             let line = format!("{done} {len}/{len} bytes at offset {at}");

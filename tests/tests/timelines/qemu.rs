@@ -80,25 +80,6 @@ impl Qmp {
     }
 }
 
-/// Starts `p` under softnic (traced into `logs`, with its node's clock error if `skew`).
-fn start(p: &Proc, dir: &Path, traced: Option<bool>) -> Guarded {
-    let fabric = dir.join("fabric");
-    std::fs::create_dir_all(&fabric).unwrap();
-    match traced {
-        Some(skew) => launch(p, &dir.join("logs"), &fabric, skew),
-        None => Guarded::spawn(
-            Command::new(artifact("softnic-run"))
-                .args(["--node", &p.node.to_string(), "--fabric"])
-                .arg(&fabric)
-                .arg("--")
-                .args(&p.argv)
-                .env_remove("LD_PRELOAD")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped()),
-        ),
-    }
-}
-
 /// 4 MiB that no page of is zero or repeats another (xorshift64).
 fn pattern() -> Vec<u8> {
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
