@@ -233,7 +233,14 @@ const LJ_MELT: &str = include_str!("../data/in.lj");
 fn run_lammps(dir: &Path, np: u32, traced: bool, pml: Pml) -> (String, [usize; 3]) {
     std::fs::write(dir.join("in.lj"), LJ_MELT).unwrap();
     let logs = dir.join("logs");
-    let mut c = mpirun(np, dir, traced.then_some(logs.as_path()), &[], pml);
+    // Core dumps on (into `dir`): a rank that dies gets its stacks into the failure's message.
+    let cores = [
+        "sh",
+        "-c",
+        "ulimit -c unlimited 2>/dev/null; exec \"$@\"",
+        "sh",
+    ];
+    let mut c = mpirun(np, dir, traced.then_some(logs.as_path()), &cores, pml);
     c.args([
         "lmp",
         "-in",
@@ -244,7 +251,11 @@ fn run_lammps(dir: &Path, np: u32, traced: bool, pml: Pml) -> (String, [usize; 3
         "screen.txt",
     ]);
     let (ok, text) = Guarded::spawn(&mut c).finish("mpirun lmp", Duration::from_secs(120));
-    assert!(ok, "mpirun -np {np} lmp failed:\n{text}");
+    assert!(
+        ok,
+        "mpirun -np {np} lmp failed:\n{text}{}",
+        core_stacks(dir)
+    );
     let screen = std::fs::read_to_string(dir.join("screen.txt")).expect("LAMMPS's screen file");
     let thermo: String = screen
         .lines()
@@ -260,6 +271,33 @@ fn run_lammps(dir: &Path, np: u32, traced: bool, pml: Pml) -> (String, [usize; 3
         .unwrap_or_else(|| panic!("no processor grid line:\n{screen}"));
     let dims: Vec<usize> = grid.split(" by ").map(|d| d.parse().unwrap()).collect();
     (thermo, [dims[0], dims[1], dims[2]])
+}
+
+/// The threads' stacks in `dir/core` (a rank's core dump, where the kernel writes one there),
+/// from gdb; empty when there is none.
+fn core_stacks(dir: &Path) -> String {
+    let core = dir.join("core");
+    if !core.exists() {
+        return String::new();
+    }
+    let out = Command::new("gdb")
+        .args([
+            "-batch",
+            "-ex",
+            "info threads",
+            "-ex",
+            "thread apply all bt 40",
+        ])
+        .arg("/usr/bin/lmp")
+        .arg(&core)
+        .output();
+    match out {
+        Ok(o) => format!(
+            "\ncore dump's stacks:\n{}",
+            String::from_utf8_lossy(&o.stdout)
+        ),
+        Err(e) => format!("\ncore dump at {}, gdb: {e}", core.display()),
+    }
 }
 
 /// LAMMPS on 4 ranks over openib, untraced and traced: the same thermodynamic output to the
