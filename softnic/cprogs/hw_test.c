@@ -1,6 +1,6 @@
 /* Hardware semantics and the compat ABI in one process (two loopback QPs where a peer is
- * needed). Modes: compat, cq, async, qp_event, srq_limit, rereg, odp, dm, order. Prints
- * "OK <mode>". */
+ * needed). Modes: compat, cq, async, qp_event, srq_limit, rereg, odp, dm, order, dereg_race.
+ * Prints "OK <mode>". */
 #include "sn_common.h"
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -311,6 +311,52 @@ static void mode_order(void)
 	}
 }
 
+/* ibv_dereg_mr while a peer's 1 MiB RDMA WRITE into the region is in flight, then munmap: as on
+ * a NIC, bytes that began landing before the call finish before it returns and none land
+ * after, so the program survives its munmap; the write completes either successfully or
+ * with a remote access error. Many rounds, a new QP pair for each. */
+static void mode_dereg_race(void)
+{
+	size_t len = 1 << 20;
+	int done = 0, refused = 0;
+	for (int i = 0; i < 40; i++) {
+		struct pair p;
+		pair_init(&p, NULL);
+		char *src = malloc(len);
+		memset(src, i, len);
+		struct ibv_mr *smr = ibv_reg_mr(p.s.pd, src, len, IBV_ACCESS_LOCAL_WRITE);
+		char *dst = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		CHECK(smr && dst != MAP_FAILED, "buffers");
+		struct ibv_mr *dmr = ibv_reg_mr(p.s.pd, dst, len,
+						IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+		CHECK(dmr, "reg dst");
+		struct ibv_sge sge = { .addr = (uintptr_t)src, .length = len, .lkey = smr->lkey };
+		struct ibv_send_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1,
+					  .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED }, *bad;
+		wr.wr.rdma.remote_addr = (uintptr_t)dst;
+		wr.wr.rdma.rkey = dmr->rkey;
+		CHECK(ibv_post_send(p.a, &wr, &bad) == 0, "post write");
+		/* Let some of it land (round-dependent), then take the region away. */
+		for (volatile int k = 0; k < i * 2000; k++)
+			;
+		CHECK(ibv_dereg_mr(dmr) == 0, "dereg");
+		CHECK(munmap(dst, len) == 0, "munmap");
+		struct ibv_wc wc = poll1(p.s.cq);
+		CHECK(wc.wr_id == 1, "the write's completion");
+		if (wc.status == IBV_WC_SUCCESS) {
+			done++;
+		} else {
+			CHECK(wc.status == IBV_WC_REM_ACCESS_ERR, "round %d: status %d", i, wc.status);
+			refused++;
+		}
+		ibv_destroy_qp(p.a);
+		ibv_destroy_qp(p.b);
+		ibv_dereg_mr(smr);
+		free(src);
+	}
+	printf("dereg_race: %d completed, %d refused\n", done, refused);
+}
+
 #include "compat_calls.h"
 
 int main(int argc, char **argv)
@@ -335,6 +381,8 @@ int main(int argc, char **argv)
 		mode_compat();
 	else if (!strcmp(m, "order"))
 		mode_order();
+	else if (!strcmp(m, "dereg_race"))
+		mode_dereg_race();
 	else
 		FAIL("unknown mode %s", m);
 	printf("OK %s\n", m);

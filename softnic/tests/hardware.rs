@@ -100,3 +100,10 @@ fn ibv_asyncwatch_sees_port_active() {
 fn send_completion_before_the_answers_receive() {
     mode("order");
 }
+
+/// ibv_dereg_mr and munmap of a region while a peer's 1 MiB RDMA WRITE into it is in flight:
+/// the program survives, and the write completes successfully or with REM_ACCESS_ERR.
+#[test]
+fn dereg_during_a_remote_write() {
+    mode("dereg_race");
+}

@@ -495,7 +495,7 @@ unsafe fn apply_transition(s: &SnQp, at: &ibv_qp_attr, cur: u32, next: u32) {
             // lock the send queue): before the send queue is locked here.
             let live = matches!(cur, IBV_QPS_RTR | IBV_QPS_RTS | IBV_QPS_SQD | IBV_QPS_SQE);
             if live {
-                crate::wire::responder::process_req(q, &mut r);
+                global().responder_pass(|| crate::wire::responder::process_req(q, &mut r));
             }
             let mut sq = q.sq.lock().unwrap_or_else(|e| e.into_inner());
             if live && q.state() != IBV_QPS_ERR {

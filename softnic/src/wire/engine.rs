@@ -485,13 +485,15 @@ pub fn progress_qp(qp: &QpInner) -> bool {
     if qp.file.resp().has_data() {
         return true;
     }
+    let pass =
+        |r: &mut Responder| global().responder_pass(|| crate::wire::responder::process_req(qp, r));
     if qp.file.req().has_data() {
         if let Ok(mut r) = qp.resp.try_lock() {
-            did |= crate::wire::responder::process_req(qp, &mut r);
+            did |= pass(&mut r);
         }
     } else if let Ok(mut r) = qp.resp.try_lock() {
         if r.read.is_some() || r.ack_pending.is_some() {
-            did |= crate::wire::responder::process_req(qp, &mut r);
+            did |= pass(&mut r);
         }
     }
     did

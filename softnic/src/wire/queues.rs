@@ -128,6 +128,16 @@ pub(crate) fn check_local(sges: &mut [ibv_sge], pd: u32, write: bool) -> bool {
         })
 }
 
+/// Whether SGEs that [`check_local`] rewrote to host addresses still lie in registered MRs under
+/// their lkeys: a region deregistered (or moved) since fails.
+pub(crate) fn still_registered(sges: &[ibv_sge]) -> bool {
+    let g = global();
+    sges.iter().filter(|s| s.length > 0).all(|s| {
+        g.mr(s.lkey)
+            .is_some_and(|m| s.addr >= m.addr && s.addr + s.length as u64 <= m.addr + m.len)
+    })
+}
+
 /// Checks a remote access (rkey, range, MR and QP access flags); returns the host address.
 pub(crate) fn check_remote(qp: &QpInner, rkey: u32, addr: u64, len: u64, need: u32) -> Option<u64> {
     if len == 0 && need != IBV_ACCESS_REMOTE_ATOMIC {

@@ -5,7 +5,7 @@
 
 use crate::ffi::*;
 use crate::wire::queues::{
-    before, check_local, check_remote, place, qp_error, scatter, sge_capacity,
+    before, check_local, check_remote, place, qp_error, scatter, sge_capacity, still_registered,
 };
 use crate::wire::shm::{kind, nak, pflag, PktHdr, Slot, PKT_MTU};
 use crate::wire::state::*;
@@ -185,7 +185,15 @@ fn rx_send(qp: &QpInner, r: &mut Responder, slot: &Slot) -> Step {
     let Ok((Some(rw), _)) = cur_for(r, &h) else {
         return Step::Consumed;
     };
-    // SAFETY: the receive SGEs were validated on the first packet.
+    if h.flags & pflag::FIRST == 0 {
+        // Deregistered since the message's first packet (an earlier pass)?
+        if !still_registered(&rw.sge[..rw.num_sge as usize]) {
+            recv_complete(qp, &rw, &h, IBV_WC_LOC_PROT_ERR, false);
+            r.cur = None;
+            return responder_fatal(qp, r, &h, nak::REM_OP);
+        }
+    }
+    // SAFETY: the receive SGEs were validated in this pass (the first packet's, or above).
     unsafe {
         scatter(
             &rw.sge[..rw.num_sge as usize],
@@ -253,6 +261,13 @@ fn rx_write(qp: &QpInner, r: &mut Responder, slot: &Slot) -> Step {
     let Ok((recv, host)) = cur_for(r, &h) else {
         return Step::Consumed;
     };
+    if h.flags & pflag::FIRST == 0
+        && host != 0
+        && check_remote(qp, h.rkey, h.raddr, h.total as u64, IBV_ACCESS_REMOTE_WRITE) != Some(host)
+    {
+        // Deregistered since the message's first packet (an earlier pass).
+        return responder_fatal(qp, r, &h, nak::REM_ACCESS);
+    }
     if h.len > 0 {
         // SAFETY: the range was validated against a registered MR with REMOTE_WRITE.
         unsafe {
@@ -276,6 +291,18 @@ fn rx_write(qp: &QpInner, r: &mut Responder, slot: &Slot) -> Step {
 fn continue_read(qp: &QpInner, r: &mut Responder) -> bool {
     while let Some(job) = r.read.as_ref() {
         let (msn, raddr, total, off) = (job.msn, job.raddr, job.total, job.offset);
+        // The region may have been deregistered since the request (a later pass): then the
+        // rest of the read fails as a NIC's would, with a remote access error.
+        let range = (job.rkey, job.iova, total as u64);
+        if check_remote(qp, range.0, range.1, range.2, IBV_ACCESS_REMOTE_READ) != Some(raddr) {
+            r.read = None;
+            let h = PktHdr {
+                msn,
+                ..Default::default()
+            };
+            responder_fatal(qp, r, &h, nak::REM_ACCESS);
+            return true;
+        }
         let n = (total - off).min(PKT_MTU as u32);
         let dst = qp.dest_qpn.load(Ordering::Relaxed);
         let ok = push_resp(qp, r, |h, data| {
@@ -350,6 +377,8 @@ fn rx_rc(qp: &QpInner, r: &mut Responder, slot: &Slot) -> Step {
             };
             r.read = Some(ReadJob {
                 msn: h.msn,
+                rkey: h.rkey,
+                iova: h.raddr,
                 raddr: host,
                 total: h.total,
                 offset: 0,

@@ -123,6 +123,13 @@ pub struct Global {
     pub proc: Arc<ProcFile>,
     pub qps: RwLock<Vec<Arc<QpInner>>>,
     mrs: RwLock<Vec<Option<MrInfo>>>,
+    /// Held (shared) by the responder while it checks a remote request against the MR table
+    /// and moves its bytes ([`Global::responder_pass`]); `ibv_dereg_mr` and `ibv_rereg_mr`
+    /// wait for it (exclusive) after changing the table — so, as on a NIC, an access that
+    /// began before the call ends before it returns, and none begins after on the old
+    /// region. Without it, a request validated just before the program deregistered and
+    /// unmapped the region was written into unmapped memory.
+    dma: RwLock<()>,
     peers: Mutex<HashMap<(u32, u32), Arc<Peer>>>,
     procs: Mutex<HashMap<u32, Arc<ProcFile>>>,
     pub next_id: AtomicU32,
@@ -167,6 +174,7 @@ pub fn global() -> &'static Global {
             proc,
             qps: RwLock::new(Vec::new()),
             mrs: RwLock::new(vec![None]),
+            dma: RwLock::new(()),
             peers: Mutex::new(HashMap::new()),
             procs: Mutex::new(HashMap::new()),
             next_id: AtomicU32::new(1),
@@ -200,23 +208,43 @@ impl Global {
     }
 
     pub fn dereg_mr(&self, key: u32) {
-        let mut t = self.mrs.write().unwrap_or_else(|e| e.into_inner());
-        if let Some(slot) = t.get_mut((key >> 8) as usize) {
-            if slot.is_some_and(|m| m.key == key) {
-                *slot = None;
+        {
+            let mut t = self.mrs.write().unwrap_or_else(|e| e.into_inner());
+            if let Some(slot) = t.get_mut((key >> 8) as usize) {
+                if slot.is_some_and(|m| m.key == key) {
+                    *slot = None;
+                }
             }
         }
+        self.wait_for_responders();
     }
 
     pub fn update_mr(&self, key: u32, f: impl FnOnce(&mut MrInfo)) -> bool {
-        let mut t = self.mrs.write().unwrap_or_else(|e| e.into_inner());
-        match t.get_mut((key >> 8) as usize) {
-            Some(Some(m)) if m.key == key => {
-                f(m);
-                true
+        let changed = {
+            let mut t = self.mrs.write().unwrap_or_else(|e| e.into_inner());
+            match t.get_mut((key >> 8) as usize) {
+                Some(Some(m)) if m.key == key => {
+                    f(m);
+                    true
+                }
+                _ => false,
             }
-            _ => false,
-        }
+        };
+        self.wait_for_responders();
+        changed
+    }
+
+    /// Runs `f` (one responder pass over a QP's requests) while MR changes wait ([`Self::dma`]).
+    /// Never nested: `f` takes no other pass.
+    pub fn responder_pass<T>(&self, f: impl FnOnce() -> T) -> T {
+        let _shared = self.dma.read().unwrap_or_else(|e| e.into_inner());
+        f()
+    }
+
+    /// Waits until no responder pass that may have seen the MR table before the caller's change
+    /// is still running (the MR table's lock is not held here).
+    fn wait_for_responders(&self) {
+        drop(self.dma.write().unwrap_or_else(|e| e.into_inner()));
     }
 
     #[inline]
@@ -438,6 +466,10 @@ pub struct CurMsg {
 
 pub struct ReadJob {
     pub msn: u32,
+    /// The requested range as the requester named it (checked again before each response
+    /// packet: the region may have been deregistered since) and where it lies here.
+    pub rkey: u32,
+    pub iova: u64,
     pub raddr: u64,
     pub total: u32,
     pub offset: u32,
