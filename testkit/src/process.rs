@@ -95,9 +95,13 @@ impl Guarded {
     /// Kills the process group now and returns what it wrote (stdout+stderr), for the message
     /// of a failure elsewhere.
     pub fn kill(mut self) -> String {
-        let child = self.0.take().expect("not finished yet");
+        let mut child = self.0.take().expect("not finished yet");
+        // How it had ended, if it had, before the kill.
+        let before = child.try_wait().ok().flatten();
         kill_group(&child);
-        output_text(&child.wait_with_output().expect("output"))
+        let out = child.wait_with_output().expect("output");
+        let state = before.map_or("running (killed now)".to_string(), |s| format!("{s}"));
+        format!("[{state}]\n{}", output_text(&out))
     }
 }
 

@@ -63,13 +63,21 @@ impl Qmp {
         self.read
             .read_line(&mut l)
             .unwrap_or_else(|e| panic!("{}: QMP read: {e}", self.what));
+        assert!(!l.is_empty(), "{}: QMP closed", self.what);
         serde_json::from_str(&l).unwrap_or_else(|e| panic!("{}: QMP {l:?}: {e}", self.what))
     }
 
     /// Runs one command; returns its `return` value (events in between are skipped).
     fn cmd(&mut self, name: &str, args: Value) -> Value {
-        let c = json!({"execute": name, "arguments": args});
-        writeln!(self.write, "{c}").unwrap();
+        // One write: QEMU runs a command as soon as its JSON is complete, and `quit` closes the
+        // socket — a newline written separately after it met a closed socket (EPIPE).
+        let c = format!("{}\n", json!({"execute": name, "arguments": args}));
+        if let Err(e) = self.write.write_all(c.as_bytes()) {
+            // What QEMU said before it closed (a SHUTDOWN event names the reason).
+            let mut rest = String::new();
+            let _ = std::io::Read::read_to_string(&mut self.read, &mut rest);
+            panic!("{}: QMP {name}: {e}; it said last: {rest}", self.what);
+        }
         loop {
             let mut v = self.line();
             if let Some(r) = v.get_mut("return") {
@@ -123,8 +131,34 @@ fn migrate(dir: &Path, traced: Option<bool>, what: &str) -> Value {
         dir,
         traced,
     );
-    let mut s = Qmp::connect(&src_qmp, &format!("{what}: source"));
-    let mut d = Qmp::connect(&dst_qmp, &format!("{what}: destination"));
+    // A QMP failure (a QEMU that died) panics with both QEMUs' output.
+    let drive = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        drive(&src_qmp, &dst_qmp, &uri, dir, what)
+    }));
+    let ram = match drive {
+        Ok(ram) => ram,
+        Err(e) => {
+            let why = e
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            let (d, s) = (dst.kill(), src.kill());
+            panic!("{what}: {why}\ndestination:\n{d}\nsource:\n{s}");
+        }
+    };
+    for (g, who) in [(dst, "destination"), (src, "source")] {
+        let (ok, text) = g.finish(who, Duration::from_secs(60));
+        assert!(ok, "{what}: {who} failed:\n{text}");
+    }
+    ram
+}
+
+/// The QMP side of [`migrate`]: migrate, wait, check the destination's memory, quit both;
+/// returns the source's RAM counters.
+fn drive(src_qmp: &Path, dst_qmp: &Path, uri: &str, dir: &Path, what: &str) -> Value {
+    let mut s = Qmp::connect(src_qmp, &format!("{what}: source"));
+    let mut d = Qmp::connect(dst_qmp, &format!("{what}: destination"));
     s.cmd("migrate", json!({ "uri": uri }));
     let t0 = Instant::now();
     let ram = loop {
@@ -156,10 +190,6 @@ fn migrate(dir: &Path, traced: Option<bool>, what: &str) -> Value {
     );
     d.cmd("quit", json!({}));
     s.cmd("quit", json!({}));
-    for (g, who) in [(dst, "destination"), (src, "source")] {
-        let (ok, text) = g.finish(who, Duration::from_secs(60));
-        assert!(ok, "{what}: {who} failed:\n{text}");
-    }
     ram
 }
 
