@@ -10,13 +10,14 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 # Debian packages: build deps for ibverbs-sys (cmake, libclang, libnl), the real verbs clients
 # softnic runs (ibverbs-utils, perftest, qperf, rdmacm-utils, NetPIPE, HPC Challenge and LAMMPS over
 # Open MPI's openib BTL; UCX's ucx_info and ucx_perftest, NetPIPE over Open MPI's UCX PML;
-# libfabric's fi_info and fi_pingpong; fio's rdma I/O engine),
+# libfabric's fi_info and fi_pingpong; fio's rdma I/O engine; rdma-core's own test suite, which
+# python3-pyverbs ships in /usr/share/doc/rdma-core/tests),
 # valgrind for instruction counts, python venv for the CUDA compile-check wheels.
 DEB_PKGS=(
   build-essential pkg-config cmake libclang-dev clang libnl-3-dev libnl-route-3-dev
   libibverbs-dev ibverbs-utils perftest rdma-core librdmacm-dev rdmacm-utils qperf
   python3 python3-venv python3-pip valgrind sqlite3 openmpi-bin netpipe-openmpi hpcc lammps
-  ucx-utils libfabric-bin fio
+  ucx-utils libfabric-bin fio python3-pyverbs
 )
 # Without their recommended packages: QEMU (live migration over RDMA; no firmware or GUI: the
 # test boots nothing), NetPIPE over MPICH (no MPICH development files: `mpirun.mpich` runs

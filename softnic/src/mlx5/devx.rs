@@ -447,10 +447,38 @@ pub unsafe extern "C" fn sv_mlx5dv_devx_general_cmd(
     if inp.is_null() || out.is_null() || inlen < 8 || outlen < 16 {
         return libc::EINVAL;
     }
-    // softnic answers no general (query) commands: capabilities come from the verbs queries.
+    // SAFETY: `inlen` ≥ 8 bytes of the caller's input: the opcode (bytes 0–1) and op_mod
+    // (bytes 6–7), big-endian.
+    let (opcode, op_mod) = unsafe {
+        let b = std::slice::from_raw_parts(inp as *const u8, 8);
+        (
+            u16::from_be_bytes([b[0], b[1]]),
+            u16::from_be_bytes([b[6], b[7]]),
+        )
+    };
+    if opcode == OP_QUERY_HCA_CAP && NONE_CAPS.contains(&(op_mod >> 1)) {
+        // A capability page of a feature softnic does not have: every field 0 (not
+        // supported). `set_out` clears the 16-byte header; the page after it is cleared here.
+        // SAFETY: `outlen` bytes of the caller's output buffer.
+        unsafe { std::ptr::write_bytes(out as *mut u8, 0, outlen) };
+        set_out(out as *mut u8, outlen, STAT_OK, 0, 0);
+        return 0;
+    }
+    // Other general commands (the general device capabilities included) are not answered:
+    // capabilities come from the verbs queries.
     set_out(out as *mut u8, outlen, STAT_BAD_OP, synd::UNKNOWN_OPCODE, 0);
     libc::EREMOTEIO
 }
+
+/// `QUERY_HCA_CAP`.
+pub const OP_QUERY_HCA_CAP: u16 = 0x100;
+
+/// The `QUERY_HCA_CAP` capability types (op_mod bits 1–15) softnic answers, with a page of
+/// zeros: features it does not have, which a program checks for before it uses them — the
+/// NIC flow tables (0x7: steering, packet reformat) and device memory's MEMIC operations
+/// (0xF: atomic increment / test-and-set on device memory). rdma-core's own tests query
+/// these and skip what is not supported; an error instead fails them.
+const NONE_CAPS: [u16; 2] = [0x7, 0xF];
 
 #[no_mangle]
 pub unsafe extern "C" fn sv_mlx5dv_devx_query_eqn(

@@ -112,8 +112,17 @@ pub unsafe extern "C" fn vctx_free_dm(dm: *mut ibv_dm) -> c_int {
     0
 }
 
-/// `ibv_memcpy_to_dm` (through `dm->memcpy_to_dm`): `EFAULT` outside the allocation, as
-/// mlx5's.
+/// Why a copy of `[off, off + len)` is refused, as mlx5's: `EFAULT` outside the allocation,
+/// then `EINVAL` for an offset or length that is not a multiple of 4 (the chip's MEMIC is
+/// reached in 4-byte words).
+fn copy_refused(d: &SnDm, off: u64, len: u64) -> Option<c_int> {
+    if !inside(d, off, len) {
+        return Some(libc::EFAULT);
+    }
+    ((off | len) & 3 != 0).then_some(libc::EINVAL)
+}
+
+/// `ibv_memcpy_to_dm` (through `dm->memcpy_to_dm`), refused as [`copy_refused`] says.
 unsafe extern "C" fn memcpy_to_dm(
     dm: *mut ibv_dm,
     off: u64,
@@ -122,8 +131,8 @@ unsafe extern "C" fn memcpy_to_dm(
 ) -> c_int {
     // SAFETY: the program hands back the dm we gave it.
     let d = unsafe { of(dm) };
-    if !inside(d, off, len as u64) {
-        return libc::EFAULT;
+    if let Some(e) = copy_refused(d, off, len as u64) {
+        return e;
     }
     // SAFETY: `len` bytes of the caller's memory into the allocation (bounds checked).
     unsafe { std::ptr::copy(host.cast::<u8>(), d.mem.add(off as usize), len) };
@@ -139,8 +148,8 @@ unsafe extern "C" fn memcpy_from_dm(
 ) -> c_int {
     // SAFETY: the program hands back the dm we gave it.
     let d = unsafe { of(dm) };
-    if !inside(d, off, len as u64) {
-        return libc::EFAULT;
+    if let Some(e) = copy_refused(d, off, len as u64) {
+        return e;
     }
     // SAFETY: `len` bytes of the allocation (bounds checked) into the caller's memory.
     unsafe { std::ptr::copy(d.mem.add(off as usize), host.cast::<u8>(), len) };

@@ -422,3 +422,31 @@ unsafe fn path_rec_copy(dst: *mut u8, src: *const u8, from_kern: bool) {
         std::ptr::copy_nonoverlapping(src.add(s), dst.add(d), n);
     }
 }
+
+/// Whether libmlx5's allocation-type variable `var` (`MLX_QP_ALLOC_TYPE`,
+/// `MLX_CQ_ALLOC_TYPE`, `MLX_SRQ_ALLOC_TYPE`) demands huge pages (`HUGE`) that the system
+/// cannot give: libmlx5 then fails the object's creation (`ENOMEM`) instead of falling back
+/// as it does for `PREFER_HUGE`. softnic keeps these queues in its own memory, so only the
+/// availability of a 2 MiB huge page is checked (and the page given back).
+pub fn huge_pages_refused(var: &str) -> bool {
+    if std::env::var_os(var).is_none_or(|v| v != "HUGE") {
+        return false;
+    }
+    const HUGE: usize = 2 << 20;
+    // SAFETY: a fresh anonymous private mapping, unmapped right away if it was made.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            HUGE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_HUGETLB,
+            -1,
+            0,
+        );
+        if p == libc::MAP_FAILED {
+            return true;
+        }
+        libc::munmap(p, HUGE);
+    }
+    false
+}

@@ -360,6 +360,10 @@ pub(crate) unsafe fn create_cq(
         set_errno(libc::EINVAL);
         return null_mut();
     }
+    if crate::verbs::misc::huge_pages_refused("MLX_CQ_ALLOC_TYPE") {
+        set_errno(libc::ENOMEM);
+        return null_mut();
+    }
     if wc_flags & !WC_FLAGS_SUPPORTED != 0 {
         set_errno(libc::EOPNOTSUPP);
         return null_mut();
@@ -476,8 +480,13 @@ unsafe fn create_srq(
     ctx_ptr: *mut c_void,
     attr: &mut ibv_srq_attr,
 ) -> *mut ibv_srq {
-    if attr.max_wr == 0 || attr.max_wr > MAX_WR || attr.max_sge as usize > MAX_SGE {
+    // `max_wr` 0 is accepted, as by mlx5 (its queue then has room for no WR: posts fail).
+    if attr.max_wr > MAX_WR || attr.max_sge as usize > MAX_SGE {
         set_errno(libc::EINVAL);
+        return null_mut();
+    }
+    if crate::verbs::misc::huge_pages_refused("MLX_SRQ_ALLOC_TYPE") {
+        set_errno(libc::ENOMEM);
         return null_mut();
     }
     let inner = Arc::new(SrqInner {

@@ -57,8 +57,22 @@ pub(crate) unsafe fn create_qp(
     ex: bool,
 ) -> *mut ibv_qp {
     let g = global();
+    // QP types verbs defines that softnic does not offer (raw Ethernet packets, XRC, the
+    // driver's DC): EOPNOTSUPP, so that a program probing for them can tell "unsupported"
+    // from "wrong" (rdma-core's tests skip then). An unknown type is EINVAL.
+    if matches!(
+        a.qp_type,
+        IBV_QPT_RAW_PACKET | IBV_QPT_XRC_SEND | IBV_QPT_XRC_RECV | IBV_QPT_DRIVER
+    ) {
+        set_errno(libc::EOPNOTSUPP);
+        return null_mut();
+    }
     if !init_attr_valid(pd, a) {
         set_errno(libc::EINVAL);
+        return null_mut();
+    }
+    if crate::verbs::misc::huge_pages_refused("MLX_QP_ALLOC_TYPE") {
+        set_errno(libc::ENOMEM);
         return null_mut();
     }
     let recv_cq = if a.recv_cq.is_null() {
@@ -229,7 +243,14 @@ pub unsafe extern "C" fn vctx_create_qp_ex(
         set_errno(libc::EOPNOTSUPP);
         return null_mut();
     }
-    if (a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0)
+    // `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB` (UD): a QP's own multicast sends do not loop back
+    // to it — softnic has no multicast, so nothing loops back: honoured as is.
+    let honoured = if a.qp_type == IBV_QPT_UD {
+        IBV_QP_CREATE_BLOCK_SELF_MCAST_LB
+    } else {
+        0
+    };
+    if (a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags & !honoured != 0)
         || (a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0
             && a.send_ops_flags & !SEND_OPS_SUPPORTED != 0)
     {
@@ -484,6 +505,7 @@ unsafe fn apply_transition(s: &SnQp, at: &ibv_qp_attr, cur: u32, next: u32) {
             r.peer = None;
             q.rq.lock().unwrap_or_else(|e| e.into_inner()).q.clear();
             q.backlog.store(false, Ordering::Relaxed);
+            clean_cqs(q);
         }
         IBV_QPS_ERR => {
             let mut r = q.resp.lock().unwrap_or_else(|e| e.into_inner());
@@ -530,6 +552,14 @@ unsafe fn apply_transition(s: &SnQp, at: &ibv_qp_attr, cur: u32, next: u32) {
     (*qp).state = next;
 }
 
+/// The QP's unpolled completions leave its CQs (RESET, destroy: see `CqInner::clean`).
+fn clean_cqs(q: &QpInner) {
+    q.recv_cq.clean(q.qpn);
+    if !Arc::ptr_eq(&q.send_cq, &q.recv_cq) {
+        q.send_cq.clean(q.qpn);
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn sv_ibv_query_qp(
     qp: *mut ibv_qp,
@@ -573,6 +603,7 @@ pub unsafe extern "C" fn sv_ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     }
     drop(inner.sq.lock().unwrap_or_else(|e| e.into_inner()));
     inner.state.store(IBV_QPS_RESET, Ordering::Release);
+    clean_cqs(&inner);
     inner.file.retire();
     drop(b);
     0

@@ -333,6 +333,23 @@ pub struct CqInner {
 }
 
 impl CqInner {
+    /// Removes the completions of QP `qpn` not yet polled, as libmlx5 cleans a CQ when one
+    /// of its QPs is moved to RESET or destroyed (`mlx5_cq_clean`): the QP's next life does
+    /// not meet the flushed completions of its last one. A CQ exposed as a CQE64 ring
+    /// (mlx5dv/devx) is the program's to clean, as with libmlx5.
+    pub fn clean(&self, qpn: u32) {
+        if self.dv.get().is_some() {
+            return;
+        }
+        let mut q = self.q.lock().unwrap_or_else(|e| e.into_inner());
+        let before = q.len();
+        q.retain(|e| e.wc.qp_num != qpn);
+        let gone = before - q.len();
+        if gone > 0 {
+            self.count.fetch_sub(gone, Ordering::AcqRel);
+        }
+    }
+
     pub fn push(&self, wc: ibv_wc, solicited: bool) {
         self.push_op(wc, solicited, 0)
     }
