@@ -196,6 +196,11 @@ impl Node {
     /// A failed completion of `wr_id` whose record carries `opcode` (verbs leaves a failed
     /// completion's opcode undefined: mlx5 writes none, so it is what the array held).
     fn failed(&mut self, ts: u64, cq: u64, qpn: u32, wr_id: u64, opcode: u8) {
+        self.failed_with(ts, cq, qpn, wr_id, opcode, WC_WR_FLUSH_ERR);
+    }
+
+    /// [`Node::failed`] with its status.
+    fn failed_with(&mut self, ts: u64, cq: u64, qpn: u32, wr_id: u64, opcode: u8, status: u8) {
         self.t.append(&WorkCompletion {
             hdr: RecordHeader::of::<WorkCompletion>(0),
             ts,
@@ -203,7 +208,7 @@ impl Node {
             cq,
             qpn,
             opcode,
-            status: WC_WR_FLUSH_ERR,
+            status,
             vendor_err: 0xf5,
             ..Default::default()
         });
@@ -550,4 +555,34 @@ fn failed_completions_go_to_the_queue_of_their_wr_whatever_their_opcode() {
     assert_eq!((tt.wr_completed, tt.wr_failed), (3, 1), "{tt:?}");
     assert_eq!((tt.recv_completed, tt.flows_in), (4, 3), "{tt:?}");
     assert_eq!(tt.incomplete_wrs, 0, "{tt:?}");
+}
+
+/// When both queues of a QP hold a WR with the failed completion's `wr_id` (rdma-core's own
+/// tests post every WR with wr_id 0), a status only a requester reports puts it on the send
+/// queue whatever its undefined opcode byte says: a remote access error (10) recorded with a
+/// receive's opcode (the bytes the program's array held — they differed run to run in the
+/// traced suite and so did the counts) ends the send, and the receive stays posted.
+#[test]
+fn a_requester_only_status_puts_a_failed_completion_on_the_send_queue() {
+    const WC_REM_ACCESS_ERR: u8 = 10;
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes: Vec<Node> = (0..2)
+        .map(|r| Node::new(dir.path(), r, r as u16 + 1, true))
+        .collect();
+    for (r, node) in nodes.iter_mut().enumerate() {
+        let peer = Some((0x100, (r ^ 1) as u16 + 1, None));
+        node.qp(T0, 0x9000, 0x100, 2, 0xc000 + r as u64, peer);
+    }
+    let t = T0 + 100_000;
+    nodes[0].post_recv(t, 0x100, 0);
+    nodes[0].post_send(t + 100, 0x100, 0, 0, 0);
+    nodes[0].failed_with(t + 5_000, 0xc000, 0x100, 0, WC_RECV + 40, WC_REM_ACCESS_ERR);
+    for n in nodes {
+        n.close(t + 100_000);
+    }
+    let r = report(dir.path());
+    let tt = &r.summary.totals;
+    assert_eq!(tt.orphan_completions, 0, "{tt:?}");
+    assert_eq!((tt.wr_completed, tt.wr_failed), (0, 1), "{tt:?}");
+    assert_eq!(tt.recv_completed, 0, "{tt:?}");
 }

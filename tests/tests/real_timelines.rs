@@ -1,6 +1,6 @@
 //! Trustworthy timelines on real clients: unmodified Debian verbs programs (ibverbs-utils,
 //! perftest, qperf, rping, UCX's ucx_perftest, libfabric's fi_pingpong, fio, QEMU's RDMA live
-//! migration) and the demo's ring all-reduce, each process a simulated softnic node, traced
+//! migration, iSER, rdma-core's own test suite) and the demo's ring all-reduce, each process a simulated softnic node, traced
 //! with `libsigmatrace.so` and converted.
 //!
 //! For every client: the work requests and completions the options imply (never counted from
@@ -28,6 +28,8 @@ mod alignment;
 mod iser;
 #[path = "timelines/libraries.rs"]
 mod libraries;
+#[path = "timelines/pyverbs.rs"]
+mod pyverbs;
 #[path = "timelines/qemu.rs"]
 mod qemu;
 #[path = "timelines/round_trips.rs"]

@@ -244,15 +244,51 @@ pub fn build(inputs: &[LogInput], topo: &Topology, first_conn: u64) -> UdStreams
     }
     for &(p, sk) in &sends {
         if !out.send[p].contains_key(&sk) {
-            out.warnings.push(format!(
-                "{} UD QP {:#x} → QP {:#x}: receiver not found or ambiguous; no flows drawn",
-                topo.procs[p].label(),
-                sk.0,
-                sk.1
-            ));
+            out.warnings
+                .push(unpaired_warning(topo, &ud, &counts, p, sk));
         }
     }
     out
+}
+
+/// The warning for a UD send stream paired with no receive stream: its datagram count, and
+/// whether one traced UD QP fits its destination (the QPN, and the AH's DLID where the
+/// receiver's port LID is recorded) and received nothing from it — then the datagrams were
+/// dropped there (no receive posted, or never polled) — or none or several fit.
+fn unpaired_warning(
+    topo: &Topology,
+    ud: &[Vec<u32>],
+    counts: &[Counts],
+    p: usize,
+    sk: SendKey,
+) -> String {
+    let ns = counts[p].send[&sk];
+    let dlid = counts[p].ah_dlid.get(&sk.2).copied();
+    let fits: Vec<usize> = (0..topo.procs.len())
+        .filter(|&p2| ud[p2].binary_search(&sk.1).is_ok())
+        .filter(|&p2| own_lid(topo, p2, sk.1).is_none_or(|l| dlid.is_none_or(|d| d == l)))
+        .collect();
+    let head = format!(
+        "{} UD QP {:#x} → QP {:#x}: {ns} datagrams sent",
+        topo.procs[p].label(),
+        sk.0,
+        sk.1
+    );
+    match fits[..] {
+        [p2] if !counts[p2].recv.keys().any(|k| (k.0, k.1) == (sk.1, sk.0)) => format!(
+            "{head}, none received by {} QP {:#x} (no receive posted, or never polled); no flows drawn",
+            topo.procs[p2].label(),
+            sk.1
+        ),
+        [] => format!("{head}; no traced UD QP {:#x} fits the destination; no flows drawn", sk.1),
+        [p2] => format!(
+            "{head}; the receive streams of {} QP {:#x} from QP {:#x} fit no send stream alone (source LID, or several senders); no flows drawn",
+            topo.procs[p2].label(),
+            sk.1,
+            sk.0
+        ),
+        _ => format!("{head}; receiver ambiguous ({} traced UD QPs fit); no flows drawn", fits.len()),
+    }
 }
 
 /// Per process, its UD QPNs (sorted).

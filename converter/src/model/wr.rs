@@ -247,7 +247,10 @@ impl ProcessModel<'_> {
         match (sends, self.find_recv(qi, wc.wr_id).is_some()) {
             (true, false) => false,
             (false, true) => true,
-            _ => wc.opcode >= verbs::wc::RECV,
+            // Both queues (or neither) hold the `wr_id`: the status, where only one side
+            // reports it; last, the opcode byte (undefined for a failed completion, so only
+            // a guess — softnic and mlx5 leave what the caller's array held).
+            _ => verbs::failed_status_on_recv(wc.status).unwrap_or(wc.opcode >= verbs::wc::RECV),
         }
     }
 

@@ -23,6 +23,22 @@ pub mod wc {
     pub const RECV_RDMA_WITH_IMM: u8 = 129;
 }
 
+/// Which queue a *failed* completion can come from, by its status alone (its opcode is
+/// undefined: `ibv_poll_cq(3)` defines only `wr_id`, `status`, `vendor_err` and `qp_num` of a
+/// failed completion, and providers leave the caller's bytes there). `Some(false)`: only a
+/// requester (send queue) reports it — bad response, MW bind, remote invalid request, remote
+/// access, remote operation, retry and RNR retry exceeded, remote abort (statuses 6, 7, 9–13,
+/// 16) — the errors of a request the remote side refused or never answered; `None`: either
+/// queue (length, QP operation, protection and access errors, flushes, fatal and general
+/// errors).
+#[inline]
+pub fn failed_status_on_recv(status: u8) -> Option<bool> {
+    match status {
+        6 | 7 | 9..=13 | 16 => Some(false),
+        _ => None,
+    }
+}
+
 /// `ibv_send_flags`: IBV_SEND_SIGNALED.
 pub const SEND_SIGNALED: u32 = 2;
 
