@@ -40,12 +40,6 @@ pub const UNSUPPORTED: &[(&str, &str)] = &[
         "softnic: no DC transport",
     ),
     ("Create XRCD is not supported", "softnic: no XRC domains"),
-    ("Create MW is not supported", "softnic: no memory windows"),
-    ("Create memory window of type", "softnic: no memory windows"),
-    (
-        "Parent Domain is not supported",
-        "softnic: no parent domains",
-    ),
     (
         "Extended CQ is not supported",
         "softnic: ibv_cq_ex without tag-matching fields",
@@ -56,7 +50,7 @@ pub const UNSUPPORTED: &[(&str, &str)] = &[
     ),
     (
         "Extended QP is not supported",
-        "softnic: ibv_qp_ex without atomic write and MW binding",
+        "softnic: ibv_qp_ex without atomic write",
     ),
     (
         "ODP implicit is not supported",

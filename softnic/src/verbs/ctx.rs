@@ -139,6 +139,9 @@ pub unsafe extern "C" fn sv_ibv_open_device(dev: *mut ibv_device) -> *mut ibv_co
     v.create_qp_ex = Some(crate::verbs::objects::vctx_create_qp_ex);
     v.create_srq_ex = Some(crate::verbs::objects::vctx_create_srq_ex);
     v.query_rt_values = Some(crate::verbs::ctx::vctx_query_rt_values);
+    v.alloc_parent_domain = Some(crate::verbs::objects::vctx_alloc_parent_domain);
+    v.alloc_td = Some(crate::verbs::objects::vctx_alloc_td);
+    v.dealloc_td = Some(crate::verbs::objects::vctx_dealloc_td);
     v.ibv_destroy_flow = None;
     let ctx = &mut v.context;
     ctx.device = dev;
@@ -187,7 +190,9 @@ pub fn device_attr() -> ibv_device_attr {
         | IBV_DEVICE_SYS_IMAGE_GUID
         | IBV_DEVICE_CHANGE_PHY_PORT
         | IBV_DEVICE_SRQ_RESIZE
-        | IBV_DEVICE_N_NOTIFY_CQ;
+        | IBV_DEVICE_N_NOTIFY_CQ
+        | IBV_DEVICE_MEM_WINDOW
+        | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
     a.max_sge = MAX_SGE as c_int;
     a.max_sge_rd = MAX_SGE as c_int;
     a.max_cq = 65536;

@@ -18,15 +18,23 @@ fn op_allowed(qp_type: u32, op: u32) -> bool {
             op,
             IBV_WR_SEND
                 | IBV_WR_SEND_WITH_IMM
+                | IBV_WR_SEND_WITH_INV
                 | IBV_WR_RDMA_WRITE
                 | IBV_WR_RDMA_WRITE_WITH_IMM
                 | IBV_WR_RDMA_READ
                 | IBV_WR_ATOMIC_CMP_AND_SWP
                 | IBV_WR_ATOMIC_FETCH_AND_ADD
+                | IBV_WR_BIND_MW
+                | IBV_WR_LOCAL_INV
         ),
         IBV_QPT_UC => matches!(
             op,
-            IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM
+            IBV_WR_SEND
+                | IBV_WR_SEND_WITH_IMM
+                | IBV_WR_RDMA_WRITE
+                | IBV_WR_RDMA_WRITE_WITH_IMM
+                | IBV_WR_BIND_MW
+                | IBV_WR_LOCAL_INV
         ),
         IBV_QPT_UD => matches!(op, IBV_WR_SEND | IBV_WR_SEND_WITH_IMM),
         _ => false,
@@ -90,7 +98,10 @@ fn enqueue(q: &QpInner, sq: &mut SendQueue, fill: impl FnOnce(&mut SendWqe) -> c
     w.sent = 0;
     w.resp_bytes = 0;
     w.validated = false;
-    sq.next_msn = msn.wrapping_add(1);
+    // A local operation (bind, local invalidate) sends no message: it takes no MSN.
+    if !matches!(w.opcode, IBV_WR_BIND_MW | IBV_WR_LOCAL_INV) {
+        sq.next_msn = msn.wrapping_add(1);
+    }
     sq.tail = tail.wrapping_add(1);
     0
 }
@@ -142,6 +153,17 @@ unsafe fn fill_sges(w: &mut SendWqe, sg: *const ibv_sge, n: usize) -> c_int {
     0
 }
 
+/// Fills a BIND_MW WQE: the window's new key in `rkey`, the region's `lkey` in `swap`'s low
+/// half and the access rights in its high half, the range in `raddr` and `compare`
+/// (`engine::local_op` executes it).
+fn set_bind(w: &mut SendWqe, rkey: u32, lkey: u32, addr: u64, len: u64, access: u32) {
+    w.rkey = rkey;
+    w.raddr = addr;
+    w.compare = len;
+    w.swap = lkey as u64 | (access as u64) << 32;
+    w.flags &= !IBV_SEND_INLINE;
+}
+
 /// Runs the transmit engine after posting (or flushes in the error state).
 fn after_post(q: &QpInner, sq: &mut SendQueue) {
     engine::tx_pump(q, sq);
@@ -184,6 +206,17 @@ pub unsafe extern "C" fn op_post_send(
                     w.compare = r.wr.atomic.compare_add;
                     w.swap = r.wr.atomic.swap;
                     w.flags &= !IBV_SEND_INLINE;
+                }
+                IBV_WR_BIND_MW => {
+                    let b = &r.__bindgen_anon_2.bind_mw;
+                    let i = &b.bind_info;
+                    let lkey = if i.mr.is_null() { 0 } else { (*i.mr).lkey };
+                    set_bind(w, b.rkey, lkey, i.addr, i.length, i.mw_access_flags);
+                    return 0;
+                }
+                IBV_WR_LOCAL_INV => {
+                    w.flags &= !IBV_SEND_INLINE;
+                    return 0;
                 }
                 _ => {}
             }
@@ -685,22 +718,35 @@ unsafe extern "C" fn wr_set_ud_addr(q: *mut ibv_qp_ex, ah: *mut ibv_ah, qpn: u32
 unsafe extern "C" fn wr_unsupported(q: *mut ibv_qp_ex) {
     wb(q).1.err = libc::EOPNOTSUPP;
 }
-unsafe extern "C" fn wr_send_inv(q: *mut ibv_qp_ex, _rkey: u32) {
-    wr_unsupported(q)
+unsafe extern "C" fn wr_send_inv(q: *mut ibv_qp_ex, rkey: u32) {
+    if let Some(w) = wr_new(q, IBV_WR_SEND_WITH_INV) {
+        w.imm = rkey;
+    }
 }
-unsafe extern "C" fn wr_local_inv(q: *mut ibv_qp_ex, _rkey: u32) {
-    wr_unsupported(q)
+unsafe extern "C" fn wr_local_inv(q: *mut ibv_qp_ex, rkey: u32) {
+    if let Some(w) = wr_new(q, IBV_WR_LOCAL_INV) {
+        w.imm = rkey;
+    }
 }
 unsafe extern "C" fn wr_set_xrc_srqn(q: *mut ibv_qp_ex, _srqn: u32) {
     wr_unsupported(q)
 }
+/// `ibv_wr_bind_mw`: a type 2 window bound with key `rkey` (as `IBV_WR_BIND_MW`).
 unsafe extern "C" fn wr_bind_mw(
     q: *mut ibv_qp_ex,
-    _mw: *mut ibv_mw,
-    _rkey: u32,
-    _b: *const ibv_mw_bind_info,
+    mw: *mut ibv_mw,
+    rkey: u32,
+    b: *const ibv_mw_bind_info,
 ) {
-    wr_unsupported(q)
+    if mw.is_null() || b.is_null() {
+        wb(q).1.err = libc::EINVAL;
+        return;
+    }
+    if let Some(w) = wr_new(q, IBV_WR_BIND_MW) {
+        let i = &*b;
+        let lkey = if i.mr.is_null() { 0 } else { (*i.mr).lkey };
+        set_bind(w, rkey, lkey, i.addr, i.length, i.mw_access_flags);
+    }
 }
 unsafe extern "C" fn wr_send_tso(q: *mut ibv_qp_ex, _h: *mut c_void, _hs: u16, _mss: u16) {
     wr_unsupported(q)

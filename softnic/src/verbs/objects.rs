@@ -15,7 +15,10 @@ pub use crate::verbs::qp::{vctx_create_qp_ex, SnQp};
 #[repr(C)]
 pub struct SnPd {
     pub pd: ibv_pd,
+    /// The protection domain's number (a parent domain's is its PD's).
     pub id: u32,
+    /// A parent domain (`ibv_alloc_parent_domain`): a second handle of its PD's domain.
+    pub parent: bool,
 }
 
 #[repr(C)]
@@ -65,6 +68,7 @@ pub unsafe extern "C" fn sv_ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
             handle: id,
         },
         id,
+        parent: false,
     });
     let p = Box::into_raw(b) as *mut ibv_pd;
     crate::verbs::by_number::register_pd(id, p);
@@ -73,8 +77,60 @@ pub unsafe extern "C" fn sv_ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
 
 #[no_mangle]
 pub unsafe extern "C" fn sv_ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
-    crate::verbs::by_number::unregister_pd(pd_id(pd));
-    drop(Box::from_raw(pd as *mut SnPd));
+    let b = Box::from_raw(pd as *mut SnPd);
+    if !b.parent {
+        crate::verbs::by_number::unregister_pd(b.id);
+    }
+    0
+}
+
+/// `ibv_alloc_parent_domain`: a handle that protects as its PD does (objects created on it
+/// are in the PD's domain). The thread domain only promises single-threaded use, and the
+/// allocators place a provider's queue buffers — softnic keeps its queues in its own memory,
+/// so it has no buffer for them to place (a provider may use them or not). `ibv_dealloc_pd`
+/// frees it.
+pub unsafe extern "C" fn vctx_alloc_parent_domain(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_parent_domain_init_attr,
+) -> *mut ibv_pd {
+    let known = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
+    let Some(a) = attr.as_ref() else {
+        set_errno(libc::EINVAL);
+        return null_mut();
+    };
+    if a.pd.is_null() || a.comp_mask & !known != 0 {
+        set_errno(libc::EINVAL);
+        return null_mut();
+    }
+    Box::into_raw(Box::new(SnPd {
+        pd: ibv_pd {
+            context: ctx,
+            handle: (*a.pd).handle,
+        },
+        id: pd_id(a.pd),
+        parent: true,
+    })) as *mut ibv_pd
+}
+
+/// `ibv_alloc_td`: a thread domain (the program's promise of single-threaded use of what is
+/// created with it, which softnic needs not).
+pub unsafe extern "C" fn vctx_alloc_td(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_td_init_attr,
+) -> *mut ibv_td {
+    if attr.is_null() || (*attr).comp_mask != 0 {
+        set_errno(libc::EINVAL);
+        return null_mut();
+    }
+    Box::into_raw(Box::new(ibv_td { context: ctx }))
+}
+
+/// `ibv_dealloc_td`.
+pub unsafe extern "C" fn vctx_dealloc_td(td: *mut ibv_td) -> c_int {
+    if td.is_null() {
+        return libc::EINVAL;
+    }
+    drop(Box::from_raw(td));
     0
 }
 
@@ -254,19 +310,65 @@ pub unsafe extern "C" fn sv_ibv_rereg_mr(
     0
 }
 
-pub unsafe extern "C" fn op_alloc_mw(_pd: *mut ibv_pd, _t: ibv_mw_type) -> *mut ibv_mw {
-    set_errno(libc::EOPNOTSUPP);
-    null_mut()
+/// `ibv_alloc_mw`: a memory window of type 1 or 2 (EINVAL for another type), unbound; its
+/// `rkey` names it in the key table (each bind gives it a new one, [`op_bind_mw`], or the
+/// BIND_MW work request's).
+pub unsafe extern "C" fn op_alloc_mw(pd: *mut ibv_pd, t: ibv_mw_type) -> *mut ibv_mw {
+    if pd.is_null() || !matches!(t, IBV_MW_TYPE_1 | IBV_MW_TYPE_2) {
+        set_errno(libc::EINVAL);
+        return null_mut();
+    }
+    let key = global().alloc_mw(pd_id(pd), t as u8);
+    Box::into_raw(Box::new(ibv_mw {
+        context: (*pd).context,
+        pd,
+        rkey: key,
+        handle: key >> 8,
+        type_: t,
+    }))
 }
-pub unsafe extern "C" fn op_dealloc_mw(_mw: *mut ibv_mw) -> c_int {
-    libc::EOPNOTSUPP
+
+/// `ibv_dealloc_mw`: the window leaves the key table (an access under any of its keys fails
+/// from then on; one in flight ends first, as for `ibv_dereg_mr`).
+pub unsafe extern "C" fn op_dealloc_mw(mw: *mut ibv_mw) -> c_int {
+    if mw.is_null() {
+        return libc::EINVAL;
+    }
+    global().dealloc_mw((*mw).handle);
+    drop(Box::from_raw(mw));
+    0
 }
+
+/// The next key of a window: same index, next tag (verbs' `ibv_inc_rkey`).
+pub fn inc_rkey(rkey: u32) -> u32 {
+    (rkey & 0xffff_ff00) | (rkey.wrapping_add(1) & 0xff)
+}
+
+/// `ibv_bind_mw` (a type 1 window; verbs checked the type): posts a BIND_MW work request with
+/// the window's next key, as mlx5 does, and gives the window that key once it is posted. The
+/// bind takes effect in order on the send queue; its completion (signaled as `send_flags`
+/// say) is the program's to poll.
 pub unsafe extern "C" fn op_bind_mw(
-    _qp: *mut ibv_qp,
-    _mw: *mut ibv_mw,
-    _b: *mut ibv_mw_bind,
+    qp: *mut ibv_qp,
+    mw: *mut ibv_mw,
+    b: *mut ibv_mw_bind,
 ) -> c_int {
-    libc::EOPNOTSUPP
+    if qp.is_null() || mw.is_null() || b.is_null() {
+        return libc::EINVAL;
+    }
+    let mut wr: ibv_send_wr = std::mem::zeroed();
+    wr.wr_id = (*b).wr_id;
+    wr.opcode = IBV_WR_BIND_MW;
+    wr.send_flags = (*b).send_flags;
+    wr.__bindgen_anon_2.bind_mw.mw = mw;
+    wr.__bindgen_anon_2.bind_mw.rkey = inc_rkey((*mw).rkey);
+    wr.__bindgen_anon_2.bind_mw.bind_info = (*b).bind_info;
+    let mut bad = null_mut();
+    let rc = crate::verbs::datapath::op_post_send(qp, &mut wr, &mut bad);
+    if rc == 0 {
+        (*mw).rkey = wr.__bindgen_anon_2.bind_mw.rkey;
+    }
+    rc
 }
 
 #[no_mangle]
@@ -434,8 +536,16 @@ pub unsafe extern "C" fn vctx_create_cq_ex(
     attr: *mut ibv_cq_init_attr_ex,
 ) -> *mut ibv_cq_ex {
     let a = &*attr;
-    if a.comp_mask & !(IBV_CQ_INIT_ATTR_MASK_FLAGS) != 0 {
+    if a.comp_mask & !(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD) != 0 {
         set_errno(libc::EOPNOTSUPP);
+        return null_mut();
+    }
+    // A CQ on a parent domain (whose allocators would place its buffer, as mlx5's): the
+    // domain must be a parent domain, as mlx5 requires.
+    if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0
+        && (a.parent_domain.is_null() || !(*(a.parent_domain as *mut SnPd)).parent)
+    {
+        set_errno(libc::EINVAL);
         return null_mut();
     }
     create_cq(

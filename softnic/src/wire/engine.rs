@@ -46,6 +46,10 @@ fn fill_req(h: &mut PktHdr, qp: &QpInner, w: &SendWqe, dst_qpn: u32, k: u8) {
     if matches!(w.opcode, IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE_WITH_IMM) {
         h.flags |= pflag::IMM;
     }
+    if w.opcode == IBV_WR_SEND_WITH_INV {
+        // `imm` carries the rkey the responder invalidates.
+        h.flags |= pflag::INV;
+    }
     if w.flags & IBV_SEND_SOLICITED != 0 {
         h.flags |= pflag::SOLICITED;
     }
@@ -66,6 +70,23 @@ pub fn tx_pump(qp: &QpInner, sq: &mut SendQueue) -> bool {
             sq.at(idx).st = WQE_DONE;
             sq.next = idx.wrapping_add(1);
             if failed {
+                qp_error(qp, sq);
+                return true;
+            }
+            did = true;
+            continue;
+        }
+        if matches!(sq.at(idx).opcode, IBV_WR_BIND_MW | IBV_WR_LOCAL_INV) {
+            // A local operation: nothing goes on the wire; it takes effect now, in order
+            // after the WQEs before it were transmitted.
+            let ok = local_op(qp, sq.at(idx));
+            let w = sq.at(idx);
+            w.st = WQE_DONE;
+            if !ok {
+                w.status = IBV_WC_MW_BIND_ERR;
+            }
+            sq.next = idx.wrapping_add(1);
+            if !ok {
                 qp_error(qp, sq);
                 return true;
             }
@@ -237,6 +258,24 @@ fn kick_on_change(kicked: &mut Option<std::sync::Arc<Peer>>, peer: &std::sync::A
     }
 }
 
+/// Executes a BIND_MW (`datapath::set_bind` filled it) or LOCAL_INV (`imm`: the rkey) WQE on
+/// the key table; false when the device refuses it (a memory-management error).
+fn local_op(qp: &QpInner, w: &SendWqe) -> bool {
+    let g = global();
+    if w.opcode == IBV_WR_LOCAL_INV {
+        return g.invalidate_mw(w.imm, qp.pd);
+    }
+    g.bind_mw(&MwBind {
+        rkey: w.rkey,
+        qpn: qp.qpn,
+        qp_pd: qp.pd,
+        lkey: w.swap as u32,
+        addr: w.raddr,
+        len: w.compare,
+        access: (w.swap >> 32) as u32,
+    })
+}
+
 /// Pushes what is left of a WQE onto the peer's request ring: one packet for a read or an
 /// atomic, MTU-sized packets from `w.sent` on for a send or write. False when the ring is
 /// full (`w.sent` says how far it got).
@@ -262,7 +301,10 @@ fn transmit(qp: &QpInner, w: &mut SendWqe, peer: &Peer) -> bool {
             })
         }
         _ => {
-            let k = if matches!(w.opcode, IBV_WR_SEND | IBV_WR_SEND_WITH_IMM) {
+            let k = if matches!(
+                w.opcode,
+                IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_SEND_WITH_INV
+            ) {
                 kind::SEND
             } else {
                 kind::WRITE

@@ -117,7 +117,8 @@ pub(crate) fn check_local(sges: &mut [ibv_sge], pd: u32, write: bool) -> bool {
         .filter(|s| s.length > 0)
         .all(|s| match g.mr(s.lkey) {
             Some(m)
-                if m.pd == pd
+                if m.mw == 0
+                    && m.pd == pd
                     && m.contains(s.addr, s.length as u64)
                     && (!write || m.access & IBV_ACCESS_LOCAL_WRITE != 0) =>
             {
@@ -133,8 +134,9 @@ pub(crate) fn check_local(sges: &mut [ibv_sge], pd: u32, write: bool) -> bool {
 pub(crate) fn still_registered(sges: &[ibv_sge]) -> bool {
     let g = global();
     sges.iter().filter(|s| s.length > 0).all(|s| {
-        g.mr(s.lkey)
-            .is_some_and(|m| s.addr >= m.addr && s.addr + s.length as u64 <= m.addr + m.len)
+        g.mr(s.lkey).is_some_and(|m| {
+            m.mw == 0 && s.addr >= m.addr && s.addr + s.length as u64 <= m.addr + m.len
+        })
     })
 }
 
@@ -144,7 +146,9 @@ pub(crate) fn check_remote(qp: &QpInner, rkey: u32, addr: u64, len: u64, need: u
         return Some(0);
     }
     global().mr(rkey).and_then(|m| {
+        // A bound type 2 window is reached only through the QP it was bound by.
         (m.pd == qp.pd
+            && (m.mw != 2 || m.qpn == qp.qpn)
             && m.contains(addr, len)
             && m.access & need != 0
             && qp.access.load(Ordering::Relaxed) & need != 0)

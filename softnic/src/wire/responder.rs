@@ -65,6 +65,16 @@ fn nak_hdr(h: &mut PktHdr, qp: &QpInner, msn: u32, code: u8) {
 }
 
 fn recv_complete(qp: &QpInner, rw: &RecvWqe, h: &PktHdr, status: u32, with_imm_write: bool) {
+    // A SEND with invalidate invalidates the type 2 window it names (on this QP's PD) as it
+    // completes; naming none, the receive fails (local protection error).
+    let status = if status == IBV_WC_SUCCESS
+        && h.flags & pflag::INV != 0
+        && !global().invalidate_mw(h.imm, qp.pd)
+    {
+        IBV_WC_LOC_PROT_ERR
+    } else {
+        status
+    };
     let mut wc = wc_for(
         qp.qpn,
         rw.wr_id,
@@ -80,6 +90,10 @@ fn recv_complete(qp: &QpInner, rw: &RecvWqe, h: &PktHdr, status: u32, with_imm_w
         if h.flags & pflag::IMM != 0 {
             wc.wc_flags |= IBV_WC_WITH_IMM;
             wc.__bindgen_anon_1.imm_data = h.imm;
+        }
+        if h.flags & pflag::INV != 0 {
+            wc.wc_flags |= IBV_WC_WITH_INV;
+            wc.__bindgen_anon_1.invalidated_rkey = h.imm;
         }
         wc.src_qp = h.src_qpn;
         wc.slid = node_lid(h.src_node);

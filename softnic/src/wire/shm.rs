@@ -269,6 +269,8 @@ pub mod pflag {
     pub const IMM: u8 = 4;
     pub const SOLICITED: u8 = 8;
     pub const GRH: u8 = 16;
+    /// SEND with invalidate: `imm` is the rkey the responder invalidates.
+    pub const INV: u8 = 32;
 }
 
 /// NAK codes.

@@ -92,7 +92,10 @@ impl Peer {
     }
 }
 
-/// A registered memory region as the device sees it.
+/// A registered memory region as the device sees it — or a memory window (`mw` 1 or 2, its
+/// type), which shares the key space: unbound it has no range and no access; bound it is the
+/// bound range of its region (host `addr`, `iova` the bound address or 0 if zero-based) with
+/// the bind's remote access rights and the bind's rkey as `key`.
 #[derive(Clone, Copy, Debug)]
 pub struct MrInfo {
     pub iova: u64,
@@ -101,6 +104,24 @@ pub struct MrInfo {
     pub access: u32,
     pub pd: u32,
     pub key: u32,
+    /// 0: a memory region; 1, 2: a memory window of that type.
+    pub mw: u8,
+    /// A bound type 2 window: the QP it was bound through, the only one it may be reached by.
+    pub qpn: u32,
+}
+
+/// What a bind of a memory window asks ([`Global::bind_mw`]): the window's new `rkey` (its
+/// index bits name it), the QP it is bound through, the region (`lkey`; 0 with `len` 0: a
+/// type 1 window unbound) and the range and access rights in it.
+#[derive(Clone, Copy, Debug)]
+pub struct MwBind {
+    pub rkey: u32,
+    pub qpn: u32,
+    pub qp_pd: u32,
+    pub lkey: u32,
+    pub addr: u64,
+    pub len: u64,
+    pub access: u32,
 }
 
 impl MrInfo {
@@ -203,6 +224,8 @@ impl Global {
             access,
             pd,
             key,
+            mw: 0,
+            qpn: 0,
         });
         key
     }
@@ -211,7 +234,7 @@ impl Global {
         {
             let mut t = self.mrs.write().unwrap_or_else(|e| e.into_inner());
             if let Some(slot) = t.get_mut((key >> 8) as usize) {
-                if slot.is_some_and(|m| m.key == key) {
+                if slot.is_some_and(|m| m.key == key && m.mw == 0) {
                     *slot = None;
                 }
             }
@@ -219,11 +242,97 @@ impl Global {
         self.wait_for_responders();
     }
 
+    /// A new, unbound memory window of type `ty` on PD `pd`; its key.
+    pub fn alloc_mw(&self, pd: u32, ty: u8) -> u32 {
+        let key = self.reg_mr(0, 0, 0, 0, pd);
+        self.update_entry(key, |m| m.mw = ty);
+        key
+    }
+
+    /// Frees the window whose current key has index `idx` (the key changes with each bind).
+    pub fn dealloc_mw(&self, idx: u32) {
+        {
+            let mut t = self.mrs.write().unwrap_or_else(|e| e.into_inner());
+            if let Some(slot) = t.get_mut(idx as usize) {
+                if slot.is_some_and(|m| m.mw != 0) {
+                    *slot = None;
+                }
+            }
+        }
+        self.wait_for_responders();
+    }
+
+    /// Binds (or, a type 1 window with `len` 0, unbinds) the window `b.rkey` names, as a
+    /// BIND_MW work request executes: the window must exist and be on the QP's PD (type 2),
+    /// the region on the window's PD with `IBV_ACCESS_MW_BIND` and the range inside it, and
+    /// remote write or atomic access needs the region's local write. False: the bind fails
+    /// (a memory-management error completion). Not waiting for responders: called from the
+    /// engine; an access under the old key fails at its next packet (`check_remote` again).
+    pub fn bind_mw(&self, b: &MwBind) -> bool {
+        let mut t = self.mrs.write().unwrap_or_else(|e| e.into_inner());
+        let mr = match t.get((b.lkey >> 8) as usize) {
+            Some(Some(m)) if m.key == b.lkey && m.mw == 0 => Some(*m),
+            _ => None,
+        };
+        let Some(Some(w)) = t.get_mut((b.rkey >> 8) as usize) else {
+            return false;
+        };
+        if w.mw == 0 || (w.mw == 2 && w.pd != b.qp_pd) {
+            return false;
+        }
+        if w.mw == 1 && b.len == 0 {
+            (w.key, w.len, w.access, w.iova, w.addr) = (b.rkey, 0, 0, 0, 0);
+            return true;
+        }
+        let Some(mr) = mr else {
+            return false;
+        };
+        let remote_writes = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+        if mr.pd != w.pd
+            || mr.access & IBV_ACCESS_MW_BIND == 0
+            || !mr.contains(b.addr, b.len)
+            || (b.access & remote_writes != 0 && mr.access & IBV_ACCESS_LOCAL_WRITE == 0)
+        {
+            return false;
+        }
+        let zero_based = b.access & IBV_ACCESS_ZERO_BASED != 0;
+        w.key = b.rkey;
+        w.iova = if zero_based { 0 } else { b.addr };
+        w.addr = mr.host(b.addr);
+        w.len = b.len;
+        w.access = b.access & !IBV_ACCESS_ZERO_BASED;
+        w.qpn = if w.mw == 2 { b.qpn } else { 0 };
+        true
+    }
+
+    /// Invalidates the type 2 window whose key is `rkey` on PD `pd` (a LOCAL_INV work request,
+    /// or a SEND_WITH_INV received); false when there is none. Not waiting for responders, as
+    /// [`Self::bind_mw`].
+    pub fn invalidate_mw(&self, rkey: u32, pd: u32) -> bool {
+        let mut t = self.mrs.write().unwrap_or_else(|e| e.into_inner());
+        match t.get_mut((rkey >> 8) as usize) {
+            Some(Some(w)) if w.key == rkey && w.mw == 2 && w.pd == pd => {
+                (w.len, w.access, w.qpn) = (0, 0, 0);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn update_entry(&self, key: u32, f: impl FnOnce(&mut MrInfo)) {
+        let mut t = self.mrs.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(Some(m)) = t.get_mut((key >> 8) as usize) {
+            if m.key == key {
+                f(m);
+            }
+        }
+    }
+
     pub fn update_mr(&self, key: u32, f: impl FnOnce(&mut MrInfo)) -> bool {
         let changed = {
             let mut t = self.mrs.write().unwrap_or_else(|e| e.into_inner());
             match t.get_mut((key >> 8) as usize) {
-                Some(Some(m)) if m.key == key => {
+                Some(Some(m)) if m.key == key && m.mw == 0 => {
                     f(m);
                     true
                 }
