@@ -154,9 +154,9 @@ pub unsafe extern "C" fn sv_ibv_open_device(dev: *mut ibv_device) -> *mut ibv_co
     ctx.ops.post_send = Some(crate::verbs::datapath::op_post_send);
     ctx.ops.post_recv = Some(crate::verbs::datapath::op_post_recv);
     ctx.ops.post_srq_recv = Some(crate::verbs::datapath::op_post_srq_recv);
-    ctx.ops.alloc_mw = Some(crate::verbs::objects::op_alloc_mw);
-    ctx.ops.dealloc_mw = Some(crate::verbs::objects::op_dealloc_mw);
-    ctx.ops.bind_mw = Some(crate::verbs::objects::op_bind_mw);
+    ctx.ops.alloc_mw = Some(crate::verbs::mw::op_alloc_mw);
+    ctx.ops.dealloc_mw = Some(crate::verbs::mw::op_dealloc_mw);
+    ctx.ops.bind_mw = Some(crate::verbs::mw::op_bind_mw);
     let raw = Box::into_raw(c);
     crate::verbs::async_events::opened(&mut *raw);
     &mut (*raw).vctx.context

@@ -1,8 +1,8 @@
 //! The libibverbs entry points (`sv_ibv_*`, reached through the versioned trampolines of
 //! `exports/ibverbs.txt`) and the C-side objects rdma-core programs see.
 //!
-//! `ctx` (devices, contexts, queries), `async_events` → `objects` (PD, MR, MW, channels, CQ,
-//! SRQ, AH) → `qp` (QP creation and state machine) → `datapath` (the per-object `ops` pointers:
+//! `ctx` (devices, contexts, queries), `async_events` → `objects` (PD and parent domains, MR,
+//! channels, CQ, SRQ, AH), `mw` (memory windows) → `qp` (QP creation and state machine) → `datapath` (the per-object `ops` pointers:
 //! post, poll, `ibv_wr_*`, `ibv_cq_ex`); `misc` holds helper entry points; `unsupported` the not-supported results and the
 //! provider interface (with `varargs.c` for its two variadic functions);
 //! `layout` checks the bindgen'd layouts at compile time; `by_number` finds PDs and CQs by
@@ -16,6 +16,7 @@ pub mod datapath;
 pub mod dm;
 pub mod layout;
 pub mod misc;
+pub mod mw;
 pub mod objects;
 pub mod qp;
 pub mod unsupported;
