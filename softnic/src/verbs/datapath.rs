@@ -188,6 +188,7 @@ pub unsafe extern "C" fn op_post_send(
     }
     let mut sq = q.sq.lock().unwrap_or_else(|e| e.into_inner());
     let mut ret = 0;
+    let mut accepted = 0;
     while !wr.is_null() {
         let r = &*wr;
         let e = enqueue(q, &mut sq, |w| {
@@ -242,8 +243,10 @@ pub unsafe extern "C" fn op_post_send(
             ret = e;
             break;
         }
+        accepted += 1;
         wr = r.next;
     }
+    crate::verbs::tally::sends(accepted);
     after_post(q, &mut sq);
     ret
 }
@@ -272,6 +275,7 @@ unsafe fn post_recv_common(
         };
         rw.sge = copy_sges(r.sg_list, r.num_sge as usize);
         rq.q.push_back(rw);
+        crate::verbs::tally::recvs(1);
         wr = r.next;
     }
     0
@@ -303,6 +307,7 @@ pub unsafe extern "C" fn op_post_recv(
                 *bad = w;
                 return e;
             }
+            crate::verbs::tally::recvs(1);
             w = r.next;
         }
         return 0;
@@ -367,6 +372,7 @@ pub unsafe extern "C" fn op_poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) 
         while got < n.max(0) as usize {
             let Some(w) = d.poll() else { break };
             wc::deliver(wc.add(got), &w);
+            crate::verbs::tally::delivered(&w);
             got += 1;
         }
         return got as c_int;
@@ -379,6 +385,7 @@ pub unsafe extern "C" fn op_poll_cq(cq: *mut ibv_cq, n: c_int, wc: *mut ibv_wc) 
     while got < n as usize {
         let Some(e) = q.pop_front() else { break };
         wc::deliver(wc.add(got), &e.wc);
+        crate::verbs::tally::delivered(&e.wc);
         got += 1;
     }
     inner.count.fetch_sub(got, Ordering::AcqRel);
@@ -416,6 +423,7 @@ unsafe fn cqx_pop(c: &mut SnCq) -> c_int {
     if let Some(d) = inner.dv.get() {
         return match d.poll() {
             Some(w) => {
+                crate::verbs::tally::delivered(&w);
                 c.cur = Cqe {
                     wc: w,
                     ts: now_ns(),
@@ -437,6 +445,7 @@ unsafe fn cqx_pop(c: &mut SnCq) -> c_int {
     match e {
         Some(e) => {
             inner.count.fetch_sub(1, Ordering::AcqRel);
+            crate::verbs::tally::delivered(&e.wc);
             c.cur = e;
             c.cq.status = e.wc.status;
             c.cq.wr_id = e.wc.wr_id;
@@ -607,6 +616,7 @@ unsafe extern "C" fn wr_complete(q: *mut ibv_qp_ex) -> c_int {
             ret = e;
             break;
         }
+        crate::verbs::tally::sends(1);
     }
     after_post(inner, &mut sq);
     ret

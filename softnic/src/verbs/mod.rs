@@ -19,5 +19,6 @@ pub mod misc;
 pub mod mw;
 pub mod objects;
 pub mod qp;
+pub mod tally;
 pub mod unsupported;
 pub mod wc;

@@ -162,6 +162,7 @@ static GLOBAL: OnceLock<Global> = OnceLock::new();
 
 /// At exit, removes this process's fabric files (QPs still open, its wake word).
 extern "C" fn cleanup_at_exit() {
+    crate::verbs::tally::write_out();
     if let Some(g) = GLOBAL.get() {
         if let Ok(qps) = g.qps.try_read() {
             for q in qps.iter() {

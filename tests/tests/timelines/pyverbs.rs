@@ -4,7 +4,9 @@
 //! remote access errors, re-registered and device-memory regions, SRQs, UD, the new post API,
 //! extended CQs, ODP, atomics, mlx5dv and devx calls — in one process. The tracer must not
 //! change what any of them does: the same random choices (seeded), the same outcome for every
-//! test as the untraced run. The log converts; every completion lands on its QP, every message
+//! test as the untraced run. The log holds exactly the work requests softnic accepted and the
+//! completions it delivered (softnic's own count, `SOFTNIC_TALLY`: the device's ground truth,
+//! not the tracer's). The log converts; every completion lands on its QP, every message
 //! received is paired by a flow, no flow ends before it starts, nothing was lost, and the
 //! datagrams one test sends to a UD QP that posted no receive are reported with their count
 //! and where they went (the converter's warning said "receiver not found or ambiguous").
@@ -12,15 +14,21 @@
 use super::*;
 use sigmatrace_testkit::pyverbs::Suite;
 
-/// One run of the suite as softnic node 1, traced (into `dir/logs`) or not.
+/// One run of the suite as softnic node 1, traced (into `dir/logs`) or not, with softnic's
+/// own count of posts and completions in `dir/tally.jsonl` (`SOFTNIC_TALLY`).
 fn run(dir: &Path, traced: bool) -> sigmatrace_testkit::pyverbs::Results {
     let suite = Suite::prepare(dir);
+    let tally = format!("SOFTNIC_TALLY={}", dir.join("tally.jsonl").display());
     let p = Proc {
         node: 1,
-        argv: suite
-            .command()
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
+        argv: ["/usr/bin/env".to_owned(), tally]
+            .into_iter()
+            .chain(
+                suite
+                    .command()
+                    .iter()
+                    .map(|a| a.to_string_lossy().into_owned()),
+            )
             .collect(),
     };
     let what = if traced { "traced" } else { "untraced" };
@@ -71,6 +79,9 @@ fn rdma_core_test_suite_traced() {
     );
 
     let logs = traced_dir.path().join("logs");
+    let device = tally(&traced_dir.path().join("tally.jsonl"));
+    assert!(!device.is_empty(), "softnic counted no work request");
+    let mut logged = std::collections::BTreeMap::new();
     for e in std::fs::read_dir(&logs).unwrap() {
         let path = e.unwrap().path();
         let log = sigmatrace_schemas::LogFile::open(&path)
@@ -82,7 +93,21 @@ fn rdma_core_test_suite_traced() {
             "{}: records dropped",
             path.display()
         );
+        logged.insert(log.header().pid, logged_counts(&log));
     }
+    // What the tracer logged is what the device counted, process by process: every send and
+    // receive work request it accepted and every completion it delivered, by success.
+    for (pid, counts) in &device {
+        assert_eq!(
+            logged.get(pid),
+            Some(counts),
+            "pid {pid}: logged (sends, recvs, ok completions, failed) vs softnic's count"
+        );
+    }
+    assert!(
+        logged.keys().all(|p| device.contains_key(p)),
+        "{logged:?} {device:?}"
+    );
     let trace = convert_with_one_and_two_workers(&logs, traced_dir.path(), "rdma-core tests");
     let v = validate(&trace, &[]);
     let report =
@@ -135,4 +160,46 @@ fn rdma_core_test_suite_traced() {
         t.recv_completed,
         flows
     );
+}
+
+/// (sends, receives, successful completions, failed completions) of one process.
+type Counts = (u64, u64, u64, u64);
+
+/// softnic's tally lines (`softnic::verbs::tally`), by pid; processes that posted nothing and
+/// polled nothing left out.
+fn tally(path: &Path) -> std::collections::BTreeMap<u32, Counts> {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e} (softnic wrote no tally)", path.display()));
+    text.lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("a tally line");
+            let n = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} in {l}"));
+            let c = (
+                n("sends"),
+                n("recvs"),
+                n("send_ok") + n("recv_ok"),
+                n("send_err") + n("recv_err"),
+            );
+            (n("pid") as u32, c)
+        })
+        .filter(|(_, c)| *c != (0, 0, 0, 0))
+        .collect()
+}
+
+/// The same four counts of one log's records.
+fn logged_counts(log: &sigmatrace_schemas::LogFile) -> Counts {
+    use sigmatrace_schemas::Record;
+    let mut c = (0, 0, 0, 0);
+    for chunk in log.chunks() {
+        for raw in log.records(chunk) {
+            match raw.unwrap().decode().unwrap() {
+                Record::PostSend(_) => c.0 += 1,
+                Record::PostRecv(_) => c.1 += 1,
+                Record::WorkCompletion(w) if w.status == 0 => c.2 += 1,
+                Record::WorkCompletion(_) => c.3 += 1,
+                _ => {}
+            }
+        }
+    }
+    c
 }
