@@ -79,7 +79,7 @@ fn rdma_core_test_suite_traced() {
     );
 
     let logs = traced_dir.path().join("logs");
-    let device = tally(&traced_dir.path().join("tally.jsonl"));
+    let device = device_tally(&traced_dir.path().join("tally.jsonl"));
     assert!(!device.is_empty(), "softnic counted no work request");
     let mut logged = std::collections::BTreeMap::new();
     for e in std::fs::read_dir(&logs).unwrap() {
@@ -160,46 +160,4 @@ fn rdma_core_test_suite_traced() {
         t.recv_completed,
         flows
     );
-}
-
-/// (sends, receives, successful completions, failed completions) of one process.
-type Counts = (u64, u64, u64, u64);
-
-/// softnic's tally lines (`softnic::verbs::tally`), by pid; processes that posted nothing and
-/// polled nothing left out.
-fn tally(path: &Path) -> std::collections::BTreeMap<u32, Counts> {
-    let text = std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e} (softnic wrote no tally)", path.display()));
-    text.lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).expect("a tally line");
-            let n = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} in {l}"));
-            let c = (
-                n("sends"),
-                n("recvs"),
-                n("send_ok") + n("recv_ok"),
-                n("send_err") + n("recv_err"),
-            );
-            (n("pid") as u32, c)
-        })
-        .filter(|(_, c)| *c != (0, 0, 0, 0))
-        .collect()
-}
-
-/// The same four counts of one log's records.
-fn logged_counts(log: &sigmatrace_schemas::LogFile) -> Counts {
-    use sigmatrace_schemas::Record;
-    let mut c = (0, 0, 0, 0);
-    for chunk in log.chunks() {
-        for raw in log.records(chunk) {
-            match raw.unwrap().decode().unwrap() {
-                Record::PostSend(_) => c.0 += 1,
-                Record::PostRecv(_) => c.1 += 1,
-                Record::WorkCompletion(w) if w.status == 0 => c.2 += 1,
-                Record::WorkCompletion(_) => c.3 += 1,
-                _ => {}
-            }
-        }
-    }
-    c
 }
