@@ -36,7 +36,9 @@ fn run_netpipe(dir: &Path, tracing: Tracing) -> (PathBuf, u64) {
         c.args(["-genv", "LD_PRELOAD"])
             .arg(artifact("libsigmatrace.so"))
             .args(["-genv", "SIGMATRACE_DIR"])
-            .arg(&logs);
+            .arg(&logs)
+            .args(["-genv", "SOFTNIC_TALLY"])
+            .arg(tally_path(&logs));
     }
     if tracing == Tracing::Skewed {
         c.args(skew_wrap("PMI_RANK"));

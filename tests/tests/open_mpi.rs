@@ -87,7 +87,9 @@ fn mpirun(np: u32, dir: &Path, logs: Option<&Path>, wrap: &[&str], pml: Pml) -> 
                 artifact("libsigmatrace.so").display()
             ))
             .arg("-x")
-            .arg(format!("SIGMATRACE_DIR={}", logs.display()));
+            .arg(format!("SIGMATRACE_DIR={}", logs.display()))
+            .arg("-x")
+            .arg(format!("SOFTNIC_TALLY={}", tally_path(logs).display()));
     }
     let fabric = dir.join("fabric");
     std::fs::create_dir_all(&fabric).unwrap();

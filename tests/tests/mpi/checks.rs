@@ -1,5 +1,5 @@
-//! What must hold of a traced MPI run over softnic (open_mpi.rs, mpich.rs): every message
-//! paired, no failed WR or orphan completion, no backward flow, the conversion byte-identical
+//! What must hold of a traced MPI run over softnic (open_mpi.rs, mpich.rs): each rank's log
+//! exactly what softnic counted for it (posts and completions), every message paired, no failed WR or orphan completion, no backward flow, the conversion byte-identical
 //! with 1 and 2 workers, the payload on the wire, and, with clock errors, the alignment.
 
 use std::path::{Path, PathBuf};
@@ -106,6 +106,8 @@ pub fn unpolled_datagrams(warnings: &[String]) -> u64 {
 pub fn check_paired(dir: &Path, logs: &Path, ranks: usize) -> (Report, String, PathBuf) {
     let n_logs = std::fs::read_dir(logs).unwrap().count();
     assert_eq!(n_logs, ranks, "one log per rank");
+    // Each rank's log holds what softnic counted for it (its own tally, SOFTNIC_TALLY).
+    assert_eq!(check_against_device(logs, "MPI"), ranks, "a tally per rank");
     let trace = convert_with_one_and_two_workers(logs, dir, "Open MPI");
     let logs = logs.to_path_buf();
     let report =
