@@ -8,7 +8,7 @@
 //! `test_dm_write_bad_flow`), an SRQ of `max_wr` 0 was refused (`test_prefer_obj_on_huge`),
 //! `MLX_*_ALLOC_TYPE=HUGE` was ignored (`test_obj_on_huge`), and raw Ethernet QPs were refused
 //! with EINVAL instead of EOPNOTSUPP (30 errors on the RoCE port). And it skipped what softnic
-//! lacked and now has: memory windows and parent domains ([`MUST_PASS`]).
+//! lacked and now has: memory windows, parent domains and XRC ([`MUST_PASS`]).
 
 mod common;
 use common::*;
@@ -20,8 +20,10 @@ const LIMIT: Duration = Duration::from_secs(600);
 /// Tests that must pass: those that failed on softnic before their bug was fixed, then those
 /// of the features softnic gained for them — memory windows (type 1 bound by `ibv_bind_mw`,
 /// type 2 by a BIND_MW work request or `ibv_wr_bind_mw`, invalidated by rebinding, by
-/// LOCAL_INV, by a SEND with invalidate and by deallocation) and parent domains (with and
-/// without allocators, under RC, UD, an SRQ and an extended CQ). Each skipped before.
+/// LOCAL_INV, by a SEND with invalidate and by deallocation), parent domains (with and
+/// without allocators, under RC, UD, an SRQ and an extended CQ) and XRC (sends, sends with
+/// immediate through `ibv_wr_*`, atomics, ODP and relaxed-ordering regions, an extended CQ).
+/// Each skipped before.
 const MUST_PASS: &[&str] = &[
     "test_mr.MRTest.test_mr_rereg_pd",
     "test_mr.MRTest.test_mr_rereg_addr",
@@ -42,6 +44,13 @@ const MUST_PASS: &[&str] = &[
     "test_parent_domain.ParentDomainTrafficTest.test_mem_align_rc_traffic",
     "test_parent_domain.ParentDomainTrafficTest.test_mem_align_ud_traffic",
     "test_parent_domain.ParentDomainTrafficTest.test_mem_align_srq_excq_rc_traffic",
+    "test_cqex.CqExTestCase.test_xrc_traffic_cq_ex",
+    "test_atomic.AtomicTest.test_xrc_atomic_cmp_and_swap",
+    "test_atomic.AtomicTest.test_xrc_atomic_fetch_and_add",
+    "test_qpex.QpExTestCase.test_qp_ex_xrc_send",
+    "test_qpex.QpExTestCase.test_qp_ex_xrc_send_imm",
+    "test_relaxed_ordering.RoTestCase.test_ro_xrc_traffic",
+    "test_odp.OdpTestCase.test_odp_xrc_traffic",
 ];
 
 fn suite(what: &str, env: &[&str]) {

@@ -39,7 +39,6 @@ pub const UNSUPPORTED: &[(&str, &str)] = &[
         "DCI caps is not supported by HW",
         "softnic: no DC transport",
     ),
-    ("Create XRCD is not supported", "softnic: no XRC domains"),
     (
         "Extended CQ is not supported",
         "softnic: ibv_cq_ex without tag-matching fields",

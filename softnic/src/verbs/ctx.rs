@@ -139,6 +139,9 @@ pub unsafe extern "C" fn sv_ibv_open_device(dev: *mut ibv_device) -> *mut ibv_co
     v.create_qp_ex = Some(crate::verbs::objects::vctx_create_qp_ex);
     v.create_srq_ex = Some(crate::verbs::objects::vctx_create_srq_ex);
     v.query_rt_values = Some(crate::verbs::ctx::vctx_query_rt_values);
+    v.open_xrcd = Some(crate::verbs::xrc::vctx_open_xrcd);
+    v.close_xrcd = Some(crate::verbs::xrc::vctx_close_xrcd);
+    v.get_srq_num = Some(crate::verbs::xrc::vctx_get_srq_num);
     v.alloc_parent_domain = Some(crate::verbs::objects::vctx_alloc_parent_domain);
     v.alloc_td = Some(crate::verbs::objects::vctx_alloc_td);
     v.dealloc_td = Some(crate::verbs::objects::vctx_dealloc_td);
@@ -251,6 +254,8 @@ pub unsafe extern "C" fn vctx_query_device_ex(
     a.odp_caps.per_transport_caps.rc_odp_caps = rc | IBV_ODP_SUPPORT_SRQ_RECV;
     a.odp_caps.per_transport_caps.uc_odp_caps = send | recv | write;
     a.odp_caps.per_transport_caps.ud_odp_caps = send | recv;
+    // XRC is RC on the wire, its receives SRQ receives.
+    a.xrc_odp_caps = rc | IBV_ODP_SUPPORT_SRQ_RECV;
     let n = attr_size.min(size_of::<ibv_device_attr_ex>());
     std::ptr::copy_nonoverlapping(&a as *const _ as *const u8, attr as *mut u8, n);
     0

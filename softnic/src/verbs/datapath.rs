@@ -186,6 +186,7 @@ pub unsafe extern "C" fn op_post_send(
         *bad = wr;
         return libc::EINVAL;
     }
+    let xrc_send = (*qp).qp_type == IBV_QPT_XRC_SEND;
     let mut sq = q.sq.lock().unwrap_or_else(|e| e.into_inner());
     let mut ret = 0;
     let mut accepted = 0;
@@ -196,6 +197,10 @@ pub unsafe extern "C" fn op_post_send(
             w.opcode = r.opcode;
             w.flags = r.send_flags;
             w.imm = r.__bindgen_anon_1.imm_data;
+            if xrc_send {
+                // The XRC SRQ the request goes to (`wire::state::xrc_srqn`).
+                w.ud_qkey = r.qp_type.xrc.remote_srqn;
+            }
             match r.opcode {
                 IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM | IBV_WR_RDMA_READ => {
                     w.raddr = r.wr.rdma.remote_addr;
@@ -738,8 +743,11 @@ unsafe extern "C" fn wr_local_inv(q: *mut ibv_qp_ex, rkey: u32) {
         w.imm = rkey;
     }
 }
-unsafe extern "C" fn wr_set_xrc_srqn(q: *mut ibv_qp_ex, _srqn: u32) {
-    wr_unsupported(q)
+/// `ibv_wr_set_xrc_srqn`: the XRC SRQ the batch's last WR goes to.
+unsafe extern "C" fn wr_set_xrc_srqn(q: *mut ibv_qp_ex, srqn: u32) {
+    if let Some(w) = wr_last(q) {
+        w.ud_qkey = srqn;
+    }
 }
 /// `ibv_wr_bind_mw`: a type 2 window bound with key `rkey` (as `IBV_WR_BIND_MW`).
 unsafe extern "C" fn wr_bind_mw(

@@ -22,3 +22,4 @@ pub mod qp;
 pub mod tally;
 pub mod unsupported;
 pub mod wc;
+pub mod xrc;

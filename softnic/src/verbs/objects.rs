@@ -524,10 +524,12 @@ pub unsafe extern "C" fn sv_ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     0
 }
 
-unsafe fn create_srq(
+/// A new SRQ on `pd` (an XRC SRQ when `xrc` says its domain and CQ).
+pub(crate) unsafe fn create_srq(
     pd: *mut ibv_pd,
     ctx_ptr: *mut c_void,
     attr: &mut ibv_srq_attr,
+    xrc: Option<XrcSrq>,
 ) -> *mut ibv_srq {
     // `max_wr` 0 is accepted, as by mlx5 (its queue then has room for no WR: posts fail).
     if attr.max_wr > MAX_WR || attr.max_sge as usize > MAX_SGE {
@@ -549,7 +551,11 @@ unsafe fn create_srq(
         max_sge: attr.max_sge,
         srq_ptr: AtomicUsize::new(0),
         dv: OnceLock::new(),
+        xrc,
     });
+    if inner.xrc.is_some() {
+        global().set_xrc_srq(inner.srqn, Some(inner.clone()));
+    }
     let b = Box::new(SnSrq {
         srq: ibv_srq {
             context: (*pd).context,
@@ -575,7 +581,7 @@ pub unsafe extern "C" fn sv_ibv_create_srq(
     pd: *mut ibv_pd,
     attr: *mut ibv_srq_init_attr,
 ) -> *mut ibv_srq {
-    create_srq(pd, (*attr).srq_context, &mut (*attr).attr)
+    create_srq(pd, (*attr).srq_context, &mut (*attr).attr, None)
 }
 
 pub unsafe extern "C" fn vctx_create_srq_ex(
@@ -583,13 +589,16 @@ pub unsafe extern "C" fn vctx_create_srq_ex(
     attr: *mut ibv_srq_init_attr_ex,
 ) -> *mut ibv_srq {
     let a = &mut *attr;
+    if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 && a.srq_type == IBV_SRQT_XRC {
+        return crate::verbs::xrc::create_xrc_srq(a);
+    }
     if a.comp_mask & IBV_SRQ_INIT_ATTR_PD == 0
         || (a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 && a.srq_type != IBV_SRQT_BASIC)
     {
         set_errno(libc::EOPNOTSUPP);
         return null_mut();
     }
-    create_srq(a.pd, a.srq_context, &mut a.attr)
+    create_srq(a.pd, a.srq_context, &mut a.attr, None)
 }
 
 #[no_mangle]
@@ -630,7 +639,12 @@ pub unsafe extern "C" fn sv_ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_
 #[no_mangle]
 pub unsafe extern "C" fn sv_ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     let s = srq as *mut SnSrq;
-    if Arc::strong_count(&(*s).inner) > 1 {
+    let inner = &(&*s).inner;
+    if inner.xrc.is_some() {
+        // No QP attaches to an XRC SRQ: requests to XRC targets find it by number, and stop
+        // finding it now.
+        global().set_xrc_srq(inner.srqn, None);
+    } else if Arc::strong_count(inner) > 1 {
         return libc::EBUSY;
     }
     drop(Box::from_raw(s));

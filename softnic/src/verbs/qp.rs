@@ -59,20 +59,46 @@ pub(crate) unsafe fn create_qp(
     a: &mut ibv_qp_init_attr,
     ex: bool,
 ) -> *mut ibv_qp {
+    create_qp_in(ctx, pd, a, ex, null_mut())
+}
+
+/// [`create_qp`], with the XRC domain of an XRC target (`IBV_QPT_XRC_RECV`; `verbs::xrc`).
+unsafe fn create_qp_in(
+    ctx: *mut ibv_context,
+    pd: *mut ibv_pd,
+    a: &mut ibv_qp_init_attr,
+    ex: bool,
+    xrcd: *mut ibv_xrcd,
+) -> *mut ibv_qp {
     let g = global();
-    // QP types verbs defines that softnic does not offer (raw Ethernet packets, XRC, the
-    // driver's DC): EOPNOTSUPP, so that a program probing for them can tell "unsupported"
-    // from "wrong" (rdma-core's tests skip then). An unknown type is EINVAL.
-    if matches!(
-        a.qp_type,
-        IBV_QPT_RAW_PACKET | IBV_QPT_XRC_SEND | IBV_QPT_XRC_RECV | IBV_QPT_DRIVER
-    ) {
+    // QP types verbs defines that softnic does not offer (raw Ethernet packets, the driver's
+    // DC): EOPNOTSUPP, so that a program probing for them can tell "unsupported" from
+    // "wrong" (rdma-core's tests skip then). An unknown type is EINVAL.
+    if matches!(a.qp_type, IBV_QPT_RAW_PACKET | IBV_QPT_DRIVER) {
         set_errno(libc::EOPNOTSUPP);
         return null_mut();
     }
-    if !init_attr_valid(pd, a) {
+    let verbs_type = a.qp_type;
+    let valid = match verbs_type {
+        // An XRC target has no PD, CQ or queue of its own; an initiator no receive queue.
+        IBV_QPT_XRC_RECV => !xrcd.is_null(),
+        IBV_QPT_XRC_SEND => !pd.is_null() && !a.send_cq.is_null() && a.srq.is_null(),
+        _ => init_attr_valid(pd, a),
+    };
+    if !valid {
         set_errno(libc::EINVAL);
         return null_mut();
+    }
+    let xrc = matches!(verbs_type, IBV_QPT_XRC_SEND | IBV_QPT_XRC_RECV);
+    if xrc {
+        // Both are RC on the wire; the initiator's queues as given, without receives.
+        a.cap.max_recv_wr = 0;
+        a.cap.max_recv_sge = 0;
+        if verbs_type == IBV_QPT_XRC_RECV {
+            a.cap = ibv_qp_cap::default();
+            a.send_cq = null_mut();
+            a.recv_cq = null_mut();
+        }
     }
     if crate::verbs::misc::huge_pages_refused("MLX_QP_ALLOC_TYPE") {
         set_errno(libc::ENOMEM);
@@ -83,11 +109,20 @@ pub(crate) unsafe fn create_qp(
     } else {
         a.recv_cq
     };
-    let send_inner = (*(a.send_cq as *mut SnCq)).inner.clone();
-    let recv_inner = (*(recv_cq as *mut SnCq)).inner.clone();
+    let (send_inner, recv_inner) = if a.send_cq.is_null() {
+        // An XRC target's own CQ is never written: its receives complete on their SRQs' CQs.
+        let none = Arc::new(CqInner::unused());
+        (none.clone(), none)
+    } else {
+        (
+            (*(a.send_cq as *mut SnCq)).inner.clone(),
+            (*(recv_cq as *mut SnCq)).inner.clone(),
+        )
+    };
     let srq = (!a.srq.is_null()).then(|| (*(a.srq as *mut SnSrq)).inner.clone());
+    let transport = if xrc { IBV_QPT_RC } else { a.qp_type };
     let alloc = crate::wire::shm::alloc_qpn(g.node)
-        .and_then(|qpn| Ok((qpn, QpInner::new_file(g.node, qpn, a.qp_type)?)));
+        .and_then(|qpn| Ok((qpn, QpInner::new_file(g.node, qpn, transport)?)));
     let (qpn, file) = match alloc {
         Ok(qf) => qf,
         Err(e) => {
@@ -98,12 +133,19 @@ pub(crate) unsafe fn create_qp(
     };
     a.cap.max_inline_data = MAX_INLINE as u32;
     let cqs = (send_inner.clone(), recv_inner.clone());
-    let inner = Arc::new(reset_qp(a, pd_id(pd), qpn, file, cqs, srq));
+    let on_wire = ibv_qp_init_attr {
+        qp_type: transport,
+        ..*a
+    };
+    let pd_number = if pd.is_null() { u32::MAX } else { pd_id(pd) };
+    let mut inner = reset_qp(&on_wire, pd_number, qpn, file, cqs, srq);
+    inner.xrcd = crate::verbs::xrc::xrcd_id(xrcd);
+    let inner = Arc::new(inner);
     let mut b = Box::new(SnQp {
         // SAFETY (zeroed): ibv_qp_ex is C data; zero pthread objects are valid initialisers.
         qpx: std::mem::zeroed(),
         comp_mask: if ex { VERBS_QP_EX } else { 0 },
-        xrcd: null_mut(),
+        xrcd: xrcd.cast(),
         inner,
         attr: Mutex::new(Default::default()),
         init: *a,
@@ -205,6 +247,7 @@ fn reset_qp(
         backlog: AtomicBool::new(false),
         qp_ptr: 0,
         dv: std::sync::OnceLock::new(),
+        xrcd: 0,
     }
 }
 
@@ -240,9 +283,22 @@ pub unsafe extern "C" fn vctx_create_qp_ex(
     attr: *mut ibv_qp_init_attr_ex,
 ) -> *mut ibv_qp {
     let a = &mut *attr;
-    let known =
-        IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS;
-    if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 || a.comp_mask & !known != 0 {
+    let known = IBV_QP_INIT_ATTR_PD
+        | IBV_QP_INIT_ATTR_XRCD
+        | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS
+        | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+    // An XRC target is created on an XRC domain, every other QP on a PD.
+    let xrcd = if a.comp_mask & IBV_QP_INIT_ATTR_XRCD != 0 {
+        a.xrcd
+    } else {
+        null_mut()
+    };
+    let placed = if a.qp_type == IBV_QPT_XRC_RECV {
+        !xrcd.is_null()
+    } else {
+        a.comp_mask & IBV_QP_INIT_ATTR_PD != 0
+    };
+    if !placed || a.comp_mask & !known != 0 {
         set_errno(libc::EOPNOTSUPP);
         return null_mut();
     }
@@ -270,7 +326,12 @@ pub unsafe extern "C" fn vctx_create_qp_ex(
         sq_sig_all: a.sq_sig_all,
     };
     let ex = a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0;
-    let qp = create_qp(ctx, a.pd, &mut base, ex);
+    let pd = if a.qp_type == IBV_QPT_XRC_RECV {
+        null_mut()
+    } else {
+        a.pd
+    };
+    let qp = create_qp_in(ctx, pd, &mut base, ex, xrcd);
     a.cap = base.cap;
     qp
 }
@@ -287,6 +348,9 @@ pub unsafe extern "C" fn sv_ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
 
 /// Attribute masks a transition requires and allows (IB spec, as the kernel checks them).
 fn transition_masks(cur: u32, next: u32, t: u32) -> Option<(u32, u32)> {
+    if matches!(t, IBV_QPT_XRC_SEND | IBV_QPT_XRC_RECV) {
+        return xrc_masks(cur, next, t);
+    }
     let s = IBV_QP_STATE;
     let common_init = IBV_QP_PKEY_INDEX | IBV_QP_PORT;
     match (cur, next) {
@@ -409,7 +473,8 @@ pub unsafe extern "C" fn sv_ibv_modify_qp(
             return libc::EINVAL;
         }
     } else {
-        let Some((req, opt)) = transition_masks(cur, next, q.qp_type) else {
+        // The QP's verbs type (an XRC QP's transport is RC).
+        let Some((req, opt)) = transition_masks(cur, next, s.init.qp_type) else {
             return libc::EINVAL;
         };
         if mask & req != req || mask & !(req | opt) != 0 {
@@ -561,6 +626,21 @@ fn clean_cqs(q: &QpInner) {
     if !Arc::ptr_eq(&q.send_cq, &q.recv_cq) {
         q.send_cq.clean(q.qpn);
     }
+}
+
+/// The XRC types' transitions, as the kernel's table has them: RC's, but an initiator needs
+/// no responder resources at INIT→RTR (it has no receive side) and a target no requester
+/// attributes but its timeout at RTR→RTS (it sends no request); what RC requires stays
+/// allowed.
+fn xrc_masks(cur: u32, next: u32, t: u32) -> Option<(u32, u32)> {
+    let (req, opt) = transition_masks(cur, next, IBV_QPT_RC)?;
+    let responder = IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+    let requester = IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+    Some(match (cur, next, t) {
+        (IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPT_XRC_SEND) => (req & !responder, opt | responder),
+        (IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPT_XRC_RECV) => (req & !requester, opt | requester),
+        _ => (req, opt),
+    })
 }
 
 #[no_mangle]

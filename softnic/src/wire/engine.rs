@@ -41,6 +41,8 @@ fn fill_req(h: &mut PktHdr, qp: &QpInner, w: &SendWqe, dst_qpn: u32, k: u8) {
         compare: w.compare,
         swap: w.swap,
         sl: qp.sl.load(Ordering::Relaxed),
+        // An XRC initiator's target SRQ (`state::xrc_srqn`); a UD send sets its Q_Key over it.
+        qkey: w.ud_qkey,
         ..Default::default()
     };
     if matches!(w.opcode, IBV_WR_SEND_WITH_IMM | IBV_WR_RDMA_WRITE_WITH_IMM) {

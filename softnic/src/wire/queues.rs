@@ -140,14 +140,22 @@ pub(crate) fn still_registered(sges: &[ibv_sge]) -> bool {
     })
 }
 
-/// Checks a remote access (rkey, range, MR and QP access flags); returns the host address.
-pub(crate) fn check_remote(qp: &QpInner, rkey: u32, addr: u64, len: u64, need: u32) -> Option<u64> {
+/// Checks a remote access (rkey, range, MR and QP access flags) in protection domain `pd`
+/// (the QP's, or an XRC target's request's SRQ's); returns the host address.
+pub(crate) fn check_remote(
+    qp: &QpInner,
+    pd: u32,
+    rkey: u32,
+    addr: u64,
+    len: u64,
+    need: u32,
+) -> Option<u64> {
     if len == 0 && need != IBV_ACCESS_REMOTE_ATOMIC {
         return Some(0);
     }
     global().mr(rkey).and_then(|m| {
         // A bound type 2 window is reached only through the QP it was bound by.
-        (m.pd == qp.pd
+        (m.pd == pd
             && (m.mw != 2 || m.qpn == qp.qpn)
             && m.contains(addr, len)
             && m.access & need != 0

@@ -69,7 +69,7 @@ fn recv_complete(qp: &QpInner, rw: &RecvWqe, h: &PktHdr, status: u32, with_imm_w
     // completes; naming none, the receive fails (local protection error).
     let status = if status == IBV_WC_SUCCESS
         && h.flags & pflag::INV != 0
-        && !global().invalidate_mw(h.imm, qp.pd)
+        && !global().invalidate_mw(h.imm, remote_pd(qp, h))
     {
         IBV_WC_LOC_PROT_ERR
     } else {
@@ -105,9 +105,44 @@ fn recv_complete(qp: &QpInner, rw: &RecvWqe, h: &PktHdr, status: u32, with_imm_w
             }
         }
     }
+    let solicited = h.flags & pflag::SOLICITED != 0;
+    if qp.xrcd != 0 {
+        // An XRC target's receives complete on the CQ of the XRC SRQ they came from.
+        if let Some((s, x)) =
+            xrc_target(qp, h).and_then(|s| s.xrc.as_ref().map(|x| (s.srqn, x.cq.clone())))
+        {
+            x.push_full(wc, solicited, 0, s, rw.idx as u16);
+        }
+        return;
+    }
     let srqn = qp.srq.as_ref().map_or(0, |s| s.srqn);
-    qp.recv_cq
-        .push_full(wc, h.flags & pflag::SOLICITED != 0, 0, srqn, rw.idx as u16);
+    qp.recv_cq.push_full(wc, solicited, 0, srqn, rw.idx as u16);
+}
+
+/// The XRC SRQ a request to an XRC target QP names, in the QP's XRC domain (None: not an XRC
+/// target, or no such SRQ).
+fn xrc_target(qp: &QpInner, h: &PktHdr) -> Option<std::sync::Arc<SrqInner>> {
+    if qp.xrcd == 0 {
+        return None;
+    }
+    global().xrc_srq(xrc_srqn(h), qp.xrcd)
+}
+
+/// The protection domain a request's remote access is checked in, and a receive's local
+/// SGEs: an XRC target QP has none of its own — its request's XRC SRQ gives it (none fits
+/// when there is no such SRQ); a QP on an SRQ, the SRQ's for receives.
+fn remote_pd(qp: &QpInner, h: &PktHdr) -> u32 {
+    if qp.xrcd != 0 {
+        return xrc_target(qp, h).map_or(u32::MAX, |s| s.pd);
+    }
+    qp.pd
+}
+
+fn recv_pd(qp: &QpInner, h: &PktHdr) -> u32 {
+    if qp.xrcd != 0 {
+        return remote_pd(qp, h);
+    }
+    qp.srq.as_ref().map_or(qp.pd, |s| s.pd)
 }
 
 /// A responder-side fatal error: NAK the requester (RC), error the QP and flush.
@@ -133,7 +168,16 @@ fn responder_fatal(qp: &QpInner, r: &mut Responder, h: &PktHdr, code: u8) -> Ste
 /// Takes the receive WQE for a new inbound message; on none: RNR NAK (RC) or drop (UC).
 /// Returns Err(step) when the caller must stop with that step.
 fn begin_recv(qp: &QpInner, r: &mut Responder, h: &PktHdr) -> Result<Option<RecvWqe>, Step> {
-    match qp.take_recv() {
+    let taken = if qp.xrcd != 0 {
+        match xrc_target(qp, h) {
+            Some(s) => s.take(),
+            // Naming no XRC SRQ of the target's domain: an invalid request.
+            None => return Err(responder_fatal(qp, r, h, nak::INV_REQ)),
+        }
+    } else {
+        qp.take_recv()
+    };
+    match taken {
         Some(rw) => Ok(Some(rw)),
         None if qp.qp_type == IBV_QPT_RC => {
             if !push_resp(qp, r, |o, _| nak_hdr(o, qp, h.msn, nak::RNR)) {
@@ -176,7 +220,7 @@ fn rx_send(qp: &QpInner, r: &mut Responder, slot: &Slot) -> Step {
             Ok(rw) => rw.expect("receive WQE"),
             Err(step) => return step,
         };
-        let pd = qp.srq.as_ref().map_or(qp.pd, |s| s.pd);
+        let pd = recv_pd(qp, &h);
         let n = rw.num_sge as usize;
         let (status, code) = if sge_capacity(&rw) < h.total as u64 {
             (IBV_WC_LOC_LEN_ERR, nak::INV_REQ)
@@ -244,8 +288,14 @@ fn rx_write(qp: &QpInner, r: &mut Responder, slot: &Slot) -> Step {
     let h = slot.hdr;
     let imm = h.flags & pflag::IMM != 0;
     if h.flags & pflag::FIRST != 0 {
-        let Some(host) = check_remote(qp, h.rkey, h.raddr, h.total as u64, IBV_ACCESS_REMOTE_WRITE)
-        else {
+        let Some(host) = check_remote(
+            qp,
+            remote_pd(qp, &h),
+            h.rkey,
+            h.raddr,
+            h.total as u64,
+            IBV_ACCESS_REMOTE_WRITE,
+        ) else {
             if qp.qp_type != IBV_QPT_RC {
                 r.cur = Some(CurMsg {
                     msn: h.msn,
@@ -277,7 +327,14 @@ fn rx_write(qp: &QpInner, r: &mut Responder, slot: &Slot) -> Step {
     };
     if h.flags & pflag::FIRST == 0
         && host != 0
-        && check_remote(qp, h.rkey, h.raddr, h.total as u64, IBV_ACCESS_REMOTE_WRITE) != Some(host)
+        && check_remote(
+            qp,
+            remote_pd(qp, &h),
+            h.rkey,
+            h.raddr,
+            h.total as u64,
+            IBV_ACCESS_REMOTE_WRITE,
+        ) != Some(host)
     {
         // Deregistered since the message's first packet (an earlier pass).
         return responder_fatal(qp, r, &h, nak::REM_ACCESS);
@@ -308,7 +365,15 @@ fn continue_read(qp: &QpInner, r: &mut Responder) -> bool {
         // The region may have been deregistered since the request (a later pass): then the
         // rest of the read fails as a NIC's would, with a remote access error.
         let range = (job.rkey, job.iova, total as u64);
-        if check_remote(qp, range.0, range.1, range.2, IBV_ACCESS_REMOTE_READ) != Some(raddr) {
+        if check_remote(
+            qp,
+            job.pd,
+            range.0,
+            range.1,
+            range.2,
+            IBV_ACCESS_REMOTE_READ,
+        ) != Some(raddr)
+        {
             r.read = None;
             let h = PktHdr {
                 msn,
@@ -384,12 +449,18 @@ fn rx_rc(qp: &QpInner, r: &mut Responder, slot: &Slot) -> Step {
         kind::SEND => rx_send(qp, r, slot),
         kind::WRITE => rx_write(qp, r, slot),
         kind::READ => {
-            let Some(host) =
-                check_remote(qp, h.rkey, h.raddr, h.total as u64, IBV_ACCESS_REMOTE_READ)
-            else {
+            let Some(host) = check_remote(
+                qp,
+                remote_pd(qp, &h),
+                h.rkey,
+                h.raddr,
+                h.total as u64,
+                IBV_ACCESS_REMOTE_READ,
+            ) else {
                 return responder_fatal(qp, r, &h, nak::REM_ACCESS);
             };
             r.read = Some(ReadJob {
+                pd: remote_pd(qp, &h),
                 msn: h.msn,
                 rkey: h.rkey,
                 iova: h.raddr,
@@ -404,7 +475,14 @@ fn rx_rc(qp: &QpInner, r: &mut Responder, slot: &Slot) -> Step {
             if !h.raddr.is_multiple_of(8) {
                 return responder_fatal(qp, r, &h, nak::INV_REQ);
             }
-            let Some(host) = check_remote(qp, h.rkey, h.raddr, 8, IBV_ACCESS_REMOTE_ATOMIC) else {
+            let Some(host) = check_remote(
+                qp,
+                remote_pd(qp, &h),
+                h.rkey,
+                h.raddr,
+                8,
+                IBV_ACCESS_REMOTE_ATOMIC,
+            ) else {
                 return responder_fatal(qp, r, &h, nak::REM_ACCESS);
             };
             let dst = qp.dest_qpn.load(Ordering::Relaxed);

@@ -156,6 +156,8 @@ pub struct Global {
     pub next_id: AtomicU32,
     /// Set once some QP has mlx5 rings: the progress thread then polls doorbell records.
     pub has_dv: AtomicBool,
+    /// XRC SRQs by number (the SRQs a request to an XRC target QP may name).
+    xrc_srqs: Mutex<HashMap<u32, Arc<SrqInner>>>,
 }
 
 static GLOBAL: OnceLock<Global> = OnceLock::new();
@@ -201,6 +203,7 @@ pub fn global() -> &'static Global {
             procs: Mutex::new(HashMap::new()),
             next_id: AtomicU32::new(1),
             has_dv: AtomicBool::new(false),
+            xrc_srqs: Mutex::new(HashMap::new()),
         }
     })
 }
@@ -318,6 +321,23 @@ impl Global {
             }
             _ => false,
         }
+    }
+
+    /// Registers (`Some`) or removes (`None`) the XRC SRQ numbered `srqn`.
+    pub fn set_xrc_srq(&self, srqn: u32, srq: Option<Arc<SrqInner>>) {
+        let mut m = self.xrc_srqs.lock().unwrap_or_else(|e| e.into_inner());
+        match srq {
+            Some(s) => m.insert(srqn, s),
+            None => m.remove(&srqn),
+        };
+    }
+
+    /// The XRC SRQ numbered `srqn` of XRC domain `xrcd`, if any.
+    pub fn xrc_srq(&self, srqn: u32, xrcd: u32) -> Option<Arc<SrqInner>> {
+        let m = self.xrc_srqs.lock().unwrap_or_else(|e| e.into_inner());
+        m.get(&srqn)
+            .filter(|s| s.xrc.as_ref().is_some_and(|x| x.xrcd == xrcd))
+            .cloned()
     }
 
     fn update_entry(&self, key: u32, f: impl FnOnce(&mut MrInfo)) {
@@ -443,6 +463,21 @@ pub struct CqInner {
 }
 
 impl CqInner {
+    /// A CQ nothing is written to (an XRC target's own: its receives complete on their
+    /// SRQs' CQs).
+    pub fn unused() -> CqInner {
+        CqInner {
+            q: Mutex::new(VecDeque::new()),
+            count: AtomicUsize::new(0),
+            armed: AtomicU32::new(ARM_NONE),
+            channel: None,
+            cq_ptr: 0,
+            qps: Mutex::new(Vec::new()),
+            ts_wanted: false,
+            dv: OnceLock::new(),
+        }
+    }
+
     /// Removes the completions of QP `qpn` not yet polled, as libmlx5 cleans a CQ when one
     /// of its QPs is moved to RESET or destroyed (`mlx5_cq_clean`): the QP's next life does
     /// not meet the flushed completions of its last one. A CQ exposed as a CQE64 ring
@@ -520,6 +555,35 @@ pub struct SrqInner {
     pub max_sge: u32,
     /// The mlx5 SRQ ring, once exposed with mlx5dv_init_obj.
     pub dv: OnceLock<crate::mlx5::rings::DvSrq>,
+    /// An XRC SRQ: its XRC domain and the CQ its receives complete on.
+    pub xrc: Option<XrcSrq>,
+}
+
+/// What an XRC SRQ has beside a plain SRQ (see [`Global::xrc_srq`]).
+pub struct XrcSrq {
+    pub xrcd: u32,
+    pub cq: Arc<CqInner>,
+}
+
+impl SrqInner {
+    /// Takes a receive WQE, raising SRQ_LIMIT_REACHED (once armed) as the queue drops below
+    /// its limit.
+    pub fn take(&self) -> Option<RecvWqe> {
+        if let Some(d) = self.dv.get() {
+            return d.take_recv();
+        }
+        let mut rq = self.rq.lock().unwrap_or_else(|e| e.into_inner());
+        let w = rq.q.pop_front();
+        let limit = self.limit.load(Ordering::Relaxed);
+        if w.is_some() && limit > 0 && (rq.q.len() as u32) < limit {
+            self.limit.store(0, Ordering::Relaxed);
+            raise_async(
+                IBV_EVENT_SRQ_LIMIT_REACHED,
+                AsyncObj::Srq(self.srq_ptr.load(Ordering::Relaxed)),
+            );
+        }
+        w
+    }
 }
 
 /// Requester state (the send queue).
@@ -592,6 +656,8 @@ pub struct CurMsg {
 }
 
 pub struct ReadJob {
+    /// The protection domain the request was checked in (`responder::remote_pd`).
+    pub pd: u32,
     pub msn: u32,
     /// The requested range as the requester named it (checked again before each response
     /// packet: the region may have been deregistered since) and where it lies here.
@@ -646,6 +712,16 @@ pub struct QpInner {
     pub qp_ptr: usize,
     /// The mlx5 rings, once exposed with mlx5dv_init_obj or created with devx.
     pub dv: OnceLock<crate::mlx5::rings::DvQp>,
+    /// An XRC target (receive) QP: its XRC domain (0: not one). Its messages name the XRC
+    /// SRQ of that domain they go to ([`xrc_srqn`]), which gives them their receive WQE,
+    /// their CQ and the protection domain their remote accesses are checked in.
+    pub xrcd: u32,
+}
+
+/// The XRC SRQ a request names: an XRC initiator's requests carry it where a UD datagram
+/// carries its Q_Key (RC packets carry none).
+pub fn xrc_srqn(h: &shm::PktHdr) -> u32 {
+    h.qkey
 }
 
 impl QpInner {
@@ -659,20 +735,7 @@ impl QpInner {
     /// Takes a receive WQE (from the SRQ if attached).
     pub fn take_recv(&self) -> Option<RecvWqe> {
         if let Some(s) = &self.srq {
-            if let Some(d) = s.dv.get() {
-                return d.take_recv();
-            }
-            let mut rq = s.rq.lock().unwrap_or_else(|e| e.into_inner());
-            let w = rq.q.pop_front();
-            let limit = s.limit.load(Ordering::Relaxed);
-            if w.is_some() && limit > 0 && (rq.q.len() as u32) < limit {
-                s.limit.store(0, Ordering::Relaxed);
-                raise_async(
-                    IBV_EVENT_SRQ_LIMIT_REACHED,
-                    AsyncObj::Srq(s.srq_ptr.load(Ordering::Relaxed)),
-                );
-            }
-            return w;
+            return s.take();
         }
         match self.dv.get() {
             Some(d) => d.take_recv(),
