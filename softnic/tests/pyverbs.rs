@@ -22,8 +22,8 @@ const LIMIT: Duration = Duration::from_secs(600);
 /// type 2 by a BIND_MW work request or `ibv_wr_bind_mw`, invalidated by rebinding, by
 /// LOCAL_INV, by a SEND with invalidate and by deallocation), parent domains (with and
 /// without allocators, under RC, UD, an SRQ and an extended CQ) and XRC (sends, sends with
-/// immediate through `ibv_wr_*`, atomics, ODP and relaxed-ordering regions, an extended CQ).
-/// Each skipped before.
+/// immediate through `ibv_wr_*`, atomics, ODP and relaxed-ordering regions, an extended CQ)
+/// and RDMA atomic writes (`ibv_wr_atomic_write`). Each skipped before.
 const MUST_PASS: &[&str] = &[
     "test_mr.MRTest.test_mr_rereg_pd",
     "test_mr.MRTest.test_mr_rereg_addr",
@@ -51,6 +51,7 @@ const MUST_PASS: &[&str] = &[
     "test_qpex.QpExTestCase.test_qp_ex_xrc_send_imm",
     "test_relaxed_ordering.RoTestCase.test_ro_xrc_traffic",
     "test_odp.OdpTestCase.test_odp_xrc_traffic",
+    "test_qpex.QpExTestCase.test_qp_ex_rc_atomic_write",
 ];
 
 fn suite(what: &str, env: &[&str]) {

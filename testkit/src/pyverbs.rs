@@ -48,10 +48,6 @@ pub const UNSUPPORTED: &[(&str, &str)] = &[
         "softnic: ibv_cq_ex without flow-tag fields",
     ),
     (
-        "Extended QP is not supported",
-        "softnic: ibv_qp_ex without atomic write",
-    ),
-    (
         "ODP implicit is not supported",
         "softnic: no implicit on-demand paging",
     ),

@@ -157,7 +157,8 @@ pub unsafe fn qp_created_ex(
     // offset 0 (qp_base is its first member), as ibv_qp_to_qp_ex returns.
     unsafe {
         if dc::qp_ex_has_send_ops(attr) {
-            qp_ex::instrument(qp.cast());
+            let atomic_write = (*attr).send_ops_flags & u64::from(IBV_QP_EX_WITH_ATOMIC_WRITE) != 0;
+            qp_ex::instrument_ops(qp.cast(), atomic_write);
         }
         dc::qp_ex_created(attr, qp, variant);
     }

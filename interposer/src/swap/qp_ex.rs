@@ -10,9 +10,12 @@
 //! paths, `*_recorded`, out of line) records the batch through `record::wr_builder`, which
 //! takes in a placed WR that something recorded meanwhile displaced. `wr_start` is left alone: a batch begins with its first opcode
 //! builder after the last `wr_complete` or `wr_abort` (which end every batch), so a hook there
-//! would add a call per batch and record nothing. `wr_set_xrc_srqn` and `wr_atomic_write` are
-//! left alone too (no record field for the former; the latter only exists in rdma-core ≥ 44
-//! and writing it on an older provider would overrun its struct).
+//! would add a call per batch and record nothing. `wr_set_xrc_srqn` is left alone too (no
+//! record field for it). `wr_atomic_write` is the last field of `ibv_qp_ex` and exists only
+//! in rdma-core ≥ 44: writing it on an older provider's QP would overrun its struct, so it is
+//! swapped only on QPs created with `IBV_QP_EX_WITH_ATOMIC_WRITE` (a provider that accepted
+//! that flag has the field: older ones refuse flags they do not know) — before, the atomic
+//! writes of such QPs went unrecorded (rdma-core's own suite, against softnic's count).
 
 use std::ffi::{c_int, c_void};
 use std::mem::offset_of;
@@ -46,7 +49,9 @@ const SET_INLINE: usize = 14;
 const SET_INLINE_LIST: usize = 15;
 const SET_SGE: usize = 16;
 const SET_SGE_LIST: usize = 17;
-const WORDS: usize = 18;
+/// Swapped only where the QP was created with `IBV_QP_EX_WITH_ATOMIC_WRITE` (module doc).
+const ATOMIC_WRITE: usize = 18;
+const WORDS: usize = 19;
 
 static WR: Slots<WORDS> = Slots::new();
 
@@ -81,16 +86,28 @@ fn fields() -> [(usize, usize, [usize; SLOTS]); WORDS] {
         f!(SET_INLINE_LIST, wr_set_inline_data_list, wr_set_inline_data_list: unsafe extern "C" fn(Qp, usize, *const ibv_data_buf)),
         f!(SET_SGE, wr_set_sge, wr_set_sge: unsafe extern "C" fn(Qp, u32, u64, u32)),
         f!(SET_SGE_LIST, wr_set_sge_list, wr_set_sge_list: unsafe extern "C" fn(Qp, usize, *const ibv_sge)),
+        f!(ATOMIC_WRITE, wr_atomic_write, wr_atomic_write: unsafe extern "C" fn(Qp, u32, u64, *const c_void)),
     ]
 }
 
 static LOCK: sink::spin::SpinLock = sink::spin::SpinLock::new();
 
-/// Swaps the `wr_*` pointers of an extended QP (idempotent). Returns whether they are ours.
+/// Swaps the `wr_*` pointers of an extended QP (idempotent), not `wr_atomic_write`. Returns
+/// whether they are ours.
 ///
 /// # Safety
 /// `qp` must be null or a live `ibv_qp_ex` of the provider.
 pub unsafe fn instrument(qp: Qp) -> bool {
+    // SAFETY: per caller.
+    unsafe { instrument_ops(qp, false) }
+}
+
+/// [`instrument`], and `wr_atomic_write` too when `atomic_write` (the QP was created with
+/// `IBV_QP_EX_WITH_ATOMIC_WRITE`, so its `ibv_qp_ex` has the field).
+///
+/// # Safety
+/// As [`instrument`]; `atomic_write` only as said.
+pub unsafe fn instrument_ops(qp: Qp, atomic_write: bool) -> bool {
     if qp.is_null() {
         return false;
     }
@@ -98,6 +115,10 @@ pub unsafe fn instrument(qp: Qp) -> bool {
     let fields = fields();
     let mut orig = [0usize; WORDS];
     for (word, off, hooks) in &fields {
+        if *word == ATOMIC_WRITE && !atomic_write {
+            // Not read: the provider's struct may end before it.
+            continue;
+        }
         // SAFETY: every field of the table lies inside the live ibv_qp_ex.
         let cur = unsafe { ffi::load_ptr((qp as *const u8).add(*off) as *const usize) };
         if hooks.contains(&cur) {
@@ -269,6 +290,26 @@ unsafe extern "C" fn wr_atomic_fetch_add<const S: usize>(qp: Qp, rkey: u32, radd
     unsafe { orig::<unsafe extern "C" fn(Qp, u32, u64, u64)>(S, FETCH_ADD)(qp, rkey, raddr, add) };
     begin(qp, ts, IBV_WR_ATOMIC_FETCH_AND_ADD, |w| {
         (w.rkey, w.remote_addr, w.compare_add) = (rkey, raddr, add)
+    });
+}
+
+/// `ibv_wr_atomic_write` (only swapped where the field exists, [`instrument_ops`]).
+unsafe extern "C" fn wr_atomic_write<const S: usize>(
+    qp: Qp,
+    rkey: u32,
+    raddr: u64,
+    data: *const c_void,
+) {
+    let ts = stamp();
+    // SAFETY: as above.
+    unsafe {
+        orig::<unsafe extern "C" fn(Qp, u32, u64, *const c_void)>(S, ATOMIC_WRITE)(
+            qp, rkey, raddr, data,
+        )
+    };
+    // An atomic write moves 8 bytes, from the builder's argument (no SGE follows).
+    begin(qp, ts, IBV_WR_ATOMIC_WRITE, |w| {
+        (w.rkey, w.remote_addr, w.bytes) = (rkey, raddr, 8)
     });
 }
 

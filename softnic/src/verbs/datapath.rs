@@ -24,6 +24,7 @@ fn op_allowed(qp_type: u32, op: u32) -> bool {
                 | IBV_WR_RDMA_READ
                 | IBV_WR_ATOMIC_CMP_AND_SWP
                 | IBV_WR_ATOMIC_FETCH_AND_ADD
+                | IBV_WR_ATOMIC_WRITE
                 | IBV_WR_BIND_MW
                 | IBV_WR_LOCAL_INV
         ),
@@ -200,6 +201,10 @@ pub unsafe extern "C" fn op_post_send(
             if xrc_send {
                 // The XRC SRQ the request goes to (`wire::state::xrc_srqn`).
                 w.ud_qkey = r.qp_type.xrc.remote_srqn;
+            }
+            if r.opcode == IBV_WR_ATOMIC_WRITE {
+                // Only through `ibv_wr_atomic_write`, as with mlx5.
+                return libc::EINVAL;
             }
             match r.opcode {
                 IBV_WR_RDMA_WRITE | IBV_WR_RDMA_WRITE_WITH_IMM | IBV_WR_RDMA_READ => {
@@ -769,13 +774,18 @@ unsafe extern "C" fn wr_bind_mw(
 unsafe extern "C" fn wr_send_tso(q: *mut ibv_qp_ex, _h: *mut c_void, _hs: u16, _mss: u16) {
     wr_unsupported(q)
 }
-unsafe extern "C" fn wr_atomic_write(
-    q: *mut ibv_qp_ex,
-    _rkey: u32,
-    _raddr: u64,
-    _d: *const c_void,
-) {
-    wr_unsupported(q)
+/// `ibv_wr_atomic_write`: the 8 bytes at `d` written at `raddr` at once.
+unsafe extern "C" fn wr_atomic_write(q: *mut ibv_qp_ex, rkey: u32, raddr: u64, d: *const c_void) {
+    if d.is_null() {
+        wb(q).1.err = libc::EINVAL;
+        return;
+    }
+    if let Some(w) = wr_remote(q, IBV_WR_ATOMIC_WRITE, rkey, raddr) {
+        // SAFETY: the caller's 8 bytes (any alignment).
+        w.swap = unsafe { d.cast::<u64>().read_unaligned() };
+        w.len = 8;
+        w.flags &= !IBV_SEND_INLINE;
+    }
 }
 
 pub fn fill_qp_ex_ops(q: &mut ibv_qp_ex) {

@@ -51,7 +51,8 @@ const SEND_OPS_SUPPORTED: u64 = (IBV_QP_EX_WITH_RDMA_WRITE
     | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
     | IBV_QP_EX_WITH_BIND_MW
     | IBV_QP_EX_WITH_LOCAL_INV
-    | IBV_QP_EX_WITH_SEND_WITH_INV) as u64;
+    | IBV_QP_EX_WITH_SEND_WITH_INV
+    | IBV_QP_EX_WITH_ATOMIC_WRITE) as u64;
 
 pub(crate) unsafe fn create_qp(
     ctx: *mut ibv_context,

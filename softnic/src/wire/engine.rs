@@ -290,10 +290,14 @@ fn transmit(qp: &QpInner, w: &mut SendWqe, peer: &Peer) -> bool {
     };
     let ring = peer.file.req();
     match w.opcode {
-        IBV_WR_RDMA_READ | IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD => {
+        IBV_WR_RDMA_READ
+        | IBV_WR_ATOMIC_CMP_AND_SWP
+        | IBV_WR_ATOMIC_FETCH_AND_ADD
+        | IBV_WR_ATOMIC_WRITE => {
             let k = match w.opcode {
                 IBV_WR_RDMA_READ => kind::READ,
                 IBV_WR_ATOMIC_CMP_AND_SWP => kind::CMP_SWP,
+                IBV_WR_ATOMIC_WRITE => kind::ATOMIC_WRITE,
                 _ => kind::FETCH_ADD,
             };
             let w: &SendWqe = w;

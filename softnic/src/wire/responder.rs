@@ -515,6 +515,7 @@ fn rx_rc(qp: &QpInner, r: &mut Responder, slot: &Slot) -> Step {
             r.expected_msn = h.msn.wrapping_add(1);
             return Step::Consumed;
         }
+        kind::ATOMIC_WRITE => rx_atomic_write(qp, r, &h),
         _ => Step::Consumed,
     };
     if let Step::Consumed = step {
@@ -526,6 +527,22 @@ fn rx_rc(qp: &QpInner, r: &mut Responder, slot: &Slot) -> Step {
         }
     }
     step
+}
+
+/// An RDMA atomic write: 8 bytes at an 8-byte aligned address of a region the requester may
+/// write, stored at once (no reader sees half of them); acknowledged as a write.
+fn rx_atomic_write(qp: &QpInner, r: &mut Responder, h: &PktHdr) -> Step {
+    if !h.raddr.is_multiple_of(8) {
+        return responder_fatal(qp, r, h, nak::INV_REQ);
+    }
+    let pd = remote_pd(qp, h);
+    let Some(host) = check_remote(qp, pd, h.rkey, h.raddr, 8, IBV_ACCESS_REMOTE_WRITE) else {
+        return responder_fatal(qp, r, h, nak::REM_ACCESS);
+    };
+    // SAFETY: 8-byte aligned, inside a registered region with REMOTE_WRITE (checked now, in
+    // this responder pass: a deregistration waits for it).
+    unsafe { AtomicU64::from_ptr(host as usize as *mut u64) }.store(h.swap, Ordering::Release);
+    Step::Consumed
 }
 
 fn rx_ud(qp: &QpInner, slot: &Slot) {

@@ -256,6 +256,8 @@ pub mod kind {
     pub const READ: u8 = 3;
     pub const CMP_SWP: u8 = 4;
     pub const FETCH_ADD: u8 = 5;
+    /// RDMA atomic write: `swap` stored as one 8-byte write (`IBV_WR_ATOMIC_WRITE`).
+    pub const ATOMIC_WRITE: u8 = 6;
     pub const ACK: u8 = 16;
     pub const NAK: u8 = 17;
     pub const READ_RESP: u8 = 18;
