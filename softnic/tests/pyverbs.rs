@@ -23,7 +23,8 @@ const LIMIT: Duration = Duration::from_secs(600);
 /// LOCAL_INV, by a SEND with invalidate and by deallocation), parent domains (with and
 /// without allocators, under RC, UD, an SRQ and an extended CQ) and XRC (sends, sends with
 /// immediate through `ibv_wr_*`, atomics, ODP and relaxed-ordering regions, an extended CQ)
-/// and RDMA atomic writes (`ibv_wr_atomic_write`). Each skipped before.
+/// RDMA atomic writes (`ibv_wr_atomic_write`) and imported contexts, PDs, regions and device
+/// memory (`ibv_import_*`). Each skipped before.
 const MUST_PASS: &[&str] = &[
     "test_mr.MRTest.test_mr_rereg_pd",
     "test_mr.MRTest.test_mr_rereg_addr",
@@ -52,6 +53,8 @@ const MUST_PASS: &[&str] = &[
     "test_relaxed_ordering.RoTestCase.test_ro_xrc_traffic",
     "test_odp.OdpTestCase.test_odp_xrc_traffic",
     "test_qpex.QpExTestCase.test_qp_ex_rc_atomic_write",
+    "test_shared_pd.SharedPDTestCase.test_imported_rc_ex_rdma_write",
+    "test_device.SharedDMTest.test_import_dm",
 ];
 
 fn suite(what: &str, env: &[&str]) {

@@ -52,14 +52,6 @@ pub const UNSUPPORTED: &[(&str, &str)] = &[
         "softnic: no implicit on-demand paging",
     ),
     (
-        "Importing a device is not supported",
-        "softnic: no kernel command fd to share",
-    ),
-    (
-        "Some object imports are not supported",
-        "softnic: no kernel command fd to share",
-    ),
-    (
         "Alloc reserved QP number is not supported",
         "softnic: no reserved QPNs",
     ),

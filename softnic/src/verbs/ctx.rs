@@ -107,6 +107,12 @@ pub unsafe extern "C" fn sv_ibv_get_device_index(_dev: *mut ibv_device) -> c_int
 
 #[no_mangle]
 pub unsafe extern "C" fn sv_ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context {
+    open_context(dev, None)
+}
+
+/// A new context of `dev`; its command descriptor `cmd_fd` (an imported context's, the
+/// program's duplicate of another context's, `verbs::import`) or a new one.
+pub(crate) unsafe fn open_context(dev: *mut ibv_device, cmd_fd: Option<c_int>) -> *mut ibv_context {
     if dev != device() {
         set_errno(libc::ENODEV);
         return std::ptr::null_mut();
@@ -148,7 +154,9 @@ pub unsafe extern "C" fn sv_ibv_open_device(dev: *mut ibv_device) -> *mut ibv_co
     v.ibv_destroy_flow = None;
     let ctx = &mut v.context;
     ctx.device = dev;
-    ctx.cmd_fd = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+    // A file of its own per context (a memfd), so that `ibv_import_device` can tell a
+    // descriptor of one of this device's contexts from any other.
+    ctx.cmd_fd = cmd_fd.unwrap_or_else(crate::verbs::import::new_cmd_fd);
     ctx.async_fd = fds[0];
     ctx.num_comp_vectors = 1;
     ctx.abi_compat = usize::MAX as *mut c_void;

@@ -22,10 +22,57 @@ static ALLOCATED: AtomicU64 = AtomicU64::new(0);
 
 /// An allocation: the C object first (its address is the `ibv_dm *`), then the memory.
 #[repr(C)]
-struct SnDm {
+pub(crate) struct SnDm {
     dm: ibv_dm,
     mem: *mut u8,
     layout: Layout,
+    /// An imported handle (`ibv_import_dm`) of another allocation's memory: unimported, not
+    /// freed.
+    alias: bool,
+}
+
+/// Allocations by handle (`ibv_dm.handle`), for `ibv_import_dm`.
+static BY_HANDLE: std::sync::Mutex<Vec<(u32, usize)>> = std::sync::Mutex::new(Vec::new());
+static NEXT_HANDLE: AtomicU64 = AtomicU64::new(1);
+
+/// `ibv_import_dm`: a second handle, on `ctx`, of the allocation numbered `handle`.
+///
+/// # Safety
+/// `ctx` is a live context.
+pub unsafe fn import(ctx: *mut ibv_context, handle: u32) -> *mut ibv_dm {
+    let found = BY_HANDLE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .find(|e| e.0 == handle)
+        .map(|e| e.1);
+    let Some(orig) = found else {
+        set_errno(libc::ENOENT);
+        return null_mut();
+    };
+    // SAFETY: a live allocation (removed from the table before it is freed).
+    let o = unsafe { &*(orig as *const SnDm) };
+    Box::into_raw(Box::new(SnDm {
+        dm: ibv_dm {
+            context: ctx,
+            ..o.dm
+        },
+        mem: o.mem,
+        layout: o.layout,
+        alias: true,
+    })) as *mut ibv_dm
+}
+
+/// `ibv_unimport_dm`: drops an imported handle (the memory stays its allocation's).
+///
+/// # Safety
+/// `dm` comes from [`import`].
+pub unsafe fn unimport(dm: *mut ibv_dm) {
+    if !dm.is_null() {
+        // SAFETY: per the caller.
+        let d = unsafe { Box::from_raw(dm as *mut SnDm) };
+        debug_assert!(d.alias);
+    }
 }
 
 /// The allocation behind `dm`.
@@ -82,18 +129,25 @@ pub unsafe extern "C" fn vctx_alloc_dm(
         set_errno(libc::ENOMEM);
         return null_mut();
     }
+    let handle = NEXT_HANDLE.fetch_add(1, Ordering::Relaxed) as u32;
     let b = Box::new(SnDm {
         dm: ibv_dm {
             context: ctx,
             memcpy_to_dm: Some(memcpy_to_dm),
             memcpy_from_dm: Some(memcpy_from_dm),
             comp_mask: 0,
-            handle: 0,
+            handle,
         },
         mem,
         layout,
+        alias: false,
     });
-    Box::into_raw(b) as *mut ibv_dm
+    let p = Box::into_raw(b);
+    BY_HANDLE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((handle, p as usize));
+    p as *mut ibv_dm
 }
 
 /// `verbs_context.free_dm`.
@@ -104,8 +158,17 @@ pub unsafe extern "C" fn vctx_free_dm(dm: *mut ibv_dm) -> c_int {
     if dm.is_null() {
         return libc::EINVAL;
     }
+    // SAFETY: per the caller, a live allocation of ours.
+    if unsafe { (*(dm as *const SnDm)).alias } {
+        // An imported handle is unimported, not freed.
+        return libc::EINVAL;
+    }
     // SAFETY: per the caller, a live allocation of ours, freed once.
     let d = unsafe { Box::from_raw(dm as *mut SnDm) };
+    BY_HANDLE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|e| e.0 != d.dm.handle);
     // SAFETY: allocated with this layout in vctx_alloc_dm.
     unsafe { std::alloc::dealloc(d.mem, d.layout) };
     ALLOCATED.fetch_sub(d.layout.size() as u64, Ordering::Relaxed);

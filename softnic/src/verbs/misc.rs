@@ -272,32 +272,6 @@ pub extern "C" fn sv_compat_int() -> c_int {
 }
 
 #[no_mangle]
-pub extern "C" fn sv_ibv_import_device(_fd: c_int) -> *mut ibv_context {
-    set_errno(libc::EOPNOTSUPP);
-    std::ptr::null_mut()
-}
-#[no_mangle]
-pub extern "C" fn sv_ibv_import_pd(_ctx: *mut ibv_context, _h: u32) -> *mut ibv_pd {
-    set_errno(libc::EOPNOTSUPP);
-    std::ptr::null_mut()
-}
-#[no_mangle]
-pub extern "C" fn sv_ibv_import_mr(_pd: *mut ibv_pd, _h: u32) -> *mut ibv_mr {
-    set_errno(libc::EOPNOTSUPP);
-    std::ptr::null_mut()
-}
-#[no_mangle]
-pub extern "C" fn sv_ibv_import_dm(_ctx: *mut ibv_context, _h: u32) -> *mut ibv_dm {
-    set_errno(libc::EOPNOTSUPP);
-    std::ptr::null_mut()
-}
-#[no_mangle]
-pub extern "C" fn sv_ibv_unimport_pd(_pd: *mut ibv_pd) {}
-#[no_mangle]
-pub extern "C" fn sv_ibv_unimport_mr(_mr: *mut ibv_mr) {}
-#[no_mangle]
-pub extern "C" fn sv_ibv_unimport_dm(_dm: *mut ibv_dm) {}
-#[no_mangle]
 pub extern "C" fn sv_ibv_query_ece(_qp: *mut ibv_qp, _ece: *mut ibv_ece) -> c_int {
     libc::EOPNOTSUPP
 }

@@ -14,6 +14,7 @@ pub mod by_number;
 pub mod ctx;
 pub mod datapath;
 pub mod dm;
+pub mod import;
 pub mod layout;
 pub mod misc;
 pub mod mw;
