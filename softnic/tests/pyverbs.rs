@@ -24,7 +24,7 @@ const LIMIT: Duration = Duration::from_secs(600);
 /// without allocators, under RC, UD, an SRQ and an extended CQ) and XRC (sends, sends with
 /// immediate through `ibv_wr_*`, atomics, ODP and relaxed-ordering regions, an extended CQ)
 /// RDMA atomic writes (`ibv_wr_atomic_write`) and imported contexts, PDs, regions and device
-/// memory (`ibv_import_*`). Each skipped before.
+/// memory (`ibv_import_*`), and `mlx5dv_query_port`. Each skipped before.
 const MUST_PASS: &[&str] = &[
     "test_mr.MRTest.test_mr_rereg_pd",
     "test_mr.MRTest.test_mr_rereg_addr",
@@ -55,6 +55,7 @@ const MUST_PASS: &[&str] = &[
     "test_qpex.QpExTestCase.test_qp_ex_rc_atomic_write",
     "test_shared_pd.SharedPDTestCase.test_imported_rc_ex_rdma_write",
     "test_device.SharedDMTest.test_import_dm",
+    "test_mlx5_query_port.Mlx5DVQueryPortTestCase.test_dv_query_port",
 ];
 
 fn suite(what: &str, env: &[&str]) {

@@ -56,10 +56,6 @@ pub const UNSUPPORTED: &[(&str, &str)] = &[
         "softnic: no reserved QPNs",
     ),
     (
-        "mlx5dv_query_port() isn't supported",
-        "softnic: no mlx5dv_query_port",
-    ),
-    (
         "VAR allocation is not supported",
         "softnic: no virtio VAR pages",
     ),

@@ -314,11 +314,28 @@ pub unsafe extern "C" fn sv_mlx5dv_init_obj(obj: *mut mlx5dv_obj, mask: u64) -> 
     0
 }
 
+/// `mlx5dv_query_port`: port 1's mlx5 extras — none (`flags` 0: no vport, e-switch owner,
+/// steering ICM or metadata register field is valid: softnic's port is no e-switch vport).
+#[no_mangle]
+pub unsafe extern "C" fn sv__mlx5dv_query_port(
+    ctx: *mut ibv_context,
+    port: u32,
+    info: *mut c_void,
+    len: usize,
+) -> c_int {
+    if ctx.is_null() || info.is_null() || port != 1 {
+        return libc::EINVAL;
+    }
+    // SAFETY: `len` bytes of the caller's `struct mlx5dv_port` (its size, from the inline
+    // wrapper).
+    unsafe { std::ptr::write_bytes(info.cast::<u8>(), 0, len) };
+    0
+}
+
 unsup_int! {
     sv_mlx5dv_set_context_attr(ctx: *mut ibv_context, t: u32, attr: *mut c_void);
     sv_mlx5dv_destroy_mkey(mkey: *mut c_void);
     sv_mlx5dv_devx_subscribe_devx_event(ch: *mut c_void, obj: *mut c_void, n: u16, list: *mut u16, cookie: u64);
-    sv__mlx5dv_query_port(ctx: *mut ibv_context, port: u32, info: *mut c_void, len: usize);
     sv_mlx5dv_crypto_login(ctx: *mut ibv_context, attr: *mut c_void);
     sv_mlx5dv_dek_destroy(dek: *mut c_void);
 }
