@@ -152,12 +152,13 @@ fn rdma_core_test_suite_traced() {
         assert!(p.qp(0).is_none(), "{} has a QP 0 track", p.label());
     }
     eprintln!(
-        "rdma-core tests traced: {} tests ({} passed), {} WRs completed, {} failed, {} receives, {} flows\n{warnings}",
+        "rdma-core tests traced: {} tests ({} passed), {} WRs completed, {} failed, {} receives, {} flows; softnic's count (sends, recvs, ok, failed completions) {:?}\n{warnings}",
         traced.tests.len(),
         traced.count("ok"),
         t.wr_completed,
         t.wr_failed,
         t.recv_completed,
-        flows
+        flows,
+        device
     );
 }
