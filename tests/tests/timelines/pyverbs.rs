@@ -15,14 +15,16 @@ use super::*;
 use sigmatrace_testkit::pyverbs::Suite;
 
 /// One run of the suite as softnic node 1, traced (into `dir/logs`) or not, with softnic's
-/// own count of posts and completions in `dir/tally.jsonl` (`SOFTNIC_TALLY`).
-fn run(dir: &Path, traced: bool) -> sigmatrace_testkit::pyverbs::Results {
+/// own count of posts and completions in `dir/tally.jsonl` (`SOFTNIC_TALLY`) and the
+/// settings `env` (`NAME=value`).
+fn run(dir: &Path, traced: bool, env: &[&str]) -> sigmatrace_testkit::pyverbs::Results {
     let suite = Suite::prepare(dir);
     let tally = format!("SOFTNIC_TALLY={}", dir.join("tally.jsonl").display());
     let p = Proc {
         node: 1,
         argv: ["/usr/bin/env".to_owned(), tally]
             .into_iter()
+            .chain(env.iter().map(|e| e.to_string()))
             .chain(
                 suite
                     .command()
@@ -47,8 +49,8 @@ fn run(dir: &Path, traced: bool) -> sigmatrace_testkit::pyverbs::Results {
 #[test]
 fn rdma_core_test_suite_traced() {
     let (plain_dir, traced_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let plain = run(plain_dir.path(), false);
-    let traced = run(traced_dir.path(), true);
+    let plain = run(plain_dir.path(), false, &[]);
+    let traced = run(traced_dir.path(), true, &[]);
     let outcomes = |r: &sigmatrace_testkit::pyverbs::Results| -> Vec<(String, String, String)> {
         r.tests
             .iter()
@@ -161,4 +163,27 @@ fn rdma_core_test_suite_traced() {
         flows,
         device
     );
+}
+
+/// The suite traced in flight-recorder mode (`SIGMATRACE_MODE=ring`: each thread's ring is the
+/// log, written at exit): it passes, and the log — large enough to be kept whole — holds
+/// exactly what softnic counted.
+#[test]
+fn rdma_core_test_suite_flight_recorder() {
+    let dir = tempfile::tempdir().unwrap();
+    run(dir.path(), true, &["SIGMATRACE_MODE=ring"]);
+    let logs = dir.path().join("logs");
+    for e in std::fs::read_dir(&logs).unwrap() {
+        let path = e.unwrap().path();
+        let log = sigmatrace_schemas::LogFile::open(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert!(log.salvage().is_clean(), "{}", path.display());
+        assert_eq!(
+            log.header().dropped,
+            0,
+            "{}: records dropped",
+            path.display()
+        );
+    }
+    check_against_device(&logs, "rdma-core tests (flight recorder)");
 }
