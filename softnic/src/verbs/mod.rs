@@ -2,9 +2,12 @@
 //! `exports/ibverbs.txt`) and the C-side objects rdma-core programs see.
 //!
 //! `ctx` (devices, contexts, queries), `async_events` → `objects` (PD and parent domains, MR,
-//! channels, CQ, SRQ, AH), `mw` (memory windows) → `qp` (QP creation and state machine) → `datapath` (the per-object `ops` pointers:
-//! post, poll, `ibv_wr_*`, `ibv_cq_ex`); `misc` holds helper entry points; `unsupported` the not-supported results and the
-//! provider interface (with `varargs.c` for its two variadic functions);
+//! channels, CQ, SRQ, AH), `mw` (memory windows), `xrc` (XRC domains and SRQs), `dm` (device
+//! memory), `import` (`ibv_import_*`) → `qp` (QP creation and state machine) → `datapath`
+//! (the per-object `ops` pointers: post, poll, `ibv_cq_ex`) and `wr` (the `ibv_wr_*` builder);
+//! `tally` counts what the device accepted and delivered (`SOFTNIC_TALLY`); `misc` holds helper
+//! entry points; `unsupported` the not-supported results and the provider interface (with
+//! `varargs.c` for its two variadic functions);
 //! `layout` checks the bindgen'd layouts at compile time; `by_number` finds PDs and CQs by
 //! the numbers PRM commands use; `wc` writes a completion into the program's array the way
 //! mlx5 does (only the fields it defines). All of it runs on `crate::wire`.
@@ -23,4 +26,5 @@ pub mod qp;
 pub mod tally;
 pub mod unsupported;
 pub mod wc;
+pub mod wr;
 pub mod xrc;

@@ -171,7 +171,7 @@ unsafe fn create_qp_in(
         q.state = IBV_QPS_RESET;
         q.qp_type = a.qp_type;
     }
-    crate::verbs::datapath::fill_qp_ex_ops(&mut b.qpx);
+    crate::verbs::wr::fill_qp_ex_ops(&mut b.qpx);
     {
         let mut at = b.attr.lock().unwrap_or_else(|e| e.into_inner());
         at.cap = a.cap;
