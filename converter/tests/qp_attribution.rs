@@ -520,6 +520,19 @@ fn ud_datagrams_with_qpns_repeated_on_every_node_pair_by_own_lids() {
     assert_eq!(r.summary.totals.flows_in, n as u64 * msgs);
 }
 
+/// Two nodes (LIDs 1 and 2, port addresses logged) with one RC QP 0x100 each (CQ 0xc000 + node),
+/// connected to each other.
+fn rc_pair(dir: &Path) -> Vec<Node> {
+    let mut nodes: Vec<Node> = (0..2)
+        .map(|r| Node::new(dir, r, r as u16 + 1, true))
+        .collect();
+    for (r, node) in nodes.iter_mut().enumerate() {
+        let peer = Some((0x100, (r ^ 1) as u16 + 1, None));
+        node.qp(T0, 0x9000, 0x100, 2, 0xc000 + r as u64, peer);
+    }
+    nodes
+}
+
 /// Flushed WRs land on the queue that has them, whatever opcode their completion's record
 /// carries (a failed completion's opcode is undefined; a program that polls into a reused
 /// array hands the tracer the last successful completion's opcode there): a receive flushed
@@ -527,13 +540,7 @@ fn ud_datagrams_with_qpns_repeated_on_every_node_pair_by_own_lids() {
 #[test]
 fn failed_completions_go_to_the_queue_of_their_wr_whatever_their_opcode() {
     let dir = tempfile::tempdir().unwrap();
-    let mut nodes: Vec<Node> = (0..2)
-        .map(|r| Node::new(dir.path(), r, r as u16 + 1, true))
-        .collect();
-    for (r, node) in nodes.iter_mut().enumerate() {
-        let peer = Some((0x100, (r ^ 1) as u16 + 1, None));
-        node.qp(T0, 0x9000, 0x100, 2, 0xc000 + r as u64, peer);
-    }
+    let mut nodes = rc_pair(dir.path());
     let mut t = T0 + 100_000;
     for _ in 0..3 {
         message(&mut nodes, (0, 0x100), (1, 0x100), t, true);
@@ -566,13 +573,7 @@ fn failed_completions_go_to_the_queue_of_their_wr_whatever_their_opcode() {
 fn a_requester_only_status_puts_a_failed_completion_on_the_send_queue() {
     const WC_REM_ACCESS_ERR: u8 = 10;
     let dir = tempfile::tempdir().unwrap();
-    let mut nodes: Vec<Node> = (0..2)
-        .map(|r| Node::new(dir.path(), r, r as u16 + 1, true))
-        .collect();
-    for (r, node) in nodes.iter_mut().enumerate() {
-        let peer = Some((0x100, (r ^ 1) as u16 + 1, None));
-        node.qp(T0, 0x9000, 0x100, 2, 0xc000 + r as u64, peer);
-    }
+    let mut nodes = rc_pair(dir.path());
     let t = T0 + 100_000;
     nodes[0].post_recv(t, 0x100, 0);
     nodes[0].post_send(t + 100, 0x100, 0, 0, 0);

@@ -138,6 +138,12 @@ fn remote_pd(qp: &QpInner, h: &PktHdr) -> u32 {
     qp.pd
 }
 
+/// [`check_remote`] of the range a request names (`len` bytes at its `raddr` under its
+/// `rkey`), in the protection domain it is checked in ([`remote_pd`]).
+fn check_request(qp: &QpInner, h: &PktHdr, len: u64, need: u32) -> Option<u64> {
+    check_remote(qp, remote_pd(qp, h), h.rkey, h.raddr, len, need)
+}
+
 fn recv_pd(qp: &QpInner, h: &PktHdr) -> u32 {
     if qp.xrcd != 0 {
         return remote_pd(qp, h);
@@ -288,14 +294,7 @@ fn rx_write(qp: &QpInner, r: &mut Responder, slot: &Slot) -> Step {
     let h = slot.hdr;
     let imm = h.flags & pflag::IMM != 0;
     if h.flags & pflag::FIRST != 0 {
-        let Some(host) = check_remote(
-            qp,
-            remote_pd(qp, &h),
-            h.rkey,
-            h.raddr,
-            h.total as u64,
-            IBV_ACCESS_REMOTE_WRITE,
-        ) else {
+        let Some(host) = check_request(qp, &h, h.total as u64, IBV_ACCESS_REMOTE_WRITE) else {
             if qp.qp_type != IBV_QPT_RC {
                 r.cur = Some(CurMsg {
                     msn: h.msn,
@@ -327,14 +326,7 @@ fn rx_write(qp: &QpInner, r: &mut Responder, slot: &Slot) -> Step {
     };
     if h.flags & pflag::FIRST == 0
         && host != 0
-        && check_remote(
-            qp,
-            remote_pd(qp, &h),
-            h.rkey,
-            h.raddr,
-            h.total as u64,
-            IBV_ACCESS_REMOTE_WRITE,
-        ) != Some(host)
+        && check_request(qp, &h, h.total as u64, IBV_ACCESS_REMOTE_WRITE) != Some(host)
     {
         // Deregistered since the message's first packet (an earlier pass).
         return responder_fatal(qp, r, &h, nak::REM_ACCESS);
@@ -449,14 +441,7 @@ fn rx_rc(qp: &QpInner, r: &mut Responder, slot: &Slot) -> Step {
         kind::SEND => rx_send(qp, r, slot),
         kind::WRITE => rx_write(qp, r, slot),
         kind::READ => {
-            let Some(host) = check_remote(
-                qp,
-                remote_pd(qp, &h),
-                h.rkey,
-                h.raddr,
-                h.total as u64,
-                IBV_ACCESS_REMOTE_READ,
-            ) else {
+            let Some(host) = check_request(qp, &h, h.total as u64, IBV_ACCESS_REMOTE_READ) else {
                 return responder_fatal(qp, r, &h, nak::REM_ACCESS);
             };
             r.read = Some(ReadJob {
@@ -475,14 +460,7 @@ fn rx_rc(qp: &QpInner, r: &mut Responder, slot: &Slot) -> Step {
             if !h.raddr.is_multiple_of(8) {
                 return responder_fatal(qp, r, &h, nak::INV_REQ);
             }
-            let Some(host) = check_remote(
-                qp,
-                remote_pd(qp, &h),
-                h.rkey,
-                h.raddr,
-                8,
-                IBV_ACCESS_REMOTE_ATOMIC,
-            ) else {
+            let Some(host) = check_request(qp, &h, 8, IBV_ACCESS_REMOTE_ATOMIC) else {
                 return responder_fatal(qp, r, &h, nak::REM_ACCESS);
             };
             let dst = qp.dest_qpn.load(Ordering::Relaxed);
@@ -535,8 +513,7 @@ fn rx_atomic_write(qp: &QpInner, r: &mut Responder, h: &PktHdr) -> Step {
     if !h.raddr.is_multiple_of(8) {
         return responder_fatal(qp, r, h, nak::INV_REQ);
     }
-    let pd = remote_pd(qp, h);
-    let Some(host) = check_remote(qp, pd, h.rkey, h.raddr, 8, IBV_ACCESS_REMOTE_WRITE) else {
+    let Some(host) = check_request(qp, h, 8, IBV_ACCESS_REMOTE_WRITE) else {
         return responder_fatal(qp, r, h, nak::REM_ACCESS);
     };
     // SAFETY: 8-byte aligned, inside a registered region with REMOTE_WRITE (checked now, in

@@ -210,6 +210,21 @@ pub fn global() -> &'static Global {
 
 impl Global {
     pub fn reg_mr(&self, iova: u64, addr: u64, len: u64, access: u32, pd: u32) -> u32 {
+        self.insert_key(MrInfo {
+            iova,
+            addr,
+            len,
+            access,
+            pd,
+            key: 0,
+            mw: 0,
+            qpn: 0,
+        })
+    }
+
+    /// Enters `entry` in the key table under a new key (a free index and the next tag); the
+    /// key.
+    fn insert_key(&self, entry: MrInfo) -> u32 {
         let mut t = self.mrs.write().unwrap_or_else(|e| e.into_inner());
         let idx = t
             .iter()
@@ -221,16 +236,7 @@ impl Global {
             });
         let tag = self.next_id.fetch_add(1, Ordering::Relaxed) & 0xff;
         let key = ((idx as u32) << 8) | tag;
-        t[idx] = Some(MrInfo {
-            iova,
-            addr,
-            len,
-            access,
-            pd,
-            key,
-            mw: 0,
-            qpn: 0,
-        });
+        t[idx] = Some(MrInfo { key, ..entry });
         key
     }
 
@@ -248,9 +254,16 @@ impl Global {
 
     /// A new, unbound memory window of type `ty` on PD `pd`; its key.
     pub fn alloc_mw(&self, pd: u32, ty: u8) -> u32 {
-        let key = self.reg_mr(0, 0, 0, 0, pd);
-        self.update_entry(key, |m| m.mw = ty);
-        key
+        self.insert_key(MrInfo {
+            iova: 0,
+            addr: 0,
+            len: 0,
+            access: 0,
+            pd,
+            key: 0,
+            mw: ty,
+            qpn: 0,
+        })
     }
 
     /// Frees the window whose current key has index `idx` (the key changes with each bind).
@@ -338,15 +351,6 @@ impl Global {
         m.get(&srqn)
             .filter(|s| s.xrc.as_ref().is_some_and(|x| x.xrcd == xrcd))
             .cloned()
-    }
-
-    fn update_entry(&self, key: u32, f: impl FnOnce(&mut MrInfo)) {
-        let mut t = self.mrs.write().unwrap_or_else(|e| e.into_inner());
-        if let Some(Some(m)) = t.get_mut((key >> 8) as usize) {
-            if m.key == key {
-                f(m);
-            }
-        }
     }
 
     pub fn update_mr(&self, key: u32, f: impl FnOnce(&mut MrInfo)) -> bool {
